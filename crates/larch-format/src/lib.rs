@@ -1,0 +1,1 @@
+//! On-device structures of a larch cache device: encode, decode, checksums (no I/O).

@@ -1,0 +1,1 @@
+//! BlockDevice trait with file, memory and fault-injecting implementations.

@@ -1,0 +1,1 @@
+//! The L2ARC ring, its persistent log, and the rebuild reader.

@@ -1,0 +1,1 @@
+//! NBD protocol codec (no I/O) and async server.

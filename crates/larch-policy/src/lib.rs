@@ -1,0 +1,1 @@
+//! The ARC as a pure, deterministic state machine (no I/O, no clock, no threads).

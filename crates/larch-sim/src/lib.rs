@@ -1,0 +1,1 @@
+//! Trace readers and replay of the policy in virtual time.

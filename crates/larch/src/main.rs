@@ -1,0 +1,53 @@
+//! `larch`: the command-line front door. Each subcommand lives in its own module and
+//! returns the process exit code; errors are printed once, here.
+
+mod demo;
+mod dump;
+mod serve_file;
+mod sim;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// larch: ZFS's ARC, L2ARC and write path as a userspace block cache.
+///
+/// With no subcommand, larch runs its built-in demo (`larch demo`).
+#[derive(Parser)]
+#[command(name = "larch", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay the built-in demo workload: Zipf reads with a large scan in the middle, ARC vs LRU.
+    Demo(demo::DemoArgs),
+    /// Simulate the cache: replay block traces through a policy.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+    /// Show what is on a larch cache device (the `zdb -l` of larch).
+    Dump(dump::DumpArgs),
+    /// Serve a plain file or block device over NBD, with no cache.
+    ServeFile(serve_file::ServeFileArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => demo::run(demo::DemoArgs::default()),
+        Some(Command::Demo(args)) => demo::run(args),
+        Some(Command::Sim(cmd)) => sim::run(cmd),
+        Some(Command::Dump(args)) => dump::run(args),
+        Some(Command::ServeFile(args)) => serve_file::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("larch: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
