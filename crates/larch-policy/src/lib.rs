@@ -1,1 +1,273 @@
-//! The ARC as a pure, deterministic state machine (no I/O, no clock, no threads).
+//! The ARC as a pure, deterministic state machine: no I/O, no clock, no threads.
+//!
+//! The daemon and the simulator drive the same code. Callers pass in the time
+//! (`now_ms`) with every operation and get back what happened ([`Outcome`]) and what
+//! they must do about it ([`Action`]: free this buffer, drop that cache-device copy).
+//!
+//! # Theory
+//!
+//! **The paper's ARC** (Megiddo & Modha, FAST 2003) keeps `c` pages in two lists, T1 (seen
+//! once recently) and T2 (seen at least twice), and remembers the identities of pages it
+//! evicted from each in two ghost lists, B1 and B2. A hit in B1 says T1 was too small and
+//! moves the target `p` for T1 up; a hit in B2 moves it down. `|T1| + |B1| <= c` and the
+//! whole directory is at most `2c` pages. [`ArcMode::Paper`] is that algorithm, exactly,
+//! counted in bytes instead of pages; it exists to validate larch against the paper's
+//! published hit ratios.
+//!
+//! **OpenZFS 2.2+** ([`ArcMode::OpenZfs`], the default) changes it in ways that matter for a
+//! storage cache, and larch follows them:
+//! 1. Blocks have variable sizes and a type, data or metadata. Instead of one `p` there are
+//!    three fractions (fixed point, 2^32 = 100%): `meta` (metadata share of `c`), `pd` (MRU
+//!    share of data) and `pm` (MRU share of metadata). Ghost hits are accumulated in bytes
+//!    per ghost list and type; each eviction pass turns the deltas into damped, capped
+//!    adjustments of the three fractions (see [`adapt`]). Data ghost hits weigh 1/5 as much
+//!    as metadata ghost hits when balancing `meta` (`zfs_arc_meta_balance` = 500).
+//! 2. Eviction order: MRU metadata, MFU metadata, MRU data, MFU data, each down to its
+//!    target. Each ghost list is bounded by half the bytes of the other three live lists
+//!    (not by `c` as in the paper), which limits false ghost hits.
+//! 3. A hit in MRU moves the block to MFU only if it comes more than `ARC_MINTIME` (62 ms)
+//!    after the previous access, so a burst of reads of one block is not "frequency". A
+//!    block read by a prefetch is not promoted by the demand read that consumes it; a ghost
+//!    hit on a prefetched block returns it to MRU, not MFU. Prefetched blocks younger than
+//!    `arc_min_prefetch_ms` (1 s) are not evicted (`evict_skip`).
+//! 4. Dirty blocks (state `anon`) and blocks held by a caller are on no list and are never
+//!    evicted. `c` moves between `c_min` and `c_max`: it grows as the cache fills and
+//!    shrinks on memory pressure; both are operations here ([`Arc::grow`], [`Arc::shrink`]).
+//! 5. A ghost that still has a copy on a cache device becomes `l2c_only` instead of being
+//!    forgotten, and a later access to it counts as a new MRU entry.
+//!
+//! **Where larch differs from OpenZFS**, and why:
+//! - Eviction is synchronous: every operation leaves `size <= c` unless everything left is
+//!   unevictable (dirty, held, or a young prefetch), in which case `evict_not_enough` counts
+//!   it. OpenZFS lets size overshoot `c` and evicts from a background thread; a pure state
+//!   machine has no background, and the engine decides when to call it.
+//! - A hit moves the block to the head of its list. OpenZFS gets the same effect from
+//!   reference counting (a header leaves its list while held and returns to the head);
+//!   larch also has holds ([`Arc::hold`] / [`Arc::release`]) with the same meaning.
+//! - Block identity is `(volume, block)` plus a **generation**. ZFS is copy-on-write, so an
+//!   identity never names two contents; larch overwrites in place, so every write bumps the
+//!   generation, and an access with a different generation than the header's finds a stale
+//!   header: it is dropped (any cache-device copy with it, [`Action::InvalidateL2`]) and the
+//!   access is a miss. See DESIGN.md §4.
+//! - Ghost sizes are bounded after every operation, and the bounds are checked by
+//!   [`Arc::check_invariants`].
+//!
+//! [`Lru`] implements the same [`Policy`] trait as a baseline.
+
+pub mod adapt;
+mod arc;
+mod list;
+mod lru;
+mod stats;
+
+pub use arc::{Arc, ArcConfig, ArcMode};
+pub use list::HEADER_BYTES;
+pub use lru::Lru;
+pub use stats::ArcStats;
+
+/// A block of a volume. With the header's generation it is the block's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    /// The volume (its guid or any caller-chosen id).
+    pub volume: u64,
+    /// The block number within the volume.
+    pub block: u64,
+}
+
+impl BlockKey {
+    /// The key of `block` in `volume`.
+    pub fn new(volume: u64, block: u64) -> BlockKey {
+        BlockKey { volume, block }
+    }
+}
+
+/// Data or metadata, as the caller tags a read (OpenZFS `arc_buf_contents_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufType {
+    /// User data.
+    Data = 0,
+    /// Metadata: balanced separately and preferred by the L2 feed.
+    Metadata = 1,
+}
+
+/// ARC states. The numbers are OpenZFS's and are persisted in cache-device log entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Dirty: written, not yet on the backing store. Never evicted.
+    Anon = 0,
+    /// Recently used: seen once (or again within `ARC_MINTIME`).
+    Mru = 1,
+    /// Identity of a block evicted from MRU.
+    MruGhost = 2,
+    /// Frequently used: seen again after `ARC_MINTIME`, or after a ghost hit.
+    Mfu = 3,
+    /// Identity of a block evicted from MFU.
+    MfuGhost = 4,
+    /// Known only to a cache device: no DRAM copy, no ghost history.
+    L2cOnly = 5,
+    /// Read with primarycache excluding it: dropped as soon as nobody holds it.
+    Uncached = 6,
+}
+
+impl State {
+    /// All states, in OpenZFS order.
+    pub const ALL: [State; 7] = [
+        State::Anon,
+        State::Mru,
+        State::MruGhost,
+        State::Mfu,
+        State::MfuGhost,
+        State::L2cOnly,
+        State::Uncached,
+    ];
+
+    /// The OpenZFS name of the state, as used in arcstats (`mru_ghost`, `l2c_only`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Anon => "anon",
+            State::Mru => "mru",
+            State::MruGhost => "mru_ghost",
+            State::Mfu => "mfu",
+            State::MfuGhost => "mfu_ghost",
+            State::L2cOnly => "l2c_only",
+            State::Uncached => "uncached",
+        }
+    }
+
+    /// True for states that hold the block's data in DRAM.
+    pub fn is_resident(self) -> bool {
+        matches!(
+            self,
+            State::Anon | State::Mru | State::Mfu | State::Uncached
+        )
+    }
+}
+
+/// One read of one block, as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    /// The block.
+    pub key: BlockKey,
+    /// The block's current generation (bumped by every write of the block).
+    pub generation: u64,
+    /// Logical size of the block in bytes.
+    pub size_bytes: u32,
+    /// Data or metadata.
+    pub buf_type: BufType,
+    /// A prefetch (read-ahead) rather than a demand read.
+    pub prefetch: bool,
+    /// The block may be written to a cache device (the volume's secondarycache allows it).
+    pub l2cache: bool,
+    /// The volume's primarycache excludes the block: keep it only while held.
+    pub uncached: bool,
+    /// The caller's time in milliseconds; it must not go backwards.
+    pub now_ms: u64,
+}
+
+impl Access {
+    /// A demand read of a data block of `size_bytes`, eligible for the cache device.
+    pub fn data(key: BlockKey, size_bytes: u32, now_ms: u64) -> Access {
+        Access {
+            key,
+            generation: 0,
+            size_bytes,
+            buf_type: BufType::Data,
+            prefetch: false,
+            l2cache: true,
+            uncached: false,
+            now_ms,
+        }
+    }
+}
+
+/// What an access found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The data is in DRAM; `state` is where it was found.
+    Hit {
+        /// The state the block was in before the access.
+        state: State,
+    },
+    /// The data must be read: from the cache device when `on_l2`, else from the backing store.
+    /// `found` is the ghost or L2-only header the access found, if any.
+    Miss {
+        /// The ghost, L2-only or stale state found for the key, if any.
+        found: Option<State>,
+        /// A valid copy of this generation is on a cache device.
+        on_l2: bool,
+    },
+}
+
+impl Outcome {
+    /// True for [`Outcome::Hit`].
+    pub fn is_hit(&self) -> bool {
+        matches!(self, Outcome::Hit { .. })
+    }
+}
+
+/// Something the caller must do because of an operation: the policy only decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The block's data left DRAM: free its buffer. `to` is the state the header moved to
+    /// (a ghost, `l2c_only`), or `None` when the header was destroyed.
+    Evict {
+        /// The block.
+        key: BlockKey,
+        /// Its generation.
+        generation: u64,
+        /// The resident state it left.
+        from: State,
+        /// Where its header went, if anywhere.
+        to: Option<State>,
+    },
+    /// A header without data (ghost or `l2c_only`) was destroyed.
+    Forget {
+        /// The block.
+        key: BlockKey,
+        /// Its generation.
+        generation: u64,
+        /// The state it was in.
+        from: State,
+    },
+    /// The cache-device copy of this generation must no longer be served (the block was
+    /// overwritten or its header dropped): write a tombstone, drop the index entry.
+    InvalidateL2 {
+        /// The block.
+        key: BlockKey,
+        /// The generation whose copy is invalid.
+        generation: u64,
+    },
+}
+
+/// Hit and miss totals every policy keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HitCounters {
+    /// Accesses served from DRAM.
+    pub hits: u64,
+    /// Accesses that had to read.
+    pub misses: u64,
+}
+
+/// A replacement policy over variable-size blocks, as the simulator drives it.
+pub trait Policy {
+    /// A short name (`arc`, `arc-paper`, `lru`).
+    fn name(&self) -> &'static str;
+    /// One read of one block. Actions are appended to `actions`.
+    fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome;
+    /// Drops the block (trim, or invalidation by the caller).
+    fn remove(&mut self, key: &BlockKey, actions: &mut Vec<Action>);
+    /// Bytes of data held in DRAM.
+    fn resident_bytes(&self) -> u64;
+    /// The current target size in bytes (`c` for the ARC).
+    fn target_bytes(&self) -> u64;
+    /// Number of headers tracked (resident and ghost).
+    fn tracked_headers(&self) -> usize;
+    /// Hit and miss totals.
+    fn counters(&self) -> HitCounters;
+    /// Walks every structure and panics with the values if an invariant is broken.
+    fn check_invariants(&self);
+    /// Named counters and sizes (arcstats for the ARC); empty for policies without them.
+    fn kstats(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,1359 @@
+//! The ARC state machine. The module documentation of the crate holds its theory.
+
+use std::fmt;
+
+use crate::adapt::{self, ONE};
+use crate::list::{
+    FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, Header, List, NIL, Slab,
+};
+use crate::{Access, Action, ArcStats, BlockKey, BufType, HitCounters, Outcome, Policy, State};
+
+/// Which balancing the ARC uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArcMode {
+    /// OpenZFS 2.2+: `meta`/`pd`/`pm` fractions, ghost lists bounded by half the rest,
+    /// `ARC_MINTIME` before MRU → MFU. The default.
+    OpenZfs,
+    /// The FAST'03 paper's algorithm with its single target `p`, for validation.
+    Paper,
+}
+
+/// Sizes and tunables of an [`Arc`]. Defaults are OpenZFS's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArcConfig {
+    /// Balancing algorithm.
+    pub mode: ArcMode,
+    /// Lower bound of the target `c` (`zfs_arc_min`).
+    pub c_min_bytes: u64,
+    /// Upper bound of the target `c` (`zfs_arc_max`).
+    pub c_max_bytes: u64,
+    /// An MRU hit later than this after the previous access promotes to MFU (`ARC_MINTIME`, 62 ms).
+    pub mfu_min_time_ms: u64,
+    /// Prefetched blocks younger than this are not evicted (`zfs_arc_min_prefetch_ms`, 1000).
+    pub min_prefetch_ms: u64,
+    /// Weight of data ghost hits against metadata ones, in percent (`zfs_arc_meta_balance`, 500).
+    pub meta_balance: u64,
+    /// Smallest growth step of `c` (OpenZFS: 128 KiB, `SPA_OLD_MAXBLOCKSIZE`).
+    pub grow_step_min_bytes: u64,
+    /// `c` grows while the size is within this of it (OpenZFS: 2 × 16 MiB).
+    pub grow_slack_bytes: u64,
+}
+
+impl ArcConfig {
+    /// OpenZFS defaults with `c` between `c_min_bytes` and `c_max_bytes`, starting at `c_min_bytes`.
+    pub fn new(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
+        ArcConfig {
+            mode: ArcMode::OpenZfs,
+            c_min_bytes,
+            c_max_bytes,
+            mfu_min_time_ms: 62,
+            min_prefetch_ms: 1000,
+            meta_balance: 500,
+            grow_step_min_bytes: 128 << 10,
+            grow_slack_bytes: 32 << 20,
+        }
+    }
+
+    /// OpenZFS defaults with a fixed target: `c_min = c_max = size_bytes`.
+    pub fn fixed(size_bytes: u64) -> ArcConfig {
+        ArcConfig::new(size_bytes, size_bytes)
+    }
+
+    /// The paper's ARC with a fixed target of `size_bytes`.
+    pub fn paper(size_bytes: u64) -> ArcConfig {
+        ArcConfig {
+            mode: ArcMode::Paper,
+            mfu_min_time_ms: 0,
+            min_prefetch_ms: 0,
+            ..ArcConfig::fixed(size_bytes)
+        }
+    }
+
+    /// Checks that the values make sense together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.c_max_bytes == 0 {
+            return Err(ConfigError("the ARC size (c_max) must be greater than 0"));
+        }
+        if self.c_min_bytes > self.c_max_bytes {
+            return Err(ConfigError("c_min must not exceed c_max"));
+        }
+        if self.meta_balance == 0 {
+            return Err(ConfigError("meta_balance must be at least 1 (percent)"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the policy knows of one block, for callers (the L2 feeder, status tools).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// The block.
+    pub key: BlockKey,
+    /// Its generation.
+    pub generation: u64,
+    /// Logical size in bytes.
+    pub size_bytes: u32,
+    /// Data or metadata.
+    pub buf_type: BufType,
+    /// Current state.
+    pub state: State,
+    /// Brought in by a prefetch not yet used by a demand read.
+    pub prefetch: bool,
+    /// Allowed on a cache device.
+    pub l2cache: bool,
+    /// A copy of this generation is on a cache device.
+    pub on_l2: bool,
+    /// Holds currently taken.
+    pub refcount: u16,
+}
+
+/// What [`Arc::l2_restore`] did with a header rebuilt from a cache device's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// A new `l2c_only` header was created.
+    Restored,
+    /// The block was already known with this generation; it now also points at the L2 copy
+    /// (OpenZFS counts these as `l2_rebuild_bufs_precached`).
+    AlreadyCached,
+    /// The block is known with another generation or is dirty: the L2 copy is stale, ignore it.
+    Stale,
+}
+
+const DATA: usize = BufType::Data as usize;
+const META: usize = BufType::Metadata as usize;
+
+/// The adaptive replacement cache over variable-size blocks. See the crate documentation.
+#[derive(Clone)]
+pub struct Arc {
+    cfg: ArcConfig,
+    slab: Slab,
+    /// Evictable headers (unheld, clean) per state and type; ghosts always.
+    lists: [[List; 2]; 7],
+    /// All bytes per state and type, held and dirty included.
+    sizes: [[u64; 2]; 7],
+    c: u64,
+    no_grow: bool,
+    meta: u64,
+    pd: u64,
+    pm: u64,
+    /// The paper's target for T1 (MRU), in bytes.
+    p: u64,
+    /// Ghost-hit bytes, cumulative: [mru_ghost, mfu_ghost][type].
+    ghost_hit_bytes: [[u64; 2]; 2],
+    /// `ghost_hit_bytes` at the previous adaptation.
+    ghost_hit_seen: [[u64; 2]; 2],
+    /// Ghost targets computed by the previous eviction pass: [mru_ghost, mfu_ghost][type].
+    ghost_target_bytes: [[u64; 2]; 2],
+    stats: ArcStats,
+    /// The last eviction pass could not reach `c` (everything left was unevictable).
+    short: bool,
+}
+
+fn is_listed(state: State, refcount: u16) -> bool {
+    match state {
+        State::Mru | State::Mfu | State::Uncached => refcount == 0,
+        State::MruGhost | State::MfuGhost => true,
+        State::Anon | State::L2cOnly => false,
+    }
+}
+
+impl Arc {
+    /// A new, empty ARC.
+    pub fn new(cfg: ArcConfig) -> Result<Arc, ConfigError> {
+        cfg.validate()?;
+        let c = cfg.c_min_bytes.max(1);
+        Ok(Arc {
+            slab: Slab::new(),
+            lists: [[List::EMPTY; 2]; 7],
+            sizes: [[0; 2]; 7],
+            c,
+            no_grow: false,
+            meta: ONE / 4,
+            pd: ONE / 2,
+            pm: ONE / 2,
+            p: 0,
+            ghost_hit_bytes: [[0; 2]; 2],
+            ghost_hit_seen: [[0; 2]; 2],
+            ghost_target_bytes: [[0; 2]; 2],
+            stats: ArcStats::default(),
+            short: false,
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ArcConfig {
+        &self.cfg
+    }
+
+    /// The event counters.
+    pub fn stats(&self) -> &ArcStats {
+        &self.stats
+    }
+
+    /// The current target size `c` in bytes.
+    pub fn c(&self) -> u64 {
+        self.c
+    }
+
+    /// Bytes of data in DRAM (anon, MRU, MFU and uncached).
+    pub fn size(&self) -> u64 {
+        [State::Anon, State::Mru, State::Mfu, State::Uncached]
+            .iter()
+            .map(|&s| self.state_bytes(s))
+            .sum()
+    }
+
+    /// Bytes (logical) of all blocks in `state`, data and metadata.
+    pub fn state_bytes(&self, state: State) -> u64 {
+        let s = &self.sizes[state as usize];
+        s[DATA] + s[META]
+    }
+
+    /// Bytes of `buf_type` blocks in `state`.
+    pub fn state_type_bytes(&self, state: State, buf_type: BufType) -> u64 {
+        self.sizes[state as usize][buf_type as usize]
+    }
+
+    /// What the ARC knows of `key`, if anything.
+    pub fn info(&self, key: &BlockKey) -> Option<BlockInfo> {
+        self.slab.lookup(key).map(|id| self.block_info(id))
+    }
+
+    fn block_info(&self, id: u32) -> BlockInfo {
+        let h = self.slab.get(id);
+        BlockInfo {
+            key: h.key,
+            generation: h.generation,
+            size_bytes: h.size_bytes,
+            buf_type: h.buf_type,
+            state: h.state,
+            prefetch: h.has(FLAG_PREFETCH),
+            l2cache: h.has(FLAG_L2CACHE),
+            on_l2: h.has(FLAG_HAS_L2),
+            refcount: h.refcount,
+        }
+    }
+
+    /// The evictable blocks of `state` and `buf_type`, coldest first: where the L2 feeder
+    /// looks for blocks about to be evicted.
+    pub fn cold_end(&self, state: State, buf_type: BufType) -> impl Iterator<Item = BlockInfo> + '_ {
+        let mut id = self.lists[state as usize][buf_type as usize].tail;
+        std::iter::from_fn(move || {
+            if id == NIL {
+                return None;
+            }
+            let info = self.block_info(id);
+            id = self.slab.get(id).prev;
+            Some(info)
+        })
+    }
+
+    // ---- list and size bookkeeping -------------------------------------------------------
+
+    fn detach(&mut self, id: u32) {
+        let h = self.slab.get(id);
+        let (state, t, size) = (h.state, h.buf_type as usize, u64::from(h.size_bytes));
+        if is_listed(state, h.refcount) {
+            let mut list = self.lists[state as usize][t];
+            self.slab.unlink(&mut list, id);
+            self.lists[state as usize][t] = list;
+        }
+        self.sizes[state as usize][t] -= size;
+    }
+
+    fn attach(&mut self, id: u32, state: State) {
+        let h = self.slab.get_mut(id);
+        h.state = state;
+        let (t, size, refcount) = (h.buf_type as usize, u64::from(h.size_bytes), h.refcount);
+        if is_listed(state, refcount) {
+            let mut list = self.lists[state as usize][t];
+            self.slab.push_head(&mut list, id);
+            self.lists[state as usize][t] = list;
+        }
+        self.sizes[state as usize][t] += size;
+    }
+
+    fn change_state(&mut self, id: u32, state: State) {
+        self.detach(id);
+        self.attach(id, state);
+    }
+
+    fn requeue(&mut self, id: u32) {
+        let state = self.slab.get(id).state;
+        self.change_state(id, state);
+    }
+
+    fn destroy(&mut self, id: u32) {
+        self.detach(id);
+        self.slab.free(id);
+    }
+
+    // ---- reads ---------------------------------------------------------------------------
+
+    fn count_access(&mut self, access: &Access, hit: bool) {
+        let s = &mut self.stats;
+        let counter = match (access.prefetch, access.buf_type, hit) {
+            (false, BufType::Data, true) => &mut s.demand_data_hits,
+            (false, BufType::Data, false) => &mut s.demand_data_misses,
+            (false, BufType::Metadata, true) => &mut s.demand_metadata_hits,
+            (false, BufType::Metadata, false) => &mut s.demand_metadata_misses,
+            (true, BufType::Data, true) => &mut s.prefetch_data_hits,
+            (true, BufType::Data, false) => &mut s.prefetch_data_misses,
+            (true, BufType::Metadata, true) => &mut s.prefetch_metadata_hits,
+            (true, BufType::Metadata, false) => &mut s.prefetch_metadata_misses,
+        };
+        *counter += 1;
+        if hit {
+            s.hits += 1;
+        } else {
+            s.misses += 1;
+        }
+        if access.prefetch {
+            s.predictive_prefetch += 1;
+        }
+    }
+
+    /// Applies the prefetch flag rules of `arc_access`; returns whether the header was a prefetch.
+    fn update_prefetch_flag(&mut self, id: u32, access: &Access) -> bool {
+        let h = self.slab.get_mut(id);
+        let was_prefetch = h.has(FLAG_PREFETCH);
+        if was_prefetch && !access.prefetch {
+            h.flags &= !FLAG_PREFETCH;
+            self.stats.demand_hit_predictive_prefetch += 1;
+        } else if !was_prefetch && access.prefetch {
+            h.flags |= FLAG_PREFETCH;
+        }
+        if access.l2cache {
+            h.flags |= FLAG_L2CACHE;
+        }
+        was_prefetch
+    }
+
+    fn hit(&mut self, id: u32, access: &Access) -> Outcome {
+        self.count_access(access, true);
+        let was_prefetch = self.update_prefetch_flag(id, access);
+        let now = access.now_ms;
+        let state = self.slab.get(id).state;
+        match state {
+            State::Anon => self.stats.anon_hits += 1,
+            State::Mru => {
+                self.stats.mru_hits += 1;
+                let last = self.slab.get(id).access_ms;
+                if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
+                    self.slab.get_mut(id).access_ms = now;
+                    self.requeue(id);
+                } else if self.cfg.mode == ArcMode::Paper
+                    || now > last.saturating_add(self.cfg.mfu_min_time_ms)
+                {
+                    self.slab.get_mut(id).access_ms = now;
+                    self.change_state(id, State::Mfu);
+                } else {
+                    // A re-read within ARC_MINTIME is not frequency; the time keeps the first access.
+                    self.requeue(id);
+                }
+            }
+            State::Mfu => {
+                self.stats.mfu_hits += 1;
+                self.slab.get_mut(id).access_ms = now;
+                self.requeue(id);
+            }
+            State::Uncached => {
+                self.stats.uncached_hits += 1;
+                self.slab.get_mut(id).access_ms = now;
+                self.requeue(id);
+            }
+            other => unreachable!("hit in non-resident state {other:?}"),
+        }
+        Outcome::Hit { state }
+    }
+
+    /// An access that found a ghost or an `l2c_only` header.
+    fn ghost_hit(&mut self, id: u32, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        self.count_access(access, false);
+        let was_prefetch = self.update_prefetch_flag(id, access);
+        let h = self.slab.get(id);
+        let (state, size, t, on_l2) = (
+            h.state,
+            u64::from(h.size_bytes),
+            h.buf_type as usize,
+            h.has(FLAG_HAS_L2),
+        );
+        let mut target = match state {
+            State::MruGhost => {
+                self.stats.mru_ghost_hits += 1;
+                self.ghost_hit_bytes[0][t] += size;
+                if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
+                    State::Mru
+                } else {
+                    State::Mfu
+                }
+            }
+            State::MfuGhost => {
+                self.stats.mfu_ghost_hits += 1;
+                self.ghost_hit_bytes[1][t] += size;
+                State::Mfu
+            }
+            State::L2cOnly => State::Mru,
+            other => unreachable!("ghost hit in {other:?}"),
+        };
+        if access.uncached {
+            target = State::Uncached;
+        }
+        if self.cfg.mode == ArcMode::Paper {
+            self.paper_ghost_hit(state, access, actions);
+        }
+        self.detach(id);
+        let h = self.slab.get_mut(id);
+        h.size_bytes = access.size_bytes;
+        h.buf_type = access.buf_type;
+        h.access_ms = access.now_ms;
+        self.attach(id, target);
+        self.maybe_grow(u64::from(access.size_bytes));
+        self.evict(access.now_ms, actions);
+        Outcome::Miss {
+            found: Some(state),
+            on_l2,
+        }
+    }
+
+    fn miss_new(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        self.count_access(access, false);
+        if self.cfg.mode == ArcMode::Paper {
+            self.paper_make_room_for_new(u64::from(access.size_bytes), access.now_ms, actions);
+        }
+        let mut flags = 0;
+        if access.prefetch {
+            flags |= FLAG_PREFETCH;
+        }
+        if access.l2cache {
+            flags |= FLAG_L2CACHE;
+        }
+        if access.uncached {
+            flags |= FLAG_UNCACHED;
+        }
+        let id = self.slab.alloc(Header {
+            key: access.key,
+            generation: access.generation,
+            size_bytes: access.size_bytes,
+            state: State::Anon,
+            buf_type: access.buf_type,
+            flags,
+            refcount: 0,
+            access_ms: access.now_ms,
+            touch_seq: 0,
+            prev: NIL,
+            next: NIL,
+        });
+        let state = if access.uncached {
+            State::Uncached
+        } else {
+            State::Mru
+        };
+        self.attach(id, state);
+        self.maybe_grow(u64::from(access.size_bytes));
+        self.evict(access.now_ms, actions);
+        Outcome::Miss {
+            found: None,
+            on_l2: false,
+        }
+    }
+
+    /// Drops a header whose generation is older than the caller's: the block was overwritten
+    /// behind it, so neither its DRAM nor its cache-device copy may be served.
+    fn drop_stale(&mut self, id: u32, actions: &mut Vec<Action>) {
+        let h = self.slab.get(id);
+        assert!(
+            h.refcount == 0 && !h.has(FLAG_DIRTY),
+            "access to {:?} generation mismatch on a held or dirty header (refcount {}, flags {:#x})",
+            h.key,
+            h.refcount,
+            h.flags
+        );
+        self.stats.stale_drops += 1;
+        self.forget(id, actions);
+    }
+
+    /// Destroys a header, telling the caller what to free.
+    fn forget(&mut self, id: u32, actions: &mut Vec<Action>) {
+        let h = self.slab.get(id);
+        let (key, generation, state) = (h.key, h.generation, h.state);
+        if h.has(FLAG_HAS_L2) {
+            actions.push(Action::InvalidateL2 { key, generation });
+        }
+        if state.is_resident() {
+            actions.push(Action::Evict {
+                key,
+                generation,
+                from: state,
+                to: None,
+            });
+        } else {
+            actions.push(Action::Forget {
+                key,
+                generation,
+                from: state,
+            });
+        }
+        self.destroy(id);
+    }
+
+    /// One read of one block. See [`Policy::access`].
+    pub fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        if let Some(id) = self.slab.lookup(&access.key) {
+            if self.slab.get(id).generation != access.generation {
+                self.drop_stale(id, actions);
+                return self.miss_new(access, actions);
+            }
+            if self.slab.get(id).state.is_resident() {
+                self.hit(id, access)
+            } else {
+                self.ghost_hit(id, access, actions)
+            }
+        } else {
+            self.miss_new(access, actions)
+        }
+    }
+
+    // ---- holds, writes, removal ------------------------------------------------------------
+
+    /// Takes a hold on a resident block: it cannot be evicted until [`Arc::release`].
+    /// Returns false when the block is not in DRAM.
+    pub fn hold(&mut self, key: &BlockKey) -> bool {
+        let Some(id) = self.slab.lookup(key) else {
+            return false;
+        };
+        if !self.slab.get(id).state.is_resident() {
+            return false;
+        }
+        let state = self.slab.get(id).state;
+        self.detach(id);
+        let h = self.slab.get_mut(id);
+        h.refcount = h.refcount.checked_add(1).expect("refcount overflow");
+        self.attach(id, state);
+        true
+    }
+
+    /// Releases a hold taken by [`Arc::hold`]. An uncached block is dropped with its last hold.
+    pub fn release(&mut self, key: &BlockKey, now_ms: u64, actions: &mut Vec<Action>) {
+        let id = self
+            .slab
+            .lookup(key)
+            .unwrap_or_else(|| panic!("release of {key:?}, which the ARC does not hold"));
+        let h = self.slab.get(id);
+        assert!(h.refcount > 0, "release of {key:?} without a hold");
+        let state = h.state;
+        self.detach(id);
+        let h = self.slab.get_mut(id);
+        h.refcount -= 1;
+        let drop_now = h.refcount == 0 && state == State::Uncached && !h.has(FLAG_PREFETCH);
+        self.attach(id, state);
+        if drop_now {
+            self.forget(id, actions);
+        }
+        self.evict(now_ms, actions);
+    }
+
+    /// A write of a block: it becomes dirty (state anon, never evicted) with `generation`.
+    /// Any cache-device copy of the old contents is invalidated.
+    pub fn write(
+        &mut self,
+        key: BlockKey,
+        generation: u64,
+        size_bytes: u32,
+        buf_type: BufType,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        let id = match self.slab.lookup(&key) {
+            Some(id) => {
+                let h = self.slab.get(id);
+                if h.has(FLAG_HAS_L2) {
+                    actions.push(Action::InvalidateL2 {
+                        key,
+                        generation: h.generation,
+                    });
+                }
+                if h.state.is_resident() && h.generation != generation && h.state != State::Anon {
+                    // The clean buffer of the old generation is replaced by the dirty one.
+                    actions.push(Action::Evict {
+                        key,
+                        generation: h.generation,
+                        from: h.state,
+                        to: None,
+                    });
+                }
+                self.detach(id);
+                id
+            }
+            None => self.slab.alloc(Header {
+                key,
+                generation,
+                size_bytes,
+                state: State::Anon,
+                buf_type,
+                flags: 0,
+                refcount: 0,
+                access_ms: now_ms,
+                touch_seq: 0,
+                prev: NIL,
+                next: NIL,
+            }),
+        };
+        let h = self.slab.get_mut(id);
+        h.generation = generation;
+        h.size_bytes = size_bytes;
+        h.buf_type = buf_type;
+        h.flags = (h.flags & FLAG_L2CACHE) | FLAG_DIRTY;
+        h.access_ms = now_ms;
+        // The header was detached above, or is new and not yet counted.
+        self.attach(id, State::Anon);
+        self.maybe_grow(u64::from(size_bytes));
+        self.evict(now_ms, actions);
+    }
+
+    /// The write of `generation` reached the backing store: the block is clean and moves
+    /// to MRU (OpenZFS `arc_write_done` → `arc_access`). Returns false, and does nothing,
+    /// when the block was written again since (another generation is dirty).
+    pub fn write_done(
+        &mut self,
+        key: &BlockKey,
+        generation: u64,
+        l2cache: bool,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let Some(id) = self.slab.lookup(key) else {
+            return false;
+        };
+        let h = self.slab.get(id);
+        if h.generation != generation || h.state != State::Anon {
+            return false;
+        }
+        self.detach(id);
+        let h = self.slab.get_mut(id);
+        h.flags &= !FLAG_DIRTY;
+        if l2cache {
+            h.flags |= FLAG_L2CACHE;
+        }
+        h.access_ms = now_ms;
+        self.attach(id, State::Mru);
+        self.evict(now_ms, actions);
+        true
+    }
+
+    /// Drops a block (trim or invalidation). Returns false if it is held (nothing changes).
+    pub fn remove(&mut self, key: &BlockKey, actions: &mut Vec<Action>) -> bool {
+        let Some(id) = self.slab.lookup(key) else {
+            return true;
+        };
+        if self.slab.get(id).refcount > 0 {
+            return false;
+        }
+        self.forget(id, actions);
+        // Live sizes changed, so the ghost bounds did too.
+        self.trim_ghosts(actions);
+        true
+    }
+
+    // ---- the cache device ----------------------------------------------------------------
+
+    /// A copy of `generation` of the block was written to a cache device. Returns false (the
+    /// copy must not be indexed) if the block is no longer known with that generation or is dirty.
+    pub fn l2_written(&mut self, key: &BlockKey, generation: u64) -> bool {
+        let Some(id) = self.slab.lookup(key) else {
+            return false;
+        };
+        let h = self.slab.get_mut(id);
+        if h.generation != generation || h.has(FLAG_DIRTY) {
+            return false;
+        }
+        h.flags |= FLAG_HAS_L2;
+        true
+    }
+
+    /// The cache-device copy of `generation` is gone (overwritten by the ring, or unreadable).
+    /// An `l2c_only` header goes with it.
+    pub fn l2_evicted(&mut self, key: &BlockKey, generation: u64, actions: &mut Vec<Action>) {
+        let Some(id) = self.slab.lookup(key) else {
+            return;
+        };
+        let h = self.slab.get_mut(id);
+        if h.generation != generation {
+            return;
+        }
+        h.flags &= !FLAG_HAS_L2;
+        if h.state == State::L2cOnly {
+            self.stats.deleted += 1;
+            self.forget(id, actions);
+        }
+    }
+
+    /// Restores a header from a cache device's log (rebuild): `l2c_only` unless the block is
+    /// already known.
+    pub fn l2_restore(
+        &mut self,
+        key: BlockKey,
+        generation: u64,
+        size_bytes: u32,
+        buf_type: BufType,
+        now_ms: u64,
+    ) -> Restore {
+        if let Some(id) = self.slab.lookup(&key) {
+            let h = self.slab.get_mut(id);
+            if h.generation != generation || h.has(FLAG_DIRTY) {
+                return Restore::Stale;
+            }
+            h.flags |= FLAG_HAS_L2 | FLAG_L2CACHE;
+            return Restore::AlreadyCached;
+        }
+        let id = self.slab.alloc(Header {
+            key,
+            generation,
+            size_bytes,
+            state: State::Anon,
+            buf_type,
+            flags: FLAG_HAS_L2 | FLAG_L2CACHE,
+            refcount: 0,
+            access_ms: now_ms,
+            touch_seq: 0,
+            prev: NIL,
+            next: NIL,
+        });
+        self.attach(id, State::L2cOnly);
+        Restore::Restored
+    }
+
+    // ---- size control --------------------------------------------------------------------
+
+    /// Stops (or allows again) the growth of `c`, as OpenZFS does under memory pressure.
+    pub fn set_no_grow(&mut self, no_grow: bool) {
+        self.no_grow = no_grow;
+    }
+
+    /// Grows `c` by at least `bytes` if the cache is nearly full (OpenZFS `arc_adapt`).
+    /// Called on every allocation; exposed so callers can grow it explicitly.
+    pub fn grow(&mut self, bytes: u64) {
+        if self.no_grow || self.c >= self.cfg.c_max_bytes {
+            return;
+        }
+        if self.size().saturating_add(self.cfg.grow_slack_bytes) >= self.c {
+            let step = bytes.max(self.cfg.grow_step_min_bytes);
+            self.c = self.c.saturating_add(step).min(self.cfg.c_max_bytes);
+            self.stats.grow_count += 1;
+        }
+    }
+
+    fn maybe_grow(&mut self, bytes: u64) {
+        if self.c < self.cfg.c_max_bytes {
+            self.grow(bytes);
+        }
+    }
+
+    /// Memory pressure: lowers `c` by `bytes` (not below `c_min`) and evicts down to it.
+    pub fn shrink(&mut self, bytes: u64, now_ms: u64, actions: &mut Vec<Action>) {
+        let base = self.c.min(self.size());
+        self.c = base.saturating_sub(bytes).max(self.cfg.c_min_bytes).max(1);
+        self.p = self.p.min(self.c);
+        self.stats.shrink_count += 1;
+        self.evict(now_ms, actions);
+    }
+
+    /// Changes `c_min` and `c_max` (`zfs_arc_min`, `zfs_arc_max`) at runtime.
+    pub fn set_limits(
+        &mut self,
+        c_min_bytes: u64,
+        c_max_bytes: u64,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), ConfigError> {
+        let cfg = ArcConfig {
+            c_min_bytes,
+            c_max_bytes,
+            ..self.cfg.clone()
+        };
+        cfg.validate()?;
+        self.cfg = cfg;
+        self.c = self.c.clamp(c_min_bytes.max(1), c_max_bytes);
+        self.p = self.p.min(self.c);
+        self.evict(now_ms, actions);
+        Ok(())
+    }
+
+    // ---- eviction ------------------------------------------------------------------------
+
+    fn is_young_prefetch(&self, h: &Header, now_ms: u64) -> bool {
+        h.has(FLAG_PREFETCH) && now_ms < h.access_ms.saturating_add(self.cfg.min_prefetch_ms)
+    }
+
+    /// Moves one resident header's data out of DRAM.
+    fn evict_one(&mut self, id: u32, actions: &mut Vec<Action>) -> u64 {
+        let h = self.slab.get(id);
+        assert!(
+            h.refcount == 0 && !h.has(FLAG_DIRTY),
+            "evicting held or dirty {:?} (refcount {}, flags {:#x})",
+            h.key,
+            h.refcount,
+            h.flags
+        );
+        let (key, generation, from, size) = (h.key, h.generation, h.state, u64::from(h.size_bytes));
+        if h.has(FLAG_HAS_L2) {
+            self.stats.evict_l2_cached += size;
+        } else if h.has(FLAG_L2CACHE) {
+            self.stats.evict_l2_eligible += size;
+            match from {
+                State::Mru => self.stats.evict_l2_eligible_mru += size,
+                State::Mfu => self.stats.evict_l2_eligible_mfu += size,
+                _ => {}
+            }
+        } else {
+            self.stats.evict_l2_ineligible += size;
+        }
+        let to = match from {
+            State::Mru => Some(State::MruGhost),
+            State::Mfu => Some(State::MfuGhost),
+            _ => None,
+        };
+        actions.push(Action::Evict {
+            key,
+            generation,
+            from,
+            to,
+        });
+        match to {
+            Some(ghost) => self.change_state(id, ghost),
+            None => self.destroy(id),
+        }
+        size
+    }
+
+    /// Evicts up to `bytes` from the cold end of one resident list; returns bytes freed.
+    fn evict_list(
+        &mut self,
+        state: State,
+        buf_type: usize,
+        bytes: u64,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> u64 {
+        let mut freed = 0;
+        let mut id = self.lists[state as usize][buf_type].tail;
+        while id != NIL && freed < bytes {
+            let h = self.slab.get(id);
+            let prev = h.prev;
+            if self.is_young_prefetch(h, now_ms) {
+                self.stats.evict_skip += 1;
+            } else {
+                freed += self.evict_one(id, actions);
+            }
+            id = prev;
+        }
+        freed
+    }
+
+    /// Drops ghost headers from the cold end of a ghost list until it holds at most
+    /// `target` bytes. A ghost with a cache-device copy becomes `l2c_only`.
+    fn trim_ghost_list(&mut self, state: State, buf_type: usize, target: u64, actions: &mut Vec<Action>) {
+        while self.lists[state as usize][buf_type].bytes > target {
+            let id = self.lists[state as usize][buf_type].tail;
+            self.drop_ghost(id, actions);
+        }
+    }
+
+    fn drop_ghost(&mut self, id: u32, actions: &mut Vec<Action>) {
+        self.stats.deleted += 1;
+        if self.slab.get(id).has(FLAG_HAS_L2) {
+            self.change_state(id, State::L2cOnly);
+        } else {
+            self.forget(id, actions);
+        }
+    }
+
+    fn flush_uncached(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        for t in [DATA, META] {
+            if self.lists[State::Uncached as usize][t].len > 0 {
+                self.evict_list(State::Uncached, t, u64::MAX, now_ms, actions);
+            }
+        }
+    }
+
+    /// Brings the size down to `c` and bounds the ghost lists.
+    fn evict(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        self.flush_uncached(now_ms, actions);
+        if self.size() > self.c {
+            match self.cfg.mode {
+                ArcMode::OpenZfs => self.evict_openzfs(now_ms, actions),
+                ArcMode::Paper => {
+                    while self.size() > self.c && self.paper_replace(false, now_ms, actions) {}
+                }
+            }
+            self.fall_back_evict(now_ms, actions);
+        } else {
+            self.short = false;
+        }
+        self.trim_ghosts(actions);
+    }
+
+    /// The four steps of OpenZFS `arc_evict`, with targets from `meta`, `pd` and `pm`.
+    fn evict_openzfs(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        self.adapt_fractions();
+        let sz = |s: State, t: usize| self.sizes[s as usize][t] as i64;
+        let mrud = sz(State::Mru, DATA) + sz(State::Anon, DATA);
+        let mrum = sz(State::Mru, META) + sz(State::Anon, META);
+        let mfud = sz(State::Mfu, DATA);
+        let mfum = sz(State::Mfu, META);
+        let m = mrum + mfum;
+        let t = mrud + mfud + m;
+        let c = self.c as i64;
+        let mut asize = self.size() as i64;
+        let mut wt = t - (asize - c);
+        let scale = |bytes: i64, frac: u64| adapt::apply(bytes.max(0) as u64, frac) as i64;
+        let mut total_evicted = 0i64;
+
+        // 1. MRU metadata down to its share of the metadata target.
+        let w = scale(scale(wt, self.meta), self.pm);
+        let bytes = self.evict_amount(State::Mru, META, (asize - c).min(mrum - w), now_ms, actions);
+        total_evicted += bytes;
+        asize -= bytes;
+        // 2. MFU metadata so that all metadata fits the metadata target.
+        let w = scale(wt, self.meta);
+        let bytes = self.evict_amount(State::Mfu, META, (asize - c).min(m - w), now_ms, actions);
+        total_evicted += bytes;
+        asize -= bytes;
+        // 3. MRU data down to its share of what metadata leaves.
+        wt -= m - total_evicted;
+        let w = scale(wt, self.pd);
+        let bytes = self.evict_amount(State::Mru, DATA, (asize - c).min(mrud - w), now_ms, actions);
+        asize -= bytes;
+        // 4. MFU data: whatever is still over.
+        self.evict_amount(State::Mfu, DATA, asize - c, now_ms, actions);
+    }
+
+    fn evict_amount(
+        &mut self,
+        state: State,
+        buf_type: usize,
+        bytes: i64,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) -> i64 {
+        if bytes <= 0 {
+            return 0;
+        }
+        self.evict_list(state, buf_type, bytes as u64, now_ms, actions) as i64
+    }
+
+    /// If the targeted steps left the cache over `c` (their lists were empty, held or young),
+    /// evicts from any list, so the size bound holds after every operation.
+    fn fall_back_evict(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        const ORDER: [(State, usize); 4] = [
+            (State::Mru, DATA),
+            (State::Mfu, DATA),
+            (State::Mru, META),
+            (State::Mfu, META),
+        ];
+        for (state, t) in ORDER {
+            let over = self.size().saturating_sub(self.c);
+            if over == 0 {
+                break;
+            }
+            self.evict_list(state, t, over, now_ms, actions);
+        }
+        self.short = self.size() > self.c;
+        if self.short {
+            self.stats.evict_not_enough += 1;
+        }
+    }
+
+    /// Turns ghost-hit bytes since the previous pass into new `meta`, `pd`, `pm`.
+    fn adapt_fractions(&mut self) {
+        let mut delta = [[0u64; 2]; 2];
+        for (g, row) in delta.iter_mut().enumerate() {
+            for (t, d) in row.iter_mut().enumerate() {
+                *d = self.ghost_hit_bytes[g][t] - self.ghost_hit_seen[g][t];
+                self.ghost_hit_seen[g][t] = self.ghost_hit_bytes[g][t];
+            }
+        }
+        let [[grd, grm], [gfd, gfm]] = delta;
+        let [[gsrd, gsrm], [gsfd, gsfm]] = self.ghost_target_bytes;
+        self.meta = adapt::adjust(
+            self.meta,
+            gsrd + gsrm + gsfd + gsfm,
+            grm + gfm,
+            grd + gfd,
+            self.cfg.meta_balance,
+        );
+        self.pd = adapt::adjust(self.pd, gsrd + gsfd, grd, gfd, 100);
+        self.pm = adapt::adjust(self.pm, gsrm + gsfm, grm, gfm, 100);
+    }
+
+    /// The ghost bounds for [mru_ghost, mfu_ghost][type].
+    fn ghost_targets(&self) -> [[u64; 2]; 2] {
+        match self.cfg.mode {
+            ArcMode::OpenZfs => {
+                let sz = |s: State, t: usize| self.sizes[s as usize][t];
+                let mrud = sz(State::Mru, DATA) + sz(State::Anon, DATA);
+                let mrum = sz(State::Mru, META) + sz(State::Anon, META);
+                let (mfud, mfum) = (sz(State::Mfu, DATA), sz(State::Mfu, META));
+                // Each ghost list holds at most half of the other three live lists.
+                [
+                    [(mrum + mfud + mfum) / 2, (mrud + mfud + mfum) / 2],
+                    [(mrud + mrum + mfum) / 2, (mrud + mrum + mfud) / 2],
+                ]
+            }
+            // The paper's bounds are enforced on insertion (paper_make_room_for_new).
+            ArcMode::Paper => [[u64::MAX; 2]; 2],
+        }
+    }
+
+    fn trim_ghosts(&mut self, actions: &mut Vec<Action>) {
+        if self.cfg.mode == ArcMode::Paper {
+            return;
+        }
+        let targets = self.ghost_targets();
+        for (g, state) in [State::MruGhost, State::MfuGhost].into_iter().enumerate() {
+            for t in [DATA, META] {
+                self.trim_ghost_list(state, t, targets[g][t], actions);
+            }
+        }
+        self.ghost_target_bytes = targets;
+    }
+
+    // ---- the paper's ARC ---------------------------------------------------------------------
+
+    /// The colder of the data and metadata tails of `state`.
+    fn coldest(&self, state: State) -> Option<(u32, usize)> {
+        let lists = &self.lists[state as usize];
+        let pick = |t: usize| (lists[t].tail != NIL).then(|| (lists[t].tail, t));
+        match (pick(DATA), pick(META)) {
+            (Some(d), Some(m)) => {
+                let older = self.slab.get(d.0).touch_seq <= self.slab.get(m.0).touch_seq;
+                Some(if older { d } else { m })
+            }
+            (d, m) => d.or(m),
+        }
+    }
+
+    /// REPLACE(x, p) of the paper: moves the LRU block of T1 or T2 to its ghost list.
+    /// Returns false when nothing could be evicted.
+    fn paper_replace(&mut self, in_b2: bool, now_ms: u64, actions: &mut Vec<Action>) -> bool {
+        let t1 = self.state_bytes(State::Mru);
+        let from_t1 = t1 > 0 && (t1 > self.p || (in_b2 && t1 == self.p));
+        let (first, second) = if from_t1 {
+            (State::Mru, State::Mfu)
+        } else {
+            (State::Mfu, State::Mru)
+        };
+        for state in [first, second] {
+            if let Some((id, _)) = self.coldest(state) {
+                if !self.is_young_prefetch(self.slab.get(id), now_ms) {
+                    self.evict_one(id, actions);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Cases II and III of the paper: adapt `p` on a ghost hit, then make room.
+    fn paper_ghost_hit(&mut self, state: State, access: &Access, actions: &mut Vec<Action>) {
+        let size = u64::from(access.size_bytes);
+        let b1 = self.state_bytes(State::MruGhost);
+        let b2 = self.state_bytes(State::MfuGhost);
+        let in_b2 = match state {
+            State::MruGhost => {
+                let ratio = if b1 >= b2 { 1 } else { b2 / b1.max(1) };
+                self.p = self.p.saturating_add(size * ratio).min(self.c);
+                false
+            }
+            State::MfuGhost => {
+                let ratio = if b2 >= b1 { 1 } else { b1 / b2.max(1) };
+                self.p = self.p.saturating_sub(size * ratio);
+                true
+            }
+            _ => false,
+        };
+        while self.size() + size > self.c {
+            if !self.paper_replace(in_b2, access.now_ms, actions) {
+                break;
+            }
+        }
+    }
+
+    /// Case IV of the paper: a block in no list. Keeps |T1|+|B1| <= c and the whole
+    /// directory <= 2c, then makes room in the cache.
+    fn paper_make_room_for_new(&mut self, size: u64, now_ms: u64, actions: &mut Vec<Action>) {
+        let c = self.c;
+        let t1 = self.state_bytes(State::Mru);
+        let l1 = t1 + self.state_bytes(State::MruGhost);
+        if l1 + size > c {
+            if t1 < c {
+                while self.state_bytes(State::Mru) + self.state_bytes(State::MruGhost) + size > c {
+                    let Some((id, _)) = self.coldest(State::MruGhost) else {
+                        break;
+                    };
+                    self.drop_ghost(id, actions);
+                }
+                while self.size() + size > c {
+                    if !self.paper_replace(false, now_ms, actions) {
+                        break;
+                    }
+                }
+            } else {
+                // T1 alone fills the cache: its LRU block leaves the directory entirely.
+                while self.size() + size > c {
+                    let Some((id, _)) = self.coldest(State::Mru) else {
+                        break;
+                    };
+                    self.forget(id, actions);
+                }
+            }
+        } else {
+            let total = self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
+            if total + size > c {
+                while self.size()
+                    + self.state_bytes(State::MruGhost)
+                    + self.state_bytes(State::MfuGhost)
+                    + size
+                    > 2 * c
+                {
+                    let Some((id, _)) = self.coldest(State::MfuGhost) else {
+                        break;
+                    };
+                    self.drop_ghost(id, actions);
+                }
+                while self.size() + size > c {
+                    if !self.paper_replace(false, now_ms, actions) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- reporting and checking ------------------------------------------------------------
+
+    /// Counters, sizes and targets under their OpenZFS arcstats names (plus a few larch ones,
+    /// documented on [`ArcStats`]).
+    pub fn kstats(&self) -> Vec<(String, u64)> {
+        let s = &self.stats;
+        let mut out: Vec<(String, u64)> = [
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("demand_data_hits", s.demand_data_hits),
+            ("demand_data_misses", s.demand_data_misses),
+            ("demand_metadata_hits", s.demand_metadata_hits),
+            ("demand_metadata_misses", s.demand_metadata_misses),
+            ("prefetch_data_hits", s.prefetch_data_hits),
+            ("prefetch_data_misses", s.prefetch_data_misses),
+            ("prefetch_metadata_hits", s.prefetch_metadata_hits),
+            ("prefetch_metadata_misses", s.prefetch_metadata_misses),
+            ("mru_hits", s.mru_hits),
+            ("mru_ghost_hits", s.mru_ghost_hits),
+            ("mfu_hits", s.mfu_hits),
+            ("mfu_ghost_hits", s.mfu_ghost_hits),
+            ("uncached_hits", s.uncached_hits),
+            ("anon_hits", s.anon_hits),
+            ("deleted", s.deleted),
+            ("evict_skip", s.evict_skip),
+            ("evict_not_enough", s.evict_not_enough),
+            ("evict_l2_cached", s.evict_l2_cached),
+            ("evict_l2_eligible", s.evict_l2_eligible),
+            ("evict_l2_eligible_mfu", s.evict_l2_eligible_mfu),
+            ("evict_l2_eligible_mru", s.evict_l2_eligible_mru),
+            ("evict_l2_ineligible", s.evict_l2_ineligible),
+            ("predictive_prefetch", s.predictive_prefetch),
+            ("demand_hit_predictive_prefetch", s.demand_hit_predictive_prefetch),
+            ("stale_drops", s.stale_drops),
+            ("hash_elements", self.slab.live() as u64),
+            ("c", self.c),
+            ("c_min", self.cfg.c_min_bytes),
+            ("c_max", self.cfg.c_max_bytes),
+            ("size", self.size()),
+            ("meta", self.meta),
+            ("pd", self.pd),
+            ("pm", self.pm),
+            ("p", self.p),
+            ("arc_no_grow", u64::from(self.no_grow)),
+            (
+                "hdr_size",
+                (self.slab.live() * crate::HEADER_BYTES) as u64,
+            ),
+            (
+                "data_size",
+                [State::Anon, State::Mru, State::Mfu, State::Uncached]
+                    .iter()
+                    .map(|&st| self.sizes[st as usize][DATA])
+                    .sum(),
+            ),
+            (
+                "metadata_size",
+                [State::Anon, State::Mru, State::Mfu, State::Uncached]
+                    .iter()
+                    .map(|&st| self.sizes[st as usize][META])
+                    .sum(),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect();
+        for state in [
+            State::Anon,
+            State::Mru,
+            State::MruGhost,
+            State::Mfu,
+            State::MfuGhost,
+            State::Uncached,
+            State::L2cOnly,
+        ] {
+            let i = state as usize;
+            let name = state.name();
+            out.push((format!("{name}_size"), self.sizes[i][DATA] + self.sizes[i][META]));
+            out.push((format!("{name}_data"), self.sizes[i][DATA]));
+            out.push((format!("{name}_metadata"), self.sizes[i][META]));
+            out.push((format!("{name}_evictable_data"), self.lists[i][DATA].bytes));
+            out.push((format!("{name}_evictable_metadata"), self.lists[i][META].bytes));
+        }
+        out
+    }
+
+    /// Walks every list and header; panics, with the values, on any broken invariant.
+    pub fn check_invariants(&self) {
+        let mut sizes = [[0u64; 2]; 7];
+        let mut listed = 0u64;
+        for (&key, &id) in &self.slab.index {
+            let h = self.slab.get(id);
+            assert_eq!(h.key, key, "index maps {key:?} to header of {:?}", h.key);
+            sizes[h.state as usize][h.buf_type as usize] += u64::from(h.size_bytes);
+            if is_listed(h.state, h.refcount) {
+                listed += 1;
+            }
+            assert_eq!(
+                h.has(FLAG_DIRTY),
+                h.state == State::Anon,
+                "{key:?}: dirty flag {} in state {:?}",
+                h.has(FLAG_DIRTY),
+                h.state
+            );
+            if h.state == State::L2cOnly {
+                assert!(h.has(FLAG_HAS_L2), "{key:?}: l2c_only without an L2 copy");
+            }
+            if !h.state.is_resident() {
+                assert_eq!(h.refcount, 0, "{key:?}: held in {:?}", h.state);
+            }
+        }
+        assert_eq!(sizes, self.sizes, "state sizes differ from the sum over headers");
+        let mut on_lists = 0u64;
+        for state in State::ALL {
+            for t in [DATA, META] {
+                let list = &self.lists[state as usize][t];
+                let ids = self.slab.walk(list);
+                assert_eq!(ids.len() as u64, list.len, "{state:?}/{t}: list count");
+                let mut bytes = 0;
+                for &id in &ids {
+                    let h = self.slab.get(id);
+                    assert_eq!(h.state, state, "{:?} on the {state:?} list", h.key);
+                    assert_eq!(h.buf_type as usize, t, "{:?} on the wrong type list", h.key);
+                    assert!(is_listed(h.state, h.refcount), "{:?} listed while held", h.key);
+                    bytes += u64::from(h.size_bytes);
+                }
+                assert_eq!(bytes, list.bytes, "{state:?}/{t}: list bytes");
+                on_lists += list.len;
+            }
+        }
+        assert_eq!(on_lists, listed, "listed headers vs list lengths");
+        let c = self.c;
+        assert!(
+            self.cfg.c_min_bytes.max(1).min(self.cfg.c_max_bytes) <= c && c <= self.cfg.c_max_bytes,
+            "c {c} outside [{}, {}]",
+            self.cfg.c_min_bytes,
+            self.cfg.c_max_bytes
+        );
+        assert!(
+            self.size() <= c || self.short,
+            "size {} over c {c} without a short eviction",
+            self.size()
+        );
+        assert!(self.meta <= ONE && self.pd <= ONE && self.pm <= ONE);
+        match self.cfg.mode {
+            ArcMode::OpenZfs => {
+                let targets = self.ghost_targets();
+                for (g, state) in [State::MruGhost, State::MfuGhost].into_iter().enumerate() {
+                    for t in [DATA, META] {
+                        let bytes = self.sizes[state as usize][t];
+                        assert!(
+                            bytes <= targets[g][t],
+                            "{state:?}/{t} ghost holds {bytes} over its bound {}",
+                            targets[g][t]
+                        );
+                    }
+                }
+            }
+            ArcMode::Paper => {
+                assert!(self.p <= c, "p {} over c {c}", self.p);
+                let directory = self.size()
+                    + self.state_bytes(State::MruGhost)
+                    + self.state_bytes(State::MfuGhost);
+                if !self.short {
+                    assert!(directory <= 2 * c, "directory {directory} over 2c {}", 2 * c);
+                }
+            }
+        }
+    }
+}
+
+impl Policy for Arc {
+    fn name(&self) -> &'static str {
+        match self.cfg.mode {
+            ArcMode::OpenZfs => "arc",
+            ArcMode::Paper => "arc-paper",
+        }
+    }
+
+    fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        Arc::access(self, access, actions)
+    }
+
+    fn remove(&mut self, key: &BlockKey, actions: &mut Vec<Action>) {
+        Arc::remove(self, key, actions);
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.size()
+    }
+
+    fn target_bytes(&self) -> u64 {
+        self.c
+    }
+
+    fn tracked_headers(&self) -> usize {
+        self.slab.live()
+    }
+
+    fn counters(&self) -> HitCounters {
+        HitCounters {
+            hits: self.stats.hits,
+            misses: self.stats.misses,
+        }
+    }
+
+    fn check_invariants(&self) {
+        Arc::check_invariants(self)
+    }
+
+    fn kstats(&self) -> Vec<(String, u64)> {
+        Arc::kstats(self)
+    }
+}

@@ -1,0 +1,238 @@
+//! Header storage: a slab of block headers linked into intrusive doubly linked lists by
+//! 32-bit indices, plus the key index that finds a header by its block key.
+//!
+//! Why a slab: the ARC moves a header between lists on almost every access. With indices
+//! into one `Vec`, a move is a handful of stores and never allocates, and a header costs a
+//! fixed, measurable number of bytes (see `HEADER_BYTES`).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+
+use crate::{BlockKey, BufType, State};
+
+/// The "no header" index.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// Header flag: the block was last brought in by a prefetch and no demand read has used it.
+pub(crate) const FLAG_PREFETCH: u8 = 1 << 0;
+/// Header flag: the block may be written to a cache device (secondarycache allows it).
+pub(crate) const FLAG_L2CACHE: u8 = 1 << 1;
+/// Header flag: a copy of this block (this generation) is on a cache device.
+pub(crate) const FLAG_HAS_L2: u8 = 1 << 2;
+/// Header flag: the block is dirty (written, not yet on the backing store).
+pub(crate) const FLAG_DIRTY: u8 = 1 << 3;
+/// Header flag: primarycache excludes this block; drop it as soon as nobody holds it.
+pub(crate) const FLAG_UNCACHED: u8 = 1 << 4;
+
+/// One tracked block: resident, ghost, dirty or known only to the cache device.
+#[derive(Clone, Debug)]
+pub(crate) struct Header {
+    pub key: BlockKey,
+    pub generation: u64,
+    /// Logical size in bytes. Ghost and L2-only headers keep it for the accounting.
+    pub size_bytes: u32,
+    pub state: State,
+    pub buf_type: BufType,
+    pub flags: u8,
+    /// Holds taken by callers (reads in flight, buffers lent out). A held header is on no list.
+    pub refcount: u16,
+    /// Time of the last access, in the caller's milliseconds.
+    pub access_ms: u64,
+    /// Logical time of the last move to a list head: orders the tails of the data and metadata lists.
+    pub touch_seq: u64,
+    pub prev: u32,
+    pub next: u32,
+}
+
+impl Header {
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// Bytes of RAM one header costs in the slab (the key index adds its own share).
+pub const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+
+/// A list of headers, most recently used at the head, eviction from the tail.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct List {
+    pub head: u32,
+    pub tail: u32,
+    pub len: u64,
+    pub bytes: u64,
+}
+
+impl List {
+    pub const EMPTY: List = List {
+        head: NIL,
+        tail: NIL,
+        len: 0,
+        bytes: 0,
+    };
+}
+
+/// A fast, deterministic hasher for block keys (a 64-bit mix with a murmur-style finish).
+/// Deterministic on purpose: the simulator must give the same answer on every run.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(27) ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+pub(crate) struct BuildKeyHasher;
+
+impl BuildHasher for BuildKeyHasher {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// Headers, their free slots, and the key index.
+#[derive(Clone, Default)]
+pub(crate) struct Slab {
+    pub headers: Vec<Header>,
+    free_head: u32,
+    free_len: usize,
+    pub index: HashMap<BlockKey, u32, BuildKeyHasher>,
+    touch_clock: u64,
+}
+
+impl Slab {
+    pub fn new() -> Slab {
+        Slab {
+            headers: Vec::new(),
+            free_head: NIL,
+            free_len: 0,
+            index: HashMap::with_hasher(BuildKeyHasher),
+            touch_clock: 0,
+        }
+    }
+
+    pub fn lookup(&self, key: &BlockKey) -> Option<u32> {
+        self.index.get(key).copied()
+    }
+
+    pub fn get(&self, id: u32) -> &Header {
+        &self.headers[id as usize]
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> &mut Header {
+        &mut self.headers[id as usize]
+    }
+
+    /// Number of live headers.
+    pub fn live(&self) -> usize {
+        self.headers.len() - self.free_len
+    }
+
+    /// Allocates a header for `key`, which must not be indexed yet, and indexes it.
+    pub fn alloc(&mut self, header: Header) -> u32 {
+        let key = header.key;
+        let id = if self.free_head != NIL {
+            let id = self.free_head;
+            self.free_head = self.headers[id as usize].next;
+            self.free_len -= 1;
+            self.headers[id as usize] = header;
+            id
+        } else {
+            assert!(self.headers.len() < NIL as usize, "header slab full");
+            self.headers.push(header);
+            (self.headers.len() - 1) as u32
+        };
+        let previous = self.index.insert(key, id);
+        assert!(previous.is_none(), "key {key:?} indexed twice");
+        id
+    }
+
+    /// Removes a header (already unlinked from its list) from the index and frees its slot.
+    pub fn free(&mut self, id: u32) {
+        let key = self.headers[id as usize].key;
+        let removed = self.index.remove(&key);
+        assert_eq!(removed, Some(id), "freeing header {id} that the index does not hold");
+        let header = &mut self.headers[id as usize];
+        header.state = State::Anon;
+        header.prev = NIL;
+        header.next = self.free_head;
+        self.free_head = id;
+        self.free_len += 1;
+    }
+
+    /// Links `id` at the head of `list` (most recently used end).
+    pub fn push_head(&mut self, list: &mut List, id: u32) {
+        self.touch_clock += 1;
+        let old_head = list.head;
+        let header = &mut self.headers[id as usize];
+        header.prev = NIL;
+        header.next = old_head;
+        header.touch_seq = self.touch_clock;
+        list.bytes += u64::from(header.size_bytes);
+        list.len += 1;
+        if old_head == NIL {
+            list.tail = id;
+        } else {
+            self.headers[old_head as usize].prev = id;
+        }
+        list.head = id;
+    }
+
+    /// Unlinks `id` from `list`.
+    pub fn unlink(&mut self, list: &mut List, id: u32) {
+        let (prev, next, size) = {
+            let h = &self.headers[id as usize];
+            (h.prev, h.next, h.size_bytes)
+        };
+        if prev == NIL {
+            list.head = next;
+        } else {
+            self.headers[prev as usize].next = next;
+        }
+        if next == NIL {
+            list.tail = prev;
+        } else {
+            self.headers[next as usize].prev = prev;
+        }
+        let header = &mut self.headers[id as usize];
+        header.prev = NIL;
+        header.next = NIL;
+        list.bytes -= u64::from(size);
+        list.len -= 1;
+    }
+
+    /// Walks a list from head to tail, for invariant checks.
+    pub fn walk(&self, list: &List) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(list.len as usize);
+        let mut id = list.head;
+        while id != NIL {
+            ids.push(id);
+            assert!(
+                ids.len() as u64 <= list.len,
+                "list longer than its count {}",
+                list.len
+            );
+            id = self.headers[id as usize].next;
+        }
+        ids
+    }
+}

@@ -1,0 +1,740 @@
+//! Block trace readers. Every reader streams: it holds one line or one record at a time, so a
+//! trace larger than RAM replays. Compressed input (zstd, gzip) is detected by its magic bytes.
+//!
+//! Formats:
+//! - `text`: one block number per line (LIRS traces; `*` lines, blank lines and `#` comments
+//!   are skipped).
+//! - `lis`: the ARC paper's traces: `start count x y` = `count` requests for consecutive
+//!   512-byte pages from `start`.
+//! - `csv`: block I/O records. With a header row, columns are found by name (time/timestamp,
+//!   offset (bytes) or lbn/lba (512-byte sectors), size/length, op/type/iotype, and
+//!   volume/lun/disk). Without one, three layouts are recognised: 4 columns
+//!   `timestamp,offset,size,op` (offset and size in bytes, time in µs); 7 columns with
+//!   `Read`/`Write` in the 4th (MSR Cambridge: 100 ns ticks, host, disk, type, offset, size,
+//!   response); 5 numeric columns (SNIA Tencent CBS: seconds, offset and size in sectors,
+//!   0 = read / 1 = write, volume).
+//! - `oracle-general`: libCacheSim's binary records, 24 bytes little-endian: u32 time (s),
+//!   u64 object id, u32 size (bytes), i64 next access (ignored). Each object is one block.
+//! - `vscsi`: CloudPhysics vscsi binary records, 32 bytes little-endian: u32 serial, u32 length
+//!   (bytes), u32 sg count, u16 SCSI command (0x28 read, 0x2a write), u16 version, u64 lbn
+//!   (sectors), u64 time (µs).
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Bytes in a sector, the unit of LBAs and of the ARC paper's pages.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+}
+
+/// What one trace record asks for: a byte range of a volume, or one whole object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extent {
+    /// `length_bytes` from `offset_bytes`; the replay splits it into blocks.
+    Bytes {
+        /// Start of the range.
+        offset_bytes: u64,
+        /// Length of the range (0 counts as one block).
+        length_bytes: u64,
+    },
+    /// A whole object (a block of its own size), as in oracleGeneral traces and text traces.
+    Object {
+        /// The object's id, used as the block number.
+        id: u64,
+        /// The object's size; `None` takes the replay's block size.
+        size_bytes: Option<u32>,
+    },
+}
+
+/// One record of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Time of the request in milliseconds, when the trace has times.
+    pub time_ms: Option<u64>,
+    /// The volume (disk, LUN) the request is for; 0 when the trace has one.
+    pub volume: u64,
+    /// Read or write.
+    pub op: Op,
+    /// What it touches.
+    pub extent: Extent,
+}
+
+/// Trace formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One block number per line.
+    Text,
+    /// The ARC paper's `.lis` format.
+    Lis,
+    /// Comma-separated block I/O records.
+    Csv,
+    /// libCacheSim oracleGeneral binary.
+    OracleGeneral,
+    /// CloudPhysics vscsi binary.
+    Vscsi,
+}
+
+impl Format {
+    /// All formats, with their command-line names.
+    pub const ALL: [(Format, &'static str); 5] = [
+        (Format::Text, "text"),
+        (Format::Lis, "lis"),
+        (Format::Csv, "csv"),
+        (Format::OracleGeneral, "oracle-general"),
+        (Format::Vscsi, "vscsi"),
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        Format::ALL
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map(|(_, n)| *n)
+            .unwrap_or("?")
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        Format::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(f, _)| *f)
+            .ok_or_else(|| {
+                let names: Vec<_> = Format::ALL.iter().map(|(_, n)| *n).collect();
+                format!("unknown trace format {s:?} (one of: {})", names.join(", "))
+            })
+    }
+}
+
+/// Why a trace could not be read. Parse errors name the file and the line (or record).
+#[derive(Debug)]
+pub enum TraceError {
+    /// The file could not be opened or read.
+    Io {
+        /// The trace file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A line or record is malformed.
+    Parse {
+        /// The trace file.
+        path: PathBuf,
+        /// 1-based line number (text formats) or record number (binary formats).
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// The format could not be detected.
+    UnknownFormat {
+        /// The trace file.
+        path: PathBuf,
+        /// Why detection failed.
+        message: String,
+    },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            TraceError::Parse {
+                path,
+                line,
+                message,
+            } => write!(f, "{}:{line}: {message}", path.display()),
+            TraceError::UnknownFormat { path, message } => {
+                write!(f, "{}: {message}; choose one with --format", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// Opens `path`, undoing zstd or gzip compression when its magic bytes say so.
+pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
+    let io_err = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = BufReader::with_capacity(1 << 20, File::open(path).map_err(io_err)?);
+    let magic = file.fill_buf().map_err(io_err)?;
+    if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let decoder = zstd::stream::read::Decoder::with_buffer(file).map_err(io_err)?;
+        Ok(Box::new(BufReader::with_capacity(1 << 20, decoder)))
+    } else if magic.starts_with(&[0x1f, 0x8b]) {
+        let decoder = flate2::bufread::MultiGzDecoder::new(file);
+        Ok(Box::new(BufReader::with_capacity(1 << 20, decoder)))
+    } else {
+        Ok(Box::new(file))
+    }
+}
+
+/// Guesses the format from the file name (ignoring `.zst`/`.gz`) and, failing that, from
+/// the first bytes of its (decompressed) content.
+pub fn detect_format(path: &Path) -> Result<Format, TraceError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let stem = name
+        .trim_end_matches(".zst")
+        .trim_end_matches(".gz")
+        .to_string();
+    for (ext, format) in [
+        (".lis", Format::Lis),
+        (".csv", Format::Csv),
+        (".vscsi", Format::Vscsi),
+        (".oraclegeneral", Format::OracleGeneral),
+        (".oraclegeneral.bin", Format::OracleGeneral),
+        (".trace", Format::Text),
+        (".txt", Format::Text),
+    ] {
+        if stem.ends_with(ext) {
+            return Ok(format);
+        }
+    }
+    let mut reader = open_decompressed(path)?;
+    let mut head = vec![0u8; 4096];
+    let mut filled = 0;
+    while filled < head.len() {
+        let n = reader.read(&mut head[filled..]).map_err(|source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    head.truncate(filled);
+    let unknown = |message: &str| TraceError::UnknownFormat {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    };
+    let text = std::str::from_utf8(&head).map_err(|_| unknown("binary content of unknown layout"))?;
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.starts_with('#') && l.trim() != "*")
+        .ok_or_else(|| unknown("no records in the first 4 KiB"))?;
+    if first.contains(',') {
+        return Ok(Format::Csv);
+    }
+    match first.split_whitespace().count() {
+        1 => Ok(Format::Text),
+        4 => Ok(Format::Lis),
+        _ => Err(unknown("cannot tell the format from the first line")),
+    }
+}
+
+/// A streaming reader of trace records.
+pub struct TraceReader {
+    path: PathBuf,
+    input: Box<dyn BufRead + Send>,
+    format: Format,
+    line_number: u64,
+    line: String,
+    csv: Option<CsvLayout>,
+    record: Vec<u8>,
+}
+
+impl TraceReader {
+    /// Opens `path` in `format` (or the detected one when `None`).
+    pub fn open(path: &Path, format: Option<Format>) -> Result<TraceReader, TraceError> {
+        let format = match format {
+            Some(f) => f,
+            None => detect_format(path)?,
+        };
+        Ok(TraceReader {
+            path: path.to_path_buf(),
+            input: open_decompressed(path)?,
+            format,
+            line_number: 0,
+            line: String::new(),
+            csv: None,
+            record: Vec::new(),
+        })
+    }
+
+    /// The format being read.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The line (text formats) or record (binary formats) last read, 1-based.
+    pub fn position(&self) -> u64 {
+        self.line_number
+    }
+
+    fn parse_error(&self, message: impl Into<String>) -> TraceError {
+        TraceError::Parse {
+            path: self.path.clone(),
+            line: self.line_number,
+            message: message.into(),
+        }
+    }
+
+    /// Reads the next record: `Ok(None)` at the end; `Err` for an I/O error or a malformed
+    /// record (the reader stays usable: the next call continues after the bad one).
+    pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
+        match self.format {
+            Format::OracleGeneral => self.next_binary(24),
+            Format::Vscsi => self.next_binary(32),
+            _ => self.next_line(),
+        }
+    }
+
+    fn next_binary(&mut self, size: usize) -> Result<Option<Record>, TraceError> {
+        self.record.resize(size, 0);
+        let mut filled = 0;
+        while filled < size {
+            let n = self
+                .input
+                .read(&mut self.record[filled..])
+                .map_err(|source| TraceError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        if filled == 0 {
+            return Ok(None);
+        }
+        self.line_number += 1;
+        if filled < size {
+            return Err(self.parse_error(format!(
+                "truncated record: {filled} of {size} bytes"
+            )));
+        }
+        let r = &self.record;
+        let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+        let u16_at = |i: usize| u16::from_le_bytes(r[i..i + 2].try_into().expect("2 bytes"));
+        if self.format == Format::OracleGeneral {
+            let size_bytes = u32_at(12);
+            return Ok(Some(Record {
+                time_ms: Some(u64::from(u32_at(0)) * 1000),
+                volume: 0,
+                op: Op::Read,
+                extent: Extent::Object {
+                    id: u64_at(4),
+                    size_bytes: (size_bytes > 0).then_some(size_bytes),
+                },
+            }));
+        }
+        let op = match u16_at(12) {
+            0x28 | 0x08 | 0x88 | 0xa8 => Op::Read,
+            0x2a | 0x0a | 0x8a | 0xaa => Op::Write,
+            other => return Err(self.parse_error(format!("SCSI command {other:#x} is neither a read nor a write"))),
+        };
+        Ok(Some(Record {
+            time_ms: Some(u64_at(24) / 1000),
+            volume: 0,
+            op,
+            extent: Extent::Bytes {
+                offset_bytes: u64_at(16).saturating_mul(SECTOR_BYTES),
+                length_bytes: u64::from(u32_at(4)),
+            },
+        }))
+    }
+
+    fn next_line(&mut self) -> Result<Option<Record>, TraceError> {
+        loop {
+            self.line.clear();
+            let n = self
+                .input
+                .read_line(&mut self.line)
+                .map_err(|source| TraceError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line_number += 1;
+            let line = self.line.trim();
+            if line.is_empty() || line.starts_with('#') || line == "*" {
+                continue;
+            }
+            let parsed = match self.format {
+                Format::Text => parse_text(line),
+                Format::Lis => parse_lis(line),
+                Format::Csv => {
+                    if self.csv.is_none() {
+                        let (layout, is_header) =
+                            CsvLayout::detect(line).map_err(|m| self.parse_error(m))?;
+                        self.csv = Some(layout);
+                        if is_header {
+                            continue;
+                        }
+                    }
+                    self.csv.as_ref().expect("layout set").parse(line)
+                }
+                Format::OracleGeneral | Format::Vscsi => unreachable!("binary formats"),
+            };
+            return parsed.map(Some).map_err(|m| self.parse_error(m));
+        }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Record, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_record().transpose()
+    }
+}
+
+fn parse_u64(field: &str, what: &str) -> Result<u64, String> {
+    field
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{what} {:?} is not a non-negative integer", field.trim()))
+}
+
+fn parse_text(line: &str) -> Result<Record, String> {
+    let block = parse_u64(line, "block number")?;
+    Ok(Record {
+        time_ms: None,
+        volume: 0,
+        op: Op::Read,
+        extent: Extent::Object {
+            id: block,
+            size_bytes: None,
+        },
+    })
+}
+
+fn parse_lis(line: &str) -> Result<Record, String> {
+    let mut fields = line.split_whitespace();
+    let start = parse_u64(fields.next().unwrap_or(""), "start page")?;
+    let count = parse_u64(
+        fields.next().ok_or("missing page count")?,
+        "page count",
+    )?;
+    if count == 0 {
+        return Err("page count is 0".to_string());
+    }
+    let offset_bytes = start
+        .checked_mul(SECTOR_BYTES)
+        .ok_or("start page too large")?;
+    let length_bytes = count
+        .checked_mul(SECTOR_BYTES)
+        .ok_or("page count too large")?;
+    Ok(Record {
+        time_ms: None,
+        volume: 0,
+        op: Op::Read,
+        extent: Extent::Bytes {
+            offset_bytes,
+            length_bytes,
+        },
+    })
+}
+
+/// Units of a CSV time column.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TimeUnit {
+    /// Seconds, possibly fractional.
+    Seconds,
+    Microseconds,
+    /// 100-nanosecond ticks (Windows FILETIME).
+    Ticks100ns,
+}
+
+/// Which column holds what, and in which unit.
+#[derive(Clone, Debug, PartialEq)]
+struct CsvLayout {
+    columns: usize,
+    time: Option<(usize, TimeUnit)>,
+    offset: usize,
+    offset_unit_bytes: u64,
+    size: usize,
+    size_unit_bytes: u64,
+    op: usize,
+    volume: Option<usize>,
+}
+
+impl CsvLayout {
+    /// Finds the layout from the first record line; returns whether that line is a header.
+    fn detect(line: &str) -> Result<(CsvLayout, bool), String> {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let is_number = |f: &str| f.parse::<f64>().is_ok();
+        let looks_like_header = fields
+            .iter()
+            .any(|f| f.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && !is_op(f));
+        if looks_like_header {
+            return CsvLayout::from_header(&fields).map(|l| (l, true));
+        }
+        let layout = match fields.len() {
+            4 => CsvLayout {
+                columns: 4,
+                time: Some((0, TimeUnit::Microseconds)),
+                offset: 1,
+                offset_unit_bytes: 1,
+                size: 2,
+                size_unit_bytes: 1,
+                op: 3,
+                volume: None,
+            },
+            7 if is_op(fields[3]) => CsvLayout {
+                columns: 7,
+                time: Some((0, TimeUnit::Ticks100ns)),
+                offset: 4,
+                offset_unit_bytes: 1,
+                size: 5,
+                size_unit_bytes: 1,
+                op: 3,
+                volume: Some(2),
+            },
+            5 if fields.iter().all(|f| is_number(f)) => CsvLayout {
+                columns: 5,
+                time: Some((0, TimeUnit::Seconds)),
+                offset: 1,
+                offset_unit_bytes: SECTOR_BYTES,
+                size: 2,
+                size_unit_bytes: SECTOR_BYTES,
+                op: 3,
+                volume: Some(4),
+            },
+            n => {
+                return Err(format!(
+                    "CSV line with {n} columns and no header: expected timestamp,offset,size,op \
+                     or a header row naming the columns"
+                ));
+            }
+        };
+        Ok((layout, false))
+    }
+
+    fn from_header(names: &[&str]) -> Result<CsvLayout, String> {
+        let find = |candidates: &[&str]| {
+            names.iter().position(|n| {
+                let n = n.to_ascii_lowercase();
+                candidates.iter().any(|c| n == *c)
+            })
+        };
+        let time = find(&["time", "timestamp", "ts", "clock_time"]);
+        let (offset, offset_unit_bytes) = match find(&["offset", "offset_bytes", "byte_offset"]) {
+            Some(i) => (i, 1),
+            None => (
+                find(&["lbn", "lba", "sector", "offset_sectors"])
+                    .ok_or("CSV header has no offset, lba or lbn column")?,
+                SECTOR_BYTES,
+            ),
+        };
+        let size = find(&["size", "length", "len", "size_bytes", "bytes"])
+            .ok_or("CSV header has no size or length column")?;
+        let op = find(&["op", "type", "iotype", "io_type", "rw", "opcode", "cmd"])
+            .ok_or("CSV header has no op, type or iotype column")?;
+        let volume = find(&["volume", "lun", "disk", "device", "volume_id"]);
+        // cloudPhysics-style headers name the time `time` in µs; SYSTOR names it `Timestamp`
+        // in fractional seconds. The unit is decided per value: a decimal point means seconds.
+        Ok(CsvLayout {
+            columns: names.len(),
+            time: time.map(|i| (i, TimeUnit::Microseconds)),
+            offset,
+            offset_unit_bytes,
+            size,
+            size_unit_bytes: 1,
+            op,
+            volume,
+        })
+    }
+
+    fn parse(&self, line: &str) -> Result<Record, String> {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() < self.columns {
+            return Err(format!(
+                "{} columns where the trace has {}",
+                fields.len(),
+                self.columns
+            ));
+        }
+        let time_ms = match self.time {
+            None => None,
+            Some((i, unit)) => Some(parse_time_ms(fields[i], unit)?),
+        };
+        let offset = parse_u64(fields[self.offset], "offset")?;
+        let size = parse_u64(fields[self.size], "size")?;
+        let op = parse_op(fields[self.op])?;
+        let volume = match self.volume {
+            Some(i) => parse_u64(fields[i], "volume")?,
+            None => 0,
+        };
+        Ok(Record {
+            time_ms,
+            volume,
+            op,
+            extent: Extent::Bytes {
+                offset_bytes: offset
+                    .checked_mul(self.offset_unit_bytes)
+                    .ok_or("offset too large")?,
+                length_bytes: size.checked_mul(self.size_unit_bytes).ok_or("size too large")?,
+            },
+        })
+    }
+}
+
+fn parse_time_ms(field: &str, unit: TimeUnit) -> Result<u64, String> {
+    if field.contains('.') || unit == TimeUnit::Seconds {
+        let seconds: f64 = field
+            .parse()
+            .map_err(|_| format!("timestamp {field:?} is not a number"))?;
+        if !seconds.is_finite() || seconds < 0.0 {
+            return Err(format!("timestamp {field:?} is not a time"));
+        }
+        return Ok((seconds * 1000.0) as u64);
+    }
+    let value = parse_u64(field, "timestamp")?;
+    Ok(match unit {
+        TimeUnit::Microseconds => value / 1000,
+        TimeUnit::Ticks100ns => value / 10_000,
+        TimeUnit::Seconds => value * 1000,
+    })
+}
+
+fn is_op(field: &str) -> bool {
+    parse_op(field).is_ok() && field.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+fn parse_op(field: &str) -> Result<Op, String> {
+    match field.trim().to_ascii_lowercase().as_str() {
+        "r" | "read" | "rs" | "0" | "28" | "0x28" => Ok(Op::Read),
+        "w" | "write" | "ws" | "1" | "2a" | "0x2a" => Ok(Op::Write),
+        other => Err(format!("operation {other:?} is neither a read nor a write")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_lines() {
+        assert_eq!(
+            parse_text("42").unwrap().extent,
+            Extent::Object {
+                id: 42,
+                size_bytes: None
+            }
+        );
+        assert!(parse_text("x").is_err());
+        assert!(parse_text("-1").is_err());
+    }
+
+    #[test]
+    fn lis_lines() {
+        let r = parse_lis("1842745 64 0 1").unwrap();
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 1842745 * 512,
+                length_bytes: 64 * 512
+            }
+        );
+        assert!(parse_lis("5").is_err());
+        assert!(parse_lis("5 0 0 0").is_err());
+        assert!(parse_lis("18446744073709551615 1 0 0").is_err());
+    }
+
+    #[test]
+    fn csv_generic_four_columns() {
+        let (layout, header) = CsvLayout::detect("1000,4096,8192,R").unwrap();
+        assert!(!header);
+        let r = layout.parse("2000000,4096,8192,W").unwrap();
+        assert_eq!(r.time_ms, Some(2000));
+        assert_eq!(r.op, Op::Write);
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 4096,
+                length_bytes: 8192
+            }
+        );
+    }
+
+    #[test]
+    fn csv_msr_and_tencent_layouts() {
+        let line = "128166385295514663,hm,0,Write,9056014336,2048,2833";
+        let (layout, header) = CsvLayout::detect(line).unwrap();
+        assert!(!header);
+        let r = layout.parse(line).unwrap();
+        assert_eq!(r.op, Op::Write);
+        assert_eq!(r.time_ms, Some(128166385295514663 / 10_000));
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 9056014336,
+                length_bytes: 2048
+            }
+        );
+        let line = "1538323200,4247200,128,1,1058";
+        let (layout, _) = CsvLayout::detect(line).unwrap();
+        let r = layout.parse(line).unwrap();
+        assert_eq!(r.volume, 1058);
+        assert_eq!(r.op, Op::Write);
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 4247200 * 512,
+                length_bytes: 128 * 512
+            }
+        );
+    }
+
+    #[test]
+    fn csv_with_header() {
+        let (layout, header) = CsvLayout::detect("version,time,op,size,lbn").unwrap();
+        assert!(header);
+        let r = layout.parse("1,5633898368802,2a,512,42932745").unwrap();
+        assert_eq!(r.op, Op::Write);
+        assert_eq!(r.time_ms, Some(5633898368));
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 42932745 * 512,
+                length_bytes: 512
+            }
+        );
+        let (layout, _) = CsvLayout::detect("Timestamp,Response,IOType,LUN,Offset,Size").unwrap();
+        let r = layout
+            .parse("1456095145.133076000,0.000806000,R,0,899056122368,131072")
+            .unwrap();
+        assert_eq!(r.time_ms, Some(1456095145133));
+        assert_eq!(r.op, Op::Read);
+    }
+
+    #[test]
+    fn csv_errors_name_the_problem() {
+        assert!(CsvLayout::detect("a,b").is_err());
+        let (layout, _) = CsvLayout::detect("1,2,3,R").unwrap();
+        assert!(layout.parse("1,2,3").unwrap_err().contains("columns"));
+        assert!(layout.parse("1,x,3,R").unwrap_err().contains("offset"));
+        assert!(layout.parse("1,2,3,Q").unwrap_err().contains("neither"));
+    }
+
+    #[test]
+    fn format_names_round_trip() {
+        for (format, name) in Format::ALL {
+            assert_eq!(name.parse::<Format>().unwrap(), format);
+            assert_eq!(format.name(), name);
+        }
+        assert!("nope".parse::<Format>().is_err());
+    }
+}
