@@ -1,1 +1,27 @@
 //! NBD protocol codec (no I/O) and async server.
+//!
+//! - [`proto`]: the wire constants.
+//! - [`handshake`]: fixed newstyle negotiation as a pure state machine
+//!   ([`handshake::Negotiation`]): options `EXPORT_NAME`, `ABORT`, `LIST`, `INFO`, `GO`,
+//!   `STRUCTURED_REPLY`, `LIST_META_CONTEXT`, `SET_META_CONTEXT` (`base:allocation`);
+//!   `STARTTLS` is refused by policy and every other option is answered "unsupported".
+//! - [`transmission`]: request headers, validation against the export
+//!   ([`transmission::validate`]) and reply encoding (simple replies, structured chunks).
+//! - [`export`]: the [`Export`] trait a storage engine implements, and its vocabulary.
+//! - [`server`]: the tokio server ([`Server`]) over TCP, Unix sockets or any stream.
+//! - [`mem`]: [`mem::MemExport`], a RAM-backed export for tests and benchmarks.
+//!
+//! Only this crate knows the NBD wire format. The codec modules do no I/O, so they are
+//! fuzzed and tested byte for byte.
+
+pub mod export;
+pub mod handshake;
+pub mod mem;
+pub mod proto;
+pub mod server;
+pub mod transmission;
+
+pub use export::{
+    BlockSizes, Errno, Export, ExportResult, Extent, Features, ReadData, ReadSegment, ZeroFlags,
+};
+pub use server::{ConnectionError, Listener, NamedExport, Server, ServerError, ServerLimits};

@@ -1,0 +1,627 @@
+//! The async server: listeners, connections, and the request pipeline over an [`Export`].
+//!
+//! One connection is three kinds of task. The connection task negotiates, then reads
+//! requests one after another and validates them; each valid request runs in its own
+//! spawned task against the export, so slow requests do not hold up fast ones and
+//! replies go out in completion order; a writer task owns the socket's write half and
+//! writes each reply whole, batching whatever is ready into one flush. A semaphore caps
+//! the requests in flight per connection: when it is exhausted the connection stops
+//! reading, which pushes back on the client through TCP.
+//!
+//! Shutdown ([`Server::shutdown`]): listeners stop accepting; connections still
+//! negotiating are closed; connections in transmission answer new requests `ESHUTDOWN`,
+//! finish the ones in flight, and close once the client disconnects or the grace period
+//! ends.
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tokio::io::{
+    AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::export::{Errno, Export};
+use crate::handshake::{
+    self, ExportInfo, Negotiated, Negotiation, NegotiationError, NegotiationLimits, Step,
+};
+use crate::proto::{BASE_ALLOCATION_ID, REQUEST_HEADER_LEN_BYTES};
+use crate::transmission::{
+    self, BadRequestMagic, Frame, Request, RequestHeader, TransmissionContext, block_status_frame,
+    error_frame, read_frame, status_frame, wire_extents,
+};
+
+/// Limits of one server, each configurable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Longest option payload accepted during negotiation (longer: disconnect).
+    pub max_option_bytes: u32,
+    /// Largest READ/WRITE payload; advertised as the maximum block size when the export
+    /// allows more. Larger requests are answered `EINVAL` (a WRITE payload is discarded).
+    pub max_request_bytes: u32,
+    /// Connections served at once; further ones are closed at once.
+    pub max_connections: usize,
+    /// Requests in flight per connection; the connection stops reading at this count.
+    pub max_inflight_per_connection: usize,
+    /// How long a connection may stay open after shutdown began.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_option_bytes: 64 * 1024,
+            max_request_bytes: 32 << 20,
+            max_connections: 256,
+            max_inflight_per_connection: 128,
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A named export given to [`Server::new`].
+pub struct NamedExport<E> {
+    /// The export name (unique per server; "" is the default export).
+    pub name: String,
+    /// Description shown by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
+    pub description: String,
+    /// The export itself.
+    pub export: Arc<E>,
+}
+
+/// Why a server could not be built.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ServerError {
+    /// Two exports share a name.
+    #[error("export name {0:?} is used twice")]
+    DuplicateName(String),
+    /// An export's name or description breaks the spec's string rules.
+    #[error("export {0:?}: name or description is longer than 4096 bytes or contains NUL")]
+    BadString(String),
+    /// An export advertises impossible block sizes.
+    #[error("export {name:?}: {reason}")]
+    BadBlockSizes {
+        /// The export.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A limit is out of range.
+    #[error("bad limit: {0}")]
+    BadLimit(&'static str),
+}
+
+/// Why a connection ended abnormally (logged, never returned to a client).
+#[derive(Debug, Error)]
+pub enum ConnectionError {
+    /// Socket error or early end of stream.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// The client broke the handshake rules.
+    #[error("negotiation: {0}")]
+    Negotiation(#[from] NegotiationError),
+    /// A request header was not a request header.
+    #[error("transmission: {0}")]
+    BadRequest(#[from] BadRequestMagic),
+}
+
+/// A listening socket to serve on.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP; accepted sockets get `TCP_NODELAY`.
+    Tcp(TcpListener),
+    /// A Unix domain socket.
+    Unix(UnixListener),
+}
+
+struct Inner<E> {
+    exports: Vec<NamedExport<E>>,
+    infos: Vec<ExportInfo>,
+    limits: ServerLimits,
+    connections: Arc<Semaphore>,
+    shutdown_tx: watch::Sender<bool>,
+}
+
+/// An NBD server for exports of type `E`. Cheap to clone; clones share state.
+pub struct Server<E> {
+    inner: Arc<Inner<E>>,
+}
+
+impl<E> Clone for Server<E> {
+    fn clone(&self) -> Self {
+        Server {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<E: Export> Server<E> {
+    /// Builds a server for `exports`, checking names, block sizes and limits.
+    pub fn new(
+        limits: ServerLimits,
+        exports: Vec<NamedExport<E>>,
+    ) -> Result<Server<E>, ServerError> {
+        if limits.max_request_bytes < 64 * 1024 {
+            return Err(ServerError::BadLimit(
+                "max_request_bytes must be at least 64 KiB",
+            ));
+        }
+        if limits.max_connections == 0 || limits.max_inflight_per_connection == 0 {
+            return Err(ServerError::BadLimit(
+                "connection and in-flight limits must be positive",
+            ));
+        }
+        if limits.max_option_bytes < 1024 {
+            return Err(ServerError::BadLimit(
+                "max_option_bytes must be at least 1 KiB",
+            ));
+        }
+        if limits.max_connections > Semaphore::MAX_PERMITS >> 1
+            || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
+        {
+            return Err(ServerError::BadLimit("limit too large"));
+        }
+        let mut names = HashSet::new();
+        let mut infos = Vec::with_capacity(exports.len());
+        for e in &exports {
+            if !names.insert(e.name.clone()) {
+                return Err(ServerError::DuplicateName(e.name.clone()));
+            }
+            let bad = |s: &str| s.len() > crate::proto::STRING_MAX_BYTES || s.contains('\0');
+            if bad(&e.name) || bad(&e.description) {
+                return Err(ServerError::BadString(e.name.clone()));
+            }
+            let mut sizes = e.export.block_sizes();
+            sizes
+                .validate()
+                .map_err(|reason| ServerError::BadBlockSizes {
+                    name: e.name.clone(),
+                    reason,
+                })?;
+            // The server's request cap narrows what the export allows; keep the result
+            // a multiple of the minimum and no smaller than the preferred size.
+            let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
+            sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
+            sizes.preferred_bytes = sizes.preferred_bytes.min(sizes.maximum_bytes);
+            infos.push(ExportInfo {
+                name: e.name.clone(),
+                description: e.description.clone(),
+                size_bytes: e.export.size_bytes(),
+                features: e.export.features(),
+                block_sizes: sizes,
+            });
+        }
+        let (shutdown_tx, _) = watch::channel(false);
+        Ok(Server {
+            inner: Arc::new(Inner {
+                exports,
+                infos,
+                limits,
+                connections: Arc::new(Semaphore::new(limits.max_connections)),
+                shutdown_tx,
+            }),
+        })
+    }
+
+    /// Begins a graceful shutdown (idempotent). [`Server::serve`] returns once every
+    /// connection has closed.
+    pub fn shutdown(&self) {
+        self.inner.shutdown_tx.send_replace(true);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.inner.shutdown_tx.borrow()
+    }
+
+    /// Accepts connections on `listener` until shutdown, then waits for every connection
+    /// of this server to close.
+    pub async fn serve(&self, listener: Listener) -> io::Result<()> {
+        let mut shutdown_rx = self.inner.shutdown_tx.subscribe();
+        loop {
+            if *shutdown_rx.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown_rx.changed() => continue,
+                accepted = accept(&listener) => match accepted {
+                    Ok((reader, writer)) => self.spawn_connection(reader, writer),
+                    Err(err) if is_transient_accept_error(&err) => {
+                        eprintln!("larch-nbd: accept: {err}");
+                        // Running out of descriptors: back off instead of spinning.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(err) => return Err(err),
+                },
+            }
+        }
+        drop(listener);
+        self.wait_idle().await;
+        Ok(())
+    }
+
+    /// Waits until no connection is open.
+    pub async fn wait_idle(&self) {
+        let all = self.inner.limits.max_connections as u32;
+        // Every open connection holds a permit, so holding all of them means none is open.
+        if let Ok(permits) = self.inner.connections.acquire_many(all).await {
+            drop(permits);
+        }
+    }
+
+    fn spawn_connection(&self, reader: BoxedRead, writer: BoxedWrite) {
+        let Ok(permit) = Arc::clone(&self.inner.connections).try_acquire_owned() else {
+            eprintln!(
+                "larch-nbd: refusing connection: {} connections open",
+                self.inner.limits.max_connections
+            );
+            return;
+        };
+        let server = self.clone();
+        tokio::spawn(async move {
+            if let Err(err) = server.serve_stream(reader, writer).await {
+                eprintln!("larch-nbd: connection closed: {err}");
+            }
+            drop(permit);
+        });
+    }
+
+    /// Serves one already-connected stream (for example stdin/stdout) to its end.
+    pub async fn serve_stream<R, W>(&self, reader: R, writer: W) -> Result<(), ConnectionError>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut reader = BufReader::with_capacity(128 * 1024, reader);
+        let mut writer = writer;
+        let mut shutdown_rx = self.inner.shutdown_tx.subscribe();
+        let Some(negotiated) = self
+            .negotiate(&mut reader, &mut writer, &mut shutdown_rx)
+            .await?
+        else {
+            return Ok(());
+        };
+        self.transmit(reader, writer, negotiated, shutdown_rx).await
+    }
+
+    /// Runs the handshake; `None` means the client aborted or shutdown began.
+    async fn negotiate<R, W>(
+        &self,
+        reader: &mut BufReader<R>,
+        writer: &mut W,
+        shutdown_rx: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Negotiated>, ConnectionError>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        writer.write_all(&handshake::greeting()).await?;
+        writer.flush().await?;
+        let limits = NegotiationLimits {
+            max_option_bytes: self.inner.limits.max_option_bytes,
+        };
+        let mut negotiation = Negotiation::new(&self.inner.infos, limits);
+        let mut input: Vec<u8> = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let step = negotiation.step(&input, &mut out)?;
+            if !out.is_empty() {
+                writer.write_all(&out).await?;
+                writer.flush().await?;
+                out.clear();
+            }
+            match step {
+                Step::NeedMore(total) => {
+                    let have = input.len();
+                    input.resize(total, 0);
+                    tokio::select! {
+                        read = reader.read_exact(&mut input[have..]) => { read?; }
+                        _ = shutdown_rx.wait_for(|down| *down) => return Ok(None),
+                    }
+                }
+                Step::Consumed(n) => {
+                    input.drain(..n);
+                }
+                Step::Done {
+                    consumed,
+                    negotiated,
+                } => {
+                    // Steps never consume past the current message, and the client waits
+                    // for our answer before sending requests.
+                    debug_assert_eq!(consumed, input.len());
+                    return Ok(Some(negotiated));
+                }
+                Step::Abort { .. } => return Ok(None),
+            }
+        }
+    }
+
+    async fn transmit<R, W>(
+        &self,
+        mut reader: BufReader<R>,
+        writer: W,
+        negotiated: Negotiated,
+        mut shutdown_rx: watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let limits = self.inner.limits;
+        let info = &self.inner.infos[negotiated.export_index];
+        let export = Arc::clone(&self.inner.exports[negotiated.export_index].export);
+        let ctx = TransmissionContext {
+            size_bytes: info.size_bytes,
+            features: info.features,
+            block_sizes: info.block_sizes,
+            structured_replies: negotiated.structured_replies,
+            base_allocation: negotiated.base_allocation,
+        };
+        let (tx, rx) = mpsc::unbounded_channel::<Frame>();
+        let writer_task = tokio::spawn(write_frames(writer, rx));
+        let inflight = Arc::new(Semaphore::new(limits.max_inflight_per_connection));
+        let mut deadline: Option<Instant> = None;
+        let result: Result<(), ConnectionError> = loop {
+            if deadline.is_none() && *shutdown_rx.borrow_and_update() {
+                deadline = Some(Instant::now() + limits.shutdown_grace);
+            }
+            let grace_end = deadline.unwrap_or_else(far_future);
+            // Wait for a free slot and for the start of the next request. Only
+            // cancel-safe waits appear here, so shutdown can interrupt them.
+            let permit = tokio::select! {
+                permit = Arc::clone(&inflight).acquire_owned() => permit.expect("semaphore never closed"),
+                _ = tx.closed() => break Ok(()),
+                _ = tokio::time::sleep_until(grace_end), if deadline.is_some() => break Ok(()),
+            };
+            let has_input = tokio::select! {
+                filled = reader.fill_buf() => match filled {
+                    Ok(buf) => !buf.is_empty(),
+                    Err(err) => break Err(err.into()),
+                },
+                _ = shutdown_rx.changed(), if deadline.is_none() => continue,
+                _ = tx.closed() => break Ok(()),
+                _ = tokio::time::sleep_until(grace_end), if deadline.is_some() => break Ok(()),
+            };
+            if !has_input {
+                break Ok(());
+            }
+            // Reading the rest of a request is not cancel-safe; only the grace deadline
+            // may interrupt it, and then the connection closes anyway.
+            let read = tokio::select! {
+                read = read_request(&mut reader, &ctx, limits.max_request_bytes) => read,
+                _ = tokio::time::sleep_until(grace_end), if deadline.is_some() => break Ok(()),
+            };
+            let (hdr, checked, payload) = match read {
+                Ok(r) => r,
+                Err(err) => break Err(err),
+            };
+            if deadline.is_some() {
+                if hdr.command == crate::proto::cmd::DISC {
+                    break Ok(());
+                }
+                let _ = tx.send(reply_error(&hdr, Errno::Shutdown, &ctx));
+                continue;
+            }
+            match checked {
+                Ok(Request::Disc) => break Ok(()),
+                Ok(request) => {
+                    let export = Arc::clone(&export);
+                    let tx = tx.clone();
+                    let structured = ctx.structured_replies;
+                    tokio::spawn(async move {
+                        let frame =
+                            execute(&*export, request, hdr.cookie, payload, structured).await;
+                        let _ = tx.send(frame);
+                        drop(permit);
+                    });
+                }
+                Err(errno) => {
+                    let _ = tx.send(reply_error(&hdr, errno, &ctx));
+                }
+            }
+        };
+        // Drain: requests still running hold senders; the writer ends after the last
+        // reply is written.
+        drop(tx);
+        match writer_task.await {
+            Ok(Ok(())) => result,
+            Ok(Err(err)) => result.and(Err(err.into())),
+            Err(join) => result.and(Err(io::Error::other(join.to_string()).into())),
+        }
+    }
+}
+
+type BoxedRead = Box<dyn AsyncRead + Unpin + Send>;
+type BoxedWrite = Box<dyn AsyncWrite + Unpin + Send>;
+
+async fn accept(listener: &Listener) -> io::Result<(BoxedRead, BoxedWrite)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (stream, _) = l.accept().await?;
+            // Replies are small and latency-bound; Nagle would hold them back.
+            stream.set_nodelay(true)?;
+            let (r, w) = stream.into_split();
+            Ok((Box::new(r), Box::new(w)))
+        }
+        Listener::Unix(l) => {
+            let (stream, _) = l.accept().await?;
+            let (r, w) = stream.into_split();
+            Ok((Box::new(r), Box::new(w)))
+        }
+    }
+}
+
+fn is_transient_accept_error(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)
+    ) || matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+/// The error reply for a request, in the form its command needs.
+fn reply_error(hdr: &RequestHeader, errno: Errno, ctx: &TransmissionContext) -> Frame {
+    use crate::proto::cmd;
+    match hdr.command {
+        cmd::READ | cmd::BLOCK_STATUS => error_frame(hdr.cookie, errno, ctx.structured_replies),
+        _ => status_frame(hdr.cookie, Err(errno)),
+    }
+}
+
+type ReadRequest = (RequestHeader, Result<Request, Errno>, Option<Bytes>);
+
+/// Reads one request header and its payload. A WRITE payload is always consumed; it is
+/// kept only when the request is valid (an invalid one is discarded without buffering).
+async fn read_request<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    ctx: &TransmissionContext,
+    max_request_bytes: u32,
+) -> Result<ReadRequest, ConnectionError> {
+    let mut head = [0u8; REQUEST_HEADER_LEN_BYTES];
+    reader.read_exact(&mut head).await?;
+    let hdr = RequestHeader::parse(&head)?;
+    let checked = transmission::validate(&hdr, ctx);
+    let payload_len = hdr.payload_len_bytes();
+    if payload_len == 0 {
+        return Ok((hdr, checked, None));
+    }
+    if checked.is_ok() && payload_len <= max_request_bytes {
+        let mut data = vec![0u8; payload_len as usize];
+        reader.read_exact(&mut data).await?;
+        return Ok((hdr, checked, Some(Bytes::from(data))));
+    }
+    let discarded = tokio::io::copy(
+        &mut (&mut *reader).take(u64::from(payload_len)),
+        &mut tokio::io::sink(),
+    )
+    .await?;
+    if discarded < u64::from(payload_len) {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok((hdr, checked.and(Err(Errno::Inval)), None))
+}
+
+/// Runs one validated request against the export and builds its reply.
+async fn execute<E: Export>(
+    export: &E,
+    request: Request,
+    cookie: u64,
+    payload: Option<Bytes>,
+    structured: bool,
+) -> Frame {
+    match request {
+        Request::Read { offset, length, df } => {
+            if length == 0 {
+                return read_frame(cookie, offset, Default::default(), structured, df);
+            }
+            match export.read(offset, length).await {
+                Ok(data) if data.len_bytes() == length as usize => {
+                    read_frame(cookie, offset, data, structured, df)
+                }
+                // An export that returns the wrong length is buggy; the client must not
+                // receive a malformed reply because of it.
+                Ok(_) => error_frame(cookie, Errno::Io, structured),
+                Err(errno) => error_frame(cookie, errno, structured),
+            }
+        }
+        Request::Write {
+            offset,
+            length,
+            fua,
+        } => {
+            let result = match payload {
+                _ if length == 0 => Ok(()),
+                Some(data) => export.write(offset, data, fua).await,
+                None => Err(Errno::Inval),
+            };
+            status_frame(cookie, result)
+        }
+        Request::Flush => status_frame(cookie, export.flush().await),
+        Request::Trim {
+            offset,
+            length,
+            fua,
+        } => {
+            let result = if length == 0 {
+                Ok(())
+            } else {
+                export.trim(offset, length, fua).await
+            };
+            status_frame(cookie, result)
+        }
+        Request::WriteZeroes {
+            offset,
+            length,
+            flags,
+        } => {
+            let result = if length == 0 {
+                Ok(())
+            } else {
+                export.write_zeroes(offset, length, flags).await
+            };
+            status_frame(cookie, result)
+        }
+        Request::Cache { offset, length } => {
+            let result = if length == 0 || !export.features().cache {
+                Ok(())
+            } else {
+                export.cache(offset, length).await
+            };
+            status_frame(cookie, result)
+        }
+        Request::BlockStatus {
+            offset,
+            length,
+            req_one,
+        } => match export.block_status(offset, length).await {
+            Ok(extents) => match wire_extents(&extents, length, req_one) {
+                Some(wire) => block_status_frame(cookie, BASE_ALLOCATION_ID, &wire),
+                None => error_frame(cookie, Errno::Io, structured),
+            },
+            Err(errno) => error_frame(cookie, errno, structured),
+        },
+        // The connection task handles DISC itself.
+        Request::Disc => status_frame(cookie, Ok(())),
+    }
+}
+
+/// The writer task: writes each frame whole, flushing when no further frame is ready so
+/// that replies completed together share one system call.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+) -> io::Result<()> {
+    let mut out = BufWriter::with_capacity(64 * 1024, writer);
+    while let Some(frame) = rx.recv().await {
+        write_frame(&mut out, &frame).await?;
+        while let Ok(frame) = rx.try_recv() {
+            write_frame(&mut out, &frame).await?;
+        }
+        out.flush().await?;
+    }
+    out.shutdown().await
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
+    frame: &Frame,
+) -> io::Result<()> {
+    for part in &frame.parts {
+        out.write_all(part).await?;
+    }
+    Ok(())
+}
