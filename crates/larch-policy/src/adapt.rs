@@ -10,8 +10,9 @@ pub const ONE: u64 = 1 << 32;
 
 /// Returns `frac` adjusted by `up` and `down` bytes of ghost hits, relative to `total`
 /// bytes of ghost target. `balance` (percent) scales the weight of `down`: 500 makes a
-/// down-hit count 1/5 as much as an up-hit (OpenZFS `zfs_arc_meta_balance`).
-pub fn adjust(frac: u64, total: u64, up: u64, down: u64, balance: u64) -> u64 {
+/// down-hit count 1/5 as much as an up-hit (OpenZFS `zfs_arc_meta_balance`). With `damp`,
+/// moves further toward 0% or 100% are slowed once past 20% or 80%, as OpenZFS does.
+pub fn adjust(frac: u64, total: u64, up: u64, down: u64, balance: u64, damp: bool) -> u64 {
     debug_assert!(frac <= ONE, "fraction {frac} above 100%");
     let sum = up.saturating_add(down);
     if total < 32 || sum == 0 {
@@ -28,10 +29,10 @@ pub fn adjust(frac: u64, total: u64, up: u64, down: u64, balance: u64) -> u64 {
     // Damp near the extremes: the closer to 0% or 100%, the harder it is to move further.
     let ofrac = u128::from(ONE - frac);
     let frac128 = u128::from(frac);
-    if frac128 >= 4 * ofrac {
+    if damp && frac128 >= 4 * ofrac {
         up /= frac128 / (2 * ofrac + 1);
     }
-    if ofrac >= 4 * frac128 {
+    if damp && ofrac >= 4 * frac128 {
         down /= ofrac / (2 * frac128 + 1);
     }
     let up = (up << 32) / u128::from(total);
@@ -51,14 +52,14 @@ mod tests {
 
     #[test]
     fn no_hits_no_change() {
-        assert_eq!(adjust(ONE / 2, 1 << 30, 0, 0, 100), ONE / 2);
-        assert_eq!(adjust(ONE / 2, 16, 100, 0, 100), ONE / 2);
+        assert_eq!(adjust(ONE / 2, 1 << 30, 0, 0, 100, true), ONE / 2);
+        assert_eq!(adjust(ONE / 2, 16, 100, 0, 100, true), ONE / 2);
     }
 
     #[test]
     fn up_hits_raise_and_down_hits_lower() {
-        let up = adjust(ONE / 2, 1 << 30, 1 << 20, 0, 100);
-        let down = adjust(ONE / 2, 1 << 30, 0, 1 << 20, 100);
+        let up = adjust(ONE / 2, 1 << 30, 1 << 20, 0, 100, true);
+        let down = adjust(ONE / 2, 1 << 30, 0, 1 << 20, 100, true);
         assert!(up > ONE / 2, "{up}");
         assert!(down < ONE / 2, "{down}");
         // Symmetric at 50% with balance 100.
@@ -67,8 +68,8 @@ mod tests {
 
     #[test]
     fn balance_weakens_down_hits() {
-        let plain = ONE / 2 - adjust(ONE / 2, 1 << 30, 0, 1 << 20, 100);
-        let balanced = ONE / 2 - adjust(ONE / 2, 1 << 30, 0, 1 << 20, 500);
+        let plain = ONE / 2 - adjust(ONE / 2, 1 << 30, 0, 1 << 20, 100, true);
+        let balanced = ONE / 2 - adjust(ONE / 2, 1 << 30, 0, 1 << 20, 500, true);
         assert!(
             balanced * 5 <= plain + 5 && balanced * 5 + 5 >= plain,
             "{plain} vs {balanced}"
@@ -78,7 +79,7 @@ mod tests {
     #[test]
     fn step_is_capped() {
         // A flood of up-hits moves the fraction by at most ~1/32 of 100%.
-        let next = adjust(ONE / 2, 1 << 20, u64::MAX / 4, 0, 100);
+        let next = adjust(ONE / 2, 1 << 20, u64::MAX / 4, 0, 100, true);
         assert!(next - ONE / 2 <= ONE / 32 + 1, "{next}");
     }
 
@@ -86,14 +87,22 @@ mod tests {
     fn stays_within_bounds() {
         let mut frac = ONE / 2;
         for _ in 0..10_000 {
-            frac = adjust(frac, 1 << 20, 1 << 19, 0, 100);
+            frac = adjust(frac, 1 << 20, 1 << 19, 0, 100, true);
             assert!(frac <= ONE);
         }
         assert!(frac > ONE * 9 / 10, "{frac}");
         for _ in 0..10_000 {
-            frac = adjust(frac, 1 << 20, 0, 1 << 19, 100);
+            frac = adjust(frac, 1 << 20, 0, 1 << 19, 100, true);
         }
         assert!(frac < ONE / 10, "{frac}");
+    }
+
+    #[test]
+    fn damping_slows_moves_toward_the_extremes() {
+        let near_zero = ONE / 20;
+        let damped = near_zero - adjust(near_zero, 1 << 30, 0, 1 << 20, 100, true);
+        let free = near_zero - adjust(near_zero, 1 << 30, 0, 1 << 20, 100, false);
+        assert!(damped * 2 < free, "damped {damped} free {free}");
     }
 
     #[test]

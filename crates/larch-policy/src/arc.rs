@@ -37,11 +37,43 @@ pub struct ArcConfig {
     pub grow_step_min_bytes: u64,
     /// `c` grows while the size is within this of it (OpenZFS: 2 × 16 MiB).
     pub grow_slack_bytes: u64,
+    /// How large the ghost lists may grow (OpenZFS mode only).
+    pub ghost_bound: GhostBound,
+    /// Weigh ghost hits by the inverse ratio of the ghost list sizes when moving `pd` and
+    /// `pm`, as the paper moves `p` (a hit in the smaller ghost list says more). OpenZFS
+    /// weighs every ghost-hit byte the same.
+    pub ghost_hits_weighted: bool,
+    /// Slow the fractions' moves past 20% and 80% (OpenZFS does).
+    pub damp_extremes: bool,
+}
+
+/// The bound on the ghost lists in [`ArcMode::OpenZfs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GhostBound {
+    /// OpenZFS 2.2+: each ghost list holds at most half the bytes of the other three live
+    /// lists (MRU/MFU × data/metadata).
+    HalfOfOthers,
+    /// The paper's directory bounds: MRU + MRU ghost <= c, and everything <= 2c.
+    Directory,
 }
 
 impl ArcConfig {
-    /// OpenZFS defaults with `c` between `c_min_bytes` and `c_max_bytes`, starting at `c_min_bytes`.
+    /// larch's defaults with `c` between `c_min_bytes` and `c_max_bytes`, starting at
+    /// `c_min_bytes`: OpenZFS 2.2+ with the paper's ghost sizing and learning rate (the
+    /// ghost lists bounded as the paper's directory, ghost hits weighted by the ghost size
+    /// ratio, no damping). BENCHMARKS.md has the measurements behind this choice.
     pub fn new(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
+        ArcConfig {
+            ghost_bound: GhostBound::Directory,
+            ghost_hits_weighted: true,
+            damp_extremes: false,
+            ..ArcConfig::openzfs(c_min_bytes, c_max_bytes)
+        }
+    }
+
+    /// OpenZFS 2.2+ exactly as it balances (ghost lists at half the rest, equal weights,
+    /// damping), with `c` between `c_min_bytes` and `c_max_bytes`.
+    pub fn openzfs(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
         ArcConfig {
             mode: ArcMode::OpenZfs,
             c_min_bytes,
@@ -51,12 +83,20 @@ impl ArcConfig {
             meta_balance: 500,
             grow_step_min_bytes: 128 << 10,
             grow_slack_bytes: 32 << 20,
+            ghost_bound: GhostBound::HalfOfOthers,
+            ghost_hits_weighted: false,
+            damp_extremes: true,
         }
     }
 
     /// OpenZFS defaults with a fixed target: `c_min = c_max = size_bytes`.
     pub fn fixed(size_bytes: u64) -> ArcConfig {
         ArcConfig::new(size_bytes, size_bytes)
+    }
+
+    /// OpenZFS 2.2+ balancing (see [`ArcConfig::openzfs`]) with a fixed target.
+    pub fn openzfs_fixed(size_bytes: u64) -> ArcConfig {
+        ArcConfig::openzfs(size_bytes, size_bytes)
     }
 
     /// The paper's ARC with a fixed target of `size_bytes`.
@@ -988,21 +1028,42 @@ impl Arc {
         }
         let [[grd, grm], [gfd, gfm]] = delta;
         let [[gsrd, gsrm], [gsfd, gsfm]] = self.ghost_target_bytes;
+        let damp = self.cfg.damp_extremes;
         self.meta = adapt::adjust(
             self.meta,
             gsrd + gsrm + gsfd + gsfm,
             grm + gfm,
             grd + gfd,
             self.cfg.meta_balance,
+            damp,
         );
-        self.pd = adapt::adjust(self.pd, gsrd + gsfd, grd, gfd, 100);
-        self.pm = adapt::adjust(self.pm, gsrm + gsfm, grm, gfm, 100);
+        let (grd, gfd, grm, gfm) = if self.cfg.ghost_hits_weighted {
+            let g = |s: State, t: usize| self.sizes[s as usize][t].max(1);
+            let w = |a: u64, b: u64| (a / b).max(1);
+            (
+                grd.saturating_mul(w(g(State::MfuGhost, DATA), g(State::MruGhost, DATA))),
+                gfd.saturating_mul(w(g(State::MruGhost, DATA), g(State::MfuGhost, DATA))),
+                grm.saturating_mul(w(g(State::MfuGhost, META), g(State::MruGhost, META))),
+                gfm.saturating_mul(w(g(State::MruGhost, META), g(State::MfuGhost, META))),
+            )
+        } else {
+            (grd, gfd, grm, gfm)
+        };
+        self.pd = adapt::adjust(self.pd, gsrd + gsfd, grd, gfd, 100, damp);
+        self.pm = adapt::adjust(self.pm, gsrm + gsfm, grm, gfm, 100, damp);
     }
 
     /// The ghost bounds for [mru_ghost, mfu_ghost][type].
     fn ghost_targets(&self) -> [[u64; 2]; 2] {
-        match self.cfg.mode {
-            ArcMode::OpenZfs => {
+        match (self.cfg.mode, self.cfg.ghost_bound) {
+            (ArcMode::OpenZfs, GhostBound::Directory) => {
+                let g = |s: State, t: usize| self.sizes[s as usize][t];
+                [
+                    [g(State::MruGhost, DATA), g(State::MruGhost, META)],
+                    [g(State::MfuGhost, DATA), g(State::MfuGhost, META)],
+                ]
+            }
+            (ArcMode::OpenZfs, GhostBound::HalfOfOthers) => {
                 let sz = |s: State, t: usize| self.sizes[s as usize][t];
                 let mrud = sz(State::Mru, DATA) + sz(State::Anon, DATA);
                 let mrum = sz(State::Mru, META) + sz(State::Anon, META);
@@ -1014,13 +1075,16 @@ impl Arc {
                 ]
             }
             // The paper's bounds are enforced on insertion (paper_make_room_for_new).
-            ArcMode::Paper => [[u64::MAX; 2]; 2],
+            (ArcMode::Paper, _) => [[u64::MAX; 2]; 2],
         }
     }
 
     fn trim_ghosts(&mut self, actions: &mut Vec<Action>) {
         if self.cfg.mode == ArcMode::Paper {
             return;
+        }
+        if self.cfg.ghost_bound == GhostBound::Directory {
+            self.trim_ghosts_directory(actions);
         }
         let targets = self.ghost_targets();
         for (g, state) in [State::MruGhost, State::MfuGhost].into_iter().enumerate() {
@@ -1029,6 +1093,29 @@ impl Arc {
             }
         }
         self.ghost_target_bytes = targets;
+    }
+
+    /// The paper's directory bounds applied to the OpenZFS lists: MRU + MRU ghost <= c and
+    /// the whole directory <= 2c.
+    fn trim_ghosts_directory(&mut self, actions: &mut Vec<Action>) {
+        let c = self.c;
+        while self.state_bytes(State::Mru) + self.state_bytes(State::MruGhost) > c {
+            let Some((id, _)) = self.coldest(State::MruGhost) else {
+                break;
+            };
+            self.drop_ghost(id, actions);
+        }
+        while self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost)
+            > 2 * c
+        {
+            let Some((id, _)) = self
+                .coldest(State::MfuGhost)
+                .or_else(|| self.coldest(State::MruGhost))
+            else {
+                break;
+            };
+            self.drop_ghost(id, actions);
+        }
     }
 
     // ---- the paper's ARC ---------------------------------------------------------------------
@@ -1287,8 +1374,19 @@ impl Arc {
             self.size()
         );
         assert!(self.meta <= ONE && self.pd <= ONE && self.pm <= ONE);
-        match self.cfg.mode {
-            ArcMode::OpenZfs => {
+        let directory = self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
+        match (self.cfg.mode, self.cfg.ghost_bound) {
+            (ArcMode::OpenZfs, GhostBound::Directory) => {
+                let l1 = self.state_bytes(State::Mru) + self.state_bytes(State::MruGhost);
+                let ghosts = self.state_bytes(State::MruGhost);
+                assert!(l1 <= c || ghosts == 0, "MRU + MRU ghost {l1} over c {c}");
+                assert!(
+                    directory <= 2 * c || self.short,
+                    "directory {directory} over 2c {}",
+                    2 * c
+                );
+            }
+            (ArcMode::OpenZfs, GhostBound::HalfOfOthers) => {
                 let targets = self.ghost_targets();
                 for (g, state) in [State::MruGhost, State::MfuGhost].into_iter().enumerate() {
                     for t in [DATA, META] {
@@ -1301,11 +1399,8 @@ impl Arc {
                     }
                 }
             }
-            ArcMode::Paper => {
+            (ArcMode::Paper, _) => {
                 assert!(self.p <= c, "p {} over c {c}", self.p);
-                let directory = self.size()
-                    + self.state_bytes(State::MruGhost)
-                    + self.state_bytes(State::MfuGhost);
                 if !self.short {
                     assert!(directory <= 2 * c, "directory {directory} over 2c {}", 2 * c);
                 }
@@ -1317,8 +1412,11 @@ impl Arc {
 impl Policy for Arc {
     fn name(&self) -> &'static str {
         match self.cfg.mode {
-            ArcMode::OpenZfs => "arc",
             ArcMode::Paper => "arc-paper",
+            ArcMode::OpenZfs if self.cfg == ArcConfig::openzfs(self.cfg.c_min_bytes, self.cfg.c_max_bytes) => {
+                "arc-openzfs"
+            }
+            ArcMode::OpenZfs => "arc",
         }
     }
 

@@ -60,7 +60,7 @@ mod list;
 mod lru;
 mod stats;
 
-pub use arc::{Arc, ArcConfig, ArcMode};
+pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
 pub use list::HEADER_BYTES;
 pub use lru::Lru;
 pub use stats::ArcStats;

@@ -3,8 +3,9 @@
 //!
 //!     cargo run --release -p larch-sim --example paper_traces [-- TRACE_DIR]
 //!
-//! Prints a Markdown table: paper LRU / ARC next to larch's LRU, paper-exact ARC and default
-//! (OpenZFS-style) ARC, in percent.
+//! Prints a Markdown table, hit ratios in percent: the paper's LRU and ARC next to larch's
+//! `lru`, `arc-paper` (the paper's algorithm), `arc-openzfs` (OpenZFS 2.2+ balancing) and
+//! `arc` (the default).
 
 use std::path::{Path, PathBuf};
 
@@ -40,17 +41,21 @@ fn main() {
         eprintln!("no trace directory at {}: nothing to validate", dir.display());
         std::process::exit(2);
     }
-    println!("| trace | pages | paper LRU | larch LRU | paper ARC | larch arc-paper | larch arc (default) |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| trace | pages | paper LRU | larch `lru` | paper ARC | larch `arc-paper` | larch `arc-openzfs` | larch `arc` (default, vs paper ARC) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (trace, pages, paper_lru, paper_arc) in PAPER {
         let path = dir.join(trace);
         let bytes = pages * 512;
         let lru = hit_ratio(&path, &mut Lru::new(bytes));
         let exact = hit_ratio(&path, &mut Arc::new(ArcConfig::paper(bytes)).unwrap());
+        let openzfs = hit_ratio(&path, &mut Arc::new(ArcConfig::openzfs_fixed(bytes)).unwrap());
         let default = hit_ratio(&path, &mut Arc::new(ArcConfig::fixed(bytes)).unwrap());
         println!(
-            "| {} | {pages} | {paper_lru:.2} | {lru:.2} | {paper_arc:.2} | {exact:.2} | {default:.2} |",
-            trace.trim_end_matches(".lis.zst")
+            "| {} | {pages} | {paper_lru:.2} | {lru:.2} | {paper_arc:.2} | {exact:.2} | {openzfs:.2} | {default:.2} ({:+.2}) |",
+            trace.trim_end_matches(".lis.zst"),
+            default - paper_arc
         );
     }
 }

@@ -29,8 +29,10 @@ pub enum SimCommand {
 /// Replacement policies `larch sim replay` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PolicyName {
-    /// The ARC as larch runs it (OpenZFS 2.2+ balancing).
+    /// The ARC as larch runs it: OpenZFS 2.2+ with the paper's ghost sizing.
     Arc,
+    /// The ARC balanced exactly as OpenZFS 2.2+ does.
+    ArcOpenzfs,
     /// The ARC of the FAST'03 paper, for validation.
     ArcPaper,
     /// Least recently used.
@@ -102,6 +104,7 @@ pub fn make_policy(name: PolicyName, cache_size_bytes: u64) -> anyhow::Result<Bo
     }
     Ok(match name {
         PolicyName::Arc => Box::new(Arc::new(ArcConfig::fixed(cache_size_bytes))?),
+        PolicyName::ArcOpenzfs => Box::new(Arc::new(ArcConfig::openzfs_fixed(cache_size_bytes))?),
         PolicyName::ArcPaper => Box::new(Arc::new(ArcConfig::paper(cache_size_bytes))?),
         PolicyName::Lru => Box::new(Lru::new(cache_size_bytes)),
     })
