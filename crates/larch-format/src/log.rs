@@ -54,7 +54,7 @@ fn too_short(what: &'static str, need_bytes: usize, got_bytes: usize) -> Result<
 ///
 /// Tombstones carry only `volume_guid`, `block_number` and `generation`; every other
 /// field is zero (or the default enum value) and the decoder insists on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LogEntryPhys {
     /// Data or tombstone.
     pub kind: EntryKind,
