@@ -265,8 +265,11 @@ impl<E: Export> Server<E> {
         };
         let server = self.clone();
         tokio::spawn(async move {
-            if let Err(err) = server.serve_stream(reader, writer).await {
-                eprintln!("larch-nbd: connection closed: {err}");
+            match server.serve_stream(reader, writer).await {
+                Ok(()) => {}
+                // A client hanging up is its right, not an error worth a log line.
+                Err(ConnectionError::Io(err)) if is_hang_up(&err) => {}
+                Err(err) => eprintln!("larch-nbd: connection closed: {err}"),
             }
             drop(permit);
         });
@@ -466,6 +469,13 @@ fn is_transient_accept_error(err: &io::Error) -> bool {
         io::ErrorKind::ConnectionAborted
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::Interrupted
+    )
+}
+
+fn is_hang_up(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
     )
 }
 

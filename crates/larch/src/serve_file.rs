@@ -33,6 +33,14 @@ use crate::units::parse_size;
 pub struct ServeFileArgs {
     /// The file or block device to serve.
     pub path: PathBuf,
+    /// Everything else, boxed so the CLI's command enum stays small.
+    #[command(flatten)]
+    pub options: Box<ServeFileOptions>,
+}
+
+/// Options of `larch serve-file`.
+#[derive(clap::Args)]
+pub struct ServeFileOptions {
     /// Listen on this Unix socket (a stale socket file there is replaced).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -93,6 +101,8 @@ pub enum IoMode {
 /// Runs `larch serve-file` until SIGTERM/SIGINT (or, with `--stdio`, the end of the
 /// connection); exits 0 after a graceful shutdown.
 pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
+    let ServeFileArgs { path, options } = args;
+    let args = *options;
     let min_block = parse_size(&args.min_block_size)?;
     let min_block = u32::try_from(min_block).context("--min-block-size too large")?;
     let limits = ServerLimits {
@@ -105,7 +115,7 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
         shutdown_grace: Duration::try_from_secs_f64(args.shutdown_grace)
             .context("--shutdown-grace")?,
     };
-    let export = FileExport::open(&args.path, args.read_only, min_block, args.io)?;
+    let export = FileExport::open(&path, args.read_only, min_block, args.io)?;
     let size_bytes = export.size_bytes;
     let server = Server::new(
         limits,
@@ -121,17 +131,18 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
         runtime.worker_threads(n.max(1));
     }
     let runtime = runtime.build().context("starting the async runtime")?;
-    runtime.block_on(serve(server, &args, size_bytes))
+    runtime.block_on(serve(server, &path, &args, size_bytes))
 }
 
 async fn serve(
     server: Server<FileExport>,
-    args: &ServeFileArgs,
+    path: &Path,
+    args: &ServeFileOptions,
     size_bytes: u64,
 ) -> anyhow::Result<ExitCode> {
     let what = format!(
         "{} ({size_bytes} bytes{}) as export {:?}",
-        args.path.display(),
+        path.display(),
         if args.read_only { ", read-only" } else { "" },
         args.export_name
     );
@@ -317,12 +328,11 @@ impl FileExport {
         if !supported.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(length))
-        else {
+        let Ok(off) = libc::off_t::try_from(offset) else {
             return Ok(false);
         };
         // SAFETY: fallocate takes a valid descriptor (owned by `file`) and plain integers.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) };
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, libc::off_t::from(length)) };
         if rc == 0 {
             return Ok(true);
         }
@@ -521,12 +531,18 @@ impl Export for FileExport {
     }
 
     async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {
-        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(length))
-        else {
+        let Ok(off) = libc::off_t::try_from(offset) else {
             return Ok(());
         };
         // SAFETY: posix_fadvise on a valid descriptor with plain integers.
-        unsafe { libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                off,
+                libc::off_t::from(length),
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
         Ok(())
     }
 
