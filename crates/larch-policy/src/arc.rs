@@ -289,7 +289,11 @@ impl Arc {
 
     /// The evictable blocks of `state` and `buf_type`, coldest first: where the L2 feeder
     /// looks for blocks about to be evicted.
-    pub fn cold_end(&self, state: State, buf_type: BufType) -> impl Iterator<Item = BlockInfo> + '_ {
+    pub fn cold_end(
+        &self,
+        state: State,
+        buf_type: BufType,
+    ) -> impl Iterator<Item = BlockInfo> + '_ {
         let mut id = self.lists[state as usize][buf_type as usize].tail;
         std::iter::from_fn(move || {
             if id == NIL {
@@ -382,7 +386,7 @@ impl Arc {
         was_prefetch
     }
 
-    fn hit(&mut self, id: u32, access: &Access) -> Outcome {
+    fn hit(&mut self, id: u32, access: &Access, actions: &mut Vec<Action>) -> Outcome {
         self.count_access(access, true);
         let was_prefetch = self.update_prefetch_flag(id, access);
         let now = access.now_ms;
@@ -400,6 +404,8 @@ impl Arc {
                 {
                     self.slab.get_mut(id).access_ms = now;
                     self.change_state(id, State::Mfu);
+                    // The live lists changed, and the ghost bounds with them.
+                    self.trim_ghosts(actions);
                 } else {
                     // A re-read within ARC_MINTIME is not frequency; the time keeps the first access.
                     self.requeue(id);
@@ -558,7 +564,7 @@ impl Arc {
                 return self.miss_new(access, actions);
             }
             if self.slab.get(id).state.is_resident() {
-                self.hit(id, access)
+                self.hit(id, access, actions)
             } else {
                 self.ghost_hit(id, access, actions)
             }
@@ -905,7 +911,13 @@ impl Arc {
 
     /// Drops ghost headers from the cold end of a ghost list until it holds at most
     /// `target` bytes. A ghost with a cache-device copy becomes `l2c_only`.
-    fn trim_ghost_list(&mut self, state: State, buf_type: usize, target: u64, actions: &mut Vec<Action>) {
+    fn trim_ghost_list(
+        &mut self,
+        state: State,
+        buf_type: usize,
+        target: u64,
+        actions: &mut Vec<Action>,
+    ) {
         while self.lists[state as usize][buf_type].bytes > target {
             let id = self.lists[state as usize][buf_type].tail;
             self.drop_ghost(id, actions);
@@ -921,10 +933,18 @@ impl Arc {
         }
     }
 
+    /// Drops uncached blocks nobody held that were last read at least half of
+    /// `min_prefetch_ms` ago (OpenZFS flushes the uncached state on the same schedule).
+    /// A caller that holds an uncached block right after reading it keeps it until release.
     fn flush_uncached(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
+        let age_ms = self.cfg.min_prefetch_ms / 2;
         for t in [DATA, META] {
-            if self.lists[State::Uncached as usize][t].len > 0 {
-                self.evict_list(State::Uncached, t, u64::MAX, now_ms, actions);
+            loop {
+                let id = self.lists[State::Uncached as usize][t].tail;
+                if id == NIL || now_ms < self.slab.get(id).access_ms.saturating_add(age_ms) {
+                    break;
+                }
+                self.evict_one(id, actions);
             }
         }
     }
@@ -1080,11 +1100,13 @@ impl Arc {
     }
 
     fn trim_ghosts(&mut self, actions: &mut Vec<Action>) {
+        if self.cfg.mode == ArcMode::Paper || self.cfg.ghost_bound == GhostBound::Directory {
+            // The paper keeps these bounds on insertion; other operations (shrink, writes)
+            // can break them, so they are restored here too.
+            self.trim_ghosts_directory(actions);
+        }
         if self.cfg.mode == ArcMode::Paper {
             return;
-        }
-        if self.cfg.ghost_bound == GhostBound::Directory {
-            self.trim_ghosts_directory(actions);
         }
         let targets = self.ghost_targets();
         for (g, state) in [State::MruGhost, State::MfuGhost].into_iter().enumerate() {
@@ -1144,11 +1166,11 @@ impl Arc {
             (State::Mfu, State::Mru)
         };
         for state in [first, second] {
-            if let Some((id, _)) = self.coldest(state) {
-                if !self.is_young_prefetch(self.slab.get(id), now_ms) {
-                    self.evict_one(id, actions);
-                    return true;
-                }
+            if let Some((id, _)) = self.coldest(state)
+                && !self.is_young_prefetch(self.slab.get(id), now_ms)
+            {
+                self.evict_one(id, actions);
+                return true;
             }
         }
         false
@@ -1208,7 +1230,8 @@ impl Arc {
                 }
             }
         } else {
-            let total = self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
+            let total =
+                self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
             if total + size > c {
                 while self.size()
                     + self.state_bytes(State::MruGhost)
@@ -1262,7 +1285,10 @@ impl Arc {
             ("evict_l2_eligible_mru", s.evict_l2_eligible_mru),
             ("evict_l2_ineligible", s.evict_l2_ineligible),
             ("predictive_prefetch", s.predictive_prefetch),
-            ("demand_hit_predictive_prefetch", s.demand_hit_predictive_prefetch),
+            (
+                "demand_hit_predictive_prefetch",
+                s.demand_hit_predictive_prefetch,
+            ),
             ("stale_drops", s.stale_drops),
             ("hash_elements", self.slab.live() as u64),
             ("c", self.c),
@@ -1274,10 +1300,7 @@ impl Arc {
             ("pm", self.pm),
             ("p", self.p),
             ("arc_no_grow", u64::from(self.no_grow)),
-            (
-                "hdr_size",
-                (self.slab.live() * crate::HEADER_BYTES) as u64,
-            ),
+            ("hdr_size", (self.slab.live() * crate::HEADER_BYTES) as u64),
             (
                 "data_size",
                 [State::Anon, State::Mru, State::Mfu, State::Uncached]
@@ -1307,11 +1330,17 @@ impl Arc {
         ] {
             let i = state as usize;
             let name = state.name();
-            out.push((format!("{name}_size"), self.sizes[i][DATA] + self.sizes[i][META]));
+            out.push((
+                format!("{name}_size"),
+                self.sizes[i][DATA] + self.sizes[i][META],
+            ));
             out.push((format!("{name}_data"), self.sizes[i][DATA]));
             out.push((format!("{name}_metadata"), self.sizes[i][META]));
             out.push((format!("{name}_evictable_data"), self.lists[i][DATA].bytes));
-            out.push((format!("{name}_evictable_metadata"), self.lists[i][META].bytes));
+            out.push((
+                format!("{name}_evictable_metadata"),
+                self.lists[i][META].bytes,
+            ));
         }
         out
     }
@@ -1341,7 +1370,10 @@ impl Arc {
                 assert_eq!(h.refcount, 0, "{key:?}: held in {:?}", h.state);
             }
         }
-        assert_eq!(sizes, self.sizes, "state sizes differ from the sum over headers");
+        assert_eq!(
+            sizes, self.sizes,
+            "state sizes differ from the sum over headers"
+        );
         let mut on_lists = 0u64;
         for state in State::ALL {
             for t in [DATA, META] {
@@ -1353,7 +1385,11 @@ impl Arc {
                     let h = self.slab.get(id);
                     assert_eq!(h.state, state, "{:?} on the {state:?} list", h.key);
                     assert_eq!(h.buf_type as usize, t, "{:?} on the wrong type list", h.key);
-                    assert!(is_listed(h.state, h.refcount), "{:?} listed while held", h.key);
+                    assert!(
+                        is_listed(h.state, h.refcount),
+                        "{:?} listed while held",
+                        h.key
+                    );
                     bytes += u64::from(h.size_bytes);
                 }
                 assert_eq!(bytes, list.bytes, "{state:?}/{t}: list bytes");
@@ -1374,7 +1410,8 @@ impl Arc {
             self.size()
         );
         assert!(self.meta <= ONE && self.pd <= ONE && self.pm <= ONE);
-        let directory = self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
+        let directory =
+            self.size() + self.state_bytes(State::MruGhost) + self.state_bytes(State::MfuGhost);
         match (self.cfg.mode, self.cfg.ghost_bound) {
             (ArcMode::OpenZfs, GhostBound::Directory) => {
                 let l1 = self.state_bytes(State::Mru) + self.state_bytes(State::MruGhost);
@@ -1402,7 +1439,11 @@ impl Arc {
             (ArcMode::Paper, _) => {
                 assert!(self.p <= c, "p {} over c {c}", self.p);
                 if !self.short {
-                    assert!(directory <= 2 * c, "directory {directory} over 2c {}", 2 * c);
+                    assert!(
+                        directory <= 2 * c,
+                        "directory {directory} over 2c {}",
+                        2 * c
+                    );
                 }
             }
         }
@@ -1413,7 +1454,9 @@ impl Policy for Arc {
     fn name(&self) -> &'static str {
         match self.cfg.mode {
             ArcMode::Paper => "arc-paper",
-            ArcMode::OpenZfs if self.cfg == ArcConfig::openzfs(self.cfg.c_min_bytes, self.cfg.c_max_bytes) => {
+            ArcMode::OpenZfs
+                if self.cfg == ArcConfig::openzfs(self.cfg.c_min_bytes, self.cfg.c_max_bytes) =>
+            {
                 "arc-openzfs"
             }
             ArcMode::OpenZfs => "arc",

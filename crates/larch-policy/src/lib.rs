@@ -59,6 +59,7 @@ mod arc;
 mod list;
 mod lru;
 mod stats;
+pub mod testing;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
 pub use list::HEADER_BYTES;

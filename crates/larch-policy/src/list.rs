@@ -170,7 +170,11 @@ impl Slab {
     pub fn free(&mut self, id: u32) {
         let key = self.headers[id as usize].key;
         let removed = self.index.remove(&key);
-        assert_eq!(removed, Some(id), "freeing header {id} that the index does not hold");
+        assert_eq!(
+            removed,
+            Some(id),
+            "freeing header {id} that the index does not hold"
+        );
         let header = &mut self.headers[id as usize];
         header.state = State::Anon;
         header.prev = NIL;

@@ -135,7 +135,11 @@ impl Policy for Lru {
 
     fn check_invariants(&self) {
         let ids = self.slab.walk(&self.list);
-        assert_eq!(ids.len(), self.slab.live(), "every LRU header is on the list");
+        assert_eq!(
+            ids.len(),
+            self.slab.live(),
+            "every LRU header is on the list"
+        );
         let bytes: u64 = ids
             .iter()
             .map(|&id| u64::from(self.slab.get(id).size_bytes))

@@ -38,7 +38,10 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../shared/traces/arc"));
     if !dir.is_dir() {
-        eprintln!("no trace directory at {}: nothing to validate", dir.display());
+        eprintln!(
+            "no trace directory at {}: nothing to validate",
+            dir.display()
+        );
         std::process::exit(2);
     }
     println!(
@@ -50,7 +53,10 @@ fn main() {
         let bytes = pages * 512;
         let lru = hit_ratio(&path, &mut Lru::new(bytes));
         let exact = hit_ratio(&path, &mut Arc::new(ArcConfig::paper(bytes)).unwrap());
-        let openzfs = hit_ratio(&path, &mut Arc::new(ArcConfig::openzfs_fixed(bytes)).unwrap());
+        let openzfs = hit_ratio(
+            &path,
+            &mut Arc::new(ArcConfig::openzfs_fixed(bytes)).unwrap(),
+        );
         let default = hit_ratio(&path, &mut Arc::new(ArcConfig::fixed(bytes)).unwrap());
         println!(
             "| {} | {pages} | {paper_lru:.2} | {lru:.2} | {paper_arc:.2} | {exact:.2} | {openzfs:.2} | {default:.2} ({:+.2}) |",

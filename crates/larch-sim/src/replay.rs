@@ -201,7 +201,7 @@ impl<'p> Replayer<'p> {
             self.counts.miss_bytes += u64::from(size_bytes);
         }
         let every = self.cfg.check_every_accesses;
-        if every > 0 && self.counts.requests % every == 0 {
+        if every > 0 && self.counts.requests.is_multiple_of(every) {
             self.policy.check_invariants();
         }
     }

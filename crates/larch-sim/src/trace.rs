@@ -211,10 +211,12 @@ pub fn detect_format(path: &Path) -> Result<Format, TraceError> {
     let mut head = vec![0u8; 4096];
     let mut filled = 0;
     while filled < head.len() {
-        let n = reader.read(&mut head[filled..]).map_err(|source| TraceError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let n = reader
+            .read(&mut head[filled..])
+            .map_err(|source| TraceError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if n == 0 {
             break;
         }
@@ -225,7 +227,8 @@ pub fn detect_format(path: &Path) -> Result<Format, TraceError> {
         path: path.to_path_buf(),
         message: message.to_string(),
     };
-    let text = std::str::from_utf8(&head).map_err(|_| unknown("binary content of unknown layout"))?;
+    let text =
+        std::str::from_utf8(&head).map_err(|_| unknown("binary content of unknown layout"))?;
     let first = text
         .lines()
         .find(|l| !l.trim().is_empty() && !l.starts_with('#') && l.trim() != "*")
@@ -318,9 +321,7 @@ impl TraceReader {
         }
         self.line_number += 1;
         if filled < size {
-            return Err(self.parse_error(format!(
-                "truncated record: {filled} of {size} bytes"
-            )));
+            return Err(self.parse_error(format!("truncated record: {filled} of {size} bytes")));
         }
         let r = &self.record;
         let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
@@ -341,7 +342,11 @@ impl TraceReader {
         let op = match u16_at(12) {
             0x28 | 0x08 | 0x88 | 0xa8 => Op::Read,
             0x2a | 0x0a | 0x8a | 0xaa => Op::Write,
-            other => return Err(self.parse_error(format!("SCSI command {other:#x} is neither a read nor a write"))),
+            other => {
+                return Err(self.parse_error(format!(
+                    "SCSI command {other:#x} is neither a read nor a write"
+                )));
+            }
         };
         Ok(Some(Record {
             time_ms: Some(u64_at(24) / 1000),
@@ -423,10 +428,7 @@ fn parse_text(line: &str) -> Result<Record, String> {
 fn parse_lis(line: &str) -> Result<Record, String> {
     let mut fields = line.split_whitespace();
     let start = parse_u64(fields.next().unwrap_or(""), "start page")?;
-    let count = parse_u64(
-        fields.next().ok_or("missing page count")?,
-        "page count",
-    )?;
+    let count = parse_u64(fields.next().ok_or("missing page count")?, "page count")?;
     if count == 0 {
         return Err("page count is 0".to_string());
     }
@@ -475,9 +477,8 @@ impl CsvLayout {
     fn detect(line: &str) -> Result<(CsvLayout, bool), String> {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let is_number = |f: &str| f.parse::<f64>().is_ok();
-        let looks_like_header = fields
-            .iter()
-            .any(|f| f.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && !is_op(f));
+        // A header names every column; a record has numbers in it.
+        let looks_like_header = !fields.iter().any(|f| is_number(f));
         if looks_like_header {
             return CsvLayout::from_header(&fields).map(|l| (l, true));
         }
@@ -585,7 +586,9 @@ impl CsvLayout {
                 offset_bytes: offset
                     .checked_mul(self.offset_unit_bytes)
                     .ok_or("offset too large")?,
-                length_bytes: size.checked_mul(self.size_unit_bytes).ok_or("size too large")?,
+                length_bytes: size
+                    .checked_mul(self.size_unit_bytes)
+                    .ok_or("size too large")?,
             },
         })
     }

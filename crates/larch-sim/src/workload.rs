@@ -49,8 +49,15 @@ impl Zipf {
     /// A sampler over `n` items with skew `theta` (0 < theta < 1; 0.9 is a common choice).
     pub fn new(n: u64, theta: f64) -> Zipf {
         assert!(n >= 2, "Zipf needs at least 2 items, got {n}");
-        assert!(theta > 0.0 && theta < 1.0, "Zipf theta {theta} outside (0, 1)");
-        let zeta = |count: u64| (1..=count).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        assert!(
+            theta > 0.0 && theta < 1.0,
+            "Zipf theta {theta} outside (0, 1)"
+        );
+        let zeta = |count: u64| {
+            (1..=count)
+                .map(|i| 1.0 / (i as f64).powf(theta))
+                .sum::<f64>()
+        };
         let zeta_n = zeta(n);
         let zeta_2 = zeta(2);
         Zipf {
