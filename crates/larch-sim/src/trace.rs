@@ -28,6 +28,9 @@ use std::str::FromStr;
 /// Bytes in a sector, the unit of LBAs and of the ARC paper's pages.
 pub const SECTOR_BYTES: u64 = 512;
 
+/// Longest line a text trace may have; a longer one is a malformed record.
+pub const MAX_LINE_BYTES: u64 = 64 << 10;
+
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -361,10 +364,10 @@ impl TraceReader {
 
     fn next_line(&mut self) -> Result<Option<Record>, TraceError> {
         loop {
-            self.line.clear();
-            let n = self
-                .input
-                .read_line(&mut self.line)
+            self.record.clear();
+            let n = (&mut self.input)
+                .take(MAX_LINE_BYTES)
+                .read_until(b'\n', &mut self.record)
                 .map_err(|source| TraceError::Io {
                     path: self.path.clone(),
                     source,
@@ -373,6 +376,17 @@ impl TraceReader {
                 return Ok(None);
             }
             self.line_number += 1;
+            if n as u64 == MAX_LINE_BYTES && self.record.last() != Some(&b'\n') {
+                self.skip_rest_of_line()?;
+                return Err(self.parse_error(format!(
+                    "line longer than {MAX_LINE_BYTES} bytes"
+                )));
+            }
+            self.line.clear();
+            match std::str::from_utf8(&self.record) {
+                Ok(text) => self.line.push_str(text),
+                Err(_) => return Err(self.parse_error("line is not UTF-8 text")),
+            }
             let line = self.line.trim();
             if line.is_empty() || line.starts_with('#') || line == "*" {
                 continue;
@@ -394,6 +408,31 @@ impl TraceReader {
                 Format::OracleGeneral | Format::Vscsi => unreachable!("binary formats"),
             };
             return parsed.map(Some).map_err(|m| self.parse_error(m));
+        }
+    }
+}
+
+impl TraceReader {
+    /// Discards input up to and including the next newline.
+    fn skip_rest_of_line(&mut self) -> Result<(), TraceError> {
+        loop {
+            let buf = self.input.fill_buf().map_err(|source| TraceError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    self.input.consume(i + 1);
+                    return Ok(());
+                }
+                None => {
+                    let len = buf.len();
+                    self.input.consume(len);
+                }
+            }
         }
     }
 }
@@ -730,6 +769,83 @@ mod tests {
         assert!(layout.parse("1,2,3").unwrap_err().contains("columns"));
         assert!(layout.parse("1,x,3,R").unwrap_err().contains("offset"));
         assert!(layout.parse("1,2,3,Q").unwrap_err().contains("neither"));
+    }
+
+    fn reader_over(bytes: &[u8], format: Format) -> TraceReader {
+        TraceReader {
+            path: PathBuf::from("mem"),
+            input: Box::new(io::Cursor::new(bytes.to_vec())),
+            format,
+            line_number: 0,
+            line: String::new(),
+            csv: None,
+            record: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn bad_lines_are_errors_and_reading_goes_on() {
+        let mut long = vec![b'7'; MAX_LINE_BYTES as usize + 10];
+        long.extend_from_slice(b"\n5\n\xff\xfe\n6\n");
+        let mut reader = reader_over(&long, Format::Text);
+        let err = reader.next_record().unwrap_err().to_string();
+        assert!(err.starts_with("mem:1: line longer"), "{err}");
+        assert_eq!(
+            reader.next_record().unwrap().unwrap().extent,
+            Extent::Object {
+                id: 5,
+                size_bytes: None
+            }
+        );
+        let err = reader.next_record().unwrap_err().to_string();
+        assert!(err.contains("mem:3") && err.contains("UTF-8"), "{err}");
+        assert!(reader.next_record().unwrap().is_some());
+        assert!(reader.next_record().unwrap().is_none());
+    }
+
+    #[test]
+    fn binary_records() {
+        let mut og = Vec::new();
+        og.extend_from_slice(&7u32.to_le_bytes());
+        og.extend_from_slice(&42u64.to_le_bytes());
+        og.extend_from_slice(&8192u32.to_le_bytes());
+        og.extend_from_slice(&(-1i64).to_le_bytes());
+        og.extend_from_slice(&[1, 2, 3]); // a truncated second record
+        let mut reader = reader_over(&og, Format::OracleGeneral);
+        let r = reader.next_record().unwrap().unwrap();
+        assert_eq!(r.time_ms, Some(7000));
+        assert_eq!(
+            r.extent,
+            Extent::Object {
+                id: 42,
+                size_bytes: Some(8192)
+            }
+        );
+        assert!(reader.next_record().unwrap_err().to_string().contains("truncated"));
+        assert!(reader.next_record().unwrap().is_none());
+
+        let mut vscsi = Vec::new();
+        for (cmd, lbn) in [(0x28u16, 10u64), (0x2a, 20), (0x12, 30)] {
+            vscsi.extend_from_slice(&1u32.to_le_bytes());
+            vscsi.extend_from_slice(&4096u32.to_le_bytes());
+            vscsi.extend_from_slice(&1u32.to_le_bytes());
+            vscsi.extend_from_slice(&cmd.to_le_bytes());
+            vscsi.extend_from_slice(&256u16.to_le_bytes());
+            vscsi.extend_from_slice(&lbn.to_le_bytes());
+            vscsi.extend_from_slice(&5_000_000u64.to_le_bytes());
+        }
+        let mut reader = reader_over(&vscsi, Format::Vscsi);
+        let r = reader.next_record().unwrap().unwrap();
+        assert_eq!((r.op, r.time_ms), (Op::Read, Some(5000)));
+        assert_eq!(
+            r.extent,
+            Extent::Bytes {
+                offset_bytes: 10 * 512,
+                length_bytes: 4096
+            }
+        );
+        assert_eq!(reader.next_record().unwrap().unwrap().op, Op::Write);
+        assert!(reader.next_record().is_err(), "command 0x12 is not I/O");
     }
 
     #[test]
