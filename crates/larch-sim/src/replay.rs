@@ -163,7 +163,7 @@ impl<'p> Replayer<'p> {
                 self.cfg.writes
             }
         };
-        for block in first..first + count {
+        for block in first..=first + (count - 1) {
             let key = BlockKey::new(record.volume, block);
             match mode {
                 WriteMode::Access => self.access(key, size_bytes),
@@ -242,6 +242,22 @@ mod tests {
         assert!(r.record(&read(u64::MAX - 10, 100)).is_err());
         assert!(r.record(&read(0, 1 << 40)).is_err());
         assert_eq!(r.counts().records, 0);
+    }
+
+    #[test]
+    fn the_last_block_number_is_usable() {
+        let mut lru = Lru::new(1 << 20);
+        let mut r = Replayer::new(&mut lru, ReplayConfig::new(512));
+        let object = Record {
+            extent: Extent::Object {
+                id: u64::MAX,
+                size_bytes: None,
+            },
+            ..read(0, 0)
+        };
+        r.record(&object).unwrap();
+        r.record(&read(u64::MAX - 511, 511)).unwrap();
+        assert_eq!(r.counts().requests, 2);
     }
 
     #[test]
