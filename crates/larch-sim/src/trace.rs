@@ -378,9 +378,7 @@ impl TraceReader {
             self.line_number += 1;
             if n as u64 == MAX_LINE_BYTES && self.record.last() != Some(&b'\n') {
                 self.skip_rest_of_line()?;
-                return Err(self.parse_error(format!(
-                    "line longer than {MAX_LINE_BYTES} bytes"
-                )));
+                return Err(self.parse_error(format!("line longer than {MAX_LINE_BYTES} bytes")));
             }
             self.line.clear();
             match std::str::from_utf8(&self.record) {
@@ -821,7 +819,13 @@ mod tests {
                 size_bytes: Some(8192)
             }
         );
-        assert!(reader.next_record().unwrap_err().to_string().contains("truncated"));
+        assert!(
+            reader
+                .next_record()
+                .unwrap_err()
+                .to_string()
+                .contains("truncated")
+        );
         assert!(reader.next_record().unwrap().is_none());
 
         let mut vscsi = Vec::new();
