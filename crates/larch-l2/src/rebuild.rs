@@ -200,12 +200,14 @@ pub struct WalkEnd {
 }
 
 /// Walks the log from the header's newest block towards the evict hand, verifying each
-/// block (pointer, checksum, magic, entries) before handing it to `visit`. Stops at the
-/// first structure that fails a check.
+/// block (pointer, checksum, magic, entries) before handing it to `visit`, newest first.
+/// Stops at the first structure that fails a check.
 ///
-/// With `prefetch` and two chains, a helper thread reads and decodes the next block
-/// (known from the previous block's `prev` pointer) while `visit` runs; with one chain
-/// the next address is only known after decoding, so there is nothing to overlap.
+/// With `prefetch` and two chains, two helper threads each follow one chain (read,
+/// verify, decode, then follow `prev_lbp`), so two block reads are in flight while
+/// `visit` runs; the walk still accepts blocks strictly in sequence order and applies
+/// every check itself. With one chain the next address is only known after the current
+/// block is decoded, so reads cannot overlap: that is what the interleaved chains buy.
 pub fn walk_log(
     dev: &dyn BlockDevice,
     header: &DevHeaderPhys,
@@ -215,32 +217,41 @@ pub fn walk_log(
     let walker = Walker::new(header);
     if prefetch && header.chain_count == 2 {
         std::thread::scope(|scope| {
-            let (req_tx, req_rx) = mpsc::channel::<LogBlockPtrPhys>();
-            let (res_tx, res_rx) = mpsc::channel();
-            let geo = walker.geo;
-            scope.spawn(move || {
-                for ptr in req_rx {
-                    // The receiver is gone when the walk stopped early; that is fine.
-                    let _ = res_tx.send((ptr.sequence, read_block(dev, &geo, &ptr)));
-                }
-            });
-            walker.run(dev, visit, Some((req_tx, res_rx)))
+            // A bound of two blocks per chain keeps the read-ahead (and the memory it
+            // holds) small, and lets a stopped walk end its helpers promptly.
+            let (tx0, rx0) = mpsc::sync_channel(2);
+            let (tx1, rx1) = mpsc::sync_channel(2);
+            let w = &walker;
+            scope.spawn(move || w.follow_chain(dev, header.newest[0], tx0));
+            scope.spawn(move || w.follow_chain(dev, header.newest[1], tx1));
+            walker.merge(visit, [rx0, rx1])
         })
     } else {
-        walker.run(dev, visit, None)
+        walker.run_sequential(dev, visit)
     }
 }
 
-type Prefetcher = (
-    mpsc::Sender<LogBlockPtrPhys>,
-    mpsc::Receiver<(u64, Result<LogBlockPhys, BlockError>)>,
-);
+/// What a chain follower hands to the walk.
+enum ChainMsg {
+    /// A block it read (or failed to read).
+    Block(LogBlockPtrPhys, Result<LogBlockPhys, BlockError>),
+    /// The chain ended here.
+    End(StopReason),
+}
 
 struct Walker {
     geo: Geometry,
     header: DevHeaderPhys,
     /// Ring positions below this may have been overwritten.
     floor_pos: u64,
+}
+
+/// The walk's position: what the next accepted block must satisfy.
+struct Cursor {
+    expected_seq: u64,
+    /// Blocks must end at or before this: the write hand, then each accepted block's
+    /// start, so positions strictly fall along the walk.
+    limit_pos: u64,
 }
 
 impl Walker {
@@ -258,11 +269,63 @@ impl Walker {
         }
     }
 
-    fn run(
+    fn cursor(&self) -> Cursor {
+        Cursor {
+            expected_seq: self.header.newest[0].sequence,
+            limit_pos: self.header.write_hand_pos,
+        }
+    }
+
+    /// Where a chain ends before reading `ptr`, if it does.
+    fn chain_end(&self, ptr: &LogBlockPtrPhys) -> Option<StopReason> {
+        if ptr.is_null() {
+            Some(StopReason::ChainEnd)
+        } else if ptr.block_pos < self.floor_pos {
+            Some(StopReason::EvictHand)
+        } else {
+            None
+        }
+    }
+
+    /// Checks a block read for `ptr` in walk order, advancing the cursor when it is
+    /// accepted.
+    fn accept(
+        &self,
+        cursor: &mut Cursor,
+        ptr: LogBlockPtrPhys,
+        result: Result<LogBlockPhys, BlockError>,
+    ) -> Result<ValidBlock, StopReason> {
+        let invalid = |error| StopReason::Invalid { ptr, error };
+        self.check_ptr(&ptr, cursor.expected_seq, cursor.limit_pos)
+            .map_err(|why| invalid(BlockError::BadPointer(why)))?;
+        let block = result.map_err(invalid)?;
+        let entry_pos = self.check_block(&ptr, &block).map_err(invalid)?;
+        cursor.expected_seq = ptr.sequence - 1;
+        cursor.limit_pos = ptr.block_pos;
+        Ok(ValidBlock {
+            ptr,
+            block,
+            entry_pos,
+        })
+    }
+
+    /// Hands an accepted block to `visit` and counts it.
+    fn deliver(
+        &self,
+        end: &mut WalkEnd,
+        valid: ValidBlock,
+        visit: &mut dyn FnMut(ValidBlock) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        end.blocks_valid += 1;
+        end.bytes_valid += valid.ptr.asize(self.geo.sector_bytes);
+        visit(valid)
+    }
+
+    /// One block at a time, in walk order.
+    fn run_sequential(
         &self,
         dev: &dyn BlockDevice,
         visit: &mut dyn FnMut(ValidBlock) -> ControlFlow<()>,
-        prefetcher: Option<Prefetcher>,
     ) -> WalkEnd {
         let two_chains = self.header.chain_count == 2;
         let mut end = WalkEnd {
@@ -270,83 +333,109 @@ impl Walker {
             blocks_valid: 0,
             bytes_valid: 0,
         };
+        let mut cursor = self.cursor();
         let mut cur = self.header.newest[0];
         let mut next = if two_chains {
             self.header.newest[1]
         } else {
             LogBlockPtrPhys::NULL
         };
-        let mut expected_seq = cur.sequence;
-        // Blocks must end at or before this: the write hand, then each visited block's
-        // start, so positions strictly fall along the walk.
-        let mut limit_pos = self.header.write_hand_pos;
-        let mut in_flight: Option<u64> = None;
-        let invalid = |ptr, error| StopReason::Invalid { ptr, error };
         loop {
-            if cur.is_null() {
-                end.reason = StopReason::ChainEnd;
+            if let Some(reason) = self.chain_end(&cur) {
+                end.reason = reason;
                 return end;
             }
-            if cur.block_pos < self.floor_pos {
-                end.reason = StopReason::EvictHand;
-                return end;
-            }
-            if let Err(why) = self.check_ptr(&cur, expected_seq, limit_pos) {
-                end.reason = invalid(cur, BlockError::BadPointer(why));
-                return end;
-            }
-            let result = match (&prefetcher, in_flight) {
-                (Some((_, rx)), Some(seq)) if seq == cur.sequence => match rx.recv() {
-                    Ok((_, result)) => result,
-                    Err(_) => read_block(dev, &self.geo, &cur),
-                },
-                _ => read_block(dev, &self.geo, &cur),
+            // Never read where the pointer cannot be: the error would hide why.
+            let result = match self.check_ptr(&cur, cursor.expected_seq, cursor.limit_pos) {
+                Ok(()) => read_block(dev, &self.geo, &cur),
+                Err(why) => Err(BlockError::BadPointer(why)),
             };
-            in_flight = None;
-            let block_start = cur.block_pos;
-            if let Some((tx, _)) = &prefetcher
-                && !next.is_null()
-                && next.block_pos >= self.floor_pos
-                && self
-                    .check_ptr(&next, cur.sequence.wrapping_sub(1), block_start)
-                    .is_ok()
-                && tx.send(next).is_ok()
-            {
-                in_flight = Some(next.sequence);
-            }
-            let block = match result {
-                Ok(block) => block,
-                Err(error) => {
-                    end.reason = invalid(cur, error);
+            let valid = match self.accept(&mut cursor, cur, result) {
+                Ok(valid) => valid,
+                Err(reason) => {
+                    end.reason = reason;
                     return end;
                 }
             };
-            let entry_pos = match self.check_block(&cur, &block) {
-                Ok(pos) => pos,
-                Err(error) => {
-                    end.reason = invalid(cur, error);
-                    return end;
-                }
-            };
-            end.blocks_valid += 1;
-            end.bytes_valid += cur.asize(self.geo.sector_bytes);
-            let prev = block.prev;
-            let flow = visit(ValidBlock {
-                ptr: cur,
-                block,
-                entry_pos,
-            });
-            if flow.is_break() {
+            let prev = valid.block.prev;
+            if self.deliver(&mut end, valid, visit).is_break() {
                 end.reason = StopReason::Cancelled;
                 return end;
             }
-            expected_seq = cur.sequence - 1;
-            limit_pos = block_start;
             (cur, next) = if two_chains {
                 (next, prev)
             } else {
                 (prev, LogBlockPtrPhys::NULL)
             };
+        }
+    }
+
+    /// Follows one chain from `ptr`, reading and decoding each block and sending it to
+    /// the walk, until the chain ends, a block fails, or the walk hangs up.
+    fn follow_chain(
+        &self,
+        dev: &dyn BlockDevice,
+        mut ptr: LogBlockPtrPhys,
+        tx: mpsc::SyncSender<ChainMsg>,
+    ) {
+        loop {
+            if let Some(reason) = self.chain_end(&ptr) {
+                let _ = tx.send(ChainMsg::End(reason));
+                return;
+            }
+            // Only the bounds here; the walk checks sequence and order on receipt.
+            let result = match self.check_ptr(&ptr, ptr.sequence, self.header.write_hand_pos) {
+                Ok(()) => read_block(dev, &self.geo, &ptr),
+                Err(why) => Err(BlockError::BadPointer(why)),
+            };
+            let next = result.as_ref().ok().map(|block| block.prev);
+            if tx.send(ChainMsg::Block(ptr, result)).is_err() {
+                return;
+            }
+            match next {
+                Some(prev) => ptr = prev,
+                None => return,
+            }
+        }
+    }
+
+    /// Takes blocks from the two chain followers alternately (the walk order of two
+    /// interleaved chains) and accepts each in turn.
+    fn merge(
+        &self,
+        visit: &mut dyn FnMut(ValidBlock) -> ControlFlow<()>,
+        chains: [mpsc::Receiver<ChainMsg>; 2],
+    ) -> WalkEnd {
+        let mut end = WalkEnd {
+            reason: StopReason::ChainEnd,
+            blocks_valid: 0,
+            bytes_valid: 0,
+        };
+        let mut cursor = self.cursor();
+        let mut turn = 0;
+        loop {
+            let (ptr, result) = match chains[turn].recv() {
+                Ok(ChainMsg::Block(ptr, result)) => (ptr, result),
+                Ok(ChainMsg::End(reason)) => {
+                    end.reason = reason;
+                    return end;
+                }
+                // A follower stops sending only after an error the walk has already
+                // seen, so this is not reached; end cleanly anyway.
+                Err(_) => return end,
+            };
+            let valid = match self.accept(&mut cursor, ptr, result) {
+                Ok(valid) => valid,
+                Err(reason) => {
+                    end.reason = reason;
+                    return end;
+                }
+            };
+            if self.deliver(&mut end, valid, visit).is_break() {
+                end.reason = StopReason::Cancelled;
+                return end;
+            }
+            turn ^= 1;
         }
     }
 
