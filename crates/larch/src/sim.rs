@@ -191,11 +191,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         };
         if let Err(message) = replayer.record(&record) {
             if !args.skip_bad {
-                bail!(
-                    "{}:{}: {message}",
-                    args.trace.display(),
-                    reader.position()
-                );
+                bail!("{}:{}: {message}", args.trace.display(), reader.position());
             }
             bad_records += 1;
         }
@@ -228,9 +224,8 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             "elapsed_seconds": elapsed,
         });
         if let Some(stats) = arcstats {
-            out["arcstats"] = serde_json::Value::Object(
-                stats.into_iter().map(|(k, v)| (k, json!(v))).collect(),
-            );
+            out["arcstats"] =
+                serde_json::Value::Object(stats.into_iter().map(|(k, v)| (k, json!(v))).collect());
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
