@@ -214,6 +214,19 @@ pub fn walk_log(
     prefetch: bool,
     visit: &mut dyn FnMut(ValidBlock) -> ControlFlow<()>,
 ) -> WalkEnd {
+    // The walk's arithmetic relies on a sane geometry; `validate_header` checks it, but
+    // this is a public entry point, so refuse rather than trust the caller.
+    let sector = u64::from(header.sector_bytes);
+    if header.ring_end <= header.ring_start || !sector.is_power_of_two() || sector < 512 {
+        return WalkEnd {
+            reason: StopReason::Invalid {
+                ptr: header.newest[0],
+                error: BlockError::BadPointer("header geometry is invalid".into()),
+            },
+            blocks_valid: 0,
+            bytes_valid: 0,
+        };
+    }
     let walker = Walker::new(header);
     if prefetch && header.chain_count == 2 {
         std::thread::scope(|scope| {

@@ -645,3 +645,28 @@ fn progress_is_reported_and_can_cancel() {
                 && w[1].ring_bytes_walked <= w[1].ring_bytes_total)
     );
 }
+
+#[test]
+fn entry_limit_stops_the_rebuild_like_the_lowmem_valve() {
+    let dev = Arc::new(MemDevice::new(SMALL_DEVICE_BYTES));
+    let mut l2 = L2Device::create(dev.clone(), &small_options(10, 2)).unwrap();
+    let mut generation = 0;
+    fill(&mut l2, &mut Rng(4), 40, 100_000, &mut generation);
+    l2.commit_log().unwrap();
+    let mut options = RebuildOptions {
+        prefetch: true,
+        max_entries: Some(25),
+        ..RebuildOptions::default()
+    };
+    let (l2, outcome) = L2Device::open(dev, Some((POOL, DEVICE)), &mut options).unwrap();
+    assert!(matches!(outcome.stop, StopReason::EntryLimit));
+    assert_eq!(outcome.stats.l2_rebuild_lowmem, 1);
+    assert_eq!(outcome.stats.l2_rebuild_success, 0);
+    // Whole blocks are restored, so the limit is passed by less than one block.
+    assert!(
+        (25..35).contains(&outcome.entries.len()),
+        "{}",
+        outcome.entries.len()
+    );
+    assert_eq!(l2.live_records().len(), outcome.entries.len());
+}
