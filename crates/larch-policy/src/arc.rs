@@ -1349,9 +1349,14 @@ impl Arc {
     pub fn check_invariants(&self) {
         let mut sizes = [[0u64; 2]; 7];
         let mut listed = 0u64;
-        for (&key, &id) in &self.slab.index {
+        for &id in self.slab.index.iter() {
             let h = self.slab.get(id);
-            assert_eq!(h.key, key, "index maps {key:?} to header of {:?}", h.key);
+            let key = h.key;
+            assert_eq!(
+                self.slab.lookup(&key),
+                Some(id),
+                "index does not find {key:?}"
+            );
             sizes[h.state as usize][h.buf_type as usize] += u64::from(h.size_bytes);
             if is_listed(h.state, h.refcount) {
                 listed += 1;
