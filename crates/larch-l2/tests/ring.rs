@@ -670,3 +670,98 @@ fn entry_limit_stops_the_rebuild_like_the_lowmem_valve() {
     );
     assert_eq!(l2.live_records().len(), outcome.entries.len());
 }
+
+/// Rewrites the newest log block with `forge` applied and a valid checksum, and points
+/// the header at the forged copy, so only the walk's range checks can catch it.
+fn forge_newest(
+    image: &[u8],
+    forge: impl FnOnce(&mut larch_format::LogBlockPhys, &larch_l2::Geometry),
+) -> Arc<MemDevice> {
+    use larch_format::{DevHeaderPhys, LogBlockPhys};
+    let dev = Arc::new(MemDevice::from_bytes(image.to_vec()));
+    let read = larch_l2::read_header(&*dev).unwrap();
+    let mut header: DevHeaderPhys = read.header;
+    let geo = larch_l2::validate_header(&header, dev.len_bytes(), None).unwrap();
+    let ptr = header.newest[0];
+    let mut stored = vec![0u8; ptr.asize(geo.sector_bytes) as usize];
+    dev.read_at(&mut stored, geo.daddr(ptr.block_pos)).unwrap();
+    let mut block = LogBlockPhys::decode_physical(&stored, &ptr).unwrap();
+    forge(&mut block, &geo);
+    let enc = block.encode_physical(geo.sector_bytes);
+    assert!(
+        enc.bytes.len() as u64 <= ptr.asize(geo.sector_bytes),
+        "forged block grew"
+    );
+    dev.write_at(&enc.bytes, geo.daddr(ptr.block_pos)).unwrap();
+    header.newest[0].checksum = enc.checksum;
+    header.newest[0].logical_size = enc.logical_size;
+    header.newest[0].physical_size = enc.physical_size;
+    header.newest[0].compression = enc.compression;
+    dev.write_at(&header.encode(), read.slot * 4096).unwrap();
+    dev
+}
+
+#[test]
+fn forged_blocks_with_valid_checksums_are_range_checked() {
+    let dev = Arc::new(MemDevice::new(SMALL_DEVICE_BYTES));
+    let mut l2 = L2Device::create(dev.clone(), &small_options(16, 2)).unwrap();
+    let mut generation = 0;
+    // Wrap the ring so that entries on both sides of the ring end exist.
+    fill(&mut l2, &mut Rng(77), 700, 5000, &mut generation);
+    l2.commit_log().unwrap();
+    let image = dev.snapshot();
+    let (_, clean) = reopen(Arc::new(MemDevice::from_bytes(image.clone())), true).unwrap();
+    assert!(clean.stop.is_clean());
+    type Forge = Box<dyn Fn(&mut larch_format::LogBlockPhys, &larch_l2::Geometry)>;
+    let forges: Vec<(&str, Forge)> = vec![
+        (
+            "past the ring end",
+            Box::new(|b, g| b.entries[0].daddr = g.ring_end),
+        ),
+        ("before the ring", Box::new(|b, _| b.entries[0].daddr = 0)),
+        ("misaligned", Box::new(|b, _| b.entries[0].daddr += 1)),
+        (
+            "straddles the ring end",
+            Box::new(|b, g| {
+                let e = &mut b.entries[0];
+                e.daddr = g.ring_end - 512;
+                e.physical_size = 1024;
+                e.logical_size = 1024;
+            }),
+        ),
+        (
+            "outside the block's payload",
+            Box::new(|b, g| b.entries[0].daddr = g.daddr(g.ring_bytes() / 2 + b.entries[0].daddr)),
+        ),
+        (
+            "overlaps the previous entry",
+            Box::new(|b, _| b.entries[1].daddr = b.entries[0].daddr),
+        ),
+        (
+            "too many entries",
+            Box::new(|b, _| b.entries.extend(b.entries.clone())),
+        ),
+        ("wrong prev sequence", Box::new(|b, _| b.prev.sequence += 1)),
+    ];
+    for (what, forge) in &forges {
+        let forged = forge_newest(&image, |b, g| forge(b, g));
+        let (_, outcome) = reopen(forged, true).unwrap();
+        assert!(
+            matches!(
+                &outcome.stop,
+                StopReason::Invalid {
+                    error: BlockError::BadEntry { .. } | BlockError::BadPointer(_),
+                    ..
+                }
+            ),
+            "{what}: {:?}",
+            outcome.stop
+        );
+        assert!(outcome.entries.is_empty(), "{what}: entries came back");
+        assert_eq!(outcome.stats.l2_rebuild_success, 0, "{what}");
+    }
+    // The unforged image, re-encoded through the same path, still rebuilds fully.
+    let same = forge_newest(&image, |_, _| {});
+    let (_, outcome) = reopen(same, true).unwrap();
+    assert_eq!(outcome.entries, clean.entries);
+}
