@@ -1059,12 +1059,20 @@ impl Arc {
         );
         let (grd, gfd, grm, gfm) = if self.cfg.ghost_hits_weighted {
             let g = |s: State, t: usize| self.sizes[s as usize][t].max(1);
-            let w = |a: u64, b: u64| (a / b).max(1);
+            // hits × max(1, other ghost / this ghost), exact to the byte as the paper's δ.
+            let w = |hits: u64, other: u64, this: u64| {
+                if this >= other {
+                    hits
+                } else {
+                    (u128::from(hits) * u128::from(other) / u128::from(this))
+                        .min(u128::from(u64::MAX)) as u64
+                }
+            };
             (
-                grd.saturating_mul(w(g(State::MfuGhost, DATA), g(State::MruGhost, DATA))),
-                gfd.saturating_mul(w(g(State::MruGhost, DATA), g(State::MfuGhost, DATA))),
-                grm.saturating_mul(w(g(State::MfuGhost, META), g(State::MruGhost, META))),
-                gfm.saturating_mul(w(g(State::MruGhost, META), g(State::MfuGhost, META))),
+                w(grd, g(State::MfuGhost, DATA), g(State::MruGhost, DATA)),
+                w(gfd, g(State::MruGhost, DATA), g(State::MfuGhost, DATA)),
+                w(grm, g(State::MfuGhost, META), g(State::MruGhost, META)),
+                w(gfm, g(State::MruGhost, META), g(State::MfuGhost, META)),
             )
         } else {
             (grd, gfd, grm, gfm)
@@ -1181,15 +1189,21 @@ impl Arc {
         let size = u64::from(access.size_bytes);
         let b1 = self.state_bytes(State::MruGhost);
         let b2 = self.state_bytes(State::MfuGhost);
+        // δ = max(1, |B2|/|B1|) pages, a real number in the paper: kept exact to the byte.
+        let scaled = |num: u64, den: u64| {
+            if den >= num {
+                size
+            } else {
+                (u128::from(size) * u128::from(num) / u128::from(den.max(1))) as u64
+            }
+        };
         let in_b2 = match state {
             State::MruGhost => {
-                let ratio = if b1 >= b2 { 1 } else { b2 / b1.max(1) };
-                self.p = self.p.saturating_add(size * ratio).min(self.c);
+                self.p = self.p.saturating_add(scaled(b2, b1)).min(self.c);
                 false
             }
             State::MfuGhost => {
-                let ratio = if b2 >= b1 { 1 } else { b1 / b2.max(1) };
-                self.p = self.p.saturating_sub(size * ratio);
+                self.p = self.p.saturating_sub(scaled(b1, b2));
                 true
             }
             _ => false,
