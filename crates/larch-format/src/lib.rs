@@ -16,6 +16,8 @@
 //! trusted for memory safety, so such an adversary can at worst make larch serve bytes
 //! that carry a matching checksum, the same power a writer of the backing store has).
 
+#![warn(missing_docs)]
+
 mod header;
 pub mod layout;
 mod log;

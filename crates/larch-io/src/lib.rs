@@ -12,6 +12,8 @@
 //! Every method takes `&self` so one device can be shared by threads (the feeder writes
 //! while the rebuild or readers read).
 
+#![warn(missing_docs)]
+
 mod aligned;
 mod faulty;
 mod file;

@@ -45,6 +45,8 @@
 //! and never relies on list order to decide what the evict hand overwrote (OpenZFS issue
 //! "16.0E free", reference §7 item 1).
 
+#![warn(missing_docs)]
+
 mod device;
 mod rebuild;
 
