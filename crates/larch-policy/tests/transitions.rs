@@ -527,3 +527,22 @@ fn scan_resistance() {
     assert_eq!(before, 1.0);
     assert_eq!(after, 0.0, "LRU loses the hot set to the scan");
 }
+
+#[test]
+fn ghost_without_l2_copy_is_forgotten_when_trimmed() {
+    let mut arc = arc_of_blocks(4);
+    warm_mfu(&mut arc, 2);
+    access(&mut arc, read(1, 200));
+    let mut forgotten = false;
+    for b in 0..64 {
+        let (_, actions) = access(&mut arc, read(100 + b, 300));
+        forgotten |= actions.contains(&Action::Forget {
+            key: key(1),
+            generation: 0,
+            from: State::MruGhost,
+        });
+    }
+    assert!(forgotten, "block 1's ghost was trimmed with a Forget action");
+    assert_eq!(state(&arc, 1), None);
+    assert!(arc.stats().deleted > 0);
+}
