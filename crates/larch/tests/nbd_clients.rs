@@ -134,7 +134,18 @@ impl Server {
         let mut child = self.child.take().expect("server already stopped");
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        child.wait().expect("wait for server")
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for server") {
+                return status;
+            }
+            if start.elapsed() > CLIENT_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server ignored SIGTERM for {CLIENT_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn is_running(&mut self) -> bool {
@@ -184,10 +195,46 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Longest any client command may run before the test kills it and fails.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Runs a client to completion (killing it after [`CLIENT_TIMEOUT`]) and asserts success.
 fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > CLIENT_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {CLIENT_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# NBD server throughput: larch serve-file vs nbdkit file on the same tmpfs file.
+#
+#   bench/nbd.sh                 # release build, 512 MiB file in /dev/shm, 8 s per run
+#   RUNTIME=20 SIZE_MB=1024 bench/nbd.sh
+#   LARCH_BIN=/path/to/larch bench/nbd.sh
+#
+# For each server (larch with its default --io auto, which is inline on tmpfs; larch
+# --io threads; nbdkit file) and transport
+# (Unix socket, TCP on 127.0.0.1) it runs fio's nbd engine: 4K random read at iodepth 1
+# and 32, and 128K sequential read at iodepth 8, one job each. It prints a Markdown table
+# with IOPS / MiB/s and the ratio of each larch row to nbdkit in the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNTIME=${RUNTIME:-8}
+SIZE_MB=${SIZE_MB:-512}
+PORT=${PORT:-10899}
+WORK=$(mktemp -d /dev/shm/larch-nbd-bench.XXXXXX)
+IMG=$WORK/disk.img
+PIDS=()
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for tool in fio nbdkit; do
+    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y fio nbdkit)" >&2; exit 1; }
+done
+if [ -z "${LARCH_BIN:-}" ]; then
+    cargo build --release --quiet -p larch
+    LARCH_BIN=$PWD/target/release/larch
+fi
+
+head -c $((SIZE_MB << 20)) /dev/urandom > "$IMG"
+
+start_server() { # kind transport -> sets URI, appends pid
+    local kind=$1 transport=$2 sock=$WORK/s.sock addr
+    rm -f "$sock"
+    case $transport in
+        unix) URI="nbd+unix:///?socket=$sock" ;;
+        tcp) URI="nbd://127.0.0.1:$PORT/" ;;
+    esac
+    case $kind:$transport in
+        larch-threads:unix) "$LARCH_BIN" serve-file "$IMG" --socket "$sock" --io threads 2>/dev/null & ;;
+        larch-threads:tcp) "$LARCH_BIN" serve-file "$IMG" --listen "127.0.0.1:$PORT" --io threads 2>/dev/null & ;;
+        larch:unix) "$LARCH_BIN" serve-file "$IMG" --socket "$sock" 2>/dev/null & ;;
+        larch:tcp) "$LARCH_BIN" serve-file "$IMG" --listen "127.0.0.1:$PORT" 2>/dev/null & ;;
+        nbdkit:unix) nbdkit -f -U "$sock" file "$IMG" & ;;
+        nbdkit:tcp) nbdkit -f -i 127.0.0.1 -p "$PORT" file "$IMG" & ;;
+    esac
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    for _ in $(seq 100); do
+        nbdinfo --size "$URI" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "server $kind/$transport did not start" >&2
+    exit 1
+}
+
+stop_server() {
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+}
+
+run_fio() { # rw bs iodepth -> prints "iops mibps"
+    URI=$URI fio --output-format=json --name=b --ioengine=nbd --uri="$URI" --rw="$1" --bs="$2" \
+        --iodepth="$3" --runtime="$RUNTIME" --time_based --ramp_time=1 2>/dev/null |
+        sed -n '/^{/,$p' |
+        python3 -c 'import json,sys; r=json.load(sys.stdin)["jobs"][0]["read"]; print(round(r["iops"]), round(r["bw_bytes"]/1048576, 1))'
+}
+
+declare -A RESULT
+WORKLOADS=("randread 4k 1" "randread 4k 32" "read 128k 8")
+for transport in unix tcp; do
+    for kind in nbdkit larch larch-threads; do
+        start_server "$kind" "$transport"
+        for w in "${WORKLOADS[@]}"; do
+            # shellcheck disable=SC2086
+            RESULT["$kind|$transport|$w"]=$(run_fio $w)
+        done
+        stop_server
+    done
+done
+
+echo
+echo "| transport | workload | server | IOPS | MiB/s | vs nbdkit |"
+echo "|---|---|---|---:|---:|---:|"
+for transport in unix tcp; do
+    for w in "${WORKLOADS[@]}"; do
+        read -r base_iops _ <<<"${RESULT["nbdkit|$transport|$w"]}"
+        for kind in nbdkit larch larch-threads; do
+            read -r iops mibps <<<"${RESULT["$kind|$transport|$w"]}"
+            ratio=$(python3 -c "print(f'{$iops / max($base_iops, 1):.2f}')")
+            set -- $w
+            echo "| $transport | $1 $2 QD$3 | $kind | $iops | $mibps | $ratio |"
+        done
+    done
+done
