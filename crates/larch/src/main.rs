@@ -3,6 +3,7 @@
 
 mod demo;
 mod dump;
+mod serve;
 mod serve_file;
 mod sim;
 mod units;
@@ -30,6 +31,13 @@ enum Command {
     Sim(sim::SimCommand),
     /// Show what is on a larch cache device (the `zdb -l` of larch).
     Dump(dump::DumpArgs),
+    /// Serve a pool's volumes over NBD through the ARC and its cache devices (creates a
+    /// demo pool in ./larch-data when there is none).
+    Serve(serve::ServeArgs),
+    /// Show what a running (or the last) `larch serve` of a pool reports.
+    Status(serve::StatusArgs),
+    /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
+    Set(serve::SetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
 }
@@ -41,6 +49,9 @@ fn main() -> ExitCode {
         Some(Command::Demo(args)) => demo::run(args),
         Some(Command::Sim(cmd)) => sim::run(cmd),
         Some(Command::Dump(args)) => dump::run(args),
+        Some(Command::Serve(args)) => serve::run(args),
+        Some(Command::Status(args)) => serve::status(args),
+        Some(Command::Set(args)) => serve::set(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

@@ -1,0 +1,155 @@
+//! Backing stores: the slow primary storage a volume's bytes live on. A backing store is a
+//! plain file or block device whose bytes are exactly the volume's (no larch header), so it
+//! stays usable without larch.
+//!
+//! For tests and benchmarks a backing store can carry a **latency model**: a fixed delay,
+//! or a delay drawn uniformly from a range, added to every read and write. It is a device
+//! model, off by default, and the only way to make a local file behave like a disk.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Delay added to each backing-store I/O (microseconds). `max_us > min_us` draws uniformly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyModel {
+    /// Smallest delay of a read.
+    pub read_min_us: u64,
+    /// Largest delay of a read (equal to `read_min_us` for a fixed delay).
+    pub read_max_us: u64,
+    /// Smallest delay of a write.
+    pub write_min_us: u64,
+    /// Largest delay of a write.
+    pub write_max_us: u64,
+}
+
+impl LatencyModel {
+    /// True when the model adds no delay.
+    pub fn is_off(&self) -> bool {
+        self.read_max_us == 0 && self.write_max_us == 0
+    }
+}
+
+/// Counters of one backing store.
+#[derive(Debug, Default)]
+pub struct BackingStats {
+    /// Reads issued.
+    pub reads: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// Writes issued.
+    pub writes: AtomicU64,
+    /// Bytes written.
+    pub write_bytes: AtomicU64,
+    /// Flushes (fdatasync) issued.
+    pub flushes: AtomicU64,
+    /// Failed operations.
+    pub errors: AtomicU64,
+}
+
+/// A file or block device holding a volume's bytes.
+#[derive(Debug)]
+pub struct BackingStore {
+    path: PathBuf,
+    file: File,
+    size_bytes: u64,
+    latency: LatencyModel,
+    /// State of the delay generator (deterministic per store).
+    rng: AtomicU64,
+    /// The counters.
+    pub stats: BackingStats,
+}
+
+impl BackingStore {
+    /// Opens `path` for reading (and writing unless `read_only`).
+    pub fn open(path: &Path, read_only: bool, latency: LatencyModel) -> io::Result<BackingStore> {
+        let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        let size_bytes = file_size(&file)?;
+        Ok(BackingStore {
+            path: path.to_path_buf(),
+            file,
+            size_bytes,
+            latency,
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
+            stats: BackingStats::default(),
+        })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn delay(&self, min_us: u64, max_us: u64) {
+        if max_us == 0 {
+            return;
+        }
+        let us = if max_us > min_us {
+            // SplitMix64 step: cheap, lock-free, good enough to spread delays.
+            let z = self
+                .rng
+                .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+                .wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            min_us + (z ^ (z >> 31)) % (max_us - min_us + 1)
+        } else {
+            min_us
+        };
+        std::thread::sleep(Duration::from_micros(us));
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset` (blocking).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.delay(self.latency.read_min_us, self.latency.read_max_us);
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.file.read_exact_at(buf, offset).inspect_err(|_| {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Writes all of `buf` at `offset` (blocking).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.delay(self.latency.write_min_us, self.latency.write_max_us);
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.file.write_all_at(buf, offset).inspect_err(|_| {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Makes every completed write durable (fdatasync).
+    pub fn flush(&self) -> io::Result<()> {
+        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.file.sync_data().inspect_err(|_| {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+}
+
+/// Size of a regular file or a block device.
+fn file_size(file: &File) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let meta = file.metadata()?;
+    if meta.is_file() {
+        return Ok(meta.len());
+    }
+    // Block devices report 0 in metadata; seeking to the end gives their size.
+    let mut handle = file.try_clone()?;
+    handle.seek(SeekFrom::End(0))
+}

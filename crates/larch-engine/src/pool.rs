@@ -1,0 +1,281 @@
+//! Pools: the configuration kept in a state directory (`pool.json`), and opening it into
+//! an engine with volumes and cache devices.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backing::{BackingStore, LatencyModel};
+use crate::engine::{CacheMode, Engine, VolumeInfo};
+use crate::volume::Volume;
+
+/// Name of the configuration file in a state directory.
+pub const CONFIG_FILE: &str = "pool.json";
+
+/// A volume of a pool, as configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeConfig {
+    /// Name (the NBD export name).
+    pub name: String,
+    /// Identity in cache keys and cache-device logs.
+    pub guid: u64,
+    /// Backing file or block device (relative paths are relative to the state directory).
+    pub backing: PathBuf,
+    /// Block size in bytes (`volblocksize`, 4K–128K).
+    pub volblocksize: u32,
+    /// `primarycache`.
+    pub primarycache: CacheMode,
+    /// `secondarycache`.
+    pub secondarycache: CacheMode,
+    /// `readonly`.
+    pub readonly: bool,
+    /// Injected backing-store latency (a device model for tests and benchmarks; off by default).
+    #[serde(default)]
+    pub latency: LatencyModel,
+}
+
+/// A cache device of a pool, as configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CacheDeviceConfig {
+    /// The file or block device (relative paths are relative to the state directory).
+    pub path: PathBuf,
+    /// The guid written in its header: a device whose header says otherwise is refused.
+    pub guid: u64,
+}
+
+/// A pool, as kept in `pool.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolConfig {
+    /// Name.
+    pub name: String,
+    /// Identity, written in every cache device's header.
+    pub guid: u64,
+    /// `zfs_arc_max`: bytes of data the ARC may hold.
+    pub arc_max_bytes: u64,
+    /// The volumes.
+    pub volumes: Vec<VolumeConfig>,
+    /// The cache devices (L2ARC).
+    pub cache_devices: Vec<CacheDeviceConfig>,
+}
+
+impl PoolConfig {
+    /// Reads `pool.json` from a state directory.
+    pub fn load(state_dir: &Path) -> io::Result<PoolConfig> {
+        let path = state_dir.join(CONFIG_FILE);
+        let text = fs::read_to_string(&path)?;
+        serde_json::from_str(&text).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })
+    }
+
+    /// Writes `pool.json` atomically (temporary file, fsync, rename).
+    pub fn save(&self, state_dir: &Path) -> io::Result<()> {
+        let path = state_dir.join(CONFIG_FILE);
+        let tmp = state_dir.join(format!("{CONFIG_FILE}.tmp"));
+        let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
+        {
+            let file = fs::File::create(&tmp)?;
+            io::Write::write_all(&mut &file, text.as_bytes())?;
+            file.sync_all()?;
+        }
+        fs::rename(&tmp, &path)?;
+        if let Ok(dir) = fs::File::open(state_dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Checks the values a user can get wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.arc_max_bytes < (1 << 20) {
+            return Err(format!(
+                "arc_max_bytes {} is below 1 MiB",
+                self.arc_max_bytes
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for v in &self.volumes {
+            if !(4096..=128 << 10).contains(&v.volblocksize) || !v.volblocksize.is_power_of_two() {
+                return Err(format!(
+                    "volume {}: volblocksize {} must be a power of two from 4K to 128K",
+                    v.name, v.volblocksize
+                ));
+            }
+            if !names.insert(v.name.as_str()) {
+                return Err(format!("volume name {:?} is used twice", v.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A fresh random 64-bit identifier (never 0).
+pub fn new_guid() -> u64 {
+    let mut bytes = [0u8; 8];
+    if fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        bytes = (t ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
+fn resolve(state_dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        state_dir.join(path)
+    }
+}
+
+/// Sizes of the demo pool `larch serve` creates when given nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct DemoSizes {
+    /// The volume (a sparse file).
+    pub volume_bytes: u64,
+    /// The cache device (a sparse file).
+    pub cache_bytes: u64,
+    /// `zfs_arc_max`.
+    pub arc_max_bytes: u64,
+}
+
+impl Default for DemoSizes {
+    fn default() -> DemoSizes {
+        DemoSizes {
+            volume_bytes: 1 << 30,
+            cache_bytes: 256 << 20,
+            arc_max_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Creates a demo pool in `state_dir`: one file-backed volume `vol0` and one cache device.
+pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig> {
+    fs::create_dir_all(state_dir)?;
+    let volume = PathBuf::from("vol0.img");
+    let cache = PathBuf::from("cache0.img");
+    for (path, bytes) in [(&volume, sizes.volume_bytes), (&cache, sizes.cache_bytes)] {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(state_dir.join(path))?;
+        file.set_len(bytes)?;
+    }
+    let config = PoolConfig {
+        name: "demo".to_string(),
+        guid: new_guid(),
+        arc_max_bytes: sizes.arc_max_bytes,
+        volumes: vec![VolumeConfig {
+            name: "vol0".to_string(),
+            guid: new_guid(),
+            backing: volume,
+            volblocksize: 16 << 10,
+            primarycache: CacheMode::All,
+            secondarycache: CacheMode::All,
+            readonly: false,
+            latency: LatencyModel::default(),
+        }],
+        cache_devices: vec![CacheDeviceConfig {
+            path: cache,
+            guid: new_guid(),
+        }],
+    };
+    config.save(state_dir)?;
+    Ok(config)
+}
+
+/// An open pool: the engine and its volumes.
+pub struct Pool {
+    /// Where its state lives.
+    pub state_dir: PathBuf,
+    /// Its configuration.
+    pub config: PoolConfig,
+    /// The engine shared by its volumes.
+    pub engine: Arc<Engine>,
+    /// Its volumes, in configuration order.
+    pub volumes: Vec<Arc<Volume>>,
+    /// Cache devices that could not be used (foreign, unreadable), with the reason: the
+    /// pool serves without them.
+    pub refused_devices: Vec<String>,
+}
+
+/// Whether both header slots of a device are all zeroes: a log that larch invalidated
+/// (or never wrote), which it may format again; anything else unreadable is refused.
+fn headers_are_blank(path: &Path) -> bool {
+    let mut buf = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok_and(|()| buf.iter().all(|&b| b == 0))
+}
+
+impl Pool {
+    /// Opens the pool of a state directory: volumes at once, cache devices rebuilding in
+    /// the background. `format_cache` formats the cache devices instead (a new pool).
+    pub fn open(state_dir: &Path, format_cache: bool) -> io::Result<Pool> {
+        let config = PoolConfig::load(state_dir)?;
+        config.validate().map_err(io::Error::other)?;
+        let engine = Engine::new(config.arc_max_bytes);
+        let mut volumes = Vec::new();
+        for v in &config.volumes {
+            let path = resolve(state_dir, &v.backing);
+            let backing = BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("volume {}: {}: {e}", v.name, path.display()),
+                )
+            })?;
+            let info = VolumeInfo {
+                guid: v.guid,
+                size_bytes: backing.size_bytes(),
+                block_bytes: v.volblocksize,
+                primarycache: v.primarycache,
+                secondarycache: v.secondarycache,
+            };
+            volumes.push(Arc::new(Volume::new(
+                v.name.clone(),
+                info,
+                v.readonly,
+                Arc::new(backing),
+                Arc::clone(&engine),
+            )));
+        }
+        let mut refused_devices = Vec::new();
+        for d in &config.cache_devices {
+            let path = resolve(state_dir, &d.path);
+            let create = format_cache || headers_are_blank(&path);
+            if let Err(err) = engine.add_cache_device(&path, config.guid, d.guid, create) {
+                refused_devices.push(err.to_string());
+            }
+        }
+        Ok(Pool {
+            state_dir: state_dir.to_path_buf(),
+            config,
+            engine,
+            volumes,
+            refused_devices,
+        })
+    }
+
+    /// Stops the feeders, commits the logs and flushes every backing store.
+    pub fn close(&self) -> io::Result<()> {
+        self.engine.shutdown();
+        for v in &self.volumes {
+            if !v.read_only {
+                v.backing().flush()?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! Setting tunables by name, as users type them (`l2arc_write_max=64M`), and the
+//! `tunables.json` file in a pool's state directory that carries them to a running daemon
+//! and keeps them across restarts.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use crate::engine::Tunables;
+
+/// Name of the tunables file in a state directory.
+pub const TUNABLES_FILE: &str = "tunables.json";
+
+/// Every tunable, with its default and meaning (for `--help` and docs).
+pub const TUNABLES: &[(&str, &str, &str)] = &[
+    (
+        "l2arc_write_max",
+        "32M",
+        "bytes written to each cache device per feed",
+    ),
+    (
+        "l2arc_headroom",
+        "8",
+        "scan depth per feed, as a multiple of l2arc_write_max (0 = unlimited)",
+    ),
+    ("l2arc_feed_secs", "1", "seconds between feeds"),
+    (
+        "l2arc_feed_min_ms",
+        "200",
+        "interval when feeding again quickly",
+    ),
+    (
+        "l2arc_feed_again",
+        "1",
+        "feed again after l2arc_feed_min_ms when a feed wrote over half its budget",
+    ),
+    (
+        "l2arc_noprefetch",
+        "1",
+        "do not feed blocks read by prefetch",
+    ),
+    (
+        "l2arc_mfuonly",
+        "0",
+        "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata",
+    ),
+    (
+        "l2arc_rebuild_enabled",
+        "1",
+        "rebuild cache devices' indexes at start",
+    ),
+];
+
+fn parse_number(value: &str) -> Result<u64, String> {
+    let v = value.trim();
+    let (digits, shift) = match v.chars().last() {
+        Some('K' | 'k') => (&v[..v.len() - 1], 10),
+        Some('M' | 'm') => (&v[..v.len() - 1], 20),
+        Some('G' | 'g') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{value:?} is not a number (K/M/G suffixes allowed)"))
+}
+
+/// Sets one tunable by name. Values out of range are refused with a reason.
+pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
+    let n = parse_number(value)?;
+    let flag = |n: u64| match n {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(format!("{name} is 0 or 1, not {n}")),
+    };
+    match name {
+        "l2arc_write_max" => {
+            if !(64 << 10..=1 << 30).contains(&n) {
+                return Err(format!("{name} must be between 64K and 1G, not {n}"));
+            }
+            tunables.l2arc_write_max.store(n, Ordering::Relaxed);
+        }
+        "l2arc_headroom" => {
+            if n > 1000 {
+                return Err(format!("{name} must be at most 1000, not {n}"));
+            }
+            tunables.l2arc_headroom.store(n, Ordering::Relaxed);
+        }
+        "l2arc_feed_secs" => {
+            if !(1..=3600).contains(&n) {
+                return Err(format!("{name} must be between 1 and 3600, not {n}"));
+            }
+            tunables.l2arc_feed_secs.store(n, Ordering::Relaxed);
+        }
+        "l2arc_feed_min_ms" => {
+            if !(10..=60_000).contains(&n) {
+                return Err(format!("{name} must be between 10 and 60000, not {n}"));
+            }
+            tunables.l2arc_feed_min_ms.store(n, Ordering::Relaxed);
+        }
+        "l2arc_feed_again" => tunables.l2arc_feed_again.store(flag(n)?, Ordering::Relaxed),
+        "l2arc_noprefetch" => tunables.l2arc_noprefetch.store(flag(n)?, Ordering::Relaxed),
+        "l2arc_mfuonly" => {
+            if n > 2 {
+                return Err(format!("{name} is 0, 1 or 2, not {n}"));
+            }
+            tunables.l2arc_mfuonly.store(n as u8, Ordering::Relaxed);
+        }
+        "l2arc_rebuild_enabled" => tunables
+            .l2arc_rebuild_enabled
+            .store(flag(n)?, Ordering::Relaxed),
+        _ => {
+            let names: Vec<&str> = TUNABLES.iter().map(|t| t.0).collect();
+            return Err(format!(
+                "unknown tunable {name:?} (known: {})",
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Current values, by name.
+pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
+    let r = Ordering::Relaxed;
+    [
+        ("l2arc_write_max", tunables.l2arc_write_max.load(r)),
+        ("l2arc_headroom", tunables.l2arc_headroom.load(r)),
+        ("l2arc_feed_secs", tunables.l2arc_feed_secs.load(r)),
+        ("l2arc_feed_min_ms", tunables.l2arc_feed_min_ms.load(r)),
+        (
+            "l2arc_feed_again",
+            u64::from(tunables.l2arc_feed_again.load(r)),
+        ),
+        (
+            "l2arc_noprefetch",
+            u64::from(tunables.l2arc_noprefetch.load(r)),
+        ),
+        ("l2arc_mfuonly", u64::from(tunables.l2arc_mfuonly.load(r))),
+        (
+            "l2arc_rebuild_enabled",
+            u64::from(tunables.l2arc_rebuild_enabled.load(r)),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The tunables saved in a state directory (empty when there is no file).
+pub fn load(state_dir: &Path) -> io::Result<BTreeMap<String, String>> {
+    match fs::read_to_string(state_dir.join(TUNABLES_FILE)) {
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Saves tunables in a state directory (atomically: temporary file and rename).
+pub fn save(state_dir: &Path, saved: &BTreeMap<String, String>) -> io::Result<()> {
+    let tmp = state_dir.join(format!("{TUNABLES_FILE}.tmp"));
+    fs::write(
+        &tmp,
+        serde_json::to_string_pretty(saved).map_err(io::Error::other)?,
+    )?;
+    fs::rename(tmp, state_dir.join(TUNABLES_FILE))
+}
+
+/// Applies saved tunables; returns the ones refused, with reasons.
+pub fn apply(tunables: &Tunables, saved: &BTreeMap<String, String>) -> Vec<String> {
+    saved
+        .iter()
+        .filter_map(|(name, value)| set(tunables, name, value).err())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_parses_checks_and_reports() {
+        let t = Tunables::default();
+        set(&t, "l2arc_write_max", "8M").unwrap();
+        set(&t, "l2arc_mfuonly", "2").unwrap();
+        set(&t, "l2arc_noprefetch", "0").unwrap();
+        let v = values(&t);
+        assert_eq!(v["l2arc_write_max"], 8 << 20);
+        assert_eq!(v["l2arc_mfuonly"], 2);
+        assert_eq!(v["l2arc_noprefetch"], 0);
+        assert!(set(&t, "l2arc_mfuonly", "3").is_err());
+        assert!(set(&t, "l2arc_write_max", "1").is_err());
+        assert!(set(&t, "l2arc_noprefetch", "yes").is_err());
+        assert!(
+            set(&t, "nope", "1")
+                .unwrap_err()
+                .contains("unknown tunable")
+        );
+        assert_eq!(values(&t).len(), TUNABLES.len());
+    }
+}

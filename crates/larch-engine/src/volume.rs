@@ -1,0 +1,233 @@
+//! A volume served over NBD: byte ranges split into `volblocksize` blocks, each read
+//! through the engine, each write merged into whole blocks and written through.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use larch_nbd::{
+    BlockSizes, Errno, Export, ExportResult, Features, ReadData, ReadSegment, ZeroFlags,
+};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::backing::BackingStore;
+use crate::engine::{Engine, VolumeInfo};
+
+/// Write locks per volume, by block number: writes of the same block are serialised so
+/// the cache and the backing store end with the same contents; others run in parallel.
+const WRITE_STRIPES: usize = 256;
+
+/// A volume: its backing store, its cache settings, and the engine it shares.
+pub struct Volume {
+    /// The volume's name (the NBD export name).
+    pub name: String,
+    /// Identity, size, block size and cache settings.
+    pub info: VolumeInfo,
+    /// Refuse writes.
+    pub read_only: bool,
+    backing: Arc<BackingStore>,
+    engine: Arc<Engine>,
+    stripes: Vec<AsyncMutex<()>>,
+}
+
+impl Volume {
+    /// A volume over `backing`.
+    pub fn new(
+        name: String,
+        info: VolumeInfo,
+        read_only: bool,
+        backing: Arc<BackingStore>,
+        engine: Arc<Engine>,
+    ) -> Volume {
+        Volume {
+            name,
+            info,
+            read_only,
+            backing,
+            engine,
+            stripes: (0..WRITE_STRIPES).map(|_| AsyncMutex::new(())).collect(),
+        }
+    }
+
+    /// The backing store.
+    pub fn backing(&self) -> &Arc<BackingStore> {
+        &self.backing
+    }
+
+    fn blocks_of(&self, offset: u64, length: u64) -> std::ops::RangeInclusive<u64> {
+        let bs = u64::from(self.info.block_bytes);
+        let last = (offset + length.max(1) - 1) / bs;
+        offset / bs..=last
+    }
+
+    /// Reads the blocks of a range, in parallel when there are several.
+    async fn read_blocks(
+        &self,
+        offset: u64,
+        length: u64,
+        prefetch: bool,
+    ) -> ExportResult<Vec<Bytes>> {
+        let blocks = self.blocks_of(offset, length);
+        if blocks.start() == blocks.end() {
+            let block = *blocks.start();
+            let data = self
+                .engine
+                .read_block(&self.backing, &self.info, block, prefetch)
+                .await
+                .ok_or(Errno::Io)?;
+            return Ok(vec![data]);
+        }
+        let mut tasks = Vec::new();
+        for block in blocks {
+            let engine = Arc::clone(&self.engine);
+            let backing = Arc::clone(&self.backing);
+            let info = self.info;
+            tasks.push(tokio::spawn(async move {
+                engine.read_block(&backing, &info, block, prefetch).await
+            }));
+        }
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            out.push(task.await.ok().flatten().ok_or(Errno::Io)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset`: whole blocks go in as they are, partial ones are merged
+    /// with the block's current contents first (read-modify-write through the cache).
+    async fn write_range(&self, offset: u64, data: Bytes, fua: bool) -> ExportResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let bs = u64::from(self.info.block_bytes);
+        let blocks = self.blocks_of(offset, data.len() as u64);
+        let mut stripes: Vec<usize> = blocks
+            .clone()
+            .map(|b| (b % WRITE_STRIPES as u64) as usize)
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            guards.push(self.stripes[stripe].lock().await);
+        }
+        let end = offset + data.len() as u64;
+        let mut new_blocks: Vec<(u64, Bytes)> = Vec::new();
+        for block in blocks.clone() {
+            let start = block * bs;
+            let len = self.info.block_len(block) as u64;
+            let (from, to) = (offset.max(start), end.min(start + len));
+            let piece = data.slice((from - offset) as usize..(to - offset) as usize);
+            if from == start && to == start + len {
+                new_blocks.push((block, piece));
+                continue;
+            }
+            let current = self
+                .engine
+                .read_block(&self.backing, &self.info, block, false)
+                .await
+                .ok_or(Errno::Io)?;
+            let mut merged = BytesMut::from(&current[..]);
+            merged[(from - start) as usize..(to - start) as usize].copy_from_slice(&piece);
+            new_blocks.push((block, merged.freeze()));
+        }
+        let engine = Arc::clone(&self.engine);
+        let backing = Arc::clone(&self.backing);
+        let info = self.info;
+        let first_offset = blocks.start() * bs;
+        let result = tokio::task::spawn_blocking(move || {
+            let generations = engine.write_prepare(&info, &new_blocks)?;
+            let mut contiguous =
+                BytesMut::with_capacity(new_blocks.iter().map(|(_, b)| b.len()).sum());
+            for (_, bytes) in &new_blocks {
+                contiguous.extend_from_slice(bytes);
+            }
+            let written = backing
+                .write_at(&contiguous, first_offset)
+                .and_then(|()| if fua { backing.flush() } else { Ok(()) });
+            for ((block, _), generation) in new_blocks.iter().zip(&generations) {
+                match written {
+                    Ok(()) => engine.write_done(&info, *block, *generation),
+                    Err(_) => engine.write_failed(&info, *block, *generation),
+                }
+            }
+            written
+        })
+        .await;
+        drop(guards);
+        match result {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Errno::Io),
+        }
+    }
+}
+
+impl Export for Volume {
+    fn size_bytes(&self) -> u64 {
+        self.info.size_bytes
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum_bytes: 1,
+            preferred_bytes: self.info.block_bytes.max(4096),
+            maximum_bytes: 32 << 20,
+        }
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            read_only: self.read_only,
+            flush: true,
+            trim: false,
+            write_zeroes: true,
+            fast_zero: false,
+            cache: true,
+            block_status: true,
+            // Writes go through to the backing file before they are acknowledged, so one
+            // fdatasync makes every acknowledged write durable, whichever connection sent it.
+            multi_conn: true,
+            rotational: false,
+        }
+    }
+
+    async fn read(&self, offset: u64, length: u32) -> ExportResult<ReadData> {
+        if length == 0 {
+            return Ok(ReadData::default());
+        }
+        let bs = u64::from(self.info.block_bytes);
+        let end = offset + u64::from(length);
+        let blocks = self.read_blocks(offset, u64::from(length), false).await?;
+        let first = offset / bs;
+        let mut segments = Vec::with_capacity(blocks.len());
+        for (i, data) in blocks.into_iter().enumerate() {
+            let start = (first + i as u64) * bs;
+            let from = offset.max(start) - start;
+            let to = end.min(start + data.len() as u64) - start;
+            segments.push(ReadSegment::Data(data.slice(from as usize..to as usize)));
+        }
+        Ok(ReadData { segments })
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> ExportResult<()> {
+        self.write_range(offset, data, fua).await
+    }
+
+    async fn flush(&self) -> ExportResult<()> {
+        let backing = Arc::clone(&self.backing);
+        match tokio::task::spawn_blocking(move || backing.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Errno::Io),
+        }
+    }
+
+    async fn write_zeroes(&self, offset: u64, length: u32, flags: ZeroFlags) -> ExportResult<()> {
+        let zeroes = Bytes::from(vec![0u8; length as usize]);
+        self.write_range(offset, zeroes, flags.fua).await
+    }
+
+    async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {
+        self.read_blocks(offset, u64::from(length), true)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,508 @@
+//! `larch serve`: opens (or creates, as a demo) a pool and serves its volumes over NBD
+//! through the ARC and the cache devices. `larch status` and `larch set` talk to it
+//! through files in the state directory: the daemon writes `status.json` every second and
+//! re-reads `tunables.json` when it changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use larch_engine::{DemoSizes, DeviceState, Pool, PoolConfig, Volume, create_demo, tunables};
+use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
+use serde_json::json;
+
+use crate::units::{format_size, parse_size};
+
+/// Name of the status file the daemon keeps in the state directory.
+pub const STATUS_FILE: &str = "status.json";
+/// Name of the pool history file (one line per event).
+pub const HISTORY_FILE: &str = "history";
+
+/// Arguments of `larch serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The pool's state directory. Without a pool.json there, a demo pool is created: a
+    /// sparse file-backed volume `vol0` and a cache device, with the sizes below.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+    /// Serve NBD on this TCP address (the default when no --socket is given).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// Serve NBD on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Size of the demo volume (only when creating the demo pool).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub demo_volume_size: u64,
+    /// Size of the demo cache device (only when creating the demo pool).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub demo_cache_size: u64,
+    /// zfs_arc_max of the demo pool (only when creating the demo pool).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub demo_arc_max: u64,
+    /// Format the cache devices instead of rebuilding their index (starts cold).
+    #[arg(long)]
+    pub format_cache: bool,
+    /// Print a line of arcstats to standard error every this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub stats_interval: u64,
+}
+
+/// Arguments of `larch status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The pool's state directory.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+    /// Print the status as JSON (all arcstats included).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `larch set`.
+#[derive(clap::Args)]
+pub struct SetArgs {
+    /// The pool's state directory.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+    /// NAME=VALUE pairs, e.g. l2arc_write_max=64M. Names: l2arc_write_max, l2arc_headroom,
+    /// l2arc_feed_secs, l2arc_feed_min_ms, l2arc_feed_again, l2arc_noprefetch,
+    /// l2arc_mfuonly, l2arc_rebuild_enabled.
+    #[arg(required = true)]
+    pub assignments: Vec<String>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn history(state_dir: &Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir.join(HISTORY_FILE))
+    {
+        let _ = writeln!(f, "{} {line}", now_secs());
+    }
+}
+
+fn status_json(pool: &Pool) -> serde_json::Value {
+    let engine = &pool.engine;
+    let devices: Vec<_> = engine
+        .devices()
+        .iter()
+        .map(|d| {
+            let rebuild = (*d.rebuild.lock().expect("rebuild lock")).map(|r| {
+                json!({
+                    "success": r.l2_rebuild_success,
+                    "bufs": r.l2_rebuild_bufs,
+                    "log_blocks": r.l2_rebuild_log_blks,
+                    "io_errors": r.l2_rebuild_io_errors,
+                    "cksum_lb_errors": r.l2_rebuild_cksum_lb_errors,
+                })
+            });
+            json!({
+                "path": d.path.display().to_string(),
+                "guid": d.guid,
+                "size_bytes": d.size_bytes(),
+                "state": format!("{:?}", d.state()).to_lowercase(),
+                "fault": d.fault.lock().expect("fault lock").clone(),
+                "rebuild_entries": d.rebuild_progress.load(Ordering::Relaxed),
+                "rebuild": rebuild,
+            })
+        })
+        .collect();
+    let volumes: Vec<_> = pool
+        .volumes
+        .iter()
+        .map(|v| {
+            let s = &v.backing().stats;
+            json!({
+                "name": v.name,
+                "size_bytes": v.info.size_bytes,
+                "volblocksize": v.info.block_bytes,
+                "readonly": v.read_only,
+                "backing": v.backing().path().display().to_string(),
+                "backing_reads": s.reads.load(Ordering::Relaxed),
+                "backing_read_bytes": s.read_bytes.load(Ordering::Relaxed),
+                "backing_writes": s.writes.load(Ordering::Relaxed),
+                "backing_write_bytes": s.write_bytes.load(Ordering::Relaxed),
+                "backing_errors": s.errors.load(Ordering::Relaxed),
+            })
+        })
+        .collect();
+    let arcstats: serde_json::Map<_, _> = engine
+        .arcstats()
+        .into_iter()
+        .map(|(k, v)| (k, json!(v)))
+        .collect();
+    json!({
+        "pid": std::process::id(),
+        "time": now_secs(),
+        "running": true,
+        "pool": pool.config.name,
+        "pool_guid": pool.config.guid,
+        "volumes": volumes,
+        "cache_devices": devices,
+        "tunables": tunables::values(&engine.tunables),
+        "arcstats": arcstats,
+    })
+}
+
+fn write_status(state_dir: &Path, value: &serde_json::Value) {
+    let tmp = state_dir.join(format!("{STATUS_FILE}.tmp"));
+    if std::fs::write(&tmp, value.to_string()).is_ok() {
+        let _ = std::fs::rename(tmp, state_dir.join(STATUS_FILE));
+    }
+}
+
+/// Every second: status file, tunables changes, rebuild completions, optional stats line.
+async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
+    let mut tunables_seen = std::fs::metadata(pool.state_dir.join(tunables::TUNABLES_FILE))
+        .and_then(|m| m.modified())
+        .ok();
+    let mut announced = vec![false; pool.engine.devices().len()];
+    let mut tick = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick += 1;
+        let modified = std::fs::metadata(pool.state_dir.join(tunables::TUNABLES_FILE))
+            .and_then(|m| m.modified())
+            .ok();
+        if modified != tunables_seen {
+            tunables_seen = modified;
+            if let Ok(saved) = tunables::load(&pool.state_dir) {
+                for refused in tunables::apply(&pool.engine.tunables, &saved) {
+                    eprintln!("larch serve: tunables.json: {refused}");
+                }
+            }
+        }
+        for (i, device) in pool.engine.devices().iter().enumerate() {
+            if announced.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            let line = match device.state() {
+                DeviceState::Online => {
+                    let restored =
+                        (*device.rebuild.lock().expect("rebuild lock")).map(|r| r.l2_rebuild_bufs);
+                    restored.map(|n| {
+                        format!(
+                            "L2ARC rebuild successful, restored {n} blocks ({})",
+                            device.path.display()
+                        )
+                    })
+                }
+                DeviceState::Faulted => Some(format!(
+                    "cache device {} faulted: {}",
+                    device.path.display(),
+                    device
+                        .fault
+                        .lock()
+                        .expect("fault lock")
+                        .clone()
+                        .unwrap_or_default()
+                )),
+                _ => None,
+            };
+            if let Some(line) = line {
+                eprintln!("larch serve: {line}");
+                history(&pool.state_dir, &line);
+                announced[i] = true;
+            } else if device.state() == DeviceState::Online {
+                announced[i] = true;
+            }
+        }
+        write_status(&pool.state_dir, &status_json(&pool));
+        if stats_interval > 0 && tick.is_multiple_of(stats_interval) {
+            let stats: BTreeMap<String, u64> = pool.engine.arcstats().into_iter().collect();
+            let get = |k: &str| stats.get(k).copied().unwrap_or(0);
+            eprintln!(
+                "arc size {} c {} hits {} misses {} | l2 size {} hits {} misses {} feeds {} | backing reads {}",
+                format_size(get("size")),
+                format_size(get("c")),
+                get("hits"),
+                get("misses"),
+                format_size(get("l2_size")),
+                get("l2_hits"),
+                get("l2_misses"),
+                get("l2_feeds"),
+                get("backing_reads"),
+            );
+        }
+    }
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let state_dir = args.state_dir.clone();
+    let created = !state_dir.join(larch_engine::pool::CONFIG_FILE).exists();
+    if created {
+        let sizes = DemoSizes {
+            volume_bytes: args.demo_volume_size,
+            cache_bytes: args.demo_cache_size,
+            arc_max_bytes: args.demo_arc_max,
+        };
+        create_demo(&state_dir, sizes)
+            .with_context(|| format!("creating a demo pool in {}", state_dir.display()))?;
+        history(&state_dir, "pool created (demo)");
+    }
+    let pool = Pool::open(&state_dir, created || args.format_cache)
+        .with_context(|| format!("opening the pool in {}", state_dir.display()))?;
+    for refused in &pool.refused_devices {
+        eprintln!("larch serve: cache device not used: {refused}");
+    }
+    if let Ok(saved) = tunables::load(&state_dir) {
+        for refused in tunables::apply(&pool.engine.tunables, &saved) {
+            eprintln!("larch serve: tunables.json: {refused}");
+        }
+    }
+    print_banner(&pool, created);
+    let exports: Vec<NamedExport<Volume>> = pool
+        .volumes
+        .iter()
+        .map(|v| NamedExport {
+            name: v.name.clone(),
+            description: format!("larch volume {} of pool {}", v.name, pool.config.name),
+            export: Arc::clone(v),
+        })
+        .collect();
+    let server = Server::new(ServerLimits::default(), exports)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let pool = Arc::new(pool);
+    let result = runtime.block_on(serve(server, Arc::clone(&pool), &args));
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    pool.close().context("flushing the pool")?;
+    let mut last = status_json(&pool);
+    last["running"] = json!(false);
+    write_status(&state_dir, &last);
+    history(&state_dir, "pool closed");
+    result?;
+    eprintln!("larch serve: stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_banner(pool: &Pool, created: bool) {
+    let c = &pool.config;
+    eprintln!(
+        "larch serve: pool {} ({}) in {}",
+        c.name,
+        if created {
+            "demo, created now"
+        } else {
+            "opened"
+        },
+        pool.state_dir.display()
+    );
+    for v in &pool.volumes {
+        eprintln!(
+            "  volume {}: {} in {}K blocks on {}",
+            v.name,
+            format_size(v.info.size_bytes),
+            v.info.block_bytes / 1024,
+            v.backing().path().display()
+        );
+    }
+    for d in pool.engine.devices() {
+        let state = match d.state() {
+            DeviceState::Rebuilding => "rebuilding its index in the background",
+            DeviceState::Online => "online (empty)",
+            _ => "not usable",
+        };
+        eprintln!(
+            "  cache {}: {} ({state})",
+            d.path.display(),
+            format_size(d.size_bytes())
+        );
+    }
+    eprintln!(
+        "  ARC: at most {} of data (zfs_arc_max)",
+        format_size(c.arc_max_bytes)
+    );
+}
+
+async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> anyhow::Result<()> {
+    let mut listeners = Vec::new();
+    if let Some(path) = &args.socket {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        eprintln!("larch serve: NBD on unix:{}", path.display());
+        listeners.push(Listener::Unix(listener));
+    }
+    if args.listen.is_some() || args.socket.is_none() {
+        let addr = args
+            .listen
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:10809".to_string());
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        eprintln!(
+            "larch serve: NBD on tcp:{addr}  (try: nbdinfo nbd://{addr}/{})",
+            pool.volumes.first().map(|v| v.name.as_str()).unwrap_or("")
+        );
+        listeners.push(Listener::Tcp(listener));
+    }
+    if listeners.is_empty() {
+        bail!("nothing to listen on");
+    }
+    let keeper = tokio::spawn(housekeeping(Arc::clone(&pool), args.stats_interval));
+    let signaller = server.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        eprintln!("larch serve: shutting down");
+        signaller.shutdown();
+    });
+    let mut tasks = Vec::new();
+    for listener in listeners {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move { server.serve(listener).await }));
+    }
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                eprintln!("larch serve: listener failed: {err}");
+                server.shutdown();
+            }
+            Err(err) => eprintln!("larch serve: listener task failed: {err}"),
+        }
+    }
+    server.wait_idle().await;
+    keeper.abort();
+    if let Some(path) = &args.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// `larch status`: what the daemon last wrote to `status.json`.
+pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let path = args.state_dir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{}: no status (has `larch serve --state-dir {}` run?)",
+            path.display(),
+            args.state_dir.display()
+        )
+    })?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let age = now_secs().saturating_sub(v["time"].as_u64().unwrap_or(0));
+    let running = v["running"].as_bool().unwrap_or(false) && age < 5;
+    println!(
+        "pool {}: {}",
+        v["pool"].as_str().unwrap_or("?"),
+        if running {
+            format!("serving (pid {})", v["pid"])
+        } else {
+            format!("not running (status from {age} s ago)")
+        }
+    );
+    for vol in v["volumes"].as_array().into_iter().flatten() {
+        println!(
+            "  volume {}: {} ({}K blocks), backing {}: {} reads, {} writes, {} errors",
+            vol["name"].as_str().unwrap_or("?"),
+            format_size(vol["size_bytes"].as_u64().unwrap_or(0)),
+            vol["volblocksize"].as_u64().unwrap_or(0) / 1024,
+            vol["backing"].as_str().unwrap_or("?"),
+            vol["backing_reads"],
+            vol["backing_writes"],
+            vol["backing_errors"],
+        );
+    }
+    for d in v["cache_devices"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "  cache {}: {} {}",
+            d["path"].as_str().unwrap_or("?"),
+            format_size(d["size_bytes"].as_u64().unwrap_or(0)),
+            d["state"].as_str().unwrap_or("?")
+        );
+        if d["state"] == "rebuilding" {
+            line += &format!(", {} entries restored so far", d["rebuild_entries"]);
+        }
+        if let Some(fault) = d["fault"].as_str() {
+            line += &format!(" ({fault})");
+        }
+        println!("{line}");
+    }
+    let a = &v["arcstats"];
+    let n = |k: &str| a[k].as_u64().unwrap_or(0);
+    let ratio = |h: u64, m: u64| {
+        if h + m == 0 {
+            0.0
+        } else {
+            h as f64 * 100.0 / (h + m) as f64
+        }
+    };
+    println!(
+        "  ARC: size {} of c {}, hits {} misses {} ({:.1}% hit), mru {} mfu {}",
+        format_size(n("size")),
+        format_size(n("c")),
+        n("hits"),
+        n("misses"),
+        ratio(n("hits"), n("misses")),
+        format_size(n("mru_size")),
+        format_size(n("mfu_size")),
+    );
+    println!(
+        "  L2: size {} in {} blocks, hits {} misses {} ({:.1}% hit), feeds {}, written {}, wasted feed {}, cksum_bad {} io_error {}",
+        format_size(n("l2_size")),
+        n("l2_blocks"),
+        n("l2_hits"),
+        n("l2_misses"),
+        ratio(n("l2_hits"), n("l2_misses")),
+        n("l2_feeds"),
+        format_size(n("l2_write_bytes")),
+        format_size(n("l2_wasted_feed_bytes")),
+        n("l2_cksum_bad"),
+        n("l2_io_error"),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `larch set NAME=VALUE...`: validates, saves to `tunables.json`; a running daemon picks
+/// the change up within a second, and the next start applies it too.
+pub fn set(args: SetArgs) -> anyhow::Result<ExitCode> {
+    if !args
+        .state_dir
+        .join(larch_engine::pool::CONFIG_FILE)
+        .exists()
+    {
+        bail!("{}: no pool here", args.state_dir.display());
+    }
+    let _ = PoolConfig::load(&args.state_dir)?;
+    let mut saved = tunables::load(&args.state_dir)?;
+    let check = larch_engine::Tunables::default();
+    for assignment in &args.assignments {
+        let Some((name, value)) = assignment.split_once('=') else {
+            bail!("{assignment:?}: expected NAME=VALUE");
+        };
+        tunables::set(&check, name.trim(), value.trim()).map_err(anyhow::Error::msg)?;
+        saved.insert(name.trim().to_string(), value.trim().to_string());
+    }
+    tunables::save(&args.state_dir, &saved)?;
+    for (name, value) in &saved {
+        println!("{name}={value}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
