@@ -21,6 +21,10 @@ pub mod proto;
 pub mod server;
 pub mod transmission;
 
+/// The byte buffer type of read results and write payloads (re-exported so engines and
+/// tests name the same type).
+pub use bytes::Bytes;
+
 pub use export::{
     BlockSizes, Errno, Export, ExportResult, Extent, Features, ReadData, ReadSegment, ZeroFlags,
 };
