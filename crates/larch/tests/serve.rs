@@ -19,7 +19,10 @@ fn require(tool: &str) {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(found, "{tool} is missing: run scripts/test, which installs the NBD clients");
+    assert!(
+        found,
+        "{tool} is missing: run scripts/test, which installs the NBD clients"
+    );
 }
 
 fn scratch() -> PathBuf {
@@ -64,7 +67,14 @@ impl Daemon {
             .arg(state)
             .arg("--socket")
             .arg(&socket)
-            .args(["--demo-volume-size", "16M", "--demo-cache-size", "16M", "--demo-arc-max", "1M"])
+            .args([
+                "--demo-volume-size",
+                "16M",
+                "--demo-cache-size",
+                "16M",
+                "--demo-arc-max",
+                "1M",
+            ])
             .stderr(Stdio::piped())
             .spawn()
             .expect("start larch serve");
@@ -92,7 +102,8 @@ impl Daemon {
     }
 
     fn stat(&self, name: &str) -> u64 {
-        self.status().map_or(0, |s| s["arcstats"][name].as_u64().unwrap_or(0))
+        self.status()
+            .map_or(0, |s| s["arcstats"][name].as_u64().unwrap_or(0))
     }
 
     /// Polls the status file until `ok` holds (a liveness guard, not a speed check).
@@ -105,7 +116,11 @@ impl Daemon {
             {
                 return status;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}: {:?}", self.status());
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                self.status()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -116,7 +131,11 @@ impl Daemon {
         send_signal(child.id(), "TERM");
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "larch serve exited {:?}: {stderr}", out.status);
+        assert!(
+            out.status.success(),
+            "larch serve exited {:?}: {stderr}",
+            out.status
+        );
         stderr
     }
 
@@ -137,18 +156,28 @@ impl Drop for Daemon {
 }
 
 fn send_signal(pid: u32, signal: &str) {
-    let status = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
 fn nbdcopy(from: &str, to: &str) {
     let out = Command::new("nbdcopy").args([from, to]).output().unwrap();
-    assert!(out.status.success(), "nbdcopy {from} {to}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "nbdcopy {from} {to}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn write_image(daemon: &Daemon, dir: &Path, bytes: &[u8]) {
     let src = dir.join("src.img");
-    std::fs::File::create(&src).unwrap().write_all(bytes).unwrap();
+    std::fs::File::create(&src)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
     nbdcopy(src.to_str().unwrap(), &daemon.uri());
 }
 
@@ -177,7 +206,11 @@ fn fio_randread(daemon: &Daemon, span: &str, seconds: u32) {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "fio: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "fio: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -189,7 +222,10 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
     let image = pattern(16 << 20, 1);
     let daemon = Daemon::start(&state);
     write_image(&daemon, &dir, &image);
-    assert!(read_image(&daemon, &dir) == image, "read back differs from what was written");
+    assert!(
+        read_image(&daemon, &dir) == image,
+        "read back differs from what was written"
+    );
     // Read a working set larger than the ARC (1 MiB) until the feeder has put it on L2.
     let mut rounds = 0;
     while daemon.stat("l2_blocks") < 256 {
@@ -197,20 +233,41 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         rounds += 1;
         assert!(rounds < 30, "the L2ARC never filled: {:?}", daemon.status());
     }
-    let before = daemon.wait_for(|s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) > 0, "l2 hits");
+    let before = daemon.wait_for(
+        |s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) > 0,
+        "l2 hits",
+    );
     assert!(before["arcstats"]["l2_cksum_bad"] == 0);
     let stderr = daemon.stop();
     assert!(stderr.contains("stopped cleanly"), "{stderr}");
 
     let daemon = Daemon::start(&state);
-    let status = daemon.wait_for(|s| s["cache_devices"][0]["state"] == "online", "the rebuild");
-    let restored = status["cache_devices"][0]["rebuild"]["bufs"].as_u64().unwrap();
+    let status = daemon.wait_for(
+        |s| s["cache_devices"][0]["state"] == "online",
+        "the rebuild",
+    );
+    let restored = status["cache_devices"][0]["rebuild"]["bufs"]
+        .as_u64()
+        .unwrap();
     assert!(restored >= 256, "only {restored} blocks restored");
     let history = std::fs::read_to_string(state.join("history")).unwrap();
-    assert!(history.contains(&format!("L2ARC rebuild successful, restored {restored} blocks")), "{history}");
-    let backing_before = daemon.status().unwrap()["volumes"][0]["backing_reads"].as_u64().unwrap();
-    assert!(read_image(&daemon, &dir) == image, "data differs after restart");
-    let status = daemon.wait_for(|s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) >= 256, "l2 hits after restart");
+    assert!(
+        history.contains(&format!(
+            "L2ARC rebuild successful, restored {restored} blocks"
+        )),
+        "{history}"
+    );
+    let backing_before = daemon.status().unwrap()["volumes"][0]["backing_reads"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        read_image(&daemon, &dir) == image,
+        "data differs after restart"
+    );
+    let status = daemon.wait_for(
+        |s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) >= 256,
+        "l2 hits after restart",
+    );
     let backing_after = status["volumes"][0]["backing_reads"].as_u64().unwrap();
     let blocks = (16u64 << 20) / (16 << 10);
     assert!(
@@ -240,13 +297,21 @@ fn overwritten_blocks_are_never_read_stale_after_kill_9() {
         }
         // Warm the L2 with this generation, so the next overwrite has copies to invalidate.
         fio_randread(&daemon, "16M", 2);
-        assert!(read_image(&daemon, &dir) == image, "round {round}: read back differs");
+        assert!(
+            read_image(&daemon, &dir) == image,
+            "round {round}: read back differs"
+        );
         // Kill at a moment that depends on the round, feeds and log commits in flight.
         std::thread::sleep(Duration::from_millis(150 * round));
         daemon.kill9();
         daemon = Daemon::start(&state);
-        let status = daemon.wait_for(|s| s["cache_devices"][0]["state"] != "rebuilding", "the rebuild");
-        restored = status["cache_devices"][0]["rebuild"]["bufs"].as_u64().unwrap_or(0);
+        let status = daemon.wait_for(
+            |s| s["cache_devices"][0]["state"] != "rebuilding",
+            "the rebuild",
+        );
+        restored = status["cache_devices"][0]["rebuild"]["bufs"]
+            .as_u64()
+            .unwrap_or(0);
         assert!(
             read_image(&daemon, &dir) == image,
             "round {round}: stale or wrong data after kill -9 and restart"
@@ -256,7 +321,9 @@ fn overwritten_blocks_are_never_read_stale_after_kill_9() {
     daemon.stop();
     let history = std::fs::read_to_string(state.join("history")).unwrap();
     assert!(
-        history.lines().any(|l| l.contains("restored") && !l.contains("restored 0 blocks")),
+        history
+            .lines()
+            .any(|l| l.contains("restored") && !l.contains("restored 0 blocks")),
         "no restart restored anything, so no overwrite was tested against L2 copies: {history}"
     );
 }
@@ -290,8 +357,14 @@ fn a_corrupted_cache_device_costs_speed_never_correctness() {
     assert!(flipped > 100);
     std::fs::write(&cache, &bytes).unwrap();
     let daemon = Daemon::start(&state);
-    daemon.wait_for(|s| s["cache_devices"][0]["state"] != "rebuilding", "the rebuild");
-    assert!(read_image(&daemon, &dir) == image, "a corrupted cache device changed what a client read");
+    daemon.wait_for(
+        |s| s["cache_devices"][0]["state"] != "rebuilding",
+        "the rebuild",
+    );
+    assert!(
+        read_image(&daemon, &dir) == image,
+        "a corrupted cache device changed what a client read"
+    );
     // The status file is rewritten every second: wait for it to show the detection.
     daemon.wait_for(
         |s| {
@@ -336,21 +409,37 @@ fn set_changes_tunables_of_a_running_daemon_and_refuses_bad_values() {
         .args(["l2arc_write_max=8M", "l2arc_mfuonly=1"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     daemon.wait_for(
         |s| s["tunables"]["l2arc_write_max"] == 8 << 20 && s["tunables"]["l2arc_mfuonly"] == 1,
         "the new tunables",
     );
     for bad in ["l2arc_mfuonly=7", "nope=1", "l2arc_write_max"] {
-        let out = larch().args(["set", "--state-dir"]).arg(&state).arg(bad).output().unwrap();
+        let out = larch()
+            .args(["set", "--state-dir"])
+            .arg(&state)
+            .arg(bad)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad} accepted");
     }
-    let out = larch().args(["status", "--state-dir"]).arg(&state).output().unwrap();
+    let out = larch()
+        .args(["status", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("pool demo: serving"), "{text}");
     daemon.stop();
     // The saved tunables apply at the next start too.
     let daemon = Daemon::start(&state);
-    daemon.wait_for(|s| s["tunables"]["l2arc_write_max"] == 8 << 20, "tunables after restart");
+    daemon.wait_for(
+        |s| s["tunables"]["l2arc_write_max"] == 8 << 20,
+        "tunables after restart",
+    );
     daemon.stop();
 }
