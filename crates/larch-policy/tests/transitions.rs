@@ -542,7 +542,10 @@ fn ghost_without_l2_copy_is_forgotten_when_trimmed() {
             from: State::MruGhost,
         });
     }
-    assert!(forgotten, "block 1's ghost was trimmed with a Forget action");
+    assert!(
+        forgotten,
+        "block 1's ghost was trimmed with a Forget action"
+    );
     assert_eq!(state(&arc, 1), None);
     assert!(arc.stats().deleted > 0);
 }
