@@ -1,5 +1,5 @@
-//! `larch demo` (and `larch` with no arguments): a generated workload through the ARC and
-//! through LRU, so a newcomer sees what an ARC is for in one command.
+//! `larch demo`: a generated workload through the ARC and through LRU, so a newcomer sees
+//! what an ARC is for in one command.
 //!
 //! The workload is Zipf-distributed reads over a volume, with a one-pass scan larger than
 //! the cache in the middle. LRU lets the scan flush its hot blocks; the ARC keeps them in
@@ -34,19 +34,6 @@ pub struct DemoArgs {
     /// Seed of the generator (the same seed gives the same numbers).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-}
-
-impl Default for DemoArgs {
-    fn default() -> DemoArgs {
-        DemoArgs {
-            blocks: 200_000,
-            cache_blocks: 20_000,
-            block_size: 8192,
-            theta: 0.9,
-            reads: 1_000_000,
-            seed: 1,
-        }
-    }
 }
 
 /// Hit ratios of one policy in each phase.

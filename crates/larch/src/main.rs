@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
 
 /// larch: ZFS's ARC, L2ARC and write path as a userspace block cache.
 ///
-/// With no subcommand, larch runs its built-in demo (`larch demo`).
+/// With no subcommand, larch runs `larch serve`: it creates (or opens) a demo pool in
+/// ./larch-data and serves its volume over NBD on 127.0.0.1:10809.
 #[derive(Parser)]
 #[command(name = "larch", version, propagate_version = true)]
 struct Cli {
@@ -45,7 +46,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => demo::run(demo::DemoArgs::default()),
+        None => serve::run(serve::ServeArgs::default()),
         Some(Command::Demo(args)) => demo::run(args),
         Some(Command::Sim(cmd)) => sim::run(cmd),
         Some(Command::Dump(args)) => dump::run(args),

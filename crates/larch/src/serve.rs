@@ -52,6 +52,22 @@ pub struct ServeArgs {
     pub stats_interval: u64,
 }
 
+impl Default for ServeArgs {
+    /// What `larch` with no arguments runs: the demo pool in ./larch-data on TCP.
+    fn default() -> ServeArgs {
+        ServeArgs {
+            state_dir: PathBuf::from("larch-data"),
+            listen: None,
+            socket: None,
+            demo_volume_size: 1 << 30,
+            demo_cache_size: 256 << 20,
+            demo_arc_max: 64 << 20,
+            format_cache: false,
+            stats_interval: 0,
+        }
+    }
+}
+
 /// Arguments of `larch status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
