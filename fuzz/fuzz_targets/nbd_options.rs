@@ -51,14 +51,23 @@ fn option_replies_well_formed(mut out: &[u8]) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let exports = exports();
-    let mut negotiation = Negotiation::new(&exports, NegotiationLimits { max_option_bytes: 8192 });
+    let mut negotiation = Negotiation::new(
+        &exports,
+        NegotiationLimits {
+            max_option_bytes: 8192,
+        },
+    );
     let mut pos = 0;
     loop {
         let mut out = Vec::new();
         let step = negotiation.step(&data[pos..], &mut out);
         match step {
             Ok(Step::Consumed(n)) => {
-                assert!(n > 0 && pos + n <= data.len(), "consumed {n} at {pos} of {}", data.len());
+                assert!(
+                    n > 0 && pos + n <= data.len(),
+                    "consumed {n} at {pos} of {}",
+                    data.len()
+                );
                 assert!(option_replies_well_formed(&out), "bad replies {out:?}");
                 pos += n;
             }

@@ -65,16 +65,27 @@ fuzz_target!(|input: Input| {
                 segments.push(ReadSegment::Zeroes(left));
             }
             let total: usize = segments.iter().map(ReadSegment::len_bytes).sum();
-            let frame = read_frame(hdr.cookie, offset, ReadData { segments }, ctx.structured_replies, df);
+            let frame = read_frame(
+                hdr.cookie,
+                offset,
+                ReadData { segments },
+                ctx.structured_replies,
+                df,
+            );
             let overhead = frame.len_bytes() - total.min(frame.len_bytes());
             assert!(frame.len_bytes() >= 16, "a reply has at least a header");
             assert!(overhead < 1 << 20);
         }
-        Request::BlockStatus { length, req_one, .. } => {
+        Request::BlockStatus {
+            length, req_one, ..
+        } => {
             let extents: Vec<Extent> = input
                 .extents
                 .iter()
-                .map(|&(length_bytes, flags)| Extent { length_bytes, flags })
+                .map(|&(length_bytes, flags)| Extent {
+                    length_bytes,
+                    flags,
+                })
                 .collect();
             if let Some(wire) = wire_extents(&extents, length, req_one) {
                 let sum: u64 = wire.iter().map(|&(l, _)| u64::from(l)).sum();

@@ -24,7 +24,10 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         match negotiation.step(&data[pos..], &mut out) {
             Ok(Step::Consumed(n)) => pos += n,
-            Ok(Step::Done { consumed, negotiated }) => {
+            Ok(Step::Done {
+                consumed,
+                negotiated,
+            }) => {
                 pos += consumed;
                 break negotiated;
             }

@@ -24,7 +24,10 @@ impl std::error::Error for SizeError {}
 
 /// Parses a byte count with an optional binary suffix (K, M, G, T; `KiB`, `KB` and `k` also accepted).
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
-    let err = |reason| SizeError { text: text.to_string(), reason };
+    let err = |reason| SizeError {
+        text: text.to_string(),
+        reason,
+    };
     let trimmed = text.trim();
     let split = trimmed
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -43,7 +46,9 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     };
     let multiplier = 1u64 << shift;
     if let Ok(whole) = number.parse::<u64>() {
-        return whole.checked_mul(multiplier).ok_or_else(|| err("too large"));
+        return whole
+            .checked_mul(multiplier)
+            .ok_or_else(|| err("too large"));
     }
     let value: f64 = number.parse().map_err(|_| err("not a number"))?;
     let bytes = value * multiplier as f64;
@@ -89,7 +94,15 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "M", "12Q", "1.2.3", "-5", "0.3", "99999999999999999999T"] {
+        for bad in [
+            "",
+            "M",
+            "12Q",
+            "1.2.3",
+            "-5",
+            "0.3",
+            "99999999999999999999T",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad:?} should not parse");
         }
     }
