@@ -213,7 +213,7 @@ pub struct Pool {
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
 /// (or never wrote), which it may format again; anything else unreadable is refused.
-fn headers_are_blank(path: &Path) -> bool {
+pub fn headers_are_blank(path: &Path) -> bool {
     let mut buf = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut buf))
@@ -266,6 +266,38 @@ impl Pool {
             volumes,
             refused_devices,
         })
+    }
+
+    /// Brings the running engine's cache devices in line with `config` (as `larch cache
+    /// add/remove` left it): adds new devices, removes dropped ones. Returns what it did.
+    pub fn apply_cache_config(&self, config: &PoolConfig) -> Vec<String> {
+        let mut done = Vec::new();
+        let running = self.engine.devices();
+        for d in &config.cache_devices {
+            let path = resolve(&self.state_dir, &d.path);
+            let known = running
+                .iter()
+                .any(|r| r.guid == d.guid && r.state() != crate::DeviceState::Removed);
+            if known {
+                continue;
+            }
+            let create = headers_are_blank(&path);
+            match self
+                .engine
+                .add_cache_device(&path, config.guid, d.guid, create)
+            {
+                Ok(_) => done.push(format!("cache device {} added", path.display())),
+                Err(err) => done.push(format!("cache device not used: {err}")),
+            }
+        }
+        for r in running {
+            let wanted = config.cache_devices.iter().any(|d| d.guid == r.guid);
+            if !wanted && r.state() != crate::DeviceState::Removed {
+                self.engine.remove_cache_device(r.index);
+                done.push(format!("cache device {} removed", r.path.display()));
+            }
+        }
+        done
     }
 
     /// Stops the feeders, commits the logs and flushes every backing store.

@@ -1,6 +1,7 @@
 //! `larch`: the command-line front door. Each subcommand lives in its own module and
 //! returns the process exit code; errors are printed once, here.
 
+mod admin;
 mod demo;
 mod dump;
 mod serve;
@@ -35,6 +36,15 @@ enum Command {
     /// Serve a pool's volumes over NBD through the ARC and its cache devices (creates a
     /// demo pool in ./larch-data when there is none).
     Serve(serve::ServeArgs),
+    /// Create or destroy a pool (its state directory).
+    #[command(subcommand)]
+    Pool(admin::PoolCommand),
+    /// Add or remove volumes of a pool.
+    #[command(subcommand)]
+    Volume(admin::VolumeCommand),
+    /// Add or remove cache devices (L2ARC) of a pool, also while it is served.
+    #[command(subcommand)]
+    Cache(admin::CacheCommand),
     /// Show what a running (or the last) `larch serve` of a pool reports.
     Status(serve::StatusArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
@@ -52,6 +62,9 @@ fn main() -> ExitCode {
         Some(Command::Dump(args)) => dump::run(args),
         Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Status(args)) => serve::status(args),
+        Some(Command::Pool(cmd)) => admin::pool(cmd),
+        Some(Command::Volume(cmd)) => admin::volume(cmd),
+        Some(Command::Cache(cmd)) => admin::cache(cmd),
         Some(Command::Set(args)) => serve::set(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };

@@ -185,7 +185,11 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
     let mut tunables_seen = std::fs::metadata(pool.state_dir.join(tunables::TUNABLES_FILE))
         .and_then(|m| m.modified())
         .ok();
-    let mut announced = vec![false; pool.engine.devices().len()];
+    let config_path = pool.state_dir.join(larch_engine::pool::CONFIG_FILE);
+    let mut config_seen = std::fs::metadata(&config_path)
+        .and_then(|m| m.modified())
+        .ok();
+    let mut announced: Vec<bool> = Vec::new();
     let mut tick = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -201,8 +205,25 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
                 }
             }
         }
-        for (i, device) in pool.engine.devices().iter().enumerate() {
-            if announced.get(i).copied().unwrap_or(true) {
+        let modified = std::fs::metadata(&config_path)
+            .and_then(|m| m.modified())
+            .ok();
+        if modified != config_seen {
+            config_seen = modified;
+            match PoolConfig::load(&pool.state_dir) {
+                Ok(config) => {
+                    for line in pool.apply_cache_config(&config) {
+                        eprintln!("larch serve: {line}");
+                        history(&pool.state_dir, &line);
+                    }
+                }
+                Err(err) => eprintln!("larch serve: pool.json: {err}"),
+            }
+        }
+        let devices = pool.engine.devices();
+        announced.resize(devices.len(), false);
+        for (i, device) in devices.iter().enumerate() {
+            if announced[i] {
                 continue;
             }
             let line = match device.state() {
@@ -271,6 +292,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let pool = Pool::open(&state_dir, created || args.format_cache)
         .with_context(|| format!("opening the pool in {}", state_dir.display()))?;
+    if pool.volumes.is_empty() {
+        bail!(
+            "pool {} has no volumes: add one with `larch volume add NAME --backing PATH --size SIZE --state-dir {}`",
+            pool.config.name,
+            state_dir.display()
+        );
+    }
     for refused in &pool.refused_devices {
         eprintln!("larch serve: cache device not used: {refused}");
     }

@@ -1,0 +1,316 @@
+//! `larch pool`, `larch volume`, `larch cache`: edit a pool's `pool.json`. A running
+//! `larch serve` picks up added and removed cache devices within a second; volume changes
+//! take effect at its next start.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use larch_engine::{
+    CacheDeviceConfig, CacheMode, LatencyModel, PoolConfig, VolumeConfig, new_guid,
+};
+
+use crate::units::{format_size, parse_size};
+
+/// `larch pool ...`
+#[derive(clap::Subcommand)]
+pub enum PoolCommand {
+    /// Create an empty pool (no volumes, no cache devices) in a state directory.
+    Create {
+        /// The pool's name.
+        name: String,
+        /// Where its state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+        /// zfs_arc_max: bytes of data the ARC may hold.
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        arc_max: u64,
+    },
+    /// Forget a pool: removes its pool.json and state files (never volume or device data).
+    Destroy {
+        /// Where its state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+        /// Required: destroying is not undoable.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `larch volume ...`
+#[derive(clap::Subcommand)]
+pub enum VolumeCommand {
+    /// Add a volume on a backing file or block device.
+    Add {
+        /// The volume's name (its NBD export name).
+        name: String,
+        /// The backing file or block device.
+        #[arg(long)]
+        backing: PathBuf,
+        /// Create the backing file with this size (sparse) when it does not exist.
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Block size, a power of two from 4K to 128K.
+        #[arg(long, default_value = "16K", value_parser = parse_size)]
+        volblocksize: u64,
+        /// What the ARC caches: all, metadata or none.
+        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        primarycache: CacheMode,
+        /// What is fed to cache devices: all, metadata or none.
+        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        secondarycache: CacheMode,
+        /// Refuse writes.
+        #[arg(long)]
+        readonly: bool,
+        /// Injected backing-store read latency in ms (a device model for tests; 0 = off).
+        #[arg(long, default_value_t = 0.0)]
+        read_latency_ms: f64,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+    /// Remove a volume from the pool (its backing data is left alone).
+    Remove {
+        /// The volume's name.
+        name: String,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+}
+
+/// `larch cache ...`
+#[derive(clap::Subcommand)]
+pub enum CacheCommand {
+    /// Add a cache device (L2ARC). It is formatted when the pool next opens it: its
+    /// contents are overwritten.
+    Add {
+        /// The file or block device.
+        path: PathBuf,
+        /// Create the file with this size when it does not exist.
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+    /// Remove a cache device; a running daemon stops using it at once.
+    Remove {
+        /// The file or block device, as it was added.
+        path: PathBuf,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+}
+
+fn parse_mode(text: &str) -> Result<CacheMode, String> {
+    match text {
+        "all" => Ok(CacheMode::All),
+        "metadata" => Ok(CacheMode::Metadata),
+        "none" => Ok(CacheMode::None),
+        _ => Err(format!("{text:?}: expected all, metadata or none")),
+    }
+}
+
+fn load(state_dir: &Path) -> anyhow::Result<PoolConfig> {
+    PoolConfig::load(state_dir).with_context(|| {
+        format!(
+            "no pool in {} (create one with `larch pool create NAME --state-dir {}`)",
+            state_dir.display(),
+            state_dir.display()
+        )
+    })
+}
+
+fn save(config: &PoolConfig, state_dir: &Path) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    config.save(state_dir).with_context(|| {
+        format!(
+            "saving {}",
+            state_dir.join(larch_engine::pool::CONFIG_FILE).display()
+        )
+    })
+}
+
+fn create_file(path: &Path, size: u64) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.set_len(size)
+        .with_context(|| format!("sizing {}", path.display()))?;
+    Ok(())
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    Ok(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    })
+}
+
+pub fn pool(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PoolCommand::Create {
+            name,
+            state_dir,
+            arc_max,
+        } => {
+            if state_dir.join(larch_engine::pool::CONFIG_FILE).exists() {
+                bail!("{} already holds a pool", state_dir.display());
+            }
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("creating {}", state_dir.display()))?;
+            let config = PoolConfig {
+                name: name.clone(),
+                guid: new_guid(),
+                arc_max_bytes: arc_max,
+                volumes: Vec::new(),
+                cache_devices: Vec::new(),
+            };
+            save(&config, &state_dir)?;
+            println!(
+                "created pool {name} in {} (zfs_arc_max {})",
+                state_dir.display(),
+                format_size(arc_max)
+            );
+        }
+        PoolCommand::Destroy { state_dir, force } => {
+            let config = load(&state_dir)?;
+            if !force {
+                bail!(
+                    "destroying pool {} needs --force (volume and device data are kept)",
+                    config.name
+                );
+            }
+            for file in ["pool.json", "tunables.json", "status.json", "history"] {
+                let _ = std::fs::remove_file(state_dir.join(file));
+            }
+            println!("destroyed pool {}", config.name);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        VolumeCommand::Add {
+            name,
+            backing,
+            size,
+            volblocksize,
+            primarycache,
+            secondarycache,
+            readonly,
+            read_latency_ms,
+            state_dir,
+        } => {
+            let mut config = load(&state_dir)?;
+            if config.volumes.iter().any(|v| v.name == name) {
+                bail!("the pool already has a volume {name}");
+            }
+            if !(0.0..=10_000.0).contains(&read_latency_ms) {
+                bail!("--read-latency-ms must be between 0 and 10000");
+            }
+            let backing = absolute(&backing)?;
+            if let Some(size) = size {
+                create_file(&backing, size)?;
+            }
+            if !backing.exists() {
+                bail!(
+                    "{} does not exist (give --size to create it)",
+                    backing.display()
+                );
+            }
+            let latency_us = (read_latency_ms * 1000.0) as u64;
+            config.volumes.push(VolumeConfig {
+                name: name.clone(),
+                guid: new_guid(),
+                backing,
+                volblocksize: u32::try_from(volblocksize).unwrap_or(0),
+                primarycache,
+                secondarycache,
+                readonly,
+                latency: LatencyModel {
+                    read_min_us: latency_us,
+                    read_max_us: latency_us,
+                    ..LatencyModel::default()
+                },
+            });
+            save(&config, &state_dir)?;
+            println!("added volume {name} (served from the next `larch serve` start)");
+        }
+        VolumeCommand::Remove { name, state_dir } => {
+            let mut config = load(&state_dir)?;
+            let before = config.volumes.len();
+            config.volumes.retain(|v| v.name != name);
+            if config.volumes.len() == before {
+                bail!("the pool has no volume {name}");
+            }
+            save(&config, &state_dir)?;
+            println!("removed volume {name} (its data is untouched)");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cache(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CacheCommand::Add {
+            path,
+            size,
+            state_dir,
+        } => {
+            let mut config = load(&state_dir)?;
+            let path = absolute(&path)?;
+            if config.cache_devices.iter().any(|d| d.path == path) {
+                bail!("{} is already a cache device of this pool", path.display());
+            }
+            if let Some(size) = size {
+                create_file(&path, size)?;
+            }
+            if !path.exists() {
+                bail!(
+                    "{} does not exist (give --size to create a file)",
+                    path.display()
+                );
+            }
+            // Zeroing the header slots marks the device as ours to format.
+            let zeroes = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| {
+                    std::os::unix::fs::FileExt::write_all_at(&f, &zeroes, 0)
+                        .and_then(|()| f.sync_all())
+                })
+                .with_context(|| format!("preparing {}", path.display()))?;
+            config.cache_devices.push(CacheDeviceConfig {
+                path: path.clone(),
+                guid: new_guid(),
+            });
+            save(&config, &state_dir)?;
+            println!("added cache device {}", path.display());
+        }
+        CacheCommand::Remove { path, state_dir } => {
+            let mut config = load(&state_dir)?;
+            let path = absolute(&path)?;
+            let before = config.cache_devices.len();
+            config
+                .cache_devices
+                .retain(|d| d.path != path && state_dir.join(&d.path) != path);
+            if config.cache_devices.len() == before {
+                bail!("{} is not a cache device of this pool", path.display());
+            }
+            save(&config, &state_dir)?;
+            println!("removed cache device {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
