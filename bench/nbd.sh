@@ -2,7 +2,7 @@
 # NBD server throughput: larch serve-file vs nbdkit file on the same tmpfs file.
 #
 #   bench/nbd.sh                 # release build, 512 MiB file in /dev/shm, 8 s per run
-#   RUNTIME=20 SIZE_MB=1024 bench/nbd.sh
+#   RUNTIME=20 ROUNDS=5 SIZE_MB=1024 bench/nbd.sh
 #   LARCH_BIN=/path/to/larch bench/nbd.sh
 #
 # For each server (larch with its default --io auto, which is inline on tmpfs; larch
@@ -12,11 +12,14 @@
 # Unix socket, 4K random reads with server and fio pinned to the same CPU and to different
 # CPUs (taskset), because on a small VM the latency at iodepth 1 is mostly the cost of
 # waking a thread on another (idle) vCPU. It prints a Markdown table with IOPS / MiB/s
-# and the ratio of each larch row to nbdkit in the same run and placement.
+# and the ratio of each larch row to nbdkit in the same run and placement. Every
+# measurement is repeated ROUNDS times, servers interleaved, and the median is shown, so
+# that drift in the machine's load hits all servers alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNTIME=${RUNTIME:-8}
+RUNTIME=${RUNTIME:-5}
+ROUNDS=${ROUNDS:-3}
 SIZE_MB=${SIZE_MB:-512}
 PORT=${PORT:-10899}
 WORK=$(mktemp -d /dev/shm/larch-nbd-bench.XXXXXX)
@@ -90,18 +93,29 @@ SCENARIOS=(
     "unix-cpu0-fio-cpu1 unix 0 1|randread 4k 1"
 )
 
+median() { # "iops mibps" lines on stdin -> the line with the median IOPS
+    sort -n | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }'
+}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A RESULT
-for scenario in "${SCENARIOS[@]}"; do
-    IFS='|' read -r -a parts <<<"$scenario"
-    read -r label transport scpus fcpus <<<"${parts[0]}"
-    for kind in "${SERVERS[@]}"; do
-        start_server "$kind" "$transport" "$scpus"
-        for w in "${parts[@]:1}"; do
-            # shellcheck disable=SC2086
-            RESULT["$kind|$label|$w"]=$(run_fio "$fcpus" $w)
+for round in $(seq "$ROUNDS"); do
+    for scenario in "${SCENARIOS[@]}"; do
+        IFS='|' read -r -a parts <<<"$scenario"
+        read -r label transport scpus fcpus <<<"${parts[0]}"
+        for kind in "${SERVERS[@]}"; do
+            start_server "$kind" "$transport" "$scpus"
+            for w in "${parts[@]:1}"; do
+                # shellcheck disable=SC2086
+                RESULT["$kind|$label|$w"]+="$(run_fio "$fcpus" $w)"$'\n'
+            done
+            stop_server
         done
-        stop_server
     done
+    echo "round $round done, load $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+for key in "${!RESULT[@]}"; do
+    RESULT[$key]=$(printf '%s' "${RESULT[$key]}" | median)
 done
 
 echo

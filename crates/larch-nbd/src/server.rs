@@ -390,15 +390,20 @@ impl<E: Export> Server<E> {
             let grace_end = deadline.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
-            // Completions first, then writes, then new requests: replies leave as soon
-            // as they exist, and completions that arrive together share one writev.
-            let event = tokio::select! {
+            // Requests already in the read buffer are taken first (no system call), so a
+            // burst of pipelined requests completes together and its replies share one
+            // writev. Otherwise: completions, then writes, then new requests.
+            let event = if can_read && !reader.buffer().is_empty() {
+                Event::Readable(Ok(true))
+            } else {
+                tokio::select! {
                 biased;
                 () = inflight.completions(), if !inflight.is_empty() => Event::Completed,
                 wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => Event::Wrote(wrote),
                 filled = reader.fill_buf(), if can_read => Event::Readable(filled.map(|b| !b.is_empty())),
                 _ = shutdown_rx.changed(), if deadline.is_none() => Event::Shutdown,
                 () = tokio::time::sleep_until(grace_end), if deadline.is_some() => Event::GraceOver,
+                }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
             match event {
@@ -511,7 +516,7 @@ fn is_bulk(request: &Request) -> bool {
 /// Stop reading requests while this much reply data waits for the socket.
 const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 /// Most buffers handed to one `writev`.
-const MAX_IOSLICES: usize = 64;
+const MAX_IOSLICES: usize = 256;
 
 type RequestFuture<'a> = Pin<Box<dyn Future<Output = Frame> + Send + 'a>>;
 
