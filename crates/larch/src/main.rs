@@ -4,6 +4,7 @@
 mod admin;
 mod demo;
 mod dump;
+mod http;
 mod serve;
 mod serve_file;
 mod sim;
@@ -47,6 +48,8 @@ enum Command {
     Cache(admin::CacheCommand),
     /// Show what a running (or the last) `larch serve` of a pool reports.
     Status(serve::StatusArgs),
+    /// Print arcstat-style lines (reads, hit ratios, ARC and L2 sizes) of a running pool.
+    Arcstat(serve::ArcstatArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
     Set(serve::SetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Some(Command::Volume(cmd)) => admin::volume(cmd),
         Some(Command::Cache(cmd)) => admin::cache(cmd),
         Some(Command::Set(args)) => serve::set(args),
+        Some(Command::Arcstat(args)) => serve::arcstat(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Print a line of arcstats to standard error every this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub stats_interval: u64,
+    /// Serve /metrics, /arcstats and /status over HTTP on this loopback address ("off" for
+    /// none; port 0 picks a free port, reported in status.json).
+    #[arg(long, default_value = "127.0.0.1:9920")]
+    pub http: String,
 }
 
 impl Default for ServeArgs {
@@ -64,6 +68,7 @@ impl Default for ServeArgs {
             demo_arc_max: 64 << 20,
             format_cache: false,
             stats_interval: 0,
+            http: "127.0.0.1:9920".to_string(),
         }
     }
 }
@@ -109,6 +114,9 @@ fn history(state_dir: &Path, line: &str) {
         let _ = writeln!(f, "{} {line}", now_secs());
     }
 }
+
+/// The HTTP address actually bound (set once at start).
+static HTTP_ADDR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn status_json(pool: &Pool) -> serde_json::Value {
     let engine = &pool.engine;
@@ -169,6 +177,7 @@ fn status_json(pool: &Pool) -> serde_json::Value {
         "volumes": volumes,
         "cache_devices": devices,
         "tunables": tunables::values(&engine.tunables),
+        "http": HTTP_ADDR.get(),
         "arcstats": arcstats,
     })
 }
@@ -400,6 +409,25 @@ async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> any
     if listeners.is_empty() {
         bail!("nothing to listen on");
     }
+    let mut http_task = None;
+    if args.http != "off" {
+        match tokio::net::TcpListener::bind(&args.http).await {
+            Ok(listener) => {
+                let addr = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                eprintln!("larch serve: HTTP on http://{addr}/metrics /arcstats /status");
+                let _ = HTTP_ADDR.set(addr);
+                http_task = Some(tokio::spawn(crate::http::serve(
+                    listener,
+                    Arc::clone(&pool),
+                    status_json,
+                )));
+            }
+            Err(err) => eprintln!("larch serve: HTTP not served: binding {}: {err}", args.http),
+        }
+    }
     let keeper = tokio::spawn(housekeeping(Arc::clone(&pool), args.stats_interval));
     let signaller = server.clone();
     tokio::spawn(async move {
@@ -429,6 +457,9 @@ async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> any
     }
     server.wait_idle().await;
     keeper.abort();
+    if let Some(task) = http_task {
+        task.abort();
+    }
     if let Some(path) = &args.socket {
         let _ = std::fs::remove_file(path);
     }
@@ -549,4 +580,95 @@ pub fn set(args: SetArgs) -> anyhow::Result<ExitCode> {
         println!("{name}={value}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `larch arcstat`.
+#[derive(clap::Args)]
+pub struct ArcstatArgs {
+    /// Seconds between lines.
+    #[arg(default_value_t = 1)]
+    pub interval: u64,
+    /// Lines to print (default: until interrupted).
+    pub count: Option<u64>,
+    /// The pool's state directory.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+}
+
+fn read_arcstats(state_dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
+    let path = state_dir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: no status (is `larch serve` running?)", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    Ok(v["arcstats"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// `larch arcstat`: OpenZFS arcstat-style lines from the daemon's status, per interval.
+pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
+    if args.interval == 0 {
+        bail!("the interval must be at least 1 second");
+    }
+    let mut previous = read_arcstats(&args.state_dir)?;
+    let mut printed = 0u64;
+    loop {
+        if args.count.is_some_and(|c| printed >= c) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_secs(args.interval));
+        let now = read_arcstats(&args.state_dir)?;
+        let d = |k: &str| {
+            now.get(k)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(previous.get(k).copied().unwrap_or(0))
+        };
+        let n = |k: &str| now.get(k).copied().unwrap_or(0);
+        let pct = |a: u64, b: u64| if a + b == 0 { 0 } else { a * 100 / (a + b) };
+        if printed % 20 == 0 {
+            println!(
+                "{:>8} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7}",
+                "time",
+                "read",
+                "hit%",
+                "miss%",
+                "arcsz",
+                "c",
+                "l2read",
+                "l2hit%",
+                "l2size",
+                "l2wbyt"
+            );
+        }
+        let secs = now_secs();
+        let reads = d("hits") + d("misses");
+        println!(
+            "{:02}:{:02}:{:02} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7}",
+            (secs / 3600) % 24,
+            (secs / 60) % 60,
+            secs % 60,
+            reads / args.interval,
+            pct(d("hits"), d("misses")),
+            if reads == 0 {
+                0
+            } else {
+                100 - pct(d("hits"), d("misses"))
+            },
+            format_size(n("size")),
+            format_size(n("c")),
+            (d("l2_hits") + d("l2_misses")) / args.interval,
+            pct(d("l2_hits"), d("l2_misses")),
+            format_size(n("l2_size")),
+            format_size(d("l2_write_bytes") / args.interval),
+        );
+        printed += 1;
+        previous = now;
+    }
 }

@@ -75,6 +75,7 @@ impl Daemon {
                 "--demo-arc-max",
                 "1M",
             ])
+            .args(["--http", "127.0.0.1:0"])
             .stderr(Stdio::piped())
             .spawn()
             .expect("start larch serve");
@@ -163,6 +164,15 @@ fn send_signal(pid: u32, signal: &str) {
     assert!(status.success());
 }
 
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
 fn nbdcopy(from: &str, to: &str) {
     let out = Command::new("nbdcopy").args([from, to]).output().unwrap();
     assert!(
@@ -238,6 +248,39 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         "l2 hits",
     );
     assert!(before["arcstats"]["l2_cksum_bad"] == 0);
+    // The same counters over HTTP, in Prometheus and kstat form, and through arcstat.
+    let addr = before["http"]
+        .as_str()
+        .expect("an HTTP address in status.json")
+        .to_string();
+    let metrics = http_get(&addr, "/metrics");
+    let l2_hits: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("larch_arcstats_l2_hits_total "))
+        .expect("l2_hits in /metrics")
+        .parse()
+        .unwrap();
+    assert!(l2_hits > 0, "{metrics}");
+    assert!(metrics.contains("# TYPE larch_arcstats_size gauge"));
+    assert!(metrics.contains("larch_backing_reads_total{volume=\"vol0\"}"));
+    let kstats = http_get(&addr, "/arcstats");
+    assert!(
+        kstats
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("l2_hits")),
+        "{kstats}"
+    );
+    assert!(http_get(&addr, "/nope").starts_with("HTTP/1.1 404"));
+    let arcstat = larch()
+        .args(["arcstat", "1", "1", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&arcstat.stdout);
+    assert!(
+        arcstat.status.success() && text.contains("l2hit%") && text.lines().count() == 2,
+        "{text}"
+    );
     let stderr = daemon.stop();
     assert!(stderr.contains("stopped cleanly"), "{stderr}");
 
@@ -499,6 +542,7 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
         .arg(&state)
         .arg("--socket")
         .arg(&socket)
+        .args(["--http", "off"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
