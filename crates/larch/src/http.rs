@@ -42,7 +42,8 @@ pub fn metrics(pool: &Pool) -> String {
         };
         out += &format!("# TYPE {metric} {kind}\n{metric} {value}\n");
     }
-    let families: [(&str, fn(&larch_engine::backing::BackingStats) -> u64); 5] = [
+    type Counter = fn(&larch_engine::backing::BackingStats) -> u64;
+    let families: [(&str, Counter); 5] = [
         ("reads", |s| s.reads.load(Ordering::Relaxed)),
         ("read_bytes", |s| s.read_bytes.load(Ordering::Relaxed)),
         ("writes", |s| s.writes.load(Ordering::Relaxed)),

@@ -631,8 +631,8 @@ pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
                 .saturating_sub(previous.get(k).copied().unwrap_or(0))
         };
         let n = |k: &str| now.get(k).copied().unwrap_or(0);
-        let pct = |a: u64, b: u64| if a + b == 0 { 0 } else { a * 100 / (a + b) };
-        if printed % 20 == 0 {
+        let pct = |a: u64, b: u64| (a * 100).checked_div(a + b).unwrap_or(0);
+        if printed.is_multiple_of(20) {
             println!(
                 "{:>8} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7}",
                 "time",
