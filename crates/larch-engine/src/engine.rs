@@ -1113,16 +1113,16 @@ impl Engine {
     }
 
     /// Removes a cache device at runtime: no new reads go to it, its index entries are
-    /// dropped, and its log is committed so it can be added back warm.
+    /// dropped, and its log is invalidated: writes from now on no longer tombstone its
+    /// copies, so a later `add` must start it empty, never rebuild it.
     pub fn remove_cache_device(&self, index: u16) -> bool {
         let Some(device) = self.device(index) else {
             return false;
         };
         let _gate = self.gate.lock().expect("gate lock");
         device.set_state(DeviceState::Removed);
-        if let Some(l2) = device.writer.lock().expect("writer lock").as_mut() {
-            let _ = l2.commit_log();
-        }
+        *device.writer.lock().expect("writer lock") = None;
+        invalidate_log(&device);
         self.forget_device(index);
         true
     }

@@ -612,3 +612,142 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
     let stderr = daemon.stop();
     assert!(stderr.contains("removed"), "{stderr}");
 }
+
+#[test]
+fn secondarycache_none_and_mfuonly_change_what_is_fed() {
+    require("fio");
+    let dir = scratch();
+    let state = dir.join("tank");
+    run_ok(&["pool", "create", "tank", "--arc-max", "1M"], &state);
+    for (name, mode) in [("fed", "all"), ("unfed", "none")] {
+        let backing = dir.join(format!("{name}.img"));
+        run_ok(
+            &[
+                "volume",
+                "add",
+                name,
+                "--backing",
+                backing.to_str().unwrap(),
+                "--size",
+                "8M",
+                "--secondarycache",
+                mode,
+            ],
+            &state,
+        );
+    }
+    let cache = dir.join("cache.img");
+    run_ok(
+        &["cache", "add", cache.to_str().unwrap(), "--size", "16M"],
+        &state,
+    );
+    // Only MFU blocks may be fed: a single pass over a volume (all MRU) feeds nothing.
+    run_ok(&["set", "l2arc_mfuonly=1"], &state);
+    let socket = state.with_extension("sock");
+    let child = larch()
+        .args(["serve", "--state-dir"])
+        .arg(&state)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--http", "off"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon {
+        child: Some(child),
+        state: state.clone(),
+        socket,
+    };
+    daemon.wait_for(|s| s["cache_devices"][0]["state"] == "online", "the device");
+    let read_all = |export: &str| {
+        let out = Command::new("nbdcopy")
+            .args([
+                &format!("nbd+unix:///{export}?socket={}", daemon.socket.display()),
+                "null:",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    read_all("fed");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        daemon.stat("l2_blocks"),
+        0,
+        "mfuonly=1 fed blocks read once"
+    );
+    // Now allow MRU: random reads of both volumes; only `fed` may reach the device.
+    run_ok(&["set", "l2arc_mfuonly=0"], &state);
+    daemon.wait_for(|s| s["tunables"]["l2arc_mfuonly"] == 0, "the tunable");
+    let fio = |export: &str| {
+        let out = Command::new("fio")
+            .args([
+                "--name=mix",
+                "--ioengine=nbd",
+                &format!(
+                    "--uri=nbd+unix:///{export}?socket={}",
+                    daemon.socket.display()
+                ),
+                "--rw=randread",
+                "--bs=16k",
+                "--size=8M",
+                "--time_based",
+                "--runtime=2",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let mut rounds = 0;
+    while daemon.stat("l2_blocks") < 128 {
+        fio("fed");
+        fio("unfed");
+        rounds += 1;
+        assert!(rounds < 20, "nothing was fed");
+    }
+    daemon.stop();
+    // Every entry the device's log holds belongs to `fed` (read back with `larch dump`).
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("pool.json")).unwrap()).unwrap();
+    let guid_of = |name: &str| {
+        config["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap()["guid"]
+            .as_u64()
+            .unwrap()
+    };
+    let out = larch()
+        .args(["dump", cache.to_str().unwrap(), "-lll", "--json"])
+        .output()
+        .unwrap();
+    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).expect("dump --json");
+    let volumes: Vec<u64> = dump["log_blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["entries"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["kind"] == "Data")
+        .map(|e| e["volume_guid"].as_u64().unwrap())
+        .collect();
+    assert!(
+        volumes.len() >= 128,
+        "only {} entries logged",
+        volumes.len()
+    );
+    assert!(
+        volumes.iter().all(|&g| g == guid_of("fed")),
+        "the secondarycache=none volume was fed"
+    );
+    assert!(!volumes.contains(&guid_of("unfed")));
+}
