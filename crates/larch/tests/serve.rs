@@ -751,3 +751,39 @@ fn secondarycache_none_and_mfuonly_change_what_is_fed() {
     );
     assert!(!volumes.contains(&guid_of("unfed")));
 }
+
+#[test]
+fn cache_device_io_errors_under_load_are_counted_and_never_reach_clients() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch();
+    let state = dir.join("pool");
+    let image = pattern(16 << 20, 31);
+    let daemon = Daemon::start(&state);
+    write_image(&daemon, &dir, &image);
+    let mut rounds = 0;
+    while daemon.stat("l2_blocks") < 256 {
+        fio_randread(&daemon, "16M", 2);
+        rounds += 1;
+        assert!(rounds < 30, "the L2ARC never filled");
+    }
+    // Cut the cache device short under the daemon's feet: reads of the lost part fail.
+    let cache = std::fs::OpenOptions::new()
+        .write(true)
+        .open(state.join("cache0.img"))
+        .unwrap();
+    cache.set_len(64 << 10).unwrap();
+    fio_randread(&daemon, "16M", 2);
+    assert!(
+        read_image(&daemon, &dir) == image,
+        "a failing cache device changed what a client read"
+    );
+    daemon.wait_for(
+        |s| {
+            let a = &s["arcstats"];
+            a["l2_io_error"].as_u64().unwrap_or(0) + a["l2_cksum_bad"].as_u64().unwrap_or(0) > 0
+        },
+        "the cache-device errors to be counted",
+    );
+    daemon.stop();
+}
