@@ -57,6 +57,9 @@ pub struct ServerLimits {
     pub max_inflight_per_connection: usize,
     /// How long a connection may stay open after shutdown began.
     pub shutdown_grace: Duration,
+    /// How long a client may take from connecting to the end of negotiation; an idle
+    /// client would otherwise hold a connection slot for ever.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -67,6 +70,7 @@ impl Default for ServerLimits {
             max_connections: 256,
             max_inflight_per_connection: 128,
             shutdown_grace: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -115,6 +119,9 @@ pub enum ConnectionError {
     /// A request header was not a request header.
     #[error("transmission: {0}")]
     BadRequest(#[from] BadRequestMagic),
+    /// The client did not finish negotiating within `ServerLimits::handshake_timeout`.
+    #[error("handshake timed out")]
+    HandshakeTimeout,
 }
 
 /// A listening socket to serve on.
@@ -290,10 +297,13 @@ impl<E: Export> Server<E> {
         let mut reader = BufReader::with_capacity(128 * 1024, reader);
         let mut writer = writer;
         let mut shutdown_rx = self.inner.shutdown_tx.subscribe();
-        let Some(negotiated) = self
-            .negotiate(&mut reader, &mut writer, &mut shutdown_rx)
-            .await?
+        let negotiation = self.negotiate(&mut reader, &mut writer, &mut shutdown_rx);
+        let Ok(negotiated) =
+            tokio::time::timeout(self.inner.limits.handshake_timeout, negotiation).await
         else {
+            return Err(ConnectionError::HandshakeTimeout);
+        };
+        let Some(negotiated) = negotiated? else {
             return Ok(());
         };
         self.transmit(reader, writer, negotiated, shutdown_rx).await

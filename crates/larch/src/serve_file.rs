@@ -79,6 +79,9 @@ pub struct ServeFileOptions {
     /// Seconds a connection may stay open after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub shutdown_grace: f64,
+    /// Seconds a client may take to finish the handshake.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub handshake_timeout: f64,
     /// Where file I/O runs: `inline` on the network threads (fast when the file is in
     /// memory), `threads` on a blocking pool (a slow disk then stalls no other request),
     /// or `auto`: inline on tmpfs/ramfs, page-cache hits inline (`RWF_NOWAIT`) and the
@@ -117,6 +120,8 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
         max_inflight_per_connection: args.max_inflight,
         shutdown_grace: Duration::try_from_secs_f64(args.shutdown_grace)
             .context("--shutdown-grace")?,
+        handshake_timeout: Duration::try_from_secs_f64(args.handshake_timeout)
+            .context("--handshake-timeout")?,
     };
     let export = FileExport::open(&path, args.read_only, min_block, args.io)?;
     let size_bytes = export.size_bytes;

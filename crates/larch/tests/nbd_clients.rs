@@ -843,7 +843,11 @@ fn raw_requests_unknown_oversize_and_read_only() {
 fn raw_malformed_streams_do_not_hurt_the_server() {
     let dir = TempDir::new("rawbad");
     let img = image(&dir, "disk.img", 4 * MIB, b"");
-    let mut server = Server::start(&dir, &img, &["--max-option-size", "4K"]);
+    let mut server = Server::start(
+        &dir,
+        &img,
+        &["--max-option-size", "4K", "--handshake-timeout", "1"],
+    );
     let streams: Vec<(&str, Vec<u8>)> = vec![
         (
             "unknown client flags",
@@ -898,6 +902,13 @@ fn raw_malformed_streams_do_not_hurt_the_server() {
     let mut s = raw_connect(&server);
     s.write_all(&[0, 0]).unwrap();
     drop(s);
+    // A client that stalls mid-handshake is closed after --handshake-timeout.
+    let mut s = raw_connect(&server);
+    s.write_all(&[0, 0]).unwrap();
+    assert!(
+        closed_by_server(&mut s),
+        "stalled handshake was not timed out"
+    );
 
     assert!(server.is_running(), "server died");
     let mut s = raw_transmission(&server);
