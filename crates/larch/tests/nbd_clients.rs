@@ -931,3 +931,35 @@ fn raw_malformed_streams_do_not_hurt_the_server() {
         "the vanished client's partial write was not applied"
     );
 }
+
+#[test]
+fn raw_connection_limit() {
+    let dir = TempDir::new("rawlimit");
+    let img = image(&dir, "disk.img", MIB, b"");
+    let server = Server::start(&dir, &img, &["--max-connections", "1"]);
+    // Server::start's readiness probe took and released the only slot; wait until the
+    // server has noticed that before taking it for good.
+    let mut first = loop {
+        let mut s = UnixStream::connect(&server.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut greeting = [0u8; 18];
+        if s.read_exact(&mut greeting).is_ok() {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut second = UnixStream::connect(&server.socket).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert!(
+        closed_by_server(&mut second),
+        "a second connection was served"
+    );
+    // The first connection is unaffected.
+    first.write_all(&3u32.to_be_bytes()).unwrap();
+    send_option(&mut first, 1, b"");
+    let mut reply = [0u8; 10];
+    first.read_exact(&mut reply).unwrap();
+    assert_eq!(u64::from_be_bytes(reply[0..8].try_into().unwrap()), MIB);
+}
