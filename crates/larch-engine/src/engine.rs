@@ -79,6 +79,11 @@ pub struct Tunables {
     pub l2arc_mfuonly: AtomicU8,
     /// Rebuild cache devices at start (`l2arc_rebuild_enabled`, 1).
     pub l2arc_rebuild_enabled: AtomicBool,
+    /// Turn the sequential-read prefetcher off (`zfs_prefetch_disable`, 0).
+    pub zfs_prefetch_disable: AtomicBool,
+    /// Most bytes the prefetcher reads ahead of a stream (`zfetch_max_distance`, 64 MiB in
+    /// OpenZFS; 8 MiB here, since NBD clients already issue large reads).
+    pub zfetch_max_distance: AtomicU64,
 }
 
 impl Default for Tunables {
@@ -92,6 +97,8 @@ impl Default for Tunables {
             l2arc_noprefetch: AtomicBool::new(true),
             l2arc_mfuonly: AtomicU8::new(0),
             l2arc_rebuild_enabled: AtomicBool::new(true),
+            zfs_prefetch_disable: AtomicBool::new(false),
+            zfetch_max_distance: AtomicU64::new(8 << 20),
         }
     }
 }

@@ -51,6 +51,16 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "1",
         "rebuild cache devices' indexes at start",
     ),
+    (
+        "zfs_prefetch_disable",
+        "0",
+        "turn the sequential-read prefetcher off",
+    ),
+    (
+        "zfetch_max_distance",
+        "8M",
+        "most bytes read ahead of a sequential stream",
+    ),
 ];
 
 fn parse_number(value: &str) -> Result<u64, String> {
@@ -112,6 +122,15 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
         "l2arc_rebuild_enabled" => tunables
             .l2arc_rebuild_enabled
             .store(flag(n)?, Ordering::Relaxed),
+        "zfs_prefetch_disable" => tunables
+            .zfs_prefetch_disable
+            .store(flag(n)?, Ordering::Relaxed),
+        "zfetch_max_distance" => {
+            if n > 256 << 20 {
+                return Err(format!("{name} must be at most 256M, not {n}"));
+            }
+            tunables.zfetch_max_distance.store(n, Ordering::Relaxed);
+        }
         _ => {
             let names: Vec<&str> = TUNABLES.iter().map(|t| t.0).collect();
             return Err(format!(
@@ -144,6 +163,11 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
             "l2arc_rebuild_enabled",
             u64::from(tunables.l2arc_rebuild_enabled.load(r)),
         ),
+        (
+            "zfs_prefetch_disable",
+            u64::from(tunables.zfs_prefetch_disable.load(r)),
+        ),
+        ("zfetch_max_distance", tunables.zfetch_max_distance.load(r)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -787,3 +787,100 @@ fn cache_device_io_errors_under_load_are_counted_and_never_reach_clients() {
     );
     daemon.stop();
 }
+
+#[test]
+fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch();
+    let state = dir.join("tank");
+    run_ok(&["pool", "create", "tank", "--arc-max", "8M"], &state);
+    let backing = dir.join("seq.img");
+    let image = pattern(8 << 20, 41);
+    std::fs::write(&backing, &image).unwrap();
+    run_ok(
+        &[
+            "volume",
+            "add",
+            "seq",
+            "--backing",
+            backing.to_str().unwrap(),
+            "--read-latency-ms",
+            "1",
+        ],
+        &state,
+    );
+    let socket = state.with_extension("sock");
+    let child = larch()
+        .args(["serve", "--state-dir"])
+        .arg(&state)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--http", "off"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon {
+        child: Some(child),
+        state: state.clone(),
+        socket,
+    };
+    daemon.wait_for(|s| s["pool"] == "tank", "the pool");
+    while !daemon.socket.exists() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uri = format!("nbd+unix:///seq?socket={}", daemon.socket.display());
+    let sequential = |offset: &str| {
+        let out = Command::new("fio")
+            .args([
+                "--name=seq",
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                "--rw=read",
+                "--bs=64k",
+                "--iodepth=1",
+                &format!("--offset={offset}"),
+                "--size=4M",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sequential("0");
+    let status = daemon.wait_for(
+        |s| {
+            s["arcstats"]["demand_hit_predictive_prefetch"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+        },
+        "demand reads of prefetched blocks",
+    );
+    let prefetches = status["arcstats"]["predictive_prefetch"].as_u64().unwrap();
+    assert!(prefetches > 0);
+    // Off: a sequential read of the other half prefetches nothing more.
+    run_ok(&["set", "zfs_prefetch_disable=1"], &state);
+    daemon.wait_for(
+        |s| s["tunables"]["zfs_prefetch_disable"] == 1,
+        "the tunable",
+    );
+    let before = daemon.stat("predictive_prefetch");
+    sequential("4M");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        daemon.stat("predictive_prefetch"),
+        before,
+        "prefetched while disabled"
+    );
+    let copy = dir.join("copy.img");
+    nbdcopy(&uri, copy.to_str().unwrap());
+    assert!(
+        std::fs::read(&copy).unwrap() == image,
+        "prefetching changed what was read"
+    );
+    daemon.stop();
+}
