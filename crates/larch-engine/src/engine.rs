@@ -131,6 +131,18 @@ pub struct EngineStats {
     pub l2_wasted_feed_bytes: AtomicU64,
     /// Σ logical size of blocks indexed on cache devices.
     pub l2_size: AtomicU64,
+    /// Σ physical size of blocks indexed on cache devices.
+    pub l2_asize: AtomicU64,
+    /// Part of `l2_asize` written from MRU (not prefetched).
+    pub l2_mru_asize: AtomicU64,
+    /// Part of `l2_asize` written from MFU (not prefetched).
+    pub l2_mfu_asize: AtomicU64,
+    /// Part of `l2_asize` that was prefetched.
+    pub l2_prefetch_asize: AtomicU64,
+    /// Part of `l2_asize` holding data.
+    pub l2_bufc_data_asize: AtomicU64,
+    /// Part of `l2_asize` holding metadata.
+    pub l2_bufc_metadata_asize: AtomicU64,
     /// Blocks indexed on cache devices.
     pub l2_blocks: AtomicU64,
     /// Tombstones written (overwrites of blocks with cache-device copies).
@@ -216,6 +228,43 @@ struct L2Loc {
     checksum: u64,
     generation: u64,
     read: bool,
+    /// Written from MFU (else MRU), for `l2_mfu_asize`/`l2_mru_asize`.
+    mfu: bool,
+    /// A prefetched block (`l2_prefetch_asize`).
+    prefetch: bool,
+    /// Metadata (`l2_bufc_metadata_asize`).
+    metadata: bool,
+}
+
+impl L2Loc {
+    /// Adds (`add`) or removes this copy in the L2 size counters.
+    fn account(&self, stats: &EngineStats, add: bool) {
+        let update = |counter: &AtomicU64, bytes: u64| {
+            if add {
+                counter.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                counter.fetch_sub(bytes, Ordering::Relaxed);
+            }
+        };
+        let asize = u64::from(self.physical_size);
+        update(&stats.l2_size, u64::from(self.logical_size));
+        update(&stats.l2_asize, asize);
+        update(&stats.l2_blocks, 1);
+        let by_state = if self.prefetch {
+            &stats.l2_prefetch_asize
+        } else if self.mfu {
+            &stats.l2_mfu_asize
+        } else {
+            &stats.l2_mru_asize
+        };
+        update(by_state, asize);
+        let by_type = if self.metadata {
+            &stats.l2_bufc_metadata_asize
+        } else {
+            &stats.l2_bufc_data_asize
+        };
+        update(by_type, asize);
+    }
 }
 
 /// A read of a block from a cache device or the backing store that other readers of the
@@ -252,10 +301,7 @@ impl Shard {
                         .is_some_and(|l| l.generation == generation)
                     {
                         let loc = self.l2.remove(&key).expect("present");
-                        stats
-                            .l2_size
-                            .fetch_sub(u64::from(loc.logical_size), Ordering::Relaxed);
-                        stats.l2_blocks.fetch_sub(1, Ordering::Relaxed);
+                        loc.account(stats, false);
                     }
                 }
             }
@@ -264,23 +310,14 @@ impl Shard {
 
     fn index_l2(&mut self, key: BlockKey, loc: L2Loc, stats: &EngineStats) {
         if let Some(old) = self.l2.insert(key, loc) {
-            stats
-                .l2_size
-                .fetch_sub(u64::from(old.logical_size), Ordering::Relaxed);
-            stats.l2_blocks.fetch_sub(1, Ordering::Relaxed);
+            old.account(stats, false);
         }
-        stats
-            .l2_size
-            .fetch_add(u64::from(loc.logical_size), Ordering::Relaxed);
-        stats.l2_blocks.fetch_add(1, Ordering::Relaxed);
+        loc.account(stats, true);
     }
 
     fn unindex_l2(&mut self, key: &BlockKey, stats: &EngineStats) -> Option<L2Loc> {
         let loc = self.l2.remove(key)?;
-        stats
-            .l2_size
-            .fetch_sub(u64::from(loc.logical_size), Ordering::Relaxed);
-        stats.l2_blocks.fetch_sub(1, Ordering::Relaxed);
+        loc.account(stats, false);
         Some(loc)
     }
 }
@@ -856,6 +893,9 @@ impl Engine {
                             checksum: e.data_checksum,
                             generation: e.generation,
                             read: false,
+                            mfu: e.arc_state == ArcState::Mfu,
+                            prefetch: e.prefetch,
+                            metadata: e.content == ContentType::Metadata,
                         };
                         shard.index_l2(key, loc, &self.stats);
                     }
@@ -1068,7 +1108,7 @@ impl Engine {
             }
         }
         let mut written = 0u64;
-        for ((key, generation, buf, _, buf_type, _), placement) in
+        for ((key, generation, buf, state, buf_type, prefetch), placement) in
             candidates.iter().zip(&outcome.placements)
         {
             let mut shard = self.shard(key);
@@ -1089,6 +1129,9 @@ impl Engine {
                     checksum: placement.data_checksum,
                     generation: *generation,
                     read: false,
+                    mfu: *state == State::Mfu,
+                    prefetch: *prefetch,
+                    metadata: *buf_type == BufType::Metadata,
                 };
                 shard.index_l2(*key, loc, &self.stats);
             }
@@ -1192,7 +1235,12 @@ impl Engine {
                 ("l2_evicted", load(&s.l2_evicted)),
                 ("l2_wasted_feed_bytes", load(&s.l2_wasted_feed_bytes)),
                 ("l2_size", load(&s.l2_size)),
-                ("l2_asize", load(&s.l2_size)),
+                ("l2_asize", load(&s.l2_asize)),
+                ("l2_mru_asize", load(&s.l2_mru_asize)),
+                ("l2_mfu_asize", load(&s.l2_mfu_asize)),
+                ("l2_prefetch_asize", load(&s.l2_prefetch_asize)),
+                ("l2_bufc_data_asize", load(&s.l2_bufc_data_asize)),
+                ("l2_bufc_metadata_asize", load(&s.l2_bufc_metadata_asize)),
                 ("l2_blocks", load(&s.l2_blocks)),
                 ("l2_tombstones", load(&s.l2_tombstones)),
                 ("l2_ndev", devices.len() as u64),

@@ -164,6 +164,24 @@ fn send_signal(pid: u32, signal: &str) {
     assert!(status.success());
 }
 
+/// OpenZFS's stat conservation: the L2 size by state (MRU, MFU, prefetch) and by type
+/// (data, metadata) each add up to `l2_asize`.
+fn assert_l2_conservation(status: &serde_json::Value) {
+    let a = &status["arcstats"];
+    let n = |k: &str| a[k].as_u64().unwrap_or_else(|| panic!("no {k}"));
+    assert!(n("l2_asize") > 0);
+    assert_eq!(
+        n("l2_mru_asize") + n("l2_mfu_asize") + n("l2_prefetch_asize"),
+        n("l2_asize"),
+        "{a}"
+    );
+    assert_eq!(
+        n("l2_bufc_data_asize") + n("l2_bufc_metadata_asize"),
+        n("l2_asize"),
+        "{a}"
+    );
+}
+
 fn http_get(addr: &str, path: &str) -> String {
     use std::io::Read;
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -248,6 +266,7 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         "l2 hits",
     );
     assert!(before["arcstats"]["l2_cksum_bad"] == 0);
+    assert_l2_conservation(&before);
     // The same counters over HTTP, in Prometheus and kstat form, and through arcstat.
     let addr = before["http"]
         .as_str()
@@ -311,6 +330,7 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         |s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) >= 256,
         "l2 hits after restart",
     );
+    assert_l2_conservation(&status);
     let backing_after = status["volumes"][0]["backing_reads"].as_u64().unwrap();
     let blocks = (16u64 << 20) / (16 << 10);
     assert!(
