@@ -490,19 +490,14 @@ impl Arc {
         if access.uncached {
             flags |= FLAG_UNCACHED;
         }
-        let id = self.slab.alloc(Header {
-            key: access.key,
-            generation: access.generation,
-            size_bytes: access.size_bytes,
-            state: State::Anon,
-            buf_type: access.buf_type,
+        let id = self.slab.alloc(Header::detached(
+            access.key,
+            access.generation,
+            access.size_bytes,
+            access.buf_type,
             flags,
-            refcount: 0,
-            access_ms: access.now_ms,
-            touch_seq: 0,
-            prev: NIL,
-            next: NIL,
-        });
+            access.now_ms,
+        ));
         let state = if access.uncached {
             State::Uncached
         } else {
@@ -644,19 +639,9 @@ impl Arc {
                 self.detach(id);
                 id
             }
-            None => self.slab.alloc(Header {
-                key,
-                generation,
-                size_bytes,
-                state: State::Anon,
-                buf_type,
-                flags: 0,
-                refcount: 0,
-                access_ms: now_ms,
-                touch_seq: 0,
-                prev: NIL,
-                next: NIL,
-            }),
+            None => self.slab.alloc(Header::detached(
+                key, generation, size_bytes, buf_type, 0, now_ms,
+            )),
         };
         let h = self.slab.get_mut(id);
         h.generation = generation;
@@ -765,19 +750,14 @@ impl Arc {
             h.flags |= FLAG_HAS_L2 | FLAG_L2CACHE;
             return Restore::AlreadyCached;
         }
-        let id = self.slab.alloc(Header {
+        let id = self.slab.alloc(Header::detached(
             key,
             generation,
             size_bytes,
-            state: State::Anon,
             buf_type,
-            flags: FLAG_HAS_L2 | FLAG_L2CACHE,
-            refcount: 0,
-            access_ms: now_ms,
-            touch_seq: 0,
-            prev: NIL,
-            next: NIL,
-        });
+            FLAG_HAS_L2 | FLAG_L2CACHE,
+            now_ms,
+        ));
         self.attach(id, State::L2cOnly);
         Restore::Restored
     }

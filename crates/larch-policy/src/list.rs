@@ -48,6 +48,30 @@ pub(crate) struct Header {
 }
 
 impl Header {
+    /// A header not yet on any list or counted in any state (state `Anon` until attached).
+    pub fn detached(
+        key: BlockKey,
+        generation: u64,
+        size_bytes: u32,
+        buf_type: BufType,
+        flags: u8,
+        access_ms: u64,
+    ) -> Header {
+        Header {
+            key,
+            generation,
+            size_bytes,
+            state: State::Anon,
+            buf_type,
+            flags,
+            refcount: 0,
+            access_ms,
+            touch_seq: 0,
+            prev: NIL,
+            next: NIL,
+        }
+    }
+
     pub fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }

@@ -27,22 +27,21 @@ impl Lru {
 
     fn evict_to_fit(&mut self, actions: &mut Vec<Action>) {
         while self.list.bytes > self.capacity_bytes && self.list.tail != NIL {
-            let id = self.list.tail;
-            let (key, generation) = {
-                let h = self.slab.get(id);
-                (h.key, h.generation)
-            };
-            let mut list = self.list;
-            self.slab.unlink(&mut list, id);
-            self.list = list;
-            self.slab.free(id);
-            actions.push(Action::Evict {
-                key,
-                generation,
-                from: State::Mru,
-                to: None,
-            });
+            self.drop_block(self.list.tail, actions);
         }
+    }
+
+    /// Unlinks and frees a listed header, telling the caller to free its buffer.
+    fn drop_block(&mut self, id: u32, actions: &mut Vec<Action>) {
+        let h = self.slab.get(id);
+        actions.push(Action::Evict {
+            key: h.key,
+            generation: h.generation,
+            from: State::Mru,
+            to: None,
+        });
+        self.unlink(id);
+        self.slab.free(id);
     }
 
     fn unlink(&mut self, id: u32) {
@@ -65,36 +64,26 @@ impl Policy for Lru {
 
     fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
         if let Some(id) = self.slab.lookup(&access.key) {
-            self.unlink(id);
             if self.slab.get(id).generation == access.generation {
                 self.counters.hits += 1;
+                self.unlink(id);
                 self.push_head(id);
                 return Outcome::Hit { state: State::Mru };
             }
             // Overwritten behind the cached copy: drop it and read again.
-            let h = self.slab.get(id);
-            actions.push(Action::Evict {
-                key: h.key,
-                generation: h.generation,
-                from: State::Mru,
-                to: None,
-            });
-            self.slab.free(id);
+            self.drop_block(id, actions);
         }
         self.counters.misses += 1;
-        let id = self.slab.alloc(Header {
-            key: access.key,
-            generation: access.generation,
-            size_bytes: access.size_bytes,
-            state: State::Mru,
-            buf_type: BufType::Data,
-            flags: 0,
-            refcount: 0,
-            access_ms: access.now_ms,
-            touch_seq: 0,
-            prev: NIL,
-            next: NIL,
-        });
+        let mut header = Header::detached(
+            access.key,
+            access.generation,
+            access.size_bytes,
+            BufType::Data,
+            0,
+            access.now_ms,
+        );
+        header.state = State::Mru;
+        let id = self.slab.alloc(header);
         self.push_head(id);
         self.evict_to_fit(actions);
         Outcome::Miss {
@@ -105,15 +94,7 @@ impl Policy for Lru {
 
     fn remove(&mut self, key: &BlockKey, actions: &mut Vec<Action>) {
         if let Some(id) = self.slab.lookup(key) {
-            let h = self.slab.get(id);
-            actions.push(Action::Evict {
-                key: h.key,
-                generation: h.generation,
-                from: State::Mru,
-                to: None,
-            });
-            self.unlink(id);
-            self.slab.free(id);
+            self.drop_block(id, actions);
         }
     }
 

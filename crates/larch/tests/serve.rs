@@ -57,7 +57,29 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// A demo pool (created on first start) with small sizes, HTTP on a free port.
     fn start(state: &Path) -> Daemon {
+        Daemon::spawn(
+            state,
+            &[
+                "--demo-volume-size",
+                "16M",
+                "--demo-cache-size",
+                "16M",
+                "--demo-arc-max",
+                "1M",
+                "--http",
+                "127.0.0.1:0",
+            ],
+        )
+    }
+
+    /// A pool built with `larch pool/volume/cache` commands.
+    fn start_pool(state: &Path) -> Daemon {
+        Daemon::spawn(state, &["--http", "off"])
+    }
+
+    fn spawn(state: &Path, extra: &[&str]) -> Daemon {
         let socket = state.with_extension("sock");
         // A killed daemon leaves its last status and socket behind: start from neither.
         let _ = std::fs::remove_file(state.join("status.json"));
@@ -67,15 +89,7 @@ impl Daemon {
             .arg(state)
             .arg("--socket")
             .arg(&socket)
-            .args([
-                "--demo-volume-size",
-                "16M",
-                "--demo-cache-size",
-                "16M",
-                "--demo-arc-max",
-                "1M",
-            ])
-            .args(["--http", "127.0.0.1:0"])
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start larch serve");
@@ -556,25 +570,7 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let socket = state.with_extension("sock");
-    let child = larch()
-        .args(["serve", "--state-dir"])
-        .arg(&state)
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--http", "off"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon {
-        child: Some(child),
-        state: state.clone(),
-        socket,
-    };
-    daemon.wait_for(|s| s["pool"] == "tank", "the pool");
-    while !daemon.socket.exists() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let daemon = Daemon::start_pool(&state);
     let image = pattern(16 << 20, 21);
     write_image(&daemon, &dir, &image);
     // A cache device added while serving comes online and fills.
@@ -663,21 +659,7 @@ fn secondarycache_none_and_mfuonly_change_what_is_fed() {
     );
     // Only MFU blocks may be fed: a single pass over a volume (all MRU) feeds nothing.
     run_ok(&["set", "l2arc_mfuonly=1"], &state);
-    let socket = state.with_extension("sock");
-    let child = larch()
-        .args(["serve", "--state-dir"])
-        .arg(&state)
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--http", "off"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon {
-        child: Some(child),
-        state: state.clone(),
-        socket,
-    };
+    let daemon = Daemon::start_pool(&state);
     daemon.wait_for(|s| s["cache_devices"][0]["state"] == "online", "the device");
     let read_all = |export: &str| {
         let out = Command::new("nbdcopy")
@@ -830,25 +812,7 @@ fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
         ],
         &state,
     );
-    let socket = state.with_extension("sock");
-    let child = larch()
-        .args(["serve", "--state-dir"])
-        .arg(&state)
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--http", "off"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon {
-        child: Some(child),
-        state: state.clone(),
-        socket,
-    };
-    daemon.wait_for(|s| s["pool"] == "tank", "the pool");
-    while !daemon.socket.exists() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let daemon = Daemon::start_pool(&state);
     let uri = format!("nbd+unix:///seq?socket={}", daemon.socket.display());
     let sequential = |offset: &str| {
         let out = Command::new("fio")
