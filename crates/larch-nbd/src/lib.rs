@@ -14,6 +14,8 @@
 //! Only this crate knows the NBD wire format. The codec modules do no I/O, so they are
 //! fuzzed and tested byte for byte.
 
+#![warn(missing_docs)]
+
 pub mod export;
 pub mod handshake;
 pub mod mem;

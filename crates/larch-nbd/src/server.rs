@@ -407,12 +407,18 @@ impl<E: Export> Server<E> {
                 Event::Readable(Ok(true))
             } else {
                 tokio::select! {
-                biased;
-                () = inflight.completions(), if !inflight.is_empty() => Event::Completed,
-                wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => Event::Wrote(wrote),
-                filled = reader.fill_buf(), if can_read => Event::Readable(filled.map(|b| !b.is_empty())),
-                _ = shutdown_rx.changed(), if deadline.is_none() => Event::Shutdown,
-                () = tokio::time::sleep_until(grace_end), if deadline.is_some() => Event::GraceOver,
+                    biased;
+                    () = inflight.completions(), if !inflight.is_empty() => Event::Completed,
+                    wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => {
+                        Event::Wrote(wrote)
+                    }
+                    filled = reader.fill_buf(), if can_read => {
+                        Event::Readable(filled.map(|b| !b.is_empty()))
+                    }
+                    _ = shutdown_rx.changed(), if deadline.is_none() => Event::Shutdown,
+                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => {
+                        Event::GraceOver
+                    }
                 }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
