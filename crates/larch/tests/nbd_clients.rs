@@ -512,7 +512,7 @@ fn fio_random_writes_verify_across_jobs() {
     std::fs::write(
         &job,
         "[global]\nioengine=nbd\nuri=${URI}\nrw=randwrite\nbsrange=4k-64k\niodepth=16\n\
-         size=16m\noffset_increment=16m\nnumjobs=4\nverify=crc32c\nverify_fatal=1\ndo_verify=1\n\
+         size=16m\noffset_increment=16m\nnumjobs=4\nverify=crc32c\nverify_fatal=1\nverify_state_save=0\ndo_verify=1\n\
          [verify]\n",
     )
     .unwrap();
