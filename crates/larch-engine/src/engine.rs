@@ -195,6 +195,23 @@ pub struct CacheDevice {
     pub rebuild: Mutex<Option<RebuildStats>>,
     /// Entries restored so far by the rebuild.
     pub rebuild_progress: AtomicU64,
+    /// I/O counters of this device.
+    pub io: DeviceIo,
+}
+
+/// I/O counters of one cache device (for `larch iostat` and /metrics).
+#[derive(Debug, Default)]
+pub struct DeviceIo {
+    /// Block reads (L2 hits and failed attempts).
+    pub reads: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// Reads that failed or did not verify.
+    pub read_errors: AtomicU64,
+    /// Feed batches written.
+    pub writes: AtomicU64,
+    /// Bytes of data written by feeds.
+    pub write_bytes: AtomicU64,
 }
 
 impl CacheDevice {
@@ -587,7 +604,16 @@ impl Engine {
             arc_state: ArcState::Mru,
             prefetch: false,
         };
-        match larch_l2::read_verified(&*device.dev, &geometry, &entry) {
+        device.io.reads.fetch_add(1, Ordering::Relaxed);
+        device
+            .io
+            .read_bytes
+            .fetch_add(u64::from(loc.physical_size), Ordering::Relaxed);
+        let result = larch_l2::read_verified(&*device.dev, &geometry, &entry);
+        if result.is_err() {
+            device.io.read_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        match result {
             Ok(bytes) => Ok(bytes),
             Err(larch_l2::ReadError::Checksum { .. }) => {
                 self.stats.l2_cksum_bad.fetch_add(1, Ordering::Relaxed);
@@ -785,6 +811,7 @@ impl Engine {
             fault: Mutex::new(None),
             rebuild: Mutex::new(None),
             rebuild_progress: AtomicU64::new(0),
+            io: DeviceIo::default(),
         });
         let rebuild = !create && self.tunables.l2arc_rebuild_enabled.load(Ordering::Relaxed);
         if !rebuild {
@@ -1140,6 +1167,8 @@ impl Engine {
         self.stats
             .l2_write_bytes
             .fetch_add(written, Ordering::Relaxed);
+        device.io.writes.fetch_add(1, Ordering::Relaxed);
+        device.io.write_bytes.fetch_add(written, Ordering::Relaxed);
         written
     }
 

@@ -40,7 +40,7 @@ pub mod tunables;
 pub mod volume;
 
 pub use backing::{BackingStore, LatencyModel};
-pub use engine::{CacheDevice, CacheMode, DeviceState, Engine, Tunables, VolumeInfo};
+pub use engine::{CacheDevice, CacheMode, DeviceIo, DeviceState, Engine, Tunables, VolumeInfo};
 pub use pool::{
     CacheDeviceConfig, DemoSizes, Pool, PoolConfig, VolumeConfig, create_demo, new_guid,
 };

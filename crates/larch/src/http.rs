@@ -61,6 +61,26 @@ pub fn metrics(pool: &Pool) -> String {
             );
         }
     }
+    type DeviceCounter = fn(&larch_engine::DeviceIo) -> u64;
+    let device_families: [(&str, DeviceCounter); 5] = [
+        ("reads", |d| d.reads.load(Ordering::Relaxed)),
+        ("read_bytes", |d| d.read_bytes.load(Ordering::Relaxed)),
+        ("read_errors", |d| d.read_errors.load(Ordering::Relaxed)),
+        ("writes", |d| d.writes.load(Ordering::Relaxed)),
+        ("write_bytes", |d| d.write_bytes.load(Ordering::Relaxed)),
+    ];
+    let devices = pool.engine.devices();
+    for (family, get) in device_families {
+        let metric = format!("larch_cache_device_{family}_total");
+        out += &format!("# TYPE {metric} counter\n");
+        for d in &devices {
+            out += &format!(
+                "{metric}{{device=\"{}\"}} {}\n",
+                d.path.display(),
+                get(&d.io)
+            );
+        }
+    }
     out
 }
 

@@ -50,6 +50,8 @@ enum Command {
     Status(serve::StatusArgs),
     /// Print arcstat-style lines (reads, hit ratios, ARC and L2 sizes) of a running pool.
     Arcstat(serve::ArcstatArgs),
+    /// Print operations and bandwidth per backing store and cache device of a running pool.
+    Iostat(serve::IostatArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
     Set(serve::SetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Some(Command::Cache(cmd)) => admin::cache(cmd),
         Some(Command::Set(args)) => serve::set(args),
         Some(Command::Arcstat(args)) => serve::arcstat(args),
+        Some(Command::Iostat(args)) => serve::iostat(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

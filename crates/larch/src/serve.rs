@@ -140,6 +140,11 @@ fn status_json(pool: &Pool) -> serde_json::Value {
                 "state": format!("{:?}", d.state()).to_lowercase(),
                 "fault": d.fault.lock().expect("fault lock").clone(),
                 "rebuild_entries": d.rebuild_progress.load(Ordering::Relaxed),
+                "reads": d.io.reads.load(Ordering::Relaxed),
+                "read_bytes": d.io.read_bytes.load(Ordering::Relaxed),
+                "read_errors": d.io.read_errors.load(Ordering::Relaxed),
+                "writes": d.io.writes.load(Ordering::Relaxed),
+                "write_bytes": d.io.write_bytes.load(Ordering::Relaxed),
                 "rebuild": rebuild,
             })
         })
@@ -671,4 +676,102 @@ pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
         printed += 1;
         previous = now;
     }
+}
+
+/// Arguments of `larch iostat`.
+#[derive(clap::Args)]
+pub struct IostatArgs {
+    /// Seconds between reports.
+    #[arg(default_value_t = 1)]
+    pub interval: u64,
+    /// Reports to print (default: until interrupted).
+    pub count: Option<u64>,
+    /// The pool's state directory.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+}
+
+fn read_status(state_dir: &Path) -> anyhow::Result<serde_json::Value> {
+    let path = state_dir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: no status (is `larch serve` running?)", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// (name, reads, read bytes, writes, write bytes) of every volume's backing store and every
+/// cache device, in status order.
+fn io_rows(status: &serde_json::Value) -> Vec<(String, [u64; 4])> {
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let mut rows = Vec::new();
+    for v in status["volumes"].as_array().into_iter().flatten() {
+        rows.push((
+            format!("  {}", v["name"].as_str().unwrap_or("?")),
+            [
+                n(v, "backing_reads"),
+                n(v, "backing_writes"),
+                n(v, "backing_read_bytes"),
+                n(v, "backing_write_bytes"),
+            ],
+        ));
+    }
+    for d in status["cache_devices"].as_array().into_iter().flatten() {
+        let path = d["path"].as_str().unwrap_or("?");
+        let name = Path::new(path)
+            .file_name()
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_else(|| path.to_string());
+        rows.push((
+            format!("  {name} (cache)"),
+            [
+                n(d, "reads"),
+                n(d, "writes"),
+                n(d, "read_bytes"),
+                n(d, "write_bytes"),
+            ],
+        ));
+    }
+    rows
+}
+
+/// `larch iostat`: operations and bandwidth per backing store and cache device, per
+/// interval, in the layout of `zpool iostat -v`.
+pub fn iostat(args: IostatArgs) -> anyhow::Result<ExitCode> {
+    if args.interval == 0 {
+        bail!("the interval must be at least 1 second");
+    }
+    let mut previous = io_rows(&read_status(&args.state_dir)?);
+    let mut printed = 0u64;
+    while args.count.is_none_or(|c| printed < c) {
+        std::thread::sleep(Duration::from_secs(args.interval));
+        let status = read_status(&args.state_dir)?;
+        let rows = io_rows(&status);
+        println!("{:<28} {:>17} {:>19}", "", "operations", "bandwidth");
+        println!(
+            "{:<28} {:>8} {:>8} {:>9} {:>9}",
+            format!("pool {}", status["pool"].as_str().unwrap_or("?")),
+            "read",
+            "write",
+            "read",
+            "write"
+        );
+        for (name, now) in &rows {
+            let before = previous
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| *v)
+                .unwrap_or([0; 4]);
+            let rate = |i: usize| now[i].saturating_sub(before[i]) / args.interval;
+            println!(
+                "{name:<28} {:>8} {:>8} {:>9} {:>9}",
+                rate(0),
+                rate(1),
+                format_size(rate(2)),
+                format_size(rate(3))
+            );
+        }
+        println!();
+        previous = rows;
+        printed += 1;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -295,6 +295,20 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         .unwrap();
     assert!(l2_hits > 0, "{metrics}");
     assert!(metrics.contains("# TYPE larch_arcstats_size gauge"));
+    assert!(
+        metrics.contains("larch_cache_device_reads_total{device="),
+        "{metrics}"
+    );
+    let iostat = larch()
+        .args(["iostat", "1", "1", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&iostat.stdout);
+    assert!(
+        iostat.status.success() && text.contains("vol0") && text.contains("cache0.img (cache)"),
+        "{text}"
+    );
     assert!(metrics.contains("larch_backing_reads_total{volume=\"vol0\"}"));
     let kstats = http_get(&addr, "/arcstats");
     assert!(
