@@ -255,6 +255,16 @@ fn fio_randread(daemon: &Daemon, span: &str, seconds: u32) {
     );
 }
 
+/// Random reads over `span` until the L2 index holds at least `blocks` blocks.
+fn warm_l2(daemon: &Daemon, span: &str, blocks: u64) {
+    let mut rounds = 0;
+    while daemon.stat("l2_blocks") < blocks {
+        fio_randread(daemon, span, 2);
+        rounds += 1;
+        assert!(rounds < 30, "the L2ARC never filled: {:?}", daemon.status());
+    }
+}
+
 #[test]
 fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
     require("nbdcopy");
@@ -269,12 +279,7 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         "read back differs from what was written"
     );
     // Read a working set larger than the ARC (1 MiB) until the feeder has put it on L2.
-    let mut rounds = 0;
-    while daemon.stat("l2_blocks") < 256 {
-        fio_randread(&daemon, "8M", 2);
-        rounds += 1;
-        assert!(rounds < 30, "the L2ARC never filled: {:?}", daemon.status());
-    }
+    warm_l2(&daemon, "8M", 256);
     let before = daemon.wait_for(
         |s| s["arcstats"]["l2_hits"].as_u64().unwrap_or(0) > 0,
         "l2 hits",
@@ -428,12 +433,7 @@ fn a_corrupted_cache_device_costs_speed_never_correctness() {
     let image = pattern(16 << 20, 7);
     let daemon = Daemon::start(&state);
     write_image(&daemon, &dir, &image);
-    let mut rounds = 0;
-    while daemon.stat("l2_blocks") < 256 {
-        fio_randread(&daemon, "8M", 2);
-        rounds += 1;
-        assert!(rounds < 30, "the L2ARC never filled");
-    }
+    warm_l2(&daemon, "8M", 256);
     daemon.stop();
     // Flip bytes all over the ring (not the two header slots at the start).
     let cache = state.join("cache0.img");
@@ -596,12 +596,7 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
         |s| s["cache_devices"][0]["state"] == "online",
         "the added device",
     );
-    let mut rounds = 0;
-    while daemon.stat("l2_blocks") < 128 {
-        fio_randread(&daemon, "8M", 2);
-        rounds += 1;
-        assert!(rounds < 30, "the added device never filled");
-    }
+    warm_l2(&daemon, "8M", 128);
     // Removed under load: fio keeps running without an error, and every byte stays right.
     let fio = std::thread::spawn({
         let uri = daemon.uri();
@@ -777,12 +772,7 @@ fn cache_device_io_errors_under_load_are_counted_and_never_reach_clients() {
     let image = pattern(16 << 20, 31);
     let daemon = Daemon::start(&state);
     write_image(&daemon, &dir, &image);
-    let mut rounds = 0;
-    while daemon.stat("l2_blocks") < 256 {
-        fio_randread(&daemon, "16M", 2);
-        rounds += 1;
-        assert!(rounds < 30, "the L2ARC never filled");
-    }
+    warm_l2(&daemon, "16M", 256);
     // Cut the cache device short under the daemon's feet: reads of the lost part fail.
     let cache = std::fs::OpenOptions::new()
         .write(true)
