@@ -7,6 +7,9 @@
 //! the package to install (`scripts/test` installs them); only the FUSE/loop-device test
 //! skips, with a printed reason, where the sandbox lacks those devices.
 
+mod common;
+use common::pattern;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -180,19 +183,6 @@ fn image(dir: &TempDir, name: &str, size: u64, content: &[u8]) -> PathBuf {
     f.write_all(content).unwrap();
     f.set_len(size).unwrap();
     path
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Longest any client command may run before the test kills it and fails.

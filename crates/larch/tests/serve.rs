@@ -3,6 +3,9 @@
 //! stale after kill -9, a corrupted cache device costs speed and never correctness, and a
 //! foreign device is refused.
 
+mod common;
+use common::pattern;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,19 +38,6 @@ fn scratch() -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Deterministic pseudo-random bytes (a different image per seed).
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 struct Daemon {
@@ -205,13 +195,18 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-fn nbdcopy(from: &str, to: &str) {
-    let out = Command::new("nbdcopy").args([from, to]).output().unwrap();
+/// Fails the test, with the command's standard error, unless it exited 0.
+fn succeeded(out: &std::process::Output, what: &str) {
     assert!(
         out.status.success(),
-        "nbdcopy {from} {to}: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn nbdcopy(from: &str, to: &str) {
+    let out = Command::new("nbdcopy").args([from, to]).output().unwrap();
+    succeeded(&out, &format!("nbdcopy {from} {to}"));
 }
 
 fn write_image(daemon: &Daemon, dir: &Path, bytes: &[u8]) {
@@ -248,11 +243,7 @@ fn fio_randread(daemon: &Daemon, span: &str, seconds: u32) {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "fio: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, "fio");
 }
 
 /// Random reads over `span` until the L2 index holds at least `blocks` blocks.
@@ -500,11 +491,7 @@ fn set_changes_tunables_of_a_running_daemon_and_refuses_bad_values() {
         .args(["l2arc_write_max=8M", "l2arc_mfuonly=1"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, "larch set");
     daemon.wait_for(
         |s| s["tunables"]["l2arc_write_max"] == 8 << 20 && s["tunables"]["l2arc_mfuonly"] == 1,
         "the new tunables",
@@ -542,11 +529,7 @@ fn run_ok(args: &[&str], state: &Path) {
         .arg(state)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "larch {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, &format!("larch {args:?}"));
 }
 
 #[test]
@@ -620,11 +603,7 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
     std::thread::sleep(Duration::from_millis(1000));
     run_ok(&["cache", "remove", cache.to_str().unwrap()], &state);
     let out = fio.join().unwrap();
-    assert!(
-        out.status.success(),
-        "fio failed while the device was removed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, "fio while the device was removed");
     daemon.wait_for(
         |s| s["cache_devices"][0]["state"] == "removed",
         "the removal",
@@ -678,11 +657,7 @@ fn secondarycache_none_and_mfuonly_change_what_is_fed() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out, "nbdcopy");
     };
     read_all("fed");
     std::thread::sleep(Duration::from_secs(3));
@@ -711,11 +686,7 @@ fn secondarycache_none_and_mfuonly_change_what_is_fed() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out, "fio");
     };
     let mut rounds = 0;
     while daemon.stat("l2_blocks") < 128 {
@@ -832,11 +803,7 @@ fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out, "sequential fio");
     };
     sequential("0");
     let status = daemon.wait_for(
