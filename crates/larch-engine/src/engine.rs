@@ -16,13 +16,17 @@ use larch_l2::{
     ArcState, Compression, ContentType, CreateOptions, EntryKind, Geometry, L2Device, LogEntryPhys,
     RebuildOptions, RebuildStats, Record,
 };
-use larch_policy::{Access, Action, ArcConfig, BlockKey, BufType, Restore, State};
+use larch_policy::{Access, Action, ArcConfig, BlockKey, BufType, State};
 
 use crate::backing::BackingStore;
+use crate::l2index::{self, DeviceIndex, pack_key};
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the target)
 /// and buffers, so the hit path takes one of many locks, never a global one.
 pub const SHARDS: usize = 16;
+
+/// The L2 index's memory cap never goes below this (4 MiB: ~130,000 blocks).
+pub const L2_INDEX_MIN_CAP: u64 = 4 << 20;
 
 /// How a volume uses a cache level (ZFS `primarycache`/`secondarycache`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +45,8 @@ pub enum CacheMode {
 pub struct VolumeInfo {
     /// Identity of the volume in cache keys and cache-device logs.
     pub guid: u64,
+    /// The volume's short number in the L2 index ([`Engine::volume_slot`]).
+    pub slot: u16,
     /// Size in bytes.
     pub size_bytes: u64,
     /// Block size (`volblocksize`).
@@ -62,10 +68,23 @@ impl VolumeInfo {
 /// L2ARC tunables with OpenZFS names and (2.2.7–2.4) defaults; settable at runtime.
 #[derive(Debug)]
 pub struct Tunables {
+    /// Most bytes of data the ARC holds (`zfs_arc_max`; `arc_max_bytes` of `pool.json`).
+    pub zfs_arc_max: AtomicU64,
+    /// The ARC's target never shrinks below this under memory pressure (`zfs_arc_min`;
+    /// 0 = automatic: the smaller of `zfs_arc_max` and max(32 MiB, `zfs_arc_max`/32)).
+    pub zfs_arc_min: AtomicU64,
+    /// Memory the ARC leaves free for the rest of the system (`zfs_arc_sys_free`; 0 =
+    /// automatic: 1/32 of RAM). Below it the ARC shrinks and stops growing.
+    pub zfs_arc_sys_free: AtomicU64,
     /// Bytes written to each cache device per feed (`l2arc_write_max`, 32 MiB).
     pub l2arc_write_max: AtomicU64,
+    /// Extra bytes per feed while the ARC has not evicted anything yet
+    /// (`l2arc_write_boost`, 32 MiB).
+    pub l2arc_write_boost: AtomicU64,
     /// Scan depth as a multiple of the write size (`l2arc_headroom`, 8; 0 = unlimited).
     pub l2arc_headroom: AtomicU64,
+    /// Percent applied to the headroom (`l2arc_headroom_boost`, 200).
+    pub l2arc_headroom_boost: AtomicU64,
     /// Seconds between feeds (`l2arc_feed_secs`, 1).
     pub l2arc_feed_secs: AtomicU64,
     /// Shortest interval when feeding again quickly (`l2arc_feed_min_ms`, 200).
@@ -79,6 +98,13 @@ pub struct Tunables {
     pub l2arc_mfuonly: AtomicU8,
     /// Rebuild cache devices at start (`l2arc_rebuild_enabled`, 1).
     pub l2arc_rebuild_enabled: AtomicBool,
+    /// Cache devices smaller than this are not rebuilt at start, but formatted
+    /// (`l2arc_rebuild_blocks_min_l2size`; OpenZFS 1 GiB, larch 0: its logs cost 0.3% of
+    /// any device, so small devices persist too).
+    pub l2arc_rebuild_blocks_min_l2size: AtomicU64,
+    /// DRAM the L2 index may use, in percent of `zfs_arc_max` (`l2arc_meta_percent`, 33).
+    /// Past it, feeds stop and a rebuild restores no more entries.
+    pub l2arc_meta_percent: AtomicU64,
     /// Turn the sequential-read prefetcher off (`zfs_prefetch_disable`, 0).
     pub zfs_prefetch_disable: AtomicBool,
     /// Most bytes the prefetcher reads ahead of a stream (`zfetch_max_distance`, 64 MiB in
@@ -89,14 +115,21 @@ pub struct Tunables {
 impl Default for Tunables {
     fn default() -> Tunables {
         Tunables {
+            zfs_arc_max: AtomicU64::new(1 << 30),
+            zfs_arc_min: AtomicU64::new(0),
+            zfs_arc_sys_free: AtomicU64::new(0),
             l2arc_write_max: AtomicU64::new(32 << 20),
+            l2arc_write_boost: AtomicU64::new(32 << 20),
             l2arc_headroom: AtomicU64::new(8),
+            l2arc_headroom_boost: AtomicU64::new(200),
             l2arc_feed_secs: AtomicU64::new(1),
             l2arc_feed_min_ms: AtomicU64::new(200),
             l2arc_feed_again: AtomicBool::new(true),
             l2arc_noprefetch: AtomicBool::new(true),
             l2arc_mfuonly: AtomicU8::new(0),
             l2arc_rebuild_enabled: AtomicBool::new(true),
+            l2arc_rebuild_blocks_min_l2size: AtomicU64::new(0),
+            l2arc_meta_percent: AtomicU64::new(33),
             zfs_prefetch_disable: AtomicBool::new(false),
             zfetch_max_distance: AtomicU64::new(8 << 20),
         }
@@ -145,8 +178,19 @@ pub struct EngineStats {
     pub l2_bufc_metadata_asize: AtomicU64,
     /// Blocks indexed on cache devices.
     pub l2_blocks: AtomicU64,
+    /// Times the ARC shrank because available memory fell below `zfs_arc_sys_free`
+    /// (OpenZFS `memory_indirect_count`).
+    pub memory_indirect_count: AtomicU64,
+    /// Available memory (MemAvailable − `zfs_arc_sys_free`) at the last check, bytes; 0
+    /// when below (OpenZFS `memory_available_bytes`, which may go negative).
+    pub memory_available_bytes: AtomicU64,
     /// Tombstones written (overwrites of blocks with cache-device copies).
     pub l2_tombstones: AtomicU64,
+    /// Feeds skipped because the L2 index reached `l2arc_meta_percent`.
+    pub l2_hdr_limit_skips: AtomicU64,
+    /// Entries a rebuild did not restore because the L2 index reached
+    /// `l2arc_meta_percent` (tombstoned instead; OpenZFS stops the rebuild).
+    pub l2_rebuild_lowmem: AtomicU64,
     /// Reads that joined another read of the same block already in flight.
     pub iohits: AtomicU64,
     /// Backing-store reads issued by the cache.
@@ -235,52 +279,87 @@ impl CacheDevice {
     }
 }
 
-/// Where a block's copy lives on a cache device.
+/// Where a block's copy lives: the device and what the index says of it.
 #[derive(Clone, Copy, Debug)]
 struct L2Loc {
     device: u16,
-    daddr: u64,
-    physical_size: u32,
-    logical_size: u32,
-    checksum: u64,
-    generation: u64,
-    read: bool,
-    /// Written from MFU (else MRU), for `l2_mfu_asize`/`l2_mru_asize`.
-    mfu: bool,
-    /// A prefetched block (`l2_prefetch_asize`).
-    prefetch: bool,
-    /// Metadata (`l2_bufc_metadata_asize`).
-    metadata: bool,
+    copy: l2index::Copy,
 }
 
-impl L2Loc {
-    /// Adds (`add`) or removes this copy in the L2 size counters.
-    fn account(&self, stats: &EngineStats, add: bool) {
-        let update = |counter: &AtomicU64, bytes: u64| {
-            if add {
-                counter.fetch_add(bytes, Ordering::Relaxed);
-            } else {
-                counter.fetch_sub(bytes, Ordering::Relaxed);
+/// Adds (`add`) or removes a copy of `psize` bytes in the L2 size counters.
+fn account(copy: &l2index::Copy, psize: u32, stats: &EngineStats, add: bool) {
+    let update = |counter: &AtomicU64, bytes: u64| {
+        if add {
+            counter.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            counter.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    };
+    let asize = u64::from(psize);
+    update(&stats.l2_size, asize);
+    update(&stats.l2_asize, asize);
+    update(&stats.l2_blocks, 1);
+    let by_state = if copy.flags & l2index::PREFETCH != 0 {
+        &stats.l2_prefetch_asize
+    } else if copy.flags & l2index::MFU != 0 {
+        &stats.l2_mfu_asize
+    } else {
+        &stats.l2_mru_asize
+    };
+    update(by_state, asize);
+    let by_type = if copy.flags & l2index::METADATA != 0 {
+        &stats.l2_bufc_metadata_asize
+    } else {
+        &stats.l2_bufc_data_asize
+    };
+    update(by_type, asize);
+}
+
+/// A shard's L2 index: one compact [`DeviceIndex`] per cache device.
+#[derive(Default)]
+struct ShardL2 {
+    devices: Vec<Option<DeviceIndex>>,
+}
+
+impl ShardL2 {
+    fn device_mut(&mut self, device: u16) -> Option<&mut DeviceIndex> {
+        self.devices.get_mut(usize::from(device))?.as_mut()
+    }
+
+    /// The readable copy of `key`, on whichever device holds it.
+    fn get(&self, key: u64) -> Option<L2Loc> {
+        self.devices.iter().enumerate().find_map(|(i, d)| {
+            let copy = d.as_ref()?.get(key)?;
+            Some(L2Loc {
+                device: i as u16,
+                copy,
+            })
+        })
+    }
+
+    /// Whether any device has an entry (readable or bad) for `key`.
+    fn contains(&self, key: u64) -> bool {
+        self.devices.iter().flatten().any(|d| d.contains(key))
+    }
+
+    /// Removes every entry of `key` (a block of `psize` bytes; at most one entry per
+    /// device), returning where they were.
+    fn remove(&mut self, key: u64, psize: u32, stats: &EngineStats) -> Vec<L2Loc> {
+        let mut out = Vec::new();
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            if let Some(copy) = d.as_mut().and_then(|d| d.remove(key)) {
+                account(&copy, psize, stats, false);
+                out.push(L2Loc {
+                    device: i as u16,
+                    copy,
+                });
             }
-        };
-        let asize = u64::from(self.physical_size);
-        update(&stats.l2_size, u64::from(self.logical_size));
-        update(&stats.l2_asize, asize);
-        update(&stats.l2_blocks, 1);
-        let by_state = if self.prefetch {
-            &stats.l2_prefetch_asize
-        } else if self.mfu {
-            &stats.l2_mfu_asize
-        } else {
-            &stats.l2_mru_asize
-        };
-        update(by_state, asize);
-        let by_type = if self.metadata {
-            &stats.l2_bufc_metadata_asize
-        } else {
-            &stats.l2_bufc_data_asize
-        };
-        update(by_type, asize);
+        }
+        out
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        self.devices.iter().flatten().map(|d| d.dram_bytes()).sum()
     }
 }
 
@@ -297,45 +376,22 @@ struct Shard {
     arc: larch_policy::Arc,
     bufs: HashMap<BlockKey, Bytes>,
     inflight: HashMap<BlockKey, Arc<InFlight>>,
-    l2: HashMap<BlockKey, L2Loc>,
+    l2: ShardL2,
     actions: Vec<Action>,
+    /// The policy evicted something at least once (OpenZFS `arc_warm`).
+    evicted_any: bool,
 }
 
 impl Shard {
-    /// Carries out what the policy decided: free evicted buffers, drop invalid L2 index
-    /// entries.
-    fn apply_actions(&mut self, stats: &EngineStats) {
+    /// Carries out what the policy decided: free evicted buffers. (The policy is never
+    /// told of cache-device copies, so it asks for no L2 invalidation.)
+    fn apply_actions(&mut self) {
         for action in self.actions.drain(..) {
-            match action {
-                Action::Evict { key, .. } => {
-                    self.bufs.remove(&key);
-                }
-                Action::Forget { .. } => {}
-                Action::InvalidateL2 { key, generation } => {
-                    if self
-                        .l2
-                        .get(&key)
-                        .is_some_and(|l| l.generation == generation)
-                    {
-                        let loc = self.l2.remove(&key).expect("present");
-                        loc.account(stats, false);
-                    }
-                }
+            if let Action::Evict { key, .. } = action {
+                self.bufs.remove(&key);
+                self.evicted_any = true;
             }
         }
-    }
-
-    fn index_l2(&mut self, key: BlockKey, loc: L2Loc, stats: &EngineStats) {
-        if let Some(old) = self.l2.insert(key, loc) {
-            old.account(stats, false);
-        }
-        loc.account(stats, true);
-    }
-
-    fn unindex_l2(&mut self, key: &BlockKey, stats: &EngineStats) -> Option<L2Loc> {
-        let loc = self.l2.remove(key)?;
-        loc.account(stats, false);
-        Some(loc)
     }
 }
 
@@ -350,6 +406,24 @@ enum ReadStep {
     },
 }
 
+/// A volume as the L2 index knows it: the index stores no record sizes, since a record is
+/// always one whole block of its volume.
+#[derive(Clone, Copy, Debug)]
+struct SlotInfo {
+    guid: u64,
+    block_bytes: u32,
+    size_bytes: u64,
+}
+
+impl SlotInfo {
+    fn block_len(&self, block: u64) -> u32 {
+        let start = block.saturating_mul(u64::from(self.block_bytes));
+        self.size_bytes
+            .saturating_sub(start)
+            .min(u64::from(self.block_bytes)) as u32
+    }
+}
+
 /// The engine shared by every volume of a pool.
 pub struct Engine {
     shards: Box<[Mutex<Shard>]>,
@@ -360,6 +434,8 @@ pub struct Engine {
     pending_rebuilds: AtomicUsize,
     /// Blocks written while a rebuild runs: their logged copies must not be restored.
     written_during_rebuild: Mutex<HashSet<BlockKey>>,
+    /// Volumes by slot (the short volume number in L2 index keys).
+    volume_slots: RwLock<Vec<SlotInfo>>,
     feeders: Mutex<Vec<JoinHandle<()>>>,
     shutdown: AtomicBool,
     started: Instant,
@@ -367,8 +443,38 @@ pub struct Engine {
     pub tunables: Tunables,
     /// The counters.
     pub stats: EngineStats,
-    /// `zfs_arc_max`.
-    pub arc_max_bytes: u64,
+    /// The ARC limits the shards run with (c_min, c_max), as last applied.
+    arc_limits: Mutex<(u64, u64)>,
+    /// When memory pressure last stopped the ARC from growing.
+    no_grow_since: Mutex<Option<Instant>>,
+}
+
+/// How long the ARC does not grow after memory pressure (OpenZFS `arc_grow_retry`, 5 s).
+const ARC_GROW_RETRY: Duration = Duration::from_secs(5);
+
+/// The automatic `zfs_arc_min` for a `zfs_arc_max`.
+pub fn default_arc_min(arc_max_bytes: u64) -> u64 {
+    arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32))
+}
+
+fn shard_config(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
+    let per_shard = |bytes: u64| (bytes / SHARDS as u64).max(1);
+    let mut cfg = ArcConfig::new(per_shard(c_min_bytes), per_shard(c_max_bytes));
+    // The growth rule's constants are pool-wide in OpenZFS: split them over the shards.
+    cfg.grow_slack_bytes /= SHARDS as u64;
+    cfg.grow_step_min_bytes /= SHARDS as u64;
+    cfg
+}
+
+/// MemTotal and MemAvailable of /proc/meminfo, in bytes.
+fn meminfo() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some((field("MemTotal:")?, field("MemAvailable:")?))
 }
 
 fn shard_of(key: &BlockKey) -> usize {
@@ -386,18 +492,22 @@ fn l2_key(key: &BlockKey) -> larch_l2::BlockKey {
 }
 
 impl Engine {
-    /// An engine whose ARC holds at most `arc_max_bytes` of data.
+    /// An engine whose ARC holds at most `arc_max_bytes` of data (`zfs_arc_max`), and
+    /// its ARC size control thread (limits set at runtime, memory pressure), which stops
+    /// with [`Engine::shutdown`] or when the engine is dropped.
     pub fn new(arc_max_bytes: u64) -> Arc<Engine> {
-        let per_shard = (arc_max_bytes / SHARDS as u64).max(1);
+        let arc_max_bytes = arc_max_bytes.max(SHARDS as u64);
+        let arc_min_bytes = default_arc_min(arc_max_bytes);
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    arc: larch_policy::Arc::new(ArcConfig::fixed(per_shard))
-                        .expect("a positive size is a valid config"),
+                    arc: larch_policy::Arc::new(shard_config(arc_min_bytes, arc_max_bytes))
+                        .expect("limits of at least one byte per shard are valid"),
                     bufs: HashMap::new(),
                     inflight: HashMap::new(),
-                    l2: HashMap::new(),
+                    l2: ShardL2::default(),
                     actions: Vec::new(),
+                    evicted_any: false,
                 })
             })
             .collect();
@@ -407,20 +517,126 @@ impl Engine {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        Arc::new(Engine {
+        let engine = Arc::new(Engine {
             shards,
             gate: Mutex::new(()),
             next_generation: AtomicU64::new(start),
             devices: RwLock::new(Vec::new()),
             pending_rebuilds: AtomicUsize::new(0),
             written_during_rebuild: Mutex::new(HashSet::new()),
+            volume_slots: RwLock::new(Vec::new()),
             feeders: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             started: Instant::now(),
             tunables: Tunables::default(),
             stats: EngineStats::default(),
-            arc_max_bytes,
-        })
+            arc_limits: Mutex::new((arc_min_bytes, arc_max_bytes)),
+            no_grow_since: Mutex::new(None),
+        });
+        engine
+            .tunables
+            .zfs_arc_max
+            .store(arc_max_bytes, Ordering::Relaxed);
+        let weak = Arc::downgrade(&engine);
+        let _ = std::thread::Builder::new()
+            .name("larch-arc-size".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(250));
+                    let Some(engine) = weak.upgrade() else {
+                        return;
+                    };
+                    if engine.shutdown.load(Ordering::Acquire) {
+                        return;
+                    }
+                    engine.adjust_arc_size();
+                }
+            });
+        engine
+    }
+
+    /// `zfs_arc_max` as set now.
+    pub fn arc_max_bytes(&self) -> u64 {
+        self.tunables.zfs_arc_max.load(Ordering::Relaxed)
+    }
+
+    /// The ARC limits in force: (`zfs_arc_min`, `zfs_arc_max`), the automatic minimum
+    /// resolved and the minimum never above the maximum.
+    pub fn arc_limits(&self) -> (u64, u64) {
+        let max = self.arc_max_bytes().max(SHARDS as u64);
+        let min = match self.tunables.zfs_arc_min.load(Ordering::Relaxed) {
+            0 => default_arc_min(max),
+            n => n.min(max),
+        };
+        (min, max)
+    }
+
+    /// One pass of ARC size control (the daemon's thread runs it four times a second):
+    /// applies changed `zfs_arc_min`/`zfs_arc_max`, and under memory pressure (available
+    /// memory below `zfs_arc_sys_free`) stops growth for 5 s and shrinks the target by the
+    /// shortfall, never below `zfs_arc_min` (OpenZFS `arc_reap_cb_check`/`arc_reap_cb`).
+    pub fn adjust_arc_size(&self) {
+        let now = self.now_ms();
+        let limits = self.arc_limits();
+        {
+            let mut applied = self.arc_limits.lock().expect("limits lock");
+            if *applied != limits {
+                let cfg = shard_config(limits.0, limits.1);
+                for shard in self.shards.iter() {
+                    let mut shard = shard.lock().expect("shard lock");
+                    let s = &mut *shard;
+                    let _ = s
+                        .arc
+                        .set_limits(cfg.c_min_bytes, cfg.c_max_bytes, now, &mut s.actions);
+                    s.apply_actions();
+                }
+                *applied = limits;
+            }
+        }
+        let Some((total, available)) = meminfo() else {
+            return;
+        };
+        let sys_free = match self.tunables.zfs_arc_sys_free.load(Ordering::Relaxed) {
+            0 => total / 32,
+            n => n,
+        };
+        let free = available as i128 - sys_free as i128;
+        self.stats
+            .memory_available_bytes
+            .store(free.max(0) as u64, Ordering::Relaxed);
+        let c: u64 = self
+            .shards
+            .iter()
+            .map(|s| s.lock().expect("shard lock").arc.c())
+            .sum();
+        let mut since = self.no_grow_since.lock().expect("no-grow lock");
+        if free < 0 {
+            // Shrink by the shortfall plus 1/128 of what is above the minimum.
+            let to_free = (-free) as u64 + (c.saturating_sub(limits.0) >> 7);
+            let per_shard = to_free.div_ceil(SHARDS as u64);
+            for shard in self.shards.iter() {
+                let mut shard = shard.lock().expect("shard lock");
+                let s = &mut *shard;
+                s.arc.set_no_grow(true);
+                s.arc.shrink(per_shard, now, &mut s.actions);
+                s.apply_actions();
+            }
+            self.stats
+                .memory_indirect_count
+                .fetch_add(1, Ordering::Relaxed);
+            *since = Some(Instant::now());
+        } else if (free as u64) < c >> 5 {
+            // Close to the line: do not grow (OpenZFS `zfs_arc_no_grow_shift`).
+            for shard in self.shards.iter() {
+                shard.lock().expect("shard lock").arc.set_no_grow(true);
+            }
+            *since = Some(Instant::now());
+        } else if since.is_some_and(|t| t.elapsed() >= ARC_GROW_RETRY) {
+            for shard in self.shards.iter() {
+                shard.lock().expect("shard lock").arc.set_no_grow(false);
+            }
+            *since = None;
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -429,6 +645,51 @@ impl Engine {
 
     fn shard(&self, key: &BlockKey) -> MutexGuard<'_, Shard> {
         self.shards[shard_of(key)].lock().expect("shard lock")
+    }
+
+    /// Registers a volume (or updates its size) and returns its slot in L2 index keys.
+    /// `None` when [`l2index::VOLUME_SLOTS`] volumes are registered already.
+    pub fn register_volume(&self, guid: u64, block_bytes: u32, size_bytes: u64) -> Option<u16> {
+        let mut slots = self.volume_slots.write().expect("slots lock");
+        let info = SlotInfo {
+            guid,
+            block_bytes,
+            size_bytes,
+        };
+        if let Some(i) = slots.iter().position(|s| s.guid == guid) {
+            slots[i] = info;
+            return Some(i as u16);
+        }
+        if slots.len() >= l2index::VOLUME_SLOTS {
+            return None;
+        }
+        slots.push(info);
+        Some((slots.len() - 1) as u16)
+    }
+
+    /// The L2 index key of a block known by volume guid (feeds and rebuilds; the read and
+    /// write paths use the slot in [`VolumeInfo`]), with the block's size. `None` for a
+    /// volume the engine does not serve or a block beyond the key.
+    fn index_key(&self, key: &BlockKey) -> Option<(u64, u32)> {
+        if key.block > l2index::MAX_BLOCK {
+            return None;
+        }
+        let slots = self.volume_slots.read().expect("slots lock");
+        let slot = slots.iter().position(|s| s.guid == key.volume)?;
+        Some((
+            pack_key(slot as u16, key.block),
+            slots[slot].block_len(key.block),
+        ))
+    }
+
+    /// The size of the block behind an L2 index key.
+    fn psize_of(&self, index_key: u64) -> u32 {
+        let (slot, block) = l2index::unpack_key(index_key);
+        self.volume_slots
+            .read()
+            .expect("slots lock")
+            .get(usize::from(slot))
+            .map_or(0, |s| s.block_len(block))
     }
 
     fn fresh_generation(&self) -> u64 {
@@ -489,7 +750,7 @@ impl Engine {
             let s = &mut *shard;
             let outcome = s.arc.access(&access, &mut s.actions);
             debug_assert!(outcome.is_hit(), "{key:?} buffered but {outcome:?}");
-            s.apply_actions(&self.stats);
+            s.apply_actions();
             return ReadStep::Hit(buf);
         }
         if let Some(flight) = shard.inflight.get(&key) {
@@ -501,11 +762,7 @@ impl Engine {
             .info(&key)
             .map(|i| i.generation)
             .unwrap_or_else(|| self.fresh_generation());
-        let l2 = shard
-            .l2
-            .get(&key)
-            .copied()
-            .filter(|l| l.generation == generation);
+        let l2 = shard.l2.get(pack_key(vol.slot, key.block));
         let flight = Arc::new(InFlight {
             result: Mutex::new(None),
             done: tokio::sync::Notify::new(),
@@ -559,19 +816,20 @@ impl Engine {
         l2: Option<L2Loc>,
     ) -> Option<Bytes> {
         if let Some(loc) = l2 {
-            match self.read_l2(&loc) {
+            let index_key = pack_key(vol.slot, key.block);
+            match self.read_l2(&loc, vol.block_len(key.block) as u32) {
                 Ok(bytes) if bytes.len() == vol.block_len(key.block) => {
                     self.stats.l2_hits.fetch_add(1, Ordering::Relaxed);
                     self.stats
                         .l2_read_bytes
-                        .fetch_add(u64::from(loc.physical_size), Ordering::Relaxed);
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     let mut shard = self.shard(&key);
-                    if let Some(l) = shard.l2.get_mut(&key) {
-                        l.read = true;
+                    if let Some(d) = shard.l2.device_mut(loc.device) {
+                        d.mark_read(index_key);
                     }
                     return Some(Bytes::from(bytes));
                 }
-                Ok(_) | Err(_) => self.drop_bad_l2(key, &loc),
+                Ok(_) | Err(_) => self.drop_bad_l2(key, index_key, &loc),
             }
         } else if self.has_l2() {
             self.stats.l2_misses.fetch_add(1, Ordering::Relaxed);
@@ -584,7 +842,7 @@ impl Engine {
         Some(Bytes::from(buf))
     }
 
-    fn read_l2(&self, loc: &L2Loc) -> Result<Vec<u8>, ()> {
+    fn read_l2(&self, loc: &L2Loc, psize: u32) -> Result<Vec<u8>, ()> {
         let device = self.device(loc.device).ok_or(())?;
         if device.state() != DeviceState::Online {
             return Err(());
@@ -594,11 +852,11 @@ impl Engine {
             kind: EntryKind::Data,
             volume_guid: 0,
             block_number: 0,
-            generation: loc.generation,
-            daddr: loc.daddr,
-            data_checksum: loc.checksum,
-            logical_size: loc.logical_size,
-            physical_size: loc.physical_size,
+            generation: 0,
+            daddr: loc.copy.daddr,
+            data_checksum: loc.copy.checksum,
+            logical_size: psize,
+            physical_size: psize,
             compression: Compression::Off,
             content: ContentType::Data,
             arc_state: ArcState::Mru,
@@ -608,7 +866,7 @@ impl Engine {
         device
             .io
             .read_bytes
-            .fetch_add(u64::from(loc.physical_size), Ordering::Relaxed);
+            .fetch_add(u64::from(psize), Ordering::Relaxed);
         let result = larch_l2::read_verified(&*device.dev, &geometry, &entry);
         if result.is_err() {
             device.io.read_errors.fetch_add(1, Ordering::Relaxed);
@@ -626,16 +884,14 @@ impl Engine {
         }
     }
 
-    /// A cache-device copy failed verification: forget it (the next read goes to the
-    /// backing store). The log entry stays, but a rebuild verifies nothing more than this
-    /// read did, so it is dropped there too when it is read again.
-    fn drop_bad_l2(&self, key: BlockKey, loc: &L2Loc) {
+    /// A cache-device copy failed verification: the index marks it bad, so it is not read
+    /// again, but keeps it until the block is overwritten (which then tombstones it) or
+    /// the ring passes it. Dropping it at once would let a later overwrite skip the
+    /// tombstone, and a restart could then restore this copy if its failure was transient.
+    fn drop_bad_l2(&self, key: BlockKey, index_key: u64, loc: &L2Loc) {
         let mut shard = self.shard(&key);
-        if shard.l2.get(&key).is_some_and(|l| l.daddr == loc.daddr) {
-            shard.unindex_l2(&key, &self.stats);
-            let s = &mut *shard;
-            s.arc.l2_evicted(&key, loc.generation, &mut s.actions);
-            s.apply_actions(&self.stats);
+        if let Some(d) = shard.l2.device_mut(loc.device) {
+            d.mark_bad(index_key, loc.copy.ring_pos);
         }
     }
 
@@ -664,7 +920,7 @@ impl Engine {
                 let access = self.access_of(vol, key, generation, prefetch);
                 let s = &mut *shard;
                 s.arc.access(&access, &mut s.actions);
-                s.apply_actions(&self.stats);
+                s.apply_actions();
                 if s.arc.info(&key).is_some_and(|i| i.state.is_resident()) {
                     s.bufs.insert(key, bytes.clone());
                 }
@@ -682,7 +938,7 @@ impl Engine {
     pub fn write_prepare(&self, vol: &VolumeInfo, blocks: &[(u64, Bytes)]) -> io::Result<Vec<u64>> {
         let _gate = self.gate.lock().expect("gate lock");
         let rebuilding = self.pending_rebuilds.load(Ordering::Acquire) > 0;
-        let mut tombstones: Vec<(L2Loc, BlockKey)> = Vec::new();
+        let mut tombstones: Vec<(u16, BlockKey, u64)> = Vec::new();
         let mut generations = Vec::with_capacity(blocks.len());
         let now = self.now_ms();
         for (block, data) in blocks {
@@ -692,8 +948,12 @@ impl Engine {
             if let Some(flight) = shard.inflight.remove(&key) {
                 flight.invalidated.store(true, Ordering::Release);
             }
-            if let Some(loc) = shard.unindex_l2(&key, &self.stats) {
-                tombstones.push((loc, key));
+            let psize = vol.block_len(*block) as u32;
+            for loc in shard
+                .l2
+                .remove(pack_key(vol.slot, *block), psize, &self.stats)
+            {
+                tombstones.push((loc.device, key, generation));
             }
             let s = &mut *shard;
             s.arc.write(
@@ -704,7 +964,7 @@ impl Engine {
                 now,
                 &mut s.actions,
             );
-            s.apply_actions(&self.stats);
+            s.apply_actions();
             s.bufs.insert(key, data.clone());
             drop(shard);
             if rebuilding {
@@ -721,16 +981,17 @@ impl Engine {
 
     /// Writes and commits tombstones; a device that cannot take them is faulted and its
     /// log invalidated, so that no restart can restore the superseded copies.
-    fn write_tombstones(&self, tombstones: &[(L2Loc, BlockKey)]) {
+    /// Each tombstone is (device, block, generation of the write that supersedes the copy).
+    fn write_tombstones(&self, tombstones: &[(u16, BlockKey, u64)]) {
         if tombstones.is_empty() {
             return;
         }
         let mut by_device: HashMap<u16, Vec<(BlockKey, u64)>> = HashMap::new();
-        for (loc, key) in tombstones {
+        for (device, key, generation) in tombstones {
             by_device
-                .entry(loc.device)
+                .entry(*device)
                 .or_default()
-                .push((*key, loc.generation));
+                .push((*key, *generation));
         }
         for (index, keys) in by_device {
             let Some(device) = self.device(index) else {
@@ -769,7 +1030,7 @@ impl Engine {
         {
             s.arc.remove(&key, &mut s.actions);
         }
-        s.apply_actions(&self.stats);
+        s.apply_actions();
     }
 
     /// The backing-store write failed: the new contents are not stored anywhere, so the
@@ -780,7 +1041,7 @@ impl Engine {
         let s = &mut *shard;
         if s.arc.info(&key).is_some_and(|i| i.generation == generation) {
             s.arc.remove(&key, &mut s.actions);
-            s.apply_actions(&self.stats);
+            s.apply_actions();
             s.bufs.remove(&key);
         }
     }
@@ -813,14 +1074,23 @@ impl Engine {
             rebuild_progress: AtomicU64::new(0),
             io: DeviceIo::default(),
         });
-        let rebuild = !create && self.tunables.l2arc_rebuild_enabled.load(Ordering::Relaxed);
+        let rebuild = !create
+            && self.tunables.l2arc_rebuild_enabled.load(Ordering::Relaxed)
+            && dev.len_bytes()
+                >= self
+                    .tunables
+                    .l2arc_rebuild_blocks_min_l2size
+                    .load(Ordering::Relaxed);
         if !rebuild {
             let options = CreateOptions {
                 pool_guid,
                 device_guid,
                 ..CreateOptions::default()
             };
-            let l2 = L2Device::create(Arc::clone(&dev), &options)
+            let mut l2 = L2Device::create(Arc::clone(&dev), &options)
+                .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+            l2.set_track_records(false);
+            self.attach_index(&device, l2.geometry())
                 .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
             *device.geometry.lock().expect("geometry lock") = Some(l2.geometry());
             *device.writer.lock().expect("writer lock") = Some(l2);
@@ -854,8 +1124,9 @@ impl Engine {
         Ok(device)
     }
 
-    /// Opens a device's log, restores its live entries as `l2c_only` headers, and puts it
-    /// online. Entries for blocks written since start are tombstoned instead.
+    /// Opens a device's log, restores its live entries into the L2 index, and puts it
+    /// online. Entries for blocks written since start, and entries past the index's
+    /// memory cap, are tombstoned instead.
     fn rebuild_device(&self, device: &Arc<CacheDevice>, pool_guid: u64) {
         let progress_device = Arc::clone(device);
         let mut progress = move |p: &larch_l2::RebuildProgress| {
@@ -883,75 +1154,141 @@ impl Engine {
             }
         };
         let geometry = l2.geometry();
+        l2.set_track_records(false);
+        if let Err(err) = self.attach_index(device, geometry) {
+            device.set_fault(err);
+            self.pending_rebuilds.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         *device.geometry.lock().expect("geometry lock") = Some(geometry);
-        let now = self.now_ms();
+        // Holding the gate: no write can change a generation while entries go in.
+        let _gate = self.gate.lock().expect("gate lock");
+        let written = self
+            .written_during_rebuild
+            .lock()
+            .expect("rebuild set lock")
+            .clone();
+        // The index takes copies in ring order.
+        let mut order: Vec<&larch_l2::RestoredEntry> = outcome.entries.iter().collect();
+        order.sort_unstable_by_key(|r| r.ring_pos);
+        let cap = self.l2_index_cap();
+        let mut over_cap = false;
         let mut stale = Vec::new();
-        {
-            // Holding the gate: no write can change a generation while entries go in.
-            let _gate = self.gate.lock().expect("gate lock");
-            let written = self
-                .written_during_rebuild
-                .lock()
-                .expect("rebuild set lock")
-                .clone();
-            for restored in &outcome.entries {
-                let e = &restored.entry;
-                let key = BlockKey::new(e.volume_guid, e.block_number);
-                if written.contains(&key) {
-                    stale.push((key, e.generation));
-                    continue;
-                }
+        for (n, restored) in order.into_iter().enumerate() {
+            let e = &restored.entry;
+            let key = BlockKey::new(e.volume_guid, e.block_number);
+            if n % 16384 == 0 && !over_cap && self.l2_index_bytes() >= cap {
+                over_cap = true;
+            }
+            // A copy the index cannot hold is tombstoned: only indexed copies are
+            // tombstoned when their block is overwritten later.
+            let mut indexed = false;
+            if over_cap {
+                self.stats.l2_rebuild_lowmem.fetch_add(1, Ordering::Relaxed);
+            } else if !written.contains(&key)
+                && e.compression == Compression::Off
+                && e.logical_size == e.physical_size
+                && let Some((index_key, psize)) = self.index_key(&key)
+                && psize == e.physical_size
+            {
                 let mut shard = self.shard(&key);
-                let buf_type = if e.content == ContentType::Metadata {
-                    BufType::Metadata
-                } else {
-                    BufType::Data
-                };
-                match shard
-                    .arc
-                    .l2_restore(key, e.generation, e.logical_size, buf_type, now)
-                {
-                    Restore::Restored | Restore::AlreadyCached => {
-                        let loc = L2Loc {
-                            device: device.index,
-                            daddr: e.daddr,
-                            physical_size: e.physical_size,
-                            logical_size: e.logical_size,
-                            checksum: e.data_checksum,
-                            generation: e.generation,
-                            read: false,
-                            mfu: e.arc_state == ArcState::Mfu,
-                            prefetch: e.prefetch,
-                            metadata: e.content == ContentType::Metadata,
-                        };
-                        shard.index_l2(key, loc, &self.stats);
+                if !shard.l2.contains(index_key) {
+                    let mut flags = 0;
+                    if e.arc_state == ArcState::Mfu {
+                        flags |= l2index::MFU;
                     }
-                    Restore::Stale => stale.push((key, e.generation)),
+                    if e.prefetch {
+                        flags |= l2index::PREFETCH;
+                    }
+                    if e.content == ContentType::Metadata {
+                        flags |= l2index::METADATA;
+                    }
+                    if let Some(d) = shard.l2.device_mut(device.index)
+                        && d.push(index_key, restored.ring_pos, e.data_checksum, flags)
+                    {
+                        indexed = true;
+                        let copy = d.get(index_key).expect("just pushed");
+                        account(&copy, psize, &self.stats, true);
+                    }
                 }
             }
-            let result = stale
-                .iter()
-                .try_for_each(|(key, generation)| l2.tombstone(l2_key(key), *generation))
-                .and_then(|()| l2.commit_log().map(|_| ()));
-            if let Err(err) = result {
-                invalidate_log(device);
-                device.set_fault(format!("tombstone write after rebuild failed: {err}"));
-                self.pending_rebuilds.fetch_sub(1, Ordering::AcqRel);
-                return;
-            }
-            self.stats
-                .l2_tombstones
-                .fetch_add(stale.len() as u64, Ordering::Relaxed);
-            *device.rebuild.lock().expect("rebuild lock") = Some(outcome.stats);
-            *device.writer.lock().expect("writer lock") = Some(l2);
-            device.set_state(DeviceState::Online);
-            if self.pending_rebuilds.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.written_during_rebuild
-                    .lock()
-                    .expect("rebuild set lock")
-                    .clear();
+            if !indexed {
+                stale.push((key, e.generation));
             }
         }
+        let result = stale
+            .iter()
+            .try_for_each(|(key, generation)| l2.tombstone(l2_key(key), *generation))
+            .and_then(|()| l2.commit_log().map(|_| ()));
+        if let Err(err) = result {
+            self.forget_device(device.index);
+            invalidate_log(device);
+            device.set_fault(format!("tombstone write after rebuild failed: {err}"));
+            self.pending_rebuilds.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        self.stats
+            .l2_tombstones
+            .fetch_add(stale.len() as u64, Ordering::Relaxed);
+        *device.rebuild.lock().expect("rebuild lock") = Some(outcome.stats);
+        *device.writer.lock().expect("writer lock") = Some(l2);
+        device.set_state(DeviceState::Online);
+        if self.pending_rebuilds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.written_during_rebuild
+                .lock()
+                .expect("rebuild set lock")
+                .clear();
+        }
+    }
+
+    /// Gives every shard an empty index for `device`.
+    fn attach_index(&self, device: &CacheDevice, geometry: Geometry) -> Result<(), String> {
+        let fresh = || {
+            DeviceIndex::new(
+                geometry.ring_start,
+                geometry.ring_bytes(),
+                geometry.sector_bytes,
+            )
+        };
+        if fresh().is_none() {
+            return Err(format!(
+                "a ring of {} bytes in {}-byte sectors is too large for the L2 index",
+                geometry.ring_bytes(),
+                geometry.sector_bytes
+            ));
+        }
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().expect("shard lock");
+            let slot = usize::from(device.index);
+            if shard.l2.devices.len() <= slot {
+                shard.l2.devices.resize_with(slot + 1, || None);
+            }
+            shard.l2.devices[slot] = fresh();
+        }
+        Ok(())
+    }
+
+    /// DRAM held by the L2 index (`l2_hdr_size`).
+    pub fn l2_index_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.lock().expect("shard lock").l2.dram_bytes())
+            .sum()
+    }
+
+    /// The most DRAM the L2 index may take: `l2arc_meta_percent` of `zfs_arc_max`, but
+    /// at least [`L2_INDEX_MIN_CAP`] (the index allocates in chunks per shard and device).
+    fn l2_index_cap(&self) -> u64 {
+        let percent = self.tunables.l2arc_meta_percent.load(Ordering::Relaxed);
+        (self.arc_max_bytes().saturating_mul(percent) / 100).max(L2_INDEX_MIN_CAP)
+    }
+
+    /// Whether the ARC has evicted anything yet (OpenZFS `arc_warm`): until then feeds
+    /// may write `l2arc_write_boost` more.
+    pub fn arc_warm(&self) -> bool {
+        self.shards
+            .iter()
+            .any(|s| s.lock().expect("shard lock").evicted_any)
     }
 
     // ---- the feeder ----------------------------------------------------------------------
@@ -959,11 +1296,14 @@ impl Engine {
     fn feed_loop(&self, device: &Arc<CacheDevice>) {
         let mut wrote_bytes = 0u64;
         while !self.shutdown.load(Ordering::Acquire) {
-            let budget = self
+            let mut budget = self
                 .tunables
                 .l2arc_write_max
                 .load(Ordering::Relaxed)
                 .max(4096);
+            if !self.arc_warm() {
+                budget += self.tunables.l2arc_write_boost.load(Ordering::Relaxed);
+            }
             let again =
                 self.tunables.l2arc_feed_again.load(Ordering::Relaxed) && wrote_bytes > budget / 2;
             let wait = if again {
@@ -997,9 +1337,17 @@ impl Engine {
     /// blocks into one batch, write it at the write hand, index the placements and drop
     /// what the evict hand overwrote. Returns the bytes written.
     pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
+        if self.l2_index_bytes() >= self.l2_index_cap() {
+            // OpenZFS `l2arc_hdr_limit_reached`: no feed while the index is at its cap.
+            self.stats
+                .l2_hdr_limit_skips
+                .fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
         let noprefetch = self.tunables.l2arc_noprefetch.load(Ordering::Relaxed);
         let mfuonly = self.tunables.l2arc_mfuonly.load(Ordering::Relaxed);
         let headroom = self.tunables.l2arc_headroom.load(Ordering::Relaxed);
+        let headroom_boost = self.tunables.l2arc_headroom_boost.load(Ordering::Relaxed);
         let max_batch = {
             let writer = device.writer.lock().expect("writer lock");
             match writer.as_ref() {
@@ -1010,7 +1358,10 @@ impl Engine {
         let scan_limit = if headroom == 0 {
             u64::MAX
         } else {
-            max_batch.saturating_mul(headroom)
+            max_batch
+                .saturating_mul(headroom)
+                .saturating_mul(headroom_boost)
+                / 100
         };
         let per_shard_budget = (max_batch / SHARDS as u64).max(1);
         let per_shard_scan = (scan_limit / SHARDS as u64).max(1);
@@ -1038,7 +1389,13 @@ impl Engine {
                     if scanned > per_shard_scan || taken >= per_shard_budget {
                         break;
                     }
-                    if info.on_l2 || !info.l2cache || (noprefetch && info.prefetch) {
+                    if !info.l2cache || (noprefetch && info.prefetch) {
+                        continue;
+                    }
+                    let Some((index_key, _)) = self.index_key(&info.key) else {
+                        continue;
+                    };
+                    if shard.l2.contains(index_key) {
                         continue;
                     }
                     let Some(buf) = shard.bufs.get(&info.key) else {
@@ -1094,10 +1451,29 @@ impl Engine {
         let Some(l2) = writer.as_mut() else {
             return 0;
         };
+        // The evict hand moves first: index entries below its floor go before the batch
+        // overwrites their records, so no reader is sent to overwritten space.
+        let evict = |floor: u64| {
+            for shard in self.shards.iter() {
+                let mut shard = shard.lock().expect("shard lock");
+                if let Some(d) = shard.l2.device_mut(device.index) {
+                    d.evict_below(floor, |index_key, copy| {
+                        let psize = self.psize_of(index_key);
+                        account(&copy, psize, &self.stats, false);
+                        self.stats.l2_evicted.fetch_add(1, Ordering::Relaxed);
+                        if copy.flags & l2index::READ == 0 {
+                            self.stats
+                                .l2_wasted_feed_bytes
+                                .fetch_add(u64::from(psize), Ordering::Relaxed);
+                        }
+                    });
+                }
+            }
+        };
         // Commit the log with the batch, so that a crash loses at most the feed in flight
         // (an open log block would otherwise wait for 1022 entries).
         let outcome = match l2
-            .write_batch(&records)
+            .write_batch_with(&records, evict)
             .and_then(|outcome| l2.commit_log().map(|_| outcome))
         {
             Ok(outcome) => outcome,
@@ -1114,56 +1490,49 @@ impl Engine {
         drop(writer);
         self.stats.l2_writes_sent.fetch_add(1, Ordering::Relaxed);
         self.stats.l2_feeds.fetch_add(1, Ordering::Relaxed);
-        for evicted in &outcome.evicted {
-            let key = BlockKey::new(evicted.key.volume_guid, evicted.key.block_number);
-            let mut shard = self.shard(&key);
-            let matches = shard
-                .l2
-                .get(&key)
-                .is_some_and(|l| l.device == device.index && l.daddr == evicted.daddr);
-            if matches {
-                let loc = shard.unindex_l2(&key, &self.stats).expect("present");
-                self.stats.l2_evicted.fetch_add(1, Ordering::Relaxed);
-                if !loc.read {
-                    self.stats
-                        .l2_wasted_feed_bytes
-                        .fetch_add(u64::from(loc.physical_size), Ordering::Relaxed);
-                }
-                let s = &mut *shard;
-                s.arc.l2_evicted(&key, evicted.generation, &mut s.actions);
-                s.apply_actions(&self.stats);
-            }
-        }
         let mut written = 0u64;
+        let mut unindexed = Vec::new();
         for ((key, generation, buf, state, buf_type, prefetch), placement) in
             candidates.iter().zip(&outcome.placements)
         {
+            let mut flags = 0;
+            if *state == State::Mfu {
+                flags |= l2index::MFU;
+            }
+            if *prefetch {
+                flags |= l2index::PREFETCH;
+            }
+            if *buf_type == BufType::Metadata {
+                flags |= l2index::METADATA;
+            }
+            let index_key = self.index_key(key);
             let mut shard = self.shard(key);
-            let indexed = shard.arc.l2_written(key, *generation)
-                || shard.arc.l2_restore(
-                    *key,
-                    *generation,
-                    buf.len() as u32,
-                    *buf_type,
-                    self.now_ms(),
-                ) != Restore::Stale;
-            if indexed {
-                let loc = L2Loc {
-                    device: device.index,
-                    daddr: placement.daddr,
-                    physical_size: buf.len() as u32,
-                    logical_size: buf.len() as u32,
-                    checksum: placement.data_checksum,
-                    generation: *generation,
-                    read: false,
-                    mfu: *state == State::Mfu,
-                    prefetch: *prefetch,
-                    metadata: *buf_type == BufType::Metadata,
+            let indexed = index_key.is_some_and(|(index_key, psize)| {
+                let Some(d) = shard.l2.device_mut(device.index) else {
+                    return false;
                 };
-                shard.index_l2(*key, loc, &self.stats);
+                // A block whose volume changed size since it was read is not indexed.
+                let pushed = psize as usize == buf.len()
+                    && d.push(
+                        index_key,
+                        placement.ring_pos,
+                        placement.data_checksum,
+                        flags,
+                    );
+                if pushed {
+                    let copy = d.get(index_key).expect("just pushed");
+                    account(&copy, psize, &self.stats, true);
+                }
+                pushed
+            });
+            drop(shard);
+            if !indexed {
+                // Logged but not indexed: a later overwrite would not tombstone it.
+                unindexed.push((device.index, *key, *generation));
             }
             written += buf.len() as u64;
         }
+        self.write_tombstones(&unindexed);
         self.stats
             .l2_write_bytes
             .fetch_add(written, Ordering::Relaxed);
@@ -1176,17 +1545,13 @@ impl Engine {
     fn forget_device(&self, index: u16) {
         for shard in self.shards.iter() {
             let mut shard = shard.lock().expect("shard lock");
-            let keys: Vec<(BlockKey, u64)> = shard
-                .l2
-                .iter()
-                .filter(|(_, l)| l.device == index)
-                .map(|(k, l)| (*k, l.generation))
-                .collect();
-            for (key, generation) in keys {
-                shard.unindex_l2(&key, &self.stats);
-                let s = &mut *shard;
-                s.arc.l2_evicted(&key, generation, &mut s.actions);
-                s.apply_actions(&self.stats);
+            if let Some(d) = shard.l2.device_mut(index) {
+                for (index_key, copy) in d.drain_live() {
+                    account(&copy, self.psize_of(index_key), &self.stats, false);
+                }
+            }
+            if let Some(slot) = shard.l2.devices.get_mut(usize::from(index)) {
+                *slot = None;
             }
         }
     }
@@ -1271,7 +1636,11 @@ impl Engine {
                 ("l2_bufc_data_asize", load(&s.l2_bufc_data_asize)),
                 ("l2_bufc_metadata_asize", load(&s.l2_bufc_metadata_asize)),
                 ("l2_blocks", load(&s.l2_blocks)),
+                ("memory_indirect_count", load(&s.memory_indirect_count)),
+                ("memory_available_bytes", load(&s.memory_available_bytes)),
                 ("l2_tombstones", load(&s.l2_tombstones)),
+                ("l2_hdr_size", self.l2_index_bytes()),
+                ("l2_hdr_limit_skips", load(&s.l2_hdr_limit_skips)),
                 ("l2_ndev", devices.len() as u64),
                 ("iohits", load(&s.iohits)),
                 ("backing_reads", load(&s.backing_reads)),
@@ -1301,6 +1670,7 @@ impl Engine {
                 ("l2_rebuild_bufs", rebuild.l2_rebuild_bufs),
                 ("l2_rebuild_size", rebuild.l2_rebuild_size),
                 ("l2_rebuild_log_blks", rebuild.l2_rebuild_log_blks),
+                ("l2_rebuild_lowmem", load(&self.stats.l2_rebuild_lowmem)),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v)),

@@ -5,9 +5,9 @@
 //! A read is split into `volblocksize` blocks. For each block: a buffer in the ARC is a hit
 //! (one shard lock of [`engine::SHARDS`], never a global lock); otherwise one reader leads
 //! and the others wait for it (concurrent misses share one I/O); the leader reads the
-//! cache device if the L2 index has this generation of the block, verifies the bytes
-//! against the checksum in the index, and falls back to the backing store on any failure
-//! (counted in `l2_cksum_bad`/`l2_io_error`); the block then enters the ARC.
+//! cache device if the L2 index ([`l2index`]) has a readable copy of the block, verifies
+//! the bytes against the checksum in the index, and falls back to the backing store on any
+//! failure (counted in `l2_cksum_bad`/`l2_io_error`); the block then enters the ARC.
 //!
 //! # Write path (write-through for now)
 //! A write is merged into whole blocks (read-modify-write through the cache for partial
@@ -18,10 +18,15 @@
 //! covers every acknowledged write on every connection.
 //!
 //! # Why no restart can serve stale data from a cache device
+//! 0. Every copy logged on a cache device and not yet passed by its evict hand is either in
+//!    the L2 index (readable, or marked bad after a failed read: bad copies stay in the
+//!    index for this reason) or tombstoned: a feed or a rebuild that cannot index a logged
+//!    copy tombstones it at once.
 //! 1. A copy enters a cache device's log only in a feed batch, and a feed batch is written
 //!    under the gate after checking that each block's generation is still current.
 //! 2. A write changes a block's generation only under the gate, after the tombstones for
-//!    every indexed copy of the block are durable. So when the backing store receives new
+//!    every indexed copy of the block are durable (by 0, every logged copy that a rebuild
+//!    could still find). So when the backing store receives new
 //!    bytes for a block, every logged copy of older bytes is already dead in the log, and
 //!    no feed can log an older copy afterwards (it would fail the check in 1).
 //! 3. A rebuild applies tombstones (newest first), so it returns only copies whose bytes
@@ -35,6 +40,7 @@
 
 pub mod backing;
 pub mod engine;
+pub mod l2index;
 pub mod pool;
 pub mod tunables;
 pub mod volume;

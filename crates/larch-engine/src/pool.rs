@@ -209,6 +209,8 @@ pub struct Pool {
     /// Cache devices that could not be used (foreign, unreadable), with the reason: the
     /// pool serves without them.
     pub refused_devices: Vec<String>,
+    /// Saved tunables (`tunables.json`) that were refused, with the reason.
+    pub refused_tunables: Vec<String>,
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
@@ -227,6 +229,11 @@ impl Pool {
         let config = PoolConfig::load(state_dir)?;
         config.validate().map_err(io::Error::other)?;
         let engine = Engine::new(config.arc_max_bytes);
+        // Saved tunables apply before any cache device opens: some decide how it opens.
+        let refused_tunables = match crate::tunables::load(state_dir) {
+            Ok(saved) => crate::tunables::apply(&engine.tunables, &saved),
+            Err(err) => vec![format!("{}: {err}", crate::tunables::TUNABLES_FILE)],
+        };
         let mut volumes = Vec::new();
         for v in &config.volumes {
             let path = resolve(state_dir, &v.backing);
@@ -236,8 +243,18 @@ impl Pool {
                     format!("volume {}: {}: {e}", v.name, path.display()),
                 )
             })?;
+            let slot = engine
+                .register_volume(v.guid, v.volblocksize, backing.size_bytes())
+                .ok_or_else(|| {
+                    io::Error::other(format!(
+                        "volume {}: more than {} volumes",
+                        v.name,
+                        crate::l2index::VOLUME_SLOTS
+                    ))
+                })?;
             let info = VolumeInfo {
                 guid: v.guid,
+                slot,
                 size_bytes: backing.size_bytes(),
                 block_bytes: v.volblocksize,
                 primarycache: v.primarycache,
@@ -265,6 +282,7 @@ impl Pool {
             engine,
             volumes,
             refused_devices,
+            refused_tunables,
         })
     }
 

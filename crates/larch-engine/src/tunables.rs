@@ -16,14 +16,39 @@ pub const TUNABLES_FILE: &str = "tunables.json";
 /// Every tunable, with its default and meaning (for `--help` and docs).
 pub const TUNABLES: &[(&str, &str, &str)] = &[
     (
+        "zfs_arc_max",
+        "pool.json",
+        "most bytes of data the ARC holds (the pool's arc_max_bytes unless set)",
+    ),
+    (
+        "zfs_arc_min",
+        "0",
+        "the ARC target never shrinks below this (0: min(zfs_arc_max, max(32M, zfs_arc_max/32)))",
+    ),
+    (
+        "zfs_arc_sys_free",
+        "0",
+        "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)",
+    ),
+    (
         "l2arc_write_max",
         "32M",
         "bytes written to each cache device per feed",
     ),
     (
+        "l2arc_write_boost",
+        "32M",
+        "extra bytes per feed until the ARC first evicts (it is cold)",
+    ),
+    (
         "l2arc_headroom",
         "8",
         "scan depth per feed, as a multiple of l2arc_write_max (0 = unlimited)",
+    ),
+    (
+        "l2arc_headroom_boost",
+        "200",
+        "percent applied to l2arc_headroom",
     ),
     ("l2arc_feed_secs", "1", "seconds between feeds"),
     (
@@ -47,9 +72,19 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata",
     ),
     (
+        "l2arc_meta_percent",
+        "33",
+        "DRAM the L2 index may use, in percent of zfs_arc_max (at least 4M)",
+    ),
+    (
         "l2arc_rebuild_enabled",
         "1",
         "rebuild cache devices' indexes at start",
+    ),
+    (
+        "l2arc_rebuild_blocks_min_l2size",
+        "0",
+        "cache devices smaller than this are formatted at start, not rebuilt",
     ),
     (
         "zfs_prefetch_disable",
@@ -87,12 +122,51 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
         _ => Err(format!("{name} is 0 or 1, not {n}")),
     };
     match name {
+        "zfs_arc_max" => {
+            if n < 1 << 20 {
+                return Err(format!("{name} must be at least 1M, not {n}"));
+            }
+            let min = tunables.zfs_arc_min.load(Ordering::Relaxed);
+            if min > n {
+                return Err(format!("{name} {n} is below zfs_arc_min {min}"));
+            }
+            tunables.zfs_arc_max.store(n, Ordering::Relaxed);
+        }
+        "zfs_arc_min" => {
+            let max = tunables.zfs_arc_max.load(Ordering::Relaxed);
+            if n > max {
+                return Err(format!("{name} {n} is above zfs_arc_max {max}"));
+            }
+            tunables.zfs_arc_min.store(n, Ordering::Relaxed);
+        }
+        "zfs_arc_sys_free" => tunables.zfs_arc_sys_free.store(n, Ordering::Relaxed),
         "l2arc_write_max" => {
             if !(64 << 10..=1 << 30).contains(&n) {
                 return Err(format!("{name} must be between 64K and 1G, not {n}"));
             }
             tunables.l2arc_write_max.store(n, Ordering::Relaxed);
         }
+        "l2arc_write_boost" => {
+            if n > 1 << 30 {
+                return Err(format!("{name} must be at most 1G, not {n}"));
+            }
+            tunables.l2arc_write_boost.store(n, Ordering::Relaxed);
+        }
+        "l2arc_headroom_boost" => {
+            if !(100..=10_000).contains(&n) {
+                return Err(format!("{name} must be between 100 and 10000, not {n}"));
+            }
+            tunables.l2arc_headroom_boost.store(n, Ordering::Relaxed);
+        }
+        "l2arc_meta_percent" => {
+            if !(1..=100).contains(&n) {
+                return Err(format!("{name} must be between 1 and 100, not {n}"));
+            }
+            tunables.l2arc_meta_percent.store(n, Ordering::Relaxed);
+        }
+        "l2arc_rebuild_blocks_min_l2size" => tunables
+            .l2arc_rebuild_blocks_min_l2size
+            .store(n, Ordering::Relaxed),
         "l2arc_headroom" => {
             if n > 1000 {
                 return Err(format!("{name} must be at most 1000, not {n}"));
@@ -146,8 +220,21 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
 pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
     let r = Ordering::Relaxed;
     [
+        ("zfs_arc_max", tunables.zfs_arc_max.load(r)),
+        ("zfs_arc_min", tunables.zfs_arc_min.load(r)),
+        ("zfs_arc_sys_free", tunables.zfs_arc_sys_free.load(r)),
         ("l2arc_write_max", tunables.l2arc_write_max.load(r)),
+        ("l2arc_write_boost", tunables.l2arc_write_boost.load(r)),
         ("l2arc_headroom", tunables.l2arc_headroom.load(r)),
+        (
+            "l2arc_headroom_boost",
+            tunables.l2arc_headroom_boost.load(r),
+        ),
+        ("l2arc_meta_percent", tunables.l2arc_meta_percent.load(r)),
+        (
+            "l2arc_rebuild_blocks_min_l2size",
+            tunables.l2arc_rebuild_blocks_min_l2size.load(r),
+        ),
         ("l2arc_feed_secs", tunables.l2arc_feed_secs.load(r)),
         ("l2arc_feed_min_ms", tunables.l2arc_feed_min_ms.load(r)),
         (

@@ -111,6 +111,10 @@ pub struct BatchOutcome {
     pub evicted: Vec<EvictedRecord>,
     /// Log blocks the batch committed.
     pub log_blocks_committed: u64,
+    /// Every record at a ring position below this is dead after the batch (the evict
+    /// hand minus one ring). Callers that keep their own index without
+    /// [`L2Device::set_track_records`] drop entries below it.
+    pub evict_floor: u64,
 }
 
 /// Counters of a device since it was opened (OpenZFS names where they match).
@@ -196,6 +200,7 @@ pub struct L2Device<D: BlockDevice> {
     live_blocks: VecDeque<LogBlockPtrPhys>,
     live_block_bytes: u64,
     index: BTreeMap<u64, IndexedRecord>,
+    track_records: bool,
     stats: L2Stats,
     poisoned: bool,
 }
@@ -303,6 +308,7 @@ impl<D: BlockDevice> L2Device<D> {
             live_blocks: VecDeque::new(),
             live_block_bytes: 0,
             index: BTreeMap::new(),
+            track_records: true,
             stats: L2Stats::default(),
             poisoned: false,
         }
@@ -336,9 +342,41 @@ impl<D: BlockDevice> L2Device<D> {
     /// batch needs the space, writes the records and any log blocks they fill in one
     /// pass of sequential writes, flushes, then rewrites the device header.
     pub fn write_batch(&mut self, records: &[Record<'_>]) -> Result<BatchOutcome, L2Error> {
+        self.write_batch_with(records, |_| {})
+    }
+
+    /// [`L2Device::write_batch`] that first tells `before_overwrite` the evict floor
+    /// (every record below that ring position is dead), once the moved evict hand is
+    /// durable and before any byte of the batch is written: a caller drops its index
+    /// entries there, so that no reader is sent to space the batch overwrites.
+    pub fn write_batch_with(
+        &mut self,
+        records: &[Record<'_>],
+        before_overwrite: impl FnOnce(u64),
+    ) -> Result<BatchOutcome, L2Error> {
         self.ensure_usable()?;
         let plan = self.plan(records, false)?;
-        self.execute(records, plan)
+        let result = self.execute_inner(records, plan, before_overwrite);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    /// Whether the writer keeps its own offset index of live records
+    /// ([`L2Device::live_records`], [`BatchOutcome::evicted`]); on by default. A caller
+    /// with its own compact index turns it off to save memory: the writer then keeps
+    /// nothing per record and reports evictions only as [`BatchOutcome::evict_floor`].
+    pub fn set_track_records(&mut self, on: bool) {
+        self.track_records = on;
+        if !on {
+            self.index = BTreeMap::new();
+        }
+    }
+
+    /// The evict floor: records at ring positions below it are dead.
+    pub fn evict_floor(&self) -> u64 {
+        self.evict_pos.saturating_sub(self.geo.ring_bytes())
     }
 
     /// Appends a tombstone for `key`: after the next commit, a rebuild will not return
@@ -510,7 +548,7 @@ impl<D: BlockDevice> L2Device<D> {
     }
 
     fn execute(&mut self, records: &[Record<'_>], plan: Plan) -> Result<BatchOutcome, L2Error> {
-        let result = self.execute_inner(records, plan);
+        let result = self.execute_inner(records, plan, |_| {});
         if result.is_err() {
             self.poisoned = true;
         }
@@ -521,6 +559,7 @@ impl<D: BlockDevice> L2Device<D> {
         &mut self,
         records: &[Record<'_>],
         plan: Plan,
+        before_overwrite: impl FnOnce(u64),
     ) -> Result<BatchOutcome, L2Error> {
         let mut outcome = BatchOutcome::default();
         if plan.end_pos > self.evict_pos {
@@ -530,6 +569,8 @@ impl<D: BlockDevice> L2Device<D> {
             // covers is written.
             self.write_header()?;
         }
+        outcome.evict_floor = self.evict_floor();
+        before_overwrite(outcome.evict_floor);
         self.write_items(records, &plan.items)?;
         self.dev.flush()?;
         self.write_pos = plan.end_pos;
@@ -542,7 +583,9 @@ impl<D: BlockDevice> L2Device<D> {
             self.live_block_bytes += ptr.asize(self.geo.sector_bytes);
             self.stats.log_bytes += ptr.asize(self.geo.sector_bytes);
         }
-        self.index.extend(plan.inserts);
+        if self.track_records {
+            self.index.extend(plan.inserts);
+        }
         self.stats.records_written += records.len() as u64;
         self.stats.data_bytes += plan.placements.iter().map(|p| p.asize).sum::<u64>();
         self.stats.log_blocks_written += plan.blocks.len() as u64;

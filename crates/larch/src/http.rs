@@ -28,6 +28,7 @@ fn is_gauge(name: &str) -> bool {
                 | "l2_ndev"
                 | "hash_elements"
                 | "arc_no_grow"
+                | "memory_available_bytes"
         )
 }
 

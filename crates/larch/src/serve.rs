@@ -316,10 +316,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for refused in &pool.refused_devices {
         eprintln!("larch serve: cache device not used: {refused}");
     }
-    if let Ok(saved) = tunables::load(&state_dir) {
-        for refused in tunables::apply(&pool.engine.tunables, &saved) {
-            eprintln!("larch serve: tunables.json: {refused}");
-        }
+    for refused in &pool.refused_tunables {
+        eprintln!("larch serve: tunables.json: {refused}");
     }
     print_banner(&pool, created);
     let exports: Vec<NamedExport<Volume>> = pool

@@ -1,0 +1,243 @@
+//! The engine driven directly (no NBD): ARC size control and the L2 index's handling of
+//! copies that failed verification. Real files, real cache devices, real restarts.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use larch_engine::{BackingStore, CacheMode, DeviceState, Engine, LatencyModel, VolumeInfo};
+
+const BLOCK: u32 = 16 << 10;
+const POOL: u64 = 0x7e57_0001;
+const DEVICE: u64 = 0x7e57_0002;
+const VOLUME: u64 = 0x7e57_0003;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("larch-engine-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Block `b`'s contents in version `v`: a header naming both, then a pattern.
+fn contents(b: u64, v: u8) -> Vec<u8> {
+    let mut buf = vec![0u8; BLOCK as usize];
+    let head = format!("block {b:08} version {v:03} ");
+    buf[..head.len()].copy_from_slice(head.as_bytes());
+    for (i, x) in buf.iter_mut().enumerate().skip(head.len()) {
+        *x = (i as u64 ^ b.wrapping_mul(31) ^ u64::from(v)) as u8;
+    }
+    buf
+}
+
+fn backing_file(path: &Path, blocks: u64) {
+    let mut all = Vec::with_capacity((blocks * u64::from(BLOCK)) as usize);
+    for b in 0..blocks {
+        all.extend_from_slice(&contents(b, 0));
+    }
+    std::fs::write(path, all).expect("backing file");
+}
+
+struct Setup {
+    engine: Arc<Engine>,
+    backing: Arc<BackingStore>,
+    vol: VolumeInfo,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Setup {
+    fn new(backing: &Path, arc_max: u64) -> Setup {
+        let engine = Engine::new(arc_max);
+        let store = BackingStore::open(backing, false, LatencyModel::default()).expect("open");
+        let slot = engine
+            .register_volume(VOLUME, BLOCK, store.size_bytes())
+            .expect("slot");
+        let vol = VolumeInfo {
+            guid: VOLUME,
+            slot,
+            size_bytes: store.size_bytes(),
+            block_bytes: BLOCK,
+            primarycache: CacheMode::All,
+            secondarycache: CacheMode::All,
+        };
+        Setup {
+            engine,
+            backing: Arc::new(store),
+            vol,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+        }
+    }
+
+    fn read(&self, block: u64) -> Bytes {
+        self.runtime
+            .block_on(
+                self.engine
+                    .read_block(&self.backing, &self.vol, block, false),
+            )
+            .expect("backing store read")
+    }
+
+    fn write(&self, block: u64, data: Vec<u8>) {
+        let data = Bytes::from(data);
+        let generations = self
+            .engine
+            .write_prepare(&self.vol, &[(block, data.clone())])
+            .expect("prepare");
+        self.backing
+            .write_at(&data, block * u64::from(BLOCK))
+            .expect("backing write");
+        self.backing.flush().expect("flush");
+        self.engine.write_done(&self.vol, block, generations[0]);
+    }
+
+    fn stat(&self, name: &str) -> u64 {
+        let stats: HashMap<String, u64> = self.engine.arcstats().into_iter().collect();
+        stats[name]
+    }
+}
+
+fn wait_online(engine: &Engine) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine
+        .devices()
+        .iter()
+        .any(|d| d.state() == DeviceState::Rebuilding)
+    {
+        assert!(Instant::now() < deadline, "rebuild did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_arc_follows_zfs_arc_max_and_shrinks_to_zfs_arc_min_under_memory_pressure() {
+    let dir = scratch("arc-size");
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 2048); // 32 MiB
+    let s = Setup::new(&backing, 16 << 20);
+    let t = &s.engine.tunables;
+    t.zfs_arc_min
+        .store(2 << 20, std::sync::atomic::Ordering::Relaxed);
+    for b in 0..2048 {
+        assert_eq!(s.read(b)[..], contents(b, 0)[..]);
+    }
+    let full = s.stat("size");
+    assert!(full > 12 << 20, "the ARC grew towards zfs_arc_max: {full}");
+    assert!(full <= 16 << 20, "and not past it: {full}");
+
+    // Memory pressure: the system is to keep more free than this machine has.
+    t.zfs_arc_sys_free
+        .store(1 << 60, std::sync::atomic::Ordering::Relaxed);
+    s.engine.adjust_arc_size();
+    let shrunk = s.stat("size");
+    assert!(shrunk <= 2 << 20, "shrunk to zfs_arc_min: {shrunk}");
+    assert_eq!(s.stat("c"), 2 << 20, "the target is zfs_arc_min");
+    assert_eq!(s.stat("arc_no_grow"), 1);
+    assert!(s.stat("memory_indirect_count") >= 1);
+    assert_eq!(s.stat("memory_available_bytes"), 0);
+    // Reads still work and the ARC stays down while the pressure lasts.
+    for b in 0..512 {
+        assert_eq!(s.read(b)[..], contents(b, 0)[..]);
+    }
+    s.engine.adjust_arc_size();
+    assert!(s.stat("size") <= 2 << 20);
+
+    // No pressure, a lower zfs_arc_max: the ARC follows at once.
+    t.zfs_arc_sys_free
+        .store(1, std::sync::atomic::Ordering::Relaxed);
+    t.zfs_arc_min
+        .store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+    t.zfs_arc_max
+        .store(4 << 20, std::sync::atomic::Ordering::Relaxed);
+    s.engine.adjust_arc_size();
+    assert_eq!(s.stat("c_max"), 4 << 20);
+    assert_eq!(s.stat("c_min"), 1 << 20);
+    assert!(s.stat("size") <= 4 << 20);
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flips (or restores) one byte of the record of `block` (version `v`) on a cache
+/// device, found by its header. Returns whether it was found.
+fn flip_record_byte(device: &Path, block: u64, v: u8) -> bool {
+    let mut bytes = std::fs::read(device).expect("read device");
+    let head = format!("block {block:08} version {v:03} ");
+    let Some(at) = bytes.windows(head.len()).position(|w| w == head.as_bytes()) else {
+        return false;
+    };
+    bytes[at + 100] ^= 0x5a;
+    std::fs::write(device, bytes).expect("write device");
+    true
+}
+
+/// A copy that failed verification once (a transient error) must still be tombstoned
+/// when its block is overwritten; otherwise a restart restores it and serves the old
+/// bytes. This is why bad copies stay in the index.
+#[test]
+fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
+    let dir = scratch("bad-copy");
+    let backing = dir.join("vol.img");
+    let device = dir.join("cache.img");
+    backing_file(&backing, 512); // 8 MiB
+    std::fs::write(&device, vec![0u8; 32 << 20]).expect("device file");
+
+    let s = Setup::new(&backing, 1 << 20);
+    let cache = s
+        .engine
+        .add_cache_device(&device, POOL, DEVICE, true)
+        .expect("cache device");
+    // Read everything in chunks and feed after each, so every block reaches the device.
+    for chunk in (0..512u64).collect::<Vec<_>>().chunks(32) {
+        for &b in chunk {
+            s.read(b);
+        }
+        s.engine.feed_once(&cache, 8 << 20);
+    }
+    assert!(s.stat("l2_blocks") >= 400, "fed: {}", s.stat("l2_blocks"));
+
+    // Block 0 left the ARC long ago: corrupt its copy and read it.
+    assert!(flip_record_byte(&device, 0, 0), "block 0 is on the device");
+    let misses_before = s.stat("l2_cksum_bad");
+    assert_eq!(
+        s.read(0)[..],
+        contents(0, 0)[..],
+        "served from the backing store"
+    );
+    assert_eq!(s.stat("l2_cksum_bad"), misses_before + 1);
+    // The error was transient: the copy is whole again.
+    assert!(flip_record_byte(&device, 0, 0));
+
+    // Push block 0 out of the ARC, then overwrite it.
+    for b in 200..300 {
+        s.read(b);
+    }
+    let tombstones = s.stat("l2_tombstones");
+    s.write(0, contents(0, 1));
+    assert_eq!(
+        s.stat("l2_tombstones"),
+        tombstones + 1,
+        "the bad copy was tombstoned"
+    );
+    assert_eq!(s.read(0)[..], contents(0, 1)[..]);
+    s.engine.shutdown();
+    drop(cache);
+    drop(s);
+
+    // Restart: the rebuild must not restore the old copy of block 0.
+    let s = Setup::new(&backing, 1 << 20);
+    s.engine
+        .add_cache_device(&device, POOL, DEVICE, false)
+        .expect("reopen");
+    wait_online(&s.engine);
+    assert!(s.stat("l2_blocks") >= 300, "warm: {}", s.stat("l2_blocks"));
+    let hits = s.stat("l2_hits");
+    assert_eq!(s.read(0)[..], contents(0, 1)[..], "no stale read");
+    assert_eq!(s.read(1)[..], contents(1, 0)[..]);
+    assert_eq!(s.stat("l2_hits"), hits + 1, "block 1 came from the device");
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
