@@ -239,6 +239,8 @@ pub struct CacheDevice {
     pub rebuild: Mutex<Option<RebuildStats>>,
     /// Entries restored so far by the rebuild.
     pub rebuild_progress: AtomicU64,
+    /// How far the rebuild walked the ring, in thousandths.
+    pub rebuild_permille: AtomicU64,
     /// I/O counters of this device.
     pub io: DeviceIo,
 }
@@ -1072,6 +1074,7 @@ impl Engine {
             fault: Mutex::new(None),
             rebuild: Mutex::new(None),
             rebuild_progress: AtomicU64::new(0),
+            rebuild_permille: AtomicU64::new(0),
             io: DeviceIo::default(),
         });
         let rebuild = !create
@@ -1133,6 +1136,13 @@ impl Engine {
             progress_device
                 .rebuild_progress
                 .store(p.entries, Ordering::Relaxed);
+            let permille = (p.ring_bytes_walked.saturating_mul(1000))
+                .checked_div(p.ring_bytes_total)
+                .unwrap_or(1000)
+                .min(1000);
+            progress_device
+                .rebuild_permille
+                .store(permille, Ordering::Relaxed);
             std::ops::ControlFlow::Continue(())
         };
         let mut options = RebuildOptions {

@@ -140,6 +140,7 @@ fn status_json(pool: &Pool) -> serde_json::Value {
                 "state": format!("{:?}", d.state()).to_lowercase(),
                 "fault": d.fault.lock().expect("fault lock").clone(),
                 "rebuild_entries": d.rebuild_progress.load(Ordering::Relaxed),
+                "rebuild_permille": d.rebuild_permille.load(Ordering::Relaxed),
                 "reads": d.io.reads.load(Ordering::Relaxed),
                 "read_bytes": d.io.read_bytes.load(Ordering::Relaxed),
                 "read_errors": d.io.read_errors.load(Ordering::Relaxed),
@@ -204,6 +205,7 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
         .and_then(|m| m.modified())
         .ok();
     let mut announced: Vec<bool> = Vec::new();
+    let mut progress = RebuildProgressBar::default();
     let mut tick = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -236,6 +238,7 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
         }
         let devices = pool.engine.devices();
         announced.resize(devices.len(), false);
+        progress.show(&devices, tick);
         for (i, device) in devices.iter().enumerate() {
             if announced[i] {
                 continue;
@@ -516,7 +519,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             d["state"].as_str().unwrap_or("?")
         );
         if d["state"] == "rebuilding" {
-            line += &format!(", {} entries restored so far", d["rebuild_entries"]);
+            line += &format!(
+                ", {:.1}% of the log read, {} entries restored so far",
+                d["rebuild_permille"].as_u64().unwrap_or(0) as f64 / 10.0,
+                d["rebuild_entries"]
+            );
         }
         if let Some(fault) = d["fault"].as_str() {
             line += &format!(" ({fault})");
@@ -772,4 +779,47 @@ pub fn iostat(args: IostatArgs) -> anyhow::Result<ExitCode> {
         printed += 1;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Rebuild progress on standard error while cache devices rebuild: a bar redrawn every
+/// second on a terminal, a plain line every 5 seconds otherwise.
+#[derive(Default)]
+struct RebuildProgressBar {
+    drawn: bool,
+}
+
+impl RebuildProgressBar {
+    fn show(&mut self, devices: &[Arc<larch_engine::CacheDevice>], tick: u64) {
+        use std::io::IsTerminal;
+        let tty = std::io::stderr().is_terminal();
+        let parts: Vec<String> = devices
+            .iter()
+            .filter(|d| d.state() == DeviceState::Rebuilding)
+            .map(|d| {
+                let permille = d.rebuild_permille.load(Ordering::Relaxed).min(1000) as usize;
+                let filled = permille * 20 / 1000;
+                format!(
+                    "{} [{}{}] {:>5.1}% {} blocks",
+                    d.path.file_name().unwrap_or_default().to_string_lossy(),
+                    "#".repeat(filled),
+                    ".".repeat(20 - filled),
+                    permille as f64 / 10.0,
+                    d.rebuild_progress.load(Ordering::Relaxed)
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            if self.drawn && tty {
+                eprintln!();
+            }
+            self.drawn = false;
+            return;
+        }
+        if tty {
+            eprint!("\r\x1b[2Klarch serve: L2ARC rebuild {}", parts.join("; "));
+            self.drawn = true;
+        } else if tick.is_multiple_of(5) {
+            eprintln!("larch serve: L2ARC rebuild {}", parts.join("; "));
+        }
+    }
 }
