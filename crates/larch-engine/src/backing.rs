@@ -11,9 +11,11 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::latency::LatencyHistogram;
 
 /// Delay added to each backing-store I/O (microseconds). `max_us > min_us` draws uniformly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +52,12 @@ pub struct BackingStats {
     pub flushes: AtomicU64,
     /// Failed operations.
     pub errors: AtomicU64,
+    /// Time of each read (the latency model's delay included: it stands for the device).
+    pub read_latency: LatencyHistogram,
+    /// Time of each write (the latency model's delay included).
+    pub write_latency: LatencyHistogram,
+    /// Time of each flush.
+    pub flush_latency: LatencyHistogram,
 }
 
 /// A file or block device holding a volume's bytes.
@@ -111,32 +119,41 @@ impl BackingStore {
 
     /// Reads exactly `buf.len()` bytes at `offset` (blocking).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let started = Instant::now();
         self.delay(self.latency.read_min_us, self.latency.read_max_us);
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         self.stats
             .read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.file.read_exact_at(buf, offset).inspect_err(|_| {
+        let result = self.file.read_exact_at(buf, offset);
+        self.stats.read_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Writes all of `buf` at `offset` (blocking).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let started = Instant::now();
         self.delay(self.latency.write_min_us, self.latency.write_max_us);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.file.write_all_at(buf, offset).inspect_err(|_| {
+        let result = self.file.write_all_at(buf, offset);
+        self.stats.write_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Makes every completed write durable (fdatasync).
     pub fn flush(&self) -> io::Result<()> {
+        let started = Instant::now();
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.file.sync_data().inspect_err(|_| {
+        let result = self.file.sync_data();
+        self.stats.flush_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }

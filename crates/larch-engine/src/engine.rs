@@ -19,6 +19,7 @@ use larch_l2::{
 use larch_policy::{Access, Action, ArcConfig, BlockKey, BufType, Restore, State};
 
 use crate::backing::BackingStore;
+use crate::latency::LatencyHistogram;
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the target)
 /// and buffers, so the hit path takes one of many locks, never a global one.
@@ -212,6 +213,10 @@ pub struct DeviceIo {
     pub writes: AtomicU64,
     /// Bytes of data written by feeds.
     pub write_bytes: AtomicU64,
+    /// Time of each block read, verification included.
+    pub read_latency: LatencyHistogram,
+    /// Time of each feed batch: its writes and the log commit.
+    pub write_latency: LatencyHistogram,
 }
 
 impl CacheDevice {
@@ -609,7 +614,9 @@ impl Engine {
             .io
             .read_bytes
             .fetch_add(u64::from(loc.physical_size), Ordering::Relaxed);
+        let started = Instant::now();
         let result = larch_l2::read_verified(&*device.dev, &geometry, &entry);
+        device.io.read_latency.record(started.elapsed());
         if result.is_err() {
             device.io.read_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -1096,6 +1103,7 @@ impl Engine {
         };
         // Commit the log with the batch, so that a crash loses at most the feed in flight
         // (an open log block would otherwise wait for 1022 entries).
+        let started = Instant::now();
         let outcome = match l2
             .write_batch(&records)
             .and_then(|outcome| l2.commit_log().map(|_| outcome))
@@ -1112,6 +1120,7 @@ impl Engine {
             }
         };
         drop(writer);
+        let write_time = started.elapsed();
         self.stats.l2_writes_sent.fetch_add(1, Ordering::Relaxed);
         self.stats.l2_feeds.fetch_add(1, Ordering::Relaxed);
         for evicted in &outcome.evicted {
@@ -1169,6 +1178,7 @@ impl Engine {
             .fetch_add(written, Ordering::Relaxed);
         device.io.writes.fetch_add(1, Ordering::Relaxed);
         device.io.write_bytes.fetch_add(written, Ordering::Relaxed);
+        device.io.write_latency.record(write_time);
         written
     }
 

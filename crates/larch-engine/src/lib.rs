@@ -35,12 +35,15 @@
 
 pub mod backing;
 pub mod engine;
+pub mod latency;
+pub mod manage;
 pub mod pool;
 pub mod tunables;
 pub mod volume;
 
 pub use backing::{BackingStore, LatencyModel};
 pub use engine::{CacheDevice, CacheMode, DeviceIo, DeviceState, Engine, Tunables, VolumeInfo};
+pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
     CacheDeviceConfig, DemoSizes, Pool, PoolConfig, VolumeConfig, create_demo, new_guid,
 };

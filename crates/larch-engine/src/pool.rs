@@ -4,7 +4,7 @@
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -209,6 +209,10 @@ pub struct Pool {
     /// Cache devices that could not be used (foreign, unreadable), with the reason: the
     /// pool serves without them.
     pub refused_devices: Vec<String>,
+    /// Held while the running pool's configuration changes (`pool.json`, `tunables.json`
+    /// and what the engine runs with), so that requests to the daemon and its polling of
+    /// the files apply one change at a time.
+    pub config_lock: Mutex<()>,
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
@@ -265,6 +269,7 @@ impl Pool {
             engine,
             volumes,
             refused_devices,
+            config_lock: Mutex::new(()),
         })
     }
 

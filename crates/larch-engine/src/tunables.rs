@@ -78,6 +78,28 @@ fn parse_number(value: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{value:?} is not a number (K/M/G suffixes allowed)"))
 }
 
+/// The default of a tunable, as a number; `None` for an unknown name.
+pub fn default_value(name: &str) -> Option<u64> {
+    let (_, default, _) = TUNABLES.iter().find(|t| t.0 == name)?;
+    parse_number(default).ok()
+}
+
+/// A tunable's value as users type it: sizes (the tunables whose default has a K/M/G
+/// suffix) with the largest suffix that divides them, everything else as a number.
+pub fn format_value(name: &str, value: u64) -> String {
+    let is_size = TUNABLES
+        .iter()
+        .any(|t| t.0 == name && t.1.ends_with(|c: char| c.is_ascii_alphabetic()));
+    if is_size && value > 0 {
+        for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+            if value.trailing_zeros() >= shift {
+                return format!("{}{suffix}", value >> shift);
+            }
+        }
+    }
+    value.to_string()
+}
+
 /// Sets one tunable by name. Values out of range are refused with a reason.
 pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
     let n = parse_number(value)?;
@@ -226,5 +248,20 @@ mod tests {
                 .contains("unknown tunable")
         );
         assert_eq!(values(&t).len(), TUNABLES.len());
+    }
+
+    #[test]
+    fn defaults_and_formatted_values_match_the_table() {
+        let t = Tunables::default();
+        for (name, value) in values(&t) {
+            assert_eq!(default_value(&name), Some(value), "{name}");
+            let (_, default, _) = TUNABLES.iter().find(|e| e.0 == name).unwrap();
+            assert_eq!(&format_value(&name, value), default, "{name}");
+        }
+        assert_eq!(default_value("nope"), None);
+        assert_eq!(format_value("l2arc_write_max", 96 << 10), "96K");
+        assert_eq!(format_value("l2arc_write_max", (1 << 20) + 1), "1048577");
+        assert_eq!(format_value("zfetch_max_distance", 0), "0");
+        assert_eq!(format_value("l2arc_headroom", 1024), "1024");
     }
 }

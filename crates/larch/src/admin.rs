@@ -1,15 +1,16 @@
-//! `larch pool`, `larch volume`, `larch cache`: edit a pool's `pool.json`. A running
-//! `larch serve` picks up added and removed cache devices within a second; volume changes
-//! take effect at its next start.
+//! `larch pool`, `larch volume`, `larch cache`: edit a pool's `pool.json`. Cache devices
+//! are added and removed through a live daemon when one runs (it checks, applies and saves
+//! at once, and answers with its reason when it refuses), else in the files; volume
+//! changes take effect at the next start.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use larch_engine::{
-    CacheDeviceConfig, CacheMode, LatencyModel, PoolConfig, VolumeConfig, new_guid,
-};
+use larch_engine::manage::{self, Target};
+use larch_engine::{CacheMode, LatencyModel, PoolConfig, VolumeConfig, new_guid};
 
+use crate::daemon;
 use crate::units::{format_size, parse_size};
 
 /// `larch pool ...`
@@ -82,14 +83,19 @@ pub enum VolumeCommand {
 /// `larch cache ...`
 #[derive(clap::Subcommand)]
 pub enum CacheCommand {
-    /// Add a cache device (L2ARC). It is formatted when the pool next opens it: its
-    /// contents are overwritten.
+    /// Add a cache device (L2ARC): a running daemon formats it and feeds it at once,
+    /// otherwise the next start does. It must be blank (its first 8 KiB zero) unless
+    /// --force.
     Add {
         /// The file or block device.
         path: PathBuf,
         /// Create the file with this size when it does not exist.
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
+        /// Format the device even though it holds data (another pool's cache device, a
+        /// file system, anything).
+        #[arg(long)]
+        force: bool,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -260,57 +266,47 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A path as the daemon needs it: absolute, UTF-8, on one line.
+fn path_line(path: &Path) -> anyhow::Result<String> {
+    match path.to_str() {
+        Some(text) => Ok(format!("path={text}")),
+        None => bail!(
+            "{}: only UTF-8 paths can be sent to the daemon",
+            path.display()
+        ),
+    }
+}
+
 pub fn cache(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
+    let done = match cmd {
         CacheCommand::Add {
             path,
             size,
+            force,
             state_dir,
         } => {
-            let mut config = load(&state_dir)?;
+            load(&state_dir)?;
             let path = absolute(&path)?;
-            if config.cache_devices.iter().any(|d| d.path == path) {
-                bail!("{} is already a cache device of this pool", path.display());
-            }
             if let Some(size) = size {
                 create_file(&path, size)?;
             }
-            if !path.exists() {
-                bail!(
-                    "{} does not exist (give --size to create a file)",
-                    path.display()
-                );
+            match daemon::find(&state_dir) {
+                Some(daemon) => {
+                    let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
+                    daemon.change("/admin/cache/add", &lines)?
+                }
+                None => manage::add_cache_device(Target::Files(&state_dir), &path, force)?,
             }
-            // Zeroing the header slots marks the device as ours to format.
-            let zeroes = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .and_then(|f| {
-                    std::os::unix::fs::FileExt::write_all_at(&f, &zeroes, 0)
-                        .and_then(|()| f.sync_all())
-                })
-                .with_context(|| format!("preparing {}", path.display()))?;
-            config.cache_devices.push(CacheDeviceConfig {
-                path: path.clone(),
-                guid: new_guid(),
-            });
-            save(&config, &state_dir)?;
-            println!("added cache device {}", path.display());
         }
         CacheCommand::Remove { path, state_dir } => {
-            let mut config = load(&state_dir)?;
+            load(&state_dir)?;
             let path = absolute(&path)?;
-            let before = config.cache_devices.len();
-            config
-                .cache_devices
-                .retain(|d| d.path != path && state_dir.join(&d.path) != path);
-            if config.cache_devices.len() == before {
-                bail!("{} is not a cache device of this pool", path.display());
+            match daemon::find(&state_dir) {
+                Some(daemon) => daemon.change("/admin/cache/remove", &[path_line(&path)?])?,
+                None => manage::remove_cache_device(Target::Files(&state_dir), &path)?,
             }
-            save(&config, &state_dir)?;
-            println!("removed cache device {}", path.display());
         }
-    }
+    };
+    println!("{}", done.trim_end());
     Ok(ExitCode::SUCCESS)
 }

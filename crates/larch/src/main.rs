@@ -2,8 +2,10 @@
 //! returns the process exit code; errors are printed once, here.
 
 mod admin;
+mod daemon;
 mod demo;
 mod dump;
+mod get;
 mod http;
 mod serve;
 mod serve_file;
@@ -54,6 +56,8 @@ enum Command {
     Iostat(serve::IostatArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
     Set(serve::SetArgs),
+    /// Show tunables of a pool: value, default and source, like `zfs get`.
+    Get(get::GetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
 }
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Some(Command::Volume(cmd)) => admin::volume(cmd),
         Some(Command::Cache(cmd)) => admin::cache(cmd),
         Some(Command::Set(args)) => serve::set(args),
+        Some(Command::Get(args)) => get::run(args),
         Some(Command::Arcstat(args)) => serve::arcstat(args),
         Some(Command::Iostat(args)) => serve::iostat(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
