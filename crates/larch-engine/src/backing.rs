@@ -10,10 +10,15 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use larch_io::BlockDevice;
 
 use serde::{Deserialize, Serialize};
+
+use crate::latency::LatencyHistogram;
 
 /// Delay added to each backing-store I/O (microseconds). `max_us > min_us` draws uniformly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,13 +55,36 @@ pub struct BackingStats {
     pub flushes: AtomicU64,
     /// Failed operations.
     pub errors: AtomicU64,
+    /// Time of each read (the latency model's delay included: it stands for the device).
+    pub read_latency: LatencyHistogram,
+    /// Time of each write (the latency model's delay included).
+    pub write_latency: LatencyHistogram,
+    /// Time of each flush.
+    pub flush_latency: LatencyHistogram,
+}
+
+/// Where a backing store's bytes are.
+enum Media {
+    /// A file or block device (the normal case).
+    File(File),
+    /// Any [`BlockDevice`]: in-process tests put a fault-injecting device here.
+    Device(Arc<dyn BlockDevice>),
+}
+
+impl std::fmt::Debug for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Media::File(file) => f.debug_tuple("File").field(file).finish(),
+            Media::Device(_) => f.write_str("Device"),
+        }
+    }
 }
 
 /// A file or block device holding a volume's bytes.
 #[derive(Debug)]
 pub struct BackingStore {
     path: PathBuf,
-    file: File,
+    media: Media,
     size_bytes: u64,
     latency: LatencyModel,
     /// State of the delay generator (deterministic per store).
@@ -72,12 +100,26 @@ impl BackingStore {
         let size_bytes = file_size(&file)?;
         Ok(BackingStore {
             path: path.to_path_buf(),
-            file,
+            media: Media::File(file),
             size_bytes,
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
         })
+    }
+
+    /// A backing store on any [`BlockDevice`] (in-process tests use a fault-injecting
+    /// one); `name` stands for its path in messages.
+    pub fn on_device(name: &str, dev: Arc<dyn BlockDevice>, latency: LatencyModel) -> BackingStore {
+        let size_bytes = dev.len_bytes();
+        BackingStore {
+            path: PathBuf::from(name),
+            media: Media::Device(dev),
+            size_bytes,
+            latency,
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
+            stats: BackingStats::default(),
+        }
     }
 
     /// The path it was opened from.
@@ -111,32 +153,50 @@ impl BackingStore {
 
     /// Reads exactly `buf.len()` bytes at `offset` (blocking).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let started = Instant::now();
         self.delay(self.latency.read_min_us, self.latency.read_max_us);
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         self.stats
             .read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.file.read_exact_at(buf, offset).inspect_err(|_| {
+        let result = match &self.media {
+            Media::File(file) => file.read_exact_at(buf, offset),
+            Media::Device(dev) => dev.read_at(buf, offset).map_err(io::Error::other),
+        };
+        self.stats.read_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Writes all of `buf` at `offset` (blocking).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let started = Instant::now();
         self.delay(self.latency.write_min_us, self.latency.write_max_us);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.file.write_all_at(buf, offset).inspect_err(|_| {
+        let result = match &self.media {
+            Media::File(file) => file.write_all_at(buf, offset),
+            Media::Device(dev) => dev.write_at(buf, offset).map_err(io::Error::other),
+        };
+        self.stats.write_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Makes every completed write durable (fdatasync).
     pub fn flush(&self) -> io::Result<()> {
+        let started = Instant::now();
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.file.sync_data().inspect_err(|_| {
+        let result = match &self.media {
+            Media::File(file) => file.sync_data(),
+            Media::Device(dev) => dev.flush().map_err(io::Error::other),
+        };
+        self.stats.flush_latency.record(started.elapsed());
+        result.inspect_err(|_| {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }

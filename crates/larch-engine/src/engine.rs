@@ -19,7 +19,11 @@ use larch_l2::{
 use larch_policy::{Access, Action, ArcConfig, BlockKey, BufType, State};
 
 use crate::backing::BackingStore;
+
+mod txg;
 use crate::l2index::{self, DeviceIndex, pack_key};
+use crate::latency::LatencyHistogram;
+pub use txg::{LogHandle, WriteStats};
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the target)
 /// and buffers, so the hit path takes one of many locks, never a global one.
@@ -40,6 +44,20 @@ pub enum CacheMode {
     None,
 }
 
+/// When a volume's writes are durable (ZFS `sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// FUA writes and FLUSH are made durable before they are acknowledged.
+    #[default]
+    Standard,
+    /// Every write is made durable before it is acknowledged.
+    Always,
+    /// Nothing waits for durability: FUA and FLUSH are acknowledged at once. A crash
+    /// loses up to `zfs_txg_timeout` seconds of acknowledged writes.
+    Disabled,
+}
+
 /// What the engine needs to know of a volume on every request.
 #[derive(Clone, Copy, Debug)]
 pub struct VolumeInfo {
@@ -55,6 +73,8 @@ pub struct VolumeInfo {
     pub primarycache: CacheMode,
     /// `secondarycache`.
     pub secondarycache: CacheMode,
+    /// `sync`.
+    pub sync: SyncMode,
 }
 
 impl VolumeInfo {
@@ -94,6 +114,9 @@ pub struct Tunables {
     pub l2arc_feed_again: AtomicBool,
     /// Do not feed prefetched blocks (`l2arc_noprefetch`, 1).
     pub l2arc_noprefetch: AtomicBool,
+    /// Do not feed blocks whose contents came from a write that no read has used since
+    /// (`l2arc_nowrite`, 1; larch's, OpenZFS feeds them).
+    pub l2arc_nowrite: AtomicBool,
     /// 0: feed MRU and MFU; 1: MFU only; 2: MFU data, all metadata (`l2arc_mfuonly`, 0).
     pub l2arc_mfuonly: AtomicU8,
     /// Rebuild cache devices at start (`l2arc_rebuild_enabled`, 1).
@@ -102,6 +125,19 @@ pub struct Tunables {
     /// (`l2arc_rebuild_blocks_min_l2size`; OpenZFS 1 GiB, larch 0: its logs cost 0.3% of
     /// any device, so small devices persist too).
     pub l2arc_rebuild_blocks_min_l2size: AtomicU64,
+    /// Seconds between TXG syncs (`zfs_txg_timeout`, 5).
+    pub zfs_txg_timeout: AtomicU64,
+    /// Most dirty bytes (`zfs_dirty_data_max`; 10% of RAM, at most 4 GiB; larch also
+    /// keeps it at most half of `zfs_arc_max`).
+    pub zfs_dirty_data_max: AtomicU64,
+    /// A TXG syncs early when its dirty bytes pass this percent of the limit
+    /// (`zfs_dirty_data_sync_percent`, 20).
+    pub zfs_dirty_data_sync_percent: AtomicU64,
+    /// The write throttle starts at this percent of the limit
+    /// (`zfs_delay_min_dirty_percent`, 60).
+    pub zfs_delay_min_dirty_percent: AtomicU64,
+    /// Scale of the throttle's delay curve, ns (`zfs_delay_scale`, 500,000).
+    pub zfs_delay_scale: AtomicU64,
     /// DRAM the L2 index may use, in percent of `zfs_arc_max` (`l2arc_meta_percent`, 33).
     /// Past it, feeds stop and a rebuild restores no more entries.
     pub l2arc_meta_percent: AtomicU64,
@@ -118,6 +154,11 @@ impl Default for Tunables {
             zfs_arc_max: AtomicU64::new(1 << 30),
             zfs_arc_min: AtomicU64::new(0),
             zfs_arc_sys_free: AtomicU64::new(0),
+            zfs_txg_timeout: AtomicU64::new(5),
+            zfs_dirty_data_max: AtomicU64::new(default_dirty_data_max()),
+            zfs_dirty_data_sync_percent: AtomicU64::new(20),
+            zfs_delay_min_dirty_percent: AtomicU64::new(60),
+            zfs_delay_scale: AtomicU64::new(500_000),
             l2arc_write_max: AtomicU64::new(32 << 20),
             l2arc_write_boost: AtomicU64::new(32 << 20),
             l2arc_headroom: AtomicU64::new(8),
@@ -126,6 +167,7 @@ impl Default for Tunables {
             l2arc_feed_min_ms: AtomicU64::new(200),
             l2arc_feed_again: AtomicBool::new(true),
             l2arc_noprefetch: AtomicBool::new(true),
+            l2arc_nowrite: AtomicBool::new(true),
             l2arc_mfuonly: AtomicU8::new(0),
             l2arc_rebuild_enabled: AtomicBool::new(true),
             l2arc_rebuild_blocks_min_l2size: AtomicU64::new(0),
@@ -258,6 +300,10 @@ pub struct DeviceIo {
     pub writes: AtomicU64,
     /// Bytes of data written by feeds.
     pub write_bytes: AtomicU64,
+    /// Time of each block read, verification included.
+    pub read_latency: LatencyHistogram,
+    /// Time of each feed batch: its writes and the log commit.
+    pub write_latency: LatencyHistogram,
 }
 
 impl CacheDevice {
@@ -431,6 +477,13 @@ pub struct Engine {
     shards: Box<[Mutex<Shard>]>,
     /// Serialises generation changes (writes) with L2 feed batches; see the crate docs.
     gate: Mutex<()>,
+    /// Held by a feed from its batch write until its placements are indexed or
+    /// tombstoned; a TXG sync takes it before committing tombstones, so no TXG writes a
+    /// block to its backing store while a feed may still log an older copy of it.
+    feed_io: Mutex<()>,
+    /// Blocks written since the feed in flight chose its candidates (`None` when no feed
+    /// is in flight): its copies of them are stale. Filled under the gate.
+    feed_written: Mutex<Option<HashSet<BlockKey>>>,
     next_generation: AtomicU64,
     devices: RwLock<Vec<Arc<CacheDevice>>>,
     pending_rebuilds: AtomicUsize,
@@ -449,10 +502,42 @@ pub struct Engine {
     arc_limits: Mutex<(u64, u64)>,
     /// When memory pressure last stopped the ARC from growing.
     no_grow_since: Mutex<Option<Instant>>,
+    /// Transaction groups.
+    txg: txg::Txg,
+    /// Counters of the write path.
+    pub write_stats: WriteStats,
+    /// The intent log's device, if the pool has one.
+    log: RwLock<Option<Arc<LogHandle>>>,
+    /// Backing stores by volume guid (the syncer writes them).
+    backings: RwLock<HashMap<u64, Arc<BackingStore>>>,
+    /// Volumes whose backing store failed, with the reason: their writes fail.
+    failed_volumes: Mutex<HashMap<u64, String>>,
+    /// A write was accepted since start: a cache device added from now on is formatted,
+    /// not rebuilt (its log could hold copies those writes superseded untombstoned).
+    writes_seen: AtomicBool,
+    syncer: Mutex<Option<JoinHandle<()>>>,
+    syncer_done: AtomicBool,
+    /// TXGs up to this one are on the backing stores, as the pool (not the log device)
+    /// recorded it: replay skips their records even if the log could not record it.
+    committed_floor: AtomicU64,
+    /// Where the pool records a committed TXG when the log device cannot (OpenZFS keeps
+    /// it in the pool's uberblock, off the log device, for the same reason).
+    committed_sink: Mutex<Option<CommittedSink>>,
 }
+
+/// Records a committed TXG durably outside the log device (see
+/// [`Engine::set_committed_txg_sink`]).
+pub type CommittedSink = Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 /// How long the ARC does not grow after memory pressure (OpenZFS `arc_grow_retry`, 5 s).
 const ARC_GROW_RETRY: Duration = Duration::from_secs(5);
+
+/// The default `zfs_dirty_data_max`: 10% of RAM, at most 4 GiB (OpenZFS).
+pub fn default_dirty_data_max() -> u64 {
+    meminfo()
+        .map_or(4 << 30, |(total, _)| total / 10)
+        .min(4 << 30)
+}
 
 /// The automatic `zfs_arc_min` for a `zfs_arc_max`.
 pub fn default_arc_min(arc_max_bytes: u64) -> u64 {
@@ -522,6 +607,8 @@ impl Engine {
         let engine = Arc::new(Engine {
             shards,
             gate: Mutex::new(()),
+            feed_io: Mutex::new(()),
+            feed_written: Mutex::new(None),
             next_generation: AtomicU64::new(start),
             devices: RwLock::new(Vec::new()),
             pending_rebuilds: AtomicUsize::new(0),
@@ -534,7 +621,26 @@ impl Engine {
             stats: EngineStats::default(),
             arc_limits: Mutex::new((arc_min_bytes, arc_max_bytes)),
             no_grow_since: Mutex::new(None),
+            txg: txg::Txg::new(1),
+            write_stats: WriteStats::default(),
+            log: RwLock::new(None),
+            backings: RwLock::new(HashMap::new()),
+            failed_volumes: Mutex::new(HashMap::new()),
+            writes_seen: AtomicBool::new(false),
+            syncer: Mutex::new(None),
+            syncer_done: AtomicBool::new(false),
+            committed_floor: AtomicU64::new(0),
+            committed_sink: Mutex::new(None),
         });
+        let syncer_engine = Arc::clone(&engine);
+        let syncer = std::thread::Builder::new()
+            .name("larch-txg-sync".into())
+            .spawn(move || {
+                syncer_engine.syncer_loop();
+                syncer_engine.syncer_done.store(true, Ordering::Release);
+            })
+            .expect("spawn the TXG syncer");
+        *engine.syncer.lock().expect("syncer lock") = Some(syncer);
         engine
             .tunables
             .zfs_arc_max
@@ -869,7 +975,9 @@ impl Engine {
             .io
             .read_bytes
             .fetch_add(u64::from(psize), Ordering::Relaxed);
+        let started = Instant::now();
         let result = larch_l2::read_verified(&*device.dev, &geometry, &entry);
+        device.io.read_latency.record(started.elapsed());
         if result.is_err() {
             device.io.read_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -935,9 +1043,10 @@ impl Engine {
     // ---- writes --------------------------------------------------------------------------
 
     /// Makes whole blocks the new contents of a volume's blocks in the cache (dirty until
-    /// [`Engine::write_done`]) after invalidating every cache-device copy of them durably.
-    /// Blocking (it may write and flush tombstones). Returns the new generations.
-    pub fn write_prepare(&self, vol: &VolumeInfo, blocks: &[(u64, Bytes)]) -> io::Result<Vec<u64>> {
+    /// [`Engine::write_done`]) and appends a tombstone for every cache-device copy of them
+    /// to that device's open log block; the TXG sync commits them before the blocks reach
+    /// the backing store. Returns the new generations.
+    fn write_prepare(&self, vol: &VolumeInfo, blocks: &[(u64, Bytes)]) -> Vec<u64> {
         let _gate = self.gate.lock().expect("gate lock");
         let rebuilding = self.pending_rebuilds.load(Ordering::Acquire) > 0;
         let mut tombstones: Vec<(u16, BlockKey, u64)> = Vec::new();
@@ -975,46 +1084,57 @@ impl Engine {
                     .expect("rebuild set lock")
                     .insert(key);
             }
+            if let Some(written) = self.feed_written.lock().expect("feed set lock").as_mut() {
+                written.insert(key);
+            }
             generations.push(generation);
         }
-        self.write_tombstones(&tombstones);
-        Ok(generations)
+        self.append_tombstones(&tombstones);
+        generations
     }
 
-    /// Writes and commits tombstones; a device that cannot take them is faulted and its
-    /// log invalidated, so that no restart can restore the superseded copies.
-    /// Each tombstone is (device, block, generation of the write that supersedes the copy).
-    fn write_tombstones(&self, tombstones: &[(u16, BlockKey, u64)]) {
-        if tombstones.is_empty() {
-            return;
-        }
-        let mut by_device: HashMap<u16, Vec<(BlockKey, u64)>> = HashMap::new();
-        for (device, key, generation) in tombstones {
-            by_device
-                .entry(*device)
-                .or_default()
-                .push((*key, *generation));
-        }
-        for (index, keys) in by_device {
-            let Some(device) = self.device(index) else {
+    /// Appends tombstones to the devices' open log blocks (durable with the next commit:
+    /// a feed batch, a TXG sync, or a full block). A device that cannot take them is
+    /// faulted and its log invalidated.
+    fn append_tombstones(&self, tombstones: &[(u16, BlockKey, u64)]) {
+        for (index, key, generation) in tombstones {
+            let Some(device) = self.device(*index) else {
                 continue;
             };
             let mut writer = device.writer.lock().expect("writer lock");
             let Some(l2) = writer.as_mut() else {
                 continue;
             };
-            let result = keys
-                .iter()
-                .try_for_each(|(key, generation)| l2.tombstone(l2_key(key), *generation))
-                .and_then(|()| l2.commit_log().map(|_| ()));
-            self.stats
-                .l2_tombstones
-                .fetch_add(keys.len() as u64, Ordering::Relaxed);
-            if let Err(err) = result {
+            self.stats.l2_tombstones.fetch_add(1, Ordering::Relaxed);
+            if let Err(err) = l2.tombstone(l2_key(key), *generation) {
                 *writer = None;
                 drop(writer);
                 invalidate_log(&device);
                 device.set_fault(format!("tombstone write failed: {err}"));
+                self.forget_device(device.index);
+            }
+        }
+    }
+
+    /// Commits every cache device's open log block (the tombstones of a TXG), before the
+    /// TXG writes the backing stores. A device that fails is faulted, its log invalidated.
+    fn commit_tombstones(&self) {
+        let _feed = self.feed_io.lock().expect("feed lock");
+        let _gate = self.gate.lock().expect("gate lock");
+        for device in self.devices() {
+            let mut writer = device.writer.lock().expect("writer lock");
+            let Some(l2) = writer.as_mut() else {
+                continue;
+            };
+            if l2.open_entries() == 0 {
+                continue;
+            }
+            if let Err(err) = l2.commit_log() {
+                *writer = None;
+                drop(writer);
+                invalidate_log(&device);
+                device.set_fault(format!("tombstone commit failed: {err}"));
+                self.forget_device(device.index);
             }
         }
     }
@@ -1048,6 +1168,183 @@ impl Engine {
         }
     }
 
+    // ---- volumes and the log device ---------------------------------------------------
+
+    /// Gives the syncer a volume's backing store.
+    pub fn attach_backing(&self, volume: u64, backing: Arc<BackingStore>) {
+        self.backings
+            .write()
+            .expect("backings lock")
+            .insert(volume, backing);
+    }
+
+    fn backing_of(&self, volume: u64) -> Option<Arc<BackingStore>> {
+        self.backings
+            .read()
+            .expect("backings lock")
+            .get(&volume)
+            .cloned()
+    }
+
+    /// Why writes to a volume fail, if they do (its backing store failed).
+    pub fn volume_failure(&self, vol: &VolumeInfo) -> Option<String> {
+        self.failed_volumes
+            .lock()
+            .expect("failures lock")
+            .get(&vol.guid)
+            .cloned()
+    }
+
+    fn fail_volume(&self, volume: u64, why: &str) {
+        self.failed_volumes
+            .lock()
+            .expect("failures lock")
+            .entry(volume)
+            .or_insert_with(|| why.to_string());
+    }
+
+    fn syncer_running(&self) -> bool {
+        !self.syncer_done.load(Ordering::Acquire)
+    }
+
+    /// The log device, if one is attached.
+    pub fn log_device(&self) -> Option<Arc<LogHandle>> {
+        self.log.read().expect("log lock").clone()
+    }
+
+    fn log_is_usable(&self) -> bool {
+        self.log_device().is_some_and(|l| l.is_healthy())
+    }
+
+    /// Attaches the pool's log device. `create` formats it; otherwise its log is replayed
+    /// first: every record newer than the last committed TXG is written to its volume's
+    /// backing store (which is then flushed), its blocks' cache-device copies are
+    /// tombstoned by the rebuild that follows, and TXG numbers continue after the log's.
+    /// Call it after the volumes' backing stores are attached and before cache devices
+    /// are added. Returns the records replayed.
+    pub fn attach_log(
+        &self,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        let named =
+            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
+        self.attach_log_device(dev, path, pool_guid, device_guid, create)
+    }
+
+    /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it.
+    pub fn attach_log_device(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        let named =
+            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let (device, replayed) = if create {
+            let device =
+                larch_zil::LogDevice::create(dev, pool_guid, device_guid).map_err(|e| named(&e))?;
+            (device, 0)
+        } else {
+            let (device, replay) =
+                larch_zil::LogDevice::open(dev, pool_guid).map_err(|e| named(&e))?;
+            if device.device_guid() != device_guid {
+                return Err(named(&format!(
+                    "log device guid {:#x}, the pool expects {device_guid:#x}",
+                    device.device_guid()
+                )));
+            }
+            let replayed = self.replay_log(&replay)?;
+            let next = replay
+                .committed_txg
+                .max(replay.max_txg().unwrap_or(0))
+                .max(self.committed_floor.load(Ordering::Acquire))
+                + 1;
+            self.txg.start_at(next);
+            (device, replayed)
+        };
+        *self.log.write().expect("log lock") = Some(Arc::new(LogHandle {
+            path: path.to_path_buf(),
+            guid: device_guid,
+            device,
+            fault: Mutex::new(None),
+            draining: AtomicBool::new(false),
+        }));
+        Ok(replayed)
+    }
+
+    /// The committed TXG the pool recorded outside the log device (its state directory),
+    /// and where to record later ones when the log device cannot take them (a failed or
+    /// removed log). Call before [`Engine::attach_log`]: replay skips records of TXGs up to
+    /// the floor, which the backing stores hold (possibly with newer data on top).
+    pub fn set_committed_txg_sink(&self, floor: u64, sink: CommittedSink) {
+        self.committed_floor.store(floor, Ordering::Release);
+        *self.committed_sink.lock().expect("sink lock") = Some(sink);
+    }
+
+    /// Records that TXGs up to `txg` are on the backing stores when the log device could
+    /// not: through the pool's sink, and in the replay floor.
+    fn record_committed_elsewhere(&self, txg: u64) -> Result<(), String> {
+        self.committed_floor.fetch_max(txg, Ordering::AcqRel);
+        match self.committed_sink.lock().expect("sink lock").as_ref() {
+            Some(sink) => sink(txg).map_err(|e| format!("recording committed TXG {txg}: {e}")),
+            None => Err(format!(
+                "no place to record committed TXG {txg}: a restart may replay older log records"
+            )),
+        }
+    }
+
+    /// Applies replayed records (see [`Engine::attach_log`]).
+    fn replay_log(&self, replay: &larch_zil::Replay) -> io::Result<u64> {
+        let floor = self.committed_floor.load(Ordering::Acquire);
+        let mut touched: HashMap<u64, Arc<BackingStore>> = HashMap::new();
+        let mut written = self
+            .written_during_rebuild
+            .lock()
+            .expect("rebuild set lock");
+        let mut applied = 0;
+        for record in replay.records.iter().filter(|r| r.txg > floor) {
+            applied += 1;
+            let Some(backing) = self.backing_of(record.volume_id) else {
+                return Err(io::Error::other(format!(
+                    "the intent log has writes of volume {:#x}, which the pool does not have",
+                    record.volume_id
+                )));
+            };
+            let end = record.offset_bytes + record.data.len() as u64;
+            if end > backing.size_bytes() {
+                return Err(io::Error::other(format!(
+                    "an intent-log record of volume {:#x} ends at {end}, past its size",
+                    record.volume_id
+                )));
+            }
+            backing.write_at(&record.data, record.offset_bytes)?;
+            let block_bytes = self
+                .volume_slots
+                .read()
+                .expect("slots lock")
+                .iter()
+                .find(|s| s.guid == record.volume_id)
+                .map_or(4096, |s| u64::from(s.block_bytes));
+            if !record.data.is_empty() {
+                for block in record.offset_bytes / block_bytes..=(end - 1) / block_bytes {
+                    written.insert(BlockKey::new(record.volume_id, block));
+                }
+            }
+            touched.insert(record.volume_id, backing);
+        }
+        for backing in touched.values() {
+            backing.flush()?;
+        }
+        Ok(applied)
+    }
+
     // ---- cache devices -------------------------------------------------------------------
 
     /// Adds a cache device: formats it (`create`) or opens it and rebuilds its index in
@@ -1078,6 +1375,7 @@ impl Engine {
             io: DeviceIo::default(),
         });
         let rebuild = !create
+            && !self.writes_seen.load(Ordering::Acquire)
             && self.tunables.l2arc_rebuild_enabled.load(Ordering::Relaxed)
             && dev.len_bytes()
                 >= self
@@ -1354,7 +1652,16 @@ impl Engine {
                 .fetch_add(1, Ordering::Relaxed);
             return 0;
         }
+        // One feed at a time does I/O (see `feed_io`); from here on, writes are recorded
+        // so that this feed's copies of blocks they overwrite are known to be stale.
+        let _io = self.feed_io.lock().expect("feed lock");
+        {
+            let _gate = self.gate.lock().expect("gate lock");
+            *self.feed_written.lock().expect("feed set lock") = Some(HashSet::new());
+        }
+        let finished = FeedWatch(&self.feed_written);
         let noprefetch = self.tunables.l2arc_noprefetch.load(Ordering::Relaxed);
+        let nowrite = self.tunables.l2arc_nowrite.load(Ordering::Relaxed);
         let mfuonly = self.tunables.l2arc_mfuonly.load(Ordering::Relaxed);
         let headroom = self.tunables.l2arc_headroom.load(Ordering::Relaxed);
         let headroom_boost = self.tunables.l2arc_headroom_boost.load(Ordering::Relaxed);
@@ -1399,7 +1706,7 @@ impl Engine {
                     if scanned > per_shard_scan || taken >= per_shard_budget {
                         break;
                     }
-                    if !info.l2cache || (noprefetch && info.prefetch) {
+                    if !info.l2cache || (noprefetch && info.prefetch) || (nowrite && info.written) {
                         continue;
                     }
                     let Some((index_key, _)) = self.index_key(&info.key) else {
@@ -1426,8 +1733,8 @@ impl Engine {
         if candidates.is_empty() {
             return 0;
         }
-        let _gate = self.gate.lock().expect("gate lock");
-        // Writers were free to change generations until the gate: keep only current copies.
+        // The batch is written without the gate, so writes go on meanwhile; what they
+        // overwrite is sorted out below under the gate.
         candidates.retain(|(key, generation, ..)| {
             self.shard(key).arc.info(key).is_some_and(|i| {
                 i.generation == *generation && i.state.is_resident() && i.state != State::Anon
@@ -1482,6 +1789,7 @@ impl Engine {
         };
         // Commit the log with the batch, so that a crash loses at most the feed in flight
         // (an open log block would otherwise wait for 1022 entries).
+        let started = Instant::now();
         let outcome = match l2
             .write_batch_with(&records, evict)
             .and_then(|outcome| l2.commit_log().map(|_| outcome))
@@ -1498,10 +1806,16 @@ impl Engine {
             }
         };
         drop(writer);
+        let write_time = started.elapsed();
         self.stats.l2_writes_sent.fetch_add(1, Ordering::Relaxed);
         self.stats.l2_feeds.fetch_add(1, Ordering::Relaxed);
         let mut written = 0u64;
         let mut unindexed = Vec::new();
+        // Under the gate: a copy whose block was written during the batch is stale, and is
+        // tombstoned instead of indexed (committed by the next TXG sync before that write
+        // reaches the backing store, see `feed_io`).
+        let _gate = self.gate.lock().expect("gate lock");
+        let overwritten = finished.take();
         for ((key, generation, buf, state, buf_type, prefetch), placement) in
             candidates.iter().zip(&outcome.placements)
         {
@@ -1517,37 +1831,46 @@ impl Engine {
             }
             let index_key = self.index_key(key);
             let mut shard = self.shard(key);
-            let indexed = index_key.is_some_and(|(index_key, psize)| {
-                let Some(d) = shard.l2.device_mut(device.index) else {
-                    return false;
-                };
-                // A block whose volume changed size since it was read is not indexed.
-                let pushed = psize as usize == buf.len()
-                    && d.push(
-                        index_key,
-                        placement.ring_pos,
-                        placement.data_checksum,
-                        flags,
-                    );
-                if pushed {
-                    let copy = d.get(index_key).expect("just pushed");
-                    account(&copy, psize, &self.stats, true);
-                }
-                pushed
-            });
+            // Stale if written since the candidates were chosen (evicted meanwhile is fine).
+            let current = !overwritten.contains(key)
+                && shard
+                    .arc
+                    .info(key)
+                    .is_none_or(|i| i.generation == *generation);
+            let indexed = current
+                && index_key.is_some_and(|(index_key, psize)| {
+                    let Some(d) = shard.l2.device_mut(device.index) else {
+                        return false;
+                    };
+                    // A block whose volume changed size since it was read is not indexed.
+                    let pushed = psize as usize == buf.len()
+                        && d.push(
+                            index_key,
+                            placement.ring_pos,
+                            placement.data_checksum,
+                            flags,
+                        );
+                    if pushed {
+                        let copy = d.get(index_key).expect("just pushed");
+                        account(&copy, psize, &self.stats, true);
+                    }
+                    pushed
+                });
             drop(shard);
             if !indexed {
-                // Logged but not indexed: a later overwrite would not tombstone it.
+                // Logged but not indexed (stale, or the index cannot hold it): a later
+                // overwrite would not tombstone it, so it is tombstoned now.
                 unindexed.push((device.index, *key, *generation));
             }
             written += buf.len() as u64;
         }
-        self.write_tombstones(&unindexed);
+        self.append_tombstones(&unindexed);
         self.stats
             .l2_write_bytes
             .fetch_add(written, Ordering::Relaxed);
         device.io.writes.fetch_add(1, Ordering::Relaxed);
         device.io.write_bytes.fetch_add(written, Ordering::Relaxed);
+        device.io.write_latency.record(write_time);
         written
     }
 
@@ -1583,9 +1906,15 @@ impl Engine {
 
     // ---- shutdown and stats ----------------------------------------------------------------
 
-    /// Stops the feeders and commits every open log block, so a restart comes back warm.
+    /// Syncs what is dirty, stops the feeders and commits every open log block, so a
+    /// restart comes back warm.
     pub fn shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
+        self.txg.changed.notify_all();
+        let syncer = self.syncer.lock().expect("syncer lock").take();
+        if let Some(handle) = syncer {
+            let _ = handle.join();
+        }
         let handles: Vec<_> = self
             .feeders
             .lock()
@@ -1647,6 +1976,33 @@ impl Engine {
                 ("l2_bufc_metadata_asize", load(&s.l2_bufc_metadata_asize)),
                 ("l2_blocks", load(&s.l2_blocks)),
                 ("memory_indirect_count", load(&s.memory_indirect_count)),
+                ("dirty_bytes", self.txg_state().0),
+                ("dirty_data_max", self.dirty_max()),
+                ("txg_open", self.txg_state().1),
+                ("txg_synced", self.txg_state().2),
+                ("txg_syncs", load(&self.write_stats.txg_syncs)),
+                ("txg_last_sync_us", load(&self.write_stats.txg_last_sync_us)),
+                ("txg_sync_us", load(&self.write_stats.txg_sync_us)),
+                (
+                    "txg_last_sync_bytes",
+                    load(&self.write_stats.txg_last_sync_bytes),
+                ),
+                (
+                    "txg_blocks_written",
+                    load(&self.write_stats.txg_blocks_written),
+                ),
+                ("txg_sync_waits", load(&self.write_stats.txg_sync_waits)),
+                ("txg_sync_errors", load(&self.write_stats.txg_sync_errors)),
+                ("dmu_tx_delay", load(&self.write_stats.throttle_delays)),
+                ("dmu_tx_delay_us", load(&self.write_stats.throttle_delay_us)),
+                (
+                    "dmu_tx_dirty_over_max",
+                    load(&self.write_stats.throttle_over_max),
+                ),
+                ("zil_commit_count", load(&self.write_stats.zil_commits)),
+                ("zil_itx_count", load(&self.write_stats.zil_records)),
+                ("zil_itx_copied_bytes", load(&self.write_stats.zil_bytes)),
+                ("zil_commit_us", load(&self.write_stats.zil_commit_us)),
                 ("memory_available_bytes", load(&s.memory_available_bytes)),
                 ("l2_tombstones", load(&s.l2_tombstones)),
                 ("l2_hdr_size", self.l2_index_bytes()),
@@ -1686,6 +2042,26 @@ impl Engine {
             .map(|(k, v)| (k.to_string(), v)),
         );
         sums
+    }
+}
+
+/// Ends a feed's watch of writes (see `Engine::feed_written`) however the feed returns.
+struct FeedWatch<'a>(&'a Mutex<Option<HashSet<BlockKey>>>);
+
+impl FeedWatch<'_> {
+    /// The blocks written since the watch began; the watch ends.
+    fn take(&self) -> HashSet<BlockKey> {
+        self.0
+            .lock()
+            .expect("feed set lock")
+            .take()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for FeedWatch<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().expect("feed set lock") = None;
     }
 }
 

@@ -4,12 +4,12 @@
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::backing::{BackingStore, LatencyModel};
-use crate::engine::{CacheMode, Engine, VolumeInfo};
+use crate::engine::{CacheMode, Engine, SyncMode, VolumeInfo};
 use crate::volume::Volume;
 
 /// Name of the configuration file in a state directory.
@@ -35,6 +35,9 @@ pub struct VolumeConfig {
     /// Injected backing-store latency (a device model for tests and benchmarks; off by default).
     #[serde(default)]
     pub latency: LatencyModel,
+    /// `sync`: standard, always or disabled.
+    #[serde(default)]
+    pub sync: SyncMode,
 }
 
 /// A cache device of a pool, as configured.
@@ -43,6 +46,15 @@ pub struct CacheDeviceConfig {
     /// The file or block device (relative paths are relative to the state directory).
     pub path: PathBuf,
     /// The guid written in its header: a device whose header says otherwise is refused.
+    pub guid: u64,
+}
+
+/// A log device (SLOG) of a pool, as configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogDeviceConfig {
+    /// The file or block device (relative paths are relative to the state directory).
+    pub path: PathBuf,
+    /// The guid written in its header.
     pub guid: u64,
 }
 
@@ -59,6 +71,9 @@ pub struct PoolConfig {
     pub volumes: Vec<VolumeConfig>,
     /// The cache devices (L2ARC).
     pub cache_devices: Vec<CacheDeviceConfig>,
+    /// The log device (SLOG) holding the intent log; at most one.
+    #[serde(default)]
+    pub log_devices: Vec<LogDeviceConfig>,
 }
 
 impl PoolConfig {
@@ -186,11 +201,13 @@ pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig>
             secondarycache: CacheMode::All,
             readonly: false,
             latency: LatencyModel::default(),
+            sync: SyncMode::Standard,
         }],
         cache_devices: vec![CacheDeviceConfig {
             path: cache,
             guid: new_guid(),
         }],
+        log_devices: Vec::new(),
     };
     config.save(state_dir)?;
     Ok(config)
@@ -211,12 +228,54 @@ pub struct Pool {
     pub refused_devices: Vec<String>,
     /// Saved tunables (`tunables.json`) that were refused, with the reason.
     pub refused_tunables: Vec<String>,
+    /// Records replayed from the intent log at open (`None`: no log device, or a new one).
+    pub log_replayed: Option<u64>,
+    /// Held while the running pool's configuration changes (`pool.json`, `tunables.json`
+    /// and what the engine runs with), so that requests to the daemon and its polling of
+    /// the files apply one change at a time.
+    pub config_lock: Mutex<()>,
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
 /// (or never wrote), which it may format again; anything else unreadable is refused.
 pub fn headers_are_blank(path: &Path) -> bool {
     let mut buf = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok_and(|()| buf.iter().all(|&b| b == 0))
+}
+
+/// The file in a state directory that records the last committed TXG when the log
+/// device could not (see `Engine::set_committed_txg_sink`).
+pub const COMMITTED_TXG_FILE: &str = "committed-txg";
+
+fn read_committed_txg(state_dir: &Path) -> io::Result<u64> {
+    match fs::read_to_string(state_dir.join(COMMITTED_TXG_FILE)) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{COMMITTED_TXG_FILE}: {text:?} is not a TXG number"),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the committed TXG durably: a temporary file, fsynced, renamed over the old one,
+/// and the directory fsynced.
+fn write_committed_txg(state_dir: &Path, txg: u64) -> io::Result<()> {
+    let tmp = state_dir.join(format!("{COMMITTED_TXG_FILE}.tmp"));
+    let mut file = fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut file, format!("{txg}\n").as_bytes())?;
+    file.sync_all()?;
+    fs::rename(&tmp, state_dir.join(COMMITTED_TXG_FILE))?;
+    fs::File::open(state_dir)?.sync_all()
+}
+
+/// Whether both header slots of a log device are all zeroes (never written).
+pub fn log_is_blank(path: &Path) -> bool {
+    let mut buf = vec![0u8; 2 * larch_format::zil::ZIL_HEADER_SLOT_BYTES as usize];
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut buf))
         .is_ok_and(|()| buf.iter().all(|&b| b == 0))
@@ -259,14 +318,43 @@ impl Pool {
                 block_bytes: v.volblocksize,
                 primarycache: v.primarycache,
                 secondarycache: v.secondarycache,
+                sync: v.sync,
             };
+            let backing = Arc::new(backing);
+            engine.attach_backing(v.guid, Arc::clone(&backing));
             volumes.push(Arc::new(Volume::new(
                 v.name.clone(),
                 info,
                 v.readonly,
-                Arc::new(backing),
+                backing,
                 Arc::clone(&engine),
             )));
+        }
+        // The pool's own record of the committed TXG (written when the log device cannot
+        // record it), then the intent log, replayed before anything is served or any
+        // cache device is rebuilt (its replayed blocks' copies are tombstoned by the
+        // rebuild).
+        let floor = read_committed_txg(state_dir)?;
+        let sink_dir = state_dir.to_path_buf();
+        engine.set_committed_txg_sink(
+            floor,
+            Box::new(move |txg| write_committed_txg(&sink_dir, txg)),
+        );
+        let mut log_replayed = None;
+        for l in &config.log_devices {
+            let path = resolve(state_dir, &l.path);
+            let create = log_is_blank(&path);
+            let replayed = engine
+                .attach_log(&path, config.guid, l.guid, create)
+                .map_err(|e| {
+                    io::Error::other(format!(
+                        "log device: {e} (acknowledged sync writes may be only there; \
+                         `larch log remove` drops it and them)"
+                    ))
+                })?;
+            if !create {
+                log_replayed = Some(replayed);
+            }
         }
         let mut refused_devices = Vec::new();
         for d in &config.cache_devices {
@@ -283,6 +371,8 @@ impl Pool {
             volumes,
             refused_devices,
             refused_tunables,
+            log_replayed,
+            config_lock: Mutex::new(()),
         })
     }
 
@@ -313,6 +403,34 @@ impl Pool {
             if !wanted && r.state() != crate::DeviceState::Removed {
                 self.engine.remove_cache_device(r.index);
                 done.push(format!("cache device {} removed", r.path.display()));
+            }
+        }
+        done.extend(self.apply_log_config(config));
+        done
+    }
+
+    /// Brings the running engine's log device in line with `config`: a new one is
+    /// formatted and used from then on; a dropped one is taken out of use after the TXGs
+    /// it covered are synced.
+    pub fn apply_log_config(&self, config: &PoolConfig) -> Vec<String> {
+        let mut done = Vec::new();
+        let running = self.engine.log_device();
+        let wanted = config.log_devices.first();
+        if let Some(log) = &running
+            && wanted.is_none_or(|w| w.guid != log.guid)
+        {
+            self.engine.detach_log();
+            done.push(format!("log device {} removed", log.path.display()));
+        }
+        if let Some(w) = wanted
+            && running.as_ref().is_none_or(|r| r.guid != w.guid)
+        {
+            let path = resolve(&self.state_dir, &w.path);
+            // A device added at runtime is formatted: a log of the running pool cannot
+            // be waiting on it.
+            match self.engine.attach_log(&path, config.guid, w.guid, true) {
+                Ok(_) => done.push(format!("log device {} added", path.display())),
+                Err(err) => done.push(format!("log device not used: {err}")),
             }
         }
         done

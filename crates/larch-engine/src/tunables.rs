@@ -30,6 +30,27 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "0",
         "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)",
     ),
+    ("zfs_txg_timeout", "5", "seconds between TXG syncs"),
+    (
+        "zfs_dirty_data_max",
+        "10% of RAM, at most 4G",
+        "most dirty bytes in DRAM (also at most half of zfs_arc_max)",
+    ),
+    (
+        "zfs_dirty_data_sync_percent",
+        "20",
+        "a TXG syncs early when its dirty bytes pass this percent of the limit",
+    ),
+    (
+        "zfs_delay_min_dirty_percent",
+        "60",
+        "the write throttle starts at this percent of the dirty limit",
+    ),
+    (
+        "zfs_delay_scale",
+        "500000",
+        "scale of the write throttle's delay curve, ns",
+    ),
     (
         "l2arc_write_max",
         "32M",
@@ -65,6 +86,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "l2arc_noprefetch",
         "1",
         "do not feed blocks read by prefetch",
+    ),
+    (
+        "l2arc_nowrite",
+        "1",
+        "do not feed blocks written and not read since (larch's; OpenZFS feeds them)",
     ),
     (
         "l2arc_mfuonly",
@@ -113,6 +139,27 @@ fn parse_number(value: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{value:?} is not a number (K/M/G suffixes allowed)"))
 }
 
+/// The default of a tunable, as a number; `None` for an unknown name.
+pub fn default_value(name: &str) -> Option<u64> {
+    values(&Tunables::default()).get(name).copied()
+}
+
+/// A tunable's value as users type it: sizes (the tunables whose default has a K/M/G
+/// suffix) with the largest suffix that divides them, everything else as a number.
+pub fn format_value(name: &str, value: u64) -> String {
+    let is_size = TUNABLES
+        .iter()
+        .any(|t| t.0 == name && t.1.ends_with(|c: char| c.is_ascii_alphabetic()));
+    if is_size && value > 0 {
+        for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+            if value.trailing_zeros() >= shift {
+                return format!("{}{suffix}", value >> shift);
+            }
+        }
+    }
+    value.to_string()
+}
+
 /// Sets one tunable by name. Values out of range are refused with a reason.
 pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
     let n = parse_number(value)?;
@@ -140,6 +187,35 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
             tunables.zfs_arc_min.store(n, Ordering::Relaxed);
         }
         "zfs_arc_sys_free" => tunables.zfs_arc_sys_free.store(n, Ordering::Relaxed),
+        "zfs_txg_timeout" => {
+            if !(1..=600).contains(&n) {
+                return Err(format!("{name} must be between 1 and 600, not {n}"));
+            }
+            tunables.zfs_txg_timeout.store(n, Ordering::Relaxed);
+        }
+        "zfs_dirty_data_max" => {
+            if n < 1 << 20 {
+                return Err(format!("{name} must be at least 1M, not {n}"));
+            }
+            tunables.zfs_dirty_data_max.store(n, Ordering::Relaxed);
+        }
+        "zfs_dirty_data_sync_percent" | "zfs_delay_min_dirty_percent" => {
+            if !(1..=100).contains(&n) {
+                return Err(format!("{name} must be between 1 and 100, not {n}"));
+            }
+            let target = if name == "zfs_dirty_data_sync_percent" {
+                &tunables.zfs_dirty_data_sync_percent
+            } else {
+                &tunables.zfs_delay_min_dirty_percent
+            };
+            target.store(n, Ordering::Relaxed);
+        }
+        "zfs_delay_scale" => {
+            if n > 1_000_000_000 {
+                return Err(format!("{name} must be at most 1000000000, not {n}"));
+            }
+            tunables.zfs_delay_scale.store(n, Ordering::Relaxed);
+        }
         "l2arc_write_max" => {
             if !(64 << 10..=1 << 30).contains(&n) {
                 return Err(format!("{name} must be between 64K and 1G, not {n}"));
@@ -187,6 +263,7 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
         }
         "l2arc_feed_again" => tunables.l2arc_feed_again.store(flag(n)?, Ordering::Relaxed),
         "l2arc_noprefetch" => tunables.l2arc_noprefetch.store(flag(n)?, Ordering::Relaxed),
+        "l2arc_nowrite" => tunables.l2arc_nowrite.store(flag(n)?, Ordering::Relaxed),
         "l2arc_mfuonly" => {
             if n > 2 {
                 return Err(format!("{name} is 0, 1 or 2, not {n}"));
@@ -223,6 +300,17 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
         ("zfs_arc_max", tunables.zfs_arc_max.load(r)),
         ("zfs_arc_min", tunables.zfs_arc_min.load(r)),
         ("zfs_arc_sys_free", tunables.zfs_arc_sys_free.load(r)),
+        ("zfs_txg_timeout", tunables.zfs_txg_timeout.load(r)),
+        ("zfs_dirty_data_max", tunables.zfs_dirty_data_max.load(r)),
+        (
+            "zfs_dirty_data_sync_percent",
+            tunables.zfs_dirty_data_sync_percent.load(r),
+        ),
+        (
+            "zfs_delay_min_dirty_percent",
+            tunables.zfs_delay_min_dirty_percent.load(r),
+        ),
+        ("zfs_delay_scale", tunables.zfs_delay_scale.load(r)),
         ("l2arc_write_max", tunables.l2arc_write_max.load(r)),
         ("l2arc_write_boost", tunables.l2arc_write_boost.load(r)),
         ("l2arc_headroom", tunables.l2arc_headroom.load(r)),
@@ -245,6 +333,7 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
             "l2arc_noprefetch",
             u64::from(tunables.l2arc_noprefetch.load(r)),
         ),
+        ("l2arc_nowrite", u64::from(tunables.l2arc_nowrite.load(r))),
         ("l2arc_mfuonly", u64::from(tunables.l2arc_mfuonly.load(r))),
         (
             "l2arc_rebuild_enabled",
@@ -313,5 +402,25 @@ mod tests {
                 .contains("unknown tunable")
         );
         assert_eq!(values(&t).len(), TUNABLES.len());
+    }
+
+    #[test]
+    fn defaults_and_formatted_values_match_the_table() {
+        let t = Tunables::default();
+        for (name, value) in values(&t) {
+            assert_eq!(default_value(&name), Some(value), "{name}");
+            let (_, default, _) = TUNABLES.iter().find(|e| e.0 == name).unwrap();
+            if parse_number(default).is_err() {
+                // Defaults that depend on the pool or the machine are described in words.
+                assert!(["zfs_arc_max", "zfs_dirty_data_max"].contains(&name.as_str()));
+                continue;
+            }
+            assert_eq!(&format_value(&name, value), default, "{name}");
+        }
+        assert_eq!(default_value("nope"), None);
+        assert_eq!(format_value("l2arc_write_max", 96 << 10), "96K");
+        assert_eq!(format_value("l2arc_write_max", (1 << 20) + 1), "1048577");
+        assert_eq!(format_value("zfetch_max_distance", 0), "0");
+        assert_eq!(format_value("l2arc_headroom", 1024), "1024");
     }
 }

@@ -1,5 +1,6 @@
 //! A volume served over NBD: byte ranges split into `volblocksize` blocks, each read
-//! through the engine, each write merged into whole blocks and written through.
+//! through the engine, each write merged into whole blocks and handed to the engine's
+//! write path (dirty in the ARC, synced by transaction groups).
 
 use std::sync::Arc;
 
@@ -228,28 +229,11 @@ impl Volume {
             new_blocks.push((block, merged.freeze()));
         }
         let engine = Arc::clone(&self.engine);
-        let backing = Arc::clone(&self.backing);
         let info = self.info;
-        let first_offset = blocks.start() * bs;
-        let result = tokio::task::spawn_blocking(move || {
-            let generations = engine.write_prepare(&info, &new_blocks)?;
-            let mut contiguous =
-                BytesMut::with_capacity(new_blocks.iter().map(|(_, b)| b.len()).sum());
-            for (_, bytes) in &new_blocks {
-                contiguous.extend_from_slice(bytes);
-            }
-            let written = backing
-                .write_at(&contiguous, first_offset)
-                .and_then(|()| if fua { backing.flush() } else { Ok(()) });
-            for ((block, _), generation) in new_blocks.iter().zip(&generations) {
-                match written {
-                    Ok(()) => engine.write_done(&info, *block, *generation),
-                    Err(_) => engine.write_failed(&info, *block, *generation),
-                }
-            }
-            written
-        })
-        .await;
+        // The stripes stay held until the blocks are dirty in the ARC, so a block's
+        // writes enter the cache (and their TXGs) in the order they were merged.
+        let result =
+            tokio::task::spawn_blocking(move || engine.write_blocks(&info, &new_blocks, fua)).await;
         drop(guards);
         match result {
             Ok(Ok(())) => Ok(()),
@@ -280,8 +264,8 @@ impl Export for Volume {
             fast_zero: false,
             cache: true,
             block_status: true,
-            // Writes go through to the backing file before they are acknowledged, so one
-            // fdatasync makes every acknowledged write durable, whichever connection sent it.
+            // A FLUSH makes every write the pool acknowledged durable (it commits the whole
+            // intent log or syncs the open TXG), whichever connection sent it.
             multi_conn: true,
             rotational: false,
         }
@@ -311,8 +295,9 @@ impl Export for Volume {
     }
 
     async fn flush(&self) -> ExportResult<()> {
-        let backing = Arc::clone(&self.backing);
-        match tokio::task::spawn_blocking(move || backing.flush()).await {
+        let engine = Arc::clone(&self.engine);
+        let info = self.info;
+        match tokio::task::spawn_blocking(move || engine.flush_writes(&info)).await {
             Ok(Ok(())) => Ok(()),
             _ => Err(Errno::Io),
         }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use larch_engine::{BackingStore, CacheMode, DeviceState, Engine, LatencyModel, VolumeInfo};
+use larch_engine::{
+    BackingStore, CacheMode, DeviceState, Engine, LatencyModel, SyncMode, VolumeInfo,
+};
 
 const BLOCK: u32 = 16 << 10;
 const POOL: u64 = 0x7e57_0001;
@@ -61,10 +63,13 @@ impl Setup {
             block_bytes: BLOCK,
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
+            sync: SyncMode::Standard,
         };
+        let store = Arc::new(store);
+        engine.attach_backing(VOLUME, Arc::clone(&store));
         Setup {
             engine,
-            backing: Arc::new(store),
+            backing: store,
             vol,
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -82,17 +87,11 @@ impl Setup {
             .expect("backing store read")
     }
 
+    /// A sync write: durable (its TXG synced) when this returns.
     fn write(&self, block: u64, data: Vec<u8>) {
-        let data = Bytes::from(data);
-        let generations = self
-            .engine
-            .write_prepare(&self.vol, &[(block, data.clone())])
-            .expect("prepare");
-        self.backing
-            .write_at(&data, block * u64::from(BLOCK))
-            .expect("backing write");
-        self.backing.flush().expect("flush");
-        self.engine.write_done(&self.vol, block, generations[0]);
+        self.engine
+            .write_blocks(&self.vol, &[(block, Bytes::from(data))], true)
+            .expect("write");
     }
 
     fn stat(&self, name: &str) -> u64 {
@@ -239,5 +238,98 @@ fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
     assert_eq!(s.read(1)[..], contents(1, 0)[..]);
     assert_eq!(s.stat("l2_hits"), hits + 1, "block 1 came from the device");
     s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A writer faster than its backing store is slowed by the write throttle, and dirty data
+/// stays at the limit (plus what writers that passed the check at once add).
+#[test]
+fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_bounded() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = scratch("throttle");
+    let backing = dir.join("vol.img");
+    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
+    let engine = Engine::new(16 << 20);
+    let slow = LatencyModel {
+        write_min_us: 1000,
+        write_max_us: 1000,
+        ..LatencyModel::default()
+    };
+    let store = Arc::new(BackingStore::open(&backing, false, slow).expect("open"));
+    let slot = engine
+        .register_volume(VOLUME, BLOCK, store.size_bytes())
+        .expect("slot");
+    engine.attach_backing(VOLUME, Arc::clone(&store));
+    let vol = VolumeInfo {
+        guid: VOLUME,
+        slot,
+        size_bytes: store.size_bytes(),
+        block_bytes: BLOCK,
+        primarycache: CacheMode::All,
+        secondarycache: CacheMode::All,
+        sync: SyncMode::Standard,
+    };
+    let limit = 2u64 << 20;
+    engine
+        .tunables
+        .zfs_dirty_data_max
+        .store(limit, Ordering::Relaxed);
+    let peak = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (engine, peak, done) = (Arc::clone(&engine), Arc::clone(&peak), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(engine.txg_state().0, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    const WRITERS: u64 = 4;
+    let blocks = 2048u64; // 32 MiB of 16K blocks, in a scattered order
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let engine = Arc::clone(&engine);
+            std::thread::spawn(move || {
+                for i in (w..blocks).step_by(WRITERS as usize) {
+                    let b = (i * 1031) % blocks;
+                    engine
+                        .write_blocks(&vol, &[(b, Bytes::from(contents(b, 1)))], false)
+                        .expect("async write");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    engine.flush_writes(&vol).expect("flush");
+    done.store(true, Ordering::Relaxed);
+    monitor.join().expect("monitor");
+    let stats: HashMap<String, u64> = engine.arcstats().into_iter().collect();
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(
+        peak <= limit + WRITERS * u64::from(BLOCK),
+        "dirty data peaked at {peak}, limit {limit}"
+    );
+    assert!(
+        peak > limit / 2,
+        "the writers did reach the throttle: {peak}"
+    );
+    assert!(
+        stats["dmu_tx_delay"] + stats["dmu_tx_dirty_over_max"] > 0,
+        "the throttle acted: {stats:?}"
+    );
+    assert_eq!(stats["dirty_bytes"], 0, "everything synced after the flush");
+    let on_disk = std::fs::read(&backing).expect("read backing");
+    for b in 0..blocks {
+        let at = (b * u64::from(BLOCK)) as usize;
+        assert_eq!(
+            on_disk[at..at + BLOCK as usize],
+            contents(b, 1)[..],
+            "block {b} on the backing store"
+        );
+    }
+    engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

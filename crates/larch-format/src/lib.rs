@@ -21,6 +21,7 @@
 mod header;
 pub mod layout;
 mod log;
+pub mod zil;
 
 pub use header::{DevHeaderPhys, FLAG_FIRST_SWEEP, HEADER_MAGIC, HEADER_SLOT_BYTES, VERSION};
 pub use log::{

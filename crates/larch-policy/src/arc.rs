@@ -4,7 +4,8 @@ use std::fmt;
 
 use crate::adapt::{self, ONE};
 use crate::list::{
-    FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, Header, List, NIL, Slab,
+    FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, FLAG_WRITTEN, Header,
+    List, NIL, Slab,
 };
 use crate::{Access, Action, ArcStats, BlockKey, BufType, HitCounters, Outcome, Policy, State};
 
@@ -155,6 +156,8 @@ pub struct BlockInfo {
     pub l2cache: bool,
     /// A copy of this generation is on a cache device.
     pub on_l2: bool,
+    /// The contents came from a write and no read has used them since.
+    pub written: bool,
     /// Holds currently taken.
     pub refcount: u16,
 }
@@ -283,6 +286,7 @@ impl Arc {
             prefetch: h.has(FLAG_PREFETCH),
             l2cache: h.has(FLAG_L2CACHE),
             on_l2: h.has(FLAG_HAS_L2),
+            written: h.has(FLAG_WRITTEN),
             refcount: h.refcount,
         }
     }
@@ -388,6 +392,9 @@ impl Arc {
 
     fn hit(&mut self, id: u32, access: &Access, actions: &mut Vec<Action>) -> Outcome {
         self.count_access(access, true);
+        if !access.prefetch {
+            self.slab.get_mut(id).flags &= !FLAG_WRITTEN;
+        }
         let was_prefetch = self.update_prefetch_flag(id, access);
         let now = access.now_ms;
         let state = self.slab.get(id).state;
@@ -429,6 +436,10 @@ impl Arc {
     /// An access that found a ghost or an `l2c_only` header.
     fn ghost_hit(&mut self, id: u32, access: &Access, actions: &mut Vec<Action>) -> Outcome {
         self.count_access(access, false);
+        if !access.prefetch {
+            // The bytes come back from a device now: a read uses them.
+            self.slab.get_mut(id).flags &= !FLAG_WRITTEN;
+        }
         let was_prefetch = self.update_prefetch_flag(id, access);
         let h = self.slab.get(id);
         let (state, size, t, on_l2) = (
@@ -647,7 +658,7 @@ impl Arc {
         h.generation = generation;
         h.size_bytes = size_bytes;
         h.buf_type = buf_type;
-        h.flags = (h.flags & FLAG_L2CACHE) | FLAG_DIRTY;
+        h.flags = (h.flags & FLAG_L2CACHE) | FLAG_DIRTY | FLAG_WRITTEN;
         h.access_ms = now_ms;
         // The header was detached above, or is new and not yet counted.
         self.attach(id, State::Anon);

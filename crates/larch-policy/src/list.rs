@@ -24,6 +24,8 @@ pub(crate) const FLAG_HAS_L2: u8 = 1 << 2;
 pub(crate) const FLAG_DIRTY: u8 = 1 << 3;
 /// Header flag: primarycache excludes this block; drop it as soon as nobody holds it.
 pub(crate) const FLAG_UNCACHED: u8 = 1 << 4;
+/// Header flag: the block's contents came from a write and no read has used them since.
+pub(crate) const FLAG_WRITTEN: u8 = 1 << 5;
 
 /// One tracked block: resident, ghost, dirty or known only to the cache device.
 /// Aligned to a cache line so that touching a header costs one line, not two.

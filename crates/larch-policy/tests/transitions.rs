@@ -549,3 +549,32 @@ fn ghost_without_l2_copy_is_forgotten_when_trimmed() {
     assert_eq!(state(&arc, 1), None);
     assert!(arc.stats().deleted > 0);
 }
+
+#[test]
+fn written_blocks_say_so_until_a_demand_read_uses_them() {
+    let mut arc = arc_of_blocks(8);
+    let mut actions = Vec::new();
+    arc.write(key(1), 1, BLOCK, BufType::Data, 0, &mut actions);
+    assert!(arc.info(&key(1)).unwrap().written, "dirty after a write");
+    assert!(arc.write_done(&key(1), 1, true, 10, &mut actions));
+    assert!(arc.info(&key(1)).unwrap().written, "still: nobody read it");
+    let mut prefetch = read(1, 20);
+    prefetch.prefetch = true;
+    prefetch.generation = 1;
+    access(&mut arc, prefetch);
+    assert!(
+        arc.info(&key(1)).unwrap().written,
+        "a prefetch does not count"
+    );
+    let mut demand = read(1, 30);
+    demand.generation = 1;
+    access(&mut arc, demand);
+    assert!(!arc.info(&key(1)).unwrap().written, "a demand read used it");
+    access(&mut arc, read(2, 40));
+    assert!(
+        !arc.info(&key(2)).unwrap().written,
+        "read blocks never were"
+    );
+    arc.write(key(2), 2, BLOCK, BufType::Data, 50, &mut actions);
+    assert!(arc.info(&key(2)).unwrap().written, "overwritten");
+}

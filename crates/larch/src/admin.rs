@@ -1,15 +1,16 @@
-//! `larch pool`, `larch volume`, `larch cache`: edit a pool's `pool.json`. A running
-//! `larch serve` picks up added and removed cache devices within a second; volume changes
-//! take effect at its next start.
+//! `larch pool`, `larch volume`, `larch cache`: edit a pool's `pool.json`. Cache devices
+//! are added and removed through a live daemon when one runs (it checks, applies and saves
+//! at once, and answers with its reason when it refuses), else in the files; volume
+//! changes take effect at the next start.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use larch_engine::{
-    CacheDeviceConfig, CacheMode, LatencyModel, PoolConfig, VolumeConfig, new_guid,
-};
+use larch_engine::manage::{self, Target};
+use larch_engine::{CacheMode, LatencyModel, PoolConfig, SyncMode, VolumeConfig, new_guid};
 
+use crate::daemon;
 use crate::units::{format_size, parse_size};
 
 /// `larch pool ...`
@@ -65,6 +66,13 @@ pub enum VolumeCommand {
         /// Injected backing-store read latency in ms (a device model for tests; 0 = off).
         #[arg(long, default_value_t = 0.0)]
         read_latency_ms: f64,
+        /// Injected backing-store write latency in ms (a device model for tests; 0 = off).
+        #[arg(long, default_value_t = 0.0)]
+        write_latency_ms: f64,
+        /// When writes are durable: standard (FUA and FLUSH wait), always (every write
+        /// waits) or disabled (nothing waits; a crash loses recent acknowledged writes).
+        #[arg(long, default_value = "standard", value_parser = parse_sync)]
+        sync: SyncMode,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -82,14 +90,19 @@ pub enum VolumeCommand {
 /// `larch cache ...`
 #[derive(clap::Subcommand)]
 pub enum CacheCommand {
-    /// Add a cache device (L2ARC). It is formatted when the pool next opens it: its
-    /// contents are overwritten.
+    /// Add a cache device (L2ARC): a running daemon formats it and feeds it at once,
+    /// otherwise the next start does. It must be blank (its first 8 KiB zero) unless
+    /// --force.
     Add {
         /// The file or block device.
         path: PathBuf,
         /// Create the file with this size when it does not exist.
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
+        /// Format the device even though it holds data (another pool's cache device, a
+        /// file system, anything).
+        #[arg(long)]
+        force: bool,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -102,6 +115,87 @@ pub enum CacheCommand {
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
     },
+}
+
+fn parse_sync(text: &str) -> Result<SyncMode, String> {
+    match text {
+        "standard" => Ok(SyncMode::Standard),
+        "always" => Ok(SyncMode::Always),
+        "disabled" => Ok(SyncMode::Disabled),
+        other => Err(format!("{other:?} is not standard, always or disabled")),
+    }
+}
+
+/// `larch log ...`
+#[derive(clap::Subcommand)]
+pub enum LogCommand {
+    /// Add the pool's log device (SLOG) for the intent log: sync writes are then
+    /// acknowledged once logged there. A running daemon formats it and uses it within a
+    /// second. It must be blank (its first 8 KiB zero) unless --force.
+    Add {
+        /// The file or block device (a small fast one: a few seconds of writes).
+        path: PathBuf,
+        /// Create the file with this size when it does not exist.
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Format the device even though it holds data.
+        #[arg(long)]
+        force: bool,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+    /// Remove the log device. A running daemon syncs what the log covered first; for a
+    /// stopped pool, records the log still holds are NOT replayed at the next start.
+    Remove {
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+}
+
+/// `larch log add|remove`: through the running daemon when there is one (it applies the
+/// change, then saves it), else by editing `pool.json`.
+pub fn log(cmd: LogCommand) -> anyhow::Result<ExitCode> {
+    let done = match cmd {
+        LogCommand::Add {
+            path,
+            size,
+            force,
+            state_dir,
+        } => {
+            load(&state_dir)?;
+            let path = absolute(&path)?;
+            if let Some(size) = size {
+                create_file(&path, size)?;
+            }
+            match daemon::find(&state_dir) {
+                Some(daemon) => {
+                    let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
+                    daemon.change("/admin/log/add", &lines)?
+                }
+                None => manage::add_log_device(Target::Files(&state_dir), &path, force)?,
+            }
+        }
+        LogCommand::Remove { state_dir } => {
+            load(&state_dir)?;
+            match daemon::find(&state_dir) {
+                Some(daemon) => daemon.change("/admin/log/remove", &[])?,
+                None => {
+                    if let Some(pid) = daemon::running_pid(&state_dir) {
+                        bail!(
+                            "larch serve (pid {pid}) serves this pool without HTTP: removing \
+                             its log device behind its back could lose sync writes; stop it \
+                             first, or serve with --http"
+                        );
+                    }
+                    manage::remove_log_device(Target::Files(&state_dir))?
+                }
+            }
+        }
+    };
+    println!("{}", done.trim_end());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_mode(text: &str) -> Result<CacheMode, String> {
@@ -173,6 +267,7 @@ pub fn pool(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                 arc_max_bytes: arc_max,
                 volumes: Vec::new(),
                 cache_devices: Vec::new(),
+                log_devices: Vec::new(),
             };
             save(&config, &state_dir)?;
             println!(
@@ -189,7 +284,13 @@ pub fn pool(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                     config.name
                 );
             }
-            for file in ["pool.json", "tunables.json", "status.json", "history"] {
+            for file in [
+                "pool.json",
+                "tunables.json",
+                "status.json",
+                "history",
+                "committed-txg",
+            ] {
                 let _ = std::fs::remove_file(state_dir.join(file));
             }
             println!("destroyed pool {}", config.name);
@@ -209,14 +310,18 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             secondarycache,
             readonly,
             read_latency_ms,
+            write_latency_ms,
+            sync,
             state_dir,
         } => {
             let mut config = load(&state_dir)?;
             if config.volumes.iter().any(|v| v.name == name) {
                 bail!("the pool already has a volume {name}");
             }
-            if !(0.0..=10_000.0).contains(&read_latency_ms) {
-                bail!("--read-latency-ms must be between 0 and 10000");
+            if !(0.0..=10_000.0).contains(&read_latency_ms)
+                || !(0.0..=10_000.0).contains(&write_latency_ms)
+            {
+                bail!("--read-latency-ms and --write-latency-ms must be between 0 and 10000");
             }
             let backing = absolute(&backing)?;
             if let Some(size) = size {
@@ -229,6 +334,7 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 );
             }
             let latency_us = (read_latency_ms * 1000.0) as u64;
+            let write_latency_us = (write_latency_ms * 1000.0) as u64;
             config.volumes.push(VolumeConfig {
                 name: name.clone(),
                 guid: new_guid(),
@@ -240,8 +346,10 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 latency: LatencyModel {
                     read_min_us: latency_us,
                     read_max_us: latency_us,
-                    ..LatencyModel::default()
+                    write_min_us: write_latency_us,
+                    write_max_us: write_latency_us,
                 },
+                sync,
             });
             save(&config, &state_dir)?;
             println!("added volume {name} (served from the next `larch serve` start)");
@@ -260,57 +368,47 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A path as the daemon needs it: absolute, UTF-8, on one line.
+fn path_line(path: &Path) -> anyhow::Result<String> {
+    match path.to_str() {
+        Some(text) => Ok(format!("path={text}")),
+        None => bail!(
+            "{}: only UTF-8 paths can be sent to the daemon",
+            path.display()
+        ),
+    }
+}
+
 pub fn cache(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
+    let done = match cmd {
         CacheCommand::Add {
             path,
             size,
+            force,
             state_dir,
         } => {
-            let mut config = load(&state_dir)?;
+            load(&state_dir)?;
             let path = absolute(&path)?;
-            if config.cache_devices.iter().any(|d| d.path == path) {
-                bail!("{} is already a cache device of this pool", path.display());
-            }
             if let Some(size) = size {
                 create_file(&path, size)?;
             }
-            if !path.exists() {
-                bail!(
-                    "{} does not exist (give --size to create a file)",
-                    path.display()
-                );
+            match daemon::find(&state_dir) {
+                Some(daemon) => {
+                    let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
+                    daemon.change("/admin/cache/add", &lines)?
+                }
+                None => manage::add_cache_device(Target::Files(&state_dir), &path, force)?,
             }
-            // Zeroing the header slots marks the device as ours to format.
-            let zeroes = vec![0u8; 2 * larch_format::HEADER_SLOT_BYTES as usize];
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .and_then(|f| {
-                    std::os::unix::fs::FileExt::write_all_at(&f, &zeroes, 0)
-                        .and_then(|()| f.sync_all())
-                })
-                .with_context(|| format!("preparing {}", path.display()))?;
-            config.cache_devices.push(CacheDeviceConfig {
-                path: path.clone(),
-                guid: new_guid(),
-            });
-            save(&config, &state_dir)?;
-            println!("added cache device {}", path.display());
         }
         CacheCommand::Remove { path, state_dir } => {
-            let mut config = load(&state_dir)?;
+            load(&state_dir)?;
             let path = absolute(&path)?;
-            let before = config.cache_devices.len();
-            config
-                .cache_devices
-                .retain(|d| d.path != path && state_dir.join(&d.path) != path);
-            if config.cache_devices.len() == before {
-                bail!("{} is not a cache device of this pool", path.display());
+            match daemon::find(&state_dir) {
+                Some(daemon) => daemon.change("/admin/cache/remove", &[path_line(&path)?])?,
+                None => manage::remove_cache_device(Target::Files(&state_dir), &path)?,
             }
-            save(&config, &state_dir)?;
-            println!("removed cache device {}", path.display());
         }
-    }
+    };
+    println!("{}", done.trim_end());
     Ok(ExitCode::SUCCESS)
 }

@@ -1,16 +1,55 @@
-//! The loopback HTTP endpoint of `larch serve`: `/metrics` (Prometheus text), `/arcstats`
-//! (kstat style: name, type, value) and `/status` (the JSON of `larch status --json`).
-//! A minimal HTTP/1.1 server: GET only, one request per connection, bounded request size.
+//! The loopback HTTP endpoint of `larch serve`.
+//!
+//! Reading, open to any local client: `/metrics` (Prometheus text), `/arcstats` (kstat
+//! style: name, type, value), `/status` (the JSON of `larch status --json`),
+//! `/admin/ping` and `/admin/tunables`. Management, with the token of `daemon.json` in the
+//! `X-Larch-Token` header: `POST /admin/set` (body: `NAME=VALUE` lines),
+//! `POST /admin/cache/add` (`path=ABSOLUTE-PATH`, optional `force=1`),
+//! `POST /admin/cache/remove` (`path=...`), `POST /admin/log/add` (`path=...`, optional
+//! `force=1`) and `POST /admin/log/remove` (empty body). A change is checked, applied and saved before
+//! the answer: 200 with what was done, or 400 (bad request), 403 (no token), 409 (refused
+//! by the pool's state) or 500 (I/O) with the reason, as one line of text.
+//!
+//! A minimal HTTP/1.1 server: one request per connection, bounded head and body, a
+//! deadline for the whole request. No input panics it: a request is parsed into a
+//! [`Request`] or refused with a status.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use larch_engine::Pool;
+use larch_engine::latency::{LatencySnapshot, bucket_upper_us};
+use larch_engine::manage::{self, ManageError, Target};
+use larch_engine::{Pool, tunables};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::daemon::TOKEN_HEADER;
 
 /// Longest request head accepted.
-const MAX_REQUEST_BYTES: usize = 8192;
+const MAX_HEAD_BYTES: usize = 8192;
+/// Longest request body accepted (management requests are a few short lines).
+const MAX_BODY_BYTES: usize = 64 << 10;
+/// Time a client has to send its whole request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// After answering, how long and how much of what a client still sends is read and
+/// dropped: closing a socket with unread bytes resets the connection, and the client
+/// may lose the answer (a 413 or 431 sent before the request ended).
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// What the handlers need of the daemon.
+pub struct Context {
+    /// The running pool.
+    pub pool: Arc<Pool>,
+    /// Builds the JSON of `/status`.
+    pub status: fn(&Pool) -> serde_json::Value,
+    /// The token of `daemon.json`.
+    pub token: String,
+}
 
 fn is_gauge(name: &str) -> bool {
     name.contains("size")
@@ -29,10 +68,41 @@ fn is_gauge(name: &str) -> bool {
                 | "hash_elements"
                 | "arc_no_grow"
                 | "memory_available_bytes"
+                | "dirty_bytes"
+                | "dirty_data_max"
+                | "txg_open"
+                | "txg_synced"
+                | "txg_last_sync_us"
+                | "txg_last_sync_bytes"
         )
 }
 
-/// Prometheus text exposition of the arcstats and the backing-store counters.
+/// A label value in the Prometheus text format: backslash, quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One Prometheus histogram family in seconds, one series per (labels, snapshot).
+fn histogram(out: &mut String, metric: &str, series: &[(String, LatencySnapshot)]) {
+    *out += &format!("# TYPE {metric} histogram\n");
+    for (labels, s) in series {
+        let mut cumulative = 0;
+        for (i, n) in s.buckets.iter().enumerate() {
+            cumulative += n;
+            let le =
+                bucket_upper_us(i).map_or("+Inf".to_string(), |us| (us as f64 / 1e6).to_string());
+            *out += &format!("{metric}_bucket{{{labels},le=\"{le}\"}} {cumulative}\n");
+        }
+        *out += &format!("{metric}_sum{{{labels}}} {}\n", s.sum_ns as f64 / 1e9);
+        *out += &format!("{metric}_count{{{labels}}} {cumulative}\n");
+    }
+}
+
+/// Prometheus text exposition of the arcstats, the backing-store and cache-device
+/// counters, and their latency histograms.
 pub fn metrics(pool: &Pool) -> String {
     let mut out = String::new();
     for (name, value) in pool.engine.arcstats() {
@@ -44,11 +114,12 @@ pub fn metrics(pool: &Pool) -> String {
         out += &format!("# TYPE {metric} {kind}\n{metric} {value}\n");
     }
     type Counter = fn(&larch_engine::backing::BackingStats) -> u64;
-    let families: [(&str, Counter); 5] = [
+    let families: [(&str, Counter); 6] = [
         ("reads", |s| s.reads.load(Ordering::Relaxed)),
         ("read_bytes", |s| s.read_bytes.load(Ordering::Relaxed)),
         ("writes", |s| s.writes.load(Ordering::Relaxed)),
         ("write_bytes", |s| s.write_bytes.load(Ordering::Relaxed)),
+        ("flushes", |s| s.flushes.load(Ordering::Relaxed)),
         ("errors", |s| s.errors.load(Ordering::Relaxed)),
     ];
     for (family, get) in families {
@@ -57,10 +128,31 @@ pub fn metrics(pool: &Pool) -> String {
         for v in &pool.volumes {
             out += &format!(
                 "{metric}{{volume=\"{}\"}} {}\n",
-                v.name,
+                label(&v.name),
                 get(&v.backing().stats)
             );
         }
+    }
+    type BackingLatency = fn(&larch_engine::backing::BackingStats) -> LatencySnapshot;
+    let backing_latency: [(&str, BackingLatency); 3] = [
+        ("read", |s| s.read_latency.snapshot()),
+        ("write", |s| s.write_latency.snapshot()),
+        ("flush", |s| s.flush_latency.snapshot()),
+    ];
+    for (op, get) in backing_latency {
+        let series: Vec<_> = pool
+            .volumes
+            .iter()
+            .map(|v| {
+                let labels = format!("volume=\"{}\"", label(&v.name));
+                (labels, get(&v.backing().stats))
+            })
+            .collect();
+        histogram(
+            &mut out,
+            &format!("larch_backing_{op}_latency_seconds"),
+            &series,
+        );
     }
     type DeviceCounter = fn(&larch_engine::DeviceIo) -> u64;
     let device_families: [(&str, DeviceCounter); 5] = [
@@ -77,10 +169,29 @@ pub fn metrics(pool: &Pool) -> String {
         for d in &devices {
             out += &format!(
                 "{metric}{{device=\"{}\"}} {}\n",
-                d.path.display(),
+                label(&d.path.display().to_string()),
                 get(&d.io)
             );
         }
+    }
+    type DeviceLatency = fn(&larch_engine::DeviceIo) -> LatencySnapshot;
+    let device_latency: [(&str, DeviceLatency); 2] = [
+        ("read", |d| d.read_latency.snapshot()),
+        ("write", |d| d.write_latency.snapshot()),
+    ];
+    for (op, get) in device_latency {
+        let series: Vec<_> = devices
+            .iter()
+            .map(|d| {
+                let labels = format!("device=\"{}\"", label(&d.path.display().to_string()));
+                (labels, get(&d.io))
+            })
+            .collect();
+        histogram(
+            &mut out,
+            &format!("larch_cache_device_{op}_latency_seconds"),
+            &series,
+        );
     }
     out
 }
@@ -94,59 +205,462 @@ pub fn arcstats(pool: &Pool) -> String {
     out
 }
 
-fn answer(
-    pool: &Pool,
-    status: fn(&Pool) -> serde_json::Value,
-    head: &str,
-) -> (u16, &'static str, String) {
-    let mut parts = head.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return (405, "text/plain", "only GET\n".to_string());
+/// A latency histogram in `/status`: count, sum, mean, p50, p99 (µs; null with no
+/// operations) and the per-bucket counts (bucket i: at most 2^i µs; the last: longer).
+pub fn latency_json(s: &LatencySnapshot) -> serde_json::Value {
+    let us = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e6);
+    json!({
+        "count": s.count(),
+        "sum_ns": s.sum_ns,
+        "mean_us": us(s.mean()),
+        "p50_us": us(s.percentile(0.5)),
+        "p99_us": us(s.percentile(0.99)),
+        "buckets": s.buckets,
+    })
+}
+
+/// An answer: status code, content type, body.
+#[derive(Debug, PartialEq)]
+struct Response {
+    code: u16,
+    kind: &'static str,
+    body: String,
+}
+
+impl Response {
+    fn text(code: u16, body: impl Into<String>) -> Response {
+        let mut body = body.into();
+        if !body.ends_with('\n') {
+            body.push('\n');
+        }
+        Response {
+            code,
+            kind: "text/plain",
+            body,
+        }
     }
-    match path.split('?').next().unwrap_or("") {
-        "/metrics" => (200, "text/plain; version=0.0.4", metrics(pool)),
-        "/arcstats" => (200, "text/plain", arcstats(pool)),
-        "/status" => (200, "application/json", status(pool).to_string()),
-        "/" => (
-            200,
-            "text/plain",
-            "larch: /metrics /arcstats /status\n".to_string(),
-        ),
-        _ => (404, "text/plain", "not found\n".to_string()),
+
+    fn json(value: serde_json::Value) -> Response {
+        Response {
+            code: 200,
+            kind: "application/json",
+            body: value.to_string(),
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self.code {
+            200 => "OK",
+            400 => "Bad Request",
+            403 => "Forbidden",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            409 => "Conflict",
+            413 => "Payload Too Large",
+            431 => "Request Header Fields Too Large",
+            501 => "Not Implemented",
+            _ => "Internal Server Error",
+        }
     }
 }
 
+impl From<ManageError> for Response {
+    fn from(err: ManageError) -> Response {
+        let code = match err {
+            ManageError::Invalid(_) => 400,
+            ManageError::Refused(_) => 409,
+            ManageError::Io(_) => 500,
+        };
+        Response::text(code, err.to_string())
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, PartialEq)]
+struct Request {
+    method: String,
+    /// The path, without the query.
+    path: String,
+    content_length: usize,
+    token: Option<String>,
+}
+
+/// Parses a request head (without the blank line that ends it).
+fn parse_head(head: &[u8]) -> Result<Request, Response> {
+    let bad = |why: &str| Response::text(400, why);
+    let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (first.next(), first.next(), first.next(), first.next())
+    else {
+        return Err(bad("expected METHOD PATH HTTP/1.1"));
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+        return Err(bad("expected METHOD PATH HTTP/1.1"));
+    }
+    let mut request = Request {
+        method: method.to_string(),
+        path: target.split('?').next().unwrap_or("").to_string(),
+        content_length: 0,
+        token: None,
+    };
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(bad("a header line without a colon"));
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            request.content_length = value
+                .parse()
+                .map_err(|_| bad("Content-Length is not a number"))?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Response::text(501, "only bodies with a Content-Length"));
+        } else if name.eq_ignore_ascii_case(TOKEN_HEADER) {
+            request.token = Some(value.to_string());
+        }
+    }
+    if request.content_length > MAX_BODY_BYTES {
+        return Err(Response::text(
+            413,
+            format!("bodies are at most {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    Ok(request)
+}
+
+/// Reads one request: its head and its body.
+async fn read_request(stream: &mut TcpStream) -> Result<(Request, Vec<u8>), Response> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            return Err(Response::text(
+                431,
+                format!("request heads are at most {MAX_HEAD_BYTES} bytes"),
+            ));
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Err(Response::text(400, "the request ended early")),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let request = parse_head(&buf[..end])?;
+    let mut body = buf.split_off(end + 4);
+    while body.len() < request.content_length {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Err(Response::text(400, "the body ended early")),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    body.truncate(request.content_length);
+    Ok((request, body))
+}
+
+/// Compares two tokens in time that does not depend on where they differ.
+fn same_token(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// The `path=...` and `force=0|1` lines of a cache request.
+fn cache_fields(lines: &[String], allow_force: bool) -> Result<(PathBuf, bool), ManageError> {
+    let mut path = None;
+    let mut force = false;
+    for line in lines {
+        match line.split_once('=') {
+            Some(("path", p)) if !p.is_empty() => path = Some(PathBuf::from(p)),
+            Some(("force", "0")) if allow_force => force = false,
+            Some(("force", "1")) if allow_force => force = true,
+            _ => {
+                let expected = if allow_force {
+                    "path=ABSOLUTE-PATH or force=0|1"
+                } else {
+                    "path=ABSOLUTE-PATH"
+                };
+                return Err(ManageError::Invalid(format!(
+                    "{line:?}: expected {expected}"
+                )));
+            }
+        }
+    }
+    let path = path.ok_or_else(|| ManageError::Invalid("no path=... line".to_string()))?;
+    Ok((path, force))
+}
+
+/// Runs a change off the async workers (it does file and device I/O) and logs what a
+/// cache change did, as the daemon's polling of `pool.json` does.
+async fn change(
+    ctx: &Arc<Context>,
+    op: impl FnOnce(Target<'_>) -> Result<String, ManageError> + Send + 'static,
+    logged: bool,
+) -> Response {
+    let ctx = Arc::clone(ctx);
+    let joined = tokio::task::spawn_blocking(move || {
+        let result = op(Target::Running(&ctx.pool));
+        if let (Ok(line), true) = (&result, logged) {
+            eprintln!("larch serve: {line}");
+            crate::serve::history(&ctx.pool.state_dir, line);
+        }
+        result
+    })
+    .await;
+    match joined {
+        Ok(Ok(done)) => Response::text(200, done),
+        Ok(Err(err)) => err.into(),
+        Err(err) => Response::text(500, format!("the change failed: {err}")),
+    }
+}
+
+/// A management request (the token checked already).
+async fn manage(ctx: &Arc<Context>, path: &str, body: &[u8]) -> Response {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Response::text(400, "the body is not UTF-8");
+    };
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    match path {
+        "/admin/set" => {
+            let set = move |target: Target<'_>| -> Result<String, ManageError> {
+                let saved = manage::set_tunables(target, &lines)?;
+                Ok(saved.iter().map(|(k, v)| format!("{k}={v}\n")).collect())
+            };
+            change(ctx, set, false).await
+        }
+        "/admin/cache/add" => match cache_fields(&lines, true) {
+            Ok((path, force)) => {
+                let add = move |target: Target<'_>| -> Result<String, ManageError> {
+                    manage::add_cache_device(target, &path, force)
+                };
+                change(ctx, add, true).await
+            }
+            Err(err) => err.into(),
+        },
+        "/admin/cache/remove" => match cache_fields(&lines, false) {
+            Ok((path, _)) => {
+                let remove = move |target: Target<'_>| -> Result<String, ManageError> {
+                    manage::remove_cache_device(target, &path)
+                };
+                change(ctx, remove, true).await
+            }
+            Err(err) => err.into(),
+        },
+        "/admin/log/add" => match cache_fields(&lines, true) {
+            Ok((path, force)) => {
+                let add = move |target: Target<'_>| -> Result<String, ManageError> {
+                    manage::add_log_device(target, &path, force)
+                };
+                change(ctx, add, true).await
+            }
+            Err(err) => err.into(),
+        },
+        "/admin/log/remove" => {
+            let remove = move |target: Target<'_>| -> Result<String, ManageError> {
+                manage::remove_log_device(target)
+            };
+            change(ctx, remove, true).await
+        }
+        _ => Response::text(404, "not found"),
+    }
+}
+
+async fn respond(ctx: &Arc<Context>, request: &Request, body: &[u8], peer: SocketAddr) -> Response {
+    let pool = &ctx.pool;
+    match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/metrics") => Response {
+            code: 200,
+            kind: "text/plain; version=0.0.4",
+            body: metrics(pool),
+        },
+        ("GET", "/arcstats") => Response::text(200, arcstats(pool)),
+        ("GET", "/status") => Response::json((ctx.status)(pool)),
+        ("GET", "/admin/ping") => Response::json(json!({
+            "pid": std::process::id(),
+            "pool": pool.config.name,
+            "pool_guid": pool.config.guid,
+        })),
+        ("GET", "/admin/tunables") => Response::json(json!({
+            "pid": std::process::id(),
+            "tunables": tunables::values(&pool.engine.tunables),
+        })),
+        ("GET", "/") => Response::text(
+            200,
+            "larch: GET /metrics /arcstats /status /admin/ping /admin/tunables; \
+             POST /admin/set /admin/cache/add /admin/cache/remove /admin/log/add /admin/log/remove",
+        ),
+        (
+            "POST",
+            path @ ("/admin/set"
+            | "/admin/cache/add"
+            | "/admin/cache/remove"
+            | "/admin/log/add"
+            | "/admin/log/remove"),
+        ) => {
+            if !peer.ip().is_loopback() {
+                return Response::text(403, "management only from this machine");
+            }
+            match &request.token {
+                Some(token) if same_token(token, &ctx.token) => manage(ctx, path, body).await,
+                _ => Response::text(
+                    403,
+                    format!("changes need the token of daemon.json in {TOKEN_HEADER}"),
+                ),
+            }
+        }
+        (_, "/metrics" | "/arcstats" | "/status" | "/" | "/admin/ping" | "/admin/tunables")
+        | (_, "/admin/set" | "/admin/cache/add" | "/admin/cache/remove") => {
+            Response::text(405, format!("{} is not allowed here", request.method))
+        }
+        _ => Response::text(404, "not found"),
+    }
+}
+
+async fn connection(ctx: Arc<Context>, mut stream: TcpStream, peer: SocketAddr) {
+    let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+        Ok(Ok((request, body))) => respond(&ctx, &request, &body, peer).await,
+        Ok(Err(refused)) => refused,
+        Err(_) => Response::text(408, "the request took too long"),
+    };
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        response.code,
+        response.reason(),
+        response.kind,
+        response.body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(response.body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut chunk = [0u8; 4096];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
 /// Serves HTTP on `listener` until the task is aborted.
-pub async fn serve(listener: TcpListener, pool: Arc<Pool>, status: fn(&Pool) -> serde_json::Value) {
+pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(1024);
-            let mut chunk = [0u8; 1024];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_REQUEST_BYTES {
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
+        tokio::spawn(connection(Arc::clone(&ctx), stream, peer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larch_engine::latency::BUCKETS;
+
+    #[test]
+    fn heads_parse_and_bad_ones_are_refused_with_a_status() {
+        let ok = parse_head(
+            b"POST /admin/set?x=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 12\r\nx-larch-token:  abc ",
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            Request {
+                method: "POST".to_string(),
+                path: "/admin/set".to_string(),
+                content_length: 12,
+                token: Some("abc".to_string()),
             }
-            let head = String::from_utf8_lossy(&buf);
-            let first = head.lines().next().unwrap_or("").to_string();
-            let (code, kind, body) = answer(&pool, status, &first);
-            let reason = match code {
-                200 => "OK",
-                404 => "Not Found",
-                _ => "Method Not Allowed",
-            };
-            let response = format!(
-                "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        });
+        );
+        let cases: [(&[u8], u16); 9] = [
+            (b"", 400),
+            (b"GET /", 400),
+            (b"GET / HTTP/1.1 extra", 400),
+            (b"GET nothing HTTP/1.1", 400),
+            (b"GET / SPDY/3", 400),
+            (b"GET / HTTP/1.1\r\nno colon", 400),
+            (b"POST / HTTP/1.1\r\nContent-Length: -1", 400),
+            (b"POST / HTTP/1.1\r\nContent-Length: 99999999", 413),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked", 501),
+        ];
+        for (head, code) in cases {
+            let refused = parse_head(head).unwrap_err();
+            assert_eq!(refused.code, code, "{:?}", String::from_utf8_lossy(head));
+        }
+        assert_eq!(parse_head(&[0xff, 0xfe]).unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn cache_requests_need_a_path_and_nothing_unknown() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            cache_fields(&lines(&["path=/a b=c", "force=1"]), true).unwrap(),
+            (PathBuf::from("/a b=c"), true)
+        );
+        for (bad, allow_force) in [
+            (&["force=1"][..], true),
+            (&["path=/x", "force=yes"], true),
+            (&["path=/x", "force=1"], false),
+            (&["path="], true),
+            (&["nonsense"], true),
+        ] {
+            let err = cache_fields(&lines(bad), allow_force).unwrap_err();
+            assert!(matches!(err, ManageError::Invalid(_)), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abd", "abc"));
+        assert!(!same_token("ab", "abc"));
+        assert!(!same_token("", "abc"));
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_a_count_equal_to_the_last_bucket() {
+        let h = larch_engine::LatencyHistogram::new();
+        for us in [1, 3, 3, 100, 50_000_000] {
+            h.record(Duration::from_micros(us));
+        }
+        let mut out = String::new();
+        let series = [("device=\"a\\\"b\"".to_string(), h.snapshot())];
+        histogram(&mut out, "x_seconds", &series);
+        let buckets: Vec<u64> = out
+            .lines()
+            .filter(|l| l.starts_with("x_seconds_bucket"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(buckets.len(), BUCKETS);
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{out}");
+        assert_eq!(buckets[0], 1);
+        assert_eq!(buckets[2], 3);
+        assert!(
+            out.contains("x_seconds_bucket{device=\"a\\\"b\",le=\"0.000001\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("le=\"16.777216\"} 4\n"), "{out}");
+        assert!(out.contains("le=\"+Inf\"} 5\n"), "{out}");
+        assert!(
+            out.contains("x_seconds_count{device=\"a\\\"b\"} 5\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("x_seconds_sum{device=\"a\\\"b\"} 50.000107\n"),
+            "{out}"
+        );
     }
 }

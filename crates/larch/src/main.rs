@@ -2,8 +2,10 @@
 //! returns the process exit code; errors are printed once, here.
 
 mod admin;
+mod daemon;
 mod demo;
 mod dump;
+mod get;
 mod http;
 mod serve;
 mod serve_file;
@@ -46,6 +48,9 @@ enum Command {
     /// Add or remove cache devices (L2ARC) of a pool, also while it is served.
     #[command(subcommand)]
     Cache(admin::CacheCommand),
+    /// Add or remove the log device (SLOG) of a pool, also while it is served.
+    #[command(subcommand)]
+    Log(admin::LogCommand),
     /// Show what a running (or the last) `larch serve` of a pool reports.
     Status(serve::StatusArgs),
     /// Print arcstat-style lines (reads, hit ratios, ARC and L2 sizes) of a running pool.
@@ -54,6 +59,8 @@ enum Command {
     Iostat(serve::IostatArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
     Set(serve::SetArgs),
+    /// Show tunables of a pool: value, default and source, like `zfs get`.
+    Get(get::GetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
 }
@@ -70,7 +77,9 @@ fn main() -> ExitCode {
         Some(Command::Pool(cmd)) => admin::pool(cmd),
         Some(Command::Volume(cmd)) => admin::volume(cmd),
         Some(Command::Cache(cmd)) => admin::cache(cmd),
+        Some(Command::Log(cmd)) => admin::log(cmd),
         Some(Command::Set(args)) => serve::set(args),
+        Some(Command::Get(args)) => get::run(args),
         Some(Command::Arcstat(args)) => serve::arcstat(args),
         Some(Command::Iostat(args)) => serve::iostat(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),

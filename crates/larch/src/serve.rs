@@ -1,7 +1,9 @@
 //! `larch serve`: opens (or creates, as a demo) a pool and serves its volumes over NBD
-//! through the ARC and the cache devices. `larch status` and `larch set` talk to it
-//! through files in the state directory: the daemon writes `status.json` every second and
-//! re-reads `tunables.json` when it changes.
+//! through the ARC and the cache devices. The daemon writes `status.json` every second
+//! (what `larch status`, `arcstat` and `iostat` read) and records its HTTP address in
+//! `daemon.json`, through which `larch set` and `larch cache` change it at once
+//! (`http.rs`). It also re-reads `tunables.json` and `pool.json` when they change, which
+//! is how edits made while no HTTP endpoint answered reach it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,10 +13,15 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use larch_engine::{DemoSizes, DeviceState, Pool, PoolConfig, Volume, create_demo, tunables};
+use larch_engine::manage::{self, Target};
+use larch_engine::{
+    DemoSizes, DeviceState, LatencySnapshot, Pool, PoolConfig, Volume, create_demo, tunables,
+};
 use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
 use serde_json::json;
 
+use crate::daemon::{self, DaemonRecord};
+use crate::http::latency_json;
 use crate::units::{format_size, parse_size};
 
 /// Name of the status file the daemon keeps in the state directory.
@@ -50,8 +57,9 @@ pub struct ServeArgs {
     /// Print a line of arcstats to standard error every this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub stats_interval: u64,
-    /// Serve /metrics, /arcstats and /status over HTTP on this loopback address ("off" for
-    /// none; port 0 picks a free port, reported in status.json).
+    /// Serve /metrics, /arcstats, /status and the management requests of `larch set` and
+    /// `larch cache` over HTTP on this loopback address ("off" for none; port 0 picks a
+    /// free port, recorded in status.json and daemon.json).
     #[arg(long, default_value = "127.0.0.1:9920")]
     pub http: String,
 }
@@ -104,7 +112,8 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-fn history(state_dir: &Path, line: &str) {
+/// Appends a line to the pool's history.
+pub(crate) fn history(state_dir: &Path, line: &str) {
     use std::io::Write;
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
@@ -146,6 +155,8 @@ fn status_json(pool: &Pool) -> serde_json::Value {
                 "read_errors": d.io.read_errors.load(Ordering::Relaxed),
                 "writes": d.io.writes.load(Ordering::Relaxed),
                 "write_bytes": d.io.write_bytes.load(Ordering::Relaxed),
+                "read_latency": latency_json(&d.io.read_latency.snapshot()),
+                "write_latency": latency_json(&d.io.write_latency.snapshot()),
                 "rebuild": rebuild,
             })
         })
@@ -160,15 +171,34 @@ fn status_json(pool: &Pool) -> serde_json::Value {
                 "size_bytes": v.info.size_bytes,
                 "volblocksize": v.info.block_bytes,
                 "readonly": v.read_only,
+                "sync": format!("{:?}", v.info.sync).to_lowercase(),
+                "write_failure": engine.volume_failure(&v.info),
                 "backing": v.backing().path().display().to_string(),
                 "backing_reads": s.reads.load(Ordering::Relaxed),
                 "backing_read_bytes": s.read_bytes.load(Ordering::Relaxed),
                 "backing_writes": s.writes.load(Ordering::Relaxed),
                 "backing_write_bytes": s.write_bytes.load(Ordering::Relaxed),
+                "backing_flushes": s.flushes.load(Ordering::Relaxed),
                 "backing_errors": s.errors.load(Ordering::Relaxed),
+                "backing_read_latency": latency_json(&s.read_latency.snapshot()),
+                "backing_write_latency": latency_json(&s.write_latency.snapshot()),
+                "backing_flush_latency": latency_json(&s.flush_latency.snapshot()),
             })
         })
         .collect();
+    let log = engine.log_device().map(|l| {
+        let s = l.stats();
+        json!({
+            "path": l.path.display().to_string(),
+            "guid": l.guid,
+            "state": if l.is_healthy() { "online" } else { "faulted" },
+            "fault": l.fault.lock().expect("fault lock").clone(),
+            "commits": s.zil_commit_count,
+            "blocks_written": s.zil_commit_writer_count,
+            "records": s.zil_itx_count,
+            "bytes": s.zil_itx_copied_bytes,
+        })
+    });
     let arcstats: serde_json::Map<_, _> = engine
         .arcstats()
         .into_iter()
@@ -182,6 +212,7 @@ fn status_json(pool: &Pool) -> serde_json::Value {
         "pool_guid": pool.config.guid,
         "volumes": volumes,
         "cache_devices": devices,
+        "log_device": log,
         "tunables": tunables::values(&engine.tunables),
         "http": HTTP_ADDR.get(),
         "arcstats": arcstats,
@@ -195,37 +226,44 @@ fn write_status(state_dir: &Path, value: &serde_json::Value) {
     }
 }
 
-/// Every second: status file, tunables changes, rebuild completions, optional stats line.
-async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
-    let mut tunables_seen = std::fs::metadata(pool.state_dir.join(tunables::TUNABLES_FILE))
-        .and_then(|m| m.modified())
-        .ok();
-    let config_path = pool.state_dir.join(larch_engine::pool::CONFIG_FILE);
-    let mut config_seen = std::fs::metadata(&config_path)
-        .and_then(|m| m.modified())
-        .ok();
-    let mut announced: Vec<bool> = Vec::new();
-    let mut progress = RebuildProgressBar::default();
-    let mut tick = 0u64;
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        tick += 1;
-        let modified = std::fs::metadata(pool.state_dir.join(tunables::TUNABLES_FILE))
-            .and_then(|m| m.modified())
-            .ok();
-        if modified != tunables_seen {
-            tunables_seen = modified;
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// When the daemon last saw `tunables.json` and `pool.json` change.
+struct FilesSeen {
+    tunables: Option<SystemTime>,
+    config: Option<SystemTime>,
+}
+
+impl FilesSeen {
+    fn now(pool: &Pool) -> FilesSeen {
+        FilesSeen {
+            tunables: modified(&pool.state_dir.join(tunables::TUNABLES_FILE)),
+            config: modified(&pool.state_dir.join(larch_engine::pool::CONFIG_FILE)),
+        }
+    }
+
+    /// Applies what changed in the files since last time. A change requested over HTTP
+    /// holds the pool's config lock while it applies and saves; then this looks again
+    /// next second rather than wait for it.
+    fn apply_changes(&mut self, pool: &Pool) {
+        let _guard = match pool.config_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let now = FilesSeen::now(pool);
+        if now.tunables != self.tunables {
+            self.tunables = now.tunables;
             if let Ok(saved) = tunables::load(&pool.state_dir) {
                 for refused in tunables::apply(&pool.engine.tunables, &saved) {
                     eprintln!("larch serve: tunables.json: {refused}");
                 }
             }
         }
-        let modified = std::fs::metadata(&config_path)
-            .and_then(|m| m.modified())
-            .ok();
-        if modified != config_seen {
-            config_seen = modified;
+        if now.config != self.config {
+            self.config = now.config;
             match PoolConfig::load(&pool.state_dir) {
                 Ok(config) => {
                     for line in pool.apply_cache_config(&config) {
@@ -236,6 +274,19 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
                 Err(err) => eprintln!("larch serve: pool.json: {err}"),
             }
         }
+    }
+}
+
+/// Every second: status file, tunables changes, rebuild completions, optional stats line.
+async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
+    let mut seen = FilesSeen::now(&pool);
+    let mut announced: Vec<bool> = Vec::new();
+    let mut progress = RebuildProgressBar::default();
+    let mut tick = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick += 1;
+        seen.apply_changes(&pool);
         let devices = pool.engine.devices();
         announced.resize(devices.len(), false);
         progress.show(&devices, tick);
@@ -323,6 +374,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("larch serve: tunables.json: {refused}");
     }
     print_banner(&pool, created);
+    if let Some(n) = pool.log_replayed {
+        history(&state_dir, &format!("intent log replayed: {n} records"));
+    }
     let exports: Vec<NamedExport<Volume>> = pool
         .volumes
         .iter()
@@ -340,6 +394,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let pool = Arc::new(pool);
     let result = runtime.block_on(serve(server, Arc::clone(&pool), &args));
     runtime.shutdown_timeout(Duration::from_secs(5));
+    daemon::remove_record(&state_dir);
     pool.close().context("flushing the pool")?;
     let mut last = status_json(&pool);
     last["running"] = json!(false);
@@ -383,6 +438,20 @@ fn print_banner(pool: &Pool, created: bool) {
             format_size(d.size_bytes())
         );
     }
+    if let Some(log) = pool.engine.log_device() {
+        eprintln!("  log {}: intent log for sync writes", log.path.display());
+    }
+    if let Some(n) = pool.log_replayed {
+        eprintln!("  intent log replayed: {n} records");
+    }
+    for v in &pool.volumes {
+        if v.info.sync == larch_engine::SyncMode::Disabled {
+            eprintln!(
+                "  volume {}: sync=disabled, FUA and FLUSH do not wait for durability",
+                v.name
+            );
+        }
+    }
     eprintln!(
         "  ARC: at most {} of data (zfs_arc_max)",
         format_size(c.arc_max_bytes)
@@ -415,24 +484,33 @@ async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> any
     if listeners.is_empty() {
         bail!("nothing to listen on");
     }
+    let token = daemon::new_token();
     let mut http_task = None;
-    if args.http != "off" {
-        match tokio::net::TcpListener::bind(&args.http).await {
-            Ok(listener) => {
-                let addr = listener
-                    .local_addr()
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
-                eprintln!("larch serve: HTTP on http://{addr}/metrics /arcstats /status");
-                let _ = HTTP_ADDR.set(addr);
-                http_task = Some(tokio::spawn(crate::http::serve(
-                    listener,
-                    Arc::clone(&pool),
-                    status_json,
-                )));
-            }
-            Err(err) => eprintln!("larch serve: HTTP not served: binding {}: {err}", args.http),
-        }
+    if let Some(listener) = bind_http(&args.http).await {
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        eprintln!("larch serve: HTTP on http://{addr}/metrics /arcstats /status /admin");
+        let _ = HTTP_ADDR.set(addr);
+        let ctx = crate::http::Context {
+            pool: Arc::clone(&pool),
+            status: status_json,
+            token: token.clone(),
+        };
+        http_task = Some(tokio::spawn(crate::http::serve(listener, Arc::new(ctx))));
+    }
+    let record = DaemonRecord {
+        pid: std::process::id(),
+        http: HTTP_ADDR.get().cloned(),
+        token,
+        started: now_secs(),
+    };
+    if let Err(err) = daemon::write_record(&pool.state_dir, &record) {
+        eprintln!(
+            "larch serve: {}: {err} (larch set and larch cache will edit the files instead)",
+            pool.state_dir.join(daemon::DAEMON_FILE).display()
+        );
     }
     let keeper = tokio::spawn(housekeeping(Arc::clone(&pool), args.stats_interval));
     let signaller = server.clone();
@@ -470,6 +548,27 @@ async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> any
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// Binds the HTTP endpoint: loopback addresses only, since it takes management requests.
+async fn bind_http(addr: &str) -> Option<tokio::net::TcpListener> {
+    if addr == "off" {
+        return None;
+    }
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("larch serve: HTTP not served: binding {addr}: {err}");
+            return None;
+        }
+    };
+    match listener.local_addr() {
+        Ok(local) if local.ip().is_loopback() => Some(listener),
+        _ => {
+            eprintln!("larch serve: HTTP not served: {addr} is not a loopback address");
+            None
+        }
+    }
 }
 
 /// `larch status`: what the daemon last wrote to `status.json`.
@@ -510,6 +609,29 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             vol["backing_writes"],
             vol["backing_errors"],
         );
+        if vol["sync"] == "disabled" {
+            println!(
+                "    sync=disabled: FUA and FLUSH are acknowledged before the data is durable; \
+                 a crash loses the last seconds of acknowledged writes"
+            );
+        }
+        if let Some(why) = vol["write_failure"].as_str() {
+            println!("    WRITES FAIL: {why}");
+        }
+    }
+    if let Some(log) = v["log_device"].as_object() {
+        let mut line = format!(
+            "  log {}: {}, {} commits, {} records, {} logged",
+            log["path"].as_str().unwrap_or("?"),
+            log["state"].as_str().unwrap_or("?"),
+            log["commits"],
+            log["records"],
+            format_size(log["bytes"].as_u64().unwrap_or(0)),
+        );
+        if let Some(fault) = log["fault"].as_str() {
+            line += &format!(" ({fault}; sync writes go through TXG syncs)");
+        }
+        println!("{line}");
     }
     for d in v["cache_devices"].as_array().into_iter().flatten() {
         let mut line = format!(
@@ -565,8 +687,10 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `larch set NAME=VALUE...`: validates, saves to `tunables.json`; a running daemon picks
-/// the change up within a second, and the next start applies it too.
+/// `larch set NAME=VALUE...`: all or nothing. A live daemon checks, applies and saves the
+/// values at once and answers with its reason when it refuses; with none, they are
+/// checked and saved in `tunables.json`, which the next start applies. Prints what
+/// `tunables.json` then holds.
 pub fn set(args: SetArgs) -> anyhow::Result<ExitCode> {
     if !args
         .state_dir
@@ -575,17 +699,11 @@ pub fn set(args: SetArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("{}: no pool here", args.state_dir.display());
     }
-    let _ = PoolConfig::load(&args.state_dir)?;
-    let mut saved = tunables::load(&args.state_dir)?;
-    let check = larch_engine::Tunables::default();
-    for assignment in &args.assignments {
-        let Some((name, value)) = assignment.split_once('=') else {
-            bail!("{assignment:?}: expected NAME=VALUE");
-        };
-        tunables::set(&check, name.trim(), value.trim()).map_err(anyhow::Error::msg)?;
-        saved.insert(name.trim().to_string(), value.trim().to_string());
+    if let Some(daemon) = daemon::find(&args.state_dir) {
+        print!("{}", daemon.change("/admin/set", &args.assignments)?);
+        return Ok(ExitCode::SUCCESS);
     }
-    tunables::save(&args.state_dir, &saved)?;
+    let saved = manage::set_tunables(Target::Files(&args.state_dir), &args.assignments)?;
     for (name, value) in &saved {
         println!("{name}={value}");
     }
@@ -694,6 +812,10 @@ pub struct IostatArgs {
     /// The pool's state directory.
     #[arg(long, default_value = "larch-data")]
     pub state_dir: PathBuf,
+    /// Add latency columns, as `zpool iostat -l`: the mean (total_wait) and the 99th
+    /// percentile (p99_wait) of read and write times in the interval.
+    #[arg(short = 'l', long)]
+    pub latency: bool,
 }
 
 fn read_status(state_dir: &Path) -> anyhow::Result<serde_json::Value> {
@@ -703,21 +825,35 @@ fn read_status(state_dir: &Path) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
 }
 
-/// (name, reads, read bytes, writes, write bytes) of every volume's backing store and every
-/// cache device, in status order.
-fn io_rows(status: &serde_json::Value) -> Vec<(String, [u64; 4])> {
+/// The I/O of one backing store or cache device, as `status.json` reports it.
+struct IoRow {
+    name: String,
+    /// Reads, writes, read bytes, write bytes.
+    counters: [u64; 4],
+    read_latency: LatencySnapshot,
+    write_latency: LatencySnapshot,
+}
+
+/// Every volume's backing store and every cache device, in status order.
+fn io_rows(status: &serde_json::Value) -> Vec<IoRow> {
     let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    // A daemon older than the histograms has none: count nothing then.
+    let latency = |v: &serde_json::Value, k: &str| {
+        serde_json::from_value::<LatencySnapshot>(v[k].clone()).unwrap_or_default()
+    };
     let mut rows = Vec::new();
     for v in status["volumes"].as_array().into_iter().flatten() {
-        rows.push((
-            format!("  {}", v["name"].as_str().unwrap_or("?")),
-            [
+        rows.push(IoRow {
+            name: format!("  {}", v["name"].as_str().unwrap_or("?")),
+            counters: [
                 n(v, "backing_reads"),
                 n(v, "backing_writes"),
                 n(v, "backing_read_bytes"),
                 n(v, "backing_write_bytes"),
             ],
-        ));
+            read_latency: latency(v, "backing_read_latency"),
+            write_latency: latency(v, "backing_write_latency"),
+        });
     }
     for d in status["cache_devices"].as_array().into_iter().flatten() {
         let path = d["path"].as_str().unwrap_or("?");
@@ -725,21 +861,45 @@ fn io_rows(status: &serde_json::Value) -> Vec<(String, [u64; 4])> {
             .file_name()
             .map(|f| f.to_string_lossy().to_string())
             .unwrap_or_else(|| path.to_string());
-        rows.push((
-            format!("  {name} (cache)"),
-            [
+        rows.push(IoRow {
+            name: format!("  {name} (cache)"),
+            counters: [
                 n(d, "reads"),
                 n(d, "writes"),
                 n(d, "read_bytes"),
                 n(d, "write_bytes"),
             ],
-        ));
+            read_latency: latency(d, "read_latency"),
+            write_latency: latency(d, "write_latency"),
+        });
     }
     rows
 }
 
+/// A wait time as `zpool iostat -l` prints one: a unit suffix, "-" for no operation.
+fn format_wait(wait: Option<Duration>) -> String {
+    let Some(wait) = wait else {
+        return "-".to_string();
+    };
+    let ns = wait.as_nanos() as f64;
+    let (value, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "us")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    if value < 10.0 && unit != "ns" {
+        format!("{value:.1}{unit}")
+    } else {
+        format!("{value:.0}{unit}")
+    }
+}
+
 /// `larch iostat`: operations and bandwidth per backing store and cache device, per
-/// interval, in the layout of `zpool iostat -v`.
+/// interval, in the layout of `zpool iostat -v`; with `-l`, wait times as well.
 pub fn iostat(args: IostatArgs) -> anyhow::Result<ExitCode> {
     if args.interval == 0 {
         bail!("the interval must be at least 1 second");
@@ -750,8 +910,8 @@ pub fn iostat(args: IostatArgs) -> anyhow::Result<ExitCode> {
         std::thread::sleep(Duration::from_secs(args.interval));
         let status = read_status(&args.state_dir)?;
         let rows = io_rows(&status);
-        println!("{:<28} {:>17} {:>19}", "", "operations", "bandwidth");
-        println!(
+        let mut groups = format!("{:<28} {:>17} {:>19}", "", "operations", "bandwidth");
+        let mut header = format!(
             "{:<28} {:>8} {:>8} {:>9} {:>9}",
             format!("pool {}", status["pool"].as_str().unwrap_or("?")),
             "read",
@@ -759,20 +919,41 @@ pub fn iostat(args: IostatArgs) -> anyhow::Result<ExitCode> {
             "read",
             "write"
         );
-        for (name, now) in &rows {
-            let before = previous
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| *v)
-                .unwrap_or([0; 4]);
-            let rate = |i: usize| now[i].saturating_sub(before[i]) / args.interval;
-            println!(
-                "{name:<28} {:>8} {:>8} {:>9} {:>9}",
+        if args.latency {
+            groups += &format!(" {:>15} {:>15}", "total_wait", "p99_wait");
+            header += &format!(" {:>7} {:>7} {:>7} {:>7}", "read", "write", "read", "write");
+        }
+        println!("{groups}");
+        println!("{header}");
+        for row in &rows {
+            let before = previous.iter().find(|p| p.name == row.name);
+            let rate = |i: usize| {
+                let then = before.map_or(0, |b| b.counters[i]);
+                row.counters[i].saturating_sub(then) / args.interval
+            };
+            let mut line = format!(
+                "{:<28} {:>8} {:>8} {:>9} {:>9}",
+                row.name,
                 rate(0),
                 rate(1),
                 format_size(rate(2)),
                 format_size(rate(3))
             );
+            if args.latency {
+                let since = |now: &LatencySnapshot, then: Option<&LatencySnapshot>| {
+                    then.map_or(*now, |then| now.since(then))
+                };
+                let read = since(&row.read_latency, before.map(|b| &b.read_latency));
+                let write = since(&row.write_latency, before.map(|b| &b.write_latency));
+                line += &format!(
+                    " {:>7} {:>7} {:>7} {:>7}",
+                    format_wait(read.mean()),
+                    format_wait(write.mean()),
+                    format_wait(read.percentile(0.99)),
+                    format_wait(write.percentile(0.99)),
+                );
+            }
+            println!("{line}");
         }
         println!();
         previous = rows;
@@ -820,6 +1001,27 @@ impl RebuildProgressBar {
             self.drawn = true;
         } else if tick.is_multiple_of(5) {
             eprintln!("larch serve: L2ARC rebuild {}", parts.join("; "));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_print_with_a_unit_like_zpool_iostat() {
+        let cases = [
+            (None, "-"),
+            (Some(Duration::from_nanos(450)), "450ns"),
+            (Some(Duration::from_nanos(1_500)), "1.5us"),
+            (Some(Duration::from_micros(345)), "345us"),
+            (Some(Duration::from_micros(2_250)), "2.2ms"),
+            (Some(Duration::from_millis(12)), "12ms"),
+            (Some(Duration::from_secs(3)), "3.0s"),
+        ];
+        for (wait, text) in cases {
+            assert_eq!(format_wait(wait), text, "{wait:?}");
         }
     }
 }

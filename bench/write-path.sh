@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The write path's figures, through fio's nbd engine against `larch serve`:
+#  1. seed 004: sync writes (fio fsync=1: an NBD FLUSH after every write) with and without
+#     a log device, the backing store slowed to a disk's figures (injected 5 ms per write);
+#  2. async write throughput against fio on the same backing file directly (O_DIRECT),
+#     and the TXG sync time;
+#  3. "do no harm": 4K random write IOPS with a cache device vs without.
+#
+#   bench/write-path.sh [SECONDS]          (default 20 s per run)
+#
+# Needs fio with the nbd engine and a release build (cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-20}
+larch=$PWD/target/release/larch
+work=$(mktemp -d /tmp/larch-write.XXXXXX)
+trap 'pkill -TERM -f "serve --state-dir $work" || true; sleep 1; rm -rf "$work"' EXIT
+
+pool() { # name, write_latency_ms, with_log(0/1), with_cache(0/1), volblocksize
+    local d=$work/$1
+    "$larch" pool create "$1" --state-dir "$d" --arc-max 1G >/dev/null
+    "$larch" volume add vol0 --backing "$d/vol.img" --size 4G --volblocksize "$5" \
+        --write-latency-ms "$2" --state-dir "$d" >/dev/null
+    if [ "$3" = 1 ]; then "$larch" log add "$d/log.img" --size 1G --state-dir "$d" >/dev/null; fi
+    if [ "$4" = 1 ]; then "$larch" cache add "$d/cache.img" --size 4G --state-dir "$d" >/dev/null; fi
+}
+start() { "$larch" serve --state-dir "$work/$1" --socket "$work/$1.sock" --http off 2>>"$work/serve.log" & sleep 1.5; }
+stop() { pkill -TERM -f "serve --state-dir $work/$1" || true; sleep 2; }
+
+report() { # label, fio json, state dir
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+label, fio, state = sys.argv[1:]
+text = open(fio).read()
+job = json.loads(text[text.index("{"):])["jobs"][0]
+w = job["write"]
+sync = job.get("sync", {}).get("lat_ns", {}).get("percentile", {})
+clat = w["clat_ns"].get("percentile", {})
+def ms(p, k): return f"{p[k]/1e6:.2f}" if k in p else "-"
+try:
+    a = json.load(open(state + "/status.json"))["arcstats"]
+    txg = f"{a['txg_syncs']} syncs, {a['txg_sync_us']/max(a['txg_syncs'],1)/1000:.1f} ms avg"
+except Exception:
+    txg = "-"
+print(f"| {label} | {w['bw_bytes']/1e6:.1f} | {w['iops']:.0f} | {ms(clat,'50.000000')} | {ms(clat,'99.000000')} | "
+      f"{ms(sync,'50.000000')} | {ms(sync,'99.000000')} | {txg} |")
+PY
+}
+
+fio_nbd() { # pool, label, fio args...
+    local p=$1 label=$2; shift 2
+    fio --name=w --ioengine=nbd --uri="nbd+unix:///vol0?socket=$work/$p.sock" --size=4G \
+        --time_based --runtime="$secs" --group_reporting --output-format=json "$@" > "$work/fio.json"
+    report "$label" "$work/fio.json" "$work/$p"
+}
+
+echo "date $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"
+echo
+echo "### 1. Sync writes (fsync=1), backing store writes slowed by 5 ms"
+echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|"
+pool hdd 5 0 0 128K; pool hddlog 5 1 0 128K
+for p in hdd hddlog; do
+    start $p
+    what=$([ $p = hdd ] && echo "no log device" || echo "log device")
+    fio_nbd $p "seq 128K, QD1, $what" --rw=write --bs=128k --iodepth=1 --fsync=1
+    fio_nbd $p "rand 4K, 4 jobs, $what" --rw=randwrite --bs=4k --iodepth=1 --numjobs=4 --fsync=1
+    stop $p
+done
+echo
+echo "### 2. Async writes vs the backing file (no injected latency)"
+echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|"
+pool fast 0 0 0 128K
+start fast
+fio_nbd fast "larch, seq 1M, QD8, async" --rw=write --bs=1M --iodepth=8
+stop fast
+fio --name=raw --filename="$work/fast/vol.img" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+    --iodepth=8 --size=4G --time_based --runtime="$secs" --output-format=json > "$work/fio.json"
+report "fio on the backing file, O_DIRECT, seq 1M, QD8" "$work/fio.json" /nonexistent
+echo
+echo "### 3. 4K random writes, cache device vs none (do no harm)"
+echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|"
+pool nol2 0 0 0 8K; pool l2 0 0 1 8K
+for p in nol2 l2 nol2 l2; do
+    start $p
+    fio_nbd $p "$([ $p = l2 ] && echo 'cache device' || echo 'no cache device'), rand 4K, QD16" \
+        --rw=randwrite --bs=4k --iodepth=16 --size=1G
+    stop $p
+done

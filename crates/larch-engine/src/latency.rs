@@ -1,0 +1,292 @@
+//! Latency histograms of device I/O: what `larch iostat -l`, `/metrics` and `/status` show
+//! per cache device and per backing store.
+//!
+//! A [`LatencyHistogram`] has log2 buckets of microseconds, like the histograms of
+//! `zpool iostat -w` (OpenZFS counts nanoseconds; microseconds suffice here, since every
+//! operation timed is a system call on a file or device). Bucket `i` counts operations
+//! that took more than 2^(i-1) µs and at most 2^i µs; bucket 0 holds those of at most 1 µs
+//! and the last bucket those over 2^24 µs (about 16.8 s). "At most the upper bound" is the
+//! meaning of a Prometheus `le` bucket, so `/metrics` prints the buckets as they are.
+//!
+//! Recording is two relaxed atomic additions (the bucket and the sum), with no lock, so
+//! the read path and the feeders never wait for each other or for a reader of the
+//! histogram. There is no separate count: a snapshot's count is the total of its buckets,
+//! so it always equals the `le="+Inf"` bucket as Prometheus requires (two counters read
+//! one after the other could disagree while records run). The sum may differ from the
+//! buckets by the records in flight during a snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Number of buckets: 25 bounded ones (1 µs to 2^24 µs) and one for longer operations.
+pub const BUCKETS: usize = 26;
+
+/// Upper bound of bucket `i` in microseconds; `None` for the last (unbounded) bucket.
+pub fn bucket_upper_us(i: usize) -> Option<u64> {
+    (i < BUCKETS - 1).then(|| 1u64 << i)
+}
+
+/// Lower bound (exclusive) of bucket `i` in microseconds.
+fn bucket_lower_us(i: usize) -> u64 {
+    if i == 0 { 0 } else { 1u64 << (i - 1) }
+}
+
+/// The bucket of an operation that took `us` microseconds (rounded up).
+fn bucket_of(us: u64) -> usize {
+    let bits = 64 - us.saturating_sub(1).leading_zeros() as usize;
+    bits.min(BUCKETS - 1)
+}
+
+/// A lock-free histogram of operation times.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; BUCKETS],
+    /// Total time of all recorded operations; wraps after 584 years of summed time.
+    sum_ns: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// An empty histogram.
+    pub fn new() -> LatencyHistogram {
+        LatencyHistogram::default()
+    }
+
+    /// Counts one operation that took `elapsed`.
+    pub fn record(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(ns.div_ceil(1000))].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        LatencySnapshot {
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            sum_ns: self.sum_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The counts of a [`LatencyHistogram`] at one moment (or between two moments, from
+/// [`LatencySnapshot::since`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencySnapshot {
+    /// Operations per bucket (see the module documentation for the bounds).
+    pub buckets: [u64; BUCKETS],
+    /// Total time of the operations, in nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl LatencySnapshot {
+    /// Operations counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// Mean time of an operation; `None` when there was none.
+    pub fn mean(&self) -> Option<Duration> {
+        let count = self.count();
+        (count > 0).then(|| Duration::from_nanos(self.sum_ns / count))
+    }
+
+    /// Estimated `q` quantile (`q` from 0 to 1; 0.99 for p99); `None` when there was no
+    /// operation. Within the bucket that holds the rank, the estimate interpolates linearly
+    /// between the bucket's bounds (as Prometheus's `histogram_quantile` does), so it is
+    /// within a factor of two of the true value. In the last bucket, which has no upper
+    /// bound, it is the bucket's lower bound.
+    pub fn percentile(&self, q: f64) -> Option<Duration> {
+        assert!((0.0..=1.0).contains(&q), "quantile {q} is not within 0..=1");
+        let count = self.count();
+        if count == 0 {
+            return None;
+        }
+        let rank = ((q * count as f64).ceil() as u64).clamp(1, count);
+        let mut below = 0u64;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            if below + n < rank {
+                below += n;
+                continue;
+            }
+            let lower_ns = u128::from(bucket_lower_us(i)) * 1000;
+            let Some(upper_us) = bucket_upper_us(i) else {
+                return Some(Duration::from_nanos(lower_ns as u64));
+            };
+            let width_ns = u128::from(upper_us) * 1000 - lower_ns;
+            let ns = lower_ns + width_ns * u128::from(rank - below) / u128::from(n);
+            return Some(Duration::from_nanos(ns as u64));
+        }
+        unreachable!("rank {rank} is at most the count {count}")
+    }
+
+    /// What was counted after `earlier` (a snapshot of the same histogram).
+    pub fn since(&self, earlier: &LatencySnapshot) -> LatencySnapshot {
+        LatencySnapshot {
+            buckets: std::array::from_fn(|i| self.buckets[i].saturating_sub(earlier.buckets[i])),
+            sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    fn only_bucket(d: Duration) -> usize {
+        let h = LatencyHistogram::new();
+        h.record(d);
+        let s = h.snapshot();
+        assert_eq!(s.count(), 1);
+        s.buckets.iter().position(|&n| n == 1).expect("one bucket")
+    }
+
+    #[test]
+    fn buckets_hold_times_up_to_their_upper_bound() {
+        let cases = [
+            (Duration::ZERO, 0),
+            (Duration::from_nanos(999), 0),
+            (us(1), 0),
+            (Duration::from_nanos(1001), 1),
+            (us(2), 1),
+            (Duration::from_nanos(2001), 2),
+            (us(3), 2),
+            (us(4), 2),
+            (us(5), 3),
+            (us(1000), 10),
+            (us(1024), 10),
+            (us(1025), 11),
+            (us(1 << 24), 24),
+            (us(1 << 24) + Duration::from_nanos(1), 25),
+            (Duration::from_secs(3600), 25),
+            (Duration::MAX, 25),
+        ];
+        for (d, bucket) in cases {
+            assert_eq!(only_bucket(d), bucket, "{d:?}");
+        }
+        for i in 0..BUCKETS - 1 {
+            let upper = bucket_upper_us(i).unwrap();
+            assert_eq!(only_bucket(us(upper)), i, "upper bound of bucket {i}");
+            assert_eq!(bucket_lower_us(i + 1), upper);
+        }
+        assert_eq!(bucket_upper_us(BUCKETS - 1), None);
+        // About 1 µs to 10 s, as the surfaces promise.
+        assert!(bucket_upper_us(BUCKETS - 2).unwrap() > 10_000_000);
+    }
+
+    #[test]
+    fn percentiles_interpolate_within_the_bucket_of_the_rank() {
+        let h = LatencyHistogram::new();
+        assert_eq!(h.snapshot().percentile(0.5), None);
+        assert_eq!(h.snapshot().mean(), None);
+        for _ in 0..90 {
+            h.record(us(10));
+        }
+        for _ in 0..10 {
+            h.record(us(10_000));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count(), 100);
+        assert_eq!(s.sum_ns, 90 * 10_000 + 10 * 10_000_000);
+        assert_eq!(s.mean(), Some(Duration::from_nanos(1_009_000)));
+        // 90 operations in (8, 16] µs: rank 50 is 50/90 of the way through that bucket.
+        let p50 = s.percentile(0.5).unwrap();
+        assert_eq!(p50, Duration::from_nanos(8_000 + 8_000 * 50 / 90));
+        assert_eq!(s.percentile(0.9).unwrap(), us(16));
+        // Rank 99 is the 9th of 10 operations in (8192, 16384] µs.
+        let p99 = s.percentile(0.99).unwrap();
+        assert_eq!(p99, Duration::from_nanos(8_192_000 + 8_192_000 * 9 / 10));
+        assert_eq!(s.percentile(1.0).unwrap(), us(16_384));
+        assert_eq!(s.percentile(0.0).unwrap(), s.percentile(0.001).unwrap());
+        let mut last = Duration::ZERO;
+        for q in 0..=100 {
+            let p = s.percentile(f64::from(q) / 100.0).unwrap();
+            assert!(p >= last, "p{q} {p:?} is below {last:?}");
+            last = p;
+        }
+    }
+
+    #[test]
+    fn the_unbounded_bucket_reports_its_lower_bound() {
+        let h = LatencyHistogram::new();
+        h.record(Duration::from_secs(60));
+        assert_eq!(h.snapshot().percentile(0.99), Some(us(1 << 24)));
+    }
+
+    #[test]
+    fn estimates_are_within_a_factor_of_two_of_the_true_quantile() {
+        let h = LatencyHistogram::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut times = Vec::new();
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Spread over 1 µs .. ~1 s, log-uniformly.
+            let t = Duration::from_nanos((1000 << (x % 20)) | ((x >> 40) % 1000));
+            h.record(t);
+            times.push(t);
+        }
+        times.sort();
+        let s = h.snapshot();
+        for q in [0.01, 0.25, 0.5, 0.9, 0.99, 0.999] {
+            let exact = times[((q * times.len() as f64).ceil() as usize).max(1) - 1];
+            let estimate = s.percentile(q).unwrap();
+            assert!(
+                estimate <= exact * 2 && exact <= estimate * 2,
+                "q {q}: estimate {estimate:?}, exact {exact:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn since_subtracts_an_earlier_snapshot() {
+        let h = LatencyHistogram::new();
+        h.record(us(3));
+        let before = h.snapshot();
+        h.record(us(100));
+        h.record(us(100));
+        let delta = h.snapshot().since(&before);
+        assert_eq!(delta.count(), 2);
+        assert_eq!(delta.sum_ns, 200_000);
+        assert_eq!(delta.buckets[7], 2);
+        assert_eq!(delta.mean(), Some(us(100)));
+        assert_eq!(before.since(&h.snapshot()), LatencySnapshot::default());
+    }
+
+    #[test]
+    fn concurrent_records_are_all_counted() {
+        const THREADS: u64 = 4;
+        const RECORDS: u64 = 50_000;
+        let h = LatencyHistogram::new();
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let h = &h;
+                scope.spawn(move || {
+                    for i in 0..RECORDS {
+                        h.record(Duration::from_nanos(1 + (i + t) % 5000));
+                    }
+                });
+            }
+            // A reader alongside: the count only ever grows.
+            let mut last = 0;
+            while last < THREADS * RECORDS {
+                let count = h.snapshot().count();
+                assert!(count >= last, "the count went down from {last} to {count}");
+                last = count;
+            }
+        });
+        let s = h.snapshot();
+        assert_eq!(s.count(), THREADS * RECORDS);
+        let expected: u64 = (0..THREADS)
+            .map(|t| (0..RECORDS).map(|i| 1 + (i + t) % 5000).sum::<u64>())
+            .sum();
+        assert_eq!(s.sum_ns, expected);
+        // 1..=5000 ns falls in buckets 0 (≤ 1 µs) to 3 (≤ 8 µs) only.
+        assert_eq!(s.buckets[..4].iter().sum::<u64>(), THREADS * RECORDS);
+    }
+}

@@ -1,0 +1,527 @@
+//! Changes a user makes to a pool with `larch set` and `larch cache add|remove`: checked,
+//! applied at once to the running pool when there is one, and saved in the state
+//! directory (`tunables.json`, `pool.json`). A daemon makes them on requests to its
+//! loopback HTTP endpoint; the CLI makes them on the files when no daemon runs. Both
+//! go through these functions, so both refuse the same things with the same words.
+//!
+//! Adding a cache device never overwrites data silently: a device whose header slots
+//! are not blank (another pool's cache device, a file system, anything else) is refused
+//! unless the user forces it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::MutexGuard;
+
+use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
+
+use crate::engine::{DeviceState, Tunables};
+use crate::pool::{CONFIG_FILE, CacheDeviceConfig, Pool, PoolConfig, new_guid};
+use crate::tunables;
+
+/// Why a change was not made. Each kind has its HTTP status: 400, 409, 500.
+#[derive(Debug, thiserror::Error)]
+pub enum ManageError {
+    /// The request is wrong in itself: an unknown tunable, a value out of range, a line
+    /// that is not `NAME=VALUE`, a relative path.
+    #[error("{0}")]
+    Invalid(String),
+    /// The request is well formed but the pool refuses it: a device that is not blank, a
+    /// device already in the pool or not in it, a volume's backing store.
+    #[error("{0}")]
+    Refused(String),
+    /// Reading or writing the state directory or a device failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Where a change goes.
+#[derive(Clone, Copy)]
+pub enum Target<'a> {
+    /// The files of a state directory only: no daemon runs, the next start reads them.
+    Files(&'a Path),
+    /// A running pool: applied at once and saved in its state directory.
+    Running(&'a Pool),
+}
+
+impl Target<'_> {
+    fn state_dir(&self) -> &Path {
+        match self {
+            Target::Files(dir) => dir,
+            Target::Running(pool) => &pool.state_dir,
+        }
+    }
+
+    /// Serialises changes to a running pool (see [`Pool::config_lock`]).
+    fn lock(&self) -> Option<MutexGuard<'_, ()>> {
+        match self {
+            Target::Files(_) => None,
+            // The lock guards no data, so a panic while it was held leaves nothing broken.
+            Target::Running(pool) => Some(
+                pool.config_lock
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+        }
+    }
+
+    fn load(&self) -> Result<PoolConfig, ManageError> {
+        let dir = self.state_dir();
+        PoolConfig::load(dir).map_err(|e| {
+            ManageError::Io(format!(
+                "no pool in {} ({}: {e})",
+                dir.display(),
+                dir.join(CONFIG_FILE).display()
+            ))
+        })
+    }
+}
+
+/// Splits `NAME=VALUE` (spaces around either side are ignored).
+pub fn parse_assignment(text: &str) -> Result<(String, String), ManageError> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(ManageError::Invalid(format!(
+            "{text:?}: expected NAME=VALUE"
+        ))),
+    }
+}
+
+/// Sets tunables (`NAME=VALUE` each): all or none. Every value is checked first; then
+/// they are saved in `tunables.json` and, on a running pool, applied. Returns everything
+/// `tunables.json` now holds.
+pub fn set_tunables(
+    target: Target<'_>,
+    assignments: &[String],
+) -> Result<BTreeMap<String, String>, ManageError> {
+    if assignments.is_empty() {
+        return Err(ManageError::Invalid("nothing to set".to_string()));
+    }
+    let parsed = assignments
+        .iter()
+        .map(|a| parse_assignment(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The checks depend on the name and value only, so a scratch set is as good as the
+    // running one and leaves it untouched when a later value is refused.
+    let scratch = Tunables::default();
+    for (name, value) in &parsed {
+        tunables::set(&scratch, name, value).map_err(ManageError::Invalid)?;
+    }
+    let _guard = target.lock();
+    let dir = target.state_dir();
+    target.load()?;
+    let io = |e: std::io::Error| {
+        ManageError::Io(format!(
+            "{}: {e}",
+            dir.join(tunables::TUNABLES_FILE).display()
+        ))
+    };
+    let mut saved = tunables::load(dir).map_err(io)?;
+    for (name, value) in &parsed {
+        saved.insert(name.clone(), value.clone());
+    }
+    tunables::save(dir, &saved).map_err(io)?;
+    if let Target::Running(pool) = target {
+        for (name, value) in &parsed {
+            tunables::set(&pool.engine.tunables, name, value)
+                .unwrap_or_else(|e| panic!("{name}={value} passed the check, then: {e}"));
+        }
+    }
+    Ok(saved)
+}
+
+/// Adds a cache device (an absolute path to an existing file or block device). It must be
+/// blank (both header slots zero) unless `force`, which zeroes them. A running pool
+/// formats it and feeds it at once; otherwise the next start does. Returns what was done.
+pub fn add_cache_device(
+    target: Target<'_>,
+    path: &Path,
+    force: bool,
+) -> Result<String, ManageError> {
+    if !path.is_absolute() {
+        return Err(ManageError::Invalid(format!(
+            "{}: give an absolute path",
+            path.display()
+        )));
+    }
+    let _guard = target.lock();
+    let dir = target.state_dir();
+    let mut config = target.load()?;
+    if config
+        .cache_devices
+        .iter()
+        .any(|d| same_file(dir, &d.path, path))
+    {
+        return Err(ManageError::Refused(format!(
+            "{} is already a cache device of this pool",
+            path.display()
+        )));
+    }
+    if let Some(v) = config
+        .volumes
+        .iter()
+        .find(|v| same_file(dir, &v.backing, path))
+    {
+        return Err(ManageError::Refused(format!(
+            "{} is the backing store of volume {}",
+            path.display(),
+            v.name
+        )));
+    }
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() || m.file_type().is_block_device() => {}
+        Ok(_) => {
+            return Err(ManageError::Invalid(format!(
+                "{} is neither a file nor a block device",
+                path.display()
+            )));
+        }
+        Err(_) => {
+            return Err(ManageError::Invalid(format!(
+                "{} does not exist (give --size to create a file)",
+                path.display()
+            )));
+        }
+    }
+    if let Some(contents) = not_blank(path, config.guid)? {
+        if !force {
+            return Err(ManageError::Refused(format!(
+                "{} {contents}; refusing to overwrite it (--force formats it anyway)",
+                path.display()
+            )));
+        }
+        zero_headers(path)?;
+    }
+    let guid = new_guid();
+    let added = match target {
+        Target::Files(_) => None,
+        Target::Running(pool) => Some(
+            pool.engine
+                .add_cache_device(path, config.guid, guid, true)
+                .map_err(|e| {
+                    ManageError::Refused(format!("{} cannot be used: {e}", path.display()))
+                })?,
+        ),
+    };
+    config.cache_devices.push(CacheDeviceConfig {
+        path: path.to_path_buf(),
+        guid,
+    });
+    if let Err(err) = save(dir, &config) {
+        if let (Target::Running(pool), Some(device)) = (target, added) {
+            pool.engine.remove_cache_device(device.index);
+        }
+        return Err(err);
+    }
+    Ok(format!("cache device {} added", path.display()))
+}
+
+/// Removes a cache device (as it was added, or any path to the same file). A running pool
+/// stops reading and feeding it at once and invalidates its log. Returns what was done.
+pub fn remove_cache_device(target: Target<'_>, path: &Path) -> Result<String, ManageError> {
+    if !path.is_absolute() {
+        return Err(ManageError::Invalid(format!(
+            "{}: give an absolute path",
+            path.display()
+        )));
+    }
+    let _guard = target.lock();
+    let dir = target.state_dir();
+    let mut config = target.load()?;
+    let Some(at) = config
+        .cache_devices
+        .iter()
+        .position(|d| same_file(dir, &d.path, path))
+    else {
+        return Err(ManageError::Refused(format!(
+            "{} is not a cache device of this pool",
+            path.display()
+        )));
+    };
+    let removed = config.cache_devices.remove(at);
+    save(dir, &config)?;
+    if let Target::Running(pool) = target {
+        let running = pool.engine.devices();
+        let device = running
+            .iter()
+            .find(|d| d.guid == removed.guid && d.state() != DeviceState::Removed);
+        if let Some(device) = device {
+            pool.engine.remove_cache_device(device.index);
+        }
+    }
+    Ok(format!("cache device {} removed", path.display()))
+}
+
+/// Adds the pool's log device (an absolute path to an existing file or block device; at
+/// most one per pool). It must be blank unless `force`, which zeroes its head. A running
+/// pool formats it and logs sync writes there at once. Returns what was done.
+pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<String, ManageError> {
+    if !path.is_absolute() {
+        return Err(ManageError::Invalid(format!(
+            "{}: give an absolute path",
+            path.display()
+        )));
+    }
+    let _guard = target.lock();
+    let dir = target.state_dir();
+    let mut config = target.load()?;
+    if let Some(l) = config.log_devices.first() {
+        return Err(ManageError::Refused(format!(
+            "the pool has a log device already ({}); remove it first",
+            l.path.display()
+        )));
+    }
+    let in_use = config
+        .cache_devices
+        .iter()
+        .any(|d| same_file(dir, &d.path, path))
+        || config
+            .volumes
+            .iter()
+            .any(|v| same_file(dir, &v.backing, path));
+    if in_use {
+        return Err(ManageError::Refused(format!(
+            "{} is in use by the pool",
+            path.display()
+        )));
+    }
+    if !fs::metadata(path).is_ok_and(|m| m.is_file() || m.file_type().is_block_device()) {
+        return Err(ManageError::Invalid(format!(
+            "{} is not an existing file or block device (give --size to create a file)",
+            path.display()
+        )));
+    }
+    if !crate::pool::log_is_blank(path) {
+        if !force {
+            return Err(ManageError::Refused(format!(
+                "{} is not blank (its first 8 KiB hold data); --force formats it",
+                path.display()
+            )));
+        }
+        zero_headers(path)?;
+    }
+    let guid = new_guid();
+    if let Target::Running(pool) = target {
+        pool.engine
+            .attach_log(path, config.guid, guid, true)
+            .map_err(|e| ManageError::Refused(format!("{} cannot be used: {e}", path.display())))?;
+    }
+    config.log_devices.push(crate::pool::LogDeviceConfig {
+        path: path.to_path_buf(),
+        guid,
+    });
+    if let Err(err) = save(dir, &config) {
+        if let Target::Running(pool) = target {
+            pool.engine.detach_log();
+        }
+        return Err(err);
+    }
+    Ok(format!("log device {} added", path.display()))
+}
+
+/// Removes the pool's log device. A running pool first stops logging to it and syncs and
+/// commits what it covered, and only then saves the configuration without it, so no
+/// crash can leave acknowledged sync writes only on a device the pool forgot. For a
+/// stopped pool, records the device still holds are not replayed at the next start.
+pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
+    let _guard = target.lock();
+    let dir = target.state_dir();
+    let mut config = target.load()?;
+    let Some(removed) = config.log_devices.pop() else {
+        return Err(ManageError::Refused("the pool has no log device".into()));
+    };
+    if let Target::Running(pool) = target {
+        pool.engine.detach_log();
+    }
+    save(dir, &config)?;
+    Ok(format!("log device {} removed", removed.path.display()))
+}
+
+fn save(dir: &Path, config: &PoolConfig) -> Result<(), ManageError> {
+    config.validate().map_err(ManageError::Invalid)?;
+    config
+        .save(dir)
+        .map_err(|e| ManageError::Io(format!("saving {}: {e}", dir.join(CONFIG_FILE).display())))
+}
+
+/// Whether `entry` (from `pool.json`, relative to the state directory) and `path` name the
+/// same file or block device: the same inode, or the same device number for two device
+/// nodes; lexically equal absolute paths when either does not exist.
+fn same_file(state_dir: &Path, entry: &Path, path: &Path) -> bool {
+    let resolved = state_dir.join(entry);
+    match (fs::metadata(&resolved), fs::metadata(path)) {
+        (Ok(a), Ok(b)) if a.file_type().is_block_device() && b.file_type().is_block_device() => {
+            a.rdev() == b.rdev()
+        }
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => absolute(&resolved) == path,
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// What a device holds when its header slots are not all zero (`None` when blank).
+fn not_blank(path: &Path, pool_guid: u64) -> Result<Option<String>, ManageError> {
+    let mut slots = vec![0u8; 2 * HEADER_SLOT_BYTES as usize];
+    let io = |e: std::io::Error| ManageError::Io(format!("reading {}: {e}", path.display()));
+    let mut file = fs::File::open(path).map_err(io)?;
+    let mut filled = 0;
+    while filled < slots.len() {
+        match file.read(&mut slots[filled..]).map_err(io)? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    if filled < slots.len() {
+        return Err(ManageError::Refused(format!(
+            "{} has {filled} bytes: too small for a cache device",
+            path.display()
+        )));
+    }
+    if slots.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    let header = slots
+        .chunks(HEADER_SLOT_BYTES as usize)
+        .find_map(|slot| DevHeaderPhys::decode(slot).ok());
+    Ok(Some(match header {
+        Some(h) if h.pool_guid == pool_guid => format!(
+            "holds a cache device of this pool (device guid {:#x}) that pool.json does not list",
+            h.device_guid
+        ),
+        Some(h) => format!(
+            "holds a larch cache device of another pool (pool guid {:#x})",
+            h.pool_guid
+        ),
+        None => format!(
+            "is not blank: its first {} KiB hold data that is not a larch header",
+            slots.len() / 1024
+        ),
+    }))
+}
+
+/// Zeroes both header slots (durably): the pool formats the device when it opens it.
+fn zero_headers(path: &Path) -> Result<(), ManageError> {
+    let zeroes = vec![0u8; 2 * HEADER_SLOT_BYTES as usize];
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.write_all_at(&zeroes, 0).and_then(|()| f.sync_all()))
+        .map_err(|e| ManageError::Io(format!("zeroing the headers of {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{DemoSizes, create_demo};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("larch-manage-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn demo(name: &str) -> PathBuf {
+        let dir = scratch(name);
+        let sizes = DemoSizes {
+            volume_bytes: 1 << 20,
+            cache_bytes: 4 << 20,
+            arc_max_bytes: 1 << 20,
+        };
+        create_demo(&dir, sizes).unwrap();
+        dir
+    }
+
+    #[test]
+    fn set_is_all_or_nothing_and_saves() {
+        let dir = demo("set");
+        let files = Target::Files(&dir);
+        let bad = [
+            "l2arc_write_max=8M".to_string(),
+            "l2arc_mfuonly=7".to_string(),
+        ];
+        let err = set_tunables(files, &bad).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Invalid(ref m) if m.contains("0, 1 or 2")),
+            "{err}"
+        );
+        assert!(
+            tunables::load(&dir).unwrap().is_empty(),
+            "a refused set saved something"
+        );
+        for bad in ["nope=1", "l2arc_write_max", "=3"] {
+            let err = set_tunables(files, &[bad.to_string()]).unwrap_err();
+            assert!(matches!(err, ManageError::Invalid(_)), "{bad}: {err}");
+        }
+        let saved = set_tunables(files, &[" l2arc_write_max = 8M ".to_string()]).unwrap();
+        assert_eq!(saved["l2arc_write_max"], "8M");
+        assert_eq!(tunables::load(&dir).unwrap(), saved);
+        let err = set_tunables(Target::Files(&scratch("set-nopool")), &bad[..1]).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Io(ref m) if m.contains("no pool")),
+            "{err}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn running_pools_apply_cache_devices_at_once_and_refuse_foreign_ones() {
+        let dir = demo("cache");
+        let pool = Pool::open(&dir, true).unwrap();
+        let running = Target::Running(&pool);
+        let dir = fs::canonicalize(&dir).unwrap();
+        // The demo's own device, named by another path: already in the pool.
+        let err = add_cache_device(running, &dir.join("cache0.img"), false).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref m) if m.contains("already")),
+            "{err}"
+        );
+        let err = add_cache_device(running, &dir.join("vol0.img"), true).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref m) if m.contains("backing store")),
+            "{err}"
+        );
+        let err = add_cache_device(running, Path::new("x.img"), false).unwrap_err();
+        assert!(matches!(err, ManageError::Invalid(_)), "{err}");
+        // Not blank: refused, untouched, not in pool.json.
+        let foreign = dir.join("foreign.img");
+        fs::write(&foreign, vec![0x5a; 4 << 20]).unwrap();
+        let err = add_cache_device(running, &foreign, false).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref m) if m.contains("not blank")),
+            "{err}"
+        );
+        assert!(fs::read(&foreign).unwrap().iter().all(|&b| b == 0x5a));
+        assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
+        // Forced: formatted and online at once.
+        let added = add_cache_device(running, &foreign, true).unwrap();
+        assert!(added.contains("added"), "{added}");
+        let devices = pool.engine.devices();
+        assert_eq!(devices.len(), 2);
+        assert_eq!(devices[1].state(), DeviceState::Online);
+        assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 2);
+        // It now holds this pool's header, which another pool would refuse.
+        let ours = not_blank(&foreign, pool.config.guid).unwrap().unwrap();
+        assert!(ours.contains("of this pool"), "{ours}");
+        let theirs = not_blank(&foreign, pool.config.guid ^ 1).unwrap().unwrap();
+        assert!(theirs.contains("another pool"), "{theirs}");
+        remove_cache_device(running, &foreign).unwrap();
+        assert_eq!(devices[1].state(), DeviceState::Removed);
+        assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
+        let err = remove_cache_device(running, &foreign).unwrap_err();
+        assert!(matches!(err, ManageError::Refused(_)), "{err}");
+        pool.close().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

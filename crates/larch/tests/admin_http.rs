@@ -1,0 +1,660 @@
+//! Managing a running `larch serve` through its loopback HTTP endpoint, end to end with the
+//! real binary: `larch set`, `larch get` and `larch cache add|remove` go through the daemon
+//! (applied at once, saved, refused with the daemon's reason), the latency histograms fill
+//! from reads by real NBD clients and show in /metrics, /status and `larch iostat -l`, and
+//! bad requests leave the daemon serving.
+
+mod common;
+use common::pattern;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+fn scratch() -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "larch-admin-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `larch ARGS --state-dir STATE`.
+fn larch(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_larch"))
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Fails the test, with the command's standard error, unless it exited 0.
+fn succeeded(out: &Output, what: &str) {
+    assert!(out.status.success(), "{what} failed: {}", stderr(out));
+}
+
+/// Checks that a command was refused (exit 2) with every one of `words` in its message.
+fn refused(out: &Output, words: &[&str]) {
+    let text = stderr(out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not refused: {text}{}",
+        stdout(out)
+    );
+    for word in words {
+        assert!(text.contains(word), "{word:?} missing from: {text}");
+    }
+}
+
+fn require(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{tool} is missing: run scripts/test, which installs the NBD clients"
+    );
+}
+
+/// One HTTP/1.1 request; the status code and body.
+fn http(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// A `larch serve` of a demo pool (created on first start), HTTP on a free port.
+struct Daemon {
+    child: Option<Child>,
+    state: PathBuf,
+    socket: PathBuf,
+    addr: String,
+    token: String,
+}
+
+impl Daemon {
+    fn start(state: &Path) -> Daemon {
+        let socket = state.with_extension("sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new(env!("CARGO_BIN_EXE_larch"))
+            .args(["serve", "--state-dir"])
+            .arg(state)
+            .arg("--socket")
+            .arg(&socket)
+            .args([
+                "--demo-volume-size",
+                "16M",
+                "--demo-cache-size",
+                "16M",
+                "--demo-arc-max",
+                "1M",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start larch serve");
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let record = loop {
+            let record = std::fs::read_to_string(state.join("daemon.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            if let Some(record) = record
+                && record["pid"] == pid
+                && socket.exists()
+            {
+                break record;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon.json never named pid {pid}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Daemon {
+            child: Some(child),
+            state: state.to_path_buf(),
+            socket,
+            addr: record["http"]
+                .as_str()
+                .expect("an HTTP address")
+                .to_string(),
+            token: record["token"].as_str().expect("a token").to_string(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///vol0?socket={}", self.socket.display())
+    }
+
+    fn get(&self, path: &str) -> String {
+        let (code, body) = http(&self.addr, "GET", path, "", b"");
+        assert_eq!(code, 200, "GET {path}: {body}");
+        body
+    }
+
+    /// `/status`, asked now (not the status file, which is a second old at most).
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/status")).unwrap()
+    }
+
+    fn post(&self, path: &str, body: &[u8]) -> (u16, String) {
+        let token = format!("X-Larch-Token: {}\r\n", self.token);
+        http(&self.addr, "POST", path, &token, body)
+    }
+
+    /// SIGTERM; returns its standard error, after checking it exited 0 and removed
+    /// daemon.json.
+    fn stop(mut self) -> String {
+        let child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            out.status.success(),
+            "larch serve exited {:?}: {text}",
+            out.status
+        );
+        assert!(
+            !self.state.join("daemon.json").exists(),
+            "daemon.json outlived a clean exit"
+        );
+        text
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `larch get NAME --json`: (value, source).
+fn get_one(state: &Path, name: &str) -> (u64, String) {
+    let out = larch(state, &["get", name, "--json"]);
+    succeeded(&out, "larch get");
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
+    let row = &rows[0];
+    assert_eq!(row["property"], name, "{row}");
+    (
+        row["value"].as_u64().unwrap(),
+        row["source"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn set_through_the_daemon_applies_at_once_persists_and_refuses_with_its_reason() {
+    let dir = scratch();
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    assert_eq!(
+        get_one(&state, "l2arc_write_max"),
+        (32 << 20, "default".into())
+    );
+    let out = larch(&state, &["set", "l2arc_write_max=8M", "l2arc_mfuonly=1"]);
+    succeeded(&out, "larch set");
+    assert_eq!(stdout(&out), "l2arc_mfuonly=1\nl2arc_write_max=8M\n");
+    // At once: the daemon answered after applying, so no wait for its polling here.
+    let tunables = &daemon.status()["tunables"];
+    assert_eq!(tunables["l2arc_write_max"], 8 << 20, "{tunables}");
+    assert_eq!(tunables["l2arc_mfuonly"], 1, "{tunables}");
+    assert_eq!(
+        get_one(&state, "l2arc_write_max"),
+        (8 << 20, "tunables.json".into())
+    );
+    let pid = daemon.pid().to_string();
+    // Refused by the daemon, with its reason, and nothing changed (all or nothing).
+    let out = larch(&state, &["set", "l2arc_headroom=2", "l2arc_mfuonly=7"]);
+    refused(
+        &out,
+        &[
+            "daemon",
+            &pid,
+            "refused",
+            "l2arc_mfuonly is 0, 1 or 2, not 7",
+        ],
+    );
+    refused(
+        &larch(&state, &["set", "nope=1"]),
+        &["daemon", "unknown tunable \"nope\""],
+    );
+    refused(
+        &larch(&state, &["set", "l2arc_write_max"]),
+        &["daemon", "NAME=VALUE"],
+    );
+    refused(
+        &larch(&state, &["set", "l2arc_write_max=1"]),
+        &["daemon", "between 64K and 1G"],
+    );
+    let tunables = &daemon.status()["tunables"];
+    assert_eq!(tunables["l2arc_mfuonly"], 1, "{tunables}");
+    assert_eq!(tunables["l2arc_headroom"], 8, "{tunables}");
+    let saved = std::fs::read_to_string(state.join("tunables.json")).unwrap();
+    assert!(!saved.contains("l2arc_headroom"), "{saved}");
+    // `larch get`: unknown names are an error; all names print in zfs get's columns.
+    refused(
+        &larch(&state, &["get", "nope"]),
+        &["unknown tunable \"nope\""],
+    );
+    let out = larch(&state, &["get"]);
+    succeeded(&out, "larch get");
+    let text = stdout(&out);
+    assert!(text.starts_with("NAME"), "{text}");
+    assert!(text.contains("SOURCE"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["demo", "l2arc_write_max", "8M", "32M", "tunables.json"]),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().count(),
+        larch_engine::tunables::TUNABLES.len() + 1,
+        "{text}"
+    );
+    // A value the daemon refused to take from the file: the running value's source is the
+    // daemon itself.
+    std::fs::write(
+        state.join("tunables.json"),
+        r#"{"l2arc_write_max": "8M", "l2arc_mfuonly": "7"}"#,
+    )
+    .unwrap();
+    assert_eq!(get_one(&state, "l2arc_mfuonly"), (1, "daemon".into()));
+    let out = larch(&state, &["set", "l2arc_mfuonly=2"]);
+    succeeded(&out, "larch set");
+    daemon.stop();
+    // Without a daemon: the files.
+    assert_eq!(
+        get_one(&state, "l2arc_mfuonly"),
+        (2, "tunables.json".into())
+    );
+    refused(&larch(&state, &["set", "l2arc_mfuonly=9"]), &["0, 1 or 2"]);
+    // Saved: the next start runs with them.
+    let daemon = Daemon::start(&state);
+    let tunables = &daemon.status()["tunables"];
+    assert_eq!(tunables["l2arc_write_max"], 8 << 20, "{tunables}");
+    assert_eq!(tunables["l2arc_mfuonly"], 2, "{tunables}");
+    assert_eq!(
+        get_one(&state, "l2arc_write_max"),
+        (8 << 20, "tunables.json".into())
+    );
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cache_devices_are_checked_added_and_removed_by_the_daemon_at_once() {
+    let dir = scratch();
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let pid = daemon.pid().to_string();
+    let foreign = dir.join("foreign.img");
+    let contents = pattern(16 << 20, 3);
+    std::fs::write(&foreign, &contents).unwrap();
+    let devices = |s: &serde_json::Value| s["cache_devices"].as_array().unwrap().clone();
+    let configured = || {
+        let text = std::fs::read_to_string(state.join("pool.json")).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        config["cache_devices"].as_array().unwrap().len()
+    };
+    let out = larch(&state, &["cache", "add", foreign.to_str().unwrap()]);
+    refused(&out, &["daemon", &pid, "refused", "not blank", "--force"]);
+    assert!(
+        std::fs::read(&foreign).unwrap() == contents,
+        "a refused device was written"
+    );
+    assert_eq!(devices(&daemon.status()).len(), 1);
+    assert_eq!(configured(), 1);
+    // The demo's own device, by an absolute path, is already in the pool.
+    let own = std::fs::canonicalize(state.join("cache0.img")).unwrap();
+    refused(
+        &larch(&state, &["cache", "add", own.to_str().unwrap()]),
+        &["daemon", "already a cache device"],
+    );
+    // A blank one is online when the command returns.
+    let blank = dir.join("blank.img");
+    let out = larch(
+        &state,
+        &["cache", "add", blank.to_str().unwrap(), "--size", "16M"],
+    );
+    succeeded(&out, "larch cache add");
+    let status = daemon.status();
+    let added = &devices(&status)[1];
+    assert_eq!(added["path"], blank.to_str().unwrap(), "{status}");
+    assert_eq!(added["state"], "online", "{status}");
+    assert_eq!(configured(), 2);
+    let history = std::fs::read_to_string(state.join("history")).unwrap();
+    assert!(
+        history.contains(&format!("cache device {} added", blank.display())),
+        "{history}"
+    );
+    let out = larch(&state, &["cache", "remove", blank.to_str().unwrap()]);
+    succeeded(&out, "larch cache remove");
+    assert_eq!(devices(&daemon.status())[1]["state"], "removed");
+    assert_eq!(configured(), 1);
+    refused(
+        &larch(&state, &["cache", "remove", blank.to_str().unwrap()]),
+        &["daemon", "not a cache device of this pool"],
+    );
+    daemon.stop();
+    // Without a daemon the same check refuses it; --force formats it.
+    let out = larch(&state, &["cache", "add", foreign.to_str().unwrap()]);
+    refused(&out, &["not blank"]);
+    assert!(!stderr(&out).contains("daemon"), "{}", stderr(&out));
+    let out = larch(
+        &state,
+        &["cache", "add", foreign.to_str().unwrap(), "--force"],
+    );
+    succeeded(&out, "larch cache add --force");
+    assert_eq!(configured(), 2);
+    let daemon = Daemon::start(&state);
+    let status = daemon.status();
+    assert_eq!(devices(&status)[1]["state"], "online", "{status}");
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value of one Prometheus sample line that starts with `series`.
+fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// Random reads over the first half of the volume for `seconds`.
+fn fio_randread(daemon: &Daemon, seconds: u32) -> Output {
+    Command::new("fio")
+        .args([
+            "--name=lat",
+            "--ioengine=nbd",
+            &format!("--uri={}", daemon.uri()),
+            "--rw=randread",
+            "--bs=16k",
+            "--size=8M",
+            "--iodepth=4",
+            "--time_based",
+            &format!("--runtime={seconds}"),
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch();
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let image = dir.join("image");
+    std::fs::write(&image, pattern(16 << 20, 5)).unwrap();
+    let out = Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(&image)
+        .arg(daemon.uri())
+        .output()
+        .unwrap();
+    succeeded(&out, "nbdcopy");
+    // Random reads over twice the ARC until the feeder has written and some reads hit L2.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while daemon.status()["cache_devices"][0]["read_latency"]["count"] == 0 {
+        succeeded(&fio_randread(&daemon, 2), "fio");
+        assert!(
+            Instant::now() < deadline,
+            "no L2 reads: {}",
+            daemon.status()
+        );
+    }
+    let metrics = daemon.get("/metrics");
+    let device = format!("device=\"{}\"", state.join("cache0.img").display());
+    for (family, labels) in [
+        ("larch_backing_read_latency_seconds", "volume=\"vol0\""),
+        ("larch_backing_write_latency_seconds", "volume=\"vol0\""),
+        ("larch_backing_flush_latency_seconds", "volume=\"vol0\""),
+        ("larch_cache_device_read_latency_seconds", device.as_str()),
+        ("larch_cache_device_write_latency_seconds", device.as_str()),
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} histogram\n")),
+            "{family}"
+        );
+        let count = sample(&metrics, &format!("{family}_count{{{labels}}}"));
+        assert!(count > 0, "{family}{{{labels}}} counted nothing");
+        let inf = sample(
+            &metrics,
+            &format!("{family}_bucket{{{labels},le=\"+Inf\"}}"),
+        );
+        assert_eq!(inf, count, "{family}");
+        let fast = sample(
+            &metrics,
+            &format!("{family}_bucket{{{labels},le=\"0.000001\"}}"),
+        );
+        assert!(fast <= count, "{family}");
+        assert!(
+            metrics.contains(&format!("{family}_sum{{{labels}}} ")),
+            "{family}"
+        );
+    }
+    // /status: percentiles and buckets that add up to the count.
+    let status = daemon.status();
+    for latency in [
+        &status["volumes"][0]["backing_read_latency"],
+        &status["cache_devices"][0]["read_latency"],
+        &status["cache_devices"][0]["write_latency"],
+    ] {
+        let count = latency["count"].as_u64().unwrap();
+        let buckets: u64 = latency["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .sum();
+        assert!(count > 0 && buckets >= count, "{latency}");
+        let (p50, p99) = (
+            latency["p50_us"].as_f64().unwrap(),
+            latency["p99_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99, "{latency}");
+    }
+    // iostat -l while fio reads: the existing columns and the wait columns, filled.
+    let reader = std::thread::spawn({
+        let uri = daemon.uri();
+        move || {
+            Command::new("fio")
+                .args([
+                    "--name=lat",
+                    "--ioengine=nbd",
+                    &format!("--uri={uri}"),
+                    "--rw=randread",
+                    "--bs=16k",
+                    "--size=16M",
+                    "--time_based",
+                    "--runtime=4",
+                ])
+                .output()
+                .unwrap()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let out = larch(&state, &["iostat", "-l", "1", "2"]);
+    succeeded(&out, "larch iostat -l");
+    succeeded(&reader.join().unwrap(), "fio");
+    let text = stdout(&out);
+    assert!(
+        text.contains("operations") && text.contains("bandwidth"),
+        "{text}"
+    );
+    assert!(
+        text.contains("total_wait") && text.contains("p99_wait"),
+        "{text}"
+    );
+    // The second report: vol0's backing store and the cache device. Whichever served the
+    // reads shows their waits; one with no reads shows "-".
+    let report = text.split("\n\n").nth(1).expect("two reports");
+    let mut reads = 0;
+    for name in ["vol0", "cache0.img"] {
+        let row: Vec<&str> = report
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row: {text}"))
+            .split_whitespace()
+            .filter(|c| *c != "(cache)")
+            .collect();
+        assert_eq!(row.len(), 9, "{text}");
+        let n: u64 = row[1].parse().unwrap();
+        reads += n;
+        for wait in [row[5], row[7]] {
+            if n >= 10 {
+                assert!(wait.ends_with('s'), "{name}: read wait {wait:?}: {text}");
+            } else if n == 0 {
+                assert_eq!(wait, "-", "{name}: {text}");
+            }
+        }
+    }
+    assert!(reads > 0, "no reads in the interval: {text}");
+    let plain = stdout(&larch(&state, &["iostat", "1", "1"]));
+    assert!(
+        plain.contains("bandwidth") && !plain.contains("total_wait"),
+        "{plain}"
+    );
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
+    require("nbdinfo");
+    let dir = scratch();
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    // Changes need the token.
+    let (code, body) = http(&daemon.addr, "POST", "/admin/set", "", b"l2arc_mfuonly=1");
+    assert_eq!(code, 403, "{body}");
+    let wrong = "X-Larch-Token: 0123\r\n";
+    let (code, _) = http(
+        &daemon.addr,
+        "POST",
+        "/admin/set",
+        wrong,
+        b"l2arc_mfuonly=1",
+    );
+    assert_eq!(code, 403);
+    assert_eq!(daemon.status()["tunables"]["l2arc_mfuonly"], 0);
+    // Bad bodies: a status and a reason each.
+    let tiny = dir.join("tiny.img");
+    std::fs::write(&tiny, b"x").unwrap();
+    let tiny = format!("path={}", tiny.display());
+    for (path, body, code) in [
+        ("/admin/set", &b""[..], 400),
+        ("/admin/set", b"l2arc_mfuonly", 400),
+        ("/admin/set", b"\xff\xfe=1", 400),
+        ("/admin/set", b"l2arc_mfuonly=99999999999999999999999", 400),
+        ("/admin/cache/add", b"path=relative.img", 400),
+        ("/admin/cache/add", b"force=1", 400),
+        ("/admin/cache/add", b"path=/nonexistent/x.img", 400),
+        ("/admin/cache/add", b"path=/", 400),
+        ("/admin/cache/add", tiny.as_bytes(), 409),
+        ("/admin/cache/remove", b"path=/nonexistent/x.img", 409),
+        ("/admin/nope", b"", 404),
+    ] {
+        let (got, reason) = daemon.post(path, body);
+        assert_eq!(got, code, "{path} {body:?}: {reason}");
+        assert!(!reason.trim().is_empty(), "{path} {body:?}: no reason");
+    }
+    let (code, _) = http(&daemon.addr, "PUT", "/admin/set", "", b"");
+    assert_eq!(code, 405);
+    // Malformed requests on the wire.
+    for raw in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"POST /admin/set HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
+        b"POST /admin/set HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST /admin/set HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort",
+        b"\x00\x01\x02\r\n\r\n",
+    ] {
+        let mut stream = TcpStream::connect(&daemon.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(raw).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 4") || answer.starts_with("HTTP/1.1 5"),
+            "{raw:?}: {answer}"
+        );
+    }
+    // A head that never ends is cut off at its size limit.
+    let mut stream = TcpStream::connect(&daemon.addr).unwrap();
+    let _ = stream.write_all(&[b'a'; 16 << 10]);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    // Still serving, still taking good changes.
+    let (code, body) = daemon.post("/admin/set", b"l2arc_mfuonly=2\n");
+    assert_eq!((code, body.as_str()), (200, "l2arc_mfuonly=2\n"));
+    assert_eq!(daemon.status()["tunables"]["l2arc_mfuonly"], 2);
+    let out = Command::new("nbdinfo")
+        .arg("--size")
+        .arg(daemon.uri())
+        .output()
+        .unwrap();
+    succeeded(&out, "nbdinfo");
+    assert_eq!(stdout(&out).trim(), (16u64 << 20).to_string());
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

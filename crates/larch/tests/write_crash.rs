@@ -1,0 +1,231 @@
+//! The write path under kill -9: several NBD connections write with a mix of async
+//! writes, FUA writes and FLUSHes (`write_crash.py`, python3-libnbd) while the daemon is
+//! killed at a random moment; after a restart every write that was durable by the NBD
+//! contract reads back, and nothing reads back older (from the ARC, the L2ARC or the
+//! backing store). Half the rounds run with a log device (SLOG), half without; every
+//! fourth round removes the log device (`larch log remove`) under load before the kill.
+//!
+//! `LARCH_CRASH_ITERATIONS` sets the rounds (default 20; `scripts/test` runs 100).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PYTHON: &str = "/usr/bin/python3";
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/write_crash.py");
+const CONNS: u32 = 4;
+const BLOCK_BYTES: u64 = 4096;
+const BLOCKS: u64 = 512;
+
+fn larch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_larch"))
+}
+
+fn run_ok(args: &[&str]) {
+    let out = larch().args(args).output().expect("run larch");
+    assert!(
+        out.status.success(),
+        "larch {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("larch-crash-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(state: &Path) -> Daemon {
+        let socket = state.join("nbd.sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = larch()
+            .args(["serve", "--http", "127.0.0.1:0", "--state-dir"])
+            .arg(state)
+            .arg("--socket")
+            .arg(&socket)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start larch serve");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "the NBD socket never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///vol0?socket={}", self.socket.display())
+    }
+
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python(mode: &str, uri: &str, dir: &Path, seed: u64) -> Command {
+    let mut cmd = Command::new(PYTHON);
+    cmd.arg(SCRIPT).arg(mode).arg(uri).arg(dir).args([
+        CONNS.to_string(),
+        seed.to_string(),
+        BLOCKS.to_string(),
+        BLOCK_BYTES.to_string(),
+    ]);
+    cmd
+}
+
+/// A pool of one 2 MiB volume in 4K blocks, a cache device, and (`slog`) a log device.
+fn make_pool(state: &Path, slog: bool) {
+    let dir = state.to_str().expect("utf-8 path");
+    run_ok(&[
+        "pool",
+        "create",
+        "crash",
+        "--state-dir",
+        dir,
+        "--arc-max",
+        "1M",
+    ]);
+    let vol = state.join("vol0.img");
+    run_ok(&[
+        "volume",
+        "add",
+        "vol0",
+        "--backing",
+        vol.to_str().expect("utf-8"),
+        "--size",
+        "2M",
+        "--volblocksize",
+        "4K",
+        "--state-dir",
+        dir,
+    ]);
+    let cache = state.join("cache.img");
+    run_ok(&[
+        "cache",
+        "add",
+        cache.to_str().expect("utf-8"),
+        "--size",
+        "16M",
+        "--state-dir",
+        dir,
+    ]);
+    if slog {
+        let log = state.join("log.img");
+        run_ok(&[
+            "log",
+            "add",
+            log.to_str().expect("utf-8"),
+            "--size",
+            "8M",
+            "--state-dir",
+            dir,
+        ]);
+    }
+    // Short TXGs so that crashes land in every phase: open, syncing, synced.
+    run_ok(&["set", "--state-dir", dir, "zfs_txg_timeout=1"]);
+}
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+#[test]
+fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
+    let have_nbd = Command::new(PYTHON)
+        .args(["-c", "import nbd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        have_nbd,
+        "{PYTHON} cannot import nbd: run scripts/test, or apt-get install -y python3-libnbd"
+    );
+    let rounds: u64 = std::env::var("LARCH_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let mut rng = 0x5eed_c0de_u64;
+    let mut durable_blocks = 0u64;
+    let top = scratch("rounds");
+    for round in 0..rounds {
+        // Odd rounds have a log device. Each round gets a fresh pool, so earlier
+        // rounds' data (on the volume, the cache device or the log) cannot mix in.
+        let slog = round % 2 == 1;
+        let state = top.join(format!("round-{round}"));
+        std::fs::create_dir_all(&state).expect("round dir");
+        make_pool(&state, slog);
+        let logs = state.join("durable");
+        std::fs::create_dir_all(&logs).expect("durable dir");
+        let seed = round + 1;
+        let daemon = Daemon::start(&state);
+        let mut writer = python("write", &daemon.uri(), &logs, seed)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the writer");
+        let run_ms = 200 + xorshift(&mut rng) % 1800;
+        // Every fourth round removes the log device under load, then crashes.
+        let remove_log = round % 4 == 3;
+        if remove_log {
+            std::thread::sleep(Duration::from_millis(run_ms / 2));
+            run_ok(&[
+                "log",
+                "remove",
+                "--state-dir",
+                state.to_str().expect("utf-8"),
+            ]);
+            std::thread::sleep(Duration::from_millis(run_ms / 2));
+        } else {
+            std::thread::sleep(Duration::from_millis(run_ms));
+        }
+        daemon.kill9();
+        let _ = writer.wait();
+        let daemon = Daemon::start(&state);
+        let out = python("check", &daemon.uri(), &logs, seed)
+            .output()
+            .expect("run the checker");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "round {round} (log device: {slog}, removed under load: {remove_log}, killed after {run_ms} ms): {report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        durable_blocks += report
+            .split(", ")
+            .find_map(|part| part.strip_suffix(" with durable writes"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("the checker's report: {report}"));
+        daemon.stop();
+        let _ = std::fs::remove_dir_all(&state);
+    }
+    let _ = std::fs::remove_dir_all(&top);
+    assert!(
+        durable_blocks > 0,
+        "no write became durable in any round: the test checked nothing"
+    );
+}
