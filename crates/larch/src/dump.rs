@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 /// Arguments of `larch dump`.
 #[derive(clap::Args)]
 pub struct DumpArgs {
-    /// The cache device or file to read.
+    /// The cache device (or log device) or file to read.
     pub device: PathBuf,
     /// Detail: -l the header and summary (the default), -ll also each log block, -lll also
     /// each entry.
@@ -45,12 +45,32 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
     };
     let dev = FileDevice::open(&args.device, &options)
         .with_context(|| format!("cannot open {}", args.device.display()))?;
-    let read = read_header(&dev).with_context(|| {
-        format!(
-            "{} is not a readable larch cache device",
-            args.device.display()
-        )
-    })?;
+    let read = match read_header(&dev) {
+        Ok(read) => read,
+        Err(err) => {
+            // Not a cache device: perhaps a log device (SLOG).
+            // A log device has at least one slot that is a (valid or damaged) log header.
+            if let Ok(log) = larch_zil::describe(&dev)
+                && log.slots.iter().any(|slot| {
+                    matches!(
+                        slot,
+                        larch_zil::SlotState::Valid(_) | larch_zil::SlotState::Damaged(_)
+                    )
+                })
+            {
+                if args.json {
+                    println!("{}", serde_json::json!({ "log_device": log.to_string() }));
+                } else {
+                    print!("{log}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            return Err(anyhow::Error::new(err).context(format!(
+                "{} is neither a larch cache device nor a log device",
+                args.device.display()
+            )));
+        }
+    };
     let header = read.header;
     let geometry_check = validate_header(&header, larch_io::BlockDevice::len_bytes(&dev), None);
     let mut blocks = Vec::new();

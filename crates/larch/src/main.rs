@@ -67,6 +67,19 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let serves = matches!(
+        cli.command,
+        None | Some(Command::Serve(_)) | Some(Command::ServeFile(_))
+    );
+    if !serves {
+        // A command whose output goes to a pipe that closes (`larch dump dev | head`) ends
+        // quietly, as other command-line tools do; servers keep ignoring SIGPIPE and get
+        // EPIPE on a closed connection instead.
+        // SAFETY: setting a signal disposition to the default has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         None => serve::run(serve::ServeArgs::default()),
         Some(Command::Demo(args)) => demo::run(args),

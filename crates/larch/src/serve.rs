@@ -762,7 +762,7 @@ pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
         let pct = |a: u64, b: u64| (a * 100).checked_div(a + b).unwrap_or(0);
         if printed.is_multiple_of(20) {
             println!(
-                "{:>8} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7}",
+                "{:>8} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7} {:>7} {:>4} {:>5}",
                 "time",
                 "read",
                 "hit%",
@@ -772,13 +772,16 @@ pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
                 "l2read",
                 "l2hit%",
                 "l2size",
-                "l2wbyt"
+                "l2wbyt",
+                "dirty",
+                "txg",
+                "zilc"
             );
         }
         let secs = now_secs();
         let reads = d("hits") + d("misses");
         println!(
-            "{:02}:{:02}:{:02} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7}",
+            "{:02}:{:02}:{:02} {:>6} {:>4} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7} {:>7} {:>4} {:>5}",
             (secs / 3600) % 24,
             (secs / 60) % 60,
             secs % 60,
@@ -795,6 +798,9 @@ pub fn arcstat(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
             pct(d("l2_hits"), d("l2_misses")),
             format_size(n("l2_size")),
             format_size(d("l2_write_bytes") / args.interval),
+            format_size(n("dirty_bytes")),
+            d("txg_syncs") / args.interval,
+            d("zil_commit_count") / args.interval,
         );
         printed += 1;
         previous = now;

@@ -160,9 +160,37 @@ fn not_a_cache_device_is_an_error() {
     std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
     let (code, _, err) = dump(&[path.to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(err.contains("not a readable larch cache device"), "{err}");
+    assert!(
+        err.contains("neither a larch cache device nor a log device"),
+        "{err}"
+    );
     std::fs::remove_file(&path).unwrap();
     let (code, _, err) = dump(&["/nonexistent/larch-device"]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot open"), "{err}");
+}
+
+#[test]
+fn a_log_device_is_described() {
+    let path = temp_device("slog");
+    let options = FileOptions {
+        create_len_bytes: Some(DEVICE_BYTES),
+        ..FileOptions::default()
+    };
+    let dev = FileDevice::open(&path, &options).unwrap();
+    let log = larch_zil::LogDevice::create(dev, 0xabc, 0x10f).unwrap();
+    let data = vec![7u8; 4096];
+    log.commit(&[larch_zil::RecordRef {
+        txg: 3,
+        volume_id: 9,
+        offset_bytes: 8192,
+        data: &data,
+    }])
+    .unwrap();
+    drop(log);
+    let (code, out, err) = dump(&[path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("larch log device"), "{out}");
+    assert!(out.contains("1 records to replay"), "{out}");
+    std::fs::remove_file(&path).unwrap();
 }
