@@ -1,0 +1,379 @@
+"""The systems under test: how each is set up, started, reached by fio and stopped.
+
+Servers listen on Unix sockets inside the run's temporary directory only. Each runs in its
+own session (so that Ctrl-C reaches the harness, which then stops them in order) and is
+registered in `_LIVE` until stopped; `stop_all` (called from the harness's `finally` and at
+exit) stops whatever is left.
+
+Systems:
+- `larch-arc`, `larch-l2`, `larch-log`: `larch serve` of a pool with the ARC only, with a
+  cache device (L2ARC), or with a log device; the backing store is slowed by larch's own
+  latency model (`--read-latency-ms`, `--write-latency-ms`).
+- `nbdkit-cache`: `nbdkit file` under `--filter=cache` (cache-on-read, ARC + L2 bytes of
+  cache) over `--filter=delay` with the same delays: the nearest peer.
+- `nbdkit-tmpfs`: `nbdkit file` on a tmpfs copy of the data: the protocol path's limit.
+- `fio-device`: fio reading a file directly (io_uring, O_DIRECT): the device's limit.
+"""
+
+import atexit
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+_LIVE = set()
+
+LABELS = {
+    "larch-arc": "larch, ARC only",
+    "larch-l2": "larch, ARC + L2",
+    "larch-log": "larch, ARC + log device",
+    "nbdkit-cache": "nbdkit cache filter",
+    "nbdkit-tmpfs": "nbdkit file on tmpfs",
+    "fio-device": "fio on the cache device file",
+}
+
+NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-tmpfs")
+
+
+class SetupError(Exception):
+    """A system could not be set up, started or stopped."""
+
+
+def label(name):
+    return LABELS.get(name, name)
+
+
+def _run(argv, commands, **kwargs):
+    """Run a setup command, remember it for the report, raise with its output on failure."""
+    commands.append(list(argv))
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    if done.returncode != 0:
+        raise SetupError("%s failed (%d): %s" % (" ".join(argv), done.returncode, done.stdout.strip()[-500:]))
+
+
+def _tail(path, limit=800):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read()[-limit:]
+    except OSError:
+        return ""
+
+
+class Server:
+    """A server process in its own session, with its output in a log file."""
+
+    def __init__(self, argv, log_path, env=None):
+        self.argv = list(argv)
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+            )
+        _LIVE.add(self)
+
+    def wait_listening(self, socket_path, timeout_s=60):
+        """Return once the server accepts connections on `socket_path`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SetupError("%s exited with %d: %s" % (self.argv[0], self.process.returncode, _tail(self.log_path)))
+            if os.path.exists(socket_path):
+                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    probe.connect(socket_path)
+                    return
+                except OSError:
+                    pass
+                finally:
+                    probe.close()
+            time.sleep(0.05)
+        raise SetupError("%s did not listen on %s within %d s" % (self.argv[0], socket_path, timeout_s))
+
+    def stop(self, timeout_s=30):
+        """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        _LIVE.discard(self)
+        return self.process.returncode
+
+
+def stop_all():
+    for server in list(_LIVE):
+        server.stop(timeout_s=10)
+
+
+atexit.register(stop_all)
+
+
+class System:
+    """A system under test for one workload, in its own directory.
+
+    `commands` collects every command run to set it up and start it, for the report.
+    """
+
+    name = ""
+
+    def __init__(self, ctx, directory):
+        self.ctx = ctx
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.commands = []
+        self.server = None
+
+    @property
+    def socket_path(self):
+        return os.path.join(self.dir, "nbd.sock")
+
+    def setup(self):
+        """Create what the system needs before its first start."""
+
+    def start(self):
+        raise NotImplementedError
+
+    def target(self):
+        """fio options that reach the system."""
+        raise NotImplementedError
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def stats(self):
+        """The system's own counters, or None when it has none."""
+        return None
+
+    def problems(self):
+        """What went wrong inside the system while it ran (faulted devices), as sentences."""
+        return []
+
+    def cleanup(self):
+        """Remove what lives outside the run's directory."""
+
+
+class Larch(System):
+    """`larch serve` of a pool with one volume, optionally a cache device and a log device."""
+
+    def __init__(self, ctx, directory, name, l2=False, log=False, prefill_cache=False):
+        super().__init__(ctx, directory)
+        self.name = name
+        self.l2 = l2
+        self.log = log
+        self.prefill_cache = prefill_cache
+        self.state_dir = os.path.join(directory, "pool")
+        self.cache_path = os.path.join(directory, "cache.img") if l2 else None
+
+    def setup(self):
+        larch, scale = self.ctx.larch_bin, self.ctx.scale
+        _run([larch, "pool", "create", "bench", "--state-dir", self.state_dir, "--arc-max", str(scale.arc_bytes)], self.commands)
+        _run(
+            [
+                larch, "volume", "add", "vol", "--backing", self.ctx.backing, "--volblocksize", scale.volblocksize,
+                "--read-latency-ms", str(scale.read_latency_ms), "--write-latency-ms", str(scale.write_latency_ms),
+                "--state-dir", self.state_dir,
+            ],
+            self.commands,
+        )
+        if self.l2:
+            add = [larch, "cache", "add", self.cache_path, "--size", str(scale.l2_bytes), "--state-dir", self.state_dir]
+            if self.prefill_cache:
+                # The device limit is measured on this very file, so every byte of it must be
+                # allocated on the disk: a sparse file would read its holes without any I/O.
+                fill_random(self.cache_path, scale.l2_bytes, seed=7)
+                self.commands.append(["# %s filled with %d random bytes" % (self.cache_path, scale.l2_bytes)])
+                add.append("--force")
+            _run(add, self.commands)
+        if self.log:
+            log_path = os.path.join(self.dir, "log.img")
+            _run([larch, "log", "add", log_path, "--size", str(scale.log_bytes), "--state-dir", self.state_dir], self.commands)
+
+    def start(self):
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        argv = [self.ctx.larch_bin, "serve", "--state-dir", self.state_dir, "--socket", self.socket_path, "--http", "off"]
+        self.commands.append(argv)
+        self.server = Server(argv, os.path.join(self.dir, "serve.log"))
+        self.server.wait_listening(self.socket_path)
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///vol?socket=%s" % self.socket_path}
+
+    def problems(self):
+        """Faults the daemon reports for its cache and log devices (status.json).
+
+        A faulted cache device leaves larch running with the ARC only, which the figures
+        alone would not show.
+        """
+        try:
+            with open(os.path.join(self.state_dir, "status.json"), encoding="utf-8") as file:
+                status = json.load(file)
+        except (OSError, ValueError):
+            return []
+        devices = [("cache device", d) for d in status.get("cache_devices") or []]
+        if status.get("log_device"):
+            devices.append(("log device", status["log_device"]))
+        return ["%s %s faulted: %s" % (kind, os.path.basename(d.get("path", "?")), d["fault"])
+                for kind, d in devices if d.get("fault")]
+
+    def stats(self):
+        """Counters from status.json, which the daemon rewrites every second.
+
+        Until the running daemon has written it (its first second), status.json is missing
+        or left from the previous start; the daemon's counters then are still zero.
+        """
+        keys = ("hits", "misses", "l2_hits", "l2_misses", "size", "l2_size", "l2_rebuild_success")
+        if self.server is None:
+            return None
+        try:
+            with open(os.path.join(self.state_dir, "status.json"), encoding="utf-8") as file:
+                status = json.load(file)
+            if status.get("pid") != self.server.process.pid:
+                raise ValueError("status.json of another daemon")
+            arcstats = status["arcstats"]
+        except (OSError, ValueError, KeyError):
+            return {key: 0 for key in keys}
+        return {key: arcstats.get(key, 0) for key in keys}
+
+
+class NbdkitCache(System):
+    """nbdkit file + cache filter (cache-on-read) over the delay filter: the nearest peer."""
+
+    name = "nbdkit-cache"
+
+    def start(self):
+        scale = self.ctx.scale
+        cache_dir = os.path.join(self.dir, "tmp")
+        os.makedirs(cache_dir, exist_ok=True)
+        # The first --filter is the outermost: cache hits never reach the delay filter.
+        argv = [
+            "nbdkit", "-f", "-U", self.socket_path, "--filter=cache", "--filter=delay", "file", self.ctx.backing,
+            "rdelay=%dms" % scale.read_latency_ms, "wdelay=%dms" % scale.write_latency_ms,
+            "cache-on-read=true", "cache-max-size=%d" % scale.cache_bytes,
+        ]
+        # The cache filter keeps its cache in an unlinked file in $TMPDIR: put it on the
+        # disk that holds larch's cache device.
+        self.commands.append(["env", "TMPDIR=%s" % cache_dir, *argv])
+        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"), env=dict(os.environ, TMPDIR=cache_dir))
+        self.server.wait_listening(self.socket_path)
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
+
+
+class NbdkitTmpfs(System):
+    """nbdkit file on a tmpfs copy of the data: no cache and no delay, the protocol limit."""
+
+    name = "nbdkit-tmpfs"
+
+    def __init__(self, ctx, directory):
+        super().__init__(ctx, directory)
+        self.shm_dir = None
+        self.path = None
+
+    def setup(self):
+        self.shm_dir = tempfile.mkdtemp(prefix="larch-bench.", dir=self.ctx.tmpfs_dir)
+        path = os.path.join(self.shm_dir, "data.img")
+        if self.ctx.fresh_backing:
+            with open(path, "wb") as file:
+                file.truncate(self.ctx.backing_bytes)
+        else:
+            copy_prefix(self.ctx.backing, path, self.ctx.backing_bytes)
+        self.commands.append(["# %s: the first %d bytes of the backing file" % (path, self.ctx.backing_bytes)])
+        self.path = path
+
+    def start(self):
+        argv = ["nbdkit", "-f", "-U", self.socket_path, "file", self.path]
+        self.commands.append(argv)
+        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"))
+        self.server.wait_listening(self.socket_path)
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
+
+    def cleanup(self):
+        if self.shm_dir:
+            shutil.rmtree(self.shm_dir, ignore_errors=True)
+            self.shm_dir = None
+
+
+class Device(System):
+    """fio directly on a file (io_uring, O_DIRECT): nothing to start."""
+
+    name = "fio-device"
+
+    def __init__(self, ctx, directory, path):
+        super().__init__(ctx, directory)
+        self.path = path
+
+    def start(self):
+        if not self.path or not os.path.exists(self.path):
+            raise SetupError("no cache device file to read (did larch-l2 run in this workload?)")
+
+    def target(self):
+        return {"ioengine": "io_uring", "direct": 1, "filename": self.path}
+
+
+class Context:
+    """What a system needs from the run: binaries, sizes, the backing file of its workload."""
+
+    def __init__(self, larch_bin, scale, backing, backing_bytes, fresh_backing, tmpfs_dir="/dev/shm"):
+        self.larch_bin = larch_bin
+        self.scale = scale
+        self.backing = backing
+        self.backing_bytes = backing_bytes
+        self.fresh_backing = fresh_backing
+        self.tmpfs_dir = tmpfs_dir if os.path.isdir(tmpfs_dir) else tempfile.gettempdir()
+
+
+def make(name, ctx, directory, device_path=None, prefill_cache=False):
+    """The system called `name`; raises ValueError for an unknown name."""
+    if name == "larch-arc":
+        return Larch(ctx, directory, name)
+    if name == "larch-l2":
+        return Larch(ctx, directory, name, l2=True, prefill_cache=prefill_cache)
+    if name == "larch-log":
+        return Larch(ctx, directory, name, log=True)
+    if name == "nbdkit-cache":
+        return NbdkitCache(ctx, directory)
+    if name == "nbdkit-tmpfs":
+        return NbdkitTmpfs(ctx, directory)
+    if name == "fio-device":
+        return Device(ctx, directory, device_path)
+    raise ValueError("unknown system %r; known: %s" % (name, ", ".join(LABELS)))
+
+
+def fill_random(path, size, seed):
+    """Write `size` pseudo-random bytes (fast, reproducible; not for cryptography)."""
+    generator = random.Random(seed)
+    chunk = 4 * 1024 * 1024
+    with open(path, "wb") as file:
+        left = size
+        while left > 0:
+            n = min(chunk, left)
+            file.write(generator.randbytes(n))
+            left -= n
+
+
+def copy_prefix(source, destination, size):
+    with open(source, "rb") as src, open(destination, "wb") as dst:
+        left = size
+        while left > 0:
+            block = src.read(min(4 * 1024 * 1024, left))
+            if not block:
+                break
+            dst.write(block)
+            left -= len(block)
