@@ -839,3 +839,78 @@ fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
     );
     daemon.stop();
 }
+
+/// fio writes a pattern with crc32c verify headers, then verifies it in later runs: read
+/// back through the ARC and the backing store, then again once the L2ARC is warm. In
+/// between, random reads over a working set larger than the ARC move from the backing
+/// store to the cache device.
+#[test]
+fn fio_verifies_while_l2_hits_rise_and_backing_reads_fall() {
+    require("fio");
+    let dir = scratch();
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let fio_verify = |extra: &[&str]| {
+        let out = Command::new("fio")
+            .args([
+                "--name=verify",
+                "--ioengine=nbd",
+                &format!("--uri={}", daemon.uri()),
+                "--rw=write",
+                "--bs=16k",
+                "--size=8M",
+                "--iodepth=4",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--verify_state_save=0",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        // verify_fatal: a mismatch makes fio exit non-zero.
+        succeeded(&out, "fio verify");
+    };
+    fio_verify(&["--do_verify=0"]);
+    fio_verify(&["--verify_only"]);
+    // The daemon writes status.json every second: wait for one written after this point.
+    let fresh = |d: &Daemon| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        d.wait_for(|s| s["time"].as_u64().unwrap_or(0) > now, "a fresh status");
+    };
+    fresh(&daemon);
+    let reads = |d: &Daemon| d.stat("hits") + d.stat("misses");
+    let (b0, r0) = (daemon.stat("backing_reads"), reads(&daemon));
+    fio_randread(&daemon, "8M", 3);
+    fresh(&daemon);
+    let (b1, r1) = (daemon.stat("backing_reads"), reads(&daemon));
+    warm_l2(&daemon, "8M", 300);
+    fresh(&daemon);
+    let (b2, r2) = (daemon.stat("backing_reads"), reads(&daemon));
+    let h2 = daemon.stat("l2_hits");
+    fio_randread(&daemon, "8M", 3);
+    fresh(&daemon);
+    let (b3, r3) = (daemon.stat("backing_reads"), reads(&daemon));
+    let h3 = daemon.stat("l2_hits");
+    let cold = (b1 - b0) as f64 / (r1 - r0).max(1) as f64;
+    let warm = (b3 - b2) as f64 / (r3 - r2).max(1) as f64;
+    assert!(h3 > h2, "L2 hits rose in the warm window");
+    assert!(
+        warm < cold * 0.8,
+        "backing-store reads per block read: cold {cold:.3}, warm {warm:.3}"
+    );
+    let l2_before = daemon.stat("l2_hits");
+    fio_verify(&["--verify_only"]);
+    fresh(&daemon);
+    assert!(
+        daemon.stat("l2_hits") > l2_before,
+        "the last verify read from the cache device"
+    );
+    let status = daemon.wait_for(|_| true, "status");
+    assert_eq!(status["arcstats"]["l2_cksum_bad"], 0);
+    assert_eq!(status["arcstats"]["l2_io_error"], 0);
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
