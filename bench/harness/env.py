@@ -77,6 +77,8 @@ def commit(repo):
         "short": full[:7] if full else None,
         "subject": _output(["git", "log", "-1", "--format=%s"], cwd=repo),
         "dirty": bool(status),
+        # Porcelain lines are "XY PATH"; X may be a space, and _output strips the first one.
+        "dirty_files": [line.split(None, 1)[1] for line in (status or "").splitlines() if line.strip()],
     }
 
 

@@ -216,6 +216,17 @@ def workload_commands(workload, paths):
 # --- the section ---
 
 
+def _local_changes(commit):
+    """" with local changes to A, B" when tracked files differed from the commit."""
+    if not commit.get("dirty"):
+        return ""
+    files = commit.get("dirty_files") or []
+    if not files:
+        return " with local changes"
+    shown = ", ".join("`%s`" % f for f in files[:3])
+    return " with local changes to %s%s" % (shown, " and %d more files" % (len(files) - 3) if len(files) > 3 else "")
+
+
 def _when(timestamp):
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -279,7 +290,7 @@ def render_section(results, link_prefix):
             _when(results["started"]),
             fmt_duration(results["duration_s"]),
             commit.get("short"),
-            " with local changes" if commit.get("dirty") else "",
+            _local_changes(commit),
             commit.get("subject") or "",
             machine.get("nproc") or 0,
             machine.get("cpu_model"),

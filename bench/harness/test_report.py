@@ -199,6 +199,14 @@ class Section(unittest.TestCase):
         self.assertIn("| larch, ARC only | 300 | 2.3 | 0.100 | 1.00 |", section)
 
 
+class Provenance(unittest.TestCase):
+    def test_local_changes_are_named(self):
+        self.assertEqual(report._local_changes({"dirty": False}), "")
+        self.assertEqual(report._local_changes({"dirty": True, "dirty_files": ["a.rs"]}), " with local changes to `a.rs`")
+        many = {"dirty": True, "dirty_files": ["a", "b", "c", "d", "e"]}
+        self.assertEqual(report._local_changes(many), " with local changes to `a`, `b`, `c` and 2 more files")
+
+
 class LoadNote(unittest.TestCase):
     def test_quiet(self):
         note = report.load_note(results([workload([])], load=(0.2, 0.6)))
