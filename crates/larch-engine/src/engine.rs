@@ -1269,6 +1269,14 @@ impl Engine {
             self.txg.start_at(next);
             (device, replayed)
         };
+        // Writes acknowledged before the log takes over have no records in it: sync them
+        // first, so that a FLUSH answered from the log covers them too.
+        let open = self.txg_state().1;
+        if let Err(why) = self.wait_synced_quiet(open) {
+            return Err(io::Error::other(format!(
+                "syncing before the log device takes over: {why}"
+            )));
+        }
         *self.log.write().expect("log lock") = Some(Arc::new(LogHandle {
             path: path.to_path_buf(),
             guid: device_guid,
