@@ -1676,7 +1676,9 @@ impl Engine {
         let max_batch = {
             let writer = device.writer.lock().expect("writer lock");
             match writer.as_ref() {
-                Some(l2) => l2.max_batch_bytes().min(budget_bytes),
+                // The batch also carries log blocks, sector padding and perhaps a skipped
+                // ring tail: keep the data to 3/4 of what one batch may span.
+                Some(l2) => (l2.max_batch_bytes() / 4 * 3).min(budget_bytes),
                 None => return 0,
             }
         };
@@ -1803,6 +1805,13 @@ impl Engine {
             .and_then(|outcome| l2.commit_log().map(|_| outcome))
         {
             Ok(outcome) => outcome,
+            Err(err) if !l2.is_poisoned() => {
+                // Refused before anything was written (the plan did not fit): the device
+                // is fine; this feed is skipped.
+                self.stats.l2_writes_error.fetch_add(1, Ordering::Relaxed);
+                eprintln!("larch: feed of {} skipped: {err}", device.path.display());
+                return 0;
+            }
             Err(err) => {
                 self.stats.l2_writes_error.fetch_add(1, Ordering::Relaxed);
                 *writer = None;

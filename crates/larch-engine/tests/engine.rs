@@ -333,3 +333,28 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
     engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A feed asked for far more than one batch may span (write_max and write_boost above a
+/// quarter of a small ring) writes a smaller batch; the device stays online.
+#[test]
+fn a_feed_larger_than_the_ring_allows_is_cut_to_fit() {
+    let dir = scratch("small-ring");
+    let backing = dir.join("vol.img");
+    let device = dir.join("cache.img");
+    backing_file(&backing, 1024); // 16 MiB
+    std::fs::write(&device, vec![0u8; 16 << 20]).expect("device file");
+    let s = Setup::new(&backing, 16 << 20);
+    let cache = s
+        .engine
+        .add_cache_device(&device, POOL, DEVICE, true)
+        .expect("cache device");
+    for b in 0..1024 {
+        s.read(b);
+    }
+    let written = s.engine.feed_once(&cache, 64 << 20);
+    assert!(written > 0, "something was fed");
+    assert_eq!(cache.state(), DeviceState::Online, "{:?}", cache.fault);
+    assert_eq!(s.stat("l2_writes_error"), 0);
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
