@@ -86,8 +86,6 @@ struct TxgInner {
     durable_seq: u64,
     /// A leader is committing records to the log.
     log_busy: bool,
-    /// Why the last sync failed, if it did (sync writes and FLUSHes then fail).
-    failure: Option<String>,
 }
 
 /// The TXG machinery of an engine.
@@ -145,7 +143,6 @@ impl Txg {
                 next_seq: 1,
                 durable_seq: 0,
                 log_busy: false,
-                failure: None,
             }),
             changed: Condvar::new(),
         }
@@ -251,9 +248,12 @@ impl Engine {
         if let Some(seq) = seq
             && self.log_is_usable()
         {
-            return self.log_commit_upto(seq);
+            self.log_commit_upto(seq)?;
+        } else {
+            self.wait_synced(txg)?;
         }
-        self.wait_synced(txg)
+        // A TXG of this volume that failed to reach its backing store.
+        self.volume_failure(vol).map_or(Ok(()), Err)
     }
 
     /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
@@ -266,10 +266,12 @@ impl Engine {
         }
         if self.log_is_usable() {
             let upto = self.txg.lock().next_seq - 1;
-            return self.log_commit_upto(upto);
+            self.log_commit_upto(upto)?;
+        } else {
+            let txg = self.txg.lock().open_txg;
+            self.wait_synced(txg)?;
         }
-        let txg = self.txg.lock().open_txg;
-        self.wait_synced(txg)
+        self.volume_failure(vol).map_or(Ok(()), Err)
     }
 
     /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
@@ -280,10 +282,7 @@ impl Engine {
         let mut inner = self.txg.lock();
         loop {
             if inner.durable_seq >= seq {
-                return match &inner.failure {
-                    Some(why) => Err(why.clone()),
-                    None => Ok(()),
-                };
+                return Ok(());
             }
             if !inner.log_busy {
                 break;
@@ -458,10 +457,7 @@ impl Engine {
                 .expect("txg lock")
                 .0;
         }
-        match &inner.failure {
-            Some(why) => Err(why.clone()),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// The syncer thread's loop: waits for a reason to sync, then syncs the open TXG.
@@ -503,7 +499,8 @@ impl Engine {
             let synced = inner.synced_txg;
             inner.pending.retain(|r| r.txg > synced);
             if let Err(why) = result {
-                inner.failure = Some(why);
+                // The failed volumes are marked (`fail_volume`); their waiters see it.
+                eprintln!("larch: TXG {txg}: {why}");
             }
             self.txg.changed.notify_all();
             let empty = inner.open.is_empty();
@@ -561,8 +558,11 @@ impl Engine {
             }
         }
         // 3. The log may forget this TXG, unless a rebuild still has to tombstone copies
-        //    of blocks that replay rewrote (see `Engine::replay_log`).
-        if failure.is_none() && self.pending_rebuilds.load(Ordering::Acquire) == 0 {
+        //    of blocks that replay rewrote (see `Engine::replay_log`). A volume whose
+        //    store failed does not hold the TXG back: replaying its records later would
+        //    also replay the other volumes' records over their newer bytes. (That volume
+        //    is failed: its writes and FLUSHes get EIO from now on.)
+        if self.pending_rebuilds.load(Ordering::Acquire) == 0 {
             let log = self.log.read().expect("log lock").clone();
             if let Some(log) = log
                 && let Err(err) = log.device.txg_committed(txg)
