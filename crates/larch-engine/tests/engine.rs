@@ -51,8 +51,12 @@ struct Setup {
 
 impl Setup {
     fn new(backing: &Path, arc_max: u64) -> Setup {
+        Setup::with_latency(backing, arc_max, LatencyModel::default())
+    }
+
+    fn with_latency(backing: &Path, arc_max: u64, latency: LatencyModel) -> Setup {
         let engine = Engine::new(arc_max);
-        let store = BackingStore::open(backing, false, LatencyModel::default()).expect("open");
+        let store = BackingStore::open(backing, false, latency).expect("open");
         let slot = engine
             .register_volume(VOLUME, BLOCK, store.size_bytes())
             .expect("slot");
@@ -249,26 +253,13 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
     let dir = scratch("throttle");
     let backing = dir.join("vol.img");
     std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
-    let engine = Engine::new(16 << 20);
     let slow = LatencyModel {
         write_min_us: 1000,
         write_max_us: 1000,
         ..LatencyModel::default()
     };
-    let store = Arc::new(BackingStore::open(&backing, false, slow).expect("open"));
-    let slot = engine
-        .register_volume(VOLUME, BLOCK, store.size_bytes())
-        .expect("slot");
-    engine.attach_backing(VOLUME, Arc::clone(&store));
-    let vol = VolumeInfo {
-        guid: VOLUME,
-        slot,
-        size_bytes: store.size_bytes(),
-        block_bytes: BLOCK,
-        primarycache: CacheMode::All,
-        secondarycache: CacheMode::All,
-        sync: SyncMode::Standard,
-    };
+    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    let (engine, vol) = (Arc::clone(&s.engine), s.vol);
     let limit = 2u64 << 20;
     engine
         .tunables

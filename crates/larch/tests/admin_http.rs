@@ -5,26 +5,14 @@
 //! bad requests leave the daemon serving.
 
 mod common;
-use common::pattern;
+use common::{pattern, scratch};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
-fn scratch() -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "larch-admin-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use std::time::{Duration, Instant};
 
 /// Runs `larch ARGS --state-dir STATE`.
 fn larch(state: &Path, args: &[&str]) -> Output {
@@ -235,7 +223,7 @@ fn get_one(state: &Path, name: &str) -> (u64, String) {
 
 #[test]
 fn set_through_the_daemon_applies_at_once_persists_and_refuses_with_its_reason() {
-    let dir = scratch();
+    let dir = scratch("admin");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     assert_eq!(
@@ -335,7 +323,7 @@ fn set_through_the_daemon_applies_at_once_persists_and_refuses_with_its_reason()
 
 #[test]
 fn cache_devices_are_checked_added_and_removed_by_the_daemon_at_once() {
-    let dir = scratch();
+    let dir = scratch("admin");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     let pid = daemon.pid().to_string();
@@ -437,7 +425,7 @@ fn fio_randread(daemon: &Daemon, seconds: u32) -> Output {
 fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("admin");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     let image = dir.join("image");
@@ -578,7 +566,7 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
 #[test]
 fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
     require("nbdinfo");
-    let dir = scratch();
+    let dir = scratch("admin");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     // Changes need the token.

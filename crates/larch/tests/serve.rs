@@ -4,12 +4,11 @@
 //! foreign device is refused.
 
 mod common;
-use common::pattern;
+use common::{pattern, scratch};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 fn larch() -> Command {
@@ -26,18 +25,6 @@ fn require(tool: &str) {
         found,
         "{tool} is missing: run scripts/test, which installs the NBD clients"
     );
-}
-
-fn scratch() -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "larch-serve-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 struct Daemon {
@@ -260,7 +247,7 @@ fn warm_l2(daemon: &Daemon, span: &str, blocks: u64) {
 fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let image = pattern(16 << 20, 1);
     let daemon = Daemon::start(&state);
@@ -368,7 +355,7 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
 fn overwritten_blocks_are_never_read_stale_after_kill_9() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let mut daemon = Daemon::start(&state);
     let mut restored = 0;
@@ -419,7 +406,7 @@ fn overwritten_blocks_are_never_read_stale_after_kill_9() {
 fn a_corrupted_cache_device_costs_speed_never_correctness() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let image = pattern(16 << 20, 7);
     let daemon = Daemon::start(&state);
@@ -462,7 +449,7 @@ fn a_corrupted_cache_device_costs_speed_never_correctness() {
 #[test]
 fn a_foreign_cache_device_is_refused_and_the_pool_still_serves() {
     require("nbdcopy");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     daemon.stop();
@@ -482,7 +469,7 @@ fn a_foreign_cache_device_is_refused_and_the_pool_still_serves() {
 
 #[test]
 fn set_changes_tunables_of_a_running_daemon_and_refuses_bad_values() {
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     let out = larch()
@@ -536,7 +523,7 @@ fn run_ok(args: &[&str], state: &Path) {
 fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("tank");
     let vol = dir.join("vol.img");
     let cache = dir.join("cache.img");
@@ -620,7 +607,7 @@ fn pools_built_with_commands_and_cache_devices_added_and_removed_under_load() {
 #[test]
 fn secondarycache_none_and_mfuonly_change_what_is_fed() {
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("tank");
     run_ok(&["pool", "create", "tank", "--arc-max", "1M"], &state);
     for (name, mode) in [("fed", "all"), ("unfed", "none")] {
@@ -738,7 +725,7 @@ fn secondarycache_none_and_mfuonly_change_what_is_fed() {
 fn cache_device_io_errors_under_load_are_counted_and_never_reach_clients() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let image = pattern(16 << 20, 31);
     let daemon = Daemon::start(&state);
@@ -769,7 +756,7 @@ fn cache_device_io_errors_under_load_are_counted_and_never_reach_clients() {
 fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
     require("nbdcopy");
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("tank");
     run_ok(&["pool", "create", "tank", "--arc-max", "8M"], &state);
     let backing = dir.join("seq.img");
@@ -847,7 +834,7 @@ fn sequential_reads_are_prefetched_and_the_prefetcher_can_be_turned_off() {
 #[test]
 fn fio_verifies_while_l2_hits_rise_and_backing_reads_fall() {
     require("fio");
-    let dir = scratch();
+    let dir = scratch("serve");
     let state = dir.join("pool");
     let daemon = Daemon::start(&state);
     let fio_verify = |extra: &[&str]| {

@@ -7,6 +7,9 @@
 //!
 //! `LARCH_CRASH_ITERATIONS` sets the rounds (default 20; `scripts/test` runs 100).
 
+mod common;
+use common::scratch;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,13 +31,6 @@ fn run_ok(args: &[&str]) {
         "larch {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("larch-crash-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 struct Daemon {
@@ -172,7 +168,7 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         .unwrap_or(20);
     let mut rng = 0x5eed_c0de_u64;
     let mut durable_blocks = 0u64;
-    let top = scratch("rounds");
+    let top = scratch("crash");
     for round in 0..rounds {
         // Odd rounds have a log device. Each round gets a fresh pool, so earlier
         // rounds' data (on the volume, the cache device or the log) cannot mix in.

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration-test binaries of `larch`.
 
 /// Deterministic pseudo-random bytes (xorshift; a different image per seed), so failures
-/// reproduce.
+/// reproduce (not every test binary uses it).
+#[allow(dead_code)]
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
@@ -12,4 +13,20 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A new, empty scratch directory for one test: `larch-<what>-<pid>-<n>` in the temporary
+/// directory (not every test binary uses it).
+#[allow(dead_code)]
+pub fn scratch(what: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "larch-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
 }
