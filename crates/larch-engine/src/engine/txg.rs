@@ -152,6 +152,18 @@ impl Txg {
         self.inner.lock().expect("txg lock")
     }
 
+    /// Waits for a change (a sync, a request) or `timeout`, whichever comes first.
+    fn wait<'a>(
+        &self,
+        inner: MutexGuard<'a, TxgInner>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, TxgInner> {
+        self.changed
+            .wait_timeout(inner, timeout)
+            .expect("txg lock")
+            .0
+    }
+
     /// Continues TXG numbering at `next` (after a log replay), if that is higher.
     pub(super) fn start_at(&self, next: u64) {
         let mut inner = self.lock();
@@ -194,12 +206,7 @@ impl Engine {
             {
                 inner.sync_requested = true;
                 self.txg.changed.notify_all();
-                inner = self
-                    .txg
-                    .changed
-                    .wait_timeout(inner, Duration::from_millis(100))
-                    .expect("txg lock")
-                    .0;
+                inner = self.txg.wait(inner, Duration::from_millis(100));
             }
         }
         let dirty = inner.dirty_bytes;
@@ -287,12 +294,7 @@ impl Engine {
             if !inner.log_busy {
                 break;
             }
-            inner = self
-                .txg
-                .changed
-                .wait_timeout(inner, Duration::from_millis(100))
-                .expect("txg lock")
-                .0;
+            inner = self.txg.wait(inner, Duration::from_millis(100));
         }
         inner.log_busy = true;
         let synced = inner.synced_txg;
@@ -450,12 +452,7 @@ impl Engine {
             }
             inner.sync_requested = true;
             self.txg.changed.notify_all();
-            inner = self
-                .txg
-                .changed
-                .wait_timeout(inner, Duration::from_millis(100))
-                .expect("txg lock")
-                .0;
+            inner = self.txg.wait(inner, Duration::from_millis(100));
         }
         Ok(())
     }
@@ -476,12 +473,7 @@ impl Engine {
                 if due {
                     inner.open_since = Instant::now();
                 }
-                inner = self
-                    .txg
-                    .changed
-                    .wait_timeout(inner, Duration::from_millis(50))
-                    .expect("txg lock")
-                    .0;
+                inner = self.txg.wait(inner, Duration::from_millis(50));
             }
             let stopping = self.shutdown.load(Ordering::Acquire);
             // Close the open TXG.
