@@ -3,8 +3,9 @@
 #  1. ARC hits: a 256 MiB volume that fits in the ARC, fio 4K random reads at QD1 and QD32,
 #     vs `nbdkit memory` holding the same bytes, same fio job, same Unix-socket transport.
 #  2. L2 hits: a 512 MiB volume, a 16 MiB ARC and a 1 GiB cache device file, warmed until
-#     the L2 holds the volume; fio 8K random reads at QD32 through larch vs fio reading the
-#     cache device file directly (O_DIRECT, libaio, same block size and queue depth).
+#     the L2 holds the volume; fio 8K random reads at QD1 and QD32 through larch (cache
+#     device reads through io_uring, then through the thread pool: l2arc_io_uring=0) vs fio
+#     reading the cache device file directly (O_DIRECT, libaio, same block size and depth).
 #
 #   bench/engine-paths.sh [SECONDS]          (default 10 s per fio run)
 #
@@ -65,7 +66,7 @@ pkill -TERM -f "serve --state-dir $work/arc" || true
 sleep 1
 
 echo
-echo "## L2 hit path (512 MiB volume, 16 MiB ARC, 1 GiB cache file; 8K random reads, QD32)"
+echo "## L2 hit path (512 MiB volume, 16 MiB ARC, 1 GiB cache file; 8K random reads)"
 dd if=/dev/urandom of="$work/big.img" bs=1M count=512 status=none
 "$larch" pool create l2 --state-dir "$work/l2" --arc-max 16M >/dev/null
 "$larch" volume add v --backing "$work/big.img" --volblocksize 8K --state-dir "$work/l2" >/dev/null
@@ -81,12 +82,18 @@ for i in $(seq 1 60); do
     [ "$have" -ge "$want" ] && break
 done
 echo "warmed: $have of $((512 * 1024 / 8)) blocks on L2"
-echo "| reader | IOPS | p50 µs | p99 µs | vs raw device |"
-echo "|---|---:|---:|---:|---:|"
-read -r r50 rp50 rp99 < <(fio_iops --ioengine=libaio 8k 32 --filename="$work/cache.img" --direct=1 --size=1G)
-read -r l50 lp50 lp99 < <(fio_iops --ioengine=nbd 8k 32 --uri="$uri" --size=512M)
-echo "| fio on the cache file (O_DIRECT, libaio) | $r50 | $rp50 | $rp99 | 1.00 |"
-echo "| larch serve (L2 hits) | $l50 | $lp50 | $lp99 | $(python3 -c "print(f'{$l50/$r50:.2f}')") |"
+echo "| reader | QD | IOPS | p50 µs | p99 µs | vs raw device |"
+echo "|---|---:|---:|---:|---:|---:|"
+for qd in 1 32; do
+    read -r r50 rp50 rp99 < <(fio_iops --ioengine=libaio 8k "$qd" --filename="$work/cache.img" --direct=1 --size=1G)
+    echo "| fio on the cache file (O_DIRECT, libaio) | $qd | $r50 | $rp50 | $rp99 | 1.00 |"
+    for path in io_uring threads; do
+        "$larch" set l2arc_io_uring=$([ $path = io_uring ] && echo 1 || echo 0) --state-dir "$work/l2" >/dev/null
+        sleep 2 # the daemon applies tunables.json within a second
+        read -r l50 lp50 lp99 < <(fio_iops --ioengine=nbd 8k "$qd" --uri="$uri" --size=512M)
+        echo "| larch serve (L2 hits, reads through $path) | $qd | $l50 | $lp50 | $lp99 | $(python3 -c "print(f'{$l50/$r50:.2f}')") |"
+    done
+done
 python3 - "$work/l2/status.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))["arcstats"]

@@ -116,8 +116,10 @@ def main(argv=None):
         "load_start": env.load_snapshot(),
         "commit": commit,
         "tools": env.tool_versions(larch_bin),
+        "larch_bin_start": env.file_identity(larch_bin),
         "scale": scale.as_dict(),
         "systems_unavailable": unavailable,
+        "nbdkit_allowance_bytes": systems.NBDKIT_ALLOWANCE_BYTES,
         "workloads": [],
         "interrupted": False,
     }
@@ -148,6 +150,7 @@ def main(argv=None):
         systems.stop_all()
         shutil.rmtree(work_dir, ignore_errors=True)
     results["load_end"] = env.load_snapshot()
+    results["larch_bin_end"] = env.file_identity(larch_bin)
     results["duration_s"] = round(time.time() - started, 1)
     update_md = not args.no_benchmarks_md and not results["interrupted"]
     write_outputs(results, out_dir, args.benchmarks_md, update_md)

@@ -4,6 +4,7 @@ The machine is shared (other engineers build and test on the same two cores), so
 average is recorded at the start and end of the run and before every workload.
 """
 
+import hashlib
 import os
 import platform
 import shutil
@@ -82,6 +83,27 @@ def commit(repo):
     }
 
 
+def file_identity(path):
+    """Size, modification time and SHA-256 of a file: which build of larch a run used (the
+    binary may be rebuilt while a run goes on). None when it cannot be read."""
+    try:
+        stat = os.stat(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": digest.hexdigest()}
+
+
+def mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
 def tool_versions(larch_bin):
     return {
         "fio": _output(["fio", "--version"]),
@@ -102,12 +124,13 @@ def nbdkit_missing():
 
 
 def install_missing_tools(log):
-    """Install fio and nbdkit with apt-get when they are missing and we may (root).
+    """Install fio, nbdkit and nbdcopy with apt-get when they are missing and we may (root).
 
     The package names are those of scripts/test's install_tools. Returns what is still
     missing afterwards, so that the caller can record it instead of failing silently.
     """
-    missing = [p for p, tool in (("fio", "fio"), ("nbdkit", "nbdkit")) if shutil.which(tool) is None]
+    tools = (("fio", "fio"), ("nbdkit", "nbdkit"), ("libnbd-bin", "nbdcopy"))
+    missing = [p for p, tool in tools if shutil.which(tool) is None]
     if missing and os.geteuid() == 0 and shutil.which("apt-get"):
         log("installing with apt-get: %s" % " ".join(missing))
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -118,4 +141,4 @@ def install_missing_tools(log):
             check=False,
             stdout=subprocess.DEVNULL,
         )
-    return [p for p in ("fio", "nbdkit") if shutil.which(p) is None]
+    return [tool for _package, tool in tools if shutil.which(tool) is None]

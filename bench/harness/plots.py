@@ -14,6 +14,8 @@ COLORS = {
     "larch-l2": "#1f77b4",
     "larch-log": "#17becf",
     "nbdkit-cache": "#d62728",
+    "nbdkit-cache-capped": "#ff7f0e",
+    "nbdkit-memory": "#8c564b",
     "nbdkit-tmpfs": "#7f7f7f",
     "fio-device": "#000000",
 }

@@ -17,7 +17,9 @@ END = "<!-- bench/run end -->"
 
 MiB = 1024 * 1024
 ROLE_HEADINGS = {"base": "vs larch without it", "peer": "vs nbdkit cache", "limit": "vs limit"}
-LIMIT_NAMES = {"nbdkit-tmpfs": "tmpfs", "fio-device": "device"}
+# The summary has a column per peer: nbdkit-cache always, the others when a workload has them.
+PEER_HEADINGS = {"nbdkit-cache": "vs nbdkit cache", "nbdkit-cache-capped": "vs nbdkit cache, capped"}
+LIMIT_NAMES = {"nbdkit-memory": "memory", "nbdkit-tmpfs": "tmpfs", "fio-device": "device"}
 
 
 # --- numbers ---
@@ -151,31 +153,58 @@ def workload_table(workload):
     return markdown_table(headers, rows, align)
 
 
+def summary_columns(results):
+    """The summary's ratio columns as (role, system): the base, one per peer system
+    (nbdkit-cache always, the others when a workload has them), the limit. system is None
+    where the column takes the first ref of its role (a workload may have two limits; the
+    summary shows the first, its table both)."""
+    peers = ["nbdkit-cache"]
+    for workload in results["workloads"]:
+        peers += [system for role, system in workload["refs"] if role == "peer" and system not in peers]
+    return [("base", None)] + [("peer", p) for p in peers] + [("limit", None)]
+
+
+def column_heading(role, system):
+    if role == "peer":
+        return PEER_HEADINGS.get(system, "vs %s" % systems.label(system))
+    return ROLE_HEADINGS[role]
+
+
+def column_ratio(workload, ratios, role, system):
+    """(system, ratio) of the summary column (role, system) in one row; (None, None) when
+    the workload has no such ref."""
+    for (ref_role, ref_system), value in zip(workload["refs"], ratios):
+        if ref_role == role and (system is None or ref_system == system):
+            return ref_system, value
+    return None, None
+
+
 def summary_table(results):
-    """One row per headline record of every workload, with a ratio per role."""
-    headers = ["workload", "larch", "run", "IOPS", "p99 ms"] + [ROLE_HEADINGS[r] for r in ("base", "peer", "limit")]
+    """One row per headline record of every workload, with a ratio per column."""
+    columns = summary_columns(results)
+    headers = ["workload", "larch", "run", "IOPS", "p99 ms"] + [column_heading(*c) for c in columns]
     rows = []
     for workload in results["workloads"]:
         for system, match in workload["headline"]:
             record = find_ref([r for r in workload["records"] if r.get("report")], system, [match])
             if record is None:
                 continue
-            ratios = dict(zip([role for role, _ in workload["refs"]], ref_ratios(workload, record)))
-            limit = dict(workload["refs"]).get("limit")
-            limit_cell = fmt_ratio(ratios.get("limit"))
-            if limit and ratios.get("limit") is not None:
-                limit_cell += " (%s)" % LIMIT_NAMES.get(limit, limit)
-            rows.append([
+            ratios = ref_ratios(workload, record)
+            row = [
                 workload["name"],
                 systems.label(system),
                 record["label"] or "",
                 fmt_int(record["fio"]["iops"]),
                 fmt_ms(_latency(workload, record, 99)),
-                fmt_ratio(ratios.get("base")),
-                fmt_ratio(ratios.get("peer")),
-                limit_cell,
-            ])
-    return markdown_table(headers, rows, ["l", "l", "l", "r", "r", "r", "r", "r"])
+            ]
+            for role, column_system in columns:
+                ref_system, value = column_ratio(workload, ratios, role, column_system)
+                cell = fmt_ratio(value)
+                if role == "limit" and value is not None:
+                    cell += " (%s)" % LIMIT_NAMES.get(ref_system, ref_system)
+                row.append(cell)
+            rows.append(row)
+    return markdown_table(headers, rows, ["l", "l", "l", "r", "r"] + ["r"] * len(columns))
 
 
 # --- commands ---
@@ -190,7 +219,10 @@ def _display_path(text, paths):
 
 
 def shell_quote(arg):
-    """Quote for a POSIX shell, leaving $WORK and $SHM to expand (double quotes)."""
+    """Quote for a POSIX shell, leaving $WORK and $SHM to expand (double quotes); an
+    argument with any other `$` (a shell script's own `$$`, `$0`) in single quotes."""
+    if re.search(r"\$(?!WORK\b|SHM\b)", arg):
+        return "'%s'" % arg.replace("'", "'\\''")
     if re.fullmatch(r"[\w@%+=:,./$-]+", arg):
         return arg
     return '"%s"' % re.sub(r'(["\\`])', r"\\\1", arg)
@@ -204,9 +236,13 @@ def command_line(argv, paths):
 
 
 def workload_commands(workload, paths):
-    """Every command of a workload, grouped by system, in the order they ran."""
+    """Every command of a workload, grouped by system, in the order they ran (results.json
+    keeps `systems` with sorted keys: the records give the order)."""
+    order = [r["system"] for r in workload["records"]]
+    ranked = sorted(workload["systems"].items(),
+                    key=lambda item: order.index(item[0]) if item[0] in order else len(order))
     lines = []
-    for system, info in workload["systems"].items():
+    for system, info in ranked:
         lines.append("# %s" % systems.label(system))
         lines += [command_line(c, paths) for c in info["commands"]]
         lines += [command_line(r["command"], paths) for r in workload["records"] if r["system"] == system]
@@ -248,8 +284,36 @@ def load_note(results):
     return text + "."
 
 
+def binary_note(results):
+    """Which larch build ran, and a warning when it was rebuilt during the run ("" for
+    results without the binary's identity)."""
+    start, end = results.get("larch_bin_start"), results.get("larch_bin_end")
+    if not start:
+        return ""
+    text = "larch binary: modified %s, SHA-256 `%s`." % (_when_s(start["mtime"]), start["sha256"][:12])
+    later = [w["name"] for w in results["workloads"] if w.get("larch_bin_mtime") not in (None, start["mtime"])]
+    if later or (end and end["sha256"] != start["sha256"]):
+        text += " **It was rebuilt during the run**"
+        if end and end["sha256"] != start["sha256"]:
+            text += " (modified %s at the end, SHA-256 `%s`)" % (_when_s(end["mtime"]), end["sha256"][:12])
+        text += (": %s started with a newer build than the first workload; figures of different builds "
+                 "are not comparable." % (", ".join("`%s`" % n for n in later) if later else "no workload"))
+    return text
+
+
+def _when_s(timestamp):
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def setup_text(results):
     scale = results["scale"]
+    capped = ""
+    if results.get("nbdkit_allowance_bytes"):
+        capped = (
+            "; its capped variant runs in a memory cgroup (v1) whose limit, which counts the "
+            "page cache, is the ARC's size plus %s for nbdkit itself"
+            % fmt_bytes(results["nbdkit_allowance_bytes"])
+        )
     return (
         "Setup: the backing store is a file on the local disk whose every read waits %d ms "
         "and every write %d ms (larch's `--read-latency-ms`/`--write-latency-ms`; nbdkit's "
@@ -257,7 +321,10 @@ def setup_text(results):
         "cache device %s (a file on the same disk, O_DIRECT), log device %s, volblocksize %s, "
         "tunables at their defaults. nbdkit's cache filter: `cache-on-read=true`, "
         "`cache-max-size` %s (ARC + L2), its default 64K blocks, its cache file in the same "
-        "directory as larch's cache device (through the page cache). fio %s with the `nbd` "
+        "directory as larch's cache device (through the page cache: with this machine's free "
+        "memory, a DRAM cache)%s. `nbdkit memory` (`allocator=malloc`, one flat array: the "
+        "fastest of its allocators) gets the workload's bytes written into it before the "
+        "first read. fio %s with the `nbd` "
         "engine over Unix sockets. Ratios are of IOPS against a system measured in the same "
         "run; latencies are fio's completion latencies (of the flushes for sync writes). "
         "hits: ARC / L2 are larch's hit ratios during the run (the L2's of ARC misses, from "
@@ -270,6 +337,7 @@ def setup_text(results):
             fmt_bytes(scale["log_bytes"]),
             scale["volblocksize"],
             fmt_bytes(scale["cache_bytes"]),
+            capped,
             (results["tools"].get("fio") or "?").replace("fio-", ""),
         )
     )
@@ -304,22 +372,33 @@ def render_section(results, link_prefix):
     )
     out += ["", "`uptime` at the start: `%s`; at the end: `%s`." % (
         results["load_start"].get("uptime"), (results.get("load_end") or {}).get("uptime")), ""]
+    if binary_note(results):
+        out += [binary_note(results), ""]
     out += [setup_text(results), ""]
     if results.get("interrupted"):
         out += ["**The run was interrupted; only the workloads shown ran.**", ""]
     out += ["### Summary", "", summary_table(results)]
     out.append(
         "vs larch without it: against larch with the ARC only (L2ARC off, or no log device). "
-        "vs limit: against nbdkit serving a tmpfs file (the NBD protocol path) or fio reading "
-        "the cache device file (io_uring, O_DIRECT). Each workload below has the full table."
+        "vs nbdkit cache: against nbdkit's cache filter, its cache file in the page cache "
+        "without a bound"
+        + ("; capped: the same in a memory cgroup that gives it the ARC's DRAM (page cache "
+           "included) plus nbdkit's own memory, the rest of its cache on the disk"
+           if ("peer", "nbdkit-cache-capped") in summary_columns(results) else "")
+        + ". vs limit: against `nbdkit memory` holding the same bytes (the NBD protocol path "
+        "for ARC hits), nbdkit serving a tmpfs file (the protocol path), or fio reading the "
+        "cache device file (io_uring, O_DIRECT, same jobs x QD). Each workload below has the "
+        "full table."
     )
     out.append("")
     for i, workload in enumerate(results["workloads"], 1):
         out += ["### %d. %s (`%s`)" % (i, workload["title"], workload["name"]), "", workload["what"], ""]
         out.append(workload_table(workload))
+        for note in workload.get("notes") or []:
+            out.append("- %s: %s" % (systems.label(note["system"]), note["note"]))
         for error in workload["errors"]:
             out.append("- **%s**: %s" % (systems.label(error["system"]), error["error"]))
-        if workload["errors"]:
+        if workload["errors"] or workload.get("notes"):
             out.append("")
         for plot in workload.get("plots", []):
             out += ["![%s](%s/%s)" % (plot["title"], link_prefix, plot["file"]), ""]

@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 
-from harness import env, fio, systems
+from harness import env, fio, systems, workloads
 
 
 def hit_deltas(before, after):
@@ -46,6 +46,91 @@ def hit_deltas(before, after):
     }
 
 
+def shape_label(numjobs, iodepth):
+    """"4 jobs x QD8", "1 job x QD1": a run at one job shape."""
+    return "%d job%s x QD%d" % (numjobs, "" if numjobs == 1 else "s", iodepth)
+
+
+def sliced(job, region):
+    """`job` with each of its numjobs jobs on its own slice of `region` (offset_increment),
+    and the size of one slice: with fio's random map every block is read once per pass."""
+    jobs = job.get("numjobs", 1)
+    size = region // jobs
+    return (dict(job, offset_increment=size) if jobs > 1 else dict(job)), size
+
+
+def warm_rate_iops(scale, block_bytes, numjobs):
+    """The IOPS per job of l2-hit's warm-up passes: half the ARC's size per second in all.
+
+    larch's L2 feed runs once a second (l2arc_feed_secs) and writes what it finds in the
+    ARC; a block the ARC evicts before the feed sees it is never written to the L2, so
+    reads turning the ARC over faster than that would leave the L2 cold however long they
+    ran.
+    """
+    return max(1, scale.arc_bytes // 2 // block_bytes // numjobs)
+
+
+def warm_note(passes, l2_hit_pct, target_pct, seconds, pass_limit, cap_s, rate_iops):
+    """The report's sentence on how far the L2 warm-up passes got; the ratio either way."""
+    if l2_hit_pct is None:
+        reached = "no pass had an ARC miss to count (or status.json did not come)"
+    else:
+        reached = "%.1f%% of the last pass's ARC misses were L2 hits" % l2_hit_pct
+    if l2_hit_pct is not None and l2_hit_pct >= target_pct:
+        how = "reached the target of %g%%" % target_pct
+    else:
+        how = "**did not reach the target of %g%%** (at most %d passes or %d s)" % (target_pct, pass_limit, cap_s)
+    return ("warmed with %d pass%s over the working set (odd passes at most %d IOPS, so that the L2 feed "
+            "sees every block; even ones at full speed) in %.0f s: %s; %s." % (
+                passes, "" if passes == 1 else "es", rate_iops, seconds, reached, how))
+
+
+def interpolate_percentile(percentiles_us, target):
+    """The latency at percentile `target` (linear between fio's neighbouring percentiles,
+    whose keys are strings such as "50" and "99.9"); None outside their range."""
+    points = sorted((float(key), value) for key, value in percentiles_us.items())
+    for (p0, v0), (p1, v1) in zip(points, points[1:]):
+        if p0 <= target <= p1:
+            return v0 if p1 == p0 else v0 + (v1 - v0) * (target - p0) / (p1 - p0)
+    return None
+
+
+def l2_hit_median(summary, arc_hit_pct, l2_hit_pct):
+    """(percentile, µs): an estimate of the median latency of a run's L2 hits.
+
+    Of all reads, a share a are ARC hits and b = (1 - a) * L2 ratio are L2 hits; the rest
+    wait for the backing store. With ARC hits faster than any L2 hit and L2 hits faster
+    than any backing read, the L2 hits' median is fio's percentile a + b/2. None without
+    the ratios or the percentiles.
+    """
+    read = summary.get("read")
+    if not read or arc_hit_pct is None or l2_hit_pct is None:
+        return None
+    arc = arc_hit_pct / 100.0
+    l2 = (1.0 - arc) * l2_hit_pct / 100.0
+    if l2 <= 0:
+        return None
+    percentile = 100.0 * (arc + l2 / 2)
+    value = interpolate_percentile(read["percentiles_us"], percentile)
+    return None if value is None else (percentile, value)
+
+
+def median_note(records):
+    """The report's sentence on the L2 hits' median latency of each measured run."""
+    parts = []
+    for record in records:
+        larch = record.get("larch") or {}
+        estimate = l2_hit_median(record["fio"], larch.get("arc_hit_pct"), larch.get("l2_hit_pct"))
+        if estimate is None:
+            continue
+        parts.append("%.3f ms at %s (fio's p%.0f: %.0f%% of the reads were ARC hits, %.1f%% of the others L2 hits)"
+                     % (estimate[1] / 1000.0, record["label"], estimate[0], larch["arc_hit_pct"], larch["l2_hit_pct"]))
+    if not parts:
+        return None
+    return ("the median latency of its L2 hits, estimated as fio's percentile below which the ARC hits and "
+            "half the L2 hits fall: %s." % "; ".join(parts))
+
+
 def _bytes_read(record):
     """"N MiB read in T s": how far a run capped in time got."""
     summary = record["fio"]
@@ -65,6 +150,10 @@ class Runner:
         self.t0 = time.monotonic()
         # The cache device file of this workload's larch-l2, which fio-device reads.
         self.device_path = None
+        # When the last fio run ended (time.time()): larch's counters from a status.json
+        # written after it cover every request before the next run.
+        self.last_end = 0.0
+        self.notes = []
 
     # --- one workload ---
 
@@ -80,10 +169,13 @@ class Runner:
             "systems": {},
             "records": [],
             "errors": [],
+            "notes": [],
             "load_before": env.load_snapshot(),
+            "larch_bin_mtime": env.mtime(self.larch_bin),
         }
         started = time.monotonic()
         self.device_path = None
+        self.notes = result["notes"]
         for name in [n for n in workload.systems if n in names]:
             if name in self.unavailable:
                 result["errors"].append({"system": name, "error": self.unavailable[name]})
@@ -107,7 +199,7 @@ class Runner:
             self._context(workload, directory),
             directory,
             device_path=self.device_path,
-            prefill_cache=workload.kind == "warmup",
+            prefill_cache=workload.prefill_cache,
         )
         handler = {
             "steady": self._steady,
@@ -124,12 +216,18 @@ class Runner:
             result["errors"].append({"system": name, "error": str(error)})
             self.log("%s %s: FAILED: %s" % (workload.name, name, error))
         finally:
+            for note in system.notes():
+                self.note(system, note)
             for problem in system.problems():
                 result["errors"].append({"system": name, "error": problem})
                 self.log("%s %s: %s" % (workload.name, name, problem))
             system.stop()
             system.cleanup()
             result["systems"][name] = {"label": systems.label(name), "commands": system.commands}
+
+    def note(self, system, text):
+        self.notes.append({"system": system.name, "note": text})
+        self.log("%s: %s" % (system.name, text))
 
     def _context(self, workload, directory):
         extent = self._extent(workload)
@@ -149,7 +247,9 @@ class Runner:
 
     # --- fio runs ---
 
-    def _fio(self, workload, system, job, size, timing, **fields):
+    def _fio(self, workload, system, job, size, timing, fresh=False, **fields):
+        """One fio run as a record. `fresh`: larch's counters from status.json files
+        written after the previous run and after this one (waits up to a second each)."""
         options = {"name": workload.name}
         options.update(system.target())
         options.update(job)
@@ -159,10 +259,11 @@ class Runner:
         options["output-format"] = "json"
         argv = fio.command(options)
         seconds = int(timing.get("runtime", 60))
-        before = system.stats()
+        before = system.stats(since=self.last_end if fresh else None)
         start = time.monotonic()
         summary, raw = fio.run(argv, timeout_s=seconds + 300)
-        after = system.stats()
+        self.last_end = time.time()
+        after = system.stats(since=self.last_end if fresh else None)
         self._keep_raw(workload, system, raw)
         record = {
             "system": system.name,
@@ -207,6 +308,11 @@ class Runner:
         system.start()
         if workload.prewarm:
             self._prewarm(workload, system, records)
+        if workload.warm_l2 and system.name == "larch-l2":
+            self._warm_l2(workload, system, records)
+        if workload.shapes:
+            self._shapes(workload, system, records)
+            return
         if workload.warm:
             for i in range(scale.warm_windows):
                 records.append(
@@ -219,6 +325,56 @@ class Runner:
         if workload.once:
             record["label"] = _bytes_read(record)
         records.append(record)
+
+    def _region(self, workload, system):
+        """The bytes a system's runs cover: fio-device reads the whole cache device file."""
+        return self.scale.l2_bytes if system.name == "fio-device" else workload.region_bytes(self.scale)
+
+    def _shaped_job(self, workload, system, numjobs, iodepth):
+        """The workload's job at one shape, and the size each job covers."""
+        job = dict(workload.job, numjobs=numjobs, iodepth=iodepth)
+        if workload.sliced:
+            return sliced(job, self._region(workload, system))
+        return job, self._region(workload, system)
+
+    def _shapes(self, workload, system, records):
+        """One reported run per job shape; the first shape is the default reference."""
+        measured = []
+        for i, (numjobs, iodepth) in enumerate(workload.shapes):
+            label = shape_label(numjobs, iodepth)
+            job, size = self._shaped_job(workload, system, numjobs, iodepth)
+            measured.append(
+                self._fio(workload, system, job, size, self._timed(self.scale.runtime_s), fresh=workload.warm_l2,
+                          label=label, matches=[label], default=i == 0, report=True)
+            )
+        records.extend(measured)
+        if workload.warm_l2 and system.name == "larch-l2":
+            note = median_note(measured)
+            if note:
+                self.note(system, note)
+
+    def _warm_l2(self, workload, system, records):
+        """Passes over the region, each reading every block once (4 jobs x QD8, sliced, fio's
+        random map), until the L2 hit ratio of a pass's ARC misses reaches the target or
+        the pass limit or time cap is reached. Odd passes fill the L2 (at a rate its feed
+        keeps up with), even ones check it at full speed. Every pass is kept (unreported)."""
+        scale = self.scale
+        rate = warm_rate_iops(scale, 8192, 4)
+        fill, size = sliced(dict(workload.job, numjobs=4, iodepth=8, rate_iops=rate), workload.region_bytes(scale))
+        check, _ = sliced(dict(workload.job, numjobs=4, iodepth=8), workload.region_bytes(scale))
+        started = time.monotonic()
+        passes, pct = 0, None
+        while passes < scale.l2_warm_passes and time.monotonic() - started < scale.l2_warm_cap_s:
+            passes += 1
+            job = fill if passes % 2 == 1 else check
+            record = self._fio(workload, system, job, size, {"runtime": scale.l2_warm_cap_s}, fresh=True,
+                               label="warm-up pass %d" % passes)
+            records.append(record)
+            pct = (record["larch"] or {}).get("l2_hit_pct")
+            if pct is not None and pct >= workloads.L2_WARM_TARGET_PCT:
+                break
+        self.note(system, warm_note(passes, pct, workloads.L2_WARM_TARGET_PCT, time.monotonic() - started,
+                                    scale.l2_warm_passes, scale.l2_warm_cap_s, 4 * rate))
 
     def _warmup(self, workload, system, records):
         scale = self.scale
@@ -238,7 +394,7 @@ class Runner:
             self._windows(workload, system, records, windows, series, first=None, last=["warm"])
             return
         self._windows(workload, system, records, scale.warmup_windows, series, first=["cold"], last=["warm"])
-        if system.name == "nbdkit-cache":
+        if system.name in ("nbdkit-cache", "nbdkit-cache-capped"):
             # Its cache is an unlinked temp file: after a restart it starts cold again.
             records[-scale.warmup_windows]["matches"].append("restart")
         if system.name == "larch-l2":

@@ -10,12 +10,19 @@ Systems:
   cache device (L2ARC), or with a log device; the backing store is slowed by larch's own
   latency model (`--read-latency-ms`, `--write-latency-ms`).
 - `nbdkit-cache`: `nbdkit file` under `--filter=cache` (cache-on-read, ARC + L2 bytes of
-  cache) over `--filter=delay` with the same delays: the nearest peer.
+  cache) over `--filter=delay` with the same delays: the nearest peer. Its cache is a
+  temporary file through the page cache, so on a machine with free memory it is a DRAM cache.
+- `nbdkit-cache-capped`: the same in a cgroup-v1 memory cgroup limited to larch's ARC size
+  plus `NBDKIT_ALLOWANCE_BYTES` for nbdkit itself; the limit counts the page cache, so the
+  cache file gets the ARC's DRAM and the rest of it lives on the disk.
+- `nbdkit-memory`: `nbdkit memory` holding the workload's bytes (written into it before
+  the first read): the protocol path's limit for ARC hits.
 - `nbdkit-tmpfs`: `nbdkit file` on a tmpfs copy of the data: the protocol path's limit.
 - `fio-device`: fio reading a file directly (io_uring, O_DIRECT): the device's limit.
 """
 
 import atexit
+import errno
 import json
 import os
 import random
@@ -33,11 +40,22 @@ LABELS = {
     "larch-l2": "larch, ARC + L2",
     "larch-log": "larch, ARC + log device",
     "nbdkit-cache": "nbdkit cache filter",
+    "nbdkit-cache-capped": "nbdkit cache filter, capped",
+    "nbdkit-memory": "nbdkit memory",
     "nbdkit-tmpfs": "nbdkit file on tmpfs",
     "fio-device": "fio on the cache device file",
 }
 
-NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-tmpfs")
+NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-cache-capped", "nbdkit-memory", "nbdkit-tmpfs")
+
+# The cgroup-v1 memory hierarchy in which nbdkit-cache-capped makes its cgroup.
+MEMORY_CGROUP_ROOT = "/sys/fs/cgroup/memory"
+
+# What nbdkit-cache-capped's cgroup allows beyond the ARC's size, for nbdkit itself (its
+# code, heap, thread stacks and socket buffers). nbdkit 1.32 with the cache and delay
+# filters peaked at a 10 MiB RSS (libraries included) and 3.3 MiB of kernel memory under the
+# l2-warmup job; the report gives what each run measured.
+NBDKIT_ALLOWANCE_BYTES = 32 * 1024 * 1024
 
 
 class SetupError(Exception):
@@ -54,6 +72,38 @@ def _run(argv, commands, **kwargs):
     done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
     if done.returncode != 0:
         raise SetupError("%s failed (%d): %s" % (" ".join(argv), done.returncode, done.stdout.strip()[-500:]))
+
+
+def _read(path):
+    with open(path, encoding="utf-8", errors="replace") as file:
+        return file.read()
+
+
+def _read_quietly(path):
+    """The text of `path`, or "" when it cannot be read."""
+    try:
+        return _read(path)
+    except OSError:
+        return ""
+
+
+def _write(path, text):
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
+def _wait_written(path, since, timeout_s):
+    """Whether `path` was (re)written at or after `since` (mtime), waiting up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.stat(path).st_mtime >= since:
+                return True
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _tail(path, limit=800):
@@ -149,9 +199,16 @@ class System:
             self.server.stop()
             self.server = None
 
-    def stats(self):
-        """The system's own counters, or None when it has none."""
+    def stats(self, since=None):
+        """The system's own counters, or None when it has none.
+
+        `since` (a time.time()): counters taken no earlier than then.
+        """
         return None
+
+    def notes(self):
+        """What the report should say about how the system ran, as sentences."""
+        return []
 
     def problems(self):
         """What went wrong inside the system while it ran (faulted devices), as sentences."""
@@ -229,17 +286,24 @@ class Larch(System):
         return ["%s %s faulted: %s" % (kind, os.path.basename(d.get("path", "?")), d["fault"])
                 for kind, d in devices if d.get("fault")]
 
-    def stats(self):
+    def stats(self, since=None, timeout_s=3.0):
         """Counters from status.json, which the daemon rewrites every second.
 
         Until the running daemon has written it (its first second), status.json is missing
         or left from the previous start; the daemon's counters then are still zero.
+
+        With `since`, wait for a status.json written at or after that time (its mtime), so
+        that the counters include every request completed before it; None when none comes
+        within `timeout_s`.
         """
         keys = ("hits", "misses", "l2_hits", "l2_misses", "size", "l2_size", "l2_rebuild_success")
         if self.server is None:
             return None
+        path = os.path.join(self.state_dir, "status.json")
+        if since is not None and not _wait_written(path, since, timeout_s):
+            return None
         try:
-            with open(os.path.join(self.state_dir, "status.json"), encoding="utf-8") as file:
+            with open(path, encoding="utf-8") as file:
                 status = json.load(file)
             if status.get("pid") != self.server.process.pid:
                 raise ValueError("status.json of another daemon")
@@ -266,9 +330,190 @@ class NbdkitCache(System):
         ]
         # The cache filter keeps its cache in an unlinked file in $TMPDIR: put it on the
         # disk that holds larch's cache device.
+        argv, env = self._argv_env(argv, dict(os.environ, TMPDIR=cache_dir))
         self.commands.append(["env", "TMPDIR=%s" % cache_dir, *argv])
-        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"), env=dict(os.environ, TMPDIR=cache_dir))
+        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"), env=env)
         self.server.wait_listening(self.socket_path)
+
+    def _argv_env(self, argv, env):
+        """The command and environment that start nbdkit (a subclass may wrap them)."""
+        return argv, env
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
+
+
+class NbdkitCacheCapped(NbdkitCache):
+    """nbdkit-cache in a cgroup-v1 memory cgroup limited to the ARC's size plus an allowance.
+
+    memory.limit_in_bytes counts the page cache of the files the cgroup's processes touch,
+    so the cache filter's temporary file keeps at most about the ARC's size in DRAM and the
+    kernel writes the rest back to (and reads it again from) the disk. nbdkit joins the
+    cgroup before it starts: `sh` writes its own pid into cgroup.procs and then execs
+    nbdkit, and only if that write succeeded. A cgroup that cannot be made is a SetupError:
+    the system is then reported as not measured.
+    """
+
+    name = "nbdkit-cache-capped"
+
+    def __init__(self, ctx, directory, cgroup_root=MEMORY_CGROUP_ROOT):
+        super().__init__(ctx, directory)
+        self.cgroup_root = cgroup_root
+        self.cgroup = None
+        self.limit_bytes = ctx.scale.arc_bytes + NBDKIT_ALLOWANCE_BYTES
+
+    def setup(self):
+        name = "larch-bench.%d.%s" % (os.getpid(), os.path.basename(self.dir))
+        path = os.path.join(self.cgroup_root, name)
+        try:
+            os.mkdir(path)
+        except OSError as error:
+            raise SetupError("not run: cannot make the memory cgroup %s (cgroup v1 and root needed): %s"
+                             % (path, error)) from error
+        self.cgroup = path
+        try:
+            _write(os.path.join(path, "memory.limit_in_bytes"), str(self.limit_bytes))
+            limit = int(_read(os.path.join(path, "memory.limit_in_bytes")))
+        except (OSError, ValueError) as error:
+            raise SetupError("not run: cannot set memory.limit_in_bytes of %s: %s" % (path, error)) from error
+        if limit > self.limit_bytes:
+            raise SetupError("not run: %s took a limit of %d bytes, not %d" % (path, limit, self.limit_bytes))
+        self.commands.append(["mkdir", path])
+        self.commands.append(["# echo %d > %s/memory.limit_in_bytes (ARC %d + %d for nbdkit itself)"
+                              % (self.limit_bytes, path, self.ctx.scale.arc_bytes, NBDKIT_ALLOWANCE_BYTES)])
+
+    def start(self):
+        super().start()
+        pid = self.server.process.pid
+        procs = _read(os.path.join(self.cgroup, "cgroup.procs")).split()
+        if str(pid) not in procs:
+            raise SetupError("not measured: nbdkit (pid %d) is not in the memory cgroup %s" % (pid, self.cgroup))
+
+    def _argv_env(self, argv, env):
+        return cgroup_command(os.path.join(self.cgroup, "cgroup.procs"), argv), env
+
+    def notes(self):
+        """nbdkit's own memory and what the limit did, measured before it stops."""
+        if self.cgroup is None or self.server is None:
+            return []
+        status = _read_quietly("/proc/%d/status" % self.server.process.pid)
+        hwm = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+        stat = parse_memory_stat(_read_quietly(os.path.join(self.cgroup, "memory.stat")))
+        kmem = _read_quietly(os.path.join(self.cgroup, "memory.kmem.max_usage_in_bytes")).strip()
+        failcnt = _read_quietly(os.path.join(self.cgroup, "memory.failcnt")).strip()
+        return [capped_note(self.limit_bytes, self.ctx.scale.arc_bytes, NBDKIT_ALLOWANCE_BYTES,
+                            int(hwm[0]) * 1024 if hwm else None, stat,
+                            int(kmem) if kmem.isdigit() else None, int(failcnt) if failcnt.isdigit() else None)]
+
+    def cleanup(self):
+        """Remove the cgroup once nbdkit has exited (it is empty then)."""
+        if self.cgroup is None:
+            return
+        for _ in range(50):
+            try:
+                os.rmdir(self.cgroup)
+                break
+            except OSError as error:
+                # EBUSY while the exiting nbdkit is still a member; anything else is final.
+                if error.errno != errno.EBUSY:
+                    break
+                time.sleep(0.1)
+        self.cgroup = None
+
+
+def cgroup_command(procs_path, argv):
+    """`argv` run by a shell that first moves itself into a cgroup (writes its pid into
+    `procs_path`) and then execs `argv`, keeping its pid; nothing runs when the write fails."""
+    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_path, *argv]
+
+
+def parse_memory_stat(text):
+    """A cgroup's memory.stat ("name value" lines) as a dict of ints."""
+    out = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].isdigit():
+            out[fields[0]] = int(fields[1])
+    return out
+
+
+def _mib(n):
+    return "%.1f MiB" % (n / (1024 * 1024))
+
+
+def capped_note(limit, arc, allowance, hwm, stat, kmem_max, failcnt):
+    """The report's sentence on nbdkit-cache-capped's memory, from what its cgroup measured."""
+    text = ("its memory cgroup's limit (memory.limit_in_bytes, which counts the page cache) "
+            "was %s: the ARC's %s plus %s for nbdkit itself" % (_mib(limit), _mib(arc), _mib(allowance)))
+    own = []
+    if hwm is not None:
+        own.append("a peak RSS of %s (VmHWM, its libraries included)" % _mib(hwm))
+    if stat.get("rss") is not None:
+        own.append("%s of anonymous memory at the end" % _mib(stat["rss"]))
+    if kmem_max is not None:
+        own.append("%s of kernel memory at most" % _mib(kmem_max))
+    if own:
+        text += "; nbdkit had %s" % ", ".join(own)
+    if stat.get("cache") is not None:
+        text += ("; the cgroup's page cache (its cache file's, and backing file pages it read first) "
+                 "was %s at the end" % _mib(stat["cache"]))
+    if failcnt is not None:
+        text += ", and its usage hit the limit %s times (memory.failcnt; each time the kernel reclaimed)" % (
+            "{:,}".format(failcnt))
+    return text + "."
+
+
+class NbdkitMemory(System):
+    """`nbdkit memory` holding the workload's bytes: the protocol path's limit for ARC hits.
+
+    Its disk starts as zeros that are not yet memory (pages never written), so the first
+    start writes the first `backing_bytes` of the backing file into it (nbdcopy from a
+    pipe) and every later read is of allocated pages holding the same bytes larch serves.
+    """
+
+    name = "nbdkit-memory"
+
+    def __init__(self, ctx, directory):
+        super().__init__(ctx, directory)
+        self.filled = False
+
+    def start(self):
+        # allocator=malloc: one flat array, the fastest of its allocators (the default
+        # sparse one looks pages up under a lock and served fewer IOPS than a tmpfs file).
+        argv = ["nbdkit", "-f", "-U", self.socket_path, "memory", "size=%d" % self.ctx.backing_bytes,
+                "allocator=malloc"]
+        self.commands.append(argv)
+        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"))
+        self.server.wait_listening(self.socket_path)
+        if not self.filled and not self.ctx.fresh_backing:
+            self._fill()
+            self.filled = True
+
+    def _fill(self):
+        if shutil.which("nbdcopy") is None:
+            raise SetupError("nbdcopy is missing (apt-get install libnbd-bin): cannot fill nbdkit memory")
+        uri = self.target()["uri"]
+        argv = ["nbdcopy", "-", uri]
+        self.commands.append(["# head -c %d %s | nbdcopy - %s" % (self.ctx.backing_bytes, self.ctx.backing, uri)])
+        with open(os.path.join(self.dir, "nbdcopy.log"), "wb") as log:
+            copy = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=log)
+            try:
+                with open(self.ctx.backing, "rb") as source:
+                    left = self.ctx.backing_bytes
+                    while left > 0:
+                        block = source.read(min(4 * 1024 * 1024, left))
+                        if not block:
+                            break
+                        copy.stdin.write(block)
+                        left -= len(block)
+            except BrokenPipeError:
+                pass
+            finally:
+                copy.stdin.close()
+                code = copy.wait()
+        if code != 0 or left > 0:
+            raise SetupError("nbdcopy into nbdkit memory failed (%d, %d bytes not copied): %s"
+                             % (code, left, _tail(os.path.join(self.dir, "nbdcopy.log"))))
 
     def target(self):
         return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
@@ -349,6 +594,10 @@ def make(name, ctx, directory, device_path=None, prefill_cache=False):
         return Larch(ctx, directory, name, log=True)
     if name == "nbdkit-cache":
         return NbdkitCache(ctx, directory)
+    if name == "nbdkit-cache-capped":
+        return NbdkitCacheCapped(ctx, directory)
+    if name == "nbdkit-memory":
+        return NbdkitMemory(ctx, directory)
     if name == "nbdkit-tmpfs":
         return NbdkitTmpfs(ctx, directory)
     if name == "fio-device":

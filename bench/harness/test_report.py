@@ -131,6 +131,65 @@ class Tables(unittest.TestCase):
         self.assertIn("| – | – |", report.workload_table(w))
 
 
+class NewColumns(unittest.TestCase):
+    def test_summary_shows_the_first_limit_and_a_column_per_peer(self):
+        arc = workload([record("larch-arc", 300), record("nbdkit-cache", 100), record("nbdkit-memory", 400),
+                        record("nbdkit-tmpfs", 600)],
+                       refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-memory"), ("limit", "nbdkit-tmpfs")))
+        warm = workload([record("larch-l2", 300, label="window 6", matches=["warm"]),
+                         record("nbdkit-cache", 600, label="window 6", matches=["warm"]),
+                         record("nbdkit-cache-capped", 50, label="window 6", matches=["warm"]),
+                         record("fio-device", 1000)],
+                        refs=(("peer", "nbdkit-cache"), ("peer", "nbdkit-cache-capped"), ("limit", "fio-device")),
+                        headline=(("larch-l2", "warm"),), name="l2-warmup", kind="warmup")
+        rows = report.summary_table(results([arc, warm])).splitlines()
+        self.assertEqual(rows[0], "| workload | larch | run | IOPS | p99 ms | vs larch without it | vs nbdkit cache "
+                                  "| vs nbdkit cache, capped | vs limit |")
+        self.assertEqual(rows[2], "| arc-8k | larch, ARC only |  | 300 | 1.00 | – | 3.00 | – | 0.75 (memory) |")
+        self.assertEqual(rows[3], "| l2-warmup | larch, ARC + L2 | window 6 | 300 | 1.00 | – | 0.50 | 6.00 "
+                                  "| 0.30 (device) |")
+        header = report.workload_table(arc).splitlines()[0]
+        self.assertTrue(header.endswith("| vs nbdkit cache filter | vs nbdkit memory | vs nbdkit file on tmpfs |"))
+
+    def test_no_capped_column_without_the_capped_peer(self):
+        w = workload([record("larch-arc", 300), record("nbdkit-cache", 100)])
+        self.assertNotIn("capped", report.summary_table(results([w])))
+
+    def test_notes_and_errors_follow_the_table(self):
+        w = workload([record("larch-arc", 300)])
+        w["notes"] = [{"system": "larch-l2", "note": "warmed with 3 passes."}]
+        w["errors"] = [{"system": "nbdkit-cache-capped", "error": "not run: cannot make the memory cgroup"}]
+        section = report.render_section(results([w]), "bench/results/x")
+        self.assertIn("- larch, ARC + L2: warmed with 3 passes.\n"
+                      "- **nbdkit cache filter, capped**: not run: cannot make the memory cgroup\n", section)
+
+    def test_a_shell_script_argument_is_single_quoted(self):
+        self.assertEqual(report.shell_quote('echo $$ > "$0" && exec "$@"'), '\'echo $$ > "$0" && exec "$@"\'')
+        self.assertEqual(report.shell_quote("it's $1"), "'it'\\''s $1'")
+        self.assertEqual(report.shell_quote("--filename=$WORK/a b"), '"--filename=$WORK/a b"')
+
+
+class Binary(unittest.TestCase):
+    START = {"size": 1, "mtime": 1795348000.0, "sha256": "a" * 64}
+
+    def test_the_build_is_named(self):
+        r = results([dict(workload([]), larch_bin_mtime=self.START["mtime"])])
+        r["larch_bin_start"] = r["larch_bin_end"] = self.START
+        self.assertEqual(report.binary_note(r), "larch binary: modified 2026-11-22 11:46:40 UTC, SHA-256 `aaaaaaaaaaaa`.")
+        self.assertIn(report.binary_note(r), report.render_section(r, "x"))
+        self.assertEqual(report.binary_note(results([])), "")
+
+    def test_a_rebuild_during_the_run_is_called_out(self):
+        first = dict(workload([]), larch_bin_mtime=self.START["mtime"])
+        later = dict(workload([], name="scaling"), larch_bin_mtime=self.START["mtime"] + 60)
+        r = results([first, later])
+        r["larch_bin_start"] = self.START
+        r["larch_bin_end"] = {"size": 1, "mtime": self.START["mtime"] + 60, "sha256": "b" * 64}
+        note = report.binary_note(r)
+        self.assertIn("**It was rebuilt during the run** (modified 2026-11-22 11:47:40 UTC at the end, "
+                      "SHA-256 `bbbbbbbbbbbb`): `scaling` started with a newer build", note)
+
+
 class Commands(unittest.TestCase):
     def test_temporary_paths_become_variables_and_stay_expandable(self):
         paths = results([])["paths"]

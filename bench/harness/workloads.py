@@ -30,6 +30,8 @@ class Scale:
     once_cap_s: int  # the cold sequential read stops at its size or after this
     scaling_runtime_s: int
     scaling_jobs: tuple
+    l2_warm_passes: int  # l2-hit: at most this many passes over the working set to warm the L2
+    l2_warm_cap_s: int  # l2-hit: and no new pass after this many seconds of warming
     # The slowed backing store: a disk's random read and write.
     read_latency_ms: int = 8
     write_latency_ms: int = 5
@@ -50,6 +52,11 @@ class Scale:
         return self.arc_bytes + self.l2_bytes * 3 // 4
 
     @property
+    def l2_hit_bytes(self):
+        """Well inside the cache device (half of it) and four times the ARC."""
+        return self.l2_bytes // 2
+
+    @property
     def beyond_bytes(self):
         return 2 * self.cache_bytes
 
@@ -63,7 +70,8 @@ class Scale:
         return max(self.beyond_bytes, self.in_arc_bytes + self.scan_bytes)
 
     def as_dict(self):
-        names = ("cache_bytes", "in_arc_bytes", "in_l2_bytes", "beyond_bytes", "scan_bytes", "data_bytes")
+        names = ("cache_bytes", "in_arc_bytes", "in_l2_bytes", "l2_hit_bytes", "beyond_bytes", "scan_bytes",
+                 "data_bytes")
         values = dict(self.__dict__)
         values["scaling_jobs"] = list(self.scaling_jobs)
         values.update({name: getattr(self, name) for name in names})
@@ -75,7 +83,7 @@ QUICK = Scale(
     arc_bytes=16 * MiB,
     l2_bytes=128 * MiB,
     log_bytes=64 * MiB,
-    runtime_s=3,
+    runtime_s=2,
     window_s=3,
     warmup_windows=6,
     restart_windows=2,
@@ -84,6 +92,8 @@ QUICK = Scale(
     once_cap_s=10,
     scaling_runtime_s=3,
     scaling_jobs=(1, 8, 64),
+    l2_warm_passes=10,
+    l2_warm_cap_s=30,
 )
 
 FULL = Scale(
@@ -100,6 +110,8 @@ FULL = Scale(
     once_cap_s=60,
     scaling_runtime_s=10,
     scaling_jobs=(1, 2, 4, 8, 16, 32, 64),
+    l2_warm_passes=12,
+    l2_warm_cap_s=300,
 )
 
 # fio options shared by the random-read workloads: 32 requests in flight, a new random
@@ -107,15 +119,27 @@ FULL = Scale(
 # random map (blocks are drawn with replacement, as a real client does).
 RANDOM_8K = {"rw": "randread", "bs": "8k", "numjobs": 4, "iodepth": 8, "randrepeat": 0, "norandommap": None}
 
+# The job shapes at which the hit paths are measured: the 4 jobs x QD8 of the other
+# workloads, and one request at a time (1 job x QD1), where the latency of one hit shows.
+SHAPES = ((4, 8), (1, 1))
+
+# l2-hit's 8K random reads keep fio's random map (no --norandommap): each job reads its own
+# slice of the region, every block once per pass in a new random order.
+SLICED_8K = {"rw": "randread", "bs": "8k", "randrepeat": 0}
+
+# l2-hit warms larch's L2 until this share of the ARC misses of a pass are L2 hits.
+L2_WARM_TARGET_PCT = 99.0
+
 
 @dataclass(frozen=True)
 class Workload:
     """One workload: its fio job, where it reads, which systems run it and against what.
 
     `refs` are (role, system) pairs: every table gets a ratio column per ref, and the
-    summary has one column per role ("base": larch without the feature measured, "peer":
-    nbdkit's cache filter, "limit": the protocol or device limit). `headline` names the
-    (system, match) records the summary shows.
+    summary has a column for the base ("base": larch without the feature measured), one per
+    peer system ("peer": nbdkit's cache filter, as it is or capped) and one for the limit
+    ("limit": the protocol or device limit; the first, where a workload has two).
+    `headline` names the (system, match) records the summary shows.
     """
 
     name: str
@@ -133,6 +157,10 @@ class Workload:
     once: bool = False  # read the region once, capped at once_cap_s, instead of time_based
     latency: str = "read"  # the latency the tables show: read, write or sync (flush)
     scan: dict = field(default_factory=dict)
+    shapes: tuple = ()  # (numjobs, iodepth) pairs, each measured in turn; empty: the job's own
+    sliced: bool = False  # each job reads its own 1/numjobs of the region (fio's offset_increment)
+    prefill_cache: bool = False  # fill larch's cache device file with random bytes (fio-device reads it)
+    warm_l2: bool = False  # warm larch's L2 in passes over the region up to L2_WARM_TARGET_PCT
 
     def region_bytes(self, scale):
         return getattr(scale, self.region)
@@ -144,15 +172,36 @@ WORKLOADS = (
         title="8K random reads, working set in the ARC",
         what="fio 8K random reads (4 jobs x QD8) over half the ARC's size, read twice "
         "beforehand (128K sequential) so that every block is cached: the ARC hit path "
-        "against nbdkit's cache filter holding the same blocks and against nbdkit serving "
-        "a tmpfs file (no cache, no delay: the NBD protocol path's limit).",
+        "against nbdkit's cache filter holding the same blocks, and against the NBD protocol "
+        "path's limits: `nbdkit memory` holding the same bytes (written into it first) and "
+        "nbdkit serving a tmpfs file (no cache, no delay).",
         kind="steady",
-        systems=("larch-arc", "nbdkit-cache", "nbdkit-tmpfs"),
-        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs")),
+        # nbdkit memory runs right after larch: on a shared machine, the closer in time
+        # two runs are, the less the load between them moves their ratio.
+        systems=("larch-arc", "nbdkit-memory", "nbdkit-cache", "nbdkit-tmpfs"),
+        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-memory"), ("limit", "nbdkit-tmpfs")),
         headline=(("larch-arc", ""),),
         job=RANDOM_8K,
         region="in_arc_bytes",
         prewarm=True,
+    ),
+    Workload(
+        name="arc-4k",
+        title="4K random reads, working set in the ARC",
+        what="fio 4K random reads over half the ARC's size, read twice beforehand (128K "
+        "sequential) so that every block is cached, at 1 job x QD1 and at 4 jobs x QD8: "
+        "the ARC hit path (each read is half of an 8K block) against `nbdkit memory` "
+        "holding the same bytes (written into it first, so every read is of allocated "
+        "pages: the NBD protocol path's limit) and nbdkit's cache filter holding the same "
+        "blocks.",
+        kind="steady",
+        systems=("larch-arc", "nbdkit-memory", "nbdkit-cache"),
+        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-memory")),
+        headline=(("larch-arc", "1 job x QD1"), ("larch-arc", "4 jobs x QD8")),
+        job={"rw": "randread", "bs": "4k", "randrepeat": 0, "norandommap": None},
+        region="in_arc_bytes",
+        prewarm=True,
+        shapes=SHAPES,
     ),
     Workload(
         name="l2-warmup",
@@ -161,14 +210,48 @@ WORKLOADS = (
         "in successive windows: larch with the ARC only (L2ARC off), larch with a cache "
         "device (cold, warm, then warm again after a restart: the persistent L2ARC), "
         "nbdkit's cache filter with ARC + L2 bytes of cache (cold after a restart: its "
-        "cache is an unlinked temp file). The limit is fio reading the cache device file "
-        "itself (io_uring, O_DIRECT, same job), which holds random bytes throughout.",
+        "cache is an unlinked temp file), once as it is and once capped: in a memory cgroup "
+        "whose limit is larch's ARC size plus an allowance for nbdkit's own memory, so that "
+        "its cache file's page cache gets the DRAM larch's ARC gets and the rest of its "
+        "cache is on the disk. The limit is fio reading the cache device file itself "
+        "(io_uring, O_DIRECT, same job), which holds random bytes throughout.",
         kind="warmup",
-        systems=("larch-arc", "larch-l2", "nbdkit-cache", "fio-device"),
-        refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("limit", "fio-device")),
+        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-cache-capped", "fio-device"),
+        refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("peer", "nbdkit-cache-capped"),
+              ("limit", "fio-device")),
         headline=(("larch-l2", "warm"), ("larch-l2", "restart")),
         job=RANDOM_8K,
         region="in_l2_bytes",
+        prefill_cache=True,
+    ),
+    Workload(
+        name="l2-hit",
+        title="8K random reads, working set in the L2: the warm L2 hit path",
+        what="fio 8K random reads over half the cache device's size (four times the ARC). "
+        "larch is warmed first by passes over the working set that read every block once "
+        "each (4 jobs x QD8, each job its own quarter, in a new random order every pass: "
+        "fio's random map), the odd passes at most half the ARC's size per second (larch's "
+        "L2 feed runs once a second and writes what it finds in the ARC; a block the ARC "
+        "evicts before that is never written) and the even ones at full speed, until at "
+        "least %g%% of a pass's ARC misses are L2 hits or a pass limit is reached. The "
+        "measured runs read the same way at full speed (time-based, every block once per "
+        "pass). The ARC still serves the part of the working set it keeps (hits: ARC); the "
+        "other reads are L2 hits as far as hits: L2 says, so with it near 100%% fio's p50 is "
+        "an L2 hit's latency (slightly below the L2 hits' median, estimated below the "
+        "table). The limit is fio reading the cache device file itself "
+        "(io_uring, O_DIRECT, the same job over the whole file, which holds random bytes) "
+        "at the same jobs x QD."
+        % L2_WARM_TARGET_PCT,
+        kind="steady",
+        systems=("larch-l2", "fio-device"),
+        refs=(("limit", "fio-device"),),
+        headline=(("larch-l2", "4 jobs x QD8"), ("larch-l2", "1 job x QD1")),
+        job=SLICED_8K,
+        region="l2_hit_bytes",
+        shapes=SHAPES,
+        sliced=True,
+        prefill_cache=True,
+        warm_l2=True,
     ),
     Workload(
         name="beyond-l2",
@@ -233,10 +316,11 @@ WORKLOADS = (
         title="4K random writes",
         what="fio 4K random writes (4 jobs x QD8, no flushes) over ARC + 3/4 of L2 of a "
         "fresh volume (8K blocks: every write is a read-modify-write of a block, in larch "
-        "and in nbdkit's 64K cache blocks alike).",
+        "and in nbdkit's 64K cache blocks alike). larch runs with the ARC only (L2ARC off) "
+        "and with a cache device: the cache device must do no harm to writes.",
         kind="steady",
-        systems=("larch-l2", "nbdkit-cache", "nbdkit-tmpfs"),
-        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs")),
+        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-tmpfs"),
+        refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs")),
         headline=(("larch-l2", ""),),
         job={"rw": "randwrite", "bs": "4k", "numjobs": 4, "iodepth": 8, "randrepeat": 0, "norandommap": None},
         region="in_l2_bytes",
@@ -279,10 +363,10 @@ WORKLOADS = (
         title="Thread scaling, 8K random reads in the ARC",
         what="fio 8K random reads at QD1 from 1 to 64 jobs over half the ARC, read twice "
         "beforehand: how the ARC hit path and its peers scale with concurrent clients on "
-        "this machine's cores.",
+        "this machine's cores; the limit is `nbdkit memory` holding the same bytes.",
         kind="scaling",
-        systems=("larch-arc", "nbdkit-cache", "nbdkit-tmpfs"),
-        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs")),
+        systems=("larch-arc", "nbdkit-cache", "nbdkit-memory"),
+        refs=(("peer", "nbdkit-cache"), ("limit", "nbdkit-memory")),
         headline=(("larch-arc", "jobs=1"), ("larch-arc", "jobs=64")),
         job={"rw": "randread", "bs": "8k", "iodepth": 1, "randrepeat": 0, "norandommap": None},
         region="in_arc_bytes",

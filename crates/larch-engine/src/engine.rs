@@ -23,6 +23,7 @@ use crate::backing::BackingStore;
 mod txg;
 use crate::l2index::{self, DeviceIndex, pack_key};
 use crate::latency::LatencyHistogram;
+use crate::uring::UringReader;
 pub use txg::{LogHandle, WriteStats};
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the target)
@@ -117,6 +118,9 @@ pub struct Tunables {
     /// Do not feed blocks whose contents came from a write that no read has used since
     /// (`l2arc_nowrite`, 1; larch's, OpenZFS feeds them).
     pub l2arc_nowrite: AtomicBool,
+    /// Read cache devices through io_uring when the system offers it (`l2arc_io_uring`,
+    /// 1; larch's); 0 reads them on the blocking thread pool.
+    pub l2arc_io_uring: AtomicBool,
     /// 0: feed MRU and MFU; 1: MFU only; 2: MFU data, all metadata (`l2arc_mfuonly`, 0).
     pub l2arc_mfuonly: AtomicU8,
     /// Rebuild cache devices at start (`l2arc_rebuild_enabled`, 1).
@@ -127,6 +131,9 @@ pub struct Tunables {
     pub l2arc_rebuild_blocks_min_l2size: AtomicU64,
     /// Seconds between TXG syncs (`zfs_txg_timeout`, 5).
     pub zfs_txg_timeout: AtomicU64,
+    /// Most writes a TXG sync has in flight to one backing store
+    /// (`zfs_vdev_async_write_max_active`, 10).
+    pub zfs_vdev_async_write_max_active: AtomicU64,
     /// Most dirty bytes (`zfs_dirty_data_max`; 10% of RAM, at most 4 GiB; larch also
     /// keeps it at most half of `zfs_arc_max`).
     pub zfs_dirty_data_max: AtomicU64,
@@ -155,6 +162,7 @@ impl Default for Tunables {
             zfs_arc_min: AtomicU64::new(0),
             zfs_arc_sys_free: AtomicU64::new(0),
             zfs_txg_timeout: AtomicU64::new(5),
+            zfs_vdev_async_write_max_active: AtomicU64::new(10),
             zfs_dirty_data_max: AtomicU64::new(default_dirty_data_max()),
             zfs_dirty_data_sync_percent: AtomicU64::new(20),
             zfs_delay_min_dirty_percent: AtomicU64::new(60),
@@ -168,6 +176,7 @@ impl Default for Tunables {
             l2arc_feed_again: AtomicBool::new(true),
             l2arc_noprefetch: AtomicBool::new(true),
             l2arc_nowrite: AtomicBool::new(true),
+            l2arc_io_uring: AtomicBool::new(true),
             l2arc_mfuonly: AtomicU8::new(0),
             l2arc_rebuild_enabled: AtomicBool::new(true),
             l2arc_rebuild_blocks_min_l2size: AtomicU64::new(0),
@@ -327,6 +336,16 @@ impl CacheDevice {
     }
 }
 
+/// Whether cache-device reads can go through io_uring.
+enum UringState {
+    /// Not needed yet (it is set up by the first cache-device read, on the runtime that
+    /// serves it).
+    Untried,
+    Ready(Arc<UringReader>),
+    /// Setting it up failed (why): reads use the blocking thread pool.
+    Unavailable(String),
+}
+
 /// Where a block's copy lives: the device and what the index says of it.
 #[derive(Clone, Copy, Debug)]
 struct L2Loc {
@@ -428,6 +447,12 @@ struct Shard {
     actions: Vec<Action>,
     /// The policy evicted something at least once (OpenZFS `arc_warm`).
     evicted_any: bool,
+    /// Volume guids by slot (a copy of the engine's table), to find evicted blocks in the
+    /// L2 index.
+    slots: Vec<u64>,
+    /// Bytes evicted from MRU and MFU whose blocks had a cache-device copy. The policy is
+    /// not told of copies, so it counts them as `evict_l2_eligible`; `arcstats` moves them.
+    evicted_l2_cached: [u64; 2],
 }
 
 impl Shard {
@@ -435,9 +460,21 @@ impl Shard {
     /// told of cache-device copies, so it asks for no L2 invalidation.)
     fn apply_actions(&mut self) {
         for action in self.actions.drain(..) {
-            if let Action::Evict { key, .. } = action {
-                self.bufs.remove(&key);
+            if let Action::Evict { key, from, .. } = action {
+                let freed = self.bufs.remove(&key).map_or(0, |b| b.len() as u64);
                 self.evicted_any = true;
+                let state = match from {
+                    State::Mru => 0,
+                    State::Mfu => 1,
+                    _ => continue,
+                };
+                let slot = self.slots.iter().position(|&guid| guid == key.volume);
+                if let Some(slot) = slot
+                    && key.block <= l2index::MAX_BLOCK
+                    && self.l2.contains(pack_key(slot as u16, key.block))
+                {
+                    self.evicted_l2_cached[state] += freed;
+                }
             }
         }
     }
@@ -502,6 +539,8 @@ pub struct Engine {
     arc_limits: Mutex<(u64, u64)>,
     /// When memory pressure last stopped the ARC from growing.
     no_grow_since: Mutex<Option<Instant>>,
+    /// The io_uring cache-device reads go through, once the first one set it up.
+    uring: Mutex<UringState>,
     /// Transaction groups.
     txg: txg::Txg,
     /// Counters of the write path.
@@ -595,6 +634,8 @@ impl Engine {
                     l2: ShardL2::default(),
                     actions: Vec::new(),
                     evicted_any: false,
+                    slots: Vec::new(),
+                    evicted_l2_cached: [0; 2],
                 })
             })
             .collect();
@@ -621,6 +662,7 @@ impl Engine {
             stats: EngineStats::default(),
             arc_limits: Mutex::new((arc_min_bytes, arc_max_bytes)),
             no_grow_since: Mutex::new(None),
+            uring: Mutex::new(UringState::Untried),
             txg: txg::Txg::new(1),
             write_stats: WriteStats::default(),
             log: RwLock::new(None),
@@ -772,7 +814,14 @@ impl Engine {
             return None;
         }
         slots.push(info);
-        Some((slots.len() - 1) as u16)
+        let guids: Vec<u64> = slots.iter().map(|s| s.guid).collect();
+        // Shards are locked after the table is released: feeds look the table up while
+        // holding a shard.
+        drop(slots);
+        for shard in self.shards.iter() {
+            shard.lock().expect("shard lock").slots = guids.clone();
+        }
+        Some((guids.len() - 1) as u16)
     }
 
     /// The L2 index key of a block known by volume guid (feeds and rebuilds; the read and
@@ -903,43 +952,58 @@ impl Engine {
                 l2,
             } => (flight, generation, l2),
         };
-        let engine = Arc::clone(self);
-        let backing = Arc::clone(backing);
-        let vol = *vol;
-        let data = tokio::task::spawn_blocking(move || engine.fill(&backing, &vol, key, l2))
-            .await
-            .ok()
-            .flatten();
-        self.finish_read(&vol, key, generation, prefetch, &flight, data.clone());
+        let data = match l2 {
+            Some(loc) => match self.read_l2_uring(vol, key, &loc).await {
+                Some(Ok(bytes)) => Some(bytes),
+                // The copy failed and is marked bad: the backing store has the block.
+                Some(Err(())) => self.fill_blocking(backing, vol, key, None, false).await,
+                None => self.fill_blocking(backing, vol, key, Some(loc), true).await,
+            },
+            None => self.fill_blocking(backing, vol, key, None, true).await,
+        };
+        self.finish_read(vol, key, generation, prefetch, &flight, data.clone());
         data
     }
 
+    /// [`Engine::fill`] on the blocking thread pool.
+    async fn fill_blocking(
+        self: &Arc<Self>,
+        backing: &Arc<BackingStore>,
+        vol: &VolumeInfo,
+        key: BlockKey,
+        l2: Option<L2Loc>,
+        count_miss: bool,
+    ) -> Option<Bytes> {
+        let engine = Arc::clone(self);
+        let backing = Arc::clone(backing);
+        let vol = *vol;
+        tokio::task::spawn_blocking(move || engine.fill(&backing, &vol, key, l2, count_miss))
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// The blocking part of a miss: the cache device if it has the block (verified), else
-    /// the backing store.
+    /// the backing store (an L2 miss if `count_miss` and the pool has cache devices).
     fn fill(
         &self,
         backing: &BackingStore,
         vol: &VolumeInfo,
         key: BlockKey,
         l2: Option<L2Loc>,
+        count_miss: bool,
     ) -> Option<Bytes> {
         if let Some(loc) = l2 {
             let index_key = pack_key(vol.slot, key.block);
             match self.read_l2(&loc, vol.block_len(key.block) as u32) {
                 Ok(bytes) if bytes.len() == vol.block_len(key.block) => {
-                    self.stats.l2_hits.fetch_add(1, Ordering::Relaxed);
-                    self.stats
-                        .l2_read_bytes
-                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    let mut shard = self.shard(&key);
-                    if let Some(d) = shard.l2.device_mut(loc.device) {
-                        d.mark_read(index_key);
-                    }
-                    return Some(Bytes::from(bytes));
+                    let bytes = Bytes::from(bytes);
+                    self.count_l2_hit(key, index_key, &loc, &bytes);
+                    return Some(bytes);
                 }
                 Ok(_) | Err(_) => self.drop_bad_l2(key, index_key, &loc),
             }
-        } else if self.has_l2() {
+        } else if count_miss && self.has_l2() {
             self.stats.l2_misses.fetch_add(1, Ordering::Relaxed);
         }
         let mut buf = vec![0u8; vol.block_len(key.block)];
@@ -948,6 +1012,114 @@ impl Engine {
             .read_at(&mut buf, key.block * u64::from(vol.block_bytes))
             .ok()?;
         Some(Bytes::from(buf))
+    }
+
+    fn count_l2_hit(&self, key: BlockKey, index_key: u64, loc: &L2Loc, bytes: &Bytes) {
+        self.stats.l2_hits.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .l2_read_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let mut shard = self.shard(&key);
+        if let Some(d) = shard.l2.device_mut(loc.device) {
+            d.mark_read(index_key);
+        }
+    }
+
+    /// The io_uring reader, set up on first use; `None` when switched off
+    /// (`l2arc_io_uring=0`) or unavailable.
+    fn uring_reader(&self) -> Option<Arc<UringReader>> {
+        if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut state = self.uring.lock().expect("uring lock");
+        match &*state {
+            UringState::Ready(reader) if reader.is_alive() => return Some(Arc::clone(reader)),
+            UringState::Unavailable(_) => return None,
+            // Untried, or its runtime ended (a new one serves now): set up again.
+            _ => {}
+        }
+        match UringReader::new() {
+            Ok(reader) => {
+                *state = UringState::Ready(Arc::clone(&reader));
+                Some(reader)
+            }
+            Err(err) => {
+                *state = UringState::Unavailable(err.to_string());
+                None
+            }
+        }
+    }
+
+    /// How cache-device reads are done now: `io_uring`, `threads` (switched off or not
+    /// set up yet) or `threads (io_uring unavailable: why)`.
+    pub fn l2_read_path(&self) -> String {
+        let state = self.uring.lock().expect("uring lock");
+        match &*state {
+            UringState::Unavailable(why) => format!("threads (io_uring unavailable: {why})"),
+            _ if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) => "threads".into(),
+            UringState::Ready(_) => "io_uring".into(),
+            UringState::Untried => "io_uring (not used yet)".into(),
+        }
+    }
+
+    /// Reads and verifies a cache-device copy through io_uring. `None` when io_uring is
+    /// not usable for it (the caller reads on the blocking pool); `Some(Err)` when the copy
+    /// failed (it is marked bad and counted).
+    async fn read_l2_uring(
+        &self,
+        vol: &VolumeInfo,
+        key: BlockKey,
+        loc: &L2Loc,
+    ) -> Option<Result<Bytes, ()>> {
+        let reader = self.uring_reader()?;
+        let index_key = pack_key(vol.slot, key.block);
+        let psize = vol.block_len(key.block);
+        let usable = self.device(loc.device).and_then(|device| {
+            let geometry = *device.geometry.lock().expect("geometry lock");
+            match (device.state(), geometry) {
+                (DeviceState::Online, Some(geometry)) => Some((device, geometry)),
+                _ => None,
+            }
+        });
+        let Some((device, geometry)) = usable else {
+            self.drop_bad_l2(key, index_key, loc);
+            return Some(Err(()));
+        };
+        let len = geometry.asize(psize as u64) as usize;
+        let started = Instant::now();
+        let read = reader.read(&device.dev, loc.copy.daddr, len).await;
+        let bytes = match read {
+            Ok(None) => return None,
+            Ok(Some(bytes)) => bytes.slice(..psize),
+            Err(_) => {
+                self.count_l2_read(&device, psize, started, false);
+                self.stats.l2_io_error.fetch_add(1, Ordering::Relaxed);
+                self.drop_bad_l2(key, index_key, loc);
+                return Some(Err(()));
+            }
+        };
+        if larch_format::checksum(&bytes) != loc.copy.checksum {
+            self.count_l2_read(&device, psize, started, false);
+            self.stats.l2_cksum_bad.fetch_add(1, Ordering::Relaxed);
+            self.drop_bad_l2(key, index_key, loc);
+            return Some(Err(()));
+        }
+        self.count_l2_read(&device, psize, started, true);
+        self.count_l2_hit(key, index_key, loc, &bytes);
+        Some(Ok(bytes))
+    }
+
+    /// A cache device's read counters and latency histogram, for one read.
+    fn count_l2_read(&self, device: &CacheDevice, psize: usize, started: Instant, ok: bool) {
+        device.io.reads.fetch_add(1, Ordering::Relaxed);
+        device
+            .io
+            .read_bytes
+            .fetch_add(psize as u64, Ordering::Relaxed);
+        device.io.read_latency.record(started.elapsed());
+        if !ok {
+            device.io.read_errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn read_l2(&self, loc: &L2Loc, psize: u32) -> Result<Vec<u8>, ()> {
@@ -970,17 +1142,9 @@ impl Engine {
             arc_state: ArcState::Mru,
             prefetch: false,
         };
-        device.io.reads.fetch_add(1, Ordering::Relaxed);
-        device
-            .io
-            .read_bytes
-            .fetch_add(u64::from(psize), Ordering::Relaxed);
         let started = Instant::now();
         let result = larch_l2::read_verified(&*device.dev, &geometry, &entry);
-        device.io.read_latency.record(started.elapsed());
-        if result.is_err() {
-            device.io.read_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        self.count_l2_read(&device, psize as usize, started, result.is_ok());
         match result {
             Ok(bytes) => Ok(bytes),
             Err(larch_l2::ReadError::Checksum { .. }) => {
@@ -1953,8 +2117,13 @@ impl Engine {
     /// fractions averaged), followed by the engine's L2 counters.
     pub fn arcstats(&self) -> Vec<(String, u64)> {
         let mut sums: Vec<(String, u64)> = Vec::new();
+        let mut l2_cached = [0u64; 2];
         for shard in self.shards.iter() {
-            let stats = shard.lock().expect("shard lock").arc.kstats();
+            let shard = shard.lock().expect("shard lock");
+            let stats = shard.arc.kstats();
+            l2_cached[0] += shard.evicted_l2_cached[0];
+            l2_cached[1] += shard.evicted_l2_cached[1];
+            drop(shard);
             if sums.is_empty() {
                 sums = stats;
             } else {
@@ -1964,8 +2133,13 @@ impl Engine {
             }
         }
         for (name, value) in sums.iter_mut() {
-            if matches!(name.as_str(), "meta" | "pd" | "pm" | "arc_no_grow") {
-                *value /= SHARDS as u64;
+            match name.as_str() {
+                "meta" | "pd" | "pm" | "arc_no_grow" => *value /= SHARDS as u64,
+                "evict_l2_cached" => *value += l2_cached[0] + l2_cached[1],
+                "evict_l2_eligible" => *value = value.saturating_sub(l2_cached[0] + l2_cached[1]),
+                "evict_l2_eligible_mru" => *value = value.saturating_sub(l2_cached[0]),
+                "evict_l2_eligible_mfu" => *value = value.saturating_sub(l2_cached[1]),
+                _ => {}
             }
         }
         let s = &self.stats;

@@ -55,6 +55,7 @@ pub mod latency;
 pub mod manage;
 pub mod pool;
 pub mod tunables;
+pub mod uring;
 pub mod volume;
 
 pub use backing::{BackingStore, LatencyModel};

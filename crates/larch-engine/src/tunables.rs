@@ -32,6 +32,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
     ),
     ("zfs_txg_timeout", "5", "seconds between TXG syncs"),
     (
+        "zfs_vdev_async_write_max_active",
+        "10",
+        "most writes a TXG sync has in flight to one backing store",
+    ),
+    (
         "zfs_dirty_data_max",
         "10% of RAM, at most 4G",
         "most dirty bytes in DRAM (also at most half of zfs_arc_max)",
@@ -91,6 +96,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "l2arc_nowrite",
         "1",
         "do not feed blocks written and not read since (larch's; OpenZFS feeds them)",
+    ),
+    (
+        "l2arc_io_uring",
+        "1",
+        "read cache devices through io_uring (larch's; 0: through a pool of threads)",
     ),
     (
         "l2arc_mfuonly",
@@ -193,6 +203,14 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
             }
             tunables.zfs_txg_timeout.store(n, Ordering::Relaxed);
         }
+        "zfs_vdev_async_write_max_active" => {
+            if !(1..=1000).contains(&n) {
+                return Err(format!("{name} must be between 1 and 1000, not {n}"));
+            }
+            tunables
+                .zfs_vdev_async_write_max_active
+                .store(n, Ordering::Relaxed);
+        }
         "zfs_dirty_data_max" => {
             if n < 1 << 20 {
                 return Err(format!("{name} must be at least 1M, not {n}"));
@@ -264,6 +282,7 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
         "l2arc_feed_again" => tunables.l2arc_feed_again.store(flag(n)?, Ordering::Relaxed),
         "l2arc_noprefetch" => tunables.l2arc_noprefetch.store(flag(n)?, Ordering::Relaxed),
         "l2arc_nowrite" => tunables.l2arc_nowrite.store(flag(n)?, Ordering::Relaxed),
+        "l2arc_io_uring" => tunables.l2arc_io_uring.store(flag(n)?, Ordering::Relaxed),
         "l2arc_mfuonly" => {
             if n > 2 {
                 return Err(format!("{name} is 0, 1 or 2, not {n}"));
@@ -301,6 +320,10 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
         ("zfs_arc_min", tunables.zfs_arc_min.load(r)),
         ("zfs_arc_sys_free", tunables.zfs_arc_sys_free.load(r)),
         ("zfs_txg_timeout", tunables.zfs_txg_timeout.load(r)),
+        (
+            "zfs_vdev_async_write_max_active",
+            tunables.zfs_vdev_async_write_max_active.load(r),
+        ),
         ("zfs_dirty_data_max", tunables.zfs_dirty_data_max.load(r)),
         (
             "zfs_dirty_data_sync_percent",
@@ -334,6 +357,7 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
             u64::from(tunables.l2arc_noprefetch.load(r)),
         ),
         ("l2arc_nowrite", u64::from(tunables.l2arc_nowrite.load(r))),
+        ("l2arc_io_uring", u64::from(tunables.l2arc_io_uring.load(r))),
         ("l2arc_mfuonly", u64::from(tunables.l2arc_mfuonly.load(r))),
         (
             "l2arc_rebuild_enabled",

@@ -179,16 +179,32 @@ fn flip_record_byte(device: &Path, block: u64, v: u8) -> bool {
 
 /// A copy that failed verification once (a transient error) must still be tombstoned
 /// when its block is overwritten; otherwise a restart restores it and serves the old
-/// bytes. This is why bad copies stay in the index.
+/// bytes. This is why bad copies stay in the index. Cache-device reads through io_uring.
 #[test]
 fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
-    let dir = scratch("bad-copy");
+    bad_copy_case("bad-copy-uring", true);
+}
+
+/// The same through the blocking thread pool (`l2arc_io_uring=0`, and systems without
+/// io_uring).
+#[test]
+fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten_thread_reads() {
+    bad_copy_case("bad-copy-threads", false);
+}
+
+fn bad_copy_case(name: &str, uring: bool) {
+    let dir = scratch(name);
     let backing = dir.join("vol.img");
     let device = dir.join("cache.img");
     backing_file(&backing, 512); // 8 MiB
     std::fs::write(&device, vec![0u8; 32 << 20]).expect("device file");
+    let read_path = if uring { "io_uring" } else { "threads" };
 
     let s = Setup::new(&backing, 1 << 20);
+    s.engine
+        .tunables
+        .l2arc_io_uring
+        .store(uring, std::sync::atomic::Ordering::Relaxed);
     let cache = s
         .engine
         .add_cache_device(&device, POOL, DEVICE, true)
@@ -215,9 +231,14 @@ fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
     assert!(flip_record_byte(&device, 0, 0));
 
     // Push block 0 out of the ARC, then overwrite it.
+    let cached_evictions = s.stat("evict_l2_cached");
     for b in 200..300 {
         s.read(b);
     }
+    assert!(
+        s.stat("evict_l2_cached") > cached_evictions,
+        "blocks with cache-device copies left the ARC"
+    );
     let tombstones = s.stat("l2_tombstones");
     s.write(0, contents(0, 1));
     assert_eq!(
@@ -233,6 +254,10 @@ fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
     // Restart: the rebuild must not restore the old copy of block 0.
     let s = Setup::new(&backing, 1 << 20);
     s.engine
+        .tunables
+        .l2arc_io_uring
+        .store(uring, std::sync::atomic::Ordering::Relaxed);
+    s.engine
         .add_cache_device(&device, POOL, DEVICE, false)
         .expect("reopen");
     wait_online(&s.engine);
@@ -241,6 +266,24 @@ fn a_copy_that_failed_verification_is_still_tombstoned_when_overwritten() {
     assert_eq!(s.read(0)[..], contents(0, 1)[..], "no stale read");
     assert_eq!(s.read(1)[..], contents(1, 0)[..]);
     assert_eq!(s.stat("l2_hits"), hits + 1, "block 1 came from the device");
+    assert_eq!(s.engine.l2_read_path(), read_path);
+
+    // The device file shrinks underneath: its reads come back short, and every block is
+    // still served, from the backing store.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&device)
+        .expect("open device file");
+    file.set_len(1 << 20).expect("truncate");
+    let (hits, errors) = (s.stat("l2_hits"), s.stat("l2_io_error"));
+    for b in 2..200 {
+        assert_eq!(s.read(b)[..], contents(b, 0)[..], "block {b}");
+    }
+    assert!(s.stat("l2_io_error") > errors, "short reads are I/O errors");
+    assert!(
+        s.stat("l2_hits") - hits < 100,
+        "most copies were past the new end"
+    );
     s.engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -144,6 +144,14 @@ impl FileDevice {
     }
 }
 
+/// The descriptor, for callers that submit their own I/O (io_uring). Reads through it
+/// follow the same alignment rules as [`FileDevice::is_direct`] implies.
+impl AsRawFd for FileDevice {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl BlockDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), IoError> {
         check_range("read", offset_bytes, buf.len(), self.len_bytes)?;

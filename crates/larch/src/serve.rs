@@ -212,6 +212,7 @@ fn status_json(pool: &Pool) -> serde_json::Value {
         "pool_guid": pool.config.guid,
         "volumes": volumes,
         "cache_devices": devices,
+        "l2_read_path": engine.l2_read_path(),
         "log_device": log,
         "tunables": tunables::values(&engine.tunables),
         "http": HTTP_ADDR.get(),
@@ -649,6 +650,9 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(fault) = d["fault"].as_str() {
             line += &format!(" ({fault})");
+        }
+        if let Some(path) = v["l2_read_path"].as_str() {
+            line += &format!(", reads through {path}");
         }
         println!("{line}");
     }

@@ -32,7 +32,7 @@
 //! (dirty blocks live in the ARC and cannot be evicted).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -526,7 +526,13 @@ impl Engine {
                 failure = Some(format!("volume {volume:#x} has no backing store"));
                 continue;
             };
-            match write_runs(&backing, &list).and_then(|n| backing.flush().map(|()| n)) {
+            let max_active = self
+                .tunables
+                .zfs_vdev_async_write_max_active
+                .load(Ordering::Relaxed)
+                .max(1) as usize;
+            match write_runs(&backing, &list, max_active).and_then(|n| backing.flush().map(|()| n))
+            {
                 Ok(n) => written += n,
                 Err(err) => {
                     let why = format!(
@@ -621,34 +627,80 @@ impl Engine {
     }
 }
 
-/// Writes sorted blocks of one volume, merging contiguous ones into one write. Returns
-/// the bytes written.
-fn write_runs(backing: &BackingStore, list: &[(u64, &DirtyBlock)]) -> std::io::Result<u64> {
-    let mut written = 0u64;
+/// Writes sorted blocks of one volume, merging contiguous ones into one write, with up to
+/// `max_active` writes in flight (a slow store is mostly waiting: ZFS keeps
+/// `zfs_vdev_async_write_max_active` writes queued per disk for the same reason). The
+/// order does not matter: the caller flushes the store before the TXG counts as synced.
+/// Returns the bytes written, or the first error (the remaining runs are not started).
+fn write_runs(
+    backing: &BackingStore,
+    list: &[(u64, &DirtyBlock)],
+    max_active: usize,
+) -> std::io::Result<u64> {
+    let mut runs: Vec<&[(u64, &DirtyBlock)]> = Vec::new();
     let mut i = 0;
     while i < list.len() {
-        let bs = u64::from(list[i].1.vol.block_bytes);
         let mut j = i + 1;
         while j < list.len() && list[j].0 == list[j - 1].0 + 1 && j - i < 256 {
             j += 1;
         }
-        let offset = list[i].0 * bs;
-        if j == i + 1 {
-            backing.write_at(&list[i].1.data, offset)?;
-        } else {
-            let mut run = Vec::with_capacity(list[i..j].iter().map(|(_, d)| d.data.len()).sum());
-            for (_, d) in &list[i..j] {
-                run.extend_from_slice(&d.data);
-            }
-            backing.write_at(&run, offset)?;
-        }
-        written += list[i..j]
-            .iter()
-            .map(|(_, d)| d.data.len() as u64)
-            .sum::<u64>();
+        runs.push(&list[i..j]);
         i = j;
     }
-    Ok(written)
+    let workers = max_active.min(runs.len());
+    if workers <= 1 {
+        return runs.iter().map(|run| write_run(backing, run)).sum();
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| -> std::io::Result<u64> {
+                    let mut written = 0;
+                    while !failed.load(Ordering::Relaxed) {
+                        let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            break;
+                        };
+                        match write_run(backing, run) {
+                            Ok(n) => written += n,
+                            Err(err) => {
+                                failed.store(true, Ordering::Relaxed);
+                                return Err(err);
+                            }
+                        }
+                    }
+                    Ok(written)
+                })
+            })
+            .collect();
+        let mut total = Ok(0u64);
+        for handle in handles {
+            let result = handle
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a TXG writer panicked")));
+            total = match (total, result) {
+                (Ok(a), Ok(b)) => Ok(a + b),
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            };
+        }
+        total
+    })
+}
+
+/// Writes one run of contiguous blocks in one write.
+fn write_run(backing: &BackingStore, run: &[(u64, &DirtyBlock)]) -> std::io::Result<u64> {
+    let offset = run[0].0 * u64::from(run[0].1.vol.block_bytes);
+    if let [(_, only)] = run {
+        backing.write_at(&only.data, offset)?;
+        return Ok(only.data.len() as u64);
+    }
+    let mut joined = Vec::with_capacity(run.iter().map(|(_, d)| d.data.len()).sum());
+    for (_, d) in run {
+        joined.extend_from_slice(&d.data);
+    }
+    backing.write_at(&joined, offset)?;
+    Ok(joined.len() as u64)
 }
 
 /// A log device attached to the engine.

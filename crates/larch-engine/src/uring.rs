@@ -1,0 +1,299 @@
+//! Cache-device reads through io_uring, without a thread hand-off per read.
+//!
+//! The task that needs a block submits the read itself (one `io_uring_enter`) and awaits a
+//! one-shot channel. The ring signals completions on an eventfd that sits in tokio's
+//! reactor; one reaper task drains the completion queue and answers the channels, so a
+//! completion wakes the waiting task on the worker that polled the reactor. The blocking
+//! path this replaces handed every L2 hit to a pool thread and back (two futex wake-ups
+//! and two context switches per read).
+//!
+//! Safety of the buffers: each read's buffer lives in the reader's slot table from
+//! submission until its completion is reaped, whether or not the waiting task is still
+//! there. Dropping the reader waits for every read in flight first.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use io_uring::{IoUring, opcode, types};
+use larch_io::{AlignedBuf, BlockDevice, FileDevice};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+
+/// Reads in flight at most; further reads take the blocking path until some complete.
+pub const URING_DEPTH: u32 = 256;
+
+/// The outcome of one read: the kernel's result (bytes read, or a negative errno) and the
+/// buffer.
+type Completion = (i32, AlignedBuf);
+
+struct Pending {
+    buf: AlignedBuf,
+    /// Keeps the file (and so the descriptor the kernel reads) open until completion.
+    _device: Arc<FileDevice>,
+    done: oneshot::Sender<Completion>,
+}
+
+struct Inner {
+    ring: IoUring,
+    slots: Vec<Option<Pending>>,
+    free: Vec<u32>,
+}
+
+impl Inner {
+    fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Takes every posted completion out of the queue and frees its slot.
+    fn reap(&mut self) -> Vec<(Pending, i32)> {
+        let posted: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|cqe| (cqe.user_data(), cqe.result()))
+            .collect();
+        let mut done = Vec::with_capacity(posted.len());
+        for (slot, result) in posted {
+            let Ok(index) = u32::try_from(slot) else {
+                continue;
+            };
+            if let Some(pending) = self.slots.get_mut(index as usize).and_then(Option::take) {
+                self.free.push(index);
+                done.push((pending, result));
+            }
+        }
+        done
+    }
+}
+
+/// One io_uring for cache-device reads, with its reaper task on the tokio runtime that
+/// created it.
+pub struct UringReader {
+    inner: Mutex<Inner>,
+    event: Arc<AsyncFd<OwnedFd>>,
+    /// Cleared when the reaper task ends (its runtime shut down): reads must then take the
+    /// blocking path, as nothing would answer them.
+    alive: Arc<AtomicBool>,
+}
+
+/// Clears the reader's `alive` flag when the reaper task is dropped.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl UringReader {
+    /// Sets up a ring of [`URING_DEPTH`] entries and spawns its reaper on the current tokio
+    /// runtime. Fails outside a runtime, or where io_uring is unavailable (old kernels,
+    /// `kernel.io_uring_disabled`, seccomp filters).
+    pub fn new() -> io::Result<Arc<UringReader>> {
+        let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        let ring = IoUring::builder()
+            .setup_cqsize(URING_DEPTH * 2)
+            .build(URING_DEPTH)?;
+        // SAFETY: eventfd returns a new descriptor or -1; it is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh descriptor nothing else owns.
+        let event_fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        ring.submitter().register_eventfd(event_fd.as_raw_fd())?;
+        let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _entered = handle.enter();
+            // SAFETY: the AsyncFd owns the descriptor, which stays open while it lives.
+            unsafe { AsyncFd::register_with_interest(event_fd, Interest::READABLE) }
+        }));
+        // register panics on a runtime built without I/O: fall back, do not crash.
+        let event = match registered {
+            Ok(Ok(event)) => Arc::new(event),
+            Ok(Err(err)) => return Err(err.into_parts().1),
+            Err(_) => return Err(io::Error::other("the tokio runtime has no I/O driver")),
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let reader = Arc::new(UringReader {
+            inner: Mutex::new(Inner {
+                ring,
+                slots: (0..URING_DEPTH).map(|_| None).collect(),
+                free: (0..URING_DEPTH).rev().collect(),
+            }),
+            event: Arc::clone(&event),
+            alive: Arc::clone(&alive),
+        });
+        handle.spawn(reap_forever(
+            event,
+            Arc::downgrade(&reader),
+            AliveGuard(alive),
+        ));
+        Ok(reader)
+    }
+
+    /// Whether completions are still being reaped.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Reads `len` bytes (a multiple of the device's alignment) at `offset` of `device`.
+    /// `Ok(None)` when the ring is full or its reaper is gone: the caller reads another way.
+    /// The result is the bytes read, or the error of a failed or short read.
+    pub async fn read(
+        &self,
+        device: &Arc<FileDevice>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<Bytes>> {
+        let Some(done) = self.queue(device, offset, len)? else {
+            return Ok(None);
+        };
+        if self.submit_queued().is_err() {
+            // Not the copy's fault: read it another way (this entry stays queued, and its
+            // buffer with it, until a later submission completes it).
+            return Ok(None);
+        }
+        // Completions the reaper has not seen yet are answered now: their tasks need not
+        // wait for the eventfd's wake-up to go through the reactor.
+        self.complete_posted();
+        let Ok((result, buf)) = done.await else {
+            // The reaper dropped the sender without answering: it is shutting down.
+            return Ok(None);
+        };
+        if result < 0 {
+            return Err(io::Error::from_raw_os_error(-result));
+        }
+        if result as usize != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short read: {result} of {len} bytes at {offset}"),
+            ));
+        }
+        Ok(Some(Bytes::from_owner(buf)))
+    }
+
+    /// Puts a read in the submission queue (not yet submitted to the kernel). Reads are
+    /// submitted one system call each: deferring the submission to batch reads that arrive
+    /// together was measured slower (the wait cost more than the shared system call).
+    fn queue(
+        &self,
+        device: &Arc<FileDevice>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<oneshot::Receiver<Completion>>> {
+        if !self.is_alive() {
+            return Ok(None);
+        }
+        let Ok(len32) = u32::try_from(len) else {
+            return Ok(None);
+        };
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > device.len_bytes())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("read of {len} bytes at {offset} is past the device's end"),
+            ));
+        }
+        let mut inner = self.inner.lock().expect("uring lock");
+        let Some(index) = inner.free.pop() else {
+            return Ok(None);
+        };
+        let mut buf = AlignedBuf::zeroed(len);
+        let sqe = opcode::Read::new(types::Fd(device.as_raw_fd()), buf.as_mut_ptr(), len32)
+            .offset(offset)
+            .build()
+            .user_data(u64::from(index));
+        let (done, receiver) = oneshot::channel();
+        // The buffer moves into the slot; its heap memory (what the kernel writes) stays put.
+        inner.slots[index as usize] = Some(Pending {
+            buf,
+            _device: Arc::clone(device),
+            done,
+        });
+        // SAFETY: the entry's buffer and descriptor stay valid until its completion is
+        // reaped: both are owned by the slot, which only `reap` (after the completion) or
+        // Drop (after waiting for every completion) empties.
+        let pushed = unsafe { inner.ring.submission().push(&sqe) };
+        if pushed.is_err() {
+            // Cannot happen with at most URING_DEPTH slots, but never leave a slot behind.
+            inner.slots[index as usize] = None;
+            inner.free.push(index);
+            return Ok(None);
+        }
+        Ok(Some(receiver))
+    }
+
+    /// Submits every queued read. On failure the entries stay queued (a later call
+    /// submits them) and keep their slots, so no buffer is freed under a read that did
+    /// start; the caller reads another way.
+    fn submit_queued(&self) -> io::Result<()> {
+        let mut inner = self.inner.lock().expect("uring lock");
+        if inner.ring.submission().is_empty() {
+            return Ok(());
+        }
+        inner.ring.submit().map(drop)
+    }
+
+    fn complete_posted(&self) {
+        let done = self.inner.lock().expect("uring lock").reap();
+        for (pending, result) in done {
+            // A dropped receiver means the reader gave up waiting; the buffer is freed here.
+            let _ = pending.done.send((result, pending.buf));
+        }
+    }
+}
+
+impl Drop for UringReader {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        // The kernel may still write into buffers of reads in flight: wait for them all.
+        while inner.in_flight() > 0 {
+            match inner.ring.submit_and_wait(1) {
+                Ok(_) => drop(inner.reap()),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // Cannot wait: leak the buffers rather than free memory the kernel
+                    // may still write.
+                    std::mem::forget(std::mem::take(&mut inner.slots));
+                    break;
+                }
+            }
+        }
+        // Wake the reaper so that it sees the reader gone and ends.
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to a descriptor we own.
+        unsafe {
+            libc::write(
+                self.event.get_ref().as_raw_fd(),
+                (&one as *const u64).cast(),
+                8,
+            );
+        }
+    }
+}
+
+async fn reap_forever(event: Arc<AsyncFd<OwnedFd>>, reader: Weak<UringReader>, _alive: AliveGuard) {
+    loop {
+        let Ok(mut ready) = event.readable().await else {
+            return;
+        };
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a valid buffer from a descriptor we own. The
+        // descriptor is non-blocking: EAGAIN (nothing to read) is fine.
+        unsafe {
+            libc::read(event.get_ref().as_raw_fd(), count.as_mut_ptr().cast(), 8);
+        }
+        ready.clear_ready();
+        let Some(reader) = reader.upgrade() else {
+            return;
+        };
+        // Reads left queued by a failed submission get another chance.
+        let _ = reader.submit_queued();
+        reader.complete_posted();
+    }
+}
