@@ -163,6 +163,9 @@ impl UringReader {
             // The reaper dropped the sender without answering: it is shutting down.
             return Ok(None);
         };
+        // Reads that completed since are answered now, not when the reactor next runs
+        // (under load the workers poll it only between batches of tasks).
+        self.complete_posted();
         if result < 0 {
             return Err(io::Error::from_raw_os_error(-result));
         }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -707,9 +707,15 @@ async fn read_request<R: AsyncRead + Unpin>(
         return Ok((hdr, checked, None));
     }
     if checked.is_ok() && payload_len <= max_request_bytes {
-        let mut data = vec![0u8; payload_len as usize];
-        reader.read_exact(&mut data).await?;
-        return Ok((hdr, checked, Some(Bytes::from(data))));
+        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
+        let mut data = BytesMut::with_capacity(payload_len as usize);
+        while data.len() < payload_len as usize {
+            let want = payload_len as usize - data.len();
+            if (&mut *reader).take(want as u64).read_buf(&mut data).await? == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            }
+        }
+        return Ok((hdr, checked, Some(data.freeze())));
     }
     let discarded = tokio::io::copy(
         &mut (&mut *reader).take(u64::from(payload_len)),

@@ -688,19 +688,12 @@ fn write_runs(
     })
 }
 
-/// Writes one run of contiguous blocks in one write.
+/// Writes one run of contiguous blocks in one (vectored) write.
 fn write_run(backing: &BackingStore, run: &[(u64, &DirtyBlock)]) -> std::io::Result<u64> {
     let offset = run[0].0 * u64::from(run[0].1.vol.block_bytes);
-    if let [(_, only)] = run {
-        backing.write_at(&only.data, offset)?;
-        return Ok(only.data.len() as u64);
-    }
-    let mut joined = Vec::with_capacity(run.iter().map(|(_, d)| d.data.len()).sum());
-    for (_, d) in run {
-        joined.extend_from_slice(&d.data);
-    }
-    backing.write_at(&joined, offset)?;
-    Ok(joined.len() as u64)
+    let parts: Vec<&[u8]> = run.iter().map(|(_, d)| &d.data[..]).collect();
+    backing.write_vectored_at(&parts, offset)?;
+    Ok(parts.iter().map(|p| p.len() as u64).sum())
 }
 
 /// A log device attached to the engine.
