@@ -118,6 +118,9 @@ pub struct Tunables {
     /// Do not feed blocks whose contents came from a write that no read has used since
     /// (`l2arc_nowrite`, 1; larch's, OpenZFS feeds them).
     pub l2arc_nowrite: AtomicBool,
+    /// Feed in `l2arc_feed_min_ms` steps (same bytes per second) while blocks leave the ARC
+    /// unfed between feeds (`l2arc_feed_follow`, 1; larch's).
+    pub l2arc_feed_follow: AtomicBool,
     /// Read cache devices through io_uring when the system offers it (`l2arc_io_uring`,
     /// 1; larch's); 0 reads them on the blocking thread pool.
     pub l2arc_io_uring: AtomicBool,
@@ -177,6 +180,7 @@ impl Default for Tunables {
             l2arc_noprefetch: AtomicBool::new(true),
             l2arc_nowrite: AtomicBool::new(true),
             l2arc_io_uring: AtomicBool::new(true),
+            l2arc_feed_follow: AtomicBool::new(true),
             l2arc_mfuonly: AtomicU8::new(0),
             l2arc_rebuild_enabled: AtomicBool::new(true),
             l2arc_rebuild_blocks_min_l2size: AtomicU64::new(0),
@@ -333,6 +337,40 @@ impl CacheDevice {
     /// Size of the device in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.dev.len_bytes()
+    }
+}
+
+/// When the next feed runs and how much it may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FeedStep {
+    wait: Duration,
+    budget: u64,
+}
+
+/// OpenZFS's feed interval (`l2arc_feed_secs`, or `l2arc_feed_min_ms` after a feed that
+/// wrote over half its budget), and larch's `l2arc_feed_follow`: when blocks the feed
+/// could have written left the ARC since the last feed (`behind`), the next feed comes
+/// after `l2arc_feed_min_ms` with that share of the per-second budget. The feed then
+/// keeps up with an ARC that turns over faster than once a second, at the same bytes per
+/// second.
+fn feed_step(tunables: &Tunables, budget: u64, wrote_bytes: u64, behind: bool) -> FeedStep {
+    let min_ms = tunables.l2arc_feed_min_ms.load(Ordering::Relaxed).max(1);
+    let secs = tunables.l2arc_feed_secs.load(Ordering::Relaxed).max(1);
+    if tunables.l2arc_feed_again.load(Ordering::Relaxed) && wrote_bytes > budget / 2 {
+        return FeedStep {
+            wait: Duration::from_millis(min_ms),
+            budget,
+        };
+    }
+    if behind && min_ms < secs * 1000 {
+        return FeedStep {
+            wait: Duration::from_millis(min_ms),
+            budget: (budget * min_ms / (secs * 1000)).max(4096),
+        };
+    }
+    FeedStep {
+        wait: Duration::from_secs(secs),
+        budget,
     }
 }
 
@@ -1775,6 +1813,8 @@ impl Engine {
 
     fn feed_loop(&self, device: &Arc<CacheDevice>) {
         let mut wrote_bytes = 0u64;
+        let mut unfed_seen = self.unfed_evictions();
+        let mut behind = false;
         while !self.shutdown.load(Ordering::Acquire) {
             let mut budget = self
                 .tunables
@@ -1784,22 +1824,42 @@ impl Engine {
             if !self.arc_warm() {
                 budget += self.tunables.l2arc_write_boost.load(Ordering::Relaxed);
             }
-            let again =
-                self.tunables.l2arc_feed_again.load(Ordering::Relaxed) && wrote_bytes > budget / 2;
-            let wait = if again {
-                Duration::from_millis(self.tunables.l2arc_feed_min_ms.load(Ordering::Relaxed))
-            } else {
-                Duration::from_secs(self.tunables.l2arc_feed_secs.load(Ordering::Relaxed).max(1))
-            };
-            self.sleep_unless_shutdown(wait);
+            let step = feed_step(
+                &self.tunables,
+                budget,
+                wrote_bytes,
+                behind && self.tunables.l2arc_feed_follow.load(Ordering::Relaxed),
+            );
+            self.sleep_unless_shutdown(step.wait);
             if self.shutdown.load(Ordering::Acquire) {
                 break;
             }
             wrote_bytes = match device.state() {
-                DeviceState::Online => self.feed_once(device, budget),
+                DeviceState::Online => self.feed_once(device, step.budget),
                 _ => 0,
             };
+            // Blocks the feed would have written left the ARC before it came round.
+            let unfed = self.unfed_evictions();
+            behind = unfed > unfed_seen;
+            unfed_seen = unfed;
         }
+    }
+
+    /// Bytes evicted from the ARC that were eligible for a cache device and had no copy
+    /// there (what the feed missed, plus blocks it skips: prefetched, written).
+    fn unfed_evictions(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock().expect("shard lock");
+                let [mru, mfu] = shard.evicted_l2_cached;
+                shard
+                    .arc
+                    .stats()
+                    .evict_l2_eligible
+                    .saturating_sub(mru + mfu)
+            })
+            .sum()
     }
 
     fn sleep_unless_shutdown(&self, wait: Duration) {
@@ -2275,5 +2335,30 @@ async fn wait_for(flight: &InFlight) -> Option<Bytes> {
             return result;
         }
         notified.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_feed_follows_a_fast_arc_at_the_same_bytes_per_second() {
+        let t = Tunables::default();
+        let budget = 32 << 20;
+        let quiet = feed_step(&t, budget, 1 << 20, false);
+        assert_eq!(quiet.wait, Duration::from_secs(1));
+        assert_eq!(quiet.budget, budget);
+        // OpenZFS's feed again: a full feed comes back after l2arc_feed_min_ms.
+        let again = feed_step(&t, budget, budget, false);
+        assert_eq!(again.wait, Duration::from_millis(200));
+        assert_eq!(again.budget, budget);
+        // Behind the ARC: a fifth of the budget every 200 ms.
+        let behind = feed_step(&t, budget, 1 << 20, true);
+        assert_eq!(behind.wait, Duration::from_millis(200));
+        assert_eq!(behind.budget, budget / 5);
+        // A minimum interval as long as the interval changes nothing.
+        t.l2arc_feed_min_ms.store(1000, Ordering::Relaxed);
+        assert_eq!(feed_step(&t, budget, 1 << 20, true), quiet);
     }
 }

@@ -88,6 +88,11 @@ pub const TUNABLES: &[(&str, &str, &str)] = &[
         "feed again after l2arc_feed_min_ms when a feed wrote over half its budget",
     ),
     (
+        "l2arc_feed_follow",
+        "1",
+        "feed every l2arc_feed_min_ms (same bytes per second) while blocks leave the ARC unfed (larch's)",
+    ),
+    (
         "l2arc_noprefetch",
         "1",
         "do not feed blocks read by prefetch",
@@ -280,6 +285,9 @@ pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
             tunables.l2arc_feed_min_ms.store(n, Ordering::Relaxed);
         }
         "l2arc_feed_again" => tunables.l2arc_feed_again.store(flag(n)?, Ordering::Relaxed),
+        "l2arc_feed_follow" => tunables
+            .l2arc_feed_follow
+            .store(flag(n)?, Ordering::Relaxed),
         "l2arc_noprefetch" => tunables.l2arc_noprefetch.store(flag(n)?, Ordering::Relaxed),
         "l2arc_nowrite" => tunables.l2arc_nowrite.store(flag(n)?, Ordering::Relaxed),
         "l2arc_io_uring" => tunables.l2arc_io_uring.store(flag(n)?, Ordering::Relaxed),
@@ -351,6 +359,10 @@ pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
         (
             "l2arc_feed_again",
             u64::from(tunables.l2arc_feed_again.load(r)),
+        ),
+        (
+            "l2arc_feed_follow",
+            u64::from(tunables.l2arc_feed_follow.load(r)),
         ),
         (
             "l2arc_noprefetch",
