@@ -266,7 +266,14 @@ fn bad_copy_case(name: &str, uring: bool) {
     assert_eq!(s.read(0)[..], contents(0, 1)[..], "no stale read");
     assert_eq!(s.read(1)[..], contents(1, 0)[..]);
     assert_eq!(s.stat("l2_hits"), hits + 1, "block 1 came from the device");
-    assert_eq!(s.engine.l2_read_path(), read_path);
+    let path = s.engine.l2_read_path();
+    if uring && path.starts_with("threads (io_uring unavailable") {
+        // A system without io_uring (seccomp, io_uring_disabled): the fallback served the
+        // reads above; say so rather than claim the io_uring path was tested.
+        eprintln!("NOTE: io_uring path not exercised here: {path}");
+    } else {
+        assert_eq!(path, read_path);
+    }
 
     // The device file shrinks underneath: its reads come back short, and every block is
     // still served, from the backing store.
