@@ -202,16 +202,17 @@ impl UringReader {
                 format!("read of {len} bytes at {offset} is past the device's end"),
             ));
         }
+        // Allocations happen before the lock: it is shared by every reader and the reaper.
+        let mut buf = AlignedBuf::zeroed(len);
+        let (done, receiver) = oneshot::channel();
         let mut inner = self.inner.lock().expect("uring lock");
         let Some(index) = inner.free.pop() else {
             return Ok(None);
         };
-        let mut buf = AlignedBuf::zeroed(len);
         let sqe = opcode::Read::new(types::Fd(device.as_raw_fd()), buf.as_mut_ptr(), len32)
             .offset(offset)
             .build()
             .user_data(u64::from(index));
-        let (done, receiver) = oneshot::channel();
         // The buffer moves into the slot; its heap memory (what the kernel writes) stays put.
         inner.slots[index as usize] = Some(Pending {
             buf,
