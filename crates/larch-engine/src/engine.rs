@@ -1112,14 +1112,7 @@ impl Engine {
         let reader = self.uring_reader()?;
         let index_key = pack_key(vol.slot, key.block);
         let psize = vol.block_len(key.block);
-        let usable = self.device(loc.device).and_then(|device| {
-            let geometry = *device.geometry.lock().expect("geometry lock");
-            match (device.state(), geometry) {
-                (DeviceState::Online, Some(geometry)) => Some((device, geometry)),
-                _ => None,
-            }
-        });
-        let Some((device, geometry)) = usable else {
+        let Some((device, geometry)) = self.readable_device(loc) else {
             self.drop_bad_l2(key, index_key, loc);
             return Some(Err(()));
         };
@@ -1147,6 +1140,16 @@ impl Engine {
         Some(Ok(bytes))
     }
 
+    /// The device holding `loc` and its geometry, if it is online (both read paths).
+    fn readable_device(&self, loc: &L2Loc) -> Option<(Arc<CacheDevice>, Geometry)> {
+        let device = self.device(loc.device)?;
+        if device.state() != DeviceState::Online {
+            return None;
+        }
+        let geometry = (*device.geometry.lock().expect("geometry lock"))?;
+        Some((device, geometry))
+    }
+
     /// A cache device's read counters and latency histogram, for one read.
     fn count_l2_read(&self, device: &CacheDevice, psize: usize, started: Instant, ok: bool) {
         device.io.reads.fetch_add(1, Ordering::Relaxed);
@@ -1161,11 +1164,7 @@ impl Engine {
     }
 
     fn read_l2(&self, loc: &L2Loc, psize: u32) -> Result<Vec<u8>, ()> {
-        let device = self.device(loc.device).ok_or(())?;
-        if device.state() != DeviceState::Online {
-            return Err(());
-        }
-        let geometry = (*device.geometry.lock().expect("geometry lock")).ok_or(())?;
+        let (device, geometry) = self.readable_device(loc).ok_or(())?;
         let entry = LogEntryPhys {
             kind: EntryKind::Data,
             volume_guid: 0,
