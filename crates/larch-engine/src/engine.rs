@@ -431,10 +431,11 @@ impl ShardL2 {
         self.devices.get_mut(usize::from(device))?.as_mut()
     }
 
-    /// The readable copy of `key`, on whichever device holds it.
-    fn get(&self, key: u64) -> Option<L2Loc> {
-        self.devices.iter().enumerate().find_map(|(i, d)| {
-            let copy = d.as_ref()?.get(key)?;
+    /// The readable copy of `key`, on whichever device holds it, marked as read (a read
+    /// of it follows).
+    fn get_for_read(&mut self, key: u64) -> Option<L2Loc> {
+        self.devices.iter_mut().enumerate().find_map(|(i, d)| {
+            let copy = d.as_mut()?.get_for_read(key)?;
             Some(L2Loc {
                 device: i as u16,
                 copy,
@@ -578,7 +579,7 @@ pub struct Engine {
     /// When memory pressure last stopped the ARC from growing.
     no_grow_since: Mutex<Option<Instant>>,
     /// The io_uring cache-device reads go through, once the first one set it up.
-    uring: Mutex<UringState>,
+    uring: RwLock<UringState>,
     /// Transaction groups.
     txg: txg::Txg,
     /// Counters of the write path.
@@ -700,7 +701,7 @@ impl Engine {
             stats: EngineStats::default(),
             arc_limits: Mutex::new((arc_min_bytes, arc_max_bytes)),
             no_grow_since: Mutex::new(None),
-            uring: Mutex::new(UringState::Untried),
+            uring: RwLock::new(UringState::Untried),
             txg: txg::Txg::new(1),
             write_stats: WriteStats::default(),
             log: RwLock::new(None),
@@ -957,7 +958,7 @@ impl Engine {
             .info(&key)
             .map(|i| i.generation)
             .unwrap_or_else(|| self.fresh_generation());
-        let l2 = shard.l2.get(pack_key(vol.slot, key.block));
+        let l2 = shard.l2.get_for_read(pack_key(vol.slot, key.block));
         let flight = Arc::new(InFlight {
             result: Mutex::new(None),
             done: tokio::sync::Notify::new(),
@@ -1036,7 +1037,7 @@ impl Engine {
             match self.read_l2(&loc, vol.block_len(key.block) as u32) {
                 Ok(bytes) if bytes.len() == vol.block_len(key.block) => {
                     let bytes = Bytes::from(bytes);
-                    self.count_l2_hit(key, index_key, &loc, &bytes);
+                    self.count_l2_hit(&bytes);
                     return Some(bytes);
                 }
                 Ok(_) | Err(_) => self.drop_bad_l2(key, index_key, &loc),
@@ -1052,15 +1053,12 @@ impl Engine {
         Some(Bytes::from(buf))
     }
 
-    fn count_l2_hit(&self, key: BlockKey, index_key: u64, loc: &L2Loc, bytes: &Bytes) {
+    /// Counts an L2 hit (the index marked the copy read when the read was decided).
+    fn count_l2_hit(&self, bytes: &Bytes) {
         self.stats.l2_hits.fetch_add(1, Ordering::Relaxed);
         self.stats
             .l2_read_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        let mut shard = self.shard(&key);
-        if let Some(d) = shard.l2.device_mut(loc.device) {
-            d.mark_read(index_key);
-        }
     }
 
     /// The io_uring reader, set up on first use; `None` when switched off
@@ -1069,7 +1067,13 @@ impl Engine {
         if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) {
             return None;
         }
-        let mut state = self.uring.lock().expect("uring lock");
+        // The common case under a shared lock: every L2 hit comes here.
+        match &*self.uring.read().expect("uring lock") {
+            UringState::Ready(reader) if reader.is_alive() => return Some(Arc::clone(reader)),
+            UringState::Unavailable(_) => return None,
+            _ => {}
+        }
+        let mut state = self.uring.write().expect("uring lock");
         match &*state {
             UringState::Ready(reader) if reader.is_alive() => return Some(Arc::clone(reader)),
             UringState::Unavailable(_) => return None,
@@ -1091,7 +1095,7 @@ impl Engine {
     /// How cache-device reads are done now: `io_uring`, `threads` (switched off or not
     /// set up yet) or `threads (io_uring unavailable: why)`.
     pub fn l2_read_path(&self) -> String {
-        let state = self.uring.lock().expect("uring lock");
+        let state = self.uring.read().expect("uring lock");
         match &*state {
             UringState::Unavailable(why) => format!("threads (io_uring unavailable: {why})"),
             _ if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) => "threads".into(),
@@ -1136,7 +1140,7 @@ impl Engine {
             return Some(Err(()));
         }
         self.count_l2_read(&device, psize, started, true);
-        self.count_l2_hit(key, index_key, loc, &bytes);
+        self.count_l2_hit(&bytes);
         Some(Ok(bytes))
     }
 

@@ -282,11 +282,15 @@ impl DeviceIndex {
         self.find(key).is_some()
     }
 
-    /// Marks `key`'s copy as read.
-    pub fn mark_read(&mut self, key: u64) {
-        if let Some(i) = self.find(key) {
-            self.at_mut(i).set_flag(READ);
+    /// The readable copy of `key`, if any, marked as read: a read is about to use it (if
+    /// that read fails, the copy is marked bad instead). One lookup for both.
+    pub fn get_for_read(&mut self, key: u64) -> Option<Copy> {
+        let i = self.find(key)?;
+        if self.at(i).flags() & BAD != 0 {
+            return None;
         }
+        self.at_mut(i).set_flag(READ);
+        Some(self.copy_of(self.at(i)))
     }
 
     /// Appends a copy at ring position `ring_pos` (bytes). Positions must not go
@@ -469,7 +473,12 @@ mod tests {
         );
         assert!(ix.get(pack_key(1, 77)).is_none());
         assert!(ix.remove(pack_key(1, 77)).is_none());
-        ix.mark_read(pack_key(1, 78));
+        assert_eq!(ix.get(pack_key(1, 78)).map(|c| c.flags), Some(MFU));
+        assert_eq!(
+            ix.get_for_read(pack_key(1, 78)).map(|c| c.flags),
+            Some(READ | MFU),
+            "marked read as it is handed out"
+        );
         assert_eq!(ix.get(pack_key(1, 78)).map(|c| c.flags), Some(READ | MFU));
         ix.check();
         let mut gone = Vec::new();
@@ -492,13 +501,14 @@ mod tests {
         assert!(!ix.push(pack_key(0, 2), 4096, 0, 0), "backwards");
         assert!(!ix.push(1 << 60, 16384, 0, 0), "key too wide");
         assert!(!ix.push(pack_key(0, 4), 16385, 0, 0), "unaligned");
-        ix.mark_read(pack_key(0, 1));
+        assert!(ix.get_for_read(pack_key(0, 1)).is_some());
         assert!(
             !ix.mark_bad(pack_key(0, 1), 4096),
             "another copy's position"
         );
         assert!(ix.mark_bad(pack_key(0, 1), 8192));
         assert!(ix.get(pack_key(0, 1)).is_none(), "bad copies are not read");
+        assert!(ix.get_for_read(pack_key(0, 1)).is_none());
         assert!(ix.contains(pack_key(0, 1)), "but stay until overwritten");
         assert_eq!(ix.remove(pack_key(0, 1)).map(|c| c.flags), Some(READ));
         assert!(!ix.contains(pack_key(0, 1)));

@@ -30,6 +30,84 @@ pub const URING_DEPTH: u32 = 256;
 /// buffer.
 type Completion = (i32, AlignedBuf);
 
+/// Most bytes of read buffers kept for reuse (per reader): a few hundred reads' worth is
+/// enough to absorb the churn of a hit rate in the hundreds of thousands per second.
+const POOL_MAX_BYTES: usize = 4 << 20;
+
+/// Read buffers given back by the blocks that used them (evicted from the ARC, replies
+/// sent), for the next reads of the same size: an aligned allocation and its free cost
+/// more than the rest of a read's bookkeeping together.
+#[derive(Default)]
+struct BufPool {
+    free: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Kept buffers by length (volumes have few block sizes).
+    by_len: Vec<(usize, Vec<AlignedBuf>)>,
+    bytes: usize,
+}
+
+impl BufPool {
+    /// A buffer of `len` bytes: a kept one (holding an earlier block's bytes), or a new one
+    /// whose bytes are uninitialised.
+    ///
+    /// # Safety
+    /// As [`AlignedBuf::uninit`]: nothing reads the buffer before a read fills all `len`
+    /// bytes.
+    unsafe fn take(&self, len: usize) -> AlignedBuf {
+        let kept = {
+            let mut free = self.free.lock().expect("pool lock");
+            let kept = free
+                .by_len
+                .iter_mut()
+                .find(|(l, _)| *l == len)
+                .and_then(|(_, bufs)| bufs.pop());
+            if kept.is_some() {
+                free.bytes -= len;
+            }
+            kept
+        };
+        // SAFETY: the caller's contract.
+        kept.unwrap_or_else(|| unsafe { AlignedBuf::uninit(len) })
+    }
+
+    fn give(&self, buf: AlignedBuf) {
+        let len = buf.len();
+        let mut free = self.free.lock().expect("pool lock");
+        if free.bytes + len > POOL_MAX_BYTES {
+            return;
+        }
+        free.bytes += len;
+        match free.by_len.iter_mut().find(|(l, _)| *l == len) {
+            Some((_, bufs)) => bufs.push(buf),
+            None => free.by_len.push((len, vec![buf])),
+        }
+    }
+}
+
+/// A read's bytes, owned by the `Bytes` handed out: the buffer goes back to its reader's
+/// pool when the last reference is dropped.
+struct PooledBuf {
+    buf: Option<AlignedBuf>,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or_default()
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.pool.give(buf);
+        }
+    }
+}
+
 struct Pending {
     buf: AlignedBuf,
     /// Keeps the file (and so the descriptor the kernel reads) open until completion.
@@ -50,19 +128,14 @@ impl Inner {
 
     /// Takes every posted completion out of the queue and frees its slot.
     fn reap(&mut self) -> Vec<(Pending, i32)> {
-        let posted: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|cqe| (cqe.user_data(), cqe.result()))
-            .collect();
-        let mut done = Vec::with_capacity(posted.len());
-        for (slot, result) in posted {
-            let Ok(index) = u32::try_from(slot) else {
+        let mut done = Vec::new();
+        for cqe in self.ring.completion() {
+            let Ok(index) = u32::try_from(cqe.user_data()) else {
                 continue;
             };
             if let Some(pending) = self.slots.get_mut(index as usize).and_then(Option::take) {
                 self.free.push(index);
-                done.push((pending, result));
+                done.push((pending, cqe.result()));
             }
         }
         done
@@ -74,6 +147,7 @@ impl Inner {
 pub struct UringReader {
     inner: Mutex<Inner>,
     event: Arc<AsyncFd<OwnedFd>>,
+    pool: Arc<BufPool>,
     /// Cleared when the reaper task ends (its runtime shut down): reads must then take the
     /// blocking path, as nothing would answer them.
     alive: Arc<AtomicBool>,
@@ -124,6 +198,7 @@ impl UringReader {
                 free: (0..URING_DEPTH).rev().collect(),
             }),
             event: Arc::clone(&event),
+            pool: Arc::default(),
             alive: Arc::clone(&alive),
         });
         handle.spawn(reap_forever(
@@ -148,17 +223,9 @@ impl UringReader {
         offset: u64,
         len: usize,
     ) -> io::Result<Option<Bytes>> {
-        let Some(done) = self.queue(device, offset, len)? else {
+        let Some(done) = self.submit(device, offset, len)? else {
             return Ok(None);
         };
-        if self.submit_queued().is_err() {
-            // Not the copy's fault: read it another way (this entry stays queued, and its
-            // buffer with it, until a later submission completes it).
-            return Ok(None);
-        }
-        // Completions the reaper has not seen yet are answered now: their tasks need not
-        // wait for the eventfd's wake-up to go through the reactor.
-        self.complete_posted();
         let Ok((result, buf)) = done.await else {
             // The reaper dropped the sender without answering: it is shutting down.
             return Ok(None);
@@ -175,13 +242,19 @@ impl UringReader {
                 format!("short read: {result} of {len} bytes at {offset}"),
             ));
         }
-        Ok(Some(Bytes::from_owner(buf)))
+        Ok(Some(Bytes::from_owner(PooledBuf {
+            buf: Some(buf),
+            pool: Arc::clone(&self.pool),
+        })))
     }
 
-    /// Puts a read in the submission queue (not yet submitted to the kernel). Reads are
-    /// submitted one system call each: deferring the submission to batch reads that arrive
-    /// together was measured slower (the wait cost more than the shared system call).
-    fn queue(
+    /// Queues a read and submits it (one system call per read: deferring submissions to
+    /// batch reads that arrive together was measured slower), and answers the completions
+    /// posted meanwhile, all under one hold of the ring's lock. `Ok(None)`: the ring is
+    /// full or gone, or the submission failed (not the copy's fault: the caller reads
+    /// another way; the entry stays queued, with its buffer, until a later submission
+    /// completes it).
+    fn submit(
         &self,
         device: &Arc<FileDevice>,
         offset: u64,
@@ -203,7 +276,9 @@ impl UringReader {
             ));
         }
         // Allocations happen before the lock: it is shared by every reader and the reaper.
-        let mut buf = AlignedBuf::zeroed(len);
+        // SAFETY: the bytes are handed out (`read`) only after a read filled all `len` of
+        // them; a failed or short read's buffer is only dropped.
+        let mut buf = unsafe { self.pool.take(len) };
         let (done, receiver) = oneshot::channel();
         let mut inner = self.inner.lock().expect("uring lock");
         let Some(index) = inner.free.pop() else {
@@ -229,7 +304,13 @@ impl UringReader {
             inner.free.push(index);
             return Ok(None);
         }
-        Ok(Some(receiver))
+        let submitted = inner.ring.submit();
+        // Completions the reaper has not seen yet are answered now: their tasks need not
+        // wait for the eventfd's wake-up to go through the reactor.
+        let finished = inner.reap();
+        drop(inner);
+        answer(finished);
+        Ok(submitted.is_ok().then_some(receiver))
     }
 
     /// Submits every queued read. On failure the entries stay queued (a later call
@@ -244,11 +325,16 @@ impl UringReader {
     }
 
     fn complete_posted(&self) {
-        let done = self.inner.lock().expect("uring lock").reap();
-        for (pending, result) in done {
-            // A dropped receiver means the reader gave up waiting; the buffer is freed here.
-            let _ = pending.done.send((result, pending.buf));
-        }
+        let finished = self.inner.lock().expect("uring lock").reap();
+        answer(finished);
+    }
+}
+
+/// Hands reaped completions to their readers (outside the ring's lock: it wakes them).
+fn answer(finished: Vec<(Pending, i32)>) {
+    for (pending, result) in finished {
+        // A dropped receiver means the reader gave up waiting; the buffer is freed here.
+        let _ = pending.done.send((result, pending.buf));
     }
 }
 
@@ -299,5 +385,49 @@ async fn reap_forever(event: Arc<AsyncFd<OwnedFd>>, reader: Weak<UringReader>, _
         // Reads left queued by a failed submission get another chance.
         let _ = reader.submit_queued();
         reader.complete_posted();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_buffers_come_back_to_the_pool_up_to_its_cap() {
+        let pool = Arc::new(BufPool::default());
+        // SAFETY: the test fills the buffer before reading it.
+        let mut first = unsafe { pool.take(8192) };
+        let addr = first.as_mut_ptr();
+        // SAFETY: writes all 8192 bytes of the buffer.
+        unsafe { std::ptr::write_bytes(addr, 7, 8192) };
+        let bytes = Bytes::from_owner(PooledBuf {
+            buf: Some(first),
+            pool: Arc::clone(&pool),
+        });
+        let copy = bytes.slice(100..200);
+        drop(bytes);
+        assert_eq!(pool.free.lock().unwrap().bytes, 0, "a slice still holds it");
+        assert!(copy.iter().all(|&b| b == 7));
+        drop(copy);
+        assert_eq!(
+            pool.free.lock().unwrap().bytes,
+            8192,
+            "back once unreferenced"
+        );
+        // SAFETY: not read.
+        let mut other = unsafe { pool.take(4096) };
+        assert_ne!(other.as_mut_ptr(), addr, "another size allocates");
+        // SAFETY: not read.
+        let mut again = unsafe { pool.take(8192) };
+        assert_eq!(again.as_mut_ptr(), addr, "the same size reuses it");
+        assert_eq!(pool.free.lock().unwrap().bytes, 0);
+        // The cap: buffers beyond it are freed, not kept.
+        for _ in 0..(POOL_MAX_BYTES / 8192 + 10) {
+            pool.give(AlignedBuf::zeroed(8192));
+        }
+        assert_eq!(pool.free.lock().unwrap().bytes, POOL_MAX_BYTES);
+        pool.give(other);
+        assert_eq!(pool.free.lock().unwrap().bytes, POOL_MAX_BYTES);
+        drop(again);
     }
 }

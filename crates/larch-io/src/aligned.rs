@@ -1,13 +1,14 @@
-//! A zeroed heap buffer whose address is aligned for `O_DIRECT`.
+//! A heap buffer whose address is aligned for `O_DIRECT`.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
 /// The alignment of every [`AlignedBuf`]: 4 KiB satisfies `O_DIRECT` on 512-byte and
 /// 4 KiB-sector devices alike.
 pub const BUF_ALIGN_BYTES: usize = 4096;
 
-/// A fixed-size, zero-initialised byte buffer aligned to [`BUF_ALIGN_BYTES`].
+/// A fixed-size byte buffer aligned to [`BUF_ALIGN_BYTES`], zero-initialised unless made
+/// by the unsafe [`AlignedBuf::uninit`] for a read that fills it.
 ///
 /// `O_DIRECT` needs the memory address, the file offset and the length aligned; this type
 /// takes care of the first. It dereferences to `[u8]`.
@@ -24,6 +25,21 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// Allocates `len` zero bytes. A zero length allocates nothing.
     pub fn zeroed(len: usize) -> Self {
+        Self::allocate(len, true)
+    }
+
+    /// Allocates `len` bytes without initialising them, for a device read that fills them
+    /// (saves zeroing memory the read overwrites).
+    ///
+    /// # Safety
+    /// Nothing may read the buffer (through `Deref`, `DerefMut` or `AsRef`) before all
+    /// `len` bytes are written through [`AlignedBuf::as_mut_ptr`]; a buffer whose read
+    /// failed or came back short must only be dropped.
+    pub unsafe fn uninit(len: usize) -> Self {
+        Self::allocate(len, false)
+    }
+
+    fn allocate(len: usize, zeroed: bool) -> Self {
         if len == 0 {
             return Self {
                 ptr: NonNull::dangling(),
@@ -32,9 +48,22 @@ impl AlignedBuf {
         }
         let layout = Self::layout(len);
         // SAFETY: layout has a non-zero size.
-        let raw = unsafe { alloc_zeroed(layout) };
+        let raw = unsafe {
+            if zeroed {
+                alloc_zeroed(layout)
+            } else {
+                alloc(layout)
+            }
+        };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         Self { ptr, len }
+    }
+
+    /// The address of the first byte, for a device read into the buffer. Unlike the
+    /// slice's `as_mut_ptr` it makes no reference to the bytes (they may be
+    /// uninitialised).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     /// Copies `bytes` into a new aligned buffer of `len` bytes (`len >= bytes.len()`),
@@ -67,7 +96,8 @@ impl Drop for AlignedBuf {
 impl std::ops::Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len initialised bytes (or dangling with len 0).
+        // SAFETY: ptr is valid for len initialised bytes (zeroed, or filled as `uninit`
+        // requires), or dangling with len 0.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
