@@ -621,7 +621,7 @@ async fn run_all(o: &Options) -> Res<Vec<Row>> {
             "trace {t}: {} lookups, {} distinct 8 KiB blocks ({} MiB)",
             keys.len(),
             uniq.len(),
-            uniq.len() as u64 * BLOCK >> 20
+            (uniq.len() as u64 * BLOCK) >> 20
         );
         traces.push((t.clone(), Arc::new(keys)));
     }
