@@ -423,9 +423,6 @@ impl<E: Export> Server<E> {
             let grace_end = deadline.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
-            // Requests already in the read buffer are taken first (no system call), so a
-            // burst of pipelined requests completes together and its replies share one
-            // writev. Otherwise: completions, then writes, then new requests.
             let idle = inflight.is_empty() && out.is_empty();
             if let Some(spin) = spin.as_mut() {
                 spin.set_busy(!idle);
@@ -441,6 +438,9 @@ impl<E: Export> Server<E> {
                 // yielded task runs again after the runtime polls its I/O driver).
                 tokio::task::yield_now().await;
             }
+            // Requests already in the read buffer are taken first (no system call), so a
+            // burst of pipelined requests completes together and its replies share one
+            // writev. Otherwise: completions, then writes, then new requests.
             let event = if can_read && !reader.buffer().is_empty() {
                 Event::Readable(Ok(true))
             } else {
