@@ -384,6 +384,18 @@ enum UringState {
     Unavailable(String),
 }
 
+impl UringState {
+    /// The reader to use (`Some(None)`: none, io_uring is unavailable), or `None` when one
+    /// must be set up: not tried yet, or its runtime ended.
+    fn settled(&self) -> Option<Option<Arc<UringReader>>> {
+        match self {
+            UringState::Ready(reader) if reader.is_alive() => Some(Some(Arc::clone(reader))),
+            UringState::Unavailable(_) => Some(None),
+            _ => None,
+        }
+    }
+}
+
 /// Where a block's copy lives: the device and what the index says of it.
 #[derive(Clone, Copy, Debug)]
 struct L2Loc {
@@ -1068,18 +1080,15 @@ impl Engine {
             return None;
         }
         // The common case under a shared lock: every L2 hit comes here.
-        match &*self.uring.read().expect("uring lock") {
-            UringState::Ready(reader) if reader.is_alive() => return Some(Arc::clone(reader)),
-            UringState::Unavailable(_) => return None,
-            _ => {}
+        if let Some(settled) = self.uring.read().expect("uring lock").settled() {
+            return settled;
         }
         let mut state = self.uring.write().expect("uring lock");
-        match &*state {
-            UringState::Ready(reader) if reader.is_alive() => return Some(Arc::clone(reader)),
-            UringState::Unavailable(_) => return None,
-            // Untried, or its runtime ended (a new one serves now): set up again.
-            _ => {}
+        // Another reader may have set it up meanwhile.
+        if let Some(settled) = state.settled() {
+            return settled;
         }
+        // Untried, or its runtime ended (a new one serves now): set up again.
         match UringReader::new() {
             Ok(reader) => {
                 *state = UringState::Ready(Arc::clone(&reader));
