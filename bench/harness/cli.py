@@ -103,6 +103,10 @@ def main(argv=None):
     if reason:
         log("nbdkit systems will not run: %s" % reason)
         unavailable = {name: reason for name in systems.NBDKIT_SYSTEMS}
+    reason = env.qemu_nbd_missing()
+    if reason:
+        log("qemu-nbd-device will not run: %s" % reason)
+        unavailable["qemu-nbd-device"] = reason
 
     commit = env.commit(REPO)
     started = time.time()

@@ -108,6 +108,7 @@ def tool_versions(larch_bin):
     return {
         "fio": _output(["fio", "--version"]),
         "nbdkit": _output(["nbdkit", "--version"]),
+        "qemu-nbd": _output(["qemu-nbd", "--version"]),
         "larch": _output([larch_bin, "--version"]),
         "python": platform.python_version(),
     }
@@ -123,13 +124,20 @@ def nbdkit_missing():
     return None
 
 
+def qemu_nbd_missing():
+    """Why qemu-nbd-device cannot run (None when qemu-nbd is installed)."""
+    if shutil.which("qemu-nbd") is None:
+        return "qemu-nbd is not installed (apt-get install qemu-utils)"
+    return None
+
+
 def install_missing_tools(log):
-    """Install fio, nbdkit and nbdcopy with apt-get when they are missing and we may (root).
+    """Install fio, nbdkit, nbdcopy and qemu-nbd with apt-get when they are missing and we may (root).
 
     The package names are those of scripts/test's install_tools. Returns what is still
     missing afterwards, so that the caller can record it instead of failing silently.
     """
-    tools = (("fio", "fio"), ("nbdkit", "nbdkit"), ("libnbd-bin", "nbdcopy"))
+    tools = (("fio", "fio"), ("nbdkit", "nbdkit"), ("libnbd-bin", "nbdcopy"), ("qemu-utils", "qemu-nbd"))
     missing = [p for p, tool in tools if shutil.which(tool) is None]
     if missing and os.geteuid() == 0 and shutil.which("apt-get"):
         log("installing with apt-get: %s" % " ".join(missing))

@@ -148,7 +148,7 @@ class Runner:
         self.unavailable = dict(unavailable or {})
         self.raw_count = 0
         self.t0 = time.monotonic()
-        # The cache device file of this workload's larch-l2, which fio-device reads.
+        # The cache device file of this workload's larch-l2, which the device limits read.
         self.device_path = None
         # When the last fio run ended (time.time()): larch's counters from a status.json
         # written after it cover every request before the next run.
@@ -327,8 +327,8 @@ class Runner:
         records.append(record)
 
     def _region(self, workload, system):
-        """The bytes a system's runs cover: fio-device reads the whole cache device file."""
-        return self.scale.l2_bytes if system.name == "fio-device" else workload.region_bytes(self.scale)
+        """The bytes a system's runs cover: the device limits read the whole cache device file."""
+        return self.scale.l2_bytes if system.name in systems.DEVICE_LIMITS else workload.region_bytes(self.scale)
 
     def _shaped_job(self, workload, system, numjobs, iodepth):
         """The workload's job at one shape, and the size each job covers."""
@@ -378,7 +378,7 @@ class Runner:
 
     def _warmup(self, workload, system, records):
         scale = self.scale
-        if system.name == "fio-device":
+        if system.name in systems.DEVICE_LIMITS:
             system.start()
             records.append(
                 self._fio(workload, system, workload.job, scale.l2_bytes, self._timed(scale.runtime_s),

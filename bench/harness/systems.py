@@ -19,6 +19,8 @@ Systems:
   the first read): the protocol path's limit for ARC hits.
 - `nbdkit-tmpfs`: `nbdkit file` on a tmpfs copy of the data: the protocol path's limit.
 - `fio-device`: fio reading a file directly (io_uring, O_DIRECT): the device's limit.
+- `qemu-nbd-device`: qemu-nbd serving the same file read-only (O_DIRECT, io_uring) and fio
+  reading it through NBD: the device's limit through the NBD path, with no cache at all.
 """
 
 import atexit
@@ -44,9 +46,13 @@ LABELS = {
     "nbdkit-memory": "nbdkit memory",
     "nbdkit-tmpfs": "nbdkit file on tmpfs",
     "fio-device": "fio on the cache device file",
+    "qemu-nbd-device": "qemu-nbd on the cache device file",
 }
 
 NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-cache-capped", "nbdkit-memory", "nbdkit-tmpfs")
+
+# The systems that read larch's cache device file itself (its limit, directly and through NBD).
+DEVICE_LIMITS = ("fio-device", "qemu-nbd-device")
 
 # The cgroup-v1 memory hierarchy in which nbdkit-cache-capped makes its cgroup.
 MEMORY_CGROUP_ROOT = "/sys/fs/cgroup/memory"
@@ -572,6 +578,34 @@ class Device(System):
         return {"ioengine": "io_uring", "direct": 1, "filename": self.path}
 
 
+class QemuNbdDevice(System):
+    """qemu-nbd serving the cache device file read-only, with O_DIRECT (--cache=none) and
+    io_uring: what the NBD path to the device gives with nothing in between."""
+
+    name = "qemu-nbd-device"
+
+    def __init__(self, ctx, directory, path):
+        super().__init__(ctx, directory)
+        self.path = path
+
+    def argv(self):
+        # --shared: qemu-nbd serves one client at a time by default; fio opens a
+        # connection per job (up to 64 in the scaling workload).
+        return ["qemu-nbd", "--read-only", "--format=raw", "--cache=none", "--aio=io_uring",
+                "--shared=64", "--persistent", "--socket=%s" % self.socket_path, self.path]
+
+    def start(self):
+        if not self.path or not os.path.exists(self.path):
+            raise SetupError("no cache device file to serve (did larch-l2 run in this workload?)")
+        argv = self.argv()
+        self.commands.append(argv)
+        self.server = Server(argv, os.path.join(self.dir, "qemu-nbd.log"))
+        self.server.wait_listening(self.socket_path)
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
+
+
 class Context:
     """What a system needs from the run: binaries, sizes, the backing file of its workload."""
 
@@ -602,6 +636,8 @@ def make(name, ctx, directory, device_path=None, prefill_cache=False):
         return NbdkitTmpfs(ctx, directory)
     if name == "fio-device":
         return Device(ctx, directory, device_path)
+    if name == "qemu-nbd-device":
+        return QemuNbdDevice(ctx, directory, device_path)
     raise ValueError("unknown system %r; known: %s" % (name, ", ".join(LABELS)))
 
 

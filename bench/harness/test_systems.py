@@ -3,6 +3,7 @@ directory standing in for the cgroup-v1 memory hierarchy) and the command that j
 memory.stat and the report's sentence on it, and waiting for a fresh status.json."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,41 @@ class CappedSetup(unittest.TestCase):
         for name in ("nbdkit-cache-capped", "nbdkit-memory"):
             self.assertIn(name, systems.NBDKIT_SYSTEMS)
             self.assertIn(name, systems.LABELS)
+
+
+class QemuNbdDeviceSystem(unittest.TestCase):
+    def test_serves_the_cache_file_read_only_without_the_page_cache(self):
+        with tempfile.TemporaryDirectory() as directory:
+            system = systems.make("qemu-nbd-device", context(), directory, device_path="/x/cache.img")
+            self.assertIsInstance(system, systems.QemuNbdDevice)
+            argv = system.argv()
+            for flag in ("--read-only", "--format=raw", "--cache=none", "--aio=io_uring"):
+                self.assertIn(flag, argv)
+            self.assertEqual(argv[-1], "/x/cache.img")
+            self.assertIn("--socket=%s" % system.socket_path, argv)
+            self.assertIn("qemu-nbd-device", systems.DEVICE_LIMITS)
+            self.assertIn("qemu-nbd-device", systems.LABELS)
+
+    def test_without_a_cache_file_it_does_not_run(self):
+        with tempfile.TemporaryDirectory() as directory:
+            system = systems.make("qemu-nbd-device", context(), directory, device_path=None)
+            with self.assertRaises(systems.SetupError):
+                system.start()
+
+    @unittest.skipIf(shutil.which("qemu-nbd") is None, "qemu-nbd is not installed")
+    def test_really_serves_the_file(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "cache.img")
+            with open(path, "wb") as file:
+                file.write(os.urandom(1 << 20))
+            system = systems.make("qemu-nbd-device", context(), directory, device_path=path)
+            try:
+                system.start()
+                self.assertTrue(os.path.exists(system.socket_path))
+            finally:
+                system.stop()
+            with open(path, "rb") as file:
+                self.assertEqual(len(file.read()), 1 << 20)
 
 
 class MemoryStat(unittest.TestCase):

@@ -78,8 +78,16 @@ class NewWorkloads(unittest.TestCase):
         self.assertNotIn("norandommap", l2_hit.job)
         self.assertTrue(l2_hit.sliced and l2_hit.warm_l2 and l2_hit.prefill_cache)
         self.assertEqual(l2_hit.shapes, ((4, 8), (1, 1)))
-        self.assertEqual(dict(l2_hit.refs)["limit"], "fio-device")
+        self.assertEqual([s for role, s in l2_hit.refs if role == "limit"], ["fio-device", "qemu-nbd-device"])
         self.assertEqual(l2_hit.systems.index("larch-l2") + 1, l2_hit.systems.index("fio-device"))
+
+    def test_the_device_limits_run_after_larch_l2_whose_cache_file_they_read(self):
+        for w in workloads.WORKLOADS:
+            for name in systems.DEVICE_LIMITS:
+                if name in w.systems:
+                    self.assertIn("larch-l2", w.systems, w.name)
+                    self.assertLess(w.systems.index("larch-l2"), w.systems.index(name), w.name)
+                    self.assertTrue(w.prefill_cache, w.name)
 
     def test_arc_hit_workloads_have_nbdkit_memory_as_their_first_limit(self):
         for name in ("arc-8k", "arc-4k", "scaling"):

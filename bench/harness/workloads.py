@@ -159,7 +159,7 @@ class Workload:
     scan: dict = field(default_factory=dict)
     shapes: tuple = ()  # (numjobs, iodepth) pairs, each measured in turn; empty: the job's own
     sliced: bool = False  # each job reads its own 1/numjobs of the region (fio's offset_increment)
-    prefill_cache: bool = False  # fill larch's cache device file with random bytes (fio-device reads it)
+    prefill_cache: bool = False  # fill larch's cache device file with random bytes (the device limits read it)
     warm_l2: bool = False  # warm larch's L2 in passes over the region up to L2_WARM_TARGET_PCT
 
     def region_bytes(self, scale):
@@ -214,11 +214,14 @@ WORKLOADS = (
         "whose limit is larch's ARC size plus an allowance for nbdkit's own memory, so that "
         "its cache file's page cache gets the DRAM larch's ARC gets and the rest of its "
         "cache is on the disk. The limit is fio reading the cache device file itself "
-        "(io_uring, O_DIRECT, same job), which holds random bytes throughout.",
+        "(io_uring, O_DIRECT, same job), which holds random bytes throughout; the second "
+        "limit is fio reading that file through qemu-nbd (read-only, O_DIRECT, io_uring): "
+        "the device through the NBD path, with no cache.",
         kind="warmup",
-        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-cache-capped", "fio-device"),
+        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-cache-capped", "fio-device",
+                 "qemu-nbd-device"),
         refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("peer", "nbdkit-cache-capped"),
-              ("limit", "fio-device")),
+              ("limit", "fio-device"), ("limit", "qemu-nbd-device")),
         headline=(("larch-l2", "warm"), ("larch-l2", "restart")),
         job=RANDOM_8K,
         region="in_l2_bytes",
@@ -240,11 +243,13 @@ WORKLOADS = (
         "an L2 hit's latency (slightly below the L2 hits' median, estimated below the "
         "table). The limit is fio reading the cache device file itself "
         "(io_uring, O_DIRECT, the same job over the whole file, which holds random bytes) "
-        "at the same jobs x QD."
+        "at the same jobs x QD; the second limit is the same fio job reading that file "
+        "through qemu-nbd (read-only, O_DIRECT, io_uring): what the NBD path to the device "
+        "gives with no cache in between, which is all an L2 hit can reach here."
         % L2_WARM_TARGET_PCT,
         kind="steady",
-        systems=("larch-l2", "fio-device"),
-        refs=(("limit", "fio-device"),),
+        systems=("larch-l2", "fio-device", "qemu-nbd-device"),
+        refs=(("limit", "fio-device"), ("limit", "qemu-nbd-device")),
         headline=(("larch-l2", "4 jobs x QD8"), ("larch-l2", "1 job x QD1")),
         job=SLICED_8K,
         region="l2_hit_bytes",

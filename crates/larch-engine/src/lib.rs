@@ -65,6 +65,6 @@ pub use engine::{
 };
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
-    CacheDeviceConfig, DemoSizes, Pool, PoolConfig, VolumeConfig, create_demo, new_guid,
+    CacheDeviceConfig, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig, create_demo, new_guid,
 };
 pub use volume::Volume;

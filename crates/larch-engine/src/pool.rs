@@ -3,6 +3,8 @@
 
 use std::fs;
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +16,64 @@ use crate::volume::Volume;
 
 /// Name of the configuration file in a state directory.
 pub const CONFIG_FILE: &str = "pool.json";
+
+/// Name of the file a process locks while it has the pool open.
+pub const LOCK_FILE: &str = "pool.lock";
+
+/// One process's hold of a pool: an exclusive `flock` on [`LOCK_FILE`] in its state
+/// directory, which also records the holder's pid for the message a second process gets.
+/// Two processes serving one pool would write the same cache devices, log and backing
+/// stores without knowing of each other. The kernel drops the lock when its holder ends,
+/// however it ends (kill -9 included), so a crash never leaves the pool locked; the file
+/// itself stays (removing it would let a third process lock a new file while the second
+/// still holds the old one).
+#[derive(Debug)]
+pub struct PoolLock {
+    _file: fs::File,
+}
+
+impl PoolLock {
+    /// Locks the pool of `state_dir` (which must exist), without waiting: fails at once
+    /// when another process has it open.
+    pub fn acquire(state_dir: &Path) -> io::Result<PoolLock> {
+        let path = state_dir.join(LOCK_FILE);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        // SAFETY: flock on a descriptor this function owns; it only changes lock state.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("locking {}: {err}", path.display()),
+                ));
+            }
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let holder = match text.trim().parse::<u32>() {
+                Ok(pid) => format!(" (pid {pid})"),
+                Err(_) => String::new(),
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "the pool in {} is open in another process{holder}: one pool is served \
+                     by one process at a time (stop the other `larch serve` first)",
+                    state_dir.display()
+                ),
+            ));
+        }
+        let pid = format!("{}\n", std::process::id());
+        file.set_len(0)?;
+        file.write_all_at(pid.as_bytes(), 0)?;
+        Ok(PoolLock { _file: file })
+    }
+}
 
 /// A volume of a pool, as configured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -234,6 +294,8 @@ pub struct Pool {
     /// and what the engine runs with), so that requests to the daemon and its polling of
     /// the files apply one change at a time.
     pub config_lock: Mutex<()>,
+    /// This process's hold of the pool, for as long as it is open.
+    _lock: PoolLock,
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
@@ -284,7 +346,17 @@ pub fn log_is_blank(path: &Path) -> bool {
 impl Pool {
     /// Opens the pool of a state directory: volumes at once, cache devices rebuilding in
     /// the background. `format_cache` formats the cache devices instead (a new pool).
+    /// Fails, touching nothing, while another process has the pool open ([`PoolLock`]).
     pub fn open(state_dir: &Path, format_cache: bool) -> io::Result<Pool> {
+        // A directory without a pool gets that error, not a lock file.
+        PoolConfig::load(state_dir)?;
+        let lock = PoolLock::acquire(state_dir)?;
+        Pool::open_locked(state_dir, format_cache, lock)
+    }
+
+    /// [`Pool::open`] with the pool's lock already taken (so that a caller can create the
+    /// pool under it first).
+    pub fn open_locked(state_dir: &Path, format_cache: bool, lock: PoolLock) -> io::Result<Pool> {
         let config = PoolConfig::load(state_dir)?;
         config.validate().map_err(io::Error::other)?;
         let engine = Engine::new(config.arc_max_bytes);
@@ -373,6 +445,7 @@ impl Pool {
             refused_tunables,
             log_replayed,
             config_lock: Mutex::new(()),
+            _lock: lock,
         })
     }
 
@@ -445,5 +518,46 @@ impl Pool {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_is_open_in_one_place_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("larch-pool-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        create_demo(
+            &dir,
+            DemoSizes {
+                volume_bytes: 4 << 20,
+                cache_bytes: 4 << 20,
+                arc_max_bytes: 1 << 20,
+            },
+        )
+        .unwrap();
+        let pool = Pool::open(&dir, true).unwrap();
+        // flock conflicts between open file descriptions, so a second open in this very
+        // process is refused as another process's would be.
+        let err = Pool::open(&dir, false).err().expect("opened twice");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        let text = err.to_string();
+        assert!(
+            text.contains("open in another process")
+                && text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        assert!(PoolLock::acquire(&dir).is_err());
+        pool.close().unwrap();
+        drop(pool);
+        // Closed and dropped: free again.
+        let lock = PoolLock::acquire(&dir).unwrap();
+        drop(lock);
+        let missing = dir.join("nothing-here");
+        assert!(Pool::open(&missing, false).is_err());
+        assert!(!missing.join(LOCK_FILE).exists());
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -284,6 +284,8 @@ pub fn pool(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                     config.name
                 );
             }
+            // Not under a daemon that has the pool open.
+            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
             for file in [
                 "pool.json",
                 "tunables.json",

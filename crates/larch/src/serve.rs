@@ -6,6 +6,7 @@
 //! is how edits made while no HTTP endpoint answered reach it.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use larch_engine::manage::{self, Target};
 use larch_engine::{
-    DemoSizes, DeviceState, LatencySnapshot, Pool, PoolConfig, Volume, create_demo, tunables,
+    DemoSizes, DeviceState, LatencySnapshot, Pool, PoolConfig, PoolLock, Volume, create_demo,
+    tunables,
 };
 use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
 use serde_json::json;
@@ -348,6 +350,10 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let state_dir = args.state_dir.clone();
+    // The pool's lock comes first, so that two first starts do not both create a pool.
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let lock = PoolLock::acquire(&state_dir)?;
     let created = !state_dir.join(larch_engine::pool::CONFIG_FILE).exists();
     if created {
         let sizes = DemoSizes {
@@ -359,7 +365,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("creating a demo pool in {}", state_dir.display()))?;
         history(&state_dir, "pool created (demo)");
     }
-    let pool = Pool::open(&state_dir, created || args.format_cache)
+    let pool = Pool::open_locked(&state_dir, created || args.format_cache, lock)
         .with_context(|| format!("opening the pool in {}", state_dir.display()))?;
     if pool.volumes.is_empty() {
         bail!(
@@ -462,7 +468,7 @@ fn print_banner(pool: &Pool, created: bool) {
 async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> anyhow::Result<()> {
     let mut listeners = Vec::new();
     if let Some(path) = &args.socket {
-        let _ = std::fs::remove_file(path);
+        clear_socket_path(path)?;
         let listener = tokio::net::UnixListener::bind(path)
             .with_context(|| format!("binding {}", path.display()))?;
         eprintln!("larch serve: NBD on unix:{}", path.display());
@@ -552,6 +558,28 @@ async fn serve(server: Server<Volume>, pool: Arc<Pool>, args: &ServeArgs) -> any
 }
 
 /// Binds the HTTP endpoint: loopback addresses only, since it takes management requests.
+/// Makes way for a Unix socket at `path`: removes a socket left by a server that is gone,
+/// refuses one another server still listens on, and never removes anything else.
+fn clear_socket_path(path: &Path) -> anyhow::Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        bail!(
+            "--socket {}: the path exists and is not a socket (not removed)",
+            path.display()
+        );
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        bail!(
+            "--socket {}: another server listens on it (stop it, or choose another path)",
+            path.display()
+        );
+    }
+    std::fs::remove_file(path)
+        .with_context(|| format!("removing the old socket {}", path.display()))
+}
+
 async fn bind_http(addr: &str) -> Option<tokio::net::TcpListener> {
     if addr == "off" {
         return None;

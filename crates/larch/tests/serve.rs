@@ -351,6 +351,64 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
     daemon.stop();
 }
 
+/// `larch serve` run under `timeout`, so that a start that should fail cannot hang the test.
+fn serve_expecting_failure(state: &Path, socket: &Path) -> String {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(env!("CARGO_BIN_EXE_larch"))
+        .args(["serve", "--state-dir"])
+        .arg(state)
+        .arg("--socket")
+        .arg(socket)
+        .args(["--demo-volume-size", "16M", "--demo-cache-size", "16M"])
+        .args(["--demo-arc-max", "1M", "--http", "off"])
+        .output()
+        .expect("run larch serve");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "expected a refusal: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_pool_is_served_by_one_process_at_a_time() {
+    require("nbdcopy");
+    let dir = scratch("serve-lock");
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let pid = daemon.child.as_ref().unwrap().id();
+    let image = pattern(16 << 20, 7);
+    write_image(&daemon, &dir, &image);
+    // A second start of the same pool, on another socket, is refused before it opens
+    // anything, naming the process that has the pool.
+    let other = dir.join("other.sock");
+    let stderr = serve_expecting_failure(&state, &other);
+    assert!(
+        stderr.contains("open in another process") && stderr.contains(&format!("pid {pid}")),
+        "{stderr}"
+    );
+    assert!(!other.exists(), "the refused start bound its socket");
+    // Another pool may neither take over the socket the daemon listens on, nor remove a
+    // path that is not a socket.
+    let state2 = dir.join("pool2");
+    let stderr = serve_expecting_failure(&state2, &daemon.socket);
+    assert!(stderr.contains("another server listens"), "{stderr}");
+    let not_socket = dir.join("notes.txt");
+    std::fs::write(&not_socket, b"keep me").unwrap();
+    let stderr = serve_expecting_failure(&state2, &not_socket);
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(std::fs::read(&not_socket).unwrap(), b"keep me");
+    // The daemon kept serving throughout.
+    assert!(read_image(&daemon, &dir) == image, "data changed");
+    // The lock goes with its process, even after kill -9: the next start opens the pool.
+    daemon.kill9();
+    let daemon = Daemon::start(&state);
+    assert!(
+        read_image(&daemon, &dir) == image,
+        "data changed after restart"
+    );
+    daemon.stop();
+}
+
 #[test]
 fn overwritten_blocks_are_never_read_stale_after_kill_9() {
     require("nbdcopy");
