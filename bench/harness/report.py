@@ -279,8 +279,10 @@ def load_note(results):
     text = "Load average (1 min) %.1f to %.1f on %d cores during the run" % (min(loads), max(loads), nproc)
     if max(loads) > nproc * 0.75:
         text += (
-            ": the machine is shared and was busy (other engineers' builds and tests), so "
-            "absolute figures are noisy, and so are ratios between runs a minute or more apart"
+            ": the machine was busy at times (the load average counts this run's own fio jobs, "
+            "up to 64 in the scaling workload, as well as whatever else ran on this shared "
+            "machine), so absolute figures are noisy, and so are ratios between runs a minute "
+            "or more apart"
         )
     return text + "."
 

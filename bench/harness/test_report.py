@@ -273,7 +273,7 @@ class LoadNote(unittest.TestCase):
         self.assertNotIn("busy", note)
 
     def test_busy_machine_is_called_out(self):
-        self.assertIn("shared and was busy", report.load_note(results([workload([])], load=(3.5, 4.0))))
+        self.assertIn("was busy at times", report.load_note(results([workload([])], load=(3.5, 4.0))))
 
 
 if __name__ == "__main__":
