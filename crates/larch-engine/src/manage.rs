@@ -341,6 +341,38 @@ pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
     Ok(format!("log device {} removed", removed.path.display()))
 }
 
+/// Why `path` cannot be the backing store of a new volume of the pool in `dir` (`None`
+/// when it can): it is one of the pool's cache or log devices, or another volume's backing
+/// store while either volume is writable.
+pub fn backing_in_use(
+    dir: &Path,
+    config: &PoolConfig,
+    path: &Path,
+    readonly: bool,
+) -> Option<String> {
+    let device = config
+        .cache_devices
+        .iter()
+        .map(|d| &d.path)
+        .chain(config.log_devices.iter().map(|l| &l.path))
+        .any(|d| same_file(dir, d, path));
+    if device {
+        return Some(format!(
+            "{} is a cache or log device of this pool",
+            path.display()
+        ));
+    }
+    let volume = config
+        .volumes
+        .iter()
+        .find(|v| same_file(dir, &v.backing, path) && !(readonly && v.readonly))?;
+    Some(format!(
+        "{} is the backing store of volume {} (volumes share a backing store only when all are read-only)",
+        path.display(),
+        volume.name
+    ))
+}
+
 fn save(dir: &Path, config: &PoolConfig) -> Result<(), ManageError> {
     config.validate().map_err(ManageError::Invalid)?;
     config
@@ -472,6 +504,28 @@ mod tests {
             matches!(err, ManageError::Io(ref m) if m.contains("no pool")),
             "{err}"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_new_volume_may_not_use_a_device_or_a_writable_volume_s_backing_store() {
+        let dir = fs::canonicalize(demo("backing")).unwrap();
+        let mut config = PoolConfig::load(&dir).unwrap();
+        let cache = dir.join("cache0.img");
+        let vol0 = dir.join("vol0.img");
+        let fresh = dir.join("new.img");
+        let why = backing_in_use(&dir, &config, &cache, false).unwrap();
+        assert!(why.contains("cache or log device"), "{why}");
+        // vol0 is writable: nobody shares it, read-only or not.
+        for readonly in [false, true] {
+            let why = backing_in_use(&dir, &config, &vol0, readonly).unwrap();
+            assert!(why.contains("volume vol0"), "{why}");
+        }
+        assert_eq!(backing_in_use(&dir, &config, &fresh, false), None);
+        // Read-only volumes may share a backing store with each other.
+        config.volumes[0].readonly = true;
+        assert_eq!(backing_in_use(&dir, &config, &vol0, true), None);
+        assert!(backing_in_use(&dir, &config, &vol0, false).is_some());
         fs::remove_dir_all(&dir).unwrap();
     }
 

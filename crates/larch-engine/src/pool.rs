@@ -296,6 +296,38 @@ pub struct Pool {
     pub config_lock: Mutex<()>,
     /// This process's hold of the pool, for as long as it is open.
     _lock: PoolLock,
+    /// The locks on its volumes' backing files (see `lock_backing`).
+    _backing_locks: Vec<fs::File>,
+}
+
+/// Locks a volume's backing file for the pool that opens it: exclusively for a writable
+/// volume, shared for a read-only one, so that two running pools (or two volumes of one)
+/// never write one backing file without knowing of each other. Returns the descriptor
+/// that holds the lock (`None` for a block device: udev and partitioning tools take
+/// `flock` locks of their own on those, and a transient one must not stop a pool).
+fn lock_backing(path: &Path, read_only: bool) -> io::Result<Option<fs::File>> {
+    let file = fs::File::open(path)?;
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mode = if read_only {
+        libc::LOCK_SH
+    } else {
+        libc::LOCK_EX
+    };
+    // SAFETY: flock on a descriptor this function owns; it only changes lock state.
+    if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "in use by another running pool or another volume of this one (a writable \
+                 volume needs its backing file to itself)",
+            ));
+        }
+        return Err(err);
+    }
+    Ok(Some(file))
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated
@@ -366,8 +398,16 @@ impl Pool {
             Err(err) => vec![format!("{}: {err}", crate::tunables::TUNABLES_FILE)],
         };
         let mut volumes = Vec::new();
+        let mut backing_locks = Vec::new();
         for v in &config.volumes {
             let path = resolve(state_dir, &v.backing);
+            let lock = lock_backing(&path, v.readonly).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("volume {}: {}: {e}", v.name, path.display()),
+                )
+            })?;
+            backing_locks.extend(lock);
             let backing = BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
                 io::Error::new(
                     e.kind(),
@@ -446,6 +486,7 @@ impl Pool {
             log_replayed,
             config_lock: Mutex::new(()),
             _lock: lock,
+            _backing_locks: backing_locks,
         })
     }
 
@@ -555,6 +596,43 @@ mod tests {
         // Closed and dropped: free again.
         let lock = PoolLock::acquire(&dir).unwrap();
         drop(lock);
+        // Two pools on one backing file: the second is refused while the first runs,
+        // unless both volumes are read-only.
+        let other = dir.with_extension("other");
+        let _ = fs::remove_dir_all(&other);
+        let mut config = create_demo(
+            &other,
+            DemoSizes {
+                volume_bytes: 4 << 20,
+                cache_bytes: 4 << 20,
+                arc_max_bytes: 1 << 20,
+            },
+        )
+        .unwrap();
+        config.volumes[0].backing = fs::canonicalize(dir.join("vol0.img")).unwrap();
+        config.save(&other).unwrap();
+        let first = Pool::open(&dir, false).unwrap();
+        let text = Pool::open(&other, false).err().expect("shared").to_string();
+        assert!(
+            text.contains("vol0") && text.contains("in use by another running pool"),
+            "{text}"
+        );
+        first.close().unwrap();
+        drop(first);
+        let second = Pool::open(&other, false).unwrap();
+        second.close().unwrap();
+        drop(second);
+        for dir in [&dir, &other] {
+            let mut c = PoolConfig::load(dir).unwrap();
+            c.volumes[0].readonly = true;
+            c.save(dir).unwrap();
+        }
+        let first = Pool::open(&dir, false).unwrap();
+        let second = Pool::open(&other, false).unwrap();
+        first.close().unwrap();
+        second.close().unwrap();
+        drop((first, second));
+        fs::remove_dir_all(&other).unwrap();
         let missing = dir.join("nothing-here");
         assert!(Pool::open(&missing, false).is_err());
         assert!(!missing.join(LOCK_FILE).exists());

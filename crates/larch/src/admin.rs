@@ -326,6 +326,11 @@ pub fn volume(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 bail!("--read-latency-ms and --write-latency-ms must be between 0 and 10000");
             }
             let backing = absolute(&backing)?;
+            if let Some(why) =
+                larch_engine::manage::backing_in_use(&state_dir, &config, &backing, readonly)
+            {
+                bail!("{why}");
+            }
             if let Some(size) = size {
                 create_file(&backing, size)?;
             }
