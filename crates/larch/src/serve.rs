@@ -350,6 +350,9 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let state_dir = args.state_dir.clone();
+    if state_dir.exists() && !state_dir.is_dir() {
+        bail!("--state-dir {}: not a directory", state_dir.display());
+    }
     // The pool's lock comes first, so that two first starts do not both create a pool.
     std::fs::create_dir_all(&state_dir)
         .with_context(|| format!("creating {}", state_dir.display()))?;
