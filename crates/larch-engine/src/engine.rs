@@ -19,6 +19,7 @@ use larch_l2::{
 use larch_policy::{Access, Action, ArcConfig, BlockKey, BufType, State};
 
 use crate::backing::BackingStore;
+pub use crate::tunables::Tunables;
 
 mod txg;
 use crate::l2index::{self, DeviceIndex, pack_key};
@@ -86,111 +87,6 @@ impl VolumeInfo {
     }
 }
 
-/// L2ARC tunables with OpenZFS names and (2.2.7–2.4) defaults; settable at runtime.
-#[derive(Debug)]
-pub struct Tunables {
-    /// Most bytes of data the ARC holds (`zfs_arc_max`; `arc_max_bytes` of `pool.json`).
-    pub zfs_arc_max: AtomicU64,
-    /// The ARC's target never shrinks below this under memory pressure (`zfs_arc_min`;
-    /// 0 = automatic: the smaller of `zfs_arc_max` and max(32 MiB, `zfs_arc_max`/32)).
-    pub zfs_arc_min: AtomicU64,
-    /// Memory the ARC leaves free for the rest of the system (`zfs_arc_sys_free`; 0 =
-    /// automatic: 1/32 of RAM). Below it the ARC shrinks and stops growing.
-    pub zfs_arc_sys_free: AtomicU64,
-    /// Bytes written to each cache device per feed (`l2arc_write_max`, 32 MiB).
-    pub l2arc_write_max: AtomicU64,
-    /// Extra bytes per feed while the ARC has not evicted anything yet
-    /// (`l2arc_write_boost`, 32 MiB).
-    pub l2arc_write_boost: AtomicU64,
-    /// Scan depth as a multiple of the write size (`l2arc_headroom`, 8; 0 = unlimited).
-    pub l2arc_headroom: AtomicU64,
-    /// Percent applied to the headroom (`l2arc_headroom_boost`, 200).
-    pub l2arc_headroom_boost: AtomicU64,
-    /// Seconds between feeds (`l2arc_feed_secs`, 1).
-    pub l2arc_feed_secs: AtomicU64,
-    /// Shortest interval when feeding again quickly (`l2arc_feed_min_ms`, 200).
-    pub l2arc_feed_min_ms: AtomicU64,
-    /// Feed again after `l2arc_feed_min_ms` when the last feed wrote more than half the
-    /// budget (`l2arc_feed_again`, 1).
-    pub l2arc_feed_again: AtomicBool,
-    /// Do not feed prefetched blocks (`l2arc_noprefetch`, 1).
-    pub l2arc_noprefetch: AtomicBool,
-    /// Do not feed blocks whose contents came from a write that no read has used since
-    /// (`l2arc_nowrite`, 1; larch's, OpenZFS feeds them).
-    pub l2arc_nowrite: AtomicBool,
-    /// Feed in `l2arc_feed_min_ms` steps (same bytes per second) while blocks leave the ARC
-    /// unfed between feeds (`l2arc_feed_follow`, 1; larch's).
-    pub l2arc_feed_follow: AtomicBool,
-    /// Read cache devices through io_uring when the system offers it (`l2arc_io_uring`,
-    /// 1; larch's); 0 reads them on the blocking thread pool.
-    pub l2arc_io_uring: AtomicBool,
-    /// 0: feed MRU and MFU; 1: MFU only; 2: MFU data, all metadata (`l2arc_mfuonly`, 0).
-    pub l2arc_mfuonly: AtomicU8,
-    /// Rebuild cache devices at start (`l2arc_rebuild_enabled`, 1).
-    pub l2arc_rebuild_enabled: AtomicBool,
-    /// Cache devices smaller than this are not rebuilt at start, but formatted
-    /// (`l2arc_rebuild_blocks_min_l2size`; OpenZFS 1 GiB, larch 0: its logs cost 0.3% of
-    /// any device, so small devices persist too).
-    pub l2arc_rebuild_blocks_min_l2size: AtomicU64,
-    /// Seconds between TXG syncs (`zfs_txg_timeout`, 5).
-    pub zfs_txg_timeout: AtomicU64,
-    /// Most writes a TXG sync has in flight to one backing store
-    /// (`zfs_vdev_async_write_max_active`, 10).
-    pub zfs_vdev_async_write_max_active: AtomicU64,
-    /// Most dirty bytes (`zfs_dirty_data_max`; 10% of RAM, at most 4 GiB; larch also
-    /// keeps it at most half of `zfs_arc_max`).
-    pub zfs_dirty_data_max: AtomicU64,
-    /// A TXG syncs early when its dirty bytes pass this percent of the limit
-    /// (`zfs_dirty_data_sync_percent`, 20).
-    pub zfs_dirty_data_sync_percent: AtomicU64,
-    /// The write throttle starts at this percent of the limit
-    /// (`zfs_delay_min_dirty_percent`, 60).
-    pub zfs_delay_min_dirty_percent: AtomicU64,
-    /// Scale of the throttle's delay curve, ns (`zfs_delay_scale`, 500,000).
-    pub zfs_delay_scale: AtomicU64,
-    /// DRAM the L2 index may use, in percent of `zfs_arc_max` (`l2arc_meta_percent`, 33).
-    /// Past it, feeds stop and a rebuild restores no more entries.
-    pub l2arc_meta_percent: AtomicU64,
-    /// Turn the sequential-read prefetcher off (`zfs_prefetch_disable`, 0).
-    pub zfs_prefetch_disable: AtomicBool,
-    /// Most bytes the prefetcher reads ahead of a stream (`zfetch_max_distance`, 64 MiB in
-    /// OpenZFS; 8 MiB here, since NBD clients already issue large reads).
-    pub zfetch_max_distance: AtomicU64,
-}
-
-impl Default for Tunables {
-    fn default() -> Tunables {
-        Tunables {
-            zfs_arc_max: AtomicU64::new(1 << 30),
-            zfs_arc_min: AtomicU64::new(0),
-            zfs_arc_sys_free: AtomicU64::new(0),
-            zfs_txg_timeout: AtomicU64::new(5),
-            zfs_vdev_async_write_max_active: AtomicU64::new(10),
-            zfs_dirty_data_max: AtomicU64::new(default_dirty_data_max()),
-            zfs_dirty_data_sync_percent: AtomicU64::new(20),
-            zfs_delay_min_dirty_percent: AtomicU64::new(60),
-            zfs_delay_scale: AtomicU64::new(500_000),
-            l2arc_write_max: AtomicU64::new(32 << 20),
-            l2arc_write_boost: AtomicU64::new(32 << 20),
-            l2arc_headroom: AtomicU64::new(8),
-            l2arc_headroom_boost: AtomicU64::new(200),
-            l2arc_feed_secs: AtomicU64::new(1),
-            l2arc_feed_min_ms: AtomicU64::new(200),
-            l2arc_feed_again: AtomicBool::new(true),
-            l2arc_noprefetch: AtomicBool::new(true),
-            l2arc_nowrite: AtomicBool::new(true),
-            l2arc_io_uring: AtomicBool::new(true),
-            l2arc_feed_follow: AtomicBool::new(true),
-            l2arc_mfuonly: AtomicU8::new(0),
-            l2arc_rebuild_enabled: AtomicBool::new(true),
-            l2arc_rebuild_blocks_min_l2size: AtomicU64::new(0),
-            l2arc_meta_percent: AtomicU64::new(33),
-            zfs_prefetch_disable: AtomicBool::new(false),
-            zfetch_max_distance: AtomicU64::new(8 << 20),
-        }
-    }
-}
-
 /// Counters of the engine (OpenZFS arcstats names where the meaning matches).
 #[derive(Debug, Default)]
 pub struct EngineStats {
@@ -253,7 +149,8 @@ pub struct EngineStats {
 }
 
 /// State of a cache device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceState {
     /// Its index is being rebuilt; not fed yet.
     Rebuilding,
@@ -354,9 +251,9 @@ struct FeedStep {
 /// keeps up with an ARC that turns over faster than once a second, at the same bytes per
 /// second.
 fn feed_step(tunables: &Tunables, budget: u64, wrote_bytes: u64, behind: bool) -> FeedStep {
-    let min_ms = tunables.l2arc_feed_min_ms.load(Ordering::Relaxed).max(1);
-    let secs = tunables.l2arc_feed_secs.load(Ordering::Relaxed).max(1);
-    if tunables.l2arc_feed_again.load(Ordering::Relaxed) && wrote_bytes > budget / 2 {
+    let min_ms = tunables.l2arc_feed_min_ms().max(1);
+    let secs = tunables.l2arc_feed_secs().max(1);
+    if tunables.l2arc_feed_again() && wrote_bytes > budget / 2 {
         return FeedStep {
             wait: Duration::from_millis(min_ms),
             budget,
@@ -734,10 +631,7 @@ impl Engine {
             })
             .expect("spawn the TXG syncer");
         *engine.syncer.lock().expect("syncer lock") = Some(syncer);
-        engine
-            .tunables
-            .zfs_arc_max
-            .store(arc_max_bytes, Ordering::Relaxed);
+        engine.tunables.store("zfs_arc_max", arc_max_bytes);
         let weak = Arc::downgrade(&engine);
         let _ = std::thread::Builder::new()
             .name("larch-arc-size".into())
@@ -758,14 +652,14 @@ impl Engine {
 
     /// `zfs_arc_max` as set now.
     pub fn arc_max_bytes(&self) -> u64 {
-        self.tunables.zfs_arc_max.load(Ordering::Relaxed)
+        self.tunables.zfs_arc_max()
     }
 
     /// The ARC limits in force: (`zfs_arc_min`, `zfs_arc_max`), the automatic minimum
     /// resolved and the minimum never above the maximum.
     pub fn arc_limits(&self) -> (u64, u64) {
         let max = self.arc_max_bytes().max(SHARDS as u64);
-        let min = match self.tunables.zfs_arc_min.load(Ordering::Relaxed) {
+        let min = match self.tunables.zfs_arc_min() {
             0 => default_arc_min(max),
             n => n.min(max),
         };
@@ -797,7 +691,7 @@ impl Engine {
         let Some((total, available)) = meminfo() else {
             return;
         };
-        let sys_free = match self.tunables.zfs_arc_sys_free.load(Ordering::Relaxed) {
+        let sys_free = match self.tunables.zfs_arc_sys_free() {
             0 => total / 32,
             n => n,
         };
@@ -1076,7 +970,7 @@ impl Engine {
     /// The io_uring reader, set up on first use; `None` when switched off
     /// (`l2arc_io_uring=0`) or unavailable.
     fn uring_reader(&self) -> Option<Arc<UringReader>> {
-        if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) {
+        if !self.tunables.l2arc_io_uring() {
             return None;
         }
         // The common case under a shared lock: every L2 hit comes here.
@@ -1107,7 +1001,7 @@ impl Engine {
         let state = self.uring.read().expect("uring lock");
         match &*state {
             UringState::Unavailable(why) => format!("threads (io_uring unavailable: {why})"),
-            _ if !self.tunables.l2arc_io_uring.load(Ordering::Relaxed) => "threads".into(),
+            _ if !self.tunables.l2arc_io_uring() => "threads".into(),
             UringState::Ready(_) => "io_uring".into(),
             UringState::Untried => "io_uring (not used yet)".into(),
         }
@@ -1598,12 +1492,8 @@ impl Engine {
         });
         let rebuild = !create
             && !self.writes_seen.load(Ordering::Acquire)
-            && self.tunables.l2arc_rebuild_enabled.load(Ordering::Relaxed)
-            && dev.len_bytes()
-                >= self
-                    .tunables
-                    .l2arc_rebuild_blocks_min_l2size
-                    .load(Ordering::Relaxed);
+            && self.tunables.l2arc_rebuild_enabled()
+            && dev.len_bytes() >= self.tunables.l2arc_rebuild_blocks_min_l2size();
         if !rebuild {
             let options = CreateOptions {
                 pool_guid,
@@ -1809,7 +1699,7 @@ impl Engine {
     /// The most DRAM the L2 index may take: `l2arc_meta_percent` of `zfs_arc_max`, but
     /// at least [`L2_INDEX_MIN_CAP`] (the index allocates in chunks per shard and device).
     fn l2_index_cap(&self) -> u64 {
-        let percent = self.tunables.l2arc_meta_percent.load(Ordering::Relaxed);
+        let percent = self.tunables.l2arc_meta_percent();
         (self.arc_max_bytes().saturating_mul(percent) / 100).max(L2_INDEX_MIN_CAP)
     }
 
@@ -1828,19 +1718,15 @@ impl Engine {
         let mut unfed_seen = self.unfed_evictions();
         let mut behind = false;
         while !self.shutdown.load(Ordering::Acquire) {
-            let mut budget = self
-                .tunables
-                .l2arc_write_max
-                .load(Ordering::Relaxed)
-                .max(4096);
+            let mut budget = self.tunables.l2arc_write_max().max(4096);
             if !self.arc_warm() {
-                budget += self.tunables.l2arc_write_boost.load(Ordering::Relaxed);
+                budget += self.tunables.l2arc_write_boost();
             }
             let step = feed_step(
                 &self.tunables,
                 budget,
                 wrote_bytes,
-                behind && self.tunables.l2arc_feed_follow.load(Ordering::Relaxed),
+                behind && self.tunables.l2arc_feed_follow(),
             );
             self.sleep_unless_shutdown(step.wait);
             if self.shutdown.load(Ordering::Acquire) {
@@ -1904,11 +1790,11 @@ impl Engine {
             *self.feed_written.lock().expect("feed set lock") = Some(HashSet::new());
         }
         let finished = FeedWatch(&self.feed_written);
-        let noprefetch = self.tunables.l2arc_noprefetch.load(Ordering::Relaxed);
-        let nowrite = self.tunables.l2arc_nowrite.load(Ordering::Relaxed);
-        let mfuonly = self.tunables.l2arc_mfuonly.load(Ordering::Relaxed);
-        let headroom = self.tunables.l2arc_headroom.load(Ordering::Relaxed);
-        let headroom_boost = self.tunables.l2arc_headroom_boost.load(Ordering::Relaxed);
+        let noprefetch = self.tunables.l2arc_noprefetch();
+        let nowrite = self.tunables.l2arc_nowrite();
+        let mfuonly = self.tunables.l2arc_mfuonly();
+        let headroom = self.tunables.l2arc_headroom();
+        let headroom_boost = self.tunables.l2arc_headroom_boost();
         let max_batch = {
             let writer = device.writer.lock().expect("writer lock");
             match writer.as_ref() {
@@ -2185,6 +2071,57 @@ impl Engine {
         }
     }
 
+    /// The report of every cache device.
+    pub fn device_reports(&self) -> Vec<crate::report::CacheDeviceReport> {
+        use crate::report::{CacheDeviceReport, LatencyReport, RebuildReport};
+        self.devices()
+            .iter()
+            .map(|d| {
+                let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                CacheDeviceReport {
+                    path: d.path.display().to_string(),
+                    guid: d.guid,
+                    size_bytes: d.size_bytes(),
+                    state: d.state(),
+                    fault: d.fault.lock().expect("fault lock").clone(),
+                    rebuild_entries: load(&d.rebuild_progress),
+                    rebuild_permille: load(&d.rebuild_permille),
+                    reads: load(&d.io.reads),
+                    read_bytes: load(&d.io.read_bytes),
+                    read_errors: load(&d.io.read_errors),
+                    writes: load(&d.io.writes),
+                    write_bytes: load(&d.io.write_bytes),
+                    read_latency: LatencyReport::of(&d.io.read_latency.snapshot()),
+                    write_latency: LatencyReport::of(&d.io.write_latency.snapshot()),
+                    rebuild: (*d.rebuild.lock().expect("rebuild lock")).map(|r| RebuildReport {
+                        success: r.l2_rebuild_success,
+                        bufs: r.l2_rebuild_bufs,
+                        log_blocks: r.l2_rebuild_log_blks,
+                        io_errors: r.l2_rebuild_io_errors,
+                        cksum_lb_errors: r.l2_rebuild_cksum_lb_errors,
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// The report of the log device, if there is one.
+    pub fn log_report(&self) -> Option<crate::report::LogDeviceReport> {
+        self.log_device().map(|l| {
+            let s = l.stats();
+            crate::report::LogDeviceReport {
+                path: l.path.display().to_string(),
+                guid: l.guid,
+                state: if l.is_healthy() { "online" } else { "faulted" }.to_string(),
+                fault: l.fault.lock().expect("fault lock").clone(),
+                commits: s.zil_commit_count,
+                blocks_written: s.zil_commit_writer_count,
+                records: s.zil_itx_count,
+                bytes: s.zil_itx_copied_bytes,
+            }
+        })
+    }
+
     /// ARC counters summed over the shards (targets and fractions as the shards hold them,
     /// fractions averaged), followed by the engine's L2 counters.
     pub fn arcstats(&self) -> Vec<(String, u64)> {
@@ -2370,7 +2307,7 @@ mod tests {
         assert_eq!(behind.wait, Duration::from_millis(200));
         assert_eq!(behind.budget, budget / 5);
         // A minimum interval as long as the interval changes nothing.
-        t.l2arc_feed_min_ms.store(1000, Ordering::Relaxed);
+        t.set("l2arc_feed_min_ms", "1000").unwrap();
         assert_eq!(feed_step(&t, budget, 1 << 20, true), quiet);
     }
 }

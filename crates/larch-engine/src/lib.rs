@@ -54,7 +54,9 @@ pub mod l2index;
 pub mod latency;
 pub mod manage;
 pub mod pool;
+pub mod report;
 pub mod tunables;
+pub mod units;
 pub mod uring;
 pub mod volume;
 
@@ -66,5 +68,7 @@ pub use engine::{
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
     CacheDeviceConfig, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig, create_demo, new_guid,
+    write_private_state_file, write_state_file,
 };
+pub use report::PoolReport;
 pub use volume::Volume;

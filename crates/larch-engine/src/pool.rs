@@ -149,21 +149,10 @@ impl PoolConfig {
         })
     }
 
-    /// Writes `pool.json` atomically (temporary file, fsync, rename).
+    /// Writes `pool.json` atomically and durably ([`write_state_file`]).
     pub fn save(&self, state_dir: &Path) -> io::Result<()> {
-        let path = state_dir.join(CONFIG_FILE);
-        let tmp = state_dir.join(format!("{CONFIG_FILE}.tmp"));
         let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        {
-            let file = fs::File::create(&tmp)?;
-            io::Write::write_all(&mut &file, text.as_bytes())?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, &path)?;
-        if let Ok(dir) = fs::File::open(state_dir) {
-            let _ = dir.sync_all();
-        }
-        Ok(())
+        write_state_file(state_dir, CONFIG_FILE, text.as_bytes())
     }
 
     /// Checks the values a user can get wrong.
@@ -188,6 +177,43 @@ impl PoolConfig {
         }
         Ok(())
     }
+}
+
+/// Writes a file of a state directory atomically and durably: the bytes go to a
+/// temporary file that is fsynced, then renamed over `name`, then the directory is
+/// fsynced. A crash leaves the old file or the new one, never a mix, and once this
+/// returns the new one survives a power loss. Every state file goes through here
+/// (`pool.json`, `tunables.json`, `committed-txg`, and the daemon's files).
+pub fn write_state_file(state_dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_state_file_mode(state_dir, name, bytes, 0o644)
+}
+
+/// [`write_state_file`] for a file only its owner may read (mode 0600), such as a
+/// secret token.
+pub fn write_private_state_file(state_dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_state_file_mode(state_dir, name, bytes, 0o600)
+}
+
+fn write_state_file_mode(state_dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join(name);
+    let tmp = state_dir.join(format!("{name}.tmp"));
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    // A leftover temporary file (a crash between create and rename) may have another mode.
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(named)?;
+    io::Write::write_all(&mut file, bytes).map_err(named)?;
+    file.sync_all().map_err(named)?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(named)?;
+    fs::File::open(state_dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(named)
 }
 
 /// A fresh random 64-bit identifier (never 0).
@@ -356,15 +382,9 @@ fn read_committed_txg(state_dir: &Path) -> io::Result<u64> {
     }
 }
 
-/// Writes the committed TXG durably: a temporary file, fsynced, renamed over the old one,
-/// and the directory fsynced.
+/// Writes the committed TXG durably ([`write_state_file`]).
 fn write_committed_txg(state_dir: &Path, txg: u64) -> io::Result<()> {
-    let tmp = state_dir.join(format!("{COMMITTED_TXG_FILE}.tmp"));
-    let mut file = fs::File::create(&tmp)?;
-    std::io::Write::write_all(&mut file, format!("{txg}\n").as_bytes())?;
-    file.sync_all()?;
-    fs::rename(&tmp, state_dir.join(COMMITTED_TXG_FILE))?;
-    fs::File::open(state_dir)?.sync_all()
+    write_state_file(state_dir, COMMITTED_TXG_FILE, format!("{txg}\n").as_bytes())
 }
 
 /// Whether both header slots of a log device are all zeroes (never written).

@@ -1,389 +1,296 @@
-//! Setting tunables by name, as users type them (`l2arc_write_max=64M`), and the
-//! `tunables.json` file in a pool's state directory that carries them to a running daemon
-//! and keeps them across restarts.
+//! Tunables: OpenZFS names and meanings, settable at runtime, declared once.
+//!
+//! The table below is the only place a tunable is spelled out. From it come the
+//! [`Tunables`] struct and its typed getters, the defaults, parsing and range checks
+//! ([`set`]), the values `larch get` and `status.json` show ([`values`]), and the help
+//! text of `larch get`/`larch set --help` and the docs ([`TUNABLES`]). Values live in
+//! atomics, so the engine reads them on every use and a change applies at once.
+//!
+//! `tunables.json` in a pool's state directory carries what `larch set` saved to a
+//! running daemon and across restarts; it is written with the pool's atomic, fsynced
+//! state-file writer ([`crate::pool::write_state_file`]).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::engine::Tunables;
+use crate::units::{format_size_exact, parse_size};
 
 /// Name of the tunables file in a state directory.
 pub const TUNABLES_FILE: &str = "tunables.json";
 
-/// Every tunable, with its default and meaning (for `--help` and docs).
-pub const TUNABLES: &[(&str, &str, &str)] = &[
-    (
-        "zfs_arc_max",
-        "pool.json",
-        "most bytes of data the ARC holds (the pool's arc_max_bytes unless set)",
-    ),
-    (
-        "zfs_arc_min",
-        "0",
-        "the ARC target never shrinks below this (0: min(zfs_arc_max, max(32M, zfs_arc_max/32)))",
-    ),
-    (
-        "zfs_arc_sys_free",
-        "0",
-        "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)",
-    ),
-    ("zfs_txg_timeout", "5", "seconds between TXG syncs"),
-    (
-        "zfs_vdev_async_write_max_active",
-        "10",
-        "most writes a TXG sync has in flight to one backing store",
-    ),
-    (
-        "zfs_dirty_data_max",
-        "10% of RAM, at most 4G",
-        "most dirty bytes in DRAM (also at most half of zfs_arc_max)",
-    ),
-    (
-        "zfs_dirty_data_sync_percent",
-        "20",
-        "a TXG syncs early when its dirty bytes pass this percent of the limit",
-    ),
-    (
-        "zfs_delay_min_dirty_percent",
-        "60",
-        "the write throttle starts at this percent of the dirty limit",
-    ),
-    (
-        "zfs_delay_scale",
-        "500000",
-        "scale of the write throttle's delay curve, ns",
-    ),
-    (
-        "l2arc_write_max",
-        "32M",
-        "bytes written to each cache device per feed",
-    ),
-    (
-        "l2arc_write_boost",
-        "32M",
-        "extra bytes per feed until the ARC first evicts (it is cold)",
-    ),
-    (
-        "l2arc_headroom",
-        "8",
-        "scan depth per feed, as a multiple of l2arc_write_max (0 = unlimited)",
-    ),
-    (
-        "l2arc_headroom_boost",
-        "200",
-        "percent applied to l2arc_headroom",
-    ),
-    ("l2arc_feed_secs", "1", "seconds between feeds"),
-    (
-        "l2arc_feed_min_ms",
-        "200",
-        "interval when feeding again quickly",
-    ),
-    (
-        "l2arc_feed_again",
-        "1",
-        "feed again after l2arc_feed_min_ms when a feed wrote over half its budget",
-    ),
-    (
-        "l2arc_feed_follow",
-        "1",
-        "feed every l2arc_feed_min_ms (same bytes per second) while blocks leave the ARC unfed (larch's)",
-    ),
-    (
-        "l2arc_noprefetch",
-        "1",
-        "do not feed blocks read by prefetch",
-    ),
-    (
-        "l2arc_nowrite",
-        "1",
-        "do not feed blocks written and not read since (larch's; OpenZFS feeds them)",
-    ),
-    (
-        "l2arc_io_uring",
-        "1",
-        "read cache devices through io_uring (larch's; 0: through a pool of threads)",
-    ),
-    (
-        "l2arc_mfuonly",
-        "0",
-        "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata",
-    ),
-    (
-        "l2arc_meta_percent",
-        "33",
-        "DRAM the L2 index may use, in percent of zfs_arc_max (at least 4M)",
-    ),
-    (
-        "l2arc_rebuild_enabled",
-        "1",
-        "rebuild cache devices' indexes at start",
-    ),
-    (
-        "l2arc_rebuild_blocks_min_l2size",
-        "0",
-        "cache devices smaller than this are formatted at start, not rebuilt",
-    ),
-    (
-        "zfs_prefetch_disable",
-        "0",
-        "turn the sequential-read prefetcher off",
-    ),
-    (
-        "zfetch_max_distance",
-        "8M",
-        "most bytes read ahead of a sequential stream",
-    ),
-];
-
-fn parse_number(value: &str) -> Result<u64, String> {
-    let v = value.trim();
-    let (digits, shift) = match v.chars().last() {
-        Some('K' | 'k') => (&v[..v.len() - 1], 10),
-        Some('M' | 'm') => (&v[..v.len() - 1], 20),
-        Some('G' | 'g') => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .ok_or_else(|| format!("{value:?} is not a number (K/M/G suffixes allowed)"))
+/// How a tunable's value is typed, parsed and shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Bytes: `64M`, `1G` (the size syntax of `--size`, [`parse_size`]).
+    Size,
+    /// A plain number (seconds, percent, a count, a mode).
+    Count,
+    /// 0 or 1.
+    Flag,
 }
 
-/// The default of a tunable, as a number; `None` for an unknown name.
-pub fn default_value(name: &str) -> Option<u64> {
-    values(&Tunables::default()).get(name).copied()
+/// One tunable as the table declares it.
+#[derive(Clone, Copy, Debug)]
+pub struct TunableDef {
+    /// Its OpenZFS (or, where larch adds one, larch's) name.
+    pub name: &'static str,
+    /// How its value is typed.
+    pub kind: Kind,
+    /// Smallest value accepted.
+    pub min: u64,
+    /// Largest value accepted.
+    pub max: u64,
+    /// The default in words, where it depends on the pool or the machine; otherwise the
+    /// default is shown as a value ([`default_text`]).
+    pub default_words: Option<&'static str>,
+    /// What it does, in one line.
+    pub help: &'static str,
 }
 
-/// A tunable's value as users type it: sizes (the tunables whose default has a K/M/G
-/// suffix) with the largest suffix that divides them, everything else as a number.
-pub fn format_value(name: &str, value: u64) -> String {
-    let is_size = TUNABLES
-        .iter()
-        .any(|t| t.0 == name && t.1.ends_with(|c: char| c.is_ascii_alphabetic()));
-    if is_size && value > 0 {
-        for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
-            if value.trailing_zeros() >= shift {
-                return format!("{}{suffix}", value >> shift);
+macro_rules! tunables {
+    (@ty Flag) => { bool };
+    (@ty $kind:ident) => { u64 };
+    (@get Flag, $cell:expr) => { $cell.load(Ordering::Relaxed) != 0 };
+    (@get $kind:ident, $cell:expr) => { $cell.load(Ordering::Relaxed) };
+    (@words) => { None };
+    (@words $words:literal) => { Some($words) };
+    ($(
+        $name:ident: $kind:ident = $default:expr, $min:expr, $max:expr $(, default $words:literal)?;
+        $help:literal
+    )+) => {
+        /// The tunables of a pool (OpenZFS names; see [`TUNABLES`] for each one's meaning
+        /// and docs/engine.md for how larch's defaults differ from OpenZFS's).
+        #[derive(Debug)]
+        pub struct Tunables {
+            $( #[doc = $help] $name: AtomicU64, )+
+        }
+
+        impl Default for Tunables {
+            fn default() -> Tunables {
+                Tunables { $( $name: AtomicU64::new($default), )+ }
             }
         }
-    }
-    value.to_string()
+
+        impl Tunables {
+            $(
+                #[doc = $help]
+                pub fn $name(&self) -> tunables!(@ty $kind) {
+                    tunables!(@get $kind, self.$name)
+                }
+            )+
+
+            fn cell(&self, name: &str) -> Option<&AtomicU64> {
+                match name {
+                    $( stringify!($name) => Some(&self.$name), )+
+                    _ => None,
+                }
+            }
+        }
+
+        /// Every tunable, in the order `larch get` lists them.
+        pub const TUNABLES: &[TunableDef] = &[
+            $( TunableDef {
+                name: stringify!($name),
+                kind: Kind::$kind,
+                min: $min,
+                max: $max,
+                default_words: tunables!(@words $($words)?),
+                help: $help,
+            }, )+
+        ];
+    };
 }
 
-/// Sets one tunable by name. Values out of range are refused with a reason.
+const K: u64 = 1 << 10;
+const M: u64 = 1 << 20;
+const G: u64 = 1 << 30;
+
+tunables! {
+    zfs_arc_max: Size = G, M, u64::MAX, default "pool.json";
+        "most bytes of data the ARC holds (the pool's arc_max_bytes unless set)"
+    zfs_arc_min: Size = 0, 0, u64::MAX;
+        "the ARC target never shrinks below this (0: min(zfs_arc_max, max(32M, zfs_arc_max/32)))"
+    zfs_arc_sys_free: Size = 0, 0, u64::MAX;
+        "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)"
+    zfs_txg_timeout: Count = 5, 1, 600;
+        "seconds between TXG syncs"
+    zfs_vdev_async_write_max_active: Count = 10, 1, 1000;
+        "most writes a TXG sync has in flight to one backing store"
+    zfs_dirty_data_max: Size = crate::engine::default_dirty_data_max(), M, u64::MAX,
+        default "10% of RAM, at most 4G";
+        "most dirty bytes in DRAM (also at most half of zfs_arc_max)"
+    zfs_dirty_data_sync_percent: Count = 20, 1, 100;
+        "a TXG syncs early when its dirty bytes pass this percent of the limit"
+    zfs_delay_min_dirty_percent: Count = 60, 1, 100;
+        "the write throttle starts at this percent of the dirty limit"
+    zfs_delay_scale: Count = 500_000, 0, 1_000_000_000;
+        "scale of the write throttle's delay curve, ns"
+    l2arc_write_max: Size = 32 * M, 64 * K, G;
+        "bytes written to each cache device per feed"
+    l2arc_write_boost: Size = 32 * M, 0, G;
+        "extra bytes per feed until the ARC first evicts (it is cold)"
+    l2arc_headroom: Count = 8, 0, 1000;
+        "scan depth per feed, as a multiple of l2arc_write_max (0 = unlimited)"
+    l2arc_headroom_boost: Count = 200, 100, 10_000;
+        "percent applied to l2arc_headroom"
+    l2arc_meta_percent: Count = 33, 1, 100;
+        "DRAM the L2 index may use, in percent of zfs_arc_max (at least 4M)"
+    l2arc_rebuild_blocks_min_l2size: Size = 0, 0, u64::MAX;
+        "cache devices smaller than this are formatted at start, not rebuilt"
+    l2arc_feed_secs: Count = 1, 1, 3600;
+        "seconds between feeds"
+    l2arc_feed_min_ms: Count = 200, 10, 60_000;
+        "interval when feeding again quickly"
+    l2arc_feed_again: Flag = 1, 0, 1;
+        "feed again after l2arc_feed_min_ms when a feed wrote over half its budget"
+    l2arc_feed_follow: Flag = 1, 0, 1;
+        "feed every l2arc_feed_min_ms (same bytes per second) while blocks leave the ARC unfed (larch's)"
+    l2arc_noprefetch: Flag = 1, 0, 1;
+        "do not feed blocks read by prefetch"
+    l2arc_nowrite: Flag = 1, 0, 1;
+        "do not feed blocks written and not read since (larch's; OpenZFS feeds them)"
+    l2arc_io_uring: Flag = 1, 0, 1;
+        "read cache devices through io_uring (larch's; 0: through a pool of threads)"
+    l2arc_mfuonly: Count = 0, 0, 2;
+        "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata"
+    l2arc_rebuild_enabled: Flag = 1, 0, 1;
+        "rebuild cache devices' indexes at start"
+    zfs_prefetch_disable: Flag = 0, 0, 1;
+        "turn the sequential-read prefetcher off"
+    zfetch_max_distance: Size = 8 * M, 0, 256 * M;
+        "most bytes read ahead of a sequential stream"
+}
+
+impl Tunables {
+    /// Sets one tunable by name from text as users type it (`64M`, `1`); values out of
+    /// range are refused with a reason and change nothing.
+    pub fn set(&self, name: &str, text: &str) -> Result<(), String> {
+        let def = lookup(name)?;
+        let value = parse(def, text)?;
+        let cell = self.cell(name).expect("every table entry has a cell");
+        // The two ARC limits are checked against each other.
+        match name {
+            "zfs_arc_max" if self.zfs_arc_min() > value => {
+                return Err(format!(
+                    "{name} {value} is below zfs_arc_min {}",
+                    self.zfs_arc_min()
+                ));
+            }
+            "zfs_arc_min" if value > self.zfs_arc_max() => {
+                return Err(format!(
+                    "{name} {value} is above zfs_arc_max {}",
+                    self.zfs_arc_max()
+                ));
+            }
+            _ => {}
+        }
+        cell.store(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sets a tunable the engine itself decides (the pool's `zfs_arc_max` at start).
+    pub(crate) fn store(&self, name: &str, value: u64) {
+        self.cell(name)
+            .unwrap_or_else(|| panic!("{name} is not a tunable"))
+            .store(value, Ordering::Relaxed);
+    }
+
+    /// Current values, by name.
+    pub fn values(&self) -> BTreeMap<String, u64> {
+        TUNABLES
+            .iter()
+            .map(|d| {
+                let cell = self.cell(d.name).expect("every table entry has a cell");
+                (d.name.to_string(), cell.load(Ordering::Relaxed))
+            })
+            .collect()
+    }
+}
+
+fn lookup(name: &str) -> Result<&'static TunableDef, String> {
+    TUNABLES.iter().find(|d| d.name == name).ok_or_else(|| {
+        let names: Vec<&str> = TUNABLES.iter().map(|d| d.name).collect();
+        format!("unknown tunable {name:?} (known: {})", names.join(", "))
+    })
+}
+
+/// Parses and range-checks a value of `def`.
+fn parse(def: &TunableDef, text: &str) -> Result<u64, String> {
+    let name = def.name;
+    let value = match def.kind {
+        Kind::Size => parse_size(text).map_err(|e| format!("{name}: {e}"))?,
+        Kind::Count | Kind::Flag => text
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{name}: {text:?} is not a whole number"))?,
+    };
+    if (def.min..=def.max).contains(&value) {
+        return Ok(value);
+    }
+    Err(match def.kind {
+        // A choice among a few values names them all.
+        Kind::Flag | Kind::Count if def.max - def.min < 3 => {
+            let mut choices: Vec<String> = (def.min..=def.max).map(|v| v.to_string()).collect();
+            let last = choices.pop().expect("min <= max");
+            format!("{name} is {} or {last}, not {value}", choices.join(", "))
+        }
+        _ if def.max == u64::MAX => {
+            format!(
+                "{name} must be at least {}, not {value}",
+                shown(def, def.min)
+            )
+        }
+        _ => format!(
+            "{name} must be between {} and {}, not {value}",
+            shown(def, def.min),
+            shown(def, def.max)
+        ),
+    })
+}
+
+fn shown(def: &TunableDef, value: u64) -> String {
+    match def.kind {
+        Kind::Size => format_size_exact(value),
+        _ => value.to_string(),
+    }
+}
+
+/// Sets one tunable by name (see [`Tunables::set`]).
 pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
-    let n = parse_number(value)?;
-    let flag = |n: u64| match n {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(format!("{name} is 0 or 1, not {n}")),
-    };
-    match name {
-        "zfs_arc_max" => {
-            if n < 1 << 20 {
-                return Err(format!("{name} must be at least 1M, not {n}"));
-            }
-            let min = tunables.zfs_arc_min.load(Ordering::Relaxed);
-            if min > n {
-                return Err(format!("{name} {n} is below zfs_arc_min {min}"));
-            }
-            tunables.zfs_arc_max.store(n, Ordering::Relaxed);
-        }
-        "zfs_arc_min" => {
-            let max = tunables.zfs_arc_max.load(Ordering::Relaxed);
-            if n > max {
-                return Err(format!("{name} {n} is above zfs_arc_max {max}"));
-            }
-            tunables.zfs_arc_min.store(n, Ordering::Relaxed);
-        }
-        "zfs_arc_sys_free" => tunables.zfs_arc_sys_free.store(n, Ordering::Relaxed),
-        "zfs_txg_timeout" => {
-            if !(1..=600).contains(&n) {
-                return Err(format!("{name} must be between 1 and 600, not {n}"));
-            }
-            tunables.zfs_txg_timeout.store(n, Ordering::Relaxed);
-        }
-        "zfs_vdev_async_write_max_active" => {
-            if !(1..=1000).contains(&n) {
-                return Err(format!("{name} must be between 1 and 1000, not {n}"));
-            }
-            tunables
-                .zfs_vdev_async_write_max_active
-                .store(n, Ordering::Relaxed);
-        }
-        "zfs_dirty_data_max" => {
-            if n < 1 << 20 {
-                return Err(format!("{name} must be at least 1M, not {n}"));
-            }
-            tunables.zfs_dirty_data_max.store(n, Ordering::Relaxed);
-        }
-        "zfs_dirty_data_sync_percent" | "zfs_delay_min_dirty_percent" => {
-            if !(1..=100).contains(&n) {
-                return Err(format!("{name} must be between 1 and 100, not {n}"));
-            }
-            let target = if name == "zfs_dirty_data_sync_percent" {
-                &tunables.zfs_dirty_data_sync_percent
-            } else {
-                &tunables.zfs_delay_min_dirty_percent
-            };
-            target.store(n, Ordering::Relaxed);
-        }
-        "zfs_delay_scale" => {
-            if n > 1_000_000_000 {
-                return Err(format!("{name} must be at most 1000000000, not {n}"));
-            }
-            tunables.zfs_delay_scale.store(n, Ordering::Relaxed);
-        }
-        "l2arc_write_max" => {
-            if !(64 << 10..=1 << 30).contains(&n) {
-                return Err(format!("{name} must be between 64K and 1G, not {n}"));
-            }
-            tunables.l2arc_write_max.store(n, Ordering::Relaxed);
-        }
-        "l2arc_write_boost" => {
-            if n > 1 << 30 {
-                return Err(format!("{name} must be at most 1G, not {n}"));
-            }
-            tunables.l2arc_write_boost.store(n, Ordering::Relaxed);
-        }
-        "l2arc_headroom_boost" => {
-            if !(100..=10_000).contains(&n) {
-                return Err(format!("{name} must be between 100 and 10000, not {n}"));
-            }
-            tunables.l2arc_headroom_boost.store(n, Ordering::Relaxed);
-        }
-        "l2arc_meta_percent" => {
-            if !(1..=100).contains(&n) {
-                return Err(format!("{name} must be between 1 and 100, not {n}"));
-            }
-            tunables.l2arc_meta_percent.store(n, Ordering::Relaxed);
-        }
-        "l2arc_rebuild_blocks_min_l2size" => tunables
-            .l2arc_rebuild_blocks_min_l2size
-            .store(n, Ordering::Relaxed),
-        "l2arc_headroom" => {
-            if n > 1000 {
-                return Err(format!("{name} must be at most 1000, not {n}"));
-            }
-            tunables.l2arc_headroom.store(n, Ordering::Relaxed);
-        }
-        "l2arc_feed_secs" => {
-            if !(1..=3600).contains(&n) {
-                return Err(format!("{name} must be between 1 and 3600, not {n}"));
-            }
-            tunables.l2arc_feed_secs.store(n, Ordering::Relaxed);
-        }
-        "l2arc_feed_min_ms" => {
-            if !(10..=60_000).contains(&n) {
-                return Err(format!("{name} must be between 10 and 60000, not {n}"));
-            }
-            tunables.l2arc_feed_min_ms.store(n, Ordering::Relaxed);
-        }
-        "l2arc_feed_again" => tunables.l2arc_feed_again.store(flag(n)?, Ordering::Relaxed),
-        "l2arc_feed_follow" => tunables
-            .l2arc_feed_follow
-            .store(flag(n)?, Ordering::Relaxed),
-        "l2arc_noprefetch" => tunables.l2arc_noprefetch.store(flag(n)?, Ordering::Relaxed),
-        "l2arc_nowrite" => tunables.l2arc_nowrite.store(flag(n)?, Ordering::Relaxed),
-        "l2arc_io_uring" => tunables.l2arc_io_uring.store(flag(n)?, Ordering::Relaxed),
-        "l2arc_mfuonly" => {
-            if n > 2 {
-                return Err(format!("{name} is 0, 1 or 2, not {n}"));
-            }
-            tunables.l2arc_mfuonly.store(n as u8, Ordering::Relaxed);
-        }
-        "l2arc_rebuild_enabled" => tunables
-            .l2arc_rebuild_enabled
-            .store(flag(n)?, Ordering::Relaxed),
-        "zfs_prefetch_disable" => tunables
-            .zfs_prefetch_disable
-            .store(flag(n)?, Ordering::Relaxed),
-        "zfetch_max_distance" => {
-            if n > 256 << 20 {
-                return Err(format!("{name} must be at most 256M, not {n}"));
-            }
-            tunables.zfetch_max_distance.store(n, Ordering::Relaxed);
-        }
-        _ => {
-            let names: Vec<&str> = TUNABLES.iter().map(|t| t.0).collect();
-            return Err(format!(
-                "unknown tunable {name:?} (known: {})",
-                names.join(", ")
-            ));
-        }
-    }
-    Ok(())
+    tunables.set(name, value)
 }
 
 /// Current values, by name.
 pub fn values(tunables: &Tunables) -> BTreeMap<String, u64> {
-    let r = Ordering::Relaxed;
-    [
-        ("zfs_arc_max", tunables.zfs_arc_max.load(r)),
-        ("zfs_arc_min", tunables.zfs_arc_min.load(r)),
-        ("zfs_arc_sys_free", tunables.zfs_arc_sys_free.load(r)),
-        ("zfs_txg_timeout", tunables.zfs_txg_timeout.load(r)),
-        (
-            "zfs_vdev_async_write_max_active",
-            tunables.zfs_vdev_async_write_max_active.load(r),
-        ),
-        ("zfs_dirty_data_max", tunables.zfs_dirty_data_max.load(r)),
-        (
-            "zfs_dirty_data_sync_percent",
-            tunables.zfs_dirty_data_sync_percent.load(r),
-        ),
-        (
-            "zfs_delay_min_dirty_percent",
-            tunables.zfs_delay_min_dirty_percent.load(r),
-        ),
-        ("zfs_delay_scale", tunables.zfs_delay_scale.load(r)),
-        ("l2arc_write_max", tunables.l2arc_write_max.load(r)),
-        ("l2arc_write_boost", tunables.l2arc_write_boost.load(r)),
-        ("l2arc_headroom", tunables.l2arc_headroom.load(r)),
-        (
-            "l2arc_headroom_boost",
-            tunables.l2arc_headroom_boost.load(r),
-        ),
-        ("l2arc_meta_percent", tunables.l2arc_meta_percent.load(r)),
-        (
-            "l2arc_rebuild_blocks_min_l2size",
-            tunables.l2arc_rebuild_blocks_min_l2size.load(r),
-        ),
-        ("l2arc_feed_secs", tunables.l2arc_feed_secs.load(r)),
-        ("l2arc_feed_min_ms", tunables.l2arc_feed_min_ms.load(r)),
-        (
-            "l2arc_feed_again",
-            u64::from(tunables.l2arc_feed_again.load(r)),
-        ),
-        (
-            "l2arc_feed_follow",
-            u64::from(tunables.l2arc_feed_follow.load(r)),
-        ),
-        (
-            "l2arc_noprefetch",
-            u64::from(tunables.l2arc_noprefetch.load(r)),
-        ),
-        ("l2arc_nowrite", u64::from(tunables.l2arc_nowrite.load(r))),
-        ("l2arc_io_uring", u64::from(tunables.l2arc_io_uring.load(r))),
-        ("l2arc_mfuonly", u64::from(tunables.l2arc_mfuonly.load(r))),
-        (
-            "l2arc_rebuild_enabled",
-            u64::from(tunables.l2arc_rebuild_enabled.load(r)),
-        ),
-        (
-            "zfs_prefetch_disable",
-            u64::from(tunables.zfs_prefetch_disable.load(r)),
-        ),
-        ("zfetch_max_distance", tunables.zfetch_max_distance.load(r)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    tunables.values()
+}
+
+/// The default of a tunable, as a number; `None` for an unknown name.
+pub fn default_value(name: &str) -> Option<u64> {
+    Tunables::default()
+        .cell(name)
+        .map(|c| c.load(Ordering::Relaxed))
+}
+
+/// The default as `larch get` and the docs show it: words where it depends on the pool
+/// or the machine, else the value as users type it.
+pub fn default_text(def: &TunableDef) -> String {
+    match def.default_words {
+        Some(words) => words.to_string(),
+        None => format_value(def.name, default_value(def.name).unwrap_or(0)),
+    }
+}
+
+/// A tunable's value as users type it: sizes with the largest suffix that divides them,
+/// everything else as a number.
+pub fn format_value(name: &str, value: u64) -> String {
+    match lookup(name) {
+        Ok(def) if def.kind == Kind::Size => format_size_exact(value),
+        _ => value.to_string(),
+    }
 }
 
 /// The tunables saved in a state directory (empty when there is no file).
@@ -397,21 +304,17 @@ pub fn load(state_dir: &Path) -> io::Result<BTreeMap<String, String>> {
     }
 }
 
-/// Saves tunables in a state directory (atomically: temporary file and rename).
+/// Saves tunables in a state directory (atomically and durably).
 pub fn save(state_dir: &Path, saved: &BTreeMap<String, String>) -> io::Result<()> {
-    let tmp = state_dir.join(format!("{TUNABLES_FILE}.tmp"));
-    fs::write(
-        &tmp,
-        serde_json::to_string_pretty(saved).map_err(io::Error::other)?,
-    )?;
-    fs::rename(tmp, state_dir.join(TUNABLES_FILE))
+    let text = serde_json::to_string_pretty(saved).map_err(io::Error::other)?;
+    crate::pool::write_state_file(state_dir, TUNABLES_FILE, text.as_bytes())
 }
 
 /// Applies saved tunables; returns the ones refused, with reasons.
 pub fn apply(tunables: &Tunables, saved: &BTreeMap<String, String>) -> Vec<String> {
     saved
         .iter()
-        .filter_map(|(name, value)| set(tunables, name, value).err())
+        .filter_map(|(name, value)| tunables.set(name, value).err())
         .collect()
 }
 
@@ -427,10 +330,12 @@ mod tests {
         set(&t, "l2arc_noprefetch", "0").unwrap();
         let v = values(&t);
         assert_eq!(v["l2arc_write_max"], 8 << 20);
+        assert_eq!(t.l2arc_write_max(), 8 << 20);
         assert_eq!(v["l2arc_mfuonly"], 2);
-        assert_eq!(v["l2arc_noprefetch"], 0);
+        assert!(!t.l2arc_noprefetch());
         assert!(set(&t, "l2arc_mfuonly", "3").is_err());
-        assert!(set(&t, "l2arc_write_max", "1").is_err());
+        let low = set(&t, "l2arc_write_max", "1").unwrap_err();
+        assert!(low.contains("between 64K and 1G"), "{low}");
         assert!(set(&t, "l2arc_noprefetch", "yes").is_err());
         assert!(
             set(&t, "nope", "1")
@@ -438,20 +343,64 @@ mod tests {
                 .contains("unknown tunable")
         );
         assert_eq!(values(&t).len(), TUNABLES.len());
+        // A refused value leaves the old one.
+        assert_eq!(t.l2arc_write_max(), 8 << 20);
+    }
+
+    #[test]
+    fn sizes_take_the_syntax_of_size_flags() {
+        // One parser for `--size` and `larch set`: fractions and IEC suffixes too.
+        let t = Tunables::default();
+        set(&t, "l2arc_write_max", "1.5M").unwrap();
+        assert_eq!(t.l2arc_write_max(), 3 << 19);
+        set(&t, "zfetch_max_distance", "16MiB").unwrap();
+        assert_eq!(t.zfetch_max_distance(), 16 << 20);
+        set(&t, "zfs_arc_max", "2g").unwrap();
+        assert_eq!(t.zfs_arc_max(), 2 << 30);
+        let bad = set(&t, "l2arc_write_max", "12Q").unwrap_err();
+        assert!(
+            bad.contains("l2arc_write_max") && bad.contains("unknown suffix"),
+            "{bad}"
+        );
+        // Counts are plain numbers.
+        assert!(set(&t, "l2arc_headroom", "2K").is_err());
+        set(&t, "l2arc_headroom", "16").unwrap();
+        assert_eq!(t.l2arc_headroom(), 16);
+    }
+
+    #[test]
+    fn the_arc_limits_are_checked_against_each_other() {
+        let t = Tunables::default();
+        set(&t, "zfs_arc_max", "64M").unwrap();
+        assert!(
+            set(&t, "zfs_arc_min", "128M")
+                .unwrap_err()
+                .contains("above")
+        );
+        set(&t, "zfs_arc_min", "32M").unwrap();
+        assert!(set(&t, "zfs_arc_max", "16M").unwrap_err().contains("below"));
     }
 
     #[test]
     fn defaults_and_formatted_values_match_the_table() {
         let t = Tunables::default();
-        for (name, value) in values(&t) {
-            assert_eq!(default_value(&name), Some(value), "{name}");
-            let (_, default, _) = TUNABLES.iter().find(|e| e.0 == name).unwrap();
-            if parse_number(default).is_err() {
-                // Defaults that depend on the pool or the machine are described in words.
-                assert!(["zfs_arc_max", "zfs_dirty_data_max"].contains(&name.as_str()));
-                continue;
+        for def in TUNABLES {
+            let value = values(&t)[def.name];
+            assert_eq!(default_value(def.name), Some(value), "{}", def.name);
+            assert!(
+                (def.min..=def.max).contains(&value) || def.default_words.is_some(),
+                "{}: default {value} outside {}..={}",
+                def.name,
+                def.min,
+                def.max
+            );
+            if def.default_words.is_none() {
+                // The shown default parses back to the default.
+                let text = default_text(def);
+                let probe = Tunables::default();
+                probe.set(def.name, &text).unwrap();
+                assert_eq!(probe.values()[def.name], value, "{}", def.name);
             }
-            assert_eq!(&format_value(&name, value), default, "{name}");
         }
         assert_eq!(default_value("nope"), None);
         assert_eq!(format_value("l2arc_write_max", 96 << 10), "96K");

@@ -126,17 +126,11 @@ impl Volume {
     /// Starts prefetch reads ahead of a sequential stream (they complete in the background).
     fn prefetch_after(&self, offset: u64, length: u64) {
         let tunables = &self.engine.tunables;
-        if tunables
-            .zfs_prefetch_disable
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if tunables.zfs_prefetch_disable() {
             return;
         }
         let bs = u64::from(self.info.block_bytes);
-        let max_blocks = tunables
-            .zfetch_max_distance
-            .load(std::sync::atomic::Ordering::Relaxed)
-            / bs;
+        let max_blocks = tunables.zfetch_max_distance() / bs;
         let blocks = self.blocks_of(offset, length);
         let range = self.prefetcher.lock().expect("prefetcher lock").observe(
             *blocks.start(),

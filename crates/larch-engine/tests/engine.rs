@@ -123,8 +123,7 @@ fn the_arc_follows_zfs_arc_max_and_shrinks_to_zfs_arc_min_under_memory_pressure(
     backing_file(&backing, 2048); // 32 MiB
     let s = Setup::new(&backing, 16 << 20);
     let t = &s.engine.tunables;
-    t.zfs_arc_min
-        .store(2 << 20, std::sync::atomic::Ordering::Relaxed);
+    t.set("zfs_arc_min", "2M").unwrap();
     for b in 0..2048 {
         assert_eq!(s.read(b)[..], contents(b, 0)[..]);
     }
@@ -133,8 +132,7 @@ fn the_arc_follows_zfs_arc_max_and_shrinks_to_zfs_arc_min_under_memory_pressure(
     assert!(full <= 16 << 20, "and not past it: {full}");
 
     // Memory pressure: the system is to keep more free than this machine has.
-    t.zfs_arc_sys_free
-        .store(1 << 60, std::sync::atomic::Ordering::Relaxed);
+    t.set("zfs_arc_sys_free", "1048576T").unwrap();
     s.engine.adjust_arc_size();
     let shrunk = s.stat("size");
     assert!(shrunk <= 2 << 20, "shrunk to zfs_arc_min: {shrunk}");
@@ -150,12 +148,9 @@ fn the_arc_follows_zfs_arc_max_and_shrinks_to_zfs_arc_min_under_memory_pressure(
     assert!(s.stat("size") <= 2 << 20);
 
     // No pressure, a lower zfs_arc_max: the ARC follows at once.
-    t.zfs_arc_sys_free
-        .store(1, std::sync::atomic::Ordering::Relaxed);
-    t.zfs_arc_min
-        .store(1 << 20, std::sync::atomic::Ordering::Relaxed);
-    t.zfs_arc_max
-        .store(4 << 20, std::sync::atomic::Ordering::Relaxed);
+    t.set("zfs_arc_sys_free", "1").unwrap();
+    t.set("zfs_arc_min", "1M").unwrap();
+    t.set("zfs_arc_max", "4M").unwrap();
     s.engine.adjust_arc_size();
     assert_eq!(s.stat("c_max"), 4 << 20);
     assert_eq!(s.stat("c_min"), 1 << 20);
@@ -203,8 +198,8 @@ fn bad_copy_case(name: &str, uring: bool) {
     let s = Setup::new(&backing, 1 << 20);
     s.engine
         .tunables
-        .l2arc_io_uring
-        .store(uring, std::sync::atomic::Ordering::Relaxed);
+        .set("l2arc_io_uring", if uring { "1" } else { "0" })
+        .unwrap();
     let cache = s
         .engine
         .add_cache_device(&device, POOL, DEVICE, true)
@@ -255,8 +250,8 @@ fn bad_copy_case(name: &str, uring: bool) {
     let s = Setup::new(&backing, 1 << 20);
     s.engine
         .tunables
-        .l2arc_io_uring
-        .store(uring, std::sync::atomic::Ordering::Relaxed);
+        .set("l2arc_io_uring", if uring { "1" } else { "0" })
+        .unwrap();
     s.engine
         .add_cache_device(&device, POOL, DEVICE, false)
         .expect("reopen");
@@ -313,8 +308,8 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
     let limit = 2u64 << 20;
     engine
         .tunables
-        .zfs_dirty_data_max
-        .store(limit, Ordering::Relaxed);
+        .set("zfs_dirty_data_max", &limit.to_string())
+        .unwrap();
     let peak = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let monitor = {

@@ -11,7 +11,7 @@ use larch_engine::manage::{self, Target};
 use larch_engine::{CacheMode, LatencyModel, PoolConfig, SyncMode, VolumeConfig, new_guid};
 
 use crate::daemon;
-use crate::units::{format_size, parse_size};
+use larch_engine::units::{format_size, parse_size};
 
 /// `larch pool ...`
 #[derive(clap::Subcommand)]

@@ -11,7 +11,7 @@ use larch_policy::{Access, BlockKey, Policy};
 use larch_sim::{SplitMix64, Zipf};
 
 use crate::sim::{PolicyName, make_policy};
-use crate::units::format_size;
+use larch_engine::units::format_size;
 
 /// Arguments of `larch demo`.
 #[derive(clap::Args)]

@@ -79,7 +79,7 @@ fn row(name: &str, file: Option<u64>, running: Option<u64>, pool_default: Option
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let config = PoolConfig::load(&args.state_dir)
         .with_context(|| format!("no pool in {}", args.state_dir.display()))?;
-    let known: Vec<&str> = tunables::TUNABLES.iter().map(|t| t.0).collect();
+    let known: Vec<&str> = tunables::TUNABLES.iter().map(|t| t.name).collect();
     for name in &args.names {
         if !known.contains(&name.as_str()) {
             bail!("unknown tunable {name:?} (known: {})", known.join(", "));

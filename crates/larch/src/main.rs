@@ -10,7 +10,6 @@ mod http;
 mod serve;
 mod serve_file;
 mod sim;
-mod units;
 
 use std::process::ExitCode;
 

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::daemon::{self, DaemonRecord};
 use crate::http::latency_json;
-use crate::units::{format_size, parse_size};
+use larch_engine::units::{format_size, parse_size};
 
 /// Name of the status file the daemon keeps in the state directory.
 pub const STATUS_FILE: &str = "status.json";

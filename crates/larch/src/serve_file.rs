@@ -26,7 +26,7 @@ use larch_nbd::{
     Server, ServerLimits, ZeroFlags,
 };
 
-use crate::units::parse_size;
+use larch_engine::units::parse_size;
 
 /// Arguments of `larch serve-file`.
 #[derive(clap::Args)]

@@ -11,7 +11,7 @@ use larch_policy::{Arc, ArcConfig, Lru, Policy};
 use larch_sim::{Format, ReplayConfig, Replayer, TraceError, TraceReader, WriteMode};
 use serde_json::json;
 
-use crate::units::{format_size, parse_size};
+use larch_engine::units::{format_size, parse_size};
 
 /// `larch sim` subcommands.
 #[derive(clap::Subcommand)]

@@ -177,9 +177,8 @@ impl Txg {
 impl Engine {
     /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`.
     pub(super) fn dirty_max(&self) -> u64 {
-        let t = &self.tunables;
-        t.zfs_dirty_data_max
-            .load(Ordering::Relaxed)
+        self.tunables
+            .zfs_dirty_data_max()
             .min(self.arc_max_bytes() / 2)
             .max(1 << 20)
     }
@@ -188,13 +187,9 @@ impl Engine {
     /// the limit until a sync frees room.
     fn throttle(&self, bytes: u64) {
         let max = self.dirty_max();
-        let min_percent = self
-            .tunables
-            .zfs_delay_min_dirty_percent
-            .load(Ordering::Relaxed)
-            .min(100);
+        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
         let min = max / 100 * min_percent;
-        let scale = self.tunables.zfs_delay_scale.load(Ordering::Relaxed);
+        let scale = self.tunables.zfs_delay_scale();
         let mut inner = self.txg.lock();
         if inner.dirty_bytes + bytes > max && inner.dirty_bytes > 0 {
             self.write_stats
@@ -358,11 +353,7 @@ impl Engine {
                 });
             }
         }
-        let sync_percent = self
-            .tunables
-            .zfs_dirty_data_sync_percent
-            .load(Ordering::Relaxed)
-            .min(100);
+        let sync_percent = self.tunables.zfs_dirty_data_sync_percent().min(100);
         if inner.open_bytes >= self.dirty_max() / 100 * sync_percent {
             inner.sync_requested = true;
             self.txg.changed.notify_all();
@@ -463,8 +454,7 @@ impl Engine {
         loop {
             let mut inner = self.txg.lock();
             loop {
-                let timeout =
-                    Duration::from_secs(self.tunables.zfs_txg_timeout.load(Ordering::Relaxed));
+                let timeout = Duration::from_secs(self.tunables.zfs_txg_timeout());
                 let due = inner.open_since.elapsed() >= timeout;
                 let stopping = self.shutdown.load(Ordering::Acquire);
                 if inner.sync_requested || stopping || (due && !inner.open.is_empty()) {
@@ -526,11 +516,7 @@ impl Engine {
                 failure = Some(format!("volume {volume:#x} has no backing store"));
                 continue;
             };
-            let max_active = self
-                .tunables
-                .zfs_vdev_async_write_max_active
-                .load(Ordering::Relaxed)
-                .max(1) as usize;
+            let max_active = self.tunables.zfs_vdev_async_write_max_active().max(1) as usize;
             match write_runs(&backing, &list, max_active).and_then(|n| backing.flush().map(|()| n))
             {
                 Ok(n) => written += n,

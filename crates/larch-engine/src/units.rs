@@ -77,6 +77,19 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
+/// Formats a byte count exactly, as users type it: the largest binary suffix that
+/// divides it (`96K`, `1G`), else the plain number (`1048577`).
+pub fn format_size_exact(bytes: u64) -> String {
+    if bytes > 0 {
+        for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+            if bytes.trailing_zeros() >= shift {
+                return format!("{}{suffix}", bytes >> shift);
+            }
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +124,9 @@ mod tests {
     fn formats_sizes() {
         assert_eq!(format_size(100), "100");
         assert_eq!(format_size(16 << 20), "16.0M");
+        assert_eq!(format_size_exact(0), "0");
+        assert_eq!(format_size_exact(96 << 10), "96K");
+        assert_eq!(format_size_exact(3 << 40), "3T");
+        assert_eq!(format_size_exact((1 << 20) + 1), "1048577");
     }
 }

@@ -1,0 +1,253 @@
+//! The typed report of an open pool: what `larch status`, `arcstat`, `iostat`, `/status`
+//! and `/metrics` show. The daemon writes it (inside its status file) with serde and the
+//! CLI reads it back with the same types, so a renamed field is a compile error or a
+//! refused file, never a silent zero.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::latency::{BUCKETS, LatencySnapshot};
+use crate::{DeviceState, Pool, SyncMode};
+
+/// Everything a pool reports about itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolReport {
+    /// The pool's name.
+    pub pool: String,
+    /// The pool's guid.
+    pub pool_guid: u64,
+    /// Its volumes, in configuration order.
+    pub volumes: Vec<VolumeReport>,
+    /// Its cache devices, in the order they were added.
+    pub cache_devices: Vec<CacheDeviceReport>,
+    /// How cache-device reads are done (`io_uring`, `threads`, ...).
+    pub l2_read_path: String,
+    /// The log device, if the pool has one.
+    pub log_device: Option<LogDeviceReport>,
+    /// Every tunable's value in force.
+    pub tunables: BTreeMap<String, u64>,
+    /// The arcstats (OpenZFS kstat names where the meaning matches).
+    pub arcstats: Arcstats,
+}
+
+/// The arcstats by name, as OpenZFS's kstat file lists them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Arcstats(pub BTreeMap<String, u64>);
+
+impl Arcstats {
+    /// The value of `name`, or an error naming it when the report has no such stat (a
+    /// report from another version of larch).
+    pub fn get(&self, name: &str) -> Result<u64, MissingStat> {
+        self.0
+            .get(name)
+            .copied()
+            .ok_or_else(|| MissingStat(name.to_string()))
+    }
+
+    /// `self − earlier` for a counter (0 when it went backwards: a restart).
+    pub fn delta(&self, earlier: &Arcstats, name: &str) -> Result<u64, MissingStat> {
+        let now = self.get(name)?;
+        Ok(now.saturating_sub(earlier.get(name).unwrap_or(0)))
+    }
+}
+
+/// A stat a report does not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the report has no arcstat {0:?} (written by another version of larch?)")]
+pub struct MissingStat(pub String);
+
+/// One volume and its backing store.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VolumeReport {
+    /// Name (the NBD export name).
+    pub name: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Block size.
+    pub volblocksize: u32,
+    /// Writes are refused.
+    pub readonly: bool,
+    /// The `sync` property.
+    pub sync: SyncMode,
+    /// Why its writes fail, if its backing store failed.
+    pub write_failure: Option<String>,
+    /// The backing store's path.
+    pub backing: String,
+    /// Backing-store reads.
+    pub backing_reads: u64,
+    /// Bytes read from the backing store.
+    pub backing_read_bytes: u64,
+    /// Backing-store writes.
+    pub backing_writes: u64,
+    /// Bytes written to the backing store.
+    pub backing_write_bytes: u64,
+    /// Backing-store flushes.
+    pub backing_flushes: u64,
+    /// Failed backing-store operations.
+    pub backing_errors: u64,
+    /// Time of backing-store reads.
+    pub backing_read_latency: LatencyReport,
+    /// Time of backing-store writes.
+    pub backing_write_latency: LatencyReport,
+    /// Time of backing-store flushes.
+    pub backing_flush_latency: LatencyReport,
+}
+
+/// One cache device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CacheDeviceReport {
+    /// Its path.
+    pub path: String,
+    /// Its guid.
+    pub guid: u64,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// Its state.
+    pub state: DeviceState,
+    /// Why it is faulted, if it is.
+    pub fault: Option<String>,
+    /// Entries restored so far by its rebuild.
+    pub rebuild_entries: u64,
+    /// How far its rebuild walked the ring, in thousandths.
+    pub rebuild_permille: u64,
+    /// Block reads (hits and failed attempts).
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Reads that failed or did not verify.
+    pub read_errors: u64,
+    /// Feed batches written.
+    pub writes: u64,
+    /// Bytes of data written by feeds.
+    pub write_bytes: u64,
+    /// Time of block reads, verification included.
+    pub read_latency: LatencyReport,
+    /// Time of feed batches.
+    pub write_latency: LatencyReport,
+    /// What its rebuild found, once it ended.
+    pub rebuild: Option<RebuildReport>,
+}
+
+/// What a cache device's rebuild found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildReport {
+    /// 1 when it completed.
+    pub success: u64,
+    /// Entries restored.
+    pub bufs: u64,
+    /// Log blocks read.
+    pub log_blocks: u64,
+    /// Reads that failed.
+    pub io_errors: u64,
+    /// Log blocks whose checksum did not match.
+    pub cksum_lb_errors: u64,
+}
+
+/// The log device (SLOG).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogDeviceReport {
+    /// Its path.
+    pub path: String,
+    /// Its guid.
+    pub guid: u64,
+    /// `online`, or `faulted` once it stopped taking records.
+    pub state: String,
+    /// Why it stopped taking records, if it did.
+    pub fault: Option<String>,
+    /// Commits.
+    pub commits: u64,
+    /// Log blocks written.
+    pub blocks_written: u64,
+    /// Records written.
+    pub records: u64,
+    /// Bytes of record data written.
+    pub bytes: u64,
+}
+
+/// A latency histogram: its buckets (bucket `i`: at most 2^i µs; the last: longer) and
+/// figures derived from them (µs; `None` with no operations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyReport {
+    /// Operations.
+    pub count: u64,
+    /// Total time, ns.
+    pub sum_ns: u64,
+    /// Mean, µs.
+    pub mean_us: Option<f64>,
+    /// Median (bucket upper bound), µs.
+    pub p50_us: Option<f64>,
+    /// 99th percentile (bucket upper bound), µs.
+    pub p99_us: Option<f64>,
+    /// Operations per bucket.
+    pub buckets: [u64; BUCKETS],
+}
+
+impl LatencyReport {
+    /// The report of a snapshot.
+    pub fn of(s: &LatencySnapshot) -> LatencyReport {
+        let us = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e6);
+        LatencyReport {
+            count: s.count(),
+            sum_ns: s.sum_ns,
+            mean_us: us(s.mean()),
+            p50_us: us(s.percentile(0.5)),
+            p99_us: us(s.percentile(0.99)),
+            buckets: s.buckets,
+        }
+    }
+
+    /// The snapshot it was made from.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        LatencySnapshot {
+            buckets: self.buckets,
+            sum_ns: self.sum_ns,
+        }
+    }
+}
+
+impl Pool {
+    /// The pool's report now.
+    pub fn report(&self) -> PoolReport {
+        let engine = &self.engine;
+        let volumes = self
+            .volumes
+            .iter()
+            .map(|v| {
+                let s = &v.backing().stats;
+                let load =
+                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                VolumeReport {
+                    name: v.name.clone(),
+                    size_bytes: v.info.size_bytes,
+                    volblocksize: v.info.block_bytes,
+                    readonly: v.read_only,
+                    sync: v.info.sync,
+                    write_failure: engine.volume_failure(&v.info),
+                    backing: v.backing().path().display().to_string(),
+                    backing_reads: load(&s.reads),
+                    backing_read_bytes: load(&s.read_bytes),
+                    backing_writes: load(&s.writes),
+                    backing_write_bytes: load(&s.write_bytes),
+                    backing_flushes: load(&s.flushes),
+                    backing_errors: load(&s.errors),
+                    backing_read_latency: LatencyReport::of(&s.read_latency.snapshot()),
+                    backing_write_latency: LatencyReport::of(&s.write_latency.snapshot()),
+                    backing_flush_latency: LatencyReport::of(&s.flush_latency.snapshot()),
+                }
+            })
+            .collect();
+        PoolReport {
+            pool: self.config.name.clone(),
+            pool_guid: self.config.guid,
+            volumes,
+            cache_devices: engine.device_reports(),
+            l2_read_path: engine.l2_read_path(),
+            log_device: engine.log_report(),
+            tunables: engine.tunables.values(),
+            arcstats: Arcstats(engine.arcstats().into_iter().collect()),
+        }
+    }
+}
