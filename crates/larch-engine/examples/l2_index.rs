@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use larch_engine::{DeviceState, Engine};
+use larch_engine::{BackingStore, DeviceState, Engine, LatencyModel, VolumeSpec};
 use larch_io::{FileDevice, FileOptions};
 use larch_l2::{ArcState, BlockKey, Compression, ContentType, CreateOptions, L2Device, Record};
 
@@ -93,8 +93,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Rebuild through the engine.
     let rss_before = rss_bytes();
     let engine = Engine::new(4 << 30);
+    // The volume's backing store: a sparse file of its size (nothing is read from it).
+    let backing_path = path.with_extension("vol");
+    std::fs::File::create(&backing_path)?.set_len(block * RECORD as u64)?;
+    let store = BackingStore::open(&backing_path, true, LatencyModel::default())?;
+    let spec = VolumeSpec {
+        read_only: true,
+        ..VolumeSpec::new(VOLUME, RECORD as u32)
+    };
     engine
-        .register_volume(VOLUME, RECORD as u32, block * RECORD as u64)
+        .add_volume(spec, Arc::new(store))
         .expect("one volume");
     let started = Instant::now();
     let device = engine.add_cache_device(&path, POOL, DEVICE, false)?;
@@ -129,5 +137,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(device);
     drop(Arc::clone(&engine));
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&backing_path);
     Ok(())
 }

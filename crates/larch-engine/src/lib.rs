@@ -1,74 +1,88 @@
 //! The larch engine: volumes served over NBD through an ARC in DRAM and persistent L2ARC
-//! cache devices, in front of slow backing stores.
+//! cache devices, in front of slow backing stores, with ZFS's write path (dirty data,
+//! transaction groups, an intent log on a log device).
+//!
+//! # Map
+//! - [`engine`]: the [`Engine`] and its threads; [`volumes`]: the one table of volumes,
+//!   by slot; [`arc`]: the ARC's shards (policy, buffers, in-flight reads, L2 index);
+//!   [`read`]: the read path; [`l2`]: cache devices (feed, rebuild, verified reads);
+//!   [`txg`]: the write path (TXGs, syncer, throttle, intent log); [`coherence`]: why no
+//!   restart serves stale data, and the state that argument relies on; [`volume`] and
+//!   [`nbd`]: a volume as clients use it, and served over NBD; [`pool`] and [`manage`]: a
+//!   pool's state directory and its changes; [`tunables`], [`stats`], [`report`]: what a
+//!   user sets and sees.
 //!
 //! # Read path
-//! A read is split into `volblocksize` blocks. For each block: a buffer in the ARC is a hit
-//! (one shard lock of [`engine::SHARDS`], never a global lock); otherwise one reader leads
-//! and the others wait for it (concurrent misses share one I/O); the leader reads the
-//! cache device if the L2 index ([`l2index`]) has a readable copy of the block, verifies
-//! the bytes against the checksum in the index, and falls back to the backing store on any
-//! failure (counted in `l2_cksum_bad`/`l2_io_error`); the block then enters the ARC.
+//! A read is split into `volblocksize` blocks. For each block: a buffer in the ARC is a
+//! hit (one shard lock of [`arc::SHARDS`], never a global lock); otherwise one reader
+//! leads and the others wait for it; the leader reads the cache device if the L2 index
+//! has a readable copy, verifies it, and falls back to the backing store on any failure
+//! (counted in `l2_cksum_bad`/`l2_io_error`); the block then enters the ARC.
 //!
 //! # Write path
-//! A write is merged into whole blocks (read-modify-write through the cache for partial
-//! blocks). Under the **gate**, each block's cache-device copies leave the L2 index and a
-//! tombstone for each is appended to its device's open log block; the block gets a new
-//! generation and enters the ARC dirty and the open transaction group. Async writes are
-//! acknowledged then; sync writes once their records are in the intent log on the log
-//! device, or once their TXG is synced. The syncer writes each TXG to the backing stores
-//! after committing the tombstones. `docs/write-path.md` has the details.
+//! A write is merged into whole blocks, each copied into a buffer of its own. Under the
+//! gate, each block's cache-device copies leave the L2 index and get a tombstone queued;
+//! the block gets a new generation and enters the ARC dirty and the open TXG. Async
+//! writes are acknowledged then; sync writes once their records are in the intent log,
+//! or once their TXG is synced. The syncer commits the queued tombstones, then writes the
+//! TXG to the backing stores. `docs/write-path.md` has the details; [`coherence`] has the
+//! argument that no restart can serve stale data.
 //!
-//! # Why no restart can serve stale data from a cache device
-//! The rule: **before a backing store receives new bytes for a block, every copy of older
-//! bytes that a cache-device rebuild could still find is dead in that device's durable
-//! log.** Why it holds:
-//! 0. Every copy logged on a cache device and not yet passed by its evict hand is either in
-//!    the L2 index (readable, or marked bad after a failed read: bad copies stay in the
-//!    index for this reason) or has a tombstone appended: a feed or a rebuild that cannot
-//!    index a logged copy tombstones it at once.
-//! 1. A write appends tombstones for every indexed copy of its blocks (under the gate,
-//!    before the new generation exists). A feed batch is written without the gate, but its
-//!    placements are indexed under the gate only if their block's generation is still the
-//!    one the feed copied; otherwise they are tombstoned (0). The feed holds `feed_io` from
-//!    its write until then.
-//! 2. Only the syncer writes dirty blocks to backing stores, and it first takes `feed_io`
-//!    (waiting out a feed in flight, so the tombstones of 1 are appended) and commits every
-//!    device's open log block. So the tombstones of every older copy are durable before
-//!    the new bytes are written.
-//! 3. A rebuild applies tombstones (newest first), so it returns only copies whose bytes
-//!    were current when the device was last written. Blocks written while a rebuild is
-//!    still running are remembered and their restored copies tombstoned instead; so are
-//!    the blocks an intent-log replay rewrote (their tombstones may not have been durable
-//!    at the crash), and the log keeps those records until every rebuild has ended.
-//! 4. If a tombstone cannot be made durable, the device's headers are zeroed (the log is
-//!    invalidated) and the device is faulted: a restart formats it empty.
-//! 5. A cache device added at runtime after any write is formatted, never rebuilt: its
-//!    log could hold copies those writes superseded without tombstones.
+//! # Lock order
+//! Locks are taken in this order, never against it; two locks of one rank are never held
+//! together. Debug builds check every acquisition ([`lock`]) and panic on the first one
+//! out of order.
+//! 1. `feed_io` — one feed's I/O at a time, and the syncer's tombstone commit; held
+//!    across cache-device I/O, by background work only (feeders, syncer, rebuild end,
+//!    device removal), never by a client's request.
+//! 2. the gate — orders generation changes (writes) against the indexing of feed batches
+//!    and rebuilds. Writers take it briefly; it is never held across device I/O except
+//!    while a rebuild puts its restored entries into the index (no I/O, but long for a
+//!    big device).
+//! 3. the ARC size controller's state, held while it resizes every shard.
+//! 4. a cache device's writer — its ring and log I/O (feeds, commits).
+//! 5. one ARC shard — policy, buffers, in-flight reads, L2 index. The hit path takes
+//!    this one lock and nothing else.
+//! 6. the coherence sets — the feed watch, the rebuild watch, the tombstone queues.
+//! 7. the TXG state — shared by writers and the syncer; never held across I/O.
+//! 8. leaves — the device list, the volume table, the log device slot, the io_uring
+//!    state, fault notes, thread handles: nothing else is taken while one is held.
 //!
-//! The cost: one log commit (a small write and a flush) per cache device per TXG that
-//! superseded copies on it; writes themselves do no cache-device I/O.
+//! The `Volume`'s write stripes (async mutexes per block) come before all of them: a
+//! write holds its stripes until its blocks are dirty in the ARC.
 
+pub mod arc;
 pub mod backing;
+pub mod coherence;
 pub mod engine;
-pub mod l2index;
+pub mod l2;
 pub mod latency;
+mod lock;
 pub mod manage;
+pub mod nbd;
 pub mod pool;
+mod prefetch;
+pub mod read;
 pub mod report;
+pub mod stats;
 pub mod tunables;
+pub mod txg;
 pub mod units;
-pub mod uring;
 pub mod volume;
+pub mod volumes;
 
+pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel};
-pub use engine::{
-    CacheDevice, CacheMode, DeviceIo, DeviceState, Engine, LogHandle, SyncMode, Tunables,
-    VolumeInfo, WriteStats,
-};
+pub use engine::Engine;
+pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
     CacheDeviceConfig, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig, create_demo, new_guid,
     write_private_state_file, write_state_file,
 };
 pub use report::PoolReport;
-pub use volume::Volume;
+pub use stats::{EngineStats, WriteStats};
+pub use tunables::Tunables;
+pub use txg::LogHandle;
+pub use volume::{Volume, VolumeError};
+pub use volumes::{CacheMode, SyncMode, VolumeEntry, VolumeInfo, VolumeSpec};

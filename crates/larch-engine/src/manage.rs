@@ -17,9 +17,10 @@ use std::sync::MutexGuard;
 
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
 
-use crate::engine::{DeviceState, Tunables};
+use crate::l2::DeviceState;
 use crate::pool::{CONFIG_FILE, CacheDeviceConfig, Pool, PoolConfig, new_guid};
 use crate::tunables;
+use crate::tunables::Tunables;
 
 /// Why a change was not made. Each kind has its HTTP status: 400, 409, 500.
 #[derive(Debug, thiserror::Error)]

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::backing::{BackingStore, LatencyModel};
-use crate::engine::{CacheMode, Engine, SyncMode, VolumeInfo};
+use crate::engine::Engine;
 use crate::volume::Volume;
+use crate::volumes::{CacheMode, SyncMode, VolumeSpec};
 
 /// Name of the configuration file in a state directory.
 pub const CONFIG_FILE: &str = "pool.json";
@@ -387,6 +388,29 @@ fn write_committed_txg(state_dir: &Path, txg: u64) -> io::Result<()> {
     write_state_file(state_dir, COMMITTED_TXG_FILE, format!("{txg}\n").as_bytes())
 }
 
+/// The file in a state directory that lists the cache devices (by guid) whose logs must
+/// not be rebuilt: the engine could not empty them when their tombstones could not be
+/// written, so the next open formats them.
+pub const DISTRUSTED_FILE: &str = "l2-format";
+
+fn read_distrusted(state_dir: &Path) -> io::Result<Vec<u64>> {
+    match fs::read_to_string(state_dir.join(DISTRUSTED_FILE)) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{DISTRUSTED_FILE}: {e}"),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_distrusted(state_dir: &Path, guids: &[u64]) -> io::Result<()> {
+    let text = serde_json::to_string(guids).map_err(io::Error::other)?;
+    write_state_file(state_dir, DISTRUSTED_FILE, text.as_bytes())
+}
+
 /// Whether both header slots of a log device are all zeroes (never written).
 pub fn log_is_blank(path: &Path) -> bool {
     let mut buf = vec![0u8; 2 * larch_format::zil::ZIL_HEADER_SLOT_BYTES as usize];
@@ -434,31 +458,20 @@ impl Pool {
                     format!("volume {}: {}: {e}", v.name, path.display()),
                 )
             })?;
-            let slot = engine
-                .register_volume(v.guid, v.volblocksize, backing.size_bytes())
-                .ok_or_else(|| {
-                    io::Error::other(format!(
-                        "volume {}: more than {} volumes",
-                        v.name,
-                        crate::l2index::VOLUME_SLOTS
-                    ))
-                })?;
-            let info = VolumeInfo {
+            let spec = VolumeSpec {
                 guid: v.guid,
-                slot,
-                size_bytes: backing.size_bytes(),
                 block_bytes: v.volblocksize,
                 primarycache: v.primarycache,
                 secondarycache: v.secondarycache,
                 sync: v.sync,
+                read_only: v.readonly,
             };
-            let backing = Arc::new(backing);
-            engine.attach_backing(v.guid, Arc::clone(&backing));
+            let entry = engine
+                .add_volume(spec, Arc::new(backing))
+                .map_err(|e| io::Error::other(format!("volume {}: {e}", v.name)))?;
             volumes.push(Arc::new(Volume::new(
                 v.name.clone(),
-                info,
-                v.readonly,
-                backing,
+                entry,
                 Arc::clone(&engine),
             )));
         }
@@ -488,13 +501,35 @@ impl Pool {
                 log_replayed = Some(replayed);
             }
         }
+        // Cache devices whose logs the engine could not empty when it had to are formatted
+        // (see `larch_engine::coherence`, rule 4); the record is dropped once they are.
+        let distrusted = read_distrusted(state_dir)?;
+        let sink_dir = state_dir.to_path_buf();
+        engine.set_distrust_sink(Box::new(move |guid| {
+            let mut guids = read_distrusted(&sink_dir)?;
+            if !guids.contains(&guid) {
+                guids.push(guid);
+            }
+            write_distrusted(&sink_dir, &guids)
+        }));
         let mut refused_devices = Vec::new();
+        let mut formatted = Vec::new();
         for d in &config.cache_devices {
             let path = resolve(state_dir, &d.path);
-            let create = format_cache || headers_are_blank(&path);
-            if let Err(err) = engine.add_cache_device(&path, config.guid, d.guid, create) {
-                refused_devices.push(err.to_string());
+            let distrust = distrusted.contains(&d.guid);
+            let create = format_cache || distrust || headers_are_blank(&path);
+            match engine.add_cache_device(&path, config.guid, d.guid, create) {
+                Ok(_) if distrust => formatted.push(d.guid),
+                Ok(_) => {}
+                Err(err) => refused_devices.push(err.to_string()),
             }
+        }
+        if !formatted.is_empty() {
+            let left: Vec<u64> = distrusted
+                .into_iter()
+                .filter(|g| !formatted.contains(g))
+                .collect();
+            write_distrusted(state_dir, &left)?;
         }
         Ok(Pool {
             state_dir: state_dir.to_path_buf(),
@@ -574,7 +609,7 @@ impl Pool {
     pub fn close(&self) -> io::Result<()> {
         self.engine.shutdown();
         for v in &self.volumes {
-            if !v.read_only {
+            if !v.read_only() {
                 v.backing().flush()?;
             }
         }

@@ -221,11 +221,11 @@ impl Pool {
                     |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
                 VolumeReport {
                     name: v.name.clone(),
-                    size_bytes: v.info.size_bytes,
-                    volblocksize: v.info.block_bytes,
-                    readonly: v.read_only,
-                    sync: v.info.sync,
-                    write_failure: engine.volume_failure(&v.info),
+                    size_bytes: v.info().size_bytes,
+                    volblocksize: v.info().block_bytes,
+                    readonly: v.read_only(),
+                    sync: v.info().sync,
+                    write_failure: v.entry().failure(),
                     backing: v.backing().path().display().to_string(),
                     backing_reads: load(&s.reads),
                     backing_read_bytes: load(&s.read_bytes),

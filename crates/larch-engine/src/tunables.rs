@@ -119,7 +119,7 @@ tunables! {
         "seconds between TXG syncs"
     zfs_vdev_async_write_max_active: Count = 10, 1, 1000;
         "most writes a TXG sync has in flight to one backing store"
-    zfs_dirty_data_max: Size = crate::engine::default_dirty_data_max(), M, u64::MAX,
+    zfs_dirty_data_max: Size = crate::arc::default_dirty_data_max(), M, u64::MAX,
         default "10% of RAM, at most 4G";
         "most dirty bytes in DRAM (also at most half of zfs_arc_max)"
     zfs_dirty_data_sync_percent: Count = 20, 1, 100;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use larch_engine::{
-    BackingStore, CacheMode, DeviceState, Engine, LatencyModel, SyncMode, VolumeInfo,
+    BackingStore, BlockBuf, DeviceState, Engine, LatencyModel, VolumeEntry, VolumeSpec,
 };
 
 const BLOCK: u32 = 16 << 10;
@@ -44,8 +44,7 @@ fn backing_file(path: &Path, blocks: u64) {
 
 struct Setup {
     engine: Arc<Engine>,
-    backing: Arc<BackingStore>,
-    vol: VolumeInfo,
+    vol: Arc<VolumeEntry>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -57,23 +56,11 @@ impl Setup {
     fn with_latency(backing: &Path, arc_max: u64, latency: LatencyModel) -> Setup {
         let engine = Engine::new(arc_max);
         let store = BackingStore::open(backing, false, latency).expect("open");
-        let slot = engine
-            .register_volume(VOLUME, BLOCK, store.size_bytes())
-            .expect("slot");
-        let vol = VolumeInfo {
-            guid: VOLUME,
-            slot,
-            size_bytes: store.size_bytes(),
-            block_bytes: BLOCK,
-            primarycache: CacheMode::All,
-            secondarycache: CacheMode::All,
-            sync: SyncMode::Standard,
-        };
-        let store = Arc::new(store);
-        engine.attach_backing(VOLUME, Arc::clone(&store));
+        let vol = engine
+            .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(store))
+            .expect("volume");
         Setup {
             engine,
-            backing: store,
             vol,
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -84,17 +71,14 @@ impl Setup {
 
     fn read(&self, block: u64) -> Bytes {
         self.runtime
-            .block_on(
-                self.engine
-                    .read_block(&self.backing, &self.vol, block, false),
-            )
+            .block_on(self.engine.read_block(&self.vol, block, false))
             .expect("backing store read")
     }
 
     /// A sync write: durable (its TXG synced) when this returns.
     fn write(&self, block: u64, data: Vec<u8>) {
         self.engine
-            .write_blocks(&self.vol, &[(block, Bytes::from(data))], true)
+            .write_blocks(&self.vol, &[(block, BlockBuf::from_vec(data))], true)
             .expect("write");
     }
 
@@ -304,7 +288,7 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
         ..LatencyModel::default()
     };
     let s = Setup::with_latency(&backing, 16 << 20, slow);
-    let (engine, vol) = (Arc::clone(&s.engine), s.vol);
+    let (engine, vol) = (Arc::clone(&s.engine), Arc::clone(&s.vol));
     let limit = 2u64 << 20;
     engine
         .tunables
@@ -325,12 +309,12 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
     let blocks = 2048u64; // 32 MiB of 16K blocks, in a scattered order
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let engine = Arc::clone(&engine);
+            let (engine, vol) = (Arc::clone(&engine), Arc::clone(&vol));
             std::thread::spawn(move || {
                 for i in (w..blocks).step_by(WRITERS as usize) {
                     let b = (i * 1031) % blocks;
                     engine
-                        .write_blocks(&vol, &[(b, Bytes::from(contents(b, 1)))], false)
+                        .write_blocks(&vol, &[(b, BlockBuf::from_vec(contents(b, 1)))], false)
                         .expect("async write");
                 }
             })
@@ -389,8 +373,114 @@ fn a_feed_larger_than_the_ring_allows_is_cut_to_fit() {
     }
     let written = s.engine.feed_once(&cache, 64 << 20);
     assert!(written > 0, "something was fed");
-    assert_eq!(cache.state(), DeviceState::Online, "{:?}", cache.fault);
+    assert_eq!(cache.state(), DeviceState::Online, "{:?}", cache.fault());
     assert_eq!(s.stat("l2_writes_error"), 0);
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cache device whose writes can be made to hang (a device stuck in a flush), over
+/// memory.
+struct Stuck {
+    dev: larch_io::MemDevice,
+    stuck: std::sync::Mutex<bool>,
+    freed: std::sync::Condvar,
+}
+
+impl Stuck {
+    fn set(&self, stuck: bool) {
+        *self.stuck.lock().unwrap() = stuck;
+        self.freed.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut stuck = self.stuck.lock().unwrap();
+        while *stuck {
+            stuck = self.freed.wait(stuck).unwrap();
+        }
+    }
+}
+
+impl larch_io::BlockDevice for Stuck {
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
+        self.dev.read_at(buf, offset_bytes)
+    }
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
+        self.wait();
+        self.dev.write_at(buf, offset_bytes)
+    }
+    fn flush(&self) -> Result<(), larch_io::IoError> {
+        self.wait();
+        self.dev.flush()
+    }
+    fn len_bytes(&self) -> u64 {
+        self.dev.len_bytes()
+    }
+}
+
+/// Issue 14, defect 2: overwriting cached blocks must not wait for the cache device. The
+/// writes' tombstones are queued in memory under the gate; the device I/O is the
+/// syncer's. Before, the 1022nd tombstone wrote a log block (and flushed, and rewrote the
+/// header) under the pool-wide gate, so every writer and the feed waited on one stuck
+/// device.
+#[test]
+fn overwrites_of_cached_blocks_never_wait_for_a_stuck_cache_device() {
+    let dir = scratch("stuck");
+    let backing = dir.join("vol.img");
+    let blocks = 1536u64; // 24 MiB of 16K blocks: more tombstones than one log block holds
+    backing_file(&backing, blocks);
+    let s = Setup::new(&backing, 64 << 20);
+    let stuck = Arc::new(Stuck {
+        dev: larch_io::MemDevice::new(64 << 20),
+        stuck: std::sync::Mutex::new(false),
+        freed: std::sync::Condvar::new(),
+    });
+    let cache = s
+        .engine
+        .add_cache_device_on(stuck.clone(), Path::new("stuck"), POOL, DEVICE, true)
+        .expect("cache device");
+    for b in 0..blocks {
+        s.read(b);
+    }
+    while s.stat("l2_blocks") < blocks && s.engine.feed_once(&cache, 64 << 20) > 0 {}
+    assert_eq!(
+        s.stat("l2_blocks"),
+        blocks,
+        "every block is on the cache device"
+    );
+
+    stuck.set(true);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (engine, vol) = (Arc::clone(&s.engine), Arc::clone(&s.vol));
+        std::thread::spawn(move || {
+            for b in 0..blocks {
+                engine
+                    .write_blocks(&vol, &[(b, BlockBuf::from_vec(contents(b, 1)))], false)
+                    .expect("async write");
+            }
+            done_tx.send(()).unwrap();
+        })
+    };
+    // A liveness check, not a speed limit: with the device stuck for good, the writes
+    // either complete or never do.
+    let finished = done_rx.recv_timeout(Duration::from_secs(60));
+    assert!(
+        finished.is_ok(),
+        "async overwrites of cached blocks waited for the stuck cache device"
+    );
+    assert_eq!(s.stat("l2_tombstones"), blocks);
+    assert_eq!(s.stat("l2_blocks"), 0, "every copy left the index");
+    // Reads go on too, and see the new bytes.
+    assert_eq!(s.read(7)[..], contents(7, 1)[..]);
+    writer.join().unwrap();
+
+    // Once the device moves again, the syncer commits the tombstones before the TXG
+    // reaches the backing store, and a FLUSH returns.
+    stuck.set(false);
+    s.engine.flush_writes(&s.vol).expect("flush");
+    assert_eq!(s.engine.queued_tombstones(), 0);
+    assert_eq!(cache.state(), DeviceState::Online, "{:?}", cache.fault());
     s.engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -246,6 +246,10 @@ impl BlockDevice for FileDevice {
             crate::SECTOR_BYTES
         }
     }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.file.as_raw_fd())
+    }
 }
 
 #[cfg(test)]

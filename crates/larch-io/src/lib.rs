@@ -95,6 +95,13 @@ pub trait BlockDevice: Send + Sync {
     fn alignment_bytes(&self) -> u64 {
         SECTOR_BYTES
     }
+    /// The file descriptor behind the device, for callers that submit their own reads
+    /// (io_uring), which must then follow [`BlockDevice::alignment_bytes`]. `None` (the
+    /// default) when reads must go through [`BlockDevice::read_at`]: memory and
+    /// fault-injecting devices.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -115,6 +122,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn alignment_bytes(&self) -> u64 {
         (**self).alignment_bytes()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).raw_fd()
     }
 }
 

@@ -9,6 +9,7 @@ use larch_format::{
     MAX_RECORD_BYTES, VERSION,
 };
 use larch_io::{AlignedBuf, BlockDevice};
+use larch_policy::ring::RingSpace;
 
 use crate::rebuild::{RebuildOptions, RebuildOutcome, read_header, rebuild, validate_header};
 use crate::{BlockKey, Geometry, L2Error};
@@ -177,6 +178,39 @@ impl Item {
     }
 }
 
+/// Empties a device's persistent log without touching its ring or its geometry: writes a
+/// header that supersedes the newest one on the device (the next sequence number, the
+/// same hands) and points at no log block, then flushes. A rebuild then restores nothing.
+///
+/// This is how a log that may hold superseded copies is made harmless when their
+/// tombstones cannot be written. It is safe against torn writes: the new header is one
+/// slot; if it tears, that slot is damaged and an open refuses the device (it never falls
+/// back to the older header, see [`read_header`]). A writer that still holds the device
+/// later writes its own headers over it, which is only right if everything that writer
+/// logged is current (the engine's rebuild-end commit, which carries the tombstones).
+/// Returns the header written.
+pub fn forget_log(dev: &dyn BlockDevice) -> Result<DevHeaderPhys, L2Error> {
+    let read = read_header(dev)?;
+    forget_log_after(dev, &read.header)
+}
+
+/// [`forget_log`] for a caller that knows the newest header on the device (the one it
+/// read when it opened it, or its writer's last), so nothing is read.
+pub fn forget_log_after(
+    dev: &dyn BlockDevice,
+    newest: &DevHeaderPhys,
+) -> Result<DevHeaderPhys, L2Error> {
+    let mut header = *newest;
+    header.sequence += 1;
+    header.newest = [LogBlockPtrPhys::NULL; 2];
+    header.log_block_count = 0;
+    header.log_block_bytes = 0;
+    let buf = AlignedBuf::from_slice_padded(&header.encode(), HEADER_SLOT_BYTES as usize);
+    dev.write_at(&buf, Geometry::header_offset(header.slot()))?;
+    dev.flush()?;
+    Ok(header)
+}
+
 /// A cache device's ring and log, usable without the ARC.
 ///
 /// Not internally synchronised: one feeder owns it. Readers of cached records use the
@@ -189,9 +223,8 @@ pub struct L2Device<D: BlockDevice> {
     device_guid: u64,
     entries_per_block: usize,
     chain_count: u32,
-    evict_ahead_bytes: u64,
-    write_pos: u64,
-    evict_pos: u64,
+    /// The write and evict hands (the ring arithmetic the simulator shares).
+    space: RingSpace,
     header_sequence: u64,
     log_sequence: u64,
     newest: [LogBlockPtrPhys; 2],
@@ -262,8 +295,12 @@ impl<D: BlockDevice> L2Device<D> {
             header.entries_per_block as usize,
         );
         l2.chain_count = header.chain_count;
-        l2.write_pos = header.write_hand_pos;
-        l2.evict_pos = header.evict_hand_pos;
+        l2.space = RingSpace::resume(
+            geo.ring_bytes(),
+            geo.sector_bytes,
+            header.write_hand_pos,
+            header.evict_hand_pos,
+        );
         l2.header_sequence = header.sequence;
         l2.log_sequence = header.newest[0].sequence;
         l2.newest = header.newest;
@@ -289,7 +326,6 @@ impl<D: BlockDevice> L2Device<D> {
     }
 
     fn empty(dev: D, geo: Geometry, pool_guid: u64, device_guid: u64, epb: usize) -> Self {
-        let evict_ahead_bytes = (geo.ring_bytes() / 16).clamp(geo.sector_bytes, 64 << 20);
         Self {
             dev,
             geo,
@@ -297,9 +333,7 @@ impl<D: BlockDevice> L2Device<D> {
             device_guid,
             entries_per_block: epb,
             chain_count: 2,
-            evict_ahead_bytes: geo.asize(evict_ahead_bytes),
-            write_pos: 0,
-            evict_pos: 0,
+            space: RingSpace::new(geo.ring_bytes(), geo.sector_bytes),
             header_sequence: 0,
             log_sequence: 0,
             newest: [LogBlockPtrPhys::NULL; 2],
@@ -334,8 +368,7 @@ impl<D: BlockDevice> L2Device<D> {
     /// Sets how far past the end of a batch the evict hand is moved when it must move
     /// (bigger means fewer header writes; at most 1/16 of the ring).
     pub fn set_evict_ahead_bytes(&mut self, bytes: u64) {
-        let max = self.geo.ring_bytes() / 16;
-        self.evict_ahead_bytes = self.geo.asize(bytes.clamp(self.geo.sector_bytes, max));
+        self.space.set_evict_ahead_bytes(bytes);
     }
 
     /// Appends `records` at the write hand: moves the evict hand first (durably) if the
@@ -376,7 +409,7 @@ impl<D: BlockDevice> L2Device<D> {
 
     /// The evict floor: records at ring positions below it are dead.
     pub fn evict_floor(&self) -> u64 {
-        self.evict_pos.saturating_sub(self.geo.ring_bytes())
+        self.space.evict_floor()
     }
 
     /// Appends a tombstone for `key`: after the next commit, a rebuild will not return
@@ -428,8 +461,8 @@ impl<D: BlockDevice> L2Device<D> {
             open_payload_start: self.open_payload_start,
             newest: self.newest,
             log_sequence: self.log_sequence,
-            start_pos: self.write_pos,
-            end_pos: self.write_pos,
+            start_pos: self.space.write_pos(),
+            end_pos: self.space.write_pos(),
             gap_bytes: 0,
         };
         let max_record = self.max_record_bytes();
@@ -508,7 +541,7 @@ impl<D: BlockDevice> L2Device<D> {
 
     /// The position where `asize` bytes go next, skipping the ring's tail if needed.
     fn advance_to_fit(&self, plan: &mut Plan, asize: u64) -> u64 {
-        let pos = self.geo.fit(plan.end_pos, asize);
+        let pos = self.space.fit(plan.end_pos, asize);
         plan.gap_bytes += pos - plan.end_pos;
         pos
     }
@@ -562,8 +595,7 @@ impl<D: BlockDevice> L2Device<D> {
         before_overwrite: impl FnOnce(u64),
     ) -> Result<BatchOutcome, L2Error> {
         let mut outcome = BatchOutcome::default();
-        if plan.end_pos > self.evict_pos {
-            let evict_pos = plan.end_pos + self.evict_ahead_bytes;
+        if let Some(evict_pos) = self.space.evict_hand_for(plan.end_pos) {
             outcome.evicted = self.advance_evict(evict_pos);
             // Rule 1 of the theory: the new evict hand is durable before any byte it
             // covers is written.
@@ -573,7 +605,7 @@ impl<D: BlockDevice> L2Device<D> {
         before_overwrite(outcome.evict_floor);
         self.write_items(records, &plan.items)?;
         self.dev.flush()?;
-        self.write_pos = plan.end_pos;
+        self.space.advance_write(plan.end_pos);
         self.newest = plan.newest;
         self.log_sequence = plan.log_sequence;
         self.open_entries = plan.open_entries;
@@ -635,8 +667,7 @@ impl<D: BlockDevice> L2Device<D> {
     /// Moves the evict hand to `evict_pos` and drops every record and log block whose
     /// ring space it uncovers.
     fn advance_evict(&mut self, evict_pos: u64) -> Vec<EvictedRecord> {
-        debug_assert!(evict_pos >= self.evict_pos, "evict hand moves forward");
-        self.evict_pos = evict_pos;
+        self.space.advance_evict(evict_pos);
         let Some(dead_below) = evict_pos.checked_sub(self.geo.ring_bytes()) else {
             return Vec::new();
         };
@@ -665,7 +696,7 @@ impl<D: BlockDevice> L2Device<D> {
     pub fn header(&self) -> DevHeaderPhys {
         DevHeaderPhys {
             version: VERSION,
-            flags: if self.evict_pos <= self.geo.ring_bytes() {
+            flags: if self.space.first_sweep() {
                 FLAG_FIRST_SWEEP
             } else {
                 0
@@ -676,8 +707,8 @@ impl<D: BlockDevice> L2Device<D> {
             ring_end: self.geo.ring_end,
             sector_bytes: self.geo.sector_bytes as u32,
             entries_per_block: self.entries_per_block as u32,
-            write_hand_pos: self.write_pos,
-            evict_hand_pos: self.evict_pos,
+            write_hand_pos: self.space.write_pos(),
+            evict_hand_pos: self.space.evict_pos(),
             log_block_count: self.live_blocks.len() as u64,
             log_block_bytes: self.live_block_bytes,
             sequence: self.header_sequence,
@@ -705,12 +736,12 @@ impl<D: BlockDevice> L2Device<D> {
 
     /// The write hand (ring position).
     pub fn write_hand_pos(&self) -> u64 {
-        self.write_pos
+        self.space.write_pos()
     }
 
     /// The evict hand (ring position).
     pub fn evict_hand_pos(&self) -> u64 {
-        self.evict_pos
+        self.space.evict_pos()
     }
 
     /// The offset index: every live record by ring position.
@@ -752,12 +783,11 @@ impl<D: BlockDevice> L2Device<D> {
     /// the index, the block list or the hands disagree.
     pub fn check_invariants(&self) {
         let ring = self.geo.ring_bytes();
-        let floor = self.evict_pos.saturating_sub(ring);
+        let (write_pos, evict_pos) = (self.space.write_pos(), self.space.evict_pos());
+        let floor = self.space.evict_floor();
         assert!(
-            self.write_pos <= self.evict_pos,
-            "write hand {} past evict hand {}",
-            self.write_pos,
-            self.evict_pos
+            write_pos <= evict_pos,
+            "write hand {write_pos} past evict hand {evict_pos}"
         );
         let mut prev_end = 0;
         for (&pos, rec) in &self.index {
@@ -776,7 +806,7 @@ impl<D: BlockDevice> L2Device<D> {
             prev_end = pos + rec.asize;
         }
         assert!(
-            prev_end <= self.write_pos,
+            prev_end <= write_pos,
             "record ends at {prev_end} past the write hand"
         );
         let _ = self.live_blocks.iter().try_fold(0u64, |prev_seq, b| {

@@ -48,16 +48,19 @@
 #![warn(missing_docs)]
 
 mod device;
+mod read;
 mod rebuild;
 
 pub use device::{
-    BatchOutcome, CreateOptions, EvictedRecord, IndexedRecord, L2Device, L2Stats, Placement, Record,
+    BatchOutcome, CreateOptions, EvictedRecord, IndexedRecord, L2Device, L2Stats, Placement,
+    Record, forget_log, forget_log_after,
 };
 pub use larch_format::{ArcState, Compression, ContentType, EntryKind, LogEntryPhys};
+pub use read::{CopyRef, ReadError, read_copy, read_verified, verify_copy};
 pub use rebuild::{
-    BlockError, HeaderRead, ProgressFn, ReadError, RebuildOptions, RebuildOutcome, RebuildProgress,
-    RebuildStats, RestoredEntry, StopReason, ValidBlock, WalkEnd, read_header, read_verified,
-    rebuild, validate_header, walk_log,
+    BlockError, HeaderRead, ProgressFn, RebuildOptions, RebuildOutcome, RebuildProgress,
+    RebuildStats, RestoredEntry, StopReason, ValidBlock, WalkEnd, read_header, rebuild,
+    validate_header, walk_log,
 };
 
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
@@ -128,12 +131,7 @@ impl Geometry {
     /// The first position at or after `pos` where `asize` bytes fit without crossing the
     /// ring end.
     pub fn fit(&self, pos: u64, asize: u64) -> u64 {
-        let lap_offset = pos % self.ring_bytes();
-        if lap_offset + asize <= self.ring_bytes() {
-            pos
-        } else {
-            pos - lap_offset + self.ring_bytes()
-        }
+        larch_policy::ring::fit(self.ring_bytes(), pos, asize)
     }
 
     /// Device offset of header slot `slot` (0 or 1).

@@ -772,34 +772,3 @@ pub fn rebuild(
         stats,
     }
 }
-
-/// Why a cached record could not be read back.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    /// The device failed (`l2_io_error`).
-    #[error("{0}")]
-    Io(#[from] IoError),
-    /// The bytes do not match the entry's checksum (`l2_cksum_bad`).
-    #[error("record at daddr {daddr} fails its checksum")]
-    Checksum {
-        /// Where it was read.
-        daddr: u64,
-    },
-}
-
-/// Reads the record an entry describes and verifies it against the entry's checksum.
-/// Returns exactly `physical_size` bytes.
-pub fn read_verified(
-    dev: &dyn BlockDevice,
-    geo: &Geometry,
-    entry: &LogEntryPhys,
-) -> Result<Vec<u8>, ReadError> {
-    let physical = entry.physical_size as usize;
-    let mut buf = AlignedBuf::zeroed(geo.asize(physical as u64) as usize);
-    dev.read_at(&mut buf, entry.daddr)?;
-    let bytes = &buf[..physical];
-    if larch_format::checksum(bytes) != entry.data_checksum {
-        return Err(ReadError::Checksum { daddr: entry.daddr });
-    }
-    Ok(bytes.to_vec())
-}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use larch_io::{BlockDevice, CrashMode, FaultyDevice, IoError, MemDevice};
 use larch_l2::{
     ArcState, BlockError, BlockKey, Compression, ContentType, CreateOptions, L2Device, L2Error,
-    RebuildOptions, RebuildOutcome, Record, StopReason, read_verified,
+    RebuildOptions, RebuildOutcome, Record, StopReason, forget_log, read_verified,
 };
 
 const POOL: u64 = 0x5eed_0001;
@@ -272,6 +272,39 @@ fn tombstones_hide_older_entries_of_the_same_block() {
     let (l2, outcome) = reopen(dev.clone(), true).unwrap();
     assert_eq!(keys(&outcome), vec![(1, 3), (2, 1)]);
     assert_entries_verify(&l2, &outcome);
+}
+
+#[test]
+fn a_forgotten_log_restores_nothing_until_its_writer_commits_again() {
+    let dev = Arc::new(MemDevice::new(SMALL_DEVICE_BYTES));
+    let mut l2 = L2Device::create(dev.clone(), &small_options(64, 2)).unwrap();
+    let (a, b) = (key(1), key(2));
+    let (bytes_a, bytes_b) = (content(a, 1, 1000), content(b, 1, 1000));
+    l2.write_batch(&[record(a, 1, &bytes_a)]).unwrap();
+    l2.commit_log().unwrap();
+    forget_log(&*dev).unwrap();
+    let (_, outcome) = reopen(dev.clone(), true).unwrap();
+    assert!(outcome.entries.is_empty(), "{:?}", outcome.entries);
+    // The writer that held the device on (a rebuild that then commits its tombstones)
+    // writes its own header over the empty one, and its log is back.
+    l2.tombstone(a, 2).unwrap();
+    l2.write_batch(&[record(b, 1, &bytes_b)]).unwrap();
+    l2.commit_log().unwrap();
+    let (l2, outcome) = reopen(dev.clone(), true).unwrap();
+    let found: Vec<u64> = outcome
+        .entries
+        .iter()
+        .map(|r| r.entry.block_number)
+        .collect();
+    assert_eq!(found, vec![2]);
+    assert_entries_verify(&l2, &outcome);
+    // Forgetting a log twice is as good as once; a blank device has none to forget.
+    let first = forget_log(&*dev).unwrap();
+    let second = forget_log(&*dev).unwrap();
+    assert_eq!(second.sequence, first.sequence + 1);
+    assert!(reopen(dev.clone(), true).unwrap().1.entries.is_empty());
+    let blank = MemDevice::new(SMALL_DEVICE_BYTES);
+    assert!(matches!(forget_log(&blank), Err(L2Error::NoHeader)));
 }
 
 #[test]

@@ -900,6 +900,25 @@ impl Arc {
         freed
     }
 
+    /// Evicts from the cold end of a list until `bytes` are freed, young prefetches
+    /// included (only to keep the ARC within `c_max`).
+    fn evict_list_unprotected(
+        &mut self,
+        state: State,
+        buf_type: usize,
+        bytes: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        let mut freed = 0;
+        while freed < bytes {
+            let id = self.lists[state as usize][buf_type].tail;
+            if id == NIL {
+                break;
+            }
+            freed += self.evict_one(id, actions);
+        }
+    }
+
     /// Drops ghost headers from the cold end of a ghost list until it holds at most
     /// `target` bytes. A ghost with a cache-device copy becomes `l2c_only`.
     fn trim_ghost_list(
@@ -1021,6 +1040,16 @@ impl Arc {
                 break;
             }
             self.evict_list(state, t, over, now_ms, actions);
+        }
+        // Young prefetches are protected up to `c_max`, not beyond: `zfs_arc_max` bounds
+        // the memory the ARC holds whatever the prefetcher brings in (OpenZFS lets the
+        // ARC overshoot and throttles allocations instead).
+        for (state, t) in ORDER {
+            let over = self.size().saturating_sub(self.cfg.c_max_bytes);
+            if over == 0 {
+                break;
+            }
+            self.evict_list_unprotected(state, t, over, actions);
         }
         self.short = self.size() > self.c;
         if self.short {

@@ -53,11 +53,17 @@
 //!   [`Arc::check_invariants`].
 //!
 //! [`Lru`] implements the same [`Policy`] trait as a baseline.
+//!
+//! Beside the ARC, the crate holds the other decisions the engine and the simulator must
+//! make alike: which blocks a feed writes to a cache device and when ([`feed`]), and how
+//! a cache device's ring places records and where its evict hand goes ([`ring`]).
 
 pub mod adapt;
 mod arc;
+pub mod feed;
 mod list;
 mod lru;
+pub mod ring;
 mod stats;
 pub mod testing;
 

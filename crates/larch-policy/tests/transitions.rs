@@ -392,6 +392,29 @@ fn young_prefetches_are_skipped_by_eviction() {
 }
 
 #[test]
+fn young_prefetches_never_hold_the_arc_past_c_max() {
+    // Nothing but young prefetches: protecting them would take the ARC past c_max.
+    let mut arc = arc_of_blocks(4);
+    for b in 0..10 {
+        access(
+            &mut arc,
+            Access {
+                prefetch: true,
+                ..read(b, 0)
+            },
+        );
+        assert!(
+            arc.size() <= 4 * u64::from(BLOCK),
+            "size {} after {b}",
+            arc.size()
+        );
+    }
+    // The newest stay; the oldest went, young as they were.
+    assert_eq!(state(&arc, 9), Some(State::Mru));
+    assert!(state(&arc, 0).is_none_or(|s| !s.is_resident()));
+}
+
+#[test]
 fn c_grows_from_c_min_and_shrinks_under_pressure() {
     let mut cfg = ArcConfig::new(8 * u64::from(BLOCK), 64 * u64::from(BLOCK));
     cfg.grow_slack_bytes = u64::from(BLOCK);

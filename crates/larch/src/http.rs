@@ -205,20 +205,6 @@ pub fn arcstats(pool: &Pool) -> String {
     out
 }
 
-/// A latency histogram in `/status`: count, sum, mean, p50, p99 (µs; null with no
-/// operations) and the per-bucket counts (bucket i: at most 2^i µs; the last: longer).
-pub fn latency_json(s: &LatencySnapshot) -> serde_json::Value {
-    let us = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e6);
-    json!({
-        "count": s.count(),
-        "sum_ns": s.sum_ns,
-        "mean_us": us(s.mean()),
-        "p50_us": us(s.percentile(0.5)),
-        "p99_us": us(s.percentile(0.99)),
-        "buckets": s.buckets,
-    })
-}
-
 /// An answer: status code, content type, body.
 #[derive(Debug, PartialEq)]
 struct Response {

@@ -10,7 +10,6 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -23,7 +22,6 @@ use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
 use serde_json::json;
 
 use crate::daemon::{self, DaemonRecord};
-use crate::http::latency_json;
 use larch_engine::units::{format_size, parse_size};
 
 /// Name of the status file the daemon keeps in the state directory.
@@ -130,96 +128,12 @@ pub(crate) fn history(state_dir: &Path, line: &str) {
 static HTTP_ADDR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn status_json(pool: &Pool) -> serde_json::Value {
-    let engine = &pool.engine;
-    let devices: Vec<_> = engine
-        .devices()
-        .iter()
-        .map(|d| {
-            let rebuild = (*d.rebuild.lock().expect("rebuild lock")).map(|r| {
-                json!({
-                    "success": r.l2_rebuild_success,
-                    "bufs": r.l2_rebuild_bufs,
-                    "log_blocks": r.l2_rebuild_log_blks,
-                    "io_errors": r.l2_rebuild_io_errors,
-                    "cksum_lb_errors": r.l2_rebuild_cksum_lb_errors,
-                })
-            });
-            json!({
-                "path": d.path.display().to_string(),
-                "guid": d.guid,
-                "size_bytes": d.size_bytes(),
-                "state": format!("{:?}", d.state()).to_lowercase(),
-                "fault": d.fault.lock().expect("fault lock").clone(),
-                "rebuild_entries": d.rebuild_progress.load(Ordering::Relaxed),
-                "rebuild_permille": d.rebuild_permille.load(Ordering::Relaxed),
-                "reads": d.io.reads.load(Ordering::Relaxed),
-                "read_bytes": d.io.read_bytes.load(Ordering::Relaxed),
-                "read_errors": d.io.read_errors.load(Ordering::Relaxed),
-                "writes": d.io.writes.load(Ordering::Relaxed),
-                "write_bytes": d.io.write_bytes.load(Ordering::Relaxed),
-                "read_latency": latency_json(&d.io.read_latency.snapshot()),
-                "write_latency": latency_json(&d.io.write_latency.snapshot()),
-                "rebuild": rebuild,
-            })
-        })
-        .collect();
-    let volumes: Vec<_> = pool
-        .volumes
-        .iter()
-        .map(|v| {
-            let s = &v.backing().stats;
-            json!({
-                "name": v.name,
-                "size_bytes": v.info.size_bytes,
-                "volblocksize": v.info.block_bytes,
-                "readonly": v.read_only,
-                "sync": format!("{:?}", v.info.sync).to_lowercase(),
-                "write_failure": engine.volume_failure(&v.info),
-                "backing": v.backing().path().display().to_string(),
-                "backing_reads": s.reads.load(Ordering::Relaxed),
-                "backing_read_bytes": s.read_bytes.load(Ordering::Relaxed),
-                "backing_writes": s.writes.load(Ordering::Relaxed),
-                "backing_write_bytes": s.write_bytes.load(Ordering::Relaxed),
-                "backing_flushes": s.flushes.load(Ordering::Relaxed),
-                "backing_errors": s.errors.load(Ordering::Relaxed),
-                "backing_read_latency": latency_json(&s.read_latency.snapshot()),
-                "backing_write_latency": latency_json(&s.write_latency.snapshot()),
-                "backing_flush_latency": latency_json(&s.flush_latency.snapshot()),
-            })
-        })
-        .collect();
-    let log = engine.log_device().map(|l| {
-        let s = l.stats();
-        json!({
-            "path": l.path.display().to_string(),
-            "guid": l.guid,
-            "state": if l.is_healthy() { "online" } else { "faulted" },
-            "fault": l.fault.lock().expect("fault lock").clone(),
-            "commits": s.zil_commit_count,
-            "blocks_written": s.zil_commit_writer_count,
-            "records": s.zil_itx_count,
-            "bytes": s.zil_itx_copied_bytes,
-        })
-    });
-    let arcstats: serde_json::Map<_, _> = engine
-        .arcstats()
-        .into_iter()
-        .map(|(k, v)| (k, json!(v)))
-        .collect();
-    json!({
-        "pid": std::process::id(),
-        "time": now_secs(),
-        "running": true,
-        "pool": pool.config.name,
-        "pool_guid": pool.config.guid,
-        "volumes": volumes,
-        "cache_devices": devices,
-        "l2_read_path": engine.l2_read_path(),
-        "log_device": log,
-        "tunables": tunables::values(&engine.tunables),
-        "http": HTTP_ADDR.get(),
-        "arcstats": arcstats,
-    })
+    let mut value = serde_json::to_value(pool.report()).expect("the report serializes");
+    value["pid"] = json!(std::process::id());
+    value["time"] = json!(now_secs());
+    value["running"] = json!(true);
+    value["http"] = json!(HTTP_ADDR.get());
+    value
 }
 
 fn write_status(state_dir: &Path, value: &serde_json::Value) {
@@ -299,8 +213,7 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
             }
             let line = match device.state() {
                 DeviceState::Online => {
-                    let restored =
-                        (*device.rebuild.lock().expect("rebuild lock")).map(|r| r.l2_rebuild_bufs);
+                    let restored = device.rebuild_stats().map(|r| r.l2_rebuild_bufs);
                     restored.map(|n| {
                         format!(
                             "L2ARC rebuild successful, restored {n} blocks ({})",
@@ -311,12 +224,7 @@ async fn housekeeping(pool: Arc<Pool>, stats_interval: u64) {
                 DeviceState::Faulted => Some(format!(
                     "cache device {} faulted: {}",
                     device.path.display(),
-                    device
-                        .fault
-                        .lock()
-                        .expect("fault lock")
-                        .clone()
-                        .unwrap_or_default()
+                    device.fault().unwrap_or_default()
                 )),
                 _ => None,
             };
@@ -431,8 +339,8 @@ fn print_banner(pool: &Pool, created: bool) {
         eprintln!(
             "  volume {}: {} in {}K blocks on {}",
             v.name,
-            format_size(v.info.size_bytes),
-            v.info.block_bytes / 1024,
+            format_size(v.info().size_bytes),
+            v.info().block_bytes / 1024,
             v.backing().path().display()
         );
     }
@@ -455,7 +363,7 @@ fn print_banner(pool: &Pool, created: bool) {
         eprintln!("  intent log replayed: {n} records");
     }
     for v in &pool.volumes {
-        if v.info.sync == larch_engine::SyncMode::Disabled {
+        if v.info().sync == larch_engine::SyncMode::Disabled {
             eprintln!(
                 "  volume {}: sync=disabled, FUA and FLUSH do not wait for durability",
                 v.name
@@ -1018,7 +926,8 @@ impl RebuildProgressBar {
             .iter()
             .filter(|d| d.state() == DeviceState::Rebuilding)
             .map(|d| {
-                let permille = d.rebuild_permille.load(Ordering::Relaxed).min(1000) as usize;
+                let (entries, permille) = d.rebuild_progress();
+                let permille = permille.min(1000) as usize;
                 let filled = permille * 20 / 1000;
                 format!(
                     "{} [{}{}] {:>5.1}% {} blocks",
@@ -1026,7 +935,7 @@ impl RebuildProgressBar {
                     "#".repeat(filled),
                     ".".repeat(20 - filled),
                     permille as f64 / 10.0,
-                    d.rebuild_progress.load(Ordering::Relaxed)
+                    entries
                 )
             })
             .collect();

@@ -36,8 +36,11 @@
 //! header says nothing about the L2 copy).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
+
+use crate::stats::EngineStats;
 
 /// Entries per chunk of the queue (24 KiB).
 const CHUNK: usize = 1024;
@@ -432,6 +435,136 @@ impl DeviceIndex {
         }
         assert_eq!(live, self.table.len(), "table and queue disagree");
     }
+}
+
+/// An empty index for a device of geometry `geo`, or why the index cannot hold its ring.
+pub(crate) fn fresh_index(geo: &larch_l2::Geometry) -> Result<DeviceIndex, String> {
+    DeviceIndex::new(geo.ring_start, geo.ring_bytes(), geo.sector_bytes).ok_or_else(|| {
+        format!(
+            "a ring of {} bytes in {}-byte sectors is too large for the L2 index",
+            geo.ring_bytes(),
+            geo.sector_bytes
+        )
+    })
+}
+
+/// A shard's L2 index: one compact [`DeviceIndex`] per cache device (by device index).
+#[derive(Default)]
+pub(crate) struct ShardL2 {
+    devices: Vec<Option<DeviceIndex>>,
+}
+
+/// Where a block's copy lives: the device and what the index says of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct L2Loc {
+    pub(crate) device: u16,
+    pub(crate) copy: Copy,
+}
+
+impl ShardL2 {
+    pub(crate) fn device_mut(&mut self, device: u16) -> Option<&mut DeviceIndex> {
+        self.devices.get_mut(usize::from(device))?.as_mut()
+    }
+
+    /// Gives device `device` an index (empty), replacing any it had.
+    pub(crate) fn attach(&mut self, device: u16, index: DeviceIndex) {
+        let slot = usize::from(device);
+        if self.devices.len() <= slot {
+            self.devices.resize_with(slot + 1, || None);
+        }
+        self.devices[slot] = Some(index);
+    }
+
+    /// Drops device `device`'s index, returning its live copies.
+    pub(crate) fn detach(&mut self, device: u16) -> Vec<(u64, Copy)> {
+        let Some(slot) = self.devices.get_mut(usize::from(device)) else {
+            return Vec::new();
+        };
+        let live = slot.as_mut().map(|d| d.drain_live()).unwrap_or_default();
+        *slot = None;
+        live
+    }
+
+    /// The readable copy of `key`, on whichever device holds it, marked as read (a read
+    /// of it follows).
+    pub(crate) fn get_for_read(&mut self, key: u64) -> Option<L2Loc> {
+        self.devices.iter_mut().enumerate().find_map(|(i, d)| {
+            let copy = d.as_mut()?.get_for_read(key)?;
+            Some(L2Loc {
+                device: i as u16,
+                copy,
+            })
+        })
+    }
+
+    /// Whether any device has an entry (readable or bad) for `key`.
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        self.devices.iter().flatten().any(|d| d.contains(key))
+    }
+
+    /// Removes every entry of `key` (a block of `psize` bytes; at most one entry per
+    /// device), returning where they were.
+    pub(crate) fn remove(&mut self, key: u64, psize: u32, stats: &EngineStats) -> Vec<L2Loc> {
+        let mut out = Vec::new();
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            if let Some(copy) = d.as_mut().and_then(|d| d.remove(key)) {
+                account(&copy, psize, stats, false);
+                out.push(L2Loc {
+                    device: i as u16,
+                    copy,
+                });
+            }
+        }
+        out
+    }
+
+    pub(crate) fn dram_bytes(&self) -> u64 {
+        self.devices.iter().flatten().map(|d| d.dram_bytes()).sum()
+    }
+}
+
+/// Adds (`add`) or removes a copy of `psize` bytes in the L2 size counters.
+pub(crate) fn account(copy: &Copy, psize: u32, stats: &EngineStats, add: bool) {
+    let update = |counter: &AtomicU64, bytes: u64| {
+        if add {
+            counter.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            counter.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    };
+    let asize = u64::from(psize);
+    update(&stats.l2_size, asize);
+    update(&stats.l2_asize, asize);
+    update(&stats.l2_blocks, 1);
+    let by_state = if copy.flags & PREFETCH != 0 {
+        &stats.l2_prefetch_asize
+    } else if copy.flags & MFU != 0 {
+        &stats.l2_mfu_asize
+    } else {
+        &stats.l2_mru_asize
+    };
+    update(by_state, asize);
+    let by_type = if copy.flags & METADATA != 0 {
+        &stats.l2_bufc_metadata_asize
+    } else {
+        &stats.l2_bufc_data_asize
+    };
+    update(by_type, asize);
+}
+
+/// Index flags of a copy fed or restored with these properties.
+pub(crate) fn flags_of(mfu: bool, prefetch: bool, metadata: bool) -> u8 {
+    let mut flags = 0;
+    if mfu {
+        flags |= MFU;
+    }
+    if prefetch {
+        flags |= PREFETCH;
+    }
+    if metadata {
+        flags |= METADATA;
+    }
+    flags
 }
 
 #[cfg(test)]

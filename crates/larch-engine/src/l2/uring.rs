@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use io_uring::{IoUring, opcode, types};
-use larch_io::{AlignedBuf, BlockDevice, FileDevice};
+use larch_io::{AlignedBuf, BlockDevice};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
@@ -110,8 +110,8 @@ impl Drop for PooledBuf {
 
 struct Pending {
     buf: AlignedBuf,
-    /// Keeps the file (and so the descriptor the kernel reads) open until completion.
-    _device: Arc<FileDevice>,
+    /// Keeps the device (and so the descriptor the kernel reads) open until completion.
+    _device: Arc<dyn BlockDevice>,
     done: oneshot::Sender<Completion>,
 }
 
@@ -215,11 +215,12 @@ impl UringReader {
     }
 
     /// Reads `len` bytes (a multiple of the device's alignment) at `offset` of `device`.
-    /// `Ok(None)` when the ring is full or its reaper is gone: the caller reads another way.
-    /// The result is the bytes read, or the error of a failed or short read.
+    /// `Ok(None)` when the ring is full or its reaper is gone, or the device has no file
+    /// descriptor ([`BlockDevice::raw_fd`]): the caller reads another way. The result is
+    /// the bytes read, or the error of a failed or short read.
     pub async fn read(
         &self,
-        device: &Arc<FileDevice>,
+        device: &Arc<dyn BlockDevice>,
         offset: u64,
         len: usize,
     ) -> io::Result<Option<Bytes>> {
@@ -256,13 +257,16 @@ impl UringReader {
     /// completes it).
     fn submit(
         &self,
-        device: &Arc<FileDevice>,
+        device: &Arc<dyn BlockDevice>,
         offset: u64,
         len: usize,
     ) -> io::Result<Option<oneshot::Receiver<Completion>>> {
         if !self.is_alive() {
             return Ok(None);
         }
+        let Some(fd) = device.raw_fd() else {
+            return Ok(None);
+        };
         let Ok(len32) = u32::try_from(len) else {
             return Ok(None);
         };
@@ -284,7 +288,7 @@ impl UringReader {
         let Some(index) = inner.free.pop() else {
             return Ok(None);
         };
-        let sqe = opcode::Read::new(types::Fd(device.as_raw_fd()), buf.as_mut_ptr(), len32)
+        let sqe = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len32)
             .offset(offset)
             .build()
             .user_data(u64::from(index));

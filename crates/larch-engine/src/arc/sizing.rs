@@ -1,0 +1,133 @@
+//! ARC sizing: the limits `zfs_arc_min`/`zfs_arc_max` applied to the shards, and memory
+//! pressure (OpenZFS `arc_reap_cb_check`/`arc_reap_cb`): when available memory falls below
+//! `zfs_arc_sys_free`, growth stops for `arc_grow_retry` (5 s) and the target shrinks by
+//! the shortfall, never below `zfs_arc_min`.
+
+use std::time::{Duration, Instant};
+
+use larch_policy::ArcConfig;
+
+use super::{ArcCache, SHARDS};
+use crate::lock::{Rank, RankedMutex};
+use crate::stats::EngineStats;
+use crate::tunables::Tunables;
+
+/// How long the ARC does not grow after memory pressure (OpenZFS `arc_grow_retry`, 5 s).
+const ARC_GROW_RETRY: Duration = Duration::from_secs(5);
+
+/// The default `zfs_dirty_data_max`: 10% of RAM, at most 4 GiB (OpenZFS).
+pub fn default_dirty_data_max() -> u64 {
+    meminfo()
+        .map_or(4 << 30, |(total, _)| total / 10)
+        .min(4 << 30)
+}
+
+/// The automatic `zfs_arc_min` for a `zfs_arc_max`.
+pub fn default_arc_min(arc_max_bytes: u64) -> u64 {
+    arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32))
+}
+
+/// The configuration of one shard of an ARC with these limits.
+pub(super) fn shard_config(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
+    let per_shard = |bytes: u64| (bytes / SHARDS as u64).max(1);
+    let mut cfg = ArcConfig::new(per_shard(c_min_bytes), per_shard(c_max_bytes));
+    // The growth rule's constants are pool-wide in OpenZFS: split them over the shards.
+    cfg.grow_slack_bytes /= SHARDS as u64;
+    cfg.grow_step_min_bytes /= SHARDS as u64;
+    cfg
+}
+
+/// MemTotal and MemAvailable of /proc/meminfo, in bytes.
+fn meminfo() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some((field("MemTotal:")?, field("MemAvailable:")?))
+}
+
+/// The limits in force for these tunables: (`zfs_arc_min`, `zfs_arc_max`), the automatic
+/// minimum resolved and the minimum never above the maximum.
+pub(crate) fn limits(tunables: &Tunables) -> (u64, u64) {
+    let max = tunables.zfs_arc_max().max(SHARDS as u64);
+    let min = match tunables.zfs_arc_min() {
+        0 => default_arc_min(max),
+        n => n.min(max),
+    };
+    (min, max)
+}
+
+/// The size controller's state.
+pub(crate) struct ArcSizer {
+    /// The limits the shards run with, as last applied.
+    applied: RankedMutex<(u64, u64)>,
+    /// When memory pressure last stopped the ARC from growing.
+    no_grow_since: RankedMutex<Option<Instant>>,
+}
+
+impl ArcSizer {
+    pub(crate) fn new(limits: (u64, u64)) -> ArcSizer {
+        ArcSizer {
+            applied: RankedMutex::new(Rank::ArcSizing, limits),
+            no_grow_since: RankedMutex::new(Rank::ArcSizing, None),
+        }
+    }
+
+    /// One pass (the engine's thread runs it four times a second): applies changed
+    /// limits, then reacts to memory pressure.
+    pub(crate) fn adjust(&self, arc: &ArcCache, tunables: &Tunables, stats: &EngineStats) {
+        let now = arc.now_ms();
+        let limits = limits(tunables);
+        {
+            let mut applied = self.applied.lock();
+            if *applied != limits {
+                let cfg = shard_config(limits.0, limits.1);
+                for mut shard in arc.shards() {
+                    shard.with_policy(|policy, actions| {
+                        let _ = policy.set_limits(cfg.c_min_bytes, cfg.c_max_bytes, now, actions);
+                    });
+                }
+                *applied = limits;
+            }
+        }
+        let Some((total, available)) = meminfo() else {
+            return;
+        };
+        let sys_free = match tunables.zfs_arc_sys_free() {
+            0 => total / 32,
+            n => n,
+        };
+        let free = available as i128 - sys_free as i128;
+        stats
+            .memory_available_bytes
+            .store(free.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
+        let c: u64 = arc.shards().map(|s| s.arc.c()).sum();
+        let mut since = self.no_grow_since.lock();
+        if free < 0 {
+            // Shrink by the shortfall plus 1/128 of what is above the minimum.
+            let to_free = (-free) as u64 + (c.saturating_sub(limits.0) >> 7);
+            let per_shard = to_free.div_ceil(SHARDS as u64);
+            for mut shard in arc.shards() {
+                shard.arc.set_no_grow(true);
+                shard.with_policy(|policy, actions| policy.shrink(per_shard, now, actions));
+            }
+            stats
+                .memory_indirect_count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            *since = Some(Instant::now());
+        } else if (free as u64) < c >> 5 {
+            // Close to the line: do not grow (OpenZFS `zfs_arc_no_grow_shift`).
+            for mut shard in arc.shards() {
+                shard.arc.set_no_grow(true);
+            }
+            *since = Some(Instant::now());
+        } else if since.is_some_and(|t| t.elapsed() >= ARC_GROW_RETRY) {
+            for mut shard in arc.shards() {
+                shard.arc.set_no_grow(false);
+            }
+            *since = None;
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The feeder of a cache device: the I/O of the L2 feed. What a feed writes, in what
+//! order and within which budget, and when the next one runs, is decided by
+//! `larch_policy::feed` (the simulator runs the same functions); this module gathers the
+//! blocks' bytes, writes the batch at the ring's write hand, drops the index entries the
+//! evict hand uncovers before the batch overwrites them, and indexes the new copies under
+//! the coherence rules (see [`crate::coherence`], rule 1).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use larch_l2::{ArcState, Compression, ContentType, Record};
+use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, MfuOnly, PaceRules};
+use larch_policy::{BufType, State};
+
+use super::index::{self, READ};
+use super::{CacheDevice, DeviceState};
+use crate::arc::{SHARDS, index_key};
+use crate::coherence::Tombstone;
+use crate::engine::Engine;
+
+/// A block chosen for a feed, with its bytes and on-disk identity.
+struct Candidate {
+    pick: FeedPick,
+    bytes: Bytes,
+    volume_guid: u64,
+}
+
+impl Engine {
+    /// The feeder thread's loop (after the device's rebuild): one feed per interval, as
+    /// `larch_policy::feed::next_feed` paces it, until shutdown.
+    pub(crate) fn feed_loop(&self, device: &Arc<CacheDevice>) {
+        let mut wrote_bytes = 0u64;
+        let mut unfed_seen = self.arc.unfed_evictions();
+        let mut behind = false;
+        while !self.is_shutting_down() {
+            let t = &self.tunables;
+            let rules = budget_rules(t);
+            let allowance = feed::write_allowance(&rules, self.arc.warm());
+            let pace = feed::next_feed(
+                &PaceRules {
+                    feed_secs: t.l2arc_feed_secs(),
+                    feed_min_ms: t.l2arc_feed_min_ms(),
+                    feed_again: t.l2arc_feed_again(),
+                    feed_follow: t.l2arc_feed_follow(),
+                },
+                allowance,
+                wrote_bytes,
+                behind,
+            );
+            self.sleep_unless_shutdown(Duration::from_millis(pace.wait_ms));
+            if self.is_shutting_down() {
+                break;
+            }
+            wrote_bytes = match device.state() {
+                DeviceState::Online => self.feed_once(device, pace.budget_bytes),
+                _ => 0,
+            };
+            // Blocks the feed would have written left the ARC before it came round.
+            let unfed = self.arc.unfed_evictions();
+            behind = unfed > unfed_seen;
+            unfed_seen = unfed;
+        }
+    }
+
+    /// One feed of at most `budget_bytes` to `device`: choose (the policy), copy, write,
+    /// index. Returns the bytes of data written.
+    pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
+        if self.arc.l2_index_bytes() >= self.l2_index_cap() {
+            // OpenZFS `l2arc_hdr_limit_reached`: no feed while the index is at its cap.
+            self.stats
+                .l2_hdr_limit_skips
+                .fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        // One feed at a time does I/O; from here on, writes are recorded so that this
+        // feed's copies of blocks they overwrite are known to be stale (rule 1).
+        let _io = self.coherence.feed_io();
+        let watch = self.coherence.watch_feed();
+        let batch_limit = match device.writer().as_ref() {
+            // The batch also carries log blocks, sector padding and perhaps a skipped
+            // ring tail: keep the data to 3/4 of what one batch may span.
+            Some(l2) => l2.max_batch_bytes() / 4 * 3,
+            None => return 0,
+        };
+        let budget = FeedBudget::new(&budget_rules(&self.tunables), budget_bytes, batch_limit);
+        let candidates = self.choose(&budget);
+        if candidates.is_empty() {
+            return 0;
+        }
+        let records: Vec<Record<'_>> = candidates.iter().map(record_of).collect();
+        let started = Instant::now();
+        let outcome = {
+            let mut writer = device.writer();
+            let Some(l2) = writer.as_mut() else {
+                return 0;
+            };
+            // Tombstones queued for this device go into the same commit (rule 2).
+            let queued = self.coherence.take_tombstones(device.index);
+            // The evict hand moves first: index entries below its floor go before the
+            // batch overwrites their records, so no reader is sent to overwritten space.
+            let evict = |floor: u64| self.evict_below(device.index, floor);
+            // The log is committed with the batch, so that a crash loses at most the
+            // feed in flight (an open log block would otherwise wait for 1022 entries).
+            let result = CacheDevice::append_tombstones(l2, &queued)
+                .and_then(|()| l2.write_batch_with(&records, evict))
+                .and_then(|outcome| l2.commit_log().map(|_| outcome));
+            match result {
+                Ok(outcome) => outcome,
+                Err(err) if !l2.is_poisoned() => {
+                    // Refused before anything was written (the plan did not fit): the
+                    // device is fine; this feed is skipped. Appended tombstones stay in
+                    // the writer's open block for its next commit.
+                    self.stats.l2_writes_error.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("larch: feed of {} skipped: {err}", device.path.display());
+                    return 0;
+                }
+                Err(err) => {
+                    self.stats.l2_writes_error.fetch_add(1, Ordering::Relaxed);
+                    drop(writer);
+                    if let Err(why) = self.fault_device(device, format!("feed write failed: {err}"))
+                    {
+                        eprintln!("larch: {why}");
+                    }
+                    return 0;
+                }
+            }
+        };
+        let write_time = started.elapsed();
+        self.stats.l2_writes_sent.fetch_add(1, Ordering::Relaxed);
+        self.stats.l2_feeds.fetch_add(1, Ordering::Relaxed);
+        let written = self.index_placements(device, &candidates, &outcome.placements, watch.take());
+        self.stats
+            .l2_write_bytes
+            .fetch_add(written, Ordering::Relaxed);
+        device.io.writes.fetch_add(1, Ordering::Relaxed);
+        device.io.write_bytes.fetch_add(written, Ordering::Relaxed);
+        device.io.write_latency.record(write_time);
+        written
+    }
+
+    /// Chooses the blocks of a feed, shard by shard (each shard a 1/SHARDS share of the
+    /// budget), with their bytes, and drops those a write changed since (the batch is
+    /// written without the gate; what writes overwrite meanwhile is sorted out when it is
+    /// indexed).
+    fn choose(&self, budget: &FeedBudget) -> Vec<Candidate> {
+        let t = &self.tunables;
+        let rules = FeedRules {
+            noprefetch: t.l2arc_noprefetch(),
+            nowrite: t.l2arc_nowrite(),
+            mfu_only: MfuOnly::from_tunable(t.l2arc_mfuonly()),
+        };
+        let share = budget.split(SHARDS as u64);
+        let mut picks = Vec::new();
+        let mut chosen: Vec<(FeedPick, Bytes)> = Vec::new();
+        for shard in self.arc.shards() {
+            picks.clear();
+            feed::select(
+                &shard.arc,
+                &rules,
+                &share,
+                |key| shard.l2.contains(index_key(key)) || shard.buf(key).is_none(),
+                &mut picks,
+            );
+            for pick in &picks {
+                let bytes = shard.buf(&pick.key).expect("selected blocks are buffered");
+                chosen.push((*pick, bytes.clone()));
+            }
+        }
+        chosen
+            .into_iter()
+            .filter_map(|(pick, bytes)| {
+                let current = self
+                    .arc
+                    .shard(&pick.key)
+                    .arc
+                    .info(&pick.key)
+                    .is_some_and(|i| {
+                        i.generation == pick.generation
+                            && i.state.is_resident()
+                            && i.state != State::Anon
+                    });
+                let volume = self.volumes.get(pick.key.volume as u16)?;
+                (current && bytes.len() == volume.info.block_len(pick.key.block)).then_some(
+                    Candidate {
+                        pick,
+                        bytes,
+                        volume_guid: volume.info.guid,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Drops device `index`'s entries below ring position `floor`: the evict hand passed
+    /// them.
+    fn evict_below(&self, device: u16, floor: u64) {
+        for mut shard in self.arc.shards() {
+            if let Some(d) = shard.l2.device_mut(device) {
+                d.evict_below(floor, |index_key, copy| {
+                    let psize = self.psize_of(index_key);
+                    index::account(&copy, psize, &self.stats, false);
+                    self.stats.l2_evicted.fetch_add(1, Ordering::Relaxed);
+                    if copy.flags & READ == 0 {
+                        self.stats
+                            .l2_wasted_feed_bytes
+                            .fetch_add(u64::from(psize), Ordering::Relaxed);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Indexes a written batch under the gate: a copy whose block was written since it
+    /// was chosen is stale, and is tombstoned instead (rule 1); so is a copy the index
+    /// cannot hold (rule 0). Returns the bytes written.
+    fn index_placements(
+        &self,
+        device: &CacheDevice,
+        candidates: &[Candidate],
+        placements: &[larch_l2::Placement],
+        overwritten_since: HashSet<larch_policy::BlockKey>,
+    ) -> u64 {
+        let _gate = self.coherence.gate();
+        let mut written = 0u64;
+        for (candidate, placement) in candidates.iter().zip(placements) {
+            let pick = &candidate.pick;
+            let key = pick.key;
+            let mut shard = self.arc.shard(&key);
+            // Stale if written since it was chosen (evicted meanwhile is fine).
+            let current = !overwritten_since.contains(&key)
+                && shard
+                    .arc
+                    .info(&key)
+                    .is_none_or(|i| i.generation == pick.generation);
+            let flags = index::flags_of(
+                pick.state == State::Mfu,
+                pick.prefetch,
+                pick.buf_type == BufType::Metadata,
+            );
+            let indexed = current
+                && shard.l2.device_mut(device.index).is_some_and(|d| {
+                    let pushed = d.push(
+                        index_key(&key),
+                        placement.ring_pos,
+                        placement.data_checksum,
+                        flags,
+                    );
+                    if pushed {
+                        let copy = d.get(index_key(&key)).expect("just pushed");
+                        index::account(&copy, pick.size_bytes, &self.stats, true);
+                    }
+                    pushed
+                });
+            drop(shard);
+            if !indexed {
+                // Logged but not indexed: a later overwrite would not tombstone it.
+                self.coherence.queue_tombstone(
+                    device.index,
+                    Tombstone {
+                        key: larch_l2::BlockKey {
+                            volume_guid: candidate.volume_guid,
+                            block_number: key.block,
+                        },
+                        generation: pick.generation,
+                    },
+                );
+                self.stats.l2_tombstones.fetch_add(1, Ordering::Relaxed);
+            }
+            written += candidate.bytes.len() as u64;
+        }
+        written
+    }
+}
+
+fn budget_rules(t: &crate::tunables::Tunables) -> BudgetRules {
+    BudgetRules {
+        write_max_bytes: t.l2arc_write_max(),
+        write_boost_bytes: t.l2arc_write_boost(),
+        headroom: t.l2arc_headroom(),
+        headroom_boost_percent: t.l2arc_headroom_boost(),
+    }
+}
+
+fn record_of(c: &Candidate) -> Record<'_> {
+    let pick = &c.pick;
+    Record {
+        key: larch_l2::BlockKey {
+            volume_guid: c.volume_guid,
+            block_number: pick.key.block,
+        },
+        generation: pick.generation,
+        bytes: &c.bytes,
+        logical_size: c.bytes.len() as u32,
+        compression: Compression::Off,
+        content: if pick.buf_type == BufType::Metadata {
+            ContentType::Metadata
+        } else {
+            ContentType::Data
+        },
+        arc_state: if pick.state == State::Mfu {
+            ArcState::Mfu
+        } else {
+            ArcState::Mru
+        },
+        prefetch: pick.prefetch,
+    }
+}

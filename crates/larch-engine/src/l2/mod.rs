@@ -1,0 +1,492 @@
+//! Cache devices (the L2ARC): their state, their writers and their index, and the
+//! operations that change which devices the engine uses.
+//!
+//! Each device has a feeder thread that first rebuilds the device's index from its log
+//! ([`rebuild`]) and then feeds it ([`feed`]). Reads of cached copies go through one
+//! verified path ([`read`]), over io_uring ([`uring`]) where the device has a file
+//! descriptor and the system allows it. The compact index of copies lives in the ARC's
+//! shards ([`index`]).
+
+pub(crate) mod feed;
+pub mod index;
+pub(crate) mod read;
+pub(crate) mod rebuild;
+pub mod uring;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use larch_format::DevHeaderPhys;
+use larch_io::{BlockDevice, FileDevice, FileOptions};
+use larch_l2::{CreateOptions, Geometry, L2Device, RebuildStats};
+
+use crate::coherence::Tombstone;
+use crate::engine::Engine;
+use crate::latency::LatencyHistogram;
+use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
+use uring::UringReader;
+
+/// The L2 index's memory cap never goes below this (4 MiB: ~130,000 blocks).
+pub const L2_INDEX_MIN_CAP: u64 = 4 << 20;
+
+/// State of a cache device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceState {
+    /// Its index is being rebuilt; not fed yet.
+    Rebuilding,
+    /// Fed and read.
+    Online,
+    /// Not used: an error made it unsafe or useless.
+    Faulted,
+    /// Removed by the user.
+    Removed,
+}
+
+impl DeviceState {
+    fn from_u8(v: u8) -> DeviceState {
+        match v {
+            0 => DeviceState::Rebuilding,
+            1 => DeviceState::Online,
+            2 => DeviceState::Faulted,
+            _ => DeviceState::Removed,
+        }
+    }
+}
+
+/// I/O counters of one cache device (for `larch iostat` and /metrics).
+#[derive(Debug, Default)]
+pub struct DeviceIo {
+    /// Block reads (L2 hits and failed attempts).
+    pub reads: AtomicU64,
+    /// Bytes read.
+    pub read_bytes: AtomicU64,
+    /// Reads that failed or did not verify.
+    pub read_errors: AtomicU64,
+    /// Feed batches written.
+    pub writes: AtomicU64,
+    /// Bytes of data written by feeds.
+    pub write_bytes: AtomicU64,
+    /// Time of each block read, verification included.
+    pub read_latency: LatencyHistogram,
+    /// Time of each feed batch: its writes and the log commit.
+    pub write_latency: LatencyHistogram,
+}
+
+/// The writer of a cache device: the ring and log of `larch-l2` over the device.
+pub(crate) type Writer = L2Device<Arc<dyn BlockDevice>>;
+
+/// A cache device of the pool.
+pub struct CacheDevice {
+    /// Index in the engine's device list (and in every shard's L2 index).
+    pub index: u16,
+    /// Its path (or name, for a device given in process).
+    pub path: PathBuf,
+    /// Its guid (in its header).
+    pub guid: u64,
+    dev: Arc<dyn BlockDevice>,
+    /// The ring writer, once formatted or rebuilt; `None` while rebuilding and after a
+    /// fault or removal.
+    writer: RankedMutex<Option<Writer>>,
+    /// Its ring's geometry, once known.
+    geometry: OnceLock<Geometry>,
+    /// The newest header on the device while no writer holds it (read when it was
+    /// opened, or the writer's last when the writer was dropped), for emptying its log
+    /// without reading it back.
+    known_header: RankedMutex<Option<DevHeaderPhys>>,
+    state: AtomicU8,
+    fault: RankedMutex<Option<String>>,
+    rebuild: RankedMutex<Option<RebuildStats>>,
+    rebuild_entries: AtomicU64,
+    rebuild_permille: AtomicU64,
+    /// I/O counters of this device.
+    pub io: DeviceIo,
+}
+
+impl CacheDevice {
+    fn new(index: u16, path: &Path, guid: u64, dev: Arc<dyn BlockDevice>) -> CacheDevice {
+        CacheDevice {
+            index,
+            path: path.to_path_buf(),
+            guid,
+            dev,
+            writer: RankedMutex::new(Rank::DeviceWriter, None),
+            geometry: OnceLock::new(),
+            known_header: RankedMutex::leaf(None),
+            state: AtomicU8::new(DeviceState::Rebuilding as u8),
+            fault: RankedMutex::leaf(None),
+            rebuild: RankedMutex::leaf(None),
+            rebuild_entries: AtomicU64::new(0),
+            rebuild_permille: AtomicU64::new(0),
+            io: DeviceIo::default(),
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> DeviceState {
+        DeviceState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    fn set_state(&self, state: DeviceState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    /// Why it is faulted, if it is.
+    pub fn fault(&self) -> Option<String> {
+        self.fault.lock().clone()
+    }
+
+    /// What its rebuild found, once it ended.
+    pub fn rebuild_stats(&self) -> Option<RebuildStats> {
+        *self.rebuild.lock()
+    }
+
+    /// Entries its rebuild restored so far, and how far it walked the ring (‰).
+    pub fn rebuild_progress(&self) -> (u64, u64) {
+        (
+            self.rebuild_entries.load(Ordering::Relaxed),
+            self.rebuild_permille.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Size of the device in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.dev.len_bytes()
+    }
+
+    /// The device, for readers.
+    pub(crate) fn dev(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The geometry of a device that can be read (online).
+    pub(crate) fn readable_geometry(&self) -> Option<Geometry> {
+        (self.state() == DeviceState::Online)
+            .then(|| self.geometry.get().copied())
+            .flatten()
+    }
+
+    /// The writer, locked.
+    pub(crate) fn writer(&self) -> RankedGuard<'_, Option<Writer>> {
+        self.writer.lock()
+    }
+
+    /// Takes the writer out of use, remembering its last header.
+    fn drop_writer(&self) {
+        let writer = self.writer().take();
+        if let Some(l2) = writer {
+            *self.known_header.lock() = Some(l2.header());
+        }
+    }
+
+    /// Appends `tombstones` to the writer's open log block (committed with the writer's
+    /// next commit; a full block commits itself).
+    pub(crate) fn append_tombstones(
+        writer: &mut Writer,
+        tombstones: &[Tombstone],
+    ) -> Result<(), larch_l2::L2Error> {
+        tombstones
+            .iter()
+            .try_for_each(|t| writer.tombstone(t.key, t.generation))
+    }
+}
+
+/// Whether cache-device reads can go through io_uring.
+enum UringState {
+    /// Not needed yet (it is set up by the first cache-device read, on the runtime that
+    /// serves it).
+    Untried,
+    Ready(Arc<UringReader>),
+    /// Setting it up failed (why): reads use the blocking thread pool.
+    Unavailable(String),
+}
+
+impl UringState {
+    /// The reader to use (`Some(None)`: none, io_uring is unavailable), or `None` when one
+    /// must be set up: not tried yet, or its runtime ended.
+    fn settled(&self) -> Option<Option<Arc<UringReader>>> {
+        match self {
+            UringState::Ready(reader) if reader.is_alive() => Some(Some(Arc::clone(reader))),
+            UringState::Unavailable(_) => Some(None),
+            _ => None,
+        }
+    }
+}
+
+/// The cache devices of an engine.
+pub(crate) struct CacheDevices {
+    list: RankedRwLock<Vec<Arc<CacheDevice>>>,
+    /// The io_uring cache-device reads go through, once the first one set it up.
+    uring: RankedRwLock<UringState>,
+}
+
+impl CacheDevices {
+    pub(crate) fn new() -> CacheDevices {
+        CacheDevices {
+            list: RankedRwLock::leaf(Vec::new()),
+            uring: RankedRwLock::leaf(UringState::Untried),
+        }
+    }
+
+    /// Every device, in the order they were added.
+    pub(crate) fn all(&self) -> Vec<Arc<CacheDevice>> {
+        self.list.read().clone()
+    }
+
+    /// The device of `index`.
+    pub(crate) fn get(&self, index: u16) -> Option<Arc<CacheDevice>> {
+        self.list.read().get(usize::from(index)).cloned()
+    }
+
+    /// Whether any device is online or rebuilding.
+    pub(crate) fn any_in_use(&self) -> bool {
+        self.list
+            .read()
+            .iter()
+            .any(|d| matches!(d.state(), DeviceState::Online | DeviceState::Rebuilding))
+    }
+
+    /// Adds a device to the list under the next index.
+    fn push(&self, path: &Path, guid: u64, dev: Arc<dyn BlockDevice>) -> Arc<CacheDevice> {
+        let mut list = self.list.write();
+        let device = Arc::new(CacheDevice::new(list.len() as u16, path, guid, dev));
+        list.push(Arc::clone(&device));
+        device
+    }
+
+    /// The io_uring reader, set up on first use; `None` when switched off or unavailable.
+    pub(crate) fn uring_reader(&self, enabled: bool) -> Option<Arc<UringReader>> {
+        if !enabled {
+            return None;
+        }
+        // The common case under a shared lock: every L2 hit comes here.
+        if let Some(settled) = self.uring.read().settled() {
+            return settled;
+        }
+        let mut state = self.uring.write();
+        // Another reader may have set it up meanwhile.
+        if let Some(settled) = state.settled() {
+            return settled;
+        }
+        // Untried, or its runtime ended (a new one serves now): set up again.
+        match UringReader::new() {
+            Ok(reader) => {
+                *state = UringState::Ready(Arc::clone(&reader));
+                Some(reader)
+            }
+            Err(err) => {
+                *state = UringState::Unavailable(err.to_string());
+                None
+            }
+        }
+    }
+
+    /// How cache-device reads are done now.
+    pub(crate) fn read_path(&self, enabled: bool) -> String {
+        match &*self.uring.read() {
+            UringState::Unavailable(why) => format!("threads (io_uring unavailable: {why})"),
+            _ if !enabled => "threads".into(),
+            UringState::Ready(_) => "io_uring".into(),
+            UringState::Untried => "io_uring (not used yet)".into(),
+        }
+    }
+}
+
+impl Engine {
+    /// Adds a cache device: formats it (`create`) or opens it and rebuilds its index in
+    /// the background. A device whose header names another pool or device is refused.
+    pub fn add_cache_device(
+        self: &Arc<Self>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<Arc<CacheDevice>> {
+        let dev = FileDevice::open(path, &FileOptions::default())
+            .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+        self.add_cache_device_on(Arc::new(dev), path, pool_guid, device_guid, create)
+    }
+
+    /// [`Engine::add_cache_device`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it.
+    pub fn add_cache_device_on(
+        self: &Arc<Self>,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<Arc<CacheDevice>> {
+        let named =
+            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let t = &self.tunables;
+        let rebuild = !create
+            && !self.coherence.writes_seen()
+            && t.l2arc_rebuild_enabled()
+            && dev.len_bytes() >= t.l2arc_rebuild_blocks_min_l2size();
+        let device = if rebuild {
+            // Refuse foreign devices at once, before serving anything.
+            let header = larch_l2::read_header(&*dev)
+                .map_err(|e| named(&format!("not a larch cache device: {e}")))?;
+            larch_l2::validate_header(
+                &header.header,
+                dev.len_bytes(),
+                Some((pool_guid, device_guid)),
+            )
+            .map_err(|e| named(&e))?;
+            let device = self.l2.push(path, device_guid, dev);
+            *device.known_header.lock() = Some(header.header);
+            self.coherence.rebuild_began(device.index);
+            device
+        } else {
+            let options = CreateOptions {
+                pool_guid,
+                device_guid,
+                ..CreateOptions::default()
+            };
+            let mut writer = L2Device::create(Arc::clone(&dev), &options).map_err(|e| named(&e))?;
+            writer.set_track_records(false);
+            let geometry = writer.geometry();
+            index::fresh_index(&geometry).map_err(|e| named(&e))?;
+            let device = self.l2.push(path, device_guid, dev);
+            let _ = device.geometry.set(geometry);
+            for mut shard in self.arc.shards() {
+                let fresh =
+                    index::fresh_index(&geometry).expect("the geometry fits, checked above");
+                shard.l2.attach(device.index, fresh);
+            }
+            *device.writer() = Some(writer);
+            device.set_state(DeviceState::Online);
+            device
+        };
+        let engine = Arc::clone(self);
+        let feeder_device = Arc::clone(&device);
+        let handle = std::thread::Builder::new()
+            .name(format!("larch-l2-{}", device.index))
+            .spawn(move || {
+                if rebuild {
+                    engine.rebuild_device(&feeder_device, pool_guid);
+                }
+                engine.feed_loop(&feeder_device);
+            })?;
+        self.threads.lock().push(handle);
+        Ok(device)
+    }
+
+    /// Removes a cache device at runtime: no new reads go to it, its index entries are
+    /// dropped, and its log is emptied: writes from now on no longer tombstone its copies,
+    /// so a later add must start it empty, never rebuild it.
+    ///
+    /// It holds `feed_io` until the log is emptied, so no TXG writes a backing store
+    /// meanwhile (a TXG commits tombstones under `feed_io` first), but not the gate:
+    /// writers go on.
+    pub fn remove_cache_device(&self, index: u16) -> bool {
+        let Some(device) = self.l2.get(index) else {
+            return false;
+        };
+        let _io = self.coherence.feed_io();
+        {
+            let _gate = self.coherence.gate();
+            device.set_state(DeviceState::Removed);
+            device.drop_writer();
+            self.drop_device_index(&device);
+        }
+        if let Err(why) = self.forget_log(&device) {
+            eprintln!("larch: cache device {}: {why}", device.path.display());
+        }
+        true
+    }
+
+    /// Takes a device out of use because its log cannot be kept right (rule 4 of
+    /// [`crate::coherence`]): faulted with `why`, its index and queued tombstones dropped,
+    /// its on-disk log emptied. `Err` when even the pool could not record that the log
+    /// must not be rebuilt: the caller must not write the backing stores.
+    ///
+    /// The caller holds no lock of the device (its writer is taken here).
+    pub(crate) fn fault_device(&self, device: &CacheDevice, why: String) -> Result<(), String> {
+        eprintln!(
+            "larch: cache device {} faulted: {why}",
+            device.path.display()
+        );
+        *device.fault.lock() = Some(why);
+        device.set_state(DeviceState::Faulted);
+        device.drop_writer();
+        self.drop_device_index(device);
+        self.forget_log(device)
+    }
+
+    /// Drops a device's index entries and queued tombstones.
+    fn drop_device_index(&self, device: &CacheDevice) {
+        for mut shard in self.arc.shards() {
+            for (index_key, copy) in shard.l2.detach(device.index) {
+                index::account(&copy, self.psize_of(index_key), &self.stats, false);
+            }
+        }
+        self.coherence.drop_tombstones(device.index);
+    }
+
+    /// Empties a device's log on disk; if the device cannot take it, records in the pool
+    /// that the device must be formatted at the next open.
+    pub(crate) fn forget_log(&self, device: &CacheDevice) -> Result<(), String> {
+        self.stats.l2_log_forgotten.fetch_add(1, Ordering::Relaxed);
+        let known = *device.known_header.lock();
+        let forgotten = match known {
+            Some(header) => larch_l2::forget_log_after(&*device.dev, &header),
+            None => larch_l2::forget_log(&*device.dev),
+        };
+        match forgotten {
+            Ok(header) => {
+                *device.known_header.lock() = Some(header);
+                Ok(())
+            }
+            // A device that was never formatted has no log to forget.
+            Err(larch_l2::L2Error::NoHeader) => Ok(()),
+            Err(err) => {
+                eprintln!(
+                    "larch: cache device {}: emptying its log failed ({err}); the pool records that it must be formatted",
+                    device.path.display()
+                );
+                self.coherence.distrust(device.guid)
+            }
+        }
+    }
+
+    /// The size of the block behind an L2 index key.
+    pub(crate) fn psize_of(&self, index_key: u64) -> u32 {
+        let (slot, block) = index::unpack_key(index_key);
+        self.volumes
+            .get(slot)
+            .map_or(0, |v| v.info.block_len(block) as u32)
+    }
+
+    /// The most DRAM the L2 index may take: `l2arc_meta_percent` of `zfs_arc_max`, but
+    /// at least [`L2_INDEX_MIN_CAP`] (the index allocates in chunks per shard and device).
+    pub(crate) fn l2_index_cap(&self) -> u64 {
+        let percent = self.tunables.l2arc_meta_percent();
+        (self.tunables.zfs_arc_max().saturating_mul(percent) / 100).max(L2_INDEX_MIN_CAP)
+    }
+
+    /// The cache devices.
+    pub fn devices(&self) -> Vec<Arc<CacheDevice>> {
+        self.l2.all()
+    }
+
+    /// How cache-device reads are done now: `io_uring`, `threads` (switched off or not
+    /// set up yet) or `threads (io_uring unavailable: why)`.
+    pub fn l2_read_path(&self) -> String {
+        self.l2.read_path(self.tunables.l2arc_io_uring())
+    }
+
+    /// Commits a device's log now, with the tombstones queued for it (a clean shutdown).
+    pub(crate) fn commit_device_log(&self, device: &CacheDevice) -> Result<(), larch_l2::L2Error> {
+        let mut writer = device.writer();
+        let Some(l2) = writer.as_mut() else {
+            return Ok(());
+        };
+        let queued = self.coherence.take_tombstones(device.index);
+        CacheDevice::append_tombstones(l2, &queued)?;
+        l2.commit_log().map(drop)
+    }
+}

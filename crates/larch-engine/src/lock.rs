@@ -1,0 +1,289 @@
+//! Locks with a rank: the engine's lock order, checked.
+//!
+//! Every lock of the engine has a [`Rank`]; a thread may take a lock only while every
+//! lock it already holds has a lower rank. Debug builds check this on every acquisition
+//! (a thread-local list of the ranks held) and panic, naming both ranks, on the first
+//! acquisition out of order, so a deadlock is caught as soon as a test takes the two
+//! locks in the wrong order once, not when two threads happen to race. Release builds
+//! keep nothing and check nothing. The order itself, and why it is that way, is in the
+//! crate documentation ("Lock order").
+
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+/// The engine's locks, lowest (taken first) to highest. Two locks of one rank are never
+/// held together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Rank {
+    /// `Coherence::feed_io`: one feed's I/O at a time; the syncer's tombstone commit.
+    FeedIo = 1,
+    /// `Coherence::gate`: generation changes against feed indexing.
+    Gate = 2,
+    /// The ARC size controller's state, held while it resizes every shard.
+    ArcSizing = 3,
+    /// A cache device's writer (`L2Device`): its log and ring I/O.
+    DeviceWriter = 4,
+    /// One ARC shard: policy, buffers, in-flight reads, L2 index.
+    Shard = 5,
+    /// The coherence sets: feed watch, rebuild watch, tombstone queues.
+    Coherence = 6,
+    /// The TXG state shared by writers and the syncer.
+    Txg = 7,
+    /// Everything that takes no other lock while held: tables, fault notes, handles.
+    #[default]
+    Leaf = 8,
+}
+
+#[cfg(debug_assertions)]
+mod held {
+    use super::Rank;
+    use std::cell::RefCell;
+
+    thread_local! {
+        static HELD: RefCell<Vec<Rank>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn acquire(rank: Rank) {
+        HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(&top) = held.iter().max() {
+                assert!(
+                    top < rank,
+                    "lock order: taking {rank:?} while holding {top:?} (held: {held:?})"
+                );
+            }
+            held.push(rank);
+        });
+    }
+
+    pub(super) fn release(rank: Rank) {
+        HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(i) = held.iter().rposition(|&r| r == rank) {
+                held.remove(i);
+            }
+        });
+    }
+}
+
+#[cfg(not(debug_assertions))]
+mod held {
+    use super::Rank;
+
+    #[inline(always)]
+    pub(super) fn acquire(_rank: Rank) {}
+
+    #[inline(always)]
+    pub(super) fn release(_rank: Rank) {}
+}
+
+/// Records a rank as held from its creation to its drop.
+struct Token(Rank);
+
+impl Token {
+    fn take(rank: Rank) -> Token {
+        held::acquire(rank);
+        Token(rank)
+    }
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        held::release(self.0);
+    }
+}
+
+/// A mutex with a rank. A panic while it was held poisons it; taking it then panics too
+/// (the state it guards may be half-changed).
+#[derive(Debug, Default)]
+pub(crate) struct RankedMutex<T> {
+    rank: Rank,
+    inner: Mutex<T>,
+}
+
+/// The guard of a [`RankedMutex`].
+pub(crate) struct RankedGuard<'a, T> {
+    guard: MutexGuard<'a, T>,
+    _token: Token,
+}
+
+impl<T> RankedMutex<T> {
+    /// A mutex of `rank` holding `value`.
+    pub(crate) const fn new(rank: Rank, value: T) -> RankedMutex<T> {
+        RankedMutex {
+            rank,
+            inner: Mutex::new(value),
+        }
+    }
+
+    /// A leaf mutex (takes no other lock while held).
+    pub(crate) const fn leaf(value: T) -> RankedMutex<T> {
+        RankedMutex::new(Rank::Leaf, value)
+    }
+
+    /// Takes the lock (checking the order in debug builds).
+    pub(crate) fn lock(&self) -> RankedGuard<'_, T> {
+        let token = Token::take(self.rank);
+        let guard = self
+            .inner
+            .lock()
+            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
+        RankedGuard {
+            guard,
+            _token: token,
+        }
+    }
+}
+
+impl<T> RankedGuard<'_, T> {
+    /// Waits on `condvar` for at most `timeout`, releasing the lock meanwhile (it is held
+    /// again on return, at the same rank).
+    pub(crate) fn wait_timeout(self, condvar: &Condvar, timeout: Duration) -> Self {
+        let RankedGuard { guard, _token } = self;
+        let (guard, _) = condvar
+            .wait_timeout(guard, timeout)
+            .unwrap_or_else(|_| panic!("lock poisoned by a panic"));
+        RankedGuard { guard, _token }
+    }
+}
+
+impl<T> std::ops::Deref for RankedGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for RankedGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+/// A reader-writer lock with a rank.
+#[derive(Debug, Default)]
+pub(crate) struct RankedRwLock<T> {
+    rank: Rank,
+    inner: RwLock<T>,
+}
+
+/// The shared guard of a [`RankedRwLock`].
+pub(crate) struct RankedReadGuard<'a, T> {
+    guard: RwLockReadGuard<'a, T>,
+    _token: Token,
+}
+
+/// The exclusive guard of a [`RankedRwLock`].
+pub(crate) struct RankedWriteGuard<'a, T> {
+    guard: RwLockWriteGuard<'a, T>,
+    _token: Token,
+}
+
+impl<T> RankedRwLock<T> {
+    /// A leaf reader-writer lock holding `value`.
+    pub(crate) const fn leaf(value: T) -> RankedRwLock<T> {
+        RankedRwLock {
+            rank: Rank::Leaf,
+            inner: RwLock::new(value),
+        }
+    }
+
+    /// Shared access.
+    pub(crate) fn read(&self) -> RankedReadGuard<'_, T> {
+        let token = Token::take(self.rank);
+        let guard = self
+            .inner
+            .read()
+            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
+        RankedReadGuard {
+            guard,
+            _token: token,
+        }
+    }
+
+    /// Exclusive access.
+    pub(crate) fn write(&self) -> RankedWriteGuard<'_, T> {
+        let token = Token::take(self.rank);
+        let guard = self
+            .inner
+            .write()
+            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
+        RankedWriteGuard {
+            guard,
+            _token: token,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for RankedReadGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::Deref for RankedWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for RankedWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locks_in_order_are_fine_and_released_ranks_can_be_taken_again() {
+        let gate = RankedMutex::new(Rank::Gate, ());
+        let shard = RankedMutex::new(Rank::Shard, 0u32);
+        let leaf = RankedRwLock::leaf(());
+        {
+            let _g = gate.lock();
+            let mut s = shard.lock();
+            *s += 1;
+            let _l = leaf.read();
+        }
+        // Nothing held now: any order of single acquisitions is fine.
+        drop(shard.lock());
+        drop(gate.lock());
+        // Guards dropped out of order release the right ranks.
+        let g = gate.lock();
+        let s = shard.lock();
+        drop(g);
+        drop(s);
+        drop(gate.lock());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    fn a_lock_taken_out_of_order_panics_in_debug_builds() {
+        let gate = RankedMutex::new(Rank::Gate, ());
+        let shard = RankedMutex::new(Rank::Shard, ());
+        let result = std::panic::catch_unwind(|| {
+            let _s = shard.lock();
+            let _g = gate.lock();
+        });
+        let err = result.expect_err("out of order");
+        let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("taking Gate while holding Shard"), "{text}");
+        // Two of one rank are refused too.
+        let (one, other) = (
+            RankedMutex::new(Rank::Shard, ()),
+            RankedMutex::new(Rank::Shard, ()),
+        );
+        let result = std::panic::catch_unwind(|| {
+            let _a = one.lock();
+            let _b = other.lock();
+        });
+        let err = result.expect_err("same rank");
+        let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("taking Shard while holding Shard"), "{text}");
+    }
+}

@@ -1,0 +1,75 @@
+//! A [`Volume`] served over NBD: the one place the engine meets `larch_nbd`. The NBD
+//! server validates every request (range, alignment, read-only, flags) before it gets
+//! here; errors map to the NBD errno a client understands.
+
+use bytes::Bytes;
+use larch_nbd::{
+    BlockSizes, Errno, Export, ExportResult, Features, ReadData, ReadSegment, ZeroFlags,
+};
+
+use crate::volume::{Volume, VolumeError};
+
+impl From<VolumeError> for Errno {
+    fn from(err: VolumeError) -> Errno {
+        match err {
+            VolumeError::Io(_) => Errno::Io,
+            VolumeError::OutOfRange { .. } => Errno::Inval,
+            VolumeError::ReadOnly => Errno::Perm,
+        }
+    }
+}
+
+impl Export for Volume {
+    fn size_bytes(&self) -> u64 {
+        self.info().size_bytes
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum_bytes: 1,
+            preferred_bytes: self.info().block_bytes.max(4096),
+            maximum_bytes: 32 << 20,
+        }
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            read_only: self.read_only(),
+            flush: true,
+            trim: false,
+            write_zeroes: true,
+            fast_zero: false,
+            cache: true,
+            block_status: true,
+            // A FLUSH makes every write the pool acknowledged durable (it commits the whole
+            // intent log or syncs the open TXG), whichever connection sent it.
+            multi_conn: true,
+            rotational: false,
+        }
+    }
+
+    async fn read(&self, offset: u64, length: u32) -> ExportResult<ReadData> {
+        let pieces = Volume::read(self, offset, length).await?;
+        Ok(ReadData {
+            segments: pieces.into_iter().map(ReadSegment::Data).collect(),
+        })
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> ExportResult<()> {
+        // The payload is copied into the blocks' own buffers: the request's buffer is
+        // freed when this returns, whatever stays cached.
+        Ok(Volume::write(self, offset, &data, fua).await?)
+    }
+
+    async fn flush(&self) -> ExportResult<()> {
+        Ok(Volume::flush(self).await?)
+    }
+
+    async fn write_zeroes(&self, offset: u64, length: u32, flags: ZeroFlags) -> ExportResult<()> {
+        Ok(Volume::write_zeroes(self, offset, length, flags.fua).await?)
+    }
+
+    async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {
+        Ok(Volume::cache(self, offset, length).await?)
+    }
+}

@@ -1,0 +1,97 @@
+//! The sequential-read detector: a small `dmu_zfetch` that notices reads continuing where
+//! an earlier one ended and reads ahead of them, farther the longer the stream runs
+//! (`zfs_prefetch_disable`, `zfetch_max_distance`).
+
+/// Sequential streams per volume the prefetcher follows at once.
+const STREAMS: usize = 8;
+
+/// Most blocks one read can start prefetching (the rest follow with the next reads).
+const PREFETCH_BLOCKS_PER_READ: u64 = 64;
+
+/// One sequential stream: where its next read should start and how far ahead it has
+/// already been prefetched.
+#[derive(Clone, Copy, Debug, Default)]
+struct Stream {
+    next_block: u64,
+    reads: u64,
+    prefetched_until: u64,
+    last_use: u64,
+}
+
+/// A small `dmu_zfetch`: detects reads that continue where an earlier one ended and reads
+/// ahead of them, farther the longer the stream runs.
+#[derive(Debug, Default)]
+pub(crate) struct Prefetcher {
+    streams: [Stream; STREAMS],
+    clock: u64,
+}
+
+impl Prefetcher {
+    /// Records a demand read of blocks `first..=last`; returns the blocks to prefetch.
+    pub(crate) fn observe(
+        &mut self,
+        first: u64,
+        last: u64,
+        max_blocks: u64,
+    ) -> Option<std::ops::Range<u64>> {
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(s) = self
+            .streams
+            .iter_mut()
+            .find(|s| s.reads > 0 && s.next_block == first)
+        {
+            s.reads += 1;
+            s.next_block = last + 1;
+            s.last_use = clock;
+            let distance = (s.reads * (last - first + 1) * 2).min(max_blocks);
+            let start = s.prefetched_until.max(last + 1);
+            let end = (last + 1 + distance).min(start + PREFETCH_BLOCKS_PER_READ);
+            if end > start {
+                s.prefetched_until = end;
+                return Some(start..end);
+            }
+            return None;
+        }
+        let victim = self
+            .streams
+            .iter_mut()
+            .min_by_key(|s| s.last_use)
+            .expect("streams is not empty");
+        *victim = Stream {
+            next_block: last + 1,
+            reads: 1,
+            prefetched_until: last + 1,
+            last_use: clock,
+        };
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetcher_follows_sequential_streams_only() {
+        let mut p = Prefetcher::default();
+        assert_eq!(p.observe(0, 3, 512), None, "a first read starts a stream");
+        let ahead = p.observe(4, 7, 512).expect("the second read continues it");
+        assert_eq!(ahead.start, 8);
+        assert!(ahead.end > 8);
+        // A random read elsewhere does not prefetch, and does not break the stream.
+        assert_eq!(p.observe(1000, 1000, 512), None);
+        let next = p.observe(8, 11, 512).expect("the stream goes on");
+        assert!(next.start >= ahead.end, "nothing is prefetched twice");
+        // The distance is capped.
+        let mut q = Prefetcher::default();
+        q.observe(0, 0, 4);
+        let mut end = 0;
+        for b in 1..100 {
+            if let Some(r) = q.observe(b, b, 4) {
+                end = r.end;
+            }
+            assert!(end <= b + 1 + 4, "prefetched {end} at block {b}");
+        }
+    }
+}

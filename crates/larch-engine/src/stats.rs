@@ -1,0 +1,190 @@
+//! The engine's counters and gauges, each declared once with its kind and help text.
+//! Together with the policy's kstats they are the arcstats (`larch status`, `/arcstats`,
+//! `/metrics`); names follow OpenZFS's kstats where the meaning matches.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether a stat only grows (a counter) or goes up and down (a gauge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatKind {
+    /// Only grows (until a restart).
+    Counter,
+    /// A level: a size, a count in use, a time of the last event.
+    Gauge,
+}
+
+/// One stat as declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatDef {
+    /// Its arcstats name.
+    pub name: &'static str,
+    /// Counter or gauge.
+    pub kind: StatKind,
+    /// What it counts.
+    pub help: &'static str,
+}
+
+macro_rules! stats {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $( $field:ident: $kind:ident, $help:literal; )+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            $( #[doc = $help] pub $field: AtomicU64, )+
+        }
+
+        impl $name {
+            /// Every stat of this group, as declared.
+            pub const STATS: &'static [StatDef] = &[
+                $( StatDef { name: stringify!($field), kind: StatKind::$kind, help: $help }, )+
+            ];
+
+            /// Current values, in declaration order.
+            pub fn values(&self) -> Vec<(&'static str, u64)> {
+                vec![ $( (stringify!($field), self.$field.load(Ordering::Relaxed)), )+ ]
+            }
+        }
+    };
+}
+
+stats! {
+    /// Counters of the read path, the L2ARC and memory pressure.
+    pub struct EngineStats {
+        l2_hits: Counter, "reads served from a cache device";
+        l2_misses: Counter, "misses, in a pool with cache devices, that went to the backing store";
+        l2_read_bytes: Counter, "bytes read from cache devices for hits";
+        l2_write_bytes: Counter, "bytes of data written to cache devices";
+        l2_cksum_bad: Counter, "cache-device reads whose checksum did not match (served from the backing store)";
+        l2_io_error: Counter, "cache-device reads that failed (served from the backing store)";
+        l2_feeds: Counter, "feeds that wrote something";
+        l2_writes_sent: Counter, "feed batches written";
+        l2_writes_error: Counter, "feed batches that failed";
+        l2_evicted: Counter, "copies the ring's evict hand overwrote";
+        l2_wasted_feed_bytes: Counter, "bytes written to cache devices and overwritten without ever being read";
+        l2_size: Gauge, "logical bytes of blocks indexed on cache devices";
+        l2_asize: Gauge, "physical bytes of blocks indexed on cache devices";
+        l2_mru_asize: Gauge, "part of l2_asize written from MRU (not prefetched)";
+        l2_mfu_asize: Gauge, "part of l2_asize written from MFU (not prefetched)";
+        l2_prefetch_asize: Gauge, "part of l2_asize that was prefetched";
+        l2_bufc_data_asize: Gauge, "part of l2_asize holding data";
+        l2_bufc_metadata_asize: Gauge, "part of l2_asize holding metadata";
+        l2_blocks: Gauge, "blocks indexed on cache devices";
+        l2_tombstones: Counter, "tombstones queued for cache-device logs (overwrites of cached blocks)";
+        l2_log_forgotten: Counter, "cache-device logs emptied because tombstones could not be made durable or a write raced a rebuild";
+        l2_hdr_limit_skips: Counter, "feeds skipped because the L2 index reached l2arc_meta_percent";
+        l2_rebuild_lowmem: Counter, "entries a rebuild did not restore because the L2 index reached l2arc_meta_percent";
+        memory_indirect_count: Counter, "times the ARC shrank because available memory fell below zfs_arc_sys_free";
+        memory_available_bytes: Gauge, "available memory minus zfs_arc_sys_free at the last check, bytes (0 when below)";
+        iohits: Counter, "reads that joined a read of the same block already in flight";
+        backing_reads: Counter, "backing-store reads issued by the cache";
+    }
+}
+
+stats! {
+    /// Counters of the write path.
+    pub struct WriteStats {
+        txg_syncs: Counter, "TXGs synced";
+        txg_last_sync_us: Gauge, "duration of the last TXG sync, us";
+        txg_sync_us: Counter, "total duration of TXG syncs, us";
+        txg_last_sync_bytes: Gauge, "bytes the last TXG wrote";
+        txg_blocks_written: Counter, "blocks written by TXG syncs";
+        txg_sync_waits: Counter, "sync writes and FLUSHes made durable by syncing a TXG (no usable log device)";
+        txg_sync_errors: Counter, "failed TXG syncs (backing-store write or flush errors)";
+        dmu_tx_delay: Counter, "writes the throttle delayed";
+        dmu_tx_delay_us: Counter, "total throttle delay, us";
+        dmu_tx_dirty_over_max: Counter, "writes that waited at the dirty limit";
+        zil_commit_count: Counter, "sync writes and FLUSHes made durable through the log device";
+        zil_itx_count: Counter, "records written to the log device";
+        zil_itx_copied_bytes: Counter, "bytes of record data written to the log device";
+        zil_commit_us: Counter, "total time of log commits, us";
+    }
+}
+
+/// Stats the engine computes when asked, rather than counts.
+pub const COMPUTED: &[StatDef] = &[
+    gauge("dirty_bytes", "bytes dirty in the open and the syncing TXG"),
+    gauge("dirty_data_max", "the dirty limit in force"),
+    gauge("txg_open", "the open TXG"),
+    gauge("txg_synced", "the newest TXG on the backing stores"),
+    gauge("l2_hdr_size", "DRAM held by the L2 index, bytes"),
+    gauge("l2_ndev", "cache devices of the pool"),
+    counter("l2_rebuild_success", "cache-device rebuilds that completed"),
+    counter("l2_rebuild_io_errors", "rebuild reads that failed"),
+    counter(
+        "l2_rebuild_cksum_lb_errors",
+        "log blocks a rebuild found with a bad checksum",
+    ),
+    counter("l2_rebuild_bufs", "entries rebuilds restored"),
+    counter("l2_rebuild_size", "bytes of the entries rebuilds restored"),
+    counter("l2_rebuild_log_blks", "log blocks rebuilds read"),
+];
+
+const fn gauge(name: &'static str, help: &'static str) -> StatDef {
+    StatDef {
+        name,
+        kind: StatKind::Gauge,
+        help,
+    }
+}
+
+const fn counter(name: &'static str, help: &'static str) -> StatDef {
+    StatDef {
+        name,
+        kind: StatKind::Counter,
+        help,
+    }
+}
+
+/// The kind of any arcstat: declared here for the engine's, by the OpenZFS rule for the
+/// policy's (sizes, targets and fractions are gauges; events are counters).
+pub fn kind_of(name: &str) -> StatKind {
+    if let Some(def) = describe(name) {
+        return def.kind;
+    }
+    let policy_gauge = matches!(
+        name,
+        "c" | "c_min" | "c_max" | "p" | "meta" | "pd" | "pm" | "arc_no_grow" | "hash_elements"
+    ) || ["size", "_data", "_metadata"]
+        .iter()
+        .any(|suffix| name.ends_with(suffix));
+    if policy_gauge {
+        StatKind::Gauge
+    } else {
+        StatKind::Counter
+    }
+}
+
+/// The declaration of one of the engine's own stats.
+pub fn describe(name: &str) -> Option<StatDef> {
+    EngineStats::STATS
+        .iter()
+        .chain(WriteStats::STATS)
+        .chain(COMPUTED)
+        .find(|d| d.name == name)
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_is_declared_once() {
+        let mut names: Vec<&str> = EngineStats::STATS
+            .iter()
+            .chain(WriteStats::STATS)
+            .chain(COMPUTED)
+            .map(|d| d.name)
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all, "a stat is declared twice");
+        assert_eq!(kind_of("l2_size"), StatKind::Gauge);
+        assert_eq!(kind_of("l2_hits"), StatKind::Counter);
+        assert_eq!(kind_of("mru_evictable_data"), StatKind::Gauge);
+        assert_eq!(kind_of("mfu_ghost_hits"), StatKind::Counter);
+        assert_eq!(kind_of("c"), StatKind::Gauge);
+    }
+}

@@ -1,0 +1,339 @@
+//! The write path: dirty blocks in the ARC, transaction groups, the write throttle, and
+//! the intent log (ZIL) on a log device. `docs/write-path.md` has the states and steps.
+//!
+//! A write makes its blocks dirty in the ARC and puts them in the **open TXG**; an async
+//! write is then acknowledged. The **syncer** thread ([`syncer`]) closes the open TXG
+//! every `zfs_txg_timeout` seconds, when its dirty bytes pass
+//! `zfs_dirty_data_sync_percent` of the dirty limit, or when a sync write or FLUSH asks
+//! for it, and syncs it:
+//! 1. commits the tombstones of the cache-device copies this TXG's writes superseded
+//!    (queued when the writes arrived; see [`crate::coherence`], rule 2);
+//! 2. writes the TXG's blocks to the backing stores (contiguous runs in one write) and
+//!    fdatasyncs every store it wrote;
+//! 3. records the TXG as committed in the intent log, which frees the log's space;
+//! 4. marks the blocks clean: they move to MRU and may be fed to cache devices.
+//!
+//! Closing a TXG is instantaneous (writers put their blocks in the open TXG under the
+//! same lock that closes it), so the quiescing state lasts no time; only one TXG syncs at
+//! a time and TXGs sync in order, so a block's newer contents always reach its backing
+//! store after its older ones.
+//!
+//! A **sync** write (NBD FUA, or any write to a `sync=always` volume) is acknowledged
+//! once it is durable ([`zil`]): with a healthy log device, its records are committed to
+//! the log (concurrent writers share one log write and flush); without one, the TXG
+//! holding it is synced and waited for. A **FLUSH** makes every write acknowledged
+//! before it durable the same way. `sync=disabled` volumes acknowledge both at once.
+//!
+//! The **write throttle** ([`throttle`]) delays writers as dirty data approaches the
+//! limit and blocks them at it.
+
+mod syncer;
+mod throttle;
+pub(crate) mod zil;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Condvar;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use larch_policy::BlockKey;
+
+pub use zil::{CommittedSink, LogHandle};
+
+use crate::arc::{BlockBuf, index_key};
+use crate::coherence::Tombstone;
+use crate::engine::Engine;
+use crate::lock::{Rank, RankedGuard, RankedMutex};
+use crate::volumes::{SyncMode, VolumeEntry};
+
+/// A dirty block waiting in a TXG.
+#[derive(Clone)]
+struct DirtyBlock {
+    generation: u64,
+    data: Bytes,
+}
+
+/// A write whose record the log does not have yet (OpenZFS keeps them as `itx`s). Every
+/// write gets one while a log device is attached; a sync write or FLUSH commits all of
+/// them up to its own. They reach the log in the order of the writes, so replay (which
+/// applies records in log order) ends every block with its newest logged bytes.
+#[derive(Clone)]
+struct PendingRecord {
+    txg: u64,
+    volume_guid: u64,
+    offset: u64,
+    data: Bytes,
+}
+
+/// What the syncer and the writers share.
+struct TxgInner {
+    /// The open TXG's number.
+    open_txg: u64,
+    open: HashMap<BlockKey, DirtyBlock>,
+    open_bytes: u64,
+    open_since: Instant,
+    /// TXGs up to this one are on the backing stores.
+    synced_txg: u64,
+    /// Bytes dirty in the open and the syncing TXG.
+    dirty_bytes: u64,
+    /// A waiter asked for the open TXG to sync now.
+    sync_requested: bool,
+    /// Writes not in the log yet (only kept while a log device is attached).
+    pending: Vec<PendingRecord>,
+    /// Sequence number of the next pending record.
+    next_seq: u64,
+    /// Every record up to this one is durable (in the log, or its TXG synced).
+    durable_seq: u64,
+    /// A leader is committing records to the log.
+    log_busy: bool,
+}
+
+/// The TXG machinery of an engine.
+pub(crate) struct Txg {
+    inner: RankedMutex<TxgInner>,
+    /// Signalled when a TXG synced or a sync is requested.
+    changed: Condvar,
+}
+
+impl Txg {
+    pub(crate) fn new(first_txg: u64) -> Txg {
+        Txg {
+            inner: RankedMutex::new(
+                Rank::Txg,
+                TxgInner {
+                    open_txg: first_txg.max(1),
+                    open: HashMap::new(),
+                    open_bytes: 0,
+                    open_since: Instant::now(),
+                    synced_txg: first_txg.max(1) - 1,
+                    dirty_bytes: 0,
+                    sync_requested: false,
+                    pending: Vec::new(),
+                    next_seq: 1,
+                    durable_seq: 0,
+                    log_busy: false,
+                },
+            ),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> RankedGuard<'_, TxgInner> {
+        self.inner.lock()
+    }
+
+    /// Waits for a change (a sync, a request) or `timeout`, whichever comes first.
+    fn wait<'a>(
+        &self,
+        inner: RankedGuard<'a, TxgInner>,
+        timeout: Duration,
+    ) -> RankedGuard<'a, TxgInner> {
+        inner.wait_timeout(&self.changed, timeout)
+    }
+
+    /// Wakes everyone waiting on the TXG state (shutdown).
+    pub(crate) fn wake_all(&self) {
+        self.changed.notify_all();
+    }
+
+    /// Continues TXG numbering at `next` (after a log replay), if that is higher.
+    fn start_at(&self, next: u64) {
+        let mut inner = self.lock();
+        if next > inner.open_txg && inner.open.is_empty() {
+            inner.open_txg = next;
+            inner.synced_txg = next - 1;
+        }
+    }
+}
+
+impl Engine {
+    /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`.
+    pub(crate) fn dirty_max(&self) -> u64 {
+        self.tunables
+            .zfs_dirty_data_max()
+            .min(self.tunables.zfs_arc_max() / 2)
+            .max(1 << 20)
+    }
+
+    /// Writes whole blocks of a volume: throttled, dirty in the ARC and in the open TXG,
+    /// every cache-device copy of them tombstoned (made durable before the TXG reaches the
+    /// backing store). Returns when the write may be acknowledged: at once for an async
+    /// write, once durable for a sync one (`sync`, or the volume's `sync=always`).
+    /// Blocking.
+    pub fn write_blocks(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: &[(u64, BlockBuf)],
+        sync: bool,
+    ) -> Result<(), String> {
+        if let Some(why) = vol.failure() {
+            return Err(why);
+        }
+        if let Some((block, data)) = blocks
+            .iter()
+            .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
+        {
+            return Err(format!(
+                "block {block} of {} bytes does not fit volume {:#x} ({} bytes per block, {} bytes)",
+                data.len(),
+                vol.info.guid,
+                vol.info.block_bytes,
+                vol.info.size_bytes
+            ));
+        }
+        let bytes: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
+        self.throttle(bytes);
+        let (txg, seq) = self.make_dirty(vol, blocks);
+        let sync = match vol.info.sync {
+            SyncMode::Disabled => false,
+            SyncMode::Always => true,
+            SyncMode::Standard => sync,
+        };
+        if !sync {
+            return Ok(());
+        }
+        if let Some(seq) = seq
+            && self.log_is_usable()
+        {
+            self.log_commit_upto(seq)?;
+        } else {
+            self.wait_synced(txg)?;
+        }
+        // A TXG of this volume that failed to reach its backing store.
+        vol.failure().map_or(Ok(()), Err)
+    }
+
+    /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
+    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
+        if vol.info.sync == SyncMode::Disabled {
+            return Ok(());
+        }
+        if let Some(why) = vol.failure() {
+            return Err(why);
+        }
+        if self.log_is_usable() {
+            let upto = self.txg.lock().next_seq - 1;
+            self.log_commit_upto(upto)?;
+        } else {
+            let txg = self.txg.lock().open_txg;
+            self.wait_synced(txg)?;
+        }
+        vol.failure().map_or(Ok(()), Err)
+    }
+
+    /// Dirties blocks (see [`Engine::write_blocks`]) and returns the TXG they joined and,
+    /// with a log device attached, the sequence number of their last pending record.
+    fn make_dirty(&self, vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> (u64, Option<u64>) {
+        let generations = self.change_generations(vol, blocks);
+        let mut inner = self.txg.lock();
+        // Decided under the TXG lock, which the log device's attach takes too.
+        let keep_pending = self.log_is_usable();
+        let txg = inner.open_txg;
+        let mut last_seq = None;
+        for ((block, data), generation) in blocks.iter().zip(generations) {
+            let key = vol.info.key(*block);
+            let len = data.len() as u64;
+            let dirty = DirtyBlock {
+                generation,
+                data: data.bytes().clone(),
+            };
+            match inner.open.insert(key, dirty) {
+                Some(old) => {
+                    let old_len = old.data.len() as u64;
+                    inner.open_bytes = inner.open_bytes - old_len + len;
+                    inner.dirty_bytes = inner.dirty_bytes - old_len + len;
+                }
+                None => {
+                    inner.open_bytes += len;
+                    inner.dirty_bytes += len;
+                }
+            }
+            if keep_pending {
+                let seq = inner.next_seq;
+                inner.next_seq += 1;
+                last_seq = Some(seq);
+                inner.pending.push(PendingRecord {
+                    txg,
+                    volume_guid: vol.info.guid,
+                    offset: vol.info.offset_of(*block),
+                    data: data.bytes().clone(),
+                });
+            }
+        }
+        let sync_percent = self.tunables.zfs_dirty_data_sync_percent().min(100);
+        if inner.open_bytes >= self.dirty_max() / 100 * sync_percent {
+            inner.sync_requested = true;
+            self.txg.changed.notify_all();
+        }
+        (txg, last_seq)
+    }
+
+    /// Gives each block a new generation and makes `data` its dirty contents in the ARC,
+    /// under the gate: every cache-device copy of the block leaves the L2 index and gets
+    /// a tombstone queued, and the feed in flight and the rebuilds learn of the write
+    /// (see [`crate::coherence`], rule 1). No device I/O happens here: the syncer commits
+    /// the tombstones before the TXG writes the backing store. Returns the generations.
+    fn change_generations(&self, vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> Vec<u64> {
+        let _gate = self.coherence.gate();
+        let now = self.arc.now_ms();
+        let mut generations = Vec::with_capacity(blocks.len());
+        for (block, data) in blocks {
+            let key = vol.info.key(*block);
+            let generation = self.fresh_generation();
+            let psize = vol.info.block_len(*block) as u32;
+            let removed = {
+                let mut shard = self.arc.shard(&key);
+                let removed = shard.l2.remove(index_key(&key), psize, &self.stats);
+                shard.write(key, generation, data, now);
+                removed
+            };
+            for loc in removed {
+                self.coherence.queue_tombstone(
+                    loc.device,
+                    Tombstone {
+                        key: larch_l2::BlockKey {
+                            volume_guid: vol.info.guid,
+                            block_number: *block,
+                        },
+                        generation,
+                    },
+                );
+                self.stats.l2_tombstones.fetch_add(1, Ordering::Relaxed);
+            }
+            self.coherence.note_write(key);
+            generations.push(generation);
+        }
+        generations
+    }
+
+    /// Asks for the TXGs up to `txg` to sync and waits until they did (a sync write or
+    /// FLUSH without a usable log device).
+    fn wait_synced(&self, txg: u64) -> Result<(), String> {
+        self.write_stats
+            .txg_sync_waits
+            .fetch_add(1, Ordering::Relaxed);
+        self.wait_synced_quiet(txg)
+    }
+
+    /// [`Engine::wait_synced`] without counting it.
+    pub(crate) fn wait_synced_quiet(&self, txg: u64) -> Result<(), String> {
+        let mut inner = self.txg.lock();
+        while inner.synced_txg < txg {
+            if self.is_shutting_down() && !self.syncer_running() {
+                return Err("the pool is shutting down".into());
+            }
+            inner.sync_requested = true;
+            self.txg.changed.notify_all();
+            inner = self.txg.wait(inner, Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Dirty bytes, open TXG, synced TXG (for stats).
+    pub fn txg_state(&self) -> (u64, u64, u64) {
+        let inner = self.txg.lock();
+        (inner.dirty_bytes, inner.open_txg, inner.synced_txg)
+    }
+}

@@ -1,0 +1,283 @@
+//! The syncer: one thread that closes the open TXG and writes it to the backing stores,
+//! after making the tombstones of the copies it supersedes durable (see the parent
+//! module's steps 1-4 and [`crate::coherence`], rule 2).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use larch_policy::BlockKey;
+
+use super::DirtyBlock;
+use crate::backing::BackingStore;
+use crate::engine::Engine;
+use crate::l2::{CacheDevice, DeviceState};
+use crate::volumes::VolumeEntry;
+
+impl Engine {
+    /// The syncer thread's loop: waits for a reason to sync, then syncs the open TXG.
+    /// Returns at shutdown, after syncing what is dirty.
+    pub(crate) fn syncer_loop(&self) {
+        loop {
+            let mut inner = self.txg.lock();
+            loop {
+                let timeout = Duration::from_secs(self.tunables.zfs_txg_timeout());
+                let due = inner.open_since.elapsed() >= timeout;
+                let stopping = self.is_shutting_down();
+                if inner.sync_requested || stopping || (due && !inner.open.is_empty()) {
+                    break;
+                }
+                if due {
+                    inner.open_since = Instant::now();
+                }
+                inner = self.txg.wait(inner, Duration::from_millis(50));
+            }
+            let stopping = self.is_shutting_down();
+            // Close the open TXG.
+            let txg = inner.open_txg;
+            let blocks = std::mem::take(&mut inner.open);
+            let bytes = std::mem::take(&mut inner.open_bytes);
+            inner.open_txg += 1;
+            inner.open_since = Instant::now();
+            inner.sync_requested = false;
+            drop(inner);
+            let result = self.sync_txg(txg, &blocks);
+            let mut inner = self.txg.lock();
+            inner.dirty_bytes -= bytes;
+            inner.synced_txg = txg;
+            let synced = inner.synced_txg;
+            inner.pending.retain(|r| r.txg > synced);
+            if let Err(why) = result {
+                // The failed volumes are marked; their waiters see it.
+                eprintln!("larch: TXG {txg}: {why}");
+            }
+            self.txg.changed.notify_all();
+            let empty = inner.open.is_empty();
+            drop(inner);
+            if stopping && empty {
+                return;
+            }
+        }
+    }
+
+    /// Syncs one closed TXG (steps 1-4 of the module comment).
+    fn sync_txg(&self, txg: u64, blocks: &HashMap<BlockKey, DirtyBlock>) -> Result<(), String> {
+        let started = Instant::now();
+        let mut by_volume: HashMap<u16, Vec<(u64, &DirtyBlock)>> = HashMap::new();
+        for (key, dirty) in blocks {
+            by_volume
+                .entry(key.volume as u16)
+                .or_default()
+                .push((key.block, dirty));
+        }
+        // 1. Tombstones of the superseded cache-device copies are durable first.
+        if !blocks.is_empty()
+            && let Err(why) = self.commit_tombstones()
+        {
+            // No log could be made right, not even by the pool's record: writing the
+            // backing stores now could let a restart serve stale copies. The TXG fails.
+            for (slot, list) in &by_volume {
+                self.fail_txg(*slot, list, &why);
+            }
+            return Err(why);
+        }
+        // 2. The blocks, per volume in block order, contiguous runs in one write.
+        let mut failure = None;
+        let mut written = 0u64;
+        for (slot, mut list) in by_volume {
+            list.sort_unstable_by_key(|(block, _)| *block);
+            let Some(vol) = self.volumes.get(slot) else {
+                failure = Some(format!("volume slot {slot} is not registered"));
+                continue;
+            };
+            let max_active = self.tunables.zfs_vdev_async_write_max_active().max(1) as usize;
+            let stored =
+                write_runs(&vol, &list, max_active).and_then(|n| vol.backing.flush().map(|()| n));
+            match stored {
+                Ok(n) => written += n,
+                Err(err) => {
+                    let why = format!(
+                        "backing store {} failed: {err}; TXG {txg} is not stored",
+                        vol.backing.path().display()
+                    );
+                    self.fail_txg(slot, &list, &why);
+                    failure = Some(why);
+                    continue;
+                }
+            }
+            // 4. Clean: the blocks may now be evicted and fed.
+            let now = self.arc.now_ms();
+            for (block, dirty) in &list {
+                let key = vol.info.key(*block);
+                self.arc
+                    .shard(&key)
+                    .write_done(&vol.info, key, dirty.generation, now);
+            }
+        }
+        // 3. The log may forget this TXG (see `zil`).
+        self.txg_committed(txg);
+        let s = &self.write_stats;
+        if !blocks.is_empty() {
+            s.txg_syncs.fetch_add(1, Ordering::Relaxed);
+            let us = started.elapsed().as_micros() as u64;
+            s.txg_last_sync_us.store(us, Ordering::Relaxed);
+            s.txg_sync_us.fetch_add(us, Ordering::Relaxed);
+            s.txg_last_sync_bytes.store(written, Ordering::Relaxed);
+            s.txg_blocks_written
+                .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// A volume's blocks of a TXG did not reach its backing store: the volume fails (its
+    /// writes and FLUSHes get EIO from now on) and the cache drops the unstored bytes.
+    fn fail_txg(&self, slot: u16, list: &[(u64, &DirtyBlock)], why: &str) {
+        self.write_stats
+            .txg_sync_errors
+            .fetch_add(1, Ordering::Relaxed);
+        let Some(vol) = self.volumes.get(slot) else {
+            return;
+        };
+        vol.fail(why);
+        for (block, dirty) in list {
+            let key = vol.info.key(*block);
+            self.arc.shard(&key).write_failed(key, dirty.generation);
+        }
+    }
+
+    /// Step 1: under `feed_io` (a feed in flight has queued its tombstones), every online
+    /// device commits the tombstones queued for it, and every device still rebuilding has
+    /// its log emptied once for that rebuild (rule 2). A device that fails is faulted and
+    /// its log emptied; `Err` only when that failed too and the pool could not record it.
+    fn commit_tombstones(&self) -> Result<(), String> {
+        let _io = self.coherence.feed_io();
+        for device in self.l2.all() {
+            if self.skip_tombstone_commit() {
+                continue;
+            }
+            self.commit_or_forget(&device)?;
+        }
+        Ok(())
+    }
+
+    fn commit_or_forget(&self, device: &Arc<CacheDevice>) -> Result<(), String> {
+        let mut writer = device.writer();
+        match (writer.as_mut(), device.state()) {
+            (Some(l2), _) => {
+                let queued = self.coherence.take_tombstones(device.index);
+                let committed = CacheDevice::append_tombstones(l2, &queued).and_then(|()| {
+                    if l2.open_entries() > 0 {
+                        l2.commit_log().map(drop)
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(err) = committed {
+                    drop(writer);
+                    return self.fault_device(device, format!("tombstone commit failed: {err}"));
+                }
+                Ok(())
+            }
+            (None, DeviceState::Rebuilding) => {
+                if self.coherence.forget_in_rebuild_once(device.index) {
+                    // Under the writer's lock: the rebuild installs its writer (and then
+                    // writes its first header) only after this returns.
+                    return self.forget_log(device);
+                }
+                Ok(())
+            }
+            // Faulted or removed: its log was emptied when it left (or is recorded).
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// Whether the tombstone commit is to be skipped: a fault injected by tests to show
+    /// that the power-loss test catches the stale reads it causes.
+    #[cfg(feature = "fault-injection")]
+    fn skip_tombstone_commit(&self) -> bool {
+        self.faults.skip_tombstone_commit.load(Ordering::Relaxed)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn skip_tombstone_commit(&self) -> bool {
+        false
+    }
+}
+
+/// Writes sorted blocks of one volume, merging contiguous ones into one write, with up to
+/// `max_active` writes in flight (a slow store is mostly waiting: ZFS keeps
+/// `zfs_vdev_async_write_max_active` writes queued per disk for the same reason). The
+/// order does not matter: the caller flushes the store before the TXG counts as synced.
+/// Returns the bytes written, or the first error (the remaining runs are not started).
+fn write_runs(
+    vol: &VolumeEntry,
+    list: &[(u64, &DirtyBlock)],
+    max_active: usize,
+) -> std::io::Result<u64> {
+    let mut runs: Vec<&[(u64, &DirtyBlock)]> = Vec::new();
+    let mut i = 0;
+    while i < list.len() {
+        let mut j = i + 1;
+        while j < list.len() && list[j].0 == list[j - 1].0 + 1 && j - i < 256 {
+            j += 1;
+        }
+        runs.push(&list[i..j]);
+        i = j;
+    }
+    let backing = &vol.backing;
+    let offset = |block: u64| vol.info.offset_of(block);
+    let workers = max_active.min(runs.len());
+    if workers <= 1 {
+        return runs
+            .iter()
+            .map(|run| write_run(backing, offset(run[0].0), run))
+            .sum();
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| -> std::io::Result<u64> {
+                    let mut written = 0;
+                    while !failed.load(Ordering::Relaxed) {
+                        let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            break;
+                        };
+                        match write_run(backing, offset(run[0].0), run) {
+                            Ok(n) => written += n,
+                            Err(err) => {
+                                failed.store(true, Ordering::Relaxed);
+                                return Err(err);
+                            }
+                        }
+                    }
+                    Ok(written)
+                })
+            })
+            .collect();
+        let mut total = Ok(0u64);
+        for handle in handles {
+            let result = handle
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a TXG writer panicked")));
+            total = match (total, result) {
+                (Ok(a), Ok(b)) => Ok(a + b),
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            };
+        }
+        total
+    })
+}
+
+/// Writes one run of contiguous blocks at `offset` in one (vectored) write.
+fn write_run(
+    backing: &BackingStore,
+    offset: u64,
+    run: &[(u64, &DirtyBlock)],
+) -> std::io::Result<u64> {
+    let parts: Vec<&[u8]> = run.iter().map(|(_, d)| &d.data[..]).collect();
+    backing.write_vectored_at(&parts, offset)?;
+    Ok(parts.iter().map(|p| p.len() as u64).sum())
+}

@@ -1,0 +1,378 @@
+//! The intent log's glue: the log device of the pool, the ordered group commit of pending
+//! records that makes sync writes and FLUSHes durable, replay at attach, the committed
+//! TXG (step 3 of the syncer), and removal. The log device's format and protocol are
+//! `larch_zil`'s (docs/zil.md).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use larch_io::{BlockDevice, FileDevice, FileOptions};
+
+use super::PendingRecord;
+use crate::engine::Engine;
+use crate::lock::RankedMutex;
+use crate::volumes::VolumeEntry;
+
+/// Records a committed TXG durably outside the log device (see
+/// [`Engine::set_committed_txg_sink`]).
+pub type CommittedSink = Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
+
+/// A log device attached to the engine.
+pub struct LogHandle {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its guid.
+    pub guid: u64,
+    pub(crate) device: larch_zil::LogDevice<Arc<dyn BlockDevice>>,
+    /// The first TXG all of whose writes have records in the log: writes of older TXGs
+    /// may have none, so a FLUSH answered from the log also waits for those TXGs to be
+    /// synced (at once true, once the TXG open at attach has synced).
+    covers_from_txg: u64,
+    /// Why it was taken out of use, if it was.
+    fault: RankedMutex<Option<String>>,
+    /// Being removed: takes no new records; its TXGs are synced and committed first.
+    draining: AtomicBool,
+}
+
+impl LogHandle {
+    fn fail(&self, why: String) {
+        let mut fault = self.fault.lock();
+        if fault.is_none() {
+            *fault = Some(why);
+        }
+    }
+
+    /// Why it stopped taking records, if it did.
+    pub fn fault(&self) -> Option<String> {
+        self.fault.lock().clone()
+    }
+
+    /// Whether it takes records (not faulted, poisoned or being removed).
+    pub fn is_healthy(&self) -> bool {
+        self.fault.lock().is_none()
+            && !self.device.is_poisoned()
+            && !self.draining.load(Ordering::Acquire)
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> larch_zil::LogStats {
+        self.device.stats()
+    }
+}
+
+/// The pool's record of committed TXGs outside the log device.
+pub(crate) struct Committed {
+    /// TXGs up to this one are on the backing stores, as the pool (not the log device)
+    /// recorded it: replay skips their records even if the log could not record it.
+    floor: AtomicU64,
+    /// Where the pool records a committed TXG when the log device cannot (OpenZFS keeps
+    /// it in the pool's uberblock, off the log device, for the same reason).
+    sink: RankedMutex<Option<CommittedSink>>,
+}
+
+impl Committed {
+    pub(crate) fn new() -> Committed {
+        Committed {
+            floor: AtomicU64::new(0),
+            sink: RankedMutex::leaf(None),
+        }
+    }
+}
+
+impl Engine {
+    /// The log device, if one is attached.
+    pub fn log_device(&self) -> Option<Arc<LogHandle>> {
+        self.log.read().clone()
+    }
+
+    pub(super) fn log_is_usable(&self) -> bool {
+        self.log_device().is_some_and(|l| l.is_healthy())
+    }
+
+    /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
+    /// takes all pending records, in order, and commits them to the log in one call;
+    /// the others wait for it (group commit, ordered). If the log cannot take them (full,
+    /// failed), the leader syncs their TXGs instead, for the whole group.
+    pub(super) fn log_commit_upto(&self, seq: u64) -> Result<(), String> {
+        let covers_from = self.log_device().map_or(0, |l| l.covers_from_txg);
+        let mut inner = self.txg.lock();
+        loop {
+            if inner.durable_seq >= seq {
+                drop(inner);
+                // Writes from before the log took over are in older TXGs.
+                return self.wait_synced_quiet(covers_from.saturating_sub(1));
+            }
+            if !inner.log_busy {
+                break;
+            }
+            inner = self.txg.wait(inner, Duration::from_millis(100));
+        }
+        inner.log_busy = true;
+        let synced = inner.synced_txg;
+        let mut group = std::mem::take(&mut inner.pending);
+        let upto = inner.next_seq - 1;
+        drop(inner);
+        group.retain(|r| r.txg > synced);
+        let result = if self.commit_records(&group) {
+            self.wait_synced_quiet(covers_from.saturating_sub(1))
+        } else {
+            let txg = group.iter().map(|r| r.txg).max().unwrap_or(0);
+            self.wait_synced(txg)
+        };
+        let mut inner = self.txg.lock();
+        inner.log_busy = false;
+        if result.is_ok() {
+            inner.durable_seq = inner.durable_seq.max(upto);
+        }
+        self.txg.changed.notify_all();
+        drop(inner);
+        result
+    }
+
+    /// Commits records to the log device. False when the log cannot take them (full,
+    /// failed, removed): the caller falls back to syncing the TXG.
+    fn commit_records(&self, records: &[PendingRecord]) -> bool {
+        let Some(log) = self.log_device() else {
+            return false;
+        };
+        let max = (log.device.max_record_data_bytes() as usize).max(1);
+        let mut views = Vec::with_capacity(records.len());
+        for r in records {
+            // Records larger than the log takes are split.
+            for (i, piece) in r.data.chunks(max).enumerate() {
+                views.push(larch_zil::RecordRef {
+                    txg: r.txg,
+                    volume_id: r.volume_guid,
+                    offset_bytes: r.offset + (i * max) as u64,
+                    data: piece,
+                });
+            }
+        }
+        let started = Instant::now();
+        // Commit in pieces the log accepts in one block, in order.
+        let limit = log.device.max_commit_bytes();
+        let mut start = 0;
+        while start < views.len() {
+            let mut end = start;
+            let mut size = 0u64;
+            while end < views.len() {
+                let bytes = larch_zil::encoded_record_bytes(views[end].data.len());
+                if end > start && size + bytes > limit {
+                    break;
+                }
+                size += bytes;
+                end += 1;
+            }
+            match log.device.commit(&views[start..end]) {
+                Ok(_) => {}
+                // Before anything is written: the log stays usable, this group falls
+                // back to a TXG sync.
+                Err(larch_zil::LogError::Full { .. } | larch_zil::LogError::TooLarge { .. }) => {
+                    return false;
+                }
+                Err(err) => {
+                    log.fail(format!("log commit failed: {err}"));
+                    return false;
+                }
+            }
+            start = end;
+        }
+        let s = &self.write_stats;
+        s.zil_commit_count.fetch_add(1, Ordering::Relaxed);
+        s.zil_itx_count
+            .fetch_add(views.len() as u64, Ordering::Relaxed);
+        s.zil_itx_copied_bytes.fetch_add(
+            views.iter().map(|v| v.data.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
+        s.zil_commit_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        true
+    }
+
+    /// Step 3 of a TXG sync: the log may forget `txg`, unless a rebuild still has to
+    /// tombstone copies of blocks that replay rewrote (see [`crate::coherence`], rule 3).
+    /// A volume whose store failed does not hold the TXG back: replaying its records later
+    /// would also replay the other volumes' records over their newer bytes (that volume is
+    /// failed: its writes and FLUSHes get EIO from now on).
+    pub(super) fn txg_committed(&self, txg: u64) {
+        if self.coherence.rebuilding() {
+            return;
+        }
+        if let Some(log) = self.log_device()
+            && let Err(err) = log.device.txg_committed(txg)
+        {
+            // The log cannot record it (failed, poisoned): the pool must, or a restart
+            // would replay these records over newer bytes.
+            log.fail(format!("log header update failed: {err}"));
+            if let Err(why) = self.record_committed_elsewhere(txg) {
+                eprintln!("larch: {why}");
+            }
+        }
+    }
+
+    /// Attaches the pool's log device. `create` formats it; otherwise its log is replayed
+    /// first: every record newer than the last committed TXG is written to its volume's
+    /// backing store (which is then flushed), its blocks' cache-device copies are
+    /// tombstoned by the rebuild that follows, and TXG numbers continue after the log's.
+    /// Call it after the volumes are registered and before cache devices are added.
+    /// Returns the records replayed.
+    pub fn attach_log(
+        &self,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        let named =
+            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
+        self.attach_log_device(dev, path, pool_guid, device_guid, create)
+    }
+
+    /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it.
+    pub fn attach_log_device(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        let named =
+            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let (device, replayed) = if create {
+            let device =
+                larch_zil::LogDevice::create(dev, pool_guid, device_guid).map_err(|e| named(&e))?;
+            (device, 0)
+        } else {
+            let (device, replay) =
+                larch_zil::LogDevice::open(dev, pool_guid).map_err(|e| named(&e))?;
+            if device.device_guid() != device_guid {
+                return Err(named(&format!(
+                    "log device guid {:#x}, the pool expects {device_guid:#x}",
+                    device.device_guid()
+                )));
+            }
+            let replayed = self.replay_log(&replay)?;
+            let next = replay
+                .committed_txg
+                .max(replay.max_txg().unwrap_or(0))
+                .max(self.committed.floor.load(Ordering::Acquire))
+                + 1;
+            self.txg.start_at(next);
+            (device, replayed)
+        };
+        // The log takes over now: writers decide under the TXG lock whether they keep
+        // records, so every write that joins after this has one, and the ones before it
+        // are in the open TXG or older, which a FLUSH answered from the log waits for
+        // (`covers_from_txg`); a sync of the open TXG is requested at once.
+        let mut inner = self.txg.lock();
+        let handle = Arc::new(LogHandle {
+            path: path.to_path_buf(),
+            guid: device_guid,
+            device,
+            covers_from_txg: inner.open_txg + 1,
+            fault: RankedMutex::leaf(None),
+            draining: AtomicBool::new(false),
+        });
+        *self.log.write() = Some(handle);
+        inner.sync_requested = true;
+        self.txg.changed.notify_all();
+        drop(inner);
+        Ok(replayed)
+    }
+
+    /// The committed TXG the pool recorded outside the log device (its state directory),
+    /// and where to record later ones when the log device cannot take them (a failed or
+    /// removed log). Call before [`Engine::attach_log`]: replay skips records of TXGs up to
+    /// the floor, which the backing stores hold (possibly with newer data on top).
+    pub fn set_committed_txg_sink(&self, floor: u64, sink: CommittedSink) {
+        self.committed.floor.store(floor, Ordering::Release);
+        *self.committed.sink.lock() = Some(sink);
+    }
+
+    /// Records that TXGs up to `txg` are on the backing stores when the log device could
+    /// not: through the pool's sink, and in the replay floor.
+    fn record_committed_elsewhere(&self, txg: u64) -> Result<(), String> {
+        self.committed.floor.fetch_max(txg, Ordering::AcqRel);
+        match self.committed.sink.lock().as_ref() {
+            Some(sink) => sink(txg).map_err(|e| format!("recording committed TXG {txg}: {e}")),
+            None => Err(format!(
+                "no place to record committed TXG {txg}: a restart may replay older log records"
+            )),
+        }
+    }
+
+    /// Applies replayed records (see [`Engine::attach_log`]).
+    fn replay_log(&self, replay: &larch_zil::Replay) -> io::Result<u64> {
+        let floor = self.committed.floor.load(Ordering::Acquire);
+        let mut touched: HashMap<u64, Arc<VolumeEntry>> = HashMap::new();
+        let mut applied = 0;
+        for record in replay.records.iter().filter(|r| r.txg > floor) {
+            applied += 1;
+            let Some(vol) = self.volumes.by_guid(record.volume_id) else {
+                return Err(io::Error::other(format!(
+                    "the intent log has writes of volume {:#x}, which the pool does not have",
+                    record.volume_id
+                )));
+            };
+            let end = record.offset_bytes + record.data.len() as u64;
+            if end > vol.backing.size_bytes() {
+                return Err(io::Error::other(format!(
+                    "an intent-log record of volume {:#x} ends at {end}, past its size",
+                    record.volume_id
+                )));
+            }
+            vol.backing.write_at(&record.data, record.offset_bytes)?;
+            if !record.data.is_empty() {
+                let block_bytes = u64::from(vol.info.block_bytes);
+                for block in record.offset_bytes / block_bytes..=(end - 1) / block_bytes {
+                    self.coherence.note_replayed(vol.info.key(block));
+                }
+            }
+            touched.insert(record.volume_id, vol);
+        }
+        for vol in touched.values() {
+            vol.backing.flush()?;
+        }
+        if applied > 0 {
+            self.coherence.mark_writes_seen();
+        }
+        Ok(applied)
+    }
+
+    /// Takes the log device out of use without losing what it covers: it stops taking
+    /// records (sync writes go through TXG syncs from now on), the open TXG is synced, and
+    /// once no cache-device rebuild needs the log kept, the log is told that every TXG up
+    /// to it is committed, so a later replay of the device (if it is attached again by
+    /// hand) has nothing to apply.
+    pub fn detach_log(&self) -> Option<Arc<LogHandle>> {
+        let log = self.log_device()?;
+        log.draining.store(true, Ordering::Release);
+        let txg = self.txg.lock().open_txg;
+        let _ = self.wait_synced_quiet(txg);
+        while self.coherence.rebuilding() && !self.is_shutting_down() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let synced = self.txg.lock().synced_txg;
+        if let Err(err) = log.device.txg_committed(synced) {
+            log.fail(format!("log header update at removal failed: {err}"));
+            if let Err(why) = self.record_committed_elsewhere(synced) {
+                eprintln!("larch: {why}");
+            }
+        }
+        let mut slot = self.log.write();
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, &log)) {
+            *slot = None;
+        }
+        drop(slot);
+        self.txg.lock().pending.clear();
+        Some(log)
+    }
+}

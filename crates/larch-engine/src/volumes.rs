@@ -1,0 +1,233 @@
+//! The engine's one table of volumes, by slot.
+//!
+//! A volume's **slot** is its short number in this process: the index of its entry here.
+//! Every in-memory key carries the slot (ARC keys, L2 index keys, dirty blocks); the
+//! volume's **guid** appears only where bytes leave the process and must mean the same
+//! after a restart: cache-device log entries and intent-log records. Translating guid to
+//! slot therefore happens only at those boundaries (a rebuild, a replay), through
+//! [`Volumes::slot_of`].
+//!
+//! Volumes are registered before they are served and never leave while the engine runs,
+//! so a slot never changes meaning.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use larch_policy::BlockKey;
+
+use crate::backing::BackingStore;
+use crate::l2::index::{MAX_BLOCK, VOLUME_SLOTS};
+use crate::lock::{RankedMutex, RankedRwLock};
+
+/// How a volume uses a cache level (ZFS `primarycache`/`secondarycache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    /// Data and metadata.
+    All,
+    /// Metadata only (the NBD front end reads data, so for it this is "nothing").
+    Metadata,
+    /// Nothing.
+    None,
+}
+
+/// When a volume's writes are durable (ZFS `sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// FUA writes and FLUSH are made durable before they are acknowledged.
+    #[default]
+    Standard,
+    /// Every write is made durable before it is acknowledged.
+    Always,
+    /// Nothing waits for durability: FUA and FLUSH are acknowledged at once. A crash
+    /// loses up to `zfs_txg_timeout` seconds of acknowledged writes.
+    Disabled,
+}
+
+/// A volume's identity and properties, as the caller registers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VolumeSpec {
+    /// Identity of the volume in cache-device logs and intent-log records.
+    pub guid: u64,
+    /// Block size (`volblocksize`).
+    pub block_bytes: u32,
+    /// `primarycache`.
+    pub primarycache: CacheMode,
+    /// `secondarycache`.
+    pub secondarycache: CacheMode,
+    /// `sync`.
+    pub sync: SyncMode,
+    /// `readonly`.
+    pub read_only: bool,
+}
+
+impl VolumeSpec {
+    /// A writable volume of `block_bytes` blocks that caches everything, `sync=standard`.
+    pub fn new(guid: u64, block_bytes: u32) -> VolumeSpec {
+        VolumeSpec {
+            guid,
+            block_bytes,
+            primarycache: CacheMode::All,
+            secondarycache: CacheMode::All,
+            sync: SyncMode::Standard,
+            read_only: false,
+        }
+    }
+}
+
+/// What the engine needs to know of a volume on every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VolumeInfo {
+    /// Identity of the volume in cache-device logs and intent-log records.
+    pub guid: u64,
+    /// Its slot: the volume part of every in-memory key.
+    pub slot: u16,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Block size (`volblocksize`).
+    pub block_bytes: u32,
+    /// `primarycache`.
+    pub primarycache: CacheMode,
+    /// `secondarycache`.
+    pub secondarycache: CacheMode,
+    /// `sync`.
+    pub sync: SyncMode,
+    /// `readonly`.
+    pub read_only: bool,
+}
+
+impl VolumeInfo {
+    /// Bytes of block `block` (the last block may be short; 0 past the end).
+    pub fn block_len(&self, block: u64) -> usize {
+        let start = block.saturating_mul(u64::from(self.block_bytes));
+        self.size_bytes
+            .saturating_sub(start)
+            .min(u64::from(self.block_bytes)) as usize
+    }
+
+    /// Number of blocks.
+    pub fn blocks(&self) -> u64 {
+        self.size_bytes.div_ceil(u64::from(self.block_bytes))
+    }
+
+    /// The in-memory key of block `block`.
+    pub fn key(&self, block: u64) -> BlockKey {
+        BlockKey::new(u64::from(self.slot), block)
+    }
+
+    /// Device offset of block `block` on the backing store.
+    pub fn offset_of(&self, block: u64) -> u64 {
+        block * u64::from(self.block_bytes)
+    }
+}
+
+/// One volume of the table: what it is, where its bytes are, and whether its backing
+/// store failed.
+#[derive(Debug)]
+pub struct VolumeEntry {
+    /// Identity, size and properties.
+    pub info: VolumeInfo,
+    /// The backing store.
+    pub backing: Arc<BackingStore>,
+    /// Why its writes fail, once its backing store failed a TXG.
+    failure: RankedMutex<Option<String>>,
+}
+
+impl VolumeEntry {
+    /// Why writes to the volume fail, if they do.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
+    /// Marks the volume failed (the first reason stays).
+    pub(crate) fn fail(&self, why: &str) {
+        let mut failure = self.failure.lock();
+        if failure.is_none() {
+            *failure = Some(why.to_string());
+        }
+    }
+}
+
+/// The volumes, by slot.
+#[derive(Debug, Default)]
+pub struct Volumes {
+    table: RankedRwLock<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    by_slot: Vec<Arc<VolumeEntry>>,
+    by_guid: HashMap<u64, u16>,
+}
+
+impl Volumes {
+    /// Registers a volume over `backing` and returns its entry. Refused: a guid already
+    /// registered, more than [`VOLUME_SLOTS`] volumes, a volume with more blocks than an
+    /// index key holds, a block size of 0.
+    pub fn register(
+        &self,
+        spec: VolumeSpec,
+        backing: Arc<BackingStore>,
+    ) -> Result<Arc<VolumeEntry>, String> {
+        if spec.block_bytes == 0 {
+            return Err("a volume's block size must not be 0".into());
+        }
+        let mut table = self.table.write();
+        if table.by_guid.contains_key(&spec.guid) {
+            return Err(format!("volume {:#x} is registered already", spec.guid));
+        }
+        if table.by_slot.len() >= VOLUME_SLOTS {
+            return Err(format!("more than {VOLUME_SLOTS} volumes"));
+        }
+        let slot = table.by_slot.len() as u16;
+        let info = VolumeInfo {
+            guid: spec.guid,
+            slot,
+            size_bytes: backing.size_bytes(),
+            block_bytes: spec.block_bytes,
+            primarycache: spec.primarycache,
+            secondarycache: spec.secondarycache,
+            sync: spec.sync,
+            read_only: spec.read_only,
+        };
+        if info.blocks() > MAX_BLOCK + 1 {
+            return Err(format!(
+                "{} blocks of {} bytes: more than a cache key holds ({})",
+                info.blocks(),
+                info.block_bytes,
+                MAX_BLOCK + 1
+            ));
+        }
+        let entry = Arc::new(VolumeEntry {
+            info,
+            backing,
+            failure: RankedMutex::leaf(None),
+        });
+        table.by_slot.push(Arc::clone(&entry));
+        table.by_guid.insert(spec.guid, slot);
+        Ok(entry)
+    }
+
+    /// The volume in `slot`.
+    pub fn get(&self, slot: u16) -> Option<Arc<VolumeEntry>> {
+        self.table.read().by_slot.get(usize::from(slot)).cloned()
+    }
+
+    /// The slot of the volume with `guid` (at on-disk boundaries only).
+    pub fn slot_of(&self, guid: u64) -> Option<u16> {
+        self.table.read().by_guid.get(&guid).copied()
+    }
+
+    /// The volume with `guid` (at on-disk boundaries only).
+    pub fn by_guid(&self, guid: u64) -> Option<Arc<VolumeEntry>> {
+        let table = self.table.read();
+        let slot = *table.by_guid.get(&guid)?;
+        table.by_slot.get(usize::from(slot)).cloned()
+    }
+
+    /// Every volume, by slot.
+    pub fn all(&self) -> Vec<Arc<VolumeEntry>> {
+        self.table.read().by_slot.clone()
+    }
+}

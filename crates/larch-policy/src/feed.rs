@@ -1,0 +1,411 @@
+//! The L2 feed's decisions, with no device in sight: which blocks one feed writes to a
+//! cache device, in what order and within which budget, and when the next feed runs.
+//! The engine turns the result into one sequential write; the simulator runs the same
+//! functions against its device models, so both feed alike.
+//!
+//! The decisions, as OpenZFS's `l2arc_write_buffers` and `l2arc_feed_thread` make them,
+//! and where larch differs:
+//! 1. **Budget.** A feed writes at most `l2arc_write_max`, plus `l2arc_write_boost` while
+//!    the ARC is cold (it has not evicted yet: nothing is lost by writing more), and never
+//!    more than one batch of the device may hold. It scans at most `l2arc_headroom` times
+//!    that (times `l2arc_headroom_boost` percent) from the cold ends: blocks nearer the
+//!    hot end are not about to be evicted, so feeding them would waste device writes.
+//! 2. **Order** ([`FEED_ORDER`]): metadata before data (a metadata miss costs more), MFU
+//!    before MRU within each, each list from its cold end.
+//! 3. **Eligibility** ([`FeedRules`]): the volume allows the cache device
+//!    (`secondarycache`); not a prefetched block unless `l2arc_noprefetch=0`; with
+//!    `l2arc_mfuonly`, only MFU (1) or MFU data and all metadata (2); not a block whose
+//!    contents came from a write no read has used (`l2arc_nowrite`, larch's: a write-once
+//!    block would cost a device write and likely never be read). Dirty blocks are on no
+//!    list, so they are never fed. The caller skips blocks already on the device.
+//! 4. **Pace** ([`next_feed`]): every `l2arc_feed_secs`; again after `l2arc_feed_min_ms`
+//!    when the last feed wrote over half its budget (`l2arc_feed_again`); and, larch's
+//!    `l2arc_feed_follow`, every `l2arc_feed_min_ms` with that share of the per-second
+//!    budget while blocks the feed could have written leave the ARC unfed, so the feed
+//!    keeps up with an ARC that turns over faster than once a second, at the same bytes
+//!    per second.
+
+use crate::{Arc, BlockKey, BufType, State};
+
+/// The lists a feed scans, in order: metadata first, MFU before MRU.
+pub const FEED_ORDER: [(State, BufType); 4] = [
+    (State::Mfu, BufType::Metadata),
+    (State::Mru, BufType::Metadata),
+    (State::Mfu, BufType::Data),
+    (State::Mru, BufType::Data),
+];
+
+/// What `l2arc_mfuonly` allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MfuOnly {
+    /// 0: MRU and MFU.
+    #[default]
+    No,
+    /// 1: MFU only.
+    Yes,
+    /// 2: MFU data and all metadata.
+    DataOnly,
+}
+
+impl MfuOnly {
+    /// The mode of an `l2arc_mfuonly` value (anything above 2 counts as 2).
+    pub fn from_tunable(value: u64) -> MfuOnly {
+        match value {
+            0 => MfuOnly::No,
+            1 => MfuOnly::Yes,
+            _ => MfuOnly::DataOnly,
+        }
+    }
+
+    fn allows(self, state: State, buf_type: BufType) -> bool {
+        match self {
+            MfuOnly::No => true,
+            MfuOnly::Yes => state == State::Mfu,
+            MfuOnly::DataOnly => state == State::Mfu || buf_type == BufType::Metadata,
+        }
+    }
+}
+
+/// Which blocks may be fed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedRules {
+    /// `l2arc_noprefetch`: skip blocks a prefetch brought in and no demand read used.
+    pub noprefetch: bool,
+    /// `l2arc_nowrite`: skip blocks whose contents came from a write no read has used.
+    pub nowrite: bool,
+    /// `l2arc_mfuonly`.
+    pub mfu_only: MfuOnly,
+}
+
+/// How much one feed may write and scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedBudget {
+    /// Bytes of blocks to take at most.
+    pub write_bytes: u64,
+    /// Bytes of list to walk at most (taken or not).
+    pub scan_bytes: u64,
+}
+
+/// The tunables that size a feed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetRules {
+    /// `l2arc_write_max`.
+    pub write_max_bytes: u64,
+    /// `l2arc_write_boost`.
+    pub write_boost_bytes: u64,
+    /// `l2arc_headroom` (0: scan without limit).
+    pub headroom: u64,
+    /// `l2arc_headroom_boost`, percent.
+    pub headroom_boost_percent: u64,
+}
+
+impl FeedBudget {
+    /// The budget of the next feed (decision 1): `pace_bytes` is what [`next_feed`] allows
+    /// (`l2arc_write_max` and its share when following), boosted while the ARC is cold,
+    /// cut to `batch_limit_bytes` (what one batch of the device may carry).
+    pub fn new(rules: &BudgetRules, pace_bytes: u64, batch_limit_bytes: u64) -> FeedBudget {
+        let write_bytes = pace_bytes.min(batch_limit_bytes);
+        let scan_bytes = if rules.headroom == 0 {
+            u64::MAX
+        } else {
+            write_bytes
+                .saturating_mul(rules.headroom)
+                .saturating_mul(rules.headroom_boost_percent)
+                / 100
+        };
+        FeedBudget {
+            write_bytes,
+            scan_bytes,
+        }
+    }
+
+    /// The share of one of `parts` independently scanned ARCs (the engine's shards): the
+    /// same limits divided evenly, at least one byte each.
+    pub fn split(&self, parts: u64) -> FeedBudget {
+        let parts = parts.max(1);
+        FeedBudget {
+            write_bytes: (self.write_bytes / parts).max(1),
+            scan_bytes: (self.scan_bytes / parts).max(1),
+        }
+    }
+}
+
+/// One block chosen for a feed, as the ARC described it when it was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedPick {
+    /// The block.
+    pub key: BlockKey,
+    /// The generation whose bytes are to be written.
+    pub generation: u64,
+    /// Its size.
+    pub size_bytes: u32,
+    /// MRU or MFU.
+    pub state: State,
+    /// Data or metadata.
+    pub buf_type: BufType,
+    /// Brought in by a prefetch.
+    pub prefetch: bool,
+}
+
+/// Chooses the blocks of one ARC to feed (decisions 1-3): walks the lists of
+/// [`FEED_ORDER`] from their cold ends, appending to `out` every eligible block for which
+/// `skip` says false (the caller skips blocks already on the device, or whose bytes it
+/// does not hold), until `budget` is spent. Within one ARC the scanned and taken bytes
+/// add up over the lists; a list is left at its first block past either limit.
+pub fn select(
+    arc: &Arc,
+    rules: &FeedRules,
+    budget: &FeedBudget,
+    mut skip: impl FnMut(&BlockKey) -> bool,
+    out: &mut Vec<FeedPick>,
+) {
+    let (mut scanned, mut taken) = (0u64, 0u64);
+    for (state, buf_type) in FEED_ORDER {
+        if !rules.mfu_only.allows(state, buf_type) {
+            continue;
+        }
+        for info in arc.cold_end(state, buf_type) {
+            scanned += u64::from(info.size_bytes);
+            if scanned > budget.scan_bytes || taken >= budget.write_bytes {
+                break;
+            }
+            let skipped_prefetch = rules.noprefetch && info.prefetch;
+            let skipped_write = rules.nowrite && info.written;
+            let ineligible = !info.l2cache || info.on_l2 || skipped_prefetch || skipped_write;
+            if ineligible || skip(&info.key) {
+                continue;
+            }
+            taken += u64::from(info.size_bytes);
+            out.push(FeedPick {
+                key: info.key,
+                generation: info.generation,
+                size_bytes: info.size_bytes,
+                state,
+                buf_type,
+                prefetch: info.prefetch,
+            });
+        }
+    }
+}
+
+/// The tunables of decision 4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaceRules {
+    /// `l2arc_feed_secs`.
+    pub feed_secs: u64,
+    /// `l2arc_feed_min_ms`.
+    pub feed_min_ms: u64,
+    /// `l2arc_feed_again`.
+    pub feed_again: bool,
+    /// `l2arc_feed_follow`.
+    pub feed_follow: bool,
+}
+
+/// When the next feed comes and how much it may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedPace {
+    /// Milliseconds until the next feed.
+    pub wait_ms: u64,
+    /// Its write budget before the device's batch limit (see [`FeedBudget::new`]).
+    pub budget_bytes: u64,
+}
+
+/// Decision 4: the next feed after one that wrote `wrote_bytes` of a `budget_bytes`
+/// budget, `behind` when blocks the feed could have written left the ARC since.
+pub fn next_feed(rules: &PaceRules, budget_bytes: u64, wrote_bytes: u64, behind: bool) -> FeedPace {
+    let min_ms = rules.feed_min_ms.max(1);
+    let interval_ms = rules.feed_secs.max(1).saturating_mul(1000);
+    if rules.feed_again && wrote_bytes > budget_bytes / 2 {
+        return FeedPace {
+            wait_ms: min_ms,
+            budget_bytes,
+        };
+    }
+    if rules.feed_follow && behind && min_ms < interval_ms {
+        return FeedPace {
+            wait_ms: min_ms,
+            budget_bytes: (budget_bytes.saturating_mul(min_ms) / interval_ms).max(4096),
+        };
+    }
+    FeedPace {
+        wait_ms: interval_ms,
+        budget_bytes,
+    }
+}
+
+/// The write budget of a feed before pacing: `l2arc_write_max`, plus `l2arc_write_boost`
+/// while the ARC has not evicted anything (OpenZFS `arc_warm`).
+pub fn write_allowance(rules: &BudgetRules, arc_warm: bool) -> u64 {
+    let base = rules.write_max_bytes.max(4096);
+    if arc_warm {
+        base
+    } else {
+        base.saturating_add(rules.write_boost_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Access, ArcConfig};
+
+    const BLOCK: u32 = 8192;
+
+    /// An ARC with blocks 0..n read once (MRU) and blocks of `mfu` read twice, far apart.
+    fn arc_with(n: u64, mfu: &[u64]) -> Arc {
+        let mut arc = Arc::new(ArcConfig::new(1 << 20, 64 << 20)).unwrap();
+        let mut actions = Vec::new();
+        for b in 0..n {
+            arc.access(&Access::data(BlockKey::new(1, b), BLOCK, 0), &mut actions);
+        }
+        for &b in mfu {
+            arc.access(
+                &Access::data(BlockKey::new(1, b), BLOCK, 1000),
+                &mut actions,
+            );
+        }
+        arc
+    }
+
+    fn rules() -> FeedRules {
+        FeedRules {
+            noprefetch: true,
+            nowrite: true,
+            mfu_only: MfuOnly::No,
+        }
+    }
+
+    fn unlimited() -> FeedBudget {
+        FeedBudget {
+            write_bytes: u64::MAX,
+            scan_bytes: u64::MAX,
+        }
+    }
+
+    fn picked(arc: &Arc, rules: &FeedRules, budget: &FeedBudget) -> Vec<u64> {
+        let mut out = Vec::new();
+        select(arc, rules, budget, |_| false, &mut out);
+        out.iter().map(|p| p.key.block).collect()
+    }
+
+    #[test]
+    fn mfu_comes_first_then_mru_each_from_its_cold_end() {
+        let arc = arc_with(6, &[4, 1]);
+        // MFU cold end: 4 (promoted first), then 1; MRU cold end: 0, 2, 3, 5.
+        assert_eq!(picked(&arc, &rules(), &unlimited()), vec![4, 1, 0, 2, 3, 5]);
+        let mfu = FeedRules {
+            mfu_only: MfuOnly::Yes,
+            ..rules()
+        };
+        assert_eq!(picked(&arc, &mfu, &unlimited()), vec![4, 1]);
+    }
+
+    #[test]
+    fn the_budget_bounds_what_is_taken_and_what_is_scanned() {
+        let arc = arc_with(10, &[]);
+        let two = FeedBudget {
+            write_bytes: 2 * u64::from(BLOCK),
+            scan_bytes: u64::MAX,
+        };
+        assert_eq!(picked(&arc, &rules(), &two), vec![0, 1]);
+        // Scanning stops after three blocks even though the first two are skipped.
+        let shallow = FeedBudget {
+            write_bytes: u64::MAX,
+            scan_bytes: 3 * u64::from(BLOCK),
+        };
+        let mut out = Vec::new();
+        select(&arc, &rules(), &shallow, |k| k.block < 2, &mut out);
+        assert_eq!(out.iter().map(|p| p.key.block).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn prefetched_written_and_uncacheable_blocks_are_not_fed() {
+        let mut arc = Arc::new(ArcConfig::new(1 << 20, 64 << 20)).unwrap();
+        let mut actions = Vec::new();
+        let prefetched = Access {
+            prefetch: true,
+            ..Access::data(BlockKey::new(1, 0), BLOCK, 0)
+        };
+        arc.access(&prefetched, &mut actions);
+        let no_l2 = Access {
+            l2cache: false,
+            ..Access::data(BlockKey::new(1, 1), BLOCK, 0)
+        };
+        arc.access(&no_l2, &mut actions);
+        arc.write(
+            BlockKey::new(1, 2),
+            7,
+            BLOCK,
+            BufType::Data,
+            0,
+            &mut actions,
+        );
+        arc.write_done(&BlockKey::new(1, 2), 7, true, 0, &mut actions);
+        arc.access(&Access::data(BlockKey::new(1, 3), BLOCK, 0), &mut actions);
+        assert_eq!(picked(&arc, &rules(), &unlimited()), vec![3]);
+        let permissive = FeedRules {
+            noprefetch: false,
+            nowrite: false,
+            mfu_only: MfuOnly::No,
+        };
+        let mut all = picked(&arc, &permissive, &unlimited());
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn budgets_follow_the_tunables() {
+        let rules = BudgetRules {
+            write_max_bytes: 32 << 20,
+            write_boost_bytes: 32 << 20,
+            headroom: 8,
+            headroom_boost_percent: 200,
+        };
+        assert_eq!(write_allowance(&rules, false), 64 << 20);
+        assert_eq!(write_allowance(&rules, true), 32 << 20);
+        let b = FeedBudget::new(&rules, 32 << 20, 16 << 20);
+        assert_eq!(b.write_bytes, 16 << 20, "cut to the batch limit");
+        assert_eq!(b.scan_bytes, (16 << 20) * 16, "headroom 8 x 200%");
+        let split = b.split(16);
+        assert_eq!(split.write_bytes, 1 << 20);
+        let open = FeedBudget::new(
+            &BudgetRules {
+                headroom: 0,
+                ..rules
+            },
+            1 << 20,
+            u64::MAX,
+        );
+        assert_eq!(open.scan_bytes, u64::MAX);
+    }
+
+    #[test]
+    fn the_feed_follows_a_fast_arc_at_the_same_bytes_per_second() {
+        let rules = PaceRules {
+            feed_secs: 1,
+            feed_min_ms: 200,
+            feed_again: true,
+            feed_follow: true,
+        };
+        let budget = 32 << 20;
+        let quiet = next_feed(&rules, budget, 1 << 20, false);
+        assert_eq!((quiet.wait_ms, quiet.budget_bytes), (1000, budget));
+        // OpenZFS's feed again: a full feed comes back after l2arc_feed_min_ms.
+        let again = next_feed(&rules, budget, budget, false);
+        assert_eq!((again.wait_ms, again.budget_bytes), (200, budget));
+        // Behind the ARC: a fifth of the budget every 200 ms.
+        let behind = next_feed(&rules, budget, 1 << 20, true);
+        assert_eq!((behind.wait_ms, behind.budget_bytes), (200, budget / 5));
+        // Following off, or a minimum interval as long as the interval: no change.
+        let off = PaceRules {
+            feed_follow: false,
+            ..rules
+        };
+        assert_eq!(next_feed(&off, budget, 1 << 20, true), quiet);
+        let slow = PaceRules {
+            feed_min_ms: 1000,
+            ..rules
+        };
+        assert_eq!(next_feed(&slow, budget, 1 << 20, true), quiet);
+    }
+}
