@@ -76,6 +76,7 @@ stats! {
         l2_rebuild_lowmem: Counter, "entries a rebuild did not restore because the L2 index reached l2arc_meta_percent";
         memory_indirect_count: Counter, "times the ARC shrank because available memory fell below zfs_arc_sys_free";
         memory_available_bytes: Gauge, "available memory minus zfs_arc_sys_free at the last check, bytes (0 when below)";
+        memory_trims: Counter, "times freed memory was given back to the system because the process held far more than the cache accounts for";
         iohits: Counter, "reads that joined a read of the same block already in flight";
         backing_reads: Counter, "backing-store reads issued by the cache";
     }

@@ -33,7 +33,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::export::{Errno, Export};
@@ -58,6 +58,11 @@ pub struct ServerLimits {
     pub max_connections: usize,
     /// Requests in flight per connection; the connection stops reading at this count.
     pub max_inflight_per_connection: usize,
+    /// Bytes of WRITE payloads the server holds at once, over all connections: a
+    /// connection waits (reading nothing more, answering what completes) before reading a
+    /// payload that does not fit. This bounds the memory clients can make the server hold,
+    /// whatever their number, depth and request sizes. At least `max_request_bytes`.
+    pub max_payload_bytes_in_flight: u64,
     /// How long a connection may stay open after shutdown began.
     pub shutdown_grace: Duration,
     /// How long a client may take from connecting to the end of negotiation; an idle
@@ -72,6 +77,7 @@ impl Default for ServerLimits {
             max_request_bytes: 32 << 20,
             max_connections: 256,
             max_inflight_per_connection: 128,
+            max_payload_bytes_in_flight: 256 << 20,
             shutdown_grace: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(30),
         }
@@ -141,6 +147,8 @@ struct Inner<E> {
     infos: Vec<ExportInfo>,
     limits: ServerLimits,
     connections: Arc<Semaphore>,
+    /// The payload budget, in units of [`BUDGET_UNIT_BYTES`].
+    payload_budget: Arc<Semaphore>,
     shutdown_tx: watch::Sender<bool>,
     spinners: Arc<Spinners>,
 }
@@ -184,6 +192,14 @@ impl<E: Export> Server<E> {
         {
             return Err(ServerError::BadLimit("limit too large"));
         }
+        if limits.max_payload_bytes_in_flight < u64::from(limits.max_request_bytes) {
+            return Err(ServerError::BadLimit(
+                "max_payload_bytes_in_flight must be at least max_request_bytes",
+            ));
+        }
+        let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS >> 1);
         let mut names = HashSet::new();
         let mut infos = Vec::with_capacity(exports.len());
         for e in &exports {
@@ -221,6 +237,7 @@ impl<E: Export> Server<E> {
                 infos,
                 limits,
                 connections: Arc::new(Semaphore::new(limits.max_connections)),
+                payload_budget: Arc::new(Semaphore::new(budget_units)),
                 shutdown_tx,
                 spinners: Arc::new(Spinners::new()),
             }),
@@ -407,6 +424,9 @@ impl<E: Export> Server<E> {
         };
         let mut inflight = InFlight::default();
         let mut out = Output::default();
+        let budget = Arc::clone(&self.inner.payload_budget);
+        // A request whose WRITE payload waits for the payload budget.
+        let mut pending: Option<PendingPayload> = None;
         let mut reading = true;
         let mut result: Result<(), ConnectionError> = Ok(());
         let mut deadline: Option<Instant> = None;
@@ -418,8 +438,10 @@ impl<E: Export> Server<E> {
                 break;
             }
             let can_read = reading
+                && pending.is_none()
                 && inflight.len() < limits.max_inflight_per_connection
                 && out.len_bytes() < OUTPUT_HIGH_WATER_BYTES;
+            let wanted_units = pending.as_ref().map_or(0, |p| budget_units(p.len));
             let grace_end = deadline.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
@@ -450,6 +472,9 @@ impl<E: Export> Server<E> {
                     wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => {
                         Event::Wrote(wrote)
                     }
+                    permit = Arc::clone(&budget).acquire_many_owned(wanted_units), if pending.is_some() => {
+                        Event::Budget(permit.ok())
+                    }
                     filled = reader.fill_buf(), if can_read => {
                         Event::Readable(filled.map(|b| !b.is_empty()))
                     }
@@ -460,6 +485,7 @@ impl<E: Export> Server<E> {
                 }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
+            let mut budget_ready = None;
             match event {
                 Event::Completed => inflight.drain_done(&mut out),
                 Event::Wrote(Ok(0)) => {
@@ -487,27 +513,63 @@ impl<E: Export> Server<E> {
                     reading = false;
                     result = Err(err.into());
                 }
+                Event::Budget(permit) => budget_ready = permit,
                 Event::Shutdown => {}
                 Event::GraceOver => break,
             }
-            if !request_ready {
-                continue;
-            }
+            // The next request: one whose payload the budget now admits, or a new one.
             // Reading the rest of a request is not cancel-safe; only the grace deadline
             // may interrupt it, and then the connection closes anyway.
-            let read = tokio::select! {
-                read = read_request(&mut reader, &ctx, limits.max_request_bytes) => read,
-                () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
-            };
-            let (hdr, checked, payload) = match read {
-                Ok(r) => r,
-                Err(err) => {
-                    // Out of sync or cut off: finish what is in flight, read no more.
-                    reading = false;
-                    result = Err(err);
-                    continue;
+            let (head, permit) = if let Some(permit) = budget_ready {
+                let head = pending
+                    .take()
+                    .expect("the budget is waited for only with a request pending");
+                (head, Some(permit))
+            } else if request_ready {
+                let read = tokio::select! {
+                    read = read_head(&mut reader, &ctx, limits.max_request_bytes) => read,
+                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
+                };
+                match read {
+                    Ok(head) if head.len == 0 => (head, None),
+                    Ok(head) => {
+                        match Arc::clone(&budget).try_acquire_many_owned(budget_units(head.len)) {
+                            Ok(permit) => (head, Some(permit)),
+                            Err(_) => {
+                                // Over budget: answer what completes, read nothing more
+                                // until the payload fits.
+                                pending = Some(head);
+                                continue;
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        // Out of sync or cut off: finish what is in flight, read no more.
+                        reading = false;
+                        result = Err(err);
+                        continue;
+                    }
                 }
+            } else {
+                continue;
             };
+            let payload = if head.len > 0 {
+                let read = tokio::select! {
+                    read = read_payload(&mut reader, head.len) => read,
+                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
+                };
+                match read {
+                    Ok(data) => Some(data),
+                    Err(err) => {
+                        reading = false;
+                        result = Err(err);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let PendingPayload { hdr, checked, .. } = head;
             if hdr.command == crate::proto::cmd::DISC {
                 reading = false;
                 continue;
@@ -524,7 +586,10 @@ impl<E: Export> Server<E> {
                     let structured = ctx.structured_replies;
                     let cookie = hdr.cookie;
                     let task = tokio::spawn(async move {
-                        execute(&*export, request, cookie, payload, structured).await
+                        let frame = execute(&*export, request, cookie, payload, structured).await;
+                        // The payload's share of the budget returns once it is handled.
+                        drop(permit);
+                        frame
                     });
                     inflight.push(Box::pin(async move {
                         task.await
@@ -533,9 +598,13 @@ impl<E: Export> Server<E> {
                 }
                 Ok(request) => {
                     let structured = ctx.structured_replies;
-                    inflight.push(Box::pin(execute(
-                        &*export, request, hdr.cookie, payload, structured,
-                    )));
+                    let export = Arc::clone(&export);
+                    inflight.push(Box::pin(async move {
+                        let frame =
+                            execute(&*export, request, hdr.cookie, payload, structured).await;
+                        drop(permit);
+                        frame
+                    }));
                 }
                 Err(errno) => out.push(reply_error(&hdr, errno, &ctx)),
             }
@@ -551,8 +620,26 @@ enum Event {
     Completed,
     Wrote(io::Result<usize>),
     Readable(io::Result<bool>),
+    /// The payload budget admits the pending request (`None`: the budget was closed).
+    Budget(Option<OwnedSemaphorePermit>),
     Shutdown,
     GraceOver,
+}
+
+/// The payload budget counts in units of this many bytes.
+const BUDGET_UNIT_BYTES: u64 = 4096;
+
+/// Budget units a payload of `len` bytes takes.
+fn budget_units(len: u32) -> u32 {
+    u32::try_from(u64::from(len).div_ceil(BUDGET_UNIT_BYTES)).unwrap_or(u32::MAX)
+}
+
+/// A request whose header was read; its WRITE payload (`len` bytes, 0 for none) is still
+/// in the socket.
+struct PendingPayload {
+    hdr: RequestHeader,
+    checked: Result<Request, Errno>,
+    len: u32,
 }
 
 /// READ and WRITE requests at least this large run as tasks of their own.
@@ -841,43 +928,52 @@ fn reply_error(hdr: &RequestHeader, errno: Errno, ctx: &TransmissionContext) -> 
     }
 }
 
-type ReadRequest = (RequestHeader, Result<Request, Errno>, Option<Bytes>);
-
-/// Reads one request header and its payload. A WRITE payload is always consumed; it is
-/// kept only when the request is valid (an invalid one is discarded without buffering).
-async fn read_request<R: AsyncRead + Unpin>(
+/// Reads one request header. A WRITE payload that will not be used (an invalid request,
+/// or one over the size limit) is consumed and discarded here, without buffering; the
+/// payload of a valid one is left in the socket (`len`) for [`read_payload`], once the
+/// payload budget admits it.
+async fn read_head<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     ctx: &TransmissionContext,
     max_request_bytes: u32,
-) -> Result<ReadRequest, ConnectionError> {
+) -> Result<PendingPayload, ConnectionError> {
     let mut head = [0u8; REQUEST_HEADER_LEN_BYTES];
     reader.read_exact(&mut head).await?;
     let hdr = RequestHeader::parse(&head)?;
     let checked = transmission::validate(&hdr, ctx);
-    let payload_len = hdr.payload_len_bytes();
-    if payload_len == 0 {
-        return Ok((hdr, checked, None));
-    }
-    if checked.is_ok() && payload_len <= max_request_bytes {
-        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
-        let mut data = BytesMut::with_capacity(payload_len as usize);
-        while data.len() < payload_len as usize {
-            let want = payload_len as usize - data.len();
-            if (&mut *reader).take(want as u64).read_buf(&mut data).await? == 0 {
-                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-            }
-        }
-        return Ok((hdr, checked, Some(data.freeze())));
+    let len = hdr.payload_len_bytes();
+    if len == 0 || (checked.is_ok() && len <= max_request_bytes) {
+        return Ok(PendingPayload { hdr, checked, len });
     }
     let discarded = tokio::io::copy(
-        &mut (&mut *reader).take(u64::from(payload_len)),
+        &mut (&mut *reader).take(u64::from(len)),
         &mut tokio::io::sink(),
     )
     .await?;
-    if discarded < u64::from(payload_len) {
+    if discarded < u64::from(len) {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
-    Ok((hdr, checked.and(Err(Errno::Inval)), None))
+    Ok(PendingPayload {
+        hdr,
+        checked: checked.and(Err(Errno::Inval)),
+        len: 0,
+    })
+}
+
+/// Reads a WRITE payload of `len` bytes.
+async fn read_payload<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    len: u32,
+) -> Result<Bytes, ConnectionError> {
+    // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
+    let mut data = BytesMut::with_capacity(len as usize);
+    while data.len() < len as usize {
+        let want = len as usize - data.len();
+        if (&mut *reader).take(want as u64).read_buf(&mut data).await? == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    Ok(data.freeze())
 }
 
 /// Runs one validated request against the export and builds its reply.

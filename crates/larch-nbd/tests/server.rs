@@ -247,4 +247,132 @@ fn construction_errors() {
         Server::<MemExport>::new(tiny, vec![]),
         Err(ServerError::BadLimit(_))
     ));
+    let no_room = ServerLimits {
+        max_payload_bytes_in_flight: 1 << 20,
+        ..ServerLimits::default()
+    };
+    assert!(matches!(
+        Server::<MemExport>::new(no_room, vec![]),
+        Err(ServerError::BadLimit(_))
+    ));
+}
+
+/// An export whose writes wait for the test to let them through, counting how many it
+/// holds at once.
+struct HeldWrites {
+    inner: MemExport,
+    open: tokio::sync::Semaphore,
+    holding: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl larch_nbd::Export for HeldWrites {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn features(&self) -> larch_nbd::Features {
+        self.inner.features()
+    }
+    async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
+        self.inner.read(offset, length).await
+    }
+    async fn write(
+        &self,
+        offset: u64,
+        data: bytes::Bytes,
+        fua: bool,
+    ) -> larch_nbd::ExportResult<()> {
+        use std::sync::atomic::Ordering;
+        let now = self.holding.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.open.acquire().await.unwrap().forget();
+        self.holding.fetch_sub(1, Ordering::SeqCst);
+        self.inner.write(offset, data, fua).await
+    }
+}
+
+/// The payload budget bounds what all connections make the server hold: with room for
+/// one 1 MiB payload, four pipelined 1 MiB writes reach the export one at a time, and all
+/// of them complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_payloads_in_flight_stay_within_the_budget() {
+    use std::sync::atomic::Ordering;
+    const MIB: u32 = 1 << 20;
+    let export = Arc::new(HeldWrites {
+        inner: MemExport::new(8 << 20),
+        open: tokio::sync::Semaphore::new(0),
+        holding: Default::default(),
+        most: Default::default(),
+    });
+    let limits = ServerLimits {
+        max_request_bytes: MIB,
+        max_payload_bytes_in_flight: u64::from(MIB),
+        ..ServerLimits::default()
+    };
+    let server = Server::new(
+        limits,
+        vec![NamedExport {
+            name: String::new(),
+            description: String::new(),
+            export: Arc::clone(&export),
+        }],
+    )
+    .unwrap();
+    let (mut client, served) = tokio::io::duplex(64 << 10);
+    let serving = server.clone();
+    tokio::spawn(async move {
+        let (r, w) = tokio::io::split(served);
+        let _ = serving.serve_stream(r, w).await;
+    });
+    handshake(&mut client, false).await;
+    let (mut rx, mut tx) = tokio::io::split(client);
+    let sender = tokio::spawn(async move {
+        for i in 0..4u64 {
+            let h = RequestHeader {
+                flags: 0,
+                command: cmd::WRITE,
+                cookie: i,
+                offset: i * u64::from(MIB),
+                length: MIB,
+            };
+            tx.write_all(&h.encode()).await.unwrap();
+            tx.write_all(&vec![i as u8 + 1; MIB as usize])
+                .await
+                .unwrap();
+        }
+        tx
+    });
+    // Let the server take what it can, then release the writes one by one.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        export.open.add_permits(1);
+    }
+    let mut cookies = Vec::new();
+    for _ in 0..4 {
+        let mut h = [0u8; 16];
+        rx.read_exact(&mut h).await.unwrap();
+        assert_eq!(
+            u32::from_be_bytes(h[4..8].try_into().unwrap()),
+            0,
+            "write failed"
+        );
+        cookies.push(u64::from_be_bytes(h[8..16].try_into().unwrap()));
+    }
+    cookies.sort_unstable();
+    assert_eq!(cookies, vec![0, 1, 2, 3]);
+    assert_eq!(
+        export.most.load(Ordering::SeqCst),
+        1,
+        "the export saw more payloads at once than the budget holds"
+    );
+    let data = export.inner.snapshot();
+    for i in 0..4usize {
+        assert!(
+            data[i << 20..(i + 1) << 20]
+                .iter()
+                .all(|&b| b == i as u8 + 1)
+        );
+    }
+    drop(sender.await.unwrap());
+    server.shutdown();
 }

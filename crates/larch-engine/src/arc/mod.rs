@@ -23,7 +23,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use larch_policy::{Access, Action, BlockKey, BufType, State};
 
-pub(crate) use sizing::{ArcSizer, limits as sizing_limits};
+pub(crate) use sizing::{ArcSizer, limits as sizing_limits, release_free_memory};
 pub use sizing::{default_arc_min, default_dirty_data_max};
 
 use crate::l2::index::{ShardL2, pack_key};
@@ -357,6 +357,18 @@ impl ArcCache {
     /// the feed missed, plus blocks it skips: prefetched, written).
     pub(crate) fn unfed_evictions(&self) -> u64 {
         self.shards().map(|s| s.unfed_evictions()).sum()
+    }
+
+    /// Bytes of data the ARC holds (`size`) and of its headers (`hdr_size`).
+    pub(crate) fn size_and_headers(&self) -> (u64, u64) {
+        self.shards().fold((0, 0), |(size, headers), s| {
+            (
+                size + s.arc.size(),
+                headers
+                    + (larch_policy::Policy::tracked_headers(&s.arc) * larch_policy::HEADER_BYTES)
+                        as u64,
+            )
+        })
     }
 
     /// DRAM held by the L2 index (`l2_hdr_size`).
