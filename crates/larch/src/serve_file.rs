@@ -111,11 +111,16 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
     let args = *options;
     let min_block = parse_size(&args.min_block_size)?;
     let min_block = u32::try_from(min_block).context("--min-block-size too large")?;
+    let max_request_bytes = u32::try_from(parse_size(&args.max_request_size)?)
+        .context("--max-request-size too large")?;
     let limits = ServerLimits {
         max_option_bytes: u32::try_from(parse_size(&args.max_option_size)?)
             .context("--max-option-size too large")?,
-        max_request_bytes: u32::try_from(parse_size(&args.max_request_size)?)
-            .context("--max-request-size too large")?,
+        max_request_bytes,
+        // The payload budget holds at least one request of the largest size.
+        max_payload_bytes_in_flight: ServerLimits::default()
+            .max_payload_bytes_in_flight
+            .max(u64::from(max_request_bytes)),
         max_connections: args.max_connections,
         max_inflight_per_connection: args.max_inflight,
         shutdown_grace: Duration::try_from_secs_f64(args.shutdown_grace)
