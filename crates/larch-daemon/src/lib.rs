@@ -23,6 +23,8 @@
 //! Everything shown about a pool comes from `larch_engine::Pool::report`; this crate reads
 //! no engine internals.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod client;
 pub mod history;

@@ -4,7 +4,7 @@
 //! Both are built from `larch_engine::PoolReport`, the same report as `/status`, so every
 //! view of the daemon shows the same counters. Metric names are an interface (dashboards
 //! and alerts use them): arcstats are `larch_arcstats_NAME` for gauges and
-//! `larch_arcstats_NAME_total` for counters ([`is_gauge`] decides), backing stores
+//! `larch_arcstats_NAME_total` for counters (`is_gauge` decides), backing stores
 //! `larch_backing_*{volume=...}`, cache devices `larch_cache_device_*{device=...}`, and
 //! latencies histograms in seconds.
 

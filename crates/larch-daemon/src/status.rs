@@ -50,7 +50,7 @@ pub enum StatusError {
     Invalid(#[from] serde_json::Error),
     /// A report of another format: written by another version of larch.
     #[error(
-        "status format {}, but this larch reads format {STATUS_FORMAT}: the daemon that wrote it is another version of larch",
+        "written by another version of larch ({}; this larch reads status format {STATUS_FORMAT})",
         format_name(.found)
     )]
     OtherFormat {
@@ -62,8 +62,8 @@ pub enum StatusError {
 /// A format number as [`StatusError::OtherFormat`] names it.
 fn format_name(found: &Option<u32>) -> String {
     match found {
-        Some(n) => n.to_string(),
-        None => "unnumbered".to_string(),
+        Some(n) => format!("status format {n}"),
+        None => "no status format".to_string(),
     }
 }
 
@@ -275,7 +275,7 @@ mod tests {
             matches!(err, StatusError::OtherFormat { found: None }),
             "{err}"
         );
-        assert!(err.to_string().contains("unnumbered"), "{err}");
+        assert!(err.to_string().contains("no status format"), "{err}");
         let err = StatusReport::from_json("{\"format\": 1}").unwrap_err();
         assert!(matches!(err, StatusError::Invalid(_)), "{err}");
         let err = StatusReport::from_json("not json").unwrap_err();
