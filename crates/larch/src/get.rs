@@ -12,10 +12,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use larch_daemon::client;
 use larch_engine::{PoolConfig, Tunables, tunables};
 use serde_json::json;
-
-use crate::daemon;
 
 /// Arguments of `larch get`.
 #[derive(clap::Args)]
@@ -91,15 +90,8 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         args.names.iter().map(String::as_str).collect()
     };
     let file = saved_values(&tunables::load(&args.state_dir)?);
-    let running: Option<BTreeMap<String, u64>> = match daemon::find(&args.state_dir) {
-        Some(daemon) => {
-            let answer: serde_json::Value = serde_json::from_str(&daemon.get("/admin/tunables")?)
-                .context("the daemon's /admin/tunables")?;
-            Some(
-                serde_json::from_value(answer["tunables"].clone())
-                    .context("the daemon's /admin/tunables")?,
-            )
-        }
+    let running = match client::find(&args.state_dir) {
+        Some(daemon) => Some(daemon.tunables()?),
         None => None,
     };
     let rows: Vec<Row> = names

@@ -1,15 +1,25 @@
-//! `larch`: the command-line front door. Each subcommand lives in its own module and
-//! returns the process exit code; errors are printed once, here.
+//! `larch`: the command-line front door. Each subcommand lives in its own module, parses
+//! its arguments, prints, and returns the process exit code; errors are printed once,
+//! here. The daemon itself (`larch serve`) is the library `larch_daemon`.
 
-mod admin;
-mod daemon;
+mod arcstat;
+mod cache;
 mod demo;
 mod dump;
+mod files;
 mod get;
-mod http;
+mod iostat;
+mod log;
+mod pool;
 mod serve;
 mod serve_file;
+mod set;
 mod sim;
+mod status;
+mod volume;
+
+#[cfg(test)]
+mod testing;
 
 use std::process::ExitCode;
 
@@ -40,24 +50,24 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Create or destroy a pool (its state directory).
     #[command(subcommand)]
-    Pool(admin::PoolCommand),
+    Pool(pool::PoolCommand),
     /// Add or remove volumes of a pool.
     #[command(subcommand)]
-    Volume(admin::VolumeCommand),
+    Volume(volume::VolumeCommand),
     /// Add or remove cache devices (L2ARC) of a pool, also while it is served.
     #[command(subcommand)]
-    Cache(admin::CacheCommand),
+    Cache(cache::CacheCommand),
     /// Add or remove the log device (SLOG) of a pool, also while it is served.
     #[command(subcommand)]
-    Log(admin::LogCommand),
+    Log(log::LogCommand),
     /// Show what a running (or the last) `larch serve` of a pool reports.
-    Status(serve::StatusArgs),
+    Status(status::StatusArgs),
     /// Print arcstat-style lines (reads, hit ratios, ARC and L2 sizes) of a running pool.
-    Arcstat(serve::ArcstatArgs),
+    Arcstat(arcstat::ArcstatArgs),
     /// Print operations and bandwidth per backing store and cache device of a running pool.
-    Iostat(serve::IostatArgs),
+    Iostat(iostat::IostatArgs),
     /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
-    Set(serve::SetArgs),
+    Set(set::SetArgs),
     /// Show tunables of a pool: value, default and source, like `zfs get`.
     Get(get::GetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
@@ -85,15 +95,15 @@ fn main() -> ExitCode {
         Some(Command::Sim(cmd)) => sim::run(cmd),
         Some(Command::Dump(args)) => dump::run(args),
         Some(Command::Serve(args)) => serve::run(args),
-        Some(Command::Status(args)) => serve::status(args),
-        Some(Command::Pool(cmd)) => admin::pool(cmd),
-        Some(Command::Volume(cmd)) => admin::volume(cmd),
-        Some(Command::Cache(cmd)) => admin::cache(cmd),
-        Some(Command::Log(cmd)) => admin::log(cmd),
-        Some(Command::Set(args)) => serve::set(args),
+        Some(Command::Status(args)) => status::run(args),
+        Some(Command::Pool(cmd)) => pool::run(cmd),
+        Some(Command::Volume(cmd)) => volume::run(cmd),
+        Some(Command::Cache(cmd)) => cache::run(cmd),
+        Some(Command::Log(cmd)) => log::run(cmd),
+        Some(Command::Set(args)) => set::run(args),
         Some(Command::Get(args)) => get::run(args),
-        Some(Command::Arcstat(args)) => serve::arcstat(args),
-        Some(Command::Iostat(args)) => serve::iostat(args),
+        Some(Command::Arcstat(args)) => arcstat::run(args),
+        Some(Command::Iostat(args)) => iostat::run(args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

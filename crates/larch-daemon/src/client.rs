@@ -10,20 +10,23 @@
 //! files, and a daemon that runs all the same picks them up within a second. Once a
 //! request has been sent to a live daemon the CLI never falls back: the daemon may have
 //! applied it.
+//!
+//! The client is blocking and minimal (one request per connection, `Connection: close`):
+//! the CLI sends a request or two and exits, and it connects to loopback addresses only.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
+
 /// Name of the daemon's record in the state directory.
 pub const DAEMON_FILE: &str = "daemon.json";
-/// The header that carries the token of `daemon.json`.
-pub const TOKEN_HEADER: &str = "X-Larch-Token";
 
 /// Longest answer the CLI reads.
 const MAX_ANSWER_BYTES: u64 = 16 << 20;
@@ -50,18 +53,10 @@ pub fn new_token() -> String {
     )
 }
 
-/// Writes `daemon.json` (owner-only, atomically).
+/// Writes `daemon.json` (owner-only, atomically and durably).
 pub fn write_record(state_dir: &Path, record: &DaemonRecord) -> io::Result<()> {
-    let tmp = state_dir.join(format!("{DAEMON_FILE}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(serde_json::to_string_pretty(record)?.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(tmp, state_dir.join(DAEMON_FILE))
+    let text = serde_json::to_string_pretty(record)?;
+    larch_engine::write_private_state_file(state_dir, DAEMON_FILE, text.as_bytes())
 }
 
 fn read_record(state_dir: &Path) -> Option<DaemonRecord> {
@@ -120,8 +115,8 @@ pub fn find(state_dir: &Path) -> Option<Daemon> {
         pid: record.pid,
     };
     let (code, body) = daemon.request("GET", "/admin/ping", "").ok()?;
-    let answer: serde_json::Value = serde_json::from_str(&body).ok()?;
-    (code == 200 && answer["pid"] == record.pid).then_some(daemon)
+    let answer: Ping = serde_json::from_str(&body).ok()?;
+    (code == 200 && answer.pid == record.pid).then_some(daemon)
 }
 
 impl Daemon {
@@ -157,6 +152,13 @@ impl Daemon {
             );
         }
         Ok(body)
+    }
+
+    /// The tunables in force in the daemon (`GET /admin/tunables`).
+    pub fn tunables(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let answer: TunablesAnswer = serde_json::from_str(&self.get("/admin/tunables")?)
+            .context("the daemon's /admin/tunables")?;
+        Ok(answer.tunables)
     }
 
     /// `POST path` with one `KEY=VALUE` line per item: the body of a 200 answer, or the
@@ -195,6 +197,7 @@ fn parse_answer(answer: &[u8]) -> Option<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn answers_parse_and_garbage_does_not() {
@@ -215,5 +218,44 @@ mod tests {
         assert!(pid_alive(std::process::id()));
         assert!(!pid_alive(0));
         assert!(!pid_alive(u32::MAX));
+    }
+
+    #[test]
+    fn the_record_is_owner_only_and_removed_only_by_its_daemon() {
+        let dir = std::env::temp_dir().join(format!("larch-daemon-{}-record", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = DaemonRecord {
+            pid: std::process::id(),
+            http: None,
+            token: new_token(),
+            started: 1,
+        };
+        write_record(&dir, &record).unwrap();
+        let path = dir.join(DAEMON_FILE);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+        assert_eq!(read_record(&dir).unwrap().token, record.token);
+        // No HTTP address: the daemon runs, but the CLI edits the files.
+        assert_eq!(running_pid(&dir), Some(std::process::id()));
+        assert!(find(&dir).is_none());
+        let other = DaemonRecord {
+            pid: std::process::id() + 1,
+            ..record
+        };
+        write_record(&dir, &other).unwrap();
+        remove_record(&dir);
+        assert!(path.exists(), "another daemon's record was removed");
+        write_record(
+            &dir,
+            &DaemonRecord {
+                pid: std::process::id(),
+                ..other
+            },
+        )
+        .unwrap();
+        remove_record(&dir);
+        assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

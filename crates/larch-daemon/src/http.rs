@@ -12,22 +12,29 @@
 //!
 //! A minimal HTTP/1.1 server: one request per connection, bounded head and body, a
 //! deadline for the whole request. No input panics it: a request is parsed into a
-//! [`Request`] or refused with a status.
+//! `Request` or refused with a status. Nothing stops it either: when accepting fails
+//! (out of file descriptors, most likely, which a burst of NBD clients can cause), it
+//! waits before trying again, 10 ms doubling to 1 s, rather than retry at once and pin a
+//! core until descriptors come back. What it shows of the pool comes from the pool's
+//! report ([`crate::status`], [`crate::metrics`]); what it changes goes through
+//! `larch_engine::manage`, as the CLI's edits of the files do.
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use larch_engine::latency::{LatencySnapshot, bucket_upper_us};
 use larch_engine::manage::{self, ManageError, Target};
 use larch_engine::{Pool, tunables};
-use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::daemon::TOKEN_HEADER;
+use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::status::StatusReport;
+use crate::{history, metrics};
 
 /// Longest request head accepted.
 const MAX_HEAD_BYTES: usize = 8192;
@@ -45,164 +52,10 @@ const LINGER_BYTES: usize = 1 << 20;
 pub struct Context {
     /// The running pool.
     pub pool: Arc<Pool>,
-    /// Builds the JSON of `/status`.
-    pub status: fn(&Pool) -> serde_json::Value,
     /// The token of `daemon.json`.
     pub token: String,
-}
-
-fn is_gauge(name: &str) -> bool {
-    name.contains("size")
-        || name.ends_with("_data")
-        || name.ends_with("_metadata")
-        || matches!(
-            name,
-            "c" | "c_min"
-                | "c_max"
-                | "p"
-                | "meta"
-                | "pd"
-                | "pm"
-                | "l2_blocks"
-                | "l2_ndev"
-                | "hash_elements"
-                | "arc_no_grow"
-                | "memory_available_bytes"
-                | "dirty_bytes"
-                | "dirty_data_max"
-                | "txg_open"
-                | "txg_synced"
-                | "txg_last_sync_us"
-                | "txg_last_sync_bytes"
-        )
-}
-
-/// A label value in the Prometheus text format: backslash, quote and newline escaped.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// One Prometheus histogram family in seconds, one series per (labels, snapshot).
-fn histogram(out: &mut String, metric: &str, series: &[(String, LatencySnapshot)]) {
-    *out += &format!("# TYPE {metric} histogram\n");
-    for (labels, s) in series {
-        let mut cumulative = 0;
-        for (i, n) in s.buckets.iter().enumerate() {
-            cumulative += n;
-            let le =
-                bucket_upper_us(i).map_or("+Inf".to_string(), |us| (us as f64 / 1e6).to_string());
-            *out += &format!("{metric}_bucket{{{labels},le=\"{le}\"}} {cumulative}\n");
-        }
-        *out += &format!("{metric}_sum{{{labels}}} {}\n", s.sum_ns as f64 / 1e9);
-        *out += &format!("{metric}_count{{{labels}}} {cumulative}\n");
-    }
-}
-
-/// Prometheus text exposition of the arcstats, the backing-store and cache-device
-/// counters, and their latency histograms.
-pub fn metrics(pool: &Pool) -> String {
-    let mut out = String::new();
-    for (name, value) in pool.engine.arcstats() {
-        let (kind, metric) = if is_gauge(&name) {
-            ("gauge", format!("larch_arcstats_{name}"))
-        } else {
-            ("counter", format!("larch_arcstats_{name}_total"))
-        };
-        out += &format!("# TYPE {metric} {kind}\n{metric} {value}\n");
-    }
-    type Counter = fn(&larch_engine::backing::BackingStats) -> u64;
-    let families: [(&str, Counter); 6] = [
-        ("reads", |s| s.reads.load(Ordering::Relaxed)),
-        ("read_bytes", |s| s.read_bytes.load(Ordering::Relaxed)),
-        ("writes", |s| s.writes.load(Ordering::Relaxed)),
-        ("write_bytes", |s| s.write_bytes.load(Ordering::Relaxed)),
-        ("flushes", |s| s.flushes.load(Ordering::Relaxed)),
-        ("errors", |s| s.errors.load(Ordering::Relaxed)),
-    ];
-    for (family, get) in families {
-        let metric = format!("larch_backing_{family}_total");
-        out += &format!("# TYPE {metric} counter\n");
-        for v in &pool.volumes {
-            out += &format!(
-                "{metric}{{volume=\"{}\"}} {}\n",
-                label(&v.name),
-                get(&v.backing().stats)
-            );
-        }
-    }
-    type BackingLatency = fn(&larch_engine::backing::BackingStats) -> LatencySnapshot;
-    let backing_latency: [(&str, BackingLatency); 3] = [
-        ("read", |s| s.read_latency.snapshot()),
-        ("write", |s| s.write_latency.snapshot()),
-        ("flush", |s| s.flush_latency.snapshot()),
-    ];
-    for (op, get) in backing_latency {
-        let series: Vec<_> = pool
-            .volumes
-            .iter()
-            .map(|v| {
-                let labels = format!("volume=\"{}\"", label(&v.name));
-                (labels, get(&v.backing().stats))
-            })
-            .collect();
-        histogram(
-            &mut out,
-            &format!("larch_backing_{op}_latency_seconds"),
-            &series,
-        );
-    }
-    type DeviceCounter = fn(&larch_engine::DeviceIo) -> u64;
-    let device_families: [(&str, DeviceCounter); 5] = [
-        ("reads", |d| d.reads.load(Ordering::Relaxed)),
-        ("read_bytes", |d| d.read_bytes.load(Ordering::Relaxed)),
-        ("read_errors", |d| d.read_errors.load(Ordering::Relaxed)),
-        ("writes", |d| d.writes.load(Ordering::Relaxed)),
-        ("write_bytes", |d| d.write_bytes.load(Ordering::Relaxed)),
-    ];
-    let devices = pool.engine.devices();
-    for (family, get) in device_families {
-        let metric = format!("larch_cache_device_{family}_total");
-        out += &format!("# TYPE {metric} counter\n");
-        for d in &devices {
-            out += &format!(
-                "{metric}{{device=\"{}\"}} {}\n",
-                label(&d.path.display().to_string()),
-                get(&d.io)
-            );
-        }
-    }
-    type DeviceLatency = fn(&larch_engine::DeviceIo) -> LatencySnapshot;
-    let device_latency: [(&str, DeviceLatency); 2] = [
-        ("read", |d| d.read_latency.snapshot()),
-        ("write", |d| d.write_latency.snapshot()),
-    ];
-    for (op, get) in device_latency {
-        let series: Vec<_> = devices
-            .iter()
-            .map(|d| {
-                let labels = format!("device=\"{}\"", label(&d.path.display().to_string()));
-                (labels, get(&d.io))
-            })
-            .collect();
-        histogram(
-            &mut out,
-            &format!("larch_cache_device_{op}_latency_seconds"),
-            &series,
-        );
-    }
-    out
-}
-
-/// The arcstats as OpenZFS prints its kstat file (type 4 = uint64).
-pub fn arcstats(pool: &Pool) -> String {
-    let mut out = String::from("name                            type data\n");
-    for (name, value) in pool.engine.arcstats() {
-        out += &format!("{name:<32}4    {value}\n");
-    }
-    out
+    /// The address the endpoint listens on, as `/status` reports it.
+    pub addr: String,
 }
 
 /// An answer: status code, content type, body.
@@ -226,11 +79,14 @@ impl Response {
         }
     }
 
-    fn json(value: serde_json::Value) -> Response {
-        Response {
-            code: 200,
-            kind: "application/json",
-            body: value.to_string(),
+    fn json(value: &impl Serialize) -> Response {
+        match serde_json::to_string(value) {
+            Ok(body) => Response {
+                code: 200,
+                kind: "application/json",
+                body,
+            },
+            Err(err) => Response::text(500, format!("encoding the answer: {err}")),
         }
     }
 
@@ -317,7 +173,9 @@ fn parse_head(head: &[u8]) -> Result<Request, Response> {
 }
 
 /// Reads one request: its head and its body.
-async fn read_request(stream: &mut TcpStream) -> Result<(Request, Vec<u8>), Response> {
+async fn read_request(
+    stream: &mut (impl AsyncRead + Unpin),
+) -> Result<(Request, Vec<u8>), Response> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let end = loop {
@@ -394,7 +252,7 @@ async fn change(
         let result = op(Target::Running(&ctx.pool));
         if let (Ok(line), true) = (&result, logged) {
             eprintln!("larch serve: {line}");
-            crate::serve::history(&ctx.pool.state_dir, line);
+            history::append(&ctx.pool.state_dir, line);
         }
         result
     })
@@ -467,19 +325,19 @@ async fn respond(ctx: &Arc<Context>, request: &Request, body: &[u8], peer: Socke
         ("GET", "/metrics") => Response {
             code: 200,
             kind: "text/plain; version=0.0.4",
-            body: metrics(pool),
+            body: metrics::prometheus(&pool.report()),
         },
-        ("GET", "/arcstats") => Response::text(200, arcstats(pool)),
-        ("GET", "/status") => Response::json((ctx.status)(pool)),
-        ("GET", "/admin/ping") => Response::json(json!({
-            "pid": std::process::id(),
-            "pool": pool.config.name,
-            "pool_guid": pool.config.guid,
-        })),
-        ("GET", "/admin/tunables") => Response::json(json!({
-            "pid": std::process::id(),
-            "tunables": tunables::values(&pool.engine.tunables),
-        })),
+        ("GET", "/arcstats") => Response::text(200, metrics::kstat(&pool.report())),
+        ("GET", "/status") => Response::json(&StatusReport::of(pool, true, Some(ctx.addr.clone()))),
+        ("GET", "/admin/ping") => Response::json(&Ping {
+            pid: std::process::id(),
+            pool: pool.config.name.clone(),
+            pool_guid: pool.config.guid,
+        }),
+        ("GET", "/admin/tunables") => Response::json(&TunablesAnswer {
+            pid: std::process::id(),
+            tunables: tunables::values(&pool.engine.tunables),
+        }),
         ("GET", "/") => Response::text(
             200,
             "larch: GET /metrics /arcstats /status /admin/ping /admin/tunables; \
@@ -512,7 +370,11 @@ async fn respond(ctx: &Arc<Context>, request: &Request, body: &[u8], peer: Socke
     }
 }
 
-async fn connection(ctx: Arc<Context>, mut stream: TcpStream, peer: SocketAddr) {
+async fn connection(
+    ctx: Arc<Context>,
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    peer: SocketAddr,
+) {
     let response = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
         Ok(Ok((request, body))) => respond(&ctx, &request, &body, peer).await,
         Ok(Err(refused)) => refused,
@@ -541,20 +403,151 @@ async fn connection(ctx: Arc<Context>, mut stream: TcpStream, peer: SocketAddr) 
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
+/// Where connections come from: the endpoint's TCP listener, or a stand-in in tests.
+trait Acceptor {
+    /// A connection.
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection and its peer's address.
+    fn accept(&mut self) -> impl Future<Output = io::Result<(Self::Stream, SocketAddr)>> + Send;
+}
+
+impl Acceptor for TcpListener {
+    type Stream = TcpStream;
+
+    fn accept(&mut self) -> impl Future<Output = io::Result<(TcpStream, SocketAddr)>> + Send {
+        TcpListener::accept(self)
+    }
+}
+
 /// Serves HTTP on `listener` until the task is aborted.
 pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
-    loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
-        };
+    accept_loop(listener, |stream, peer| {
         tokio::spawn(connection(Arc::clone(&ctx), stream, peer));
+    })
+    .await
+}
+
+/// The wait after the first failed accept of a streak; it doubles with every failure.
+const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+/// The longest wait between two failed accepts.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Hands every connection `acceptor` accepts to `serve`, forever. A failed accept is
+/// retried after a wait that starts at [`ACCEPT_BACKOFF_FIRST`] and doubles up to
+/// [`ACCEPT_BACKOFF_MAX`], and starts over after a success: the usual failure is running
+/// out of file descriptors, which retrying at once cannot cure and which would pin a core.
+/// A streak of failures is logged once, when it starts and when it ends.
+async fn accept_loop<A: Acceptor>(mut acceptor: A, mut serve: impl FnMut(A::Stream, SocketAddr)) {
+    let mut failures = 0u64;
+    let mut backoff = ACCEPT_BACKOFF_FIRST;
+    loop {
+        match acceptor.accept().await {
+            Ok((stream, peer)) => {
+                if failures > 0 {
+                    eprintln!("larch serve: HTTP accepts again after {failures} failed attempts");
+                    failures = 0;
+                    backoff = ACCEPT_BACKOFF_FIRST;
+                }
+                serve(stream, peer);
+            }
+            Err(err) => {
+                if failures == 0 {
+                    eprintln!(
+                        "larch serve: HTTP accept failed: {err} (retrying, at most once a second)"
+                    );
+                }
+                failures += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use larch_engine::latency::BUCKETS;
+    use crate::testing::DemoPool;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::DuplexStream;
+    use tokio::sync::mpsc;
+
+    /// Attempts after which [`OutOfDescriptors`] stops answering: an accept loop that
+    /// retries at once never lets the paused clock advance, and would spin forever.
+    const SPIN_LIMIT: u64 = 100_000;
+
+    /// An acceptor out of file descriptors: every attempt fails with EMFILE, counted,
+    /// until a connection is handed to it.
+    struct OutOfDescriptors {
+        attempts: Arc<AtomicU64>,
+        connections: mpsc::UnboundedReceiver<DuplexStream>,
+    }
+
+    impl Acceptor for OutOfDescriptors {
+        type Stream = DuplexStream;
+
+        async fn accept(&mut self) -> io::Result<(DuplexStream, SocketAddr)> {
+            let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Ok(stream) = self.connections.try_recv() {
+                return Ok((stream, SocketAddr::from(([127, 0, 0, 1], 40000))));
+            }
+            if attempt >= SPIN_LIMIT {
+                std::future::pending::<()>().await;
+            }
+            tokio::task::yield_now().await;
+            Err(io::Error::from_raw_os_error(libc::EMFILE))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn accept_errors_back_off_and_a_later_connection_is_served() {
+        let demo = DemoPool::new("http-accept");
+        let ctx = Arc::new(Context {
+            pool: Arc::clone(&demo.pool),
+            token: "token".to_string(),
+            addr: "127.0.0.1:1".to_string(),
+        });
+        let attempts = Arc::new(AtomicU64::new(0));
+        let (connect, connections) = mpsc::unbounded_channel();
+        let acceptor = OutOfDescriptors {
+            attempts: Arc::clone(&attempts),
+            connections,
+        };
+        let server = tokio::spawn(accept_loop(acceptor, move |stream, peer| {
+            tokio::spawn(connection(Arc::clone(&ctx), stream, peer));
+        }));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let failed = attempts.load(Ordering::Relaxed);
+        assert!(
+            (5..=40).contains(&failed),
+            "{failed} accept attempts in 10 s out of file descriptors"
+        );
+        // Descriptors are back: the next connection is served.
+        let (mut client, stream) = tokio::io::duplex(64 << 10);
+        connect.send(stream).unwrap();
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_string(&mut answer))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.contains("GET /metrics"), "{answer}");
+        // The success reset the back-off: the next failures are retried after 10, 20 and
+        // 40 ms, not after a second.
+        let before = attempts.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let retried = attempts.load(Ordering::Relaxed) - before;
+        assert!(
+            retried >= 3,
+            "{retried} attempts in the 100 ms after a success"
+        );
+        server.abort();
+    }
 
     #[test]
     fn heads_parse_and_bad_ones_are_refused_with_a_status() {
@@ -614,39 +607,5 @@ mod tests {
         assert!(!same_token("abd", "abc"));
         assert!(!same_token("ab", "abc"));
         assert!(!same_token("", "abc"));
-    }
-
-    #[test]
-    fn histograms_are_cumulative_with_a_count_equal_to_the_last_bucket() {
-        let h = larch_engine::LatencyHistogram::new();
-        for us in [1, 3, 3, 100, 50_000_000] {
-            h.record(Duration::from_micros(us));
-        }
-        let mut out = String::new();
-        let series = [("device=\"a\\\"b\"".to_string(), h.snapshot())];
-        histogram(&mut out, "x_seconds", &series);
-        let buckets: Vec<u64> = out
-            .lines()
-            .filter(|l| l.starts_with("x_seconds_bucket"))
-            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-            .collect();
-        assert_eq!(buckets.len(), BUCKETS);
-        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{out}");
-        assert_eq!(buckets[0], 1);
-        assert_eq!(buckets[2], 3);
-        assert!(
-            out.contains("x_seconds_bucket{device=\"a\\\"b\",le=\"0.000001\"} 1\n"),
-            "{out}"
-        );
-        assert!(out.contains("le=\"16.777216\"} 4\n"), "{out}");
-        assert!(out.contains("le=\"+Inf\"} 5\n"), "{out}");
-        assert!(
-            out.contains("x_seconds_count{device=\"a\\\"b\"} 5\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_sum{device=\"a\\\"b\"} 50.000107\n"),
-            "{out}"
-        );
     }
 }

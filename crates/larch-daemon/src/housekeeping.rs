@@ -1,0 +1,288 @@
+//! What the daemon does every second besides serving: apply edits of `tunables.json` and
+//! `pool.json` (how changes made while no HTTP endpoint answered reach it), show rebuild
+//! progress and announce rebuilds and faults of cache devices, write the status file, and
+//! print the optional stats line.
+//!
+//! A tick does file I/O (the status file is fsynced, a cache device added in `pool.json`
+//! is formatted), so it runs on tokio's blocking pool, never on the workers that serve
+//! NBD requests.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use larch_engine::report::{Arcstats, CacheDeviceReport, MissingStat};
+use larch_engine::units::format_size;
+use larch_engine::{DeviceState, Pool, PoolConfig, tunables};
+
+use crate::history;
+use crate::status::{STATUS_FILE, STATUS_FORMAT, StatusReport};
+
+/// The housekeeping's state from one tick to the next.
+pub(crate) struct Housekeeper {
+    seen: FilesSeen,
+    /// Per cache device (in report order): whether its rebuild or fault was announced.
+    announced: Vec<bool>,
+    progress: RebuildProgressBar,
+    tick: u64,
+    stats_interval_secs: u64,
+    /// The HTTP address, as the status file reports it.
+    http: Option<String>,
+    /// Whether the last status write failed (its error is logged once per streak).
+    status_failing: bool,
+}
+
+impl Housekeeper {
+    /// Housekeeping of `pool`, which has just been opened: the files as they are now are
+    /// what it was opened with.
+    pub(crate) fn new(pool: &Pool, stats_interval_secs: u64, http: Option<String>) -> Housekeeper {
+        Housekeeper {
+            seen: FilesSeen::now(pool),
+            announced: Vec::new(),
+            progress: RebuildProgressBar::default(),
+            tick: 0,
+            stats_interval_secs,
+            http,
+            status_failing: false,
+        }
+    }
+
+    /// Runs one tick every second until the task is aborted.
+    pub(crate) async fn run(mut self, pool: Arc<Pool>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let pool = Arc::clone(&pool);
+            let ticked = tokio::task::spawn_blocking(move || {
+                self.tick(&pool);
+                self
+            })
+            .await;
+            match ticked {
+                Ok(keeper) => self = keeper,
+                Err(err) => {
+                    eprintln!("larch serve: housekeeping stopped: {err}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self, pool: &Pool) {
+        self.tick += 1;
+        self.seen.apply_changes(pool);
+        let status = StatusReport::of(pool, true, self.http.clone());
+        let devices = &status.pool.cache_devices;
+        self.progress.show(devices, self.tick);
+        self.announce(pool, devices);
+        self.write_status(pool, &status);
+        if self.stats_interval_secs > 0 && self.tick.is_multiple_of(self.stats_interval_secs) {
+            match stats_line(&status.pool.arcstats) {
+                Ok(line) => eprintln!("{line}"),
+                Err(err) => eprintln!("larch serve: stats line: {err}"),
+            }
+        }
+    }
+
+    /// Announces, once per device, the end of its rebuild or its fault.
+    fn announce(&mut self, pool: &Pool, devices: &[CacheDeviceReport]) {
+        self.announced.resize(devices.len(), false);
+        for (device, announced) in devices.iter().zip(self.announced.iter_mut()) {
+            if *announced {
+                continue;
+            }
+            let line = match device.state {
+                DeviceState::Online => device.rebuild.map(|r| {
+                    format!(
+                        "L2ARC rebuild successful, restored {} blocks ({})",
+                        r.bufs, device.path
+                    )
+                }),
+                DeviceState::Faulted => Some(format!(
+                    "cache device {} faulted: {}",
+                    device.path,
+                    device.fault.clone().unwrap_or_default()
+                )),
+                _ => None,
+            };
+            if let Some(line) = line {
+                eprintln!("larch serve: {line}");
+                history::append(&pool.state_dir, &line);
+                *announced = true;
+            } else if device.state == DeviceState::Online {
+                *announced = true;
+            }
+        }
+    }
+
+    fn write_status(&mut self, pool: &Pool, status: &StatusReport) {
+        debug_assert_eq!(status.format, STATUS_FORMAT);
+        match status.write(&pool.state_dir) {
+            Ok(()) if self.status_failing => {
+                eprintln!("larch serve: {STATUS_FILE} written again");
+                self.status_failing = false;
+            }
+            Ok(()) => {}
+            Err(err) if !self.status_failing => {
+                eprintln!("larch serve: {STATUS_FILE} not written: {err}");
+                self.status_failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The `--stats-interval` line.
+fn stats_line(a: &Arcstats) -> Result<String, MissingStat> {
+    Ok(format!(
+        "arc size {} c {} hits {} misses {} | l2 size {} hits {} misses {} feeds {} | backing reads {}",
+        format_size(a.get("size")?),
+        format_size(a.get("c")?),
+        a.get("hits")?,
+        a.get("misses")?,
+        format_size(a.get("l2_size")?),
+        a.get("l2_hits")?,
+        a.get("l2_misses")?,
+        a.get("l2_feeds")?,
+        a.get("backing_reads")?,
+    ))
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// When the daemon last saw `tunables.json` and `pool.json` change.
+struct FilesSeen {
+    tunables: Option<SystemTime>,
+    config: Option<SystemTime>,
+}
+
+impl FilesSeen {
+    fn now(pool: &Pool) -> FilesSeen {
+        FilesSeen {
+            tunables: modified(&pool.state_dir.join(tunables::TUNABLES_FILE)),
+            config: modified(&pool.state_dir.join(larch_engine::pool::CONFIG_FILE)),
+        }
+    }
+
+    /// Applies what changed in the files since last time. A change requested over HTTP
+    /// holds the pool's config lock while it applies and saves; then this looks again
+    /// next second rather than wait for it.
+    fn apply_changes(&mut self, pool: &Pool) {
+        let _guard = match pool.config_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let now = FilesSeen::now(pool);
+        if now.tunables != self.tunables {
+            self.tunables = now.tunables;
+            if let Ok(saved) = tunables::load(&pool.state_dir) {
+                for refused in tunables::apply(&pool.engine.tunables, &saved) {
+                    eprintln!("larch serve: tunables.json: {refused}");
+                }
+            }
+        }
+        if now.config != self.config {
+            self.config = now.config;
+            match PoolConfig::load(&pool.state_dir) {
+                Ok(config) => {
+                    for line in pool.apply_cache_config(&config) {
+                        eprintln!("larch serve: {line}");
+                        history::append(&pool.state_dir, &line);
+                    }
+                }
+                Err(err) => eprintln!("larch serve: pool.json: {err}"),
+            }
+        }
+    }
+}
+
+/// Rebuild progress on standard error while cache devices rebuild: a bar redrawn every
+/// second on a terminal, a plain line every 5 seconds otherwise.
+#[derive(Default)]
+struct RebuildProgressBar {
+    drawn: bool,
+}
+
+impl RebuildProgressBar {
+    fn show(&mut self, devices: &[CacheDeviceReport], tick: u64) {
+        let tty = std::io::stderr().is_terminal();
+        let parts: Vec<String> = devices
+            .iter()
+            .filter(|d| d.state == DeviceState::Rebuilding)
+            .map(progress)
+            .collect();
+        if parts.is_empty() {
+            if self.drawn && tty {
+                eprintln!();
+            }
+            self.drawn = false;
+            return;
+        }
+        if tty {
+            eprint!("\r\x1b[2Klarch serve: L2ARC rebuild {}", parts.join("; "));
+            self.drawn = true;
+        } else if tick.is_multiple_of(5) {
+            eprintln!("larch serve: L2ARC rebuild {}", parts.join("; "));
+        }
+    }
+}
+
+/// One rebuilding device's part of the progress line: name, bar, percent, blocks.
+fn progress(device: &CacheDeviceReport) -> String {
+    let permille = device.rebuild_permille.min(1000) as usize;
+    let filled = permille * 20 / 1000;
+    format!(
+        "{} [{}{}] {:>5.1}% {} blocks",
+        Path::new(&device.path)
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy(),
+        "#".repeat(filled),
+        ".".repeat(20 - filled),
+        permille as f64 / 10.0,
+        device.rebuild_entries
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::DemoPool;
+
+    #[test]
+    fn the_stats_line_finds_every_stat_in_a_pool_report() {
+        let demo = DemoPool::new("stats-line");
+        let line = stats_line(&demo.pool.report().arcstats).unwrap();
+        assert!(line.starts_with("arc size "), "{line}");
+        let err = stats_line(&Arcstats::default()).unwrap_err();
+        assert_eq!(err, MissingStat("size".to_string()));
+    }
+
+    #[test]
+    fn progress_shows_name_bar_percent_and_blocks() {
+        let demo = DemoPool::new("progress");
+        let mut device = demo.pool.report().cache_devices.remove(0);
+        device.rebuild_permille = 525;
+        device.rebuild_entries = 42;
+        assert_eq!(
+            progress(&device),
+            "cache0.img [##########..........]  52.5% 42 blocks"
+        );
+    }
+
+    #[test]
+    fn a_tick_writes_the_status_file() {
+        let demo = DemoPool::new("tick");
+        let mut keeper = Housekeeper::new(&demo.pool, 1, Some("127.0.0.1:9".to_string()));
+        keeper.tick(&demo.pool);
+        let text = std::fs::read_to_string(demo.dir.join(STATUS_FILE)).unwrap();
+        let status = StatusReport::from_json(&text).unwrap();
+        assert!(status.running);
+        assert_eq!(status.pid, std::process::id());
+        assert_eq!(status.http.as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(status.pool.volumes[0].name, "vol0");
+    }
+}

@@ -1,0 +1,322 @@
+//! Running a pool as `larch serve` does: open it (or create the demo pool) under the pool
+//! lock, serve its volumes over NBD on TCP and Unix sockets through the ARC and the cache
+//! devices, serve the loopback HTTP endpoint ([`crate::http`]) and record it in
+//! `daemon.json` ([`crate::client`]), keep house every second, and on SIGINT or SIGTERM
+//! stop accepting, let the connections finish, close the pool and write the last status.
+//!
+//! Everything it prints goes to standard error, prefixed `larch serve:`; the binary only
+//! turns its command line into [`ServeOptions`].
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use larch_engine::units::format_size;
+use larch_engine::{DemoSizes, DeviceState, Pool, PoolLock, SyncMode, Volume, create_demo};
+use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
+use tokio::net::TcpListener;
+
+use crate::client::{self, DaemonRecord};
+use crate::housekeeping::Housekeeper;
+use crate::status::StatusReport;
+use crate::{history, http};
+
+/// The NBD address served when neither a TCP address nor a socket is given.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+/// How to run a pool.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The pool's state directory. Without a `pool.json` there, a demo pool is created
+    /// with the sizes of `demo`.
+    pub state_dir: PathBuf,
+    /// Serve NBD on this TCP address (on [`DEFAULT_LISTEN`] when neither this nor
+    /// `socket` is given).
+    pub listen: Option<String>,
+    /// Serve NBD on this Unix socket.
+    pub socket: Option<PathBuf>,
+    /// Sizes of the demo pool, if one is created.
+    pub demo: DemoSizes,
+    /// Format the cache devices instead of rebuilding their index (start cold).
+    pub format_cache: bool,
+    /// Print a line of arcstats to standard error every this many seconds (0: never).
+    pub stats_interval_secs: u64,
+    /// Serve HTTP on this loopback address (port 0 picks a free one); `None`: no HTTP.
+    pub http: Option<String>,
+}
+
+/// Runs the pool of `options.state_dir` until SIGINT or SIGTERM (or a listener fails),
+/// then closes it cleanly.
+pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
+    let state_dir = &options.state_dir;
+    if state_dir.exists() && !state_dir.is_dir() {
+        bail!("--state-dir {}: not a directory", state_dir.display());
+    }
+    // The pool's lock comes first, so that two first starts do not both create a pool.
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let lock = PoolLock::acquire(state_dir)?;
+    let created = !state_dir.join(larch_engine::pool::CONFIG_FILE).exists();
+    if created {
+        create_demo(state_dir, options.demo)
+            .with_context(|| format!("creating a demo pool in {}", state_dir.display()))?;
+        history::append(state_dir, "pool created (demo)");
+    }
+    let pool = Pool::open_locked(state_dir, created || options.format_cache, lock)
+        .with_context(|| format!("opening the pool in {}", state_dir.display()))?;
+    if pool.volumes.is_empty() {
+        bail!(
+            "pool {} has no volumes: add one with `larch volume add NAME --backing PATH --size SIZE --state-dir {}`",
+            pool.config.name,
+            state_dir.display()
+        );
+    }
+    for refused in &pool.refused_devices {
+        eprintln!("larch serve: cache device not used: {refused}");
+    }
+    for refused in &pool.refused_tunables {
+        eprintln!("larch serve: tunables.json: {refused}");
+    }
+    print_banner(&pool, created);
+    if let Some(n) = pool.log_replayed {
+        history::append(state_dir, &format!("intent log replayed: {n} records"));
+    }
+    let exports: Vec<NamedExport<Volume>> = pool
+        .volumes
+        .iter()
+        .map(|v| NamedExport {
+            name: v.name.clone(),
+            description: format!("larch volume {} of pool {}", v.name, pool.config.name),
+            export: Arc::clone(v),
+        })
+        .collect();
+    let server = Server::new(ServerLimits::default(), exports)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let pool = Arc::new(pool);
+    let served = runtime.block_on(serve(server, Arc::clone(&pool), options));
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    client::remove_record(state_dir);
+    pool.close().context("flushing the pool")?;
+    let http_addr = served.as_ref().ok().cloned().flatten();
+    if let Err(err) = StatusReport::of(&pool, false, http_addr).write(state_dir) {
+        eprintln!("larch serve: the last status not written: {err}");
+    }
+    history::append(state_dir, "pool closed");
+    served?;
+    eprintln!("larch serve: stopped cleanly");
+    Ok(())
+}
+
+/// What the pool is made of, on standard error at start.
+fn print_banner(pool: &Pool, created: bool) {
+    let c = &pool.config;
+    let report = pool.report();
+    eprintln!(
+        "larch serve: pool {} ({}) in {}",
+        c.name,
+        if created {
+            "demo, created now"
+        } else {
+            "opened"
+        },
+        pool.state_dir.display()
+    );
+    for v in &report.volumes {
+        eprintln!(
+            "  volume {}: {} in {}K blocks on {}",
+            v.name,
+            format_size(v.size_bytes),
+            v.volblocksize / 1024,
+            v.backing
+        );
+    }
+    for d in &report.cache_devices {
+        let state = match d.state {
+            DeviceState::Rebuilding => "rebuilding its index in the background",
+            DeviceState::Online => "online (empty)",
+            _ => "not usable",
+        };
+        eprintln!(
+            "  cache {}: {} ({state})",
+            d.path,
+            format_size(d.size_bytes)
+        );
+    }
+    if let Some(log) = &report.log_device {
+        eprintln!("  log {}: intent log for sync writes", log.path);
+    }
+    if let Some(n) = pool.log_replayed {
+        eprintln!("  intent log replayed: {n} records");
+    }
+    for v in &report.volumes {
+        if v.sync == SyncMode::Disabled {
+            eprintln!(
+                "  volume {}: sync=disabled, FUA and FLUSH do not wait for durability",
+                v.name
+            );
+        }
+    }
+    eprintln!(
+        "  ARC: at most {} of data (zfs_arc_max)",
+        format_size(c.arc_max_bytes)
+    );
+}
+
+/// Serves until shutdown; returns the HTTP address it served, if any.
+async fn serve(
+    server: Server<Volume>,
+    pool: Arc<Pool>,
+    options: &ServeOptions,
+) -> anyhow::Result<Option<String>> {
+    let listeners = bind_nbd(&pool, options).await?;
+    let token = client::new_token();
+    let mut http_addr = None;
+    let mut http_task = None;
+    if let Some(listener) = bind_http(options.http.as_deref()).await {
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        eprintln!("larch serve: HTTP on http://{addr}/metrics /arcstats /status /admin");
+        let ctx = http::Context {
+            pool: Arc::clone(&pool),
+            token: token.clone(),
+            addr: addr.clone(),
+        };
+        http_task = Some(tokio::spawn(http::serve(listener, Arc::new(ctx))));
+        http_addr = Some(addr);
+    }
+    let record = DaemonRecord {
+        pid: std::process::id(),
+        http: http_addr.clone(),
+        token,
+        started: crate::unix_time_secs(),
+    };
+    if let Err(err) = client::write_record(&pool.state_dir, &record) {
+        eprintln!(
+            "larch serve: {}: {err} (larch set and larch cache will edit the files instead)",
+            pool.state_dir.join(client::DAEMON_FILE).display()
+        );
+    }
+    let keeper = Housekeeper::new(&pool, options.stats_interval_secs, http_addr.clone());
+    let keeper = tokio::spawn(keeper.run(Arc::clone(&pool)));
+    tokio::spawn(shut_down_on_signal(server.clone()));
+    let mut tasks = Vec::new();
+    for listener in listeners {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move { server.serve(listener).await }));
+    }
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                eprintln!("larch serve: listener failed: {err}");
+                server.shutdown();
+            }
+            Err(err) => eprintln!("larch serve: listener task failed: {err}"),
+        }
+    }
+    server.wait_idle().await;
+    keeper.abort();
+    if let Some(task) = http_task {
+        task.abort();
+    }
+    if let Some(path) = &options.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(http_addr)
+}
+
+/// Waits for SIGINT or SIGTERM, then shuts the NBD server down.
+async fn shut_down_on_signal(server: Server<Volume>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+    }
+    eprintln!("larch serve: shutting down");
+    server.shutdown();
+}
+
+/// Binds the NBD listeners: the Unix socket, the TCP address, or both.
+async fn bind_nbd(pool: &Pool, options: &ServeOptions) -> anyhow::Result<Vec<Listener>> {
+    let mut listeners = Vec::new();
+    if let Some(path) = &options.socket {
+        clear_socket_path(path)?;
+        let listener = tokio::net::UnixListener::bind(path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        eprintln!("larch serve: NBD on unix:{}", path.display());
+        listeners.push(Listener::Unix(listener));
+    }
+    if options.listen.is_some() || options.socket.is_none() {
+        let addr = options.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        eprintln!(
+            "larch serve: NBD on tcp:{addr}  (try: nbdinfo nbd://{addr}/{})",
+            pool.volumes.first().map(|v| v.name.as_str()).unwrap_or("")
+        );
+        listeners.push(Listener::Tcp(listener));
+    }
+    if listeners.is_empty() {
+        bail!("nothing to listen on");
+    }
+    Ok(listeners)
+}
+
+/// Makes way for a Unix socket at `path`: removes a socket left by a server that is gone,
+/// refuses one another server still listens on, and never removes anything else.
+fn clear_socket_path(path: &Path) -> anyhow::Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        bail!(
+            "--socket {}: the path exists and is not a socket (not removed)",
+            path.display()
+        );
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        bail!(
+            "--socket {}: another server listens on it (stop it, or choose another path)",
+            path.display()
+        );
+    }
+    std::fs::remove_file(path)
+        .with_context(|| format!("removing the old socket {}", path.display()))
+}
+
+/// Binds the HTTP endpoint: loopback addresses only, since it takes management requests.
+/// A failure is reported and the pool served without HTTP.
+async fn bind_http(addr: Option<&str>) -> Option<TcpListener> {
+    let addr = addr?;
+    let listener = match TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("larch serve: HTTP not served: binding {addr}: {err}");
+            return None;
+        }
+    };
+    match listener.local_addr() {
+        Ok(local) if local.ip().is_loopback() => Some(listener),
+        _ => {
+            eprintln!("larch serve: HTTP not served: {addr} is not a loopback address");
+            None
+        }
+    }
+}

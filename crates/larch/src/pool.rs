@@ -1,0 +1,88 @@
+//! `larch pool create|destroy`: a pool's state directory and its `pool.json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use larch_engine::units::{format_size, parse_size};
+use larch_engine::{PoolConfig, new_guid};
+
+use crate::files::{load, save};
+
+/// `larch pool ...`
+#[derive(clap::Subcommand)]
+pub enum PoolCommand {
+    /// Create an empty pool (no volumes, no cache devices) in a state directory.
+    Create {
+        /// The pool's name.
+        name: String,
+        /// Where its state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+        /// zfs_arc_max: bytes of data the ARC may hold.
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        arc_max: u64,
+    },
+    /// Forget a pool: removes its pool.json and state files (never volume or device data).
+    Destroy {
+        /// Where its state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+        /// Required: destroying is not undoable.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `larch pool ...`: edits the files; a pool served now cannot be destroyed.
+pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PoolCommand::Create {
+            name,
+            state_dir,
+            arc_max,
+        } => {
+            if state_dir.join(larch_engine::pool::CONFIG_FILE).exists() {
+                bail!("{} already holds a pool", state_dir.display());
+            }
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("creating {}", state_dir.display()))?;
+            let config = PoolConfig {
+                name: name.clone(),
+                guid: new_guid(),
+                arc_max_bytes: arc_max,
+                volumes: Vec::new(),
+                cache_devices: Vec::new(),
+                log_devices: Vec::new(),
+            };
+            save(&config, &state_dir)?;
+            println!(
+                "created pool {name} in {} (zfs_arc_max {})",
+                state_dir.display(),
+                format_size(arc_max)
+            );
+        }
+        PoolCommand::Destroy { state_dir, force } => {
+            let config = load(&state_dir)?;
+            if !force {
+                bail!(
+                    "destroying pool {} needs --force (volume and device data are kept)",
+                    config.name
+                );
+            }
+            // Not under a daemon that has the pool open.
+            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
+            for file in [
+                "pool.json",
+                "tunables.json",
+                "status.json",
+                "history",
+                "committed-txg",
+            ] {
+                let _ = std::fs::remove_file(state_dir.join(file));
+            }
+            println!("destroyed pool {}", config.name);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,226 @@
+//! `larch status`: what a running (or the last) `larch serve` of a pool reports, from its
+//! status file. Also how `arcstat` and `iostat` read that file: through the daemon's own
+//! type, `larch_daemon::status::StatusReport`, so that a file of another version is
+//! refused rather than shown as zeros.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use larch_daemon::status::{STATUS_FILE, StatusReport};
+use larch_engine::DeviceState;
+use larch_engine::report::MissingStat;
+use larch_engine::units::format_size;
+
+/// Arguments of `larch status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The pool's state directory.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
+    /// Print the status as JSON (all arcstats included).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The status file of `state_dir`; `hint` says, when there is none, what to check.
+pub fn read(state_dir: &Path, hint: &str) -> anyhow::Result<StatusReport> {
+    let path = state_dir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: no status ({hint})", path.display()))?;
+    StatusReport::from_json(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// `larch status`.
+pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let hint = format!(
+        "has `larch serve --state-dir {}` run?",
+        args.state_dir.display()
+    );
+    let status = read(&args.state_dir, &hint)?;
+    if args.json {
+        // Through a `Value`, whose objects keep their fields sorted by name.
+        let value = serde_json::to_value(&status)?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", render(&status, larch_daemon::unix_time_secs())?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A cache device's state as the status file spells it.
+fn state_name(state: DeviceState) -> &'static str {
+    match state {
+        DeviceState::Rebuilding => "rebuilding",
+        DeviceState::Online => "online",
+        DeviceState::Faulted => "faulted",
+        DeviceState::Removed => "removed",
+    }
+}
+
+/// The text of `larch status` at the time `now` (seconds since the epoch).
+fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
+    let report = &status.pool;
+    let mut out = String::new();
+    let age = now.saturating_sub(status.time);
+    let running = status.running && age < 5;
+    let state = if running {
+        format!("serving (pid {})", status.pid)
+    } else {
+        format!("not running (status from {age} s ago)")
+    };
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "pool {}: {state}", report.pool);
+    for vol in &report.volumes {
+        let _ = writeln!(
+            out,
+            "  volume {}: {} ({}K blocks), backing {}: {} reads, {} writes, {} errors",
+            vol.name,
+            format_size(vol.size_bytes),
+            vol.volblocksize / 1024,
+            vol.backing,
+            vol.backing_reads,
+            vol.backing_writes,
+            vol.backing_errors,
+        );
+        if vol.sync == larch_engine::SyncMode::Disabled {
+            let _ = writeln!(
+                out,
+                "    sync=disabled: FUA and FLUSH are acknowledged before the data is durable; \
+                 a crash loses the last seconds of acknowledged writes"
+            );
+        }
+        if let Some(why) = &vol.write_failure {
+            let _ = writeln!(out, "    WRITES FAIL: {why}");
+        }
+    }
+    if let Some(log) = &report.log_device {
+        let mut line = format!(
+            "  log {}: {}, {} commits, {} records, {} logged",
+            log.path,
+            log.state,
+            log.commits,
+            log.records,
+            format_size(log.bytes),
+        );
+        if let Some(fault) = &log.fault {
+            line += &format!(" ({fault}; sync writes go through TXG syncs)");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    for d in &report.cache_devices {
+        let mut line = format!(
+            "  cache {}: {} {}",
+            d.path,
+            format_size(d.size_bytes),
+            state_name(d.state)
+        );
+        if d.state == DeviceState::Rebuilding {
+            line += &format!(
+                ", {:.1}% of the log read, {} entries restored so far",
+                d.rebuild_permille as f64 / 10.0,
+                d.rebuild_entries
+            );
+        }
+        if let Some(fault) = &d.fault {
+            line += &format!(" ({fault})");
+        }
+        line += &format!(", reads through {}", report.l2_read_path);
+        let _ = writeln!(out, "{line}");
+    }
+    let a = &report.arcstats;
+    let ratio = |h: u64, m: u64| {
+        if h + m == 0 {
+            0.0
+        } else {
+            h as f64 * 100.0 / (h + m) as f64
+        }
+    };
+    let _ = writeln!(
+        out,
+        "  ARC: size {} of c {}, hits {} misses {} ({:.1}% hit), mru {} mfu {}",
+        format_size(a.get("size")?),
+        format_size(a.get("c")?),
+        a.get("hits")?,
+        a.get("misses")?,
+        ratio(a.get("hits")?, a.get("misses")?),
+        format_size(a.get("mru_size")?),
+        format_size(a.get("mfu_size")?),
+    );
+    let _ = writeln!(
+        out,
+        "  L2: size {} in {} blocks, hits {} misses {} ({:.1}% hit), feeds {}, written {}, wasted feed {}, cksum_bad {} io_error {}",
+        format_size(a.get("l2_size")?),
+        a.get("l2_blocks")?,
+        a.get("l2_hits")?,
+        a.get("l2_misses")?,
+        ratio(a.get("l2_hits")?, a.get("l2_misses")?),
+        a.get("l2_feeds")?,
+        format_size(a.get("l2_write_bytes")?),
+        format_size(a.get("l2_wasted_feed_bytes")?),
+        a.get("l2_cksum_bad")?,
+        a.get("l2_io_error")?,
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larch_daemon::status::STATUS_FORMAT;
+
+    fn status(name: &str) -> StatusReport {
+        StatusReport {
+            format: STATUS_FORMAT,
+            pid: 4242,
+            time: 1_000,
+            running: true,
+            http: None,
+            pool: crate::testing::demo_report(name),
+        }
+    }
+
+    #[test]
+    fn every_arcstat_the_status_reads_is_in_a_pool_report() {
+        let status = status("status-names");
+        let text = render(&status, 1_001).expect("every stat is in the report");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "pool demo: serving (pid 4242)");
+        assert!(
+            lines[1].starts_with("  volume vol0: 4.0M (16K blocks), backing "),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("  cache "), "{text}");
+        assert!(lines[3].starts_with("  ARC: size "), "{text}");
+        assert!(lines[4].starts_with("  L2: size "), "{text}");
+        assert_eq!(lines.len(), 5, "{text}");
+        let old = render(&status, 1_010).unwrap();
+        assert!(old.starts_with("pool demo: not running (status from 10 s ago)\n"));
+    }
+
+    #[test]
+    fn a_missing_arcstat_is_an_error_that_names_it() {
+        let mut status = status("status-missing");
+        status.pool.arcstats.0.remove("l2_feeds");
+        let err = render(&status, 1_001).unwrap_err();
+        assert_eq!(err, MissingStat("l2_feeds".to_string()));
+        assert!(err.to_string().contains("\"l2_feeds\""), "{err}");
+    }
+
+    #[test]
+    fn device_states_are_spelled_as_in_the_status_file() {
+        for state in [
+            DeviceState::Rebuilding,
+            DeviceState::Online,
+            DeviceState::Faulted,
+            DeviceState::Removed,
+        ] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                state_name(state),
+                "{state:?}"
+            );
+        }
+    }
+}
