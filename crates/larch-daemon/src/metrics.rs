@@ -12,31 +12,10 @@ use larch_engine::PoolReport;
 use larch_engine::latency::{LatencySnapshot, bucket_upper_us};
 use larch_engine::report::{CacheDeviceReport, LatencyReport, VolumeReport};
 
-/// Whether an arcstat is a gauge (a level that goes up and down) rather than a counter.
+/// Whether an arcstat is a gauge (a level that goes up and down) rather than a counter,
+/// as the engine declares it.
 fn is_gauge(name: &str) -> bool {
-    name.contains("size")
-        || name.ends_with("_data")
-        || name.ends_with("_metadata")
-        || matches!(
-            name,
-            "c" | "c_min"
-                | "c_max"
-                | "p"
-                | "meta"
-                | "pd"
-                | "pm"
-                | "l2_blocks"
-                | "l2_ndev"
-                | "hash_elements"
-                | "arc_no_grow"
-                | "memory_available_bytes"
-                | "dirty_bytes"
-                | "dirty_data_max"
-                | "txg_open"
-                | "txg_synced"
-                | "txg_last_sync_us"
-                | "txg_last_sync_bytes"
-        )
+    larch_engine::stats::kind_of(name) == larch_engine::stats::StatKind::Gauge
 }
 
 /// A label value in the Prometheus text format: backslash, quote and newline escaped.

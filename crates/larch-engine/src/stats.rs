@@ -117,7 +117,10 @@ pub const COMPUTED: &[StatDef] = &[
         "log blocks a rebuild found with a bad checksum",
     ),
     counter("l2_rebuild_bufs", "entries rebuilds restored"),
-    counter("l2_rebuild_size", "bytes of the entries rebuilds restored"),
+    gauge(
+        "l2_rebuild_size",
+        "bytes of the entries the cache devices' rebuilds restored",
+    ),
     counter("l2_rebuild_log_blks", "log blocks rebuilds read"),
 ];
 
@@ -187,5 +190,35 @@ mod tests {
         assert_eq!(kind_of("mru_evictable_data"), StatKind::Gauge);
         assert_eq!(kind_of("mfu_ghost_hits"), StatKind::Counter);
         assert_eq!(kind_of("c"), StatKind::Gauge);
+    }
+
+    #[test]
+    fn every_arcstat_the_engine_reports_is_declared_or_the_policys() {
+        let engine = crate::Engine::new(64 << 20);
+        let policy: Vec<String> = larch_policy::Arc::new(larch_policy::ArcConfig::fixed(1 << 20))
+            .unwrap()
+            .kstats()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        let reported = engine.arcstats();
+        for (name, _) in &reported {
+            assert!(
+                describe(name).is_some() || policy.contains(name),
+                "{name} is reported but declared nowhere"
+            );
+        }
+        for def in EngineStats::STATS
+            .iter()
+            .chain(WriteStats::STATS)
+            .chain(COMPUTED)
+        {
+            assert!(
+                reported.iter().any(|(name, _)| name == def.name),
+                "{} is declared but not reported",
+                def.name
+            );
+        }
+        engine.shutdown();
     }
 }
