@@ -185,10 +185,10 @@ impl Coherence {
         self.writes_seen.store(true, Ordering::Release);
     }
 
-    /// A rebuild begins; a device of `index` gets its coherence state.
-    pub(crate) fn rebuild_began(&self, index: u16) {
+    /// A rebuild begins (call under the gate, with the decision to rebuild). A device's
+    /// index is never reused, so its state starts fresh.
+    pub(crate) fn rebuild_began(&self) {
         self.rebuilds.fetch_add(1, Ordering::AcqRel);
-        self.device(index, |d| d.forgotten_in_rebuild = false);
     }
 
     /// A rebuild ended (indexed, failed or cancelled). The last one forgets the blocks

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use larch_l2::RebuildStats;
 
-use crate::arc::{ArcCache, ArcSizer, SHARDS, release_free_memory, sizing_limits};
+use crate::arc::{ArcCache, ArcSizer, SHARDS, TRIM_INTERVAL, release_free_memory, sizing_limits};
 use crate::backing::BackingStore;
 use crate::coherence::{Coherence, DistrustSink};
 use crate::l2::CacheDevices;
@@ -113,7 +113,8 @@ impl Engine {
         let _ = std::thread::Builder::new()
             .name("larch-arc-size".into())
             .spawn(move || {
-                for pass in 1u64.. {
+                let mut last_trim = Instant::now();
+                loop {
                     std::thread::sleep(Duration::from_millis(250));
                     let Some(engine) = weak.upgrade() else {
                         return;
@@ -122,8 +123,8 @@ impl Engine {
                         return;
                     }
                     engine.adjust_arc_size();
-                    if pass.is_multiple_of(4) {
-                        engine.release_free_memory();
+                    if last_trim.elapsed() >= TRIM_INTERVAL && engine.release_free_memory() {
+                        last_trim = Instant::now();
                     }
                 }
             });
@@ -172,11 +173,13 @@ impl Engine {
 
     /// Gives freed memory back to the system when the process holds much more than the
     /// cache accounts for (see `arc::sizing`); counted in `memory_trims`.
-    fn release_free_memory(&self) {
+    fn release_free_memory(&self) -> bool {
         let (size, headers) = self.arc.size_and_headers();
-        if release_free_memory(size + headers + self.arc.l2_index_bytes()) {
+        let trimmed = release_free_memory(size + headers + self.arc.l2_index_bytes());
+        if trimmed {
             self.stats.memory_trims.fetch_add(1, Ordering::Relaxed);
         }
+        trimmed
     }
 
     /// Whether the ARC has evicted anything yet (OpenZFS `arc_warm`): until then feeds

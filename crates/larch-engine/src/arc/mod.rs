@@ -23,7 +23,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use larch_policy::{Access, Action, BlockKey, BufType, State};
 
-pub(crate) use sizing::{ArcSizer, limits as sizing_limits, release_free_memory};
+pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
 pub use sizing::{default_arc_min, default_dirty_data_max};
 
 use crate::l2::index::{ShardL2, pack_key};

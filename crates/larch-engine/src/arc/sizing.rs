@@ -73,6 +73,11 @@ fn resident_bytes() -> Option<u64> {
     Some(pages * u64::try_from(page).ok()?)
 }
 
+/// Least time between two trims: each takes the allocator's arena locks for a few ms
+/// (tens on a fragmented heap of a million blocks), and what it gives back builds up only
+/// as fast as requests free memory.
+pub(crate) const TRIM_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Gives memory the process freed back to the system when resident memory exceeds what
 /// the cache accounts for (`accounted_bytes`: the ARC's data and headers, the L2 index)
 /// by more than a slack. glibc's allocator keeps what it frees in its arenas (one per
@@ -80,8 +85,9 @@ fn resident_bytes() -> Option<u64> {
 /// a heap, so a burst of large requests (32 MiB NBD writes copied into 16K blocks) leaves
 /// hundreds of MiB resident that nothing uses (measured: 247 MiB resident for a 64 MiB
 /// ARC, 80 MiB after `malloc_trim`). `malloc_trim` costs tens of ms on a fragmented heap
-/// of a million blocks, so it runs only when resident memory is that far over, not every
-/// time. Returns whether it trimmed. Elsewhere than glibc it does nothing.
+/// of a million blocks, so it runs only when resident memory is that far over, and the
+/// caller runs it at most every [`TRIM_INTERVAL`]. Returns whether it trimmed. Elsewhere
+/// than glibc it does nothing.
 pub(crate) fn release_free_memory(accounted_bytes: u64) -> bool {
     let Some(resident) = resident_bytes() else {
         return false;

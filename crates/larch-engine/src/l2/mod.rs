@@ -106,16 +106,31 @@ pub struct CacheDevice {
 }
 
 impl CacheDevice {
-    fn new(index: u16, path: &Path, guid: u64, dev: Arc<dyn BlockDevice>) -> CacheDevice {
+    /// A device of `index`: rebuilding (`writer` is `None`) or online with `writer`.
+    fn new(
+        index: u16,
+        path: &Path,
+        guid: u64,
+        dev: Arc<dyn BlockDevice>,
+        writer: Option<Writer>,
+    ) -> CacheDevice {
+        let geometry = OnceLock::new();
+        let state = match &writer {
+            Some(l2) => {
+                let _ = geometry.set(l2.geometry());
+                DeviceState::Online
+            }
+            None => DeviceState::Rebuilding,
+        };
         CacheDevice {
             index,
             path: path.to_path_buf(),
             guid,
             dev,
-            writer: RankedMutex::new(Rank::DeviceWriter, None),
-            geometry: OnceLock::new(),
+            writer: RankedMutex::new(Rank::DeviceWriter, writer),
+            geometry,
             known_header: RankedMutex::leaf(None),
-            state: AtomicU8::new(DeviceState::Rebuilding as u8),
+            state: AtomicU8::new(state as u8),
             fault: RankedMutex::leaf(None),
             rebuild: RankedMutex::leaf(None),
             rebuild_entries: AtomicU64::new(0),
@@ -248,10 +263,18 @@ impl CacheDevices {
             .any(|d| matches!(d.state(), DeviceState::Online | DeviceState::Rebuilding))
     }
 
-    /// Adds a device to the list under the next index.
-    fn push(&self, path: &Path, guid: u64, dev: Arc<dyn BlockDevice>) -> Arc<CacheDevice> {
+    /// Adds a device to the list under the next index: rebuilding when `writer` is
+    /// `None`, online with it otherwise.
+    fn push(
+        &self,
+        path: &Path,
+        guid: u64,
+        dev: Arc<dyn BlockDevice>,
+        writer: Option<Writer>,
+    ) -> Arc<CacheDevice> {
         let mut list = self.list.write();
-        let device = Arc::new(CacheDevice::new(list.len() as u16, path, guid, dev));
+        let index = list.len() as u16;
+        let device = Arc::new(CacheDevice::new(index, path, guid, dev, writer));
         list.push(Arc::clone(&device));
         device
     }
@@ -322,23 +345,43 @@ impl Engine {
         let named =
             |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
         let t = &self.tunables;
-        let rebuild = !create
-            && !self.coherence.writes_seen()
-            && t.l2arc_rebuild_enabled()
-            && dev.len_bytes() >= t.l2arc_rebuild_blocks_min_l2size();
+        // Whether the device's log may be rebuilt is decided under the gate, where writes
+        // change generations: a write came either before (then the device is formatted,
+        // rule 5 of `coherence`) or after the rebuild began (then the rebuild sees it,
+        // rule 3).
+        let rebuild = {
+            let _gate = self.coherence.gate();
+            let rebuild = !create
+                && !self.coherence.writes_seen()
+                && t.l2arc_rebuild_enabled()
+                && dev.len_bytes() >= t.l2arc_rebuild_blocks_min_l2size();
+            if rebuild {
+                self.coherence.rebuild_began();
+            }
+            rebuild
+        };
         let device = if rebuild {
             // Refuse foreign devices at once, before serving anything.
             let header = larch_l2::read_header(&*dev)
-                .map_err(|e| named(&format!("not a larch cache device: {e}")))?;
-            larch_l2::validate_header(
-                &header.header,
-                dev.len_bytes(),
-                Some((pool_guid, device_guid)),
-            )
-            .map_err(|e| named(&e))?;
-            let device = self.l2.push(path, device_guid, dev);
-            *device.known_header.lock() = Some(header.header);
-            self.coherence.rebuild_began(device.index);
+                .map_err(|e| format!("not a larch cache device: {e}"))
+                .and_then(|header| {
+                    larch_l2::validate_header(
+                        &header.header,
+                        dev.len_bytes(),
+                        Some((pool_guid, device_guid)),
+                    )
+                    .map(|_| header.header)
+                    .map_err(|e| e.to_string())
+                });
+            let header = match header {
+                Ok(header) => header,
+                Err(why) => {
+                    self.coherence.rebuild_ended();
+                    return Err(named(&why));
+                }
+            };
+            let device = self.l2.push(path, device_guid, dev, None);
+            *device.known_header.lock() = Some(header);
             device
         } else {
             let options = CreateOptions {
@@ -350,15 +393,14 @@ impl Engine {
             writer.set_track_records(false);
             let geometry = writer.geometry();
             index::fresh_index(&geometry).map_err(|e| named(&e))?;
-            let device = self.l2.push(path, device_guid, dev);
-            let _ = device.geometry.set(geometry);
+            // Online from the start: until its index is attached below, nothing finds a
+            // copy on it and nothing feeds it (its feeder starts after).
+            let device = self.l2.push(path, device_guid, dev, Some(writer));
             for mut shard in self.arc.shards() {
                 let fresh =
                     index::fresh_index(&geometry).expect("the geometry fits, checked above");
                 shard.l2.attach(device.index, fresh);
             }
-            *device.writer() = Some(writer);
-            device.set_state(DeviceState::Online);
             device
         };
         let engine = Arc::clone(self);
@@ -370,7 +412,22 @@ impl Engine {
                     engine.rebuild_device(&feeder_device, pool_guid);
                 }
                 engine.feed_loop(&feeder_device);
-            })?;
+            });
+        let handle = match handle {
+            Ok(handle) => handle,
+            Err(err) => {
+                let why = format!("no feeder thread: {err}");
+                if rebuild {
+                    self.end_rebuild_faulted(&device, why);
+                } else {
+                    let _io = self.coherence.feed_io();
+                    if let Err(why) = self.fault_device(&device, why) {
+                        eprintln!("larch: {why}");
+                    }
+                }
+                return Err(named(&err));
+            }
+        };
         self.threads.lock().push(handle);
         Ok(device)
     }

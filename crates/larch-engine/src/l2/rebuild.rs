@@ -145,7 +145,7 @@ impl Engine {
 
     /// A rebuild that could not finish: the device is faulted and its log emptied, since
     /// writes made meanwhile were not tombstoned on it (rule 4).
-    fn end_rebuild_faulted(&self, device: &CacheDevice, why: String) {
+    pub(crate) fn end_rebuild_faulted(&self, device: &CacheDevice, why: String) {
         {
             let _io = self.coherence.feed_io();
             if let Err(why) = self.fault_device(device, why) {
