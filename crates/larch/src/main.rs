@@ -66,9 +66,11 @@ enum Command {
     Arcstat(arcstat::ArcstatArgs),
     /// Print operations and bandwidth per backing store and cache device of a running pool.
     Iostat(iostat::IostatArgs),
-    /// Set L2ARC tunables of a pool (NAME=VALUE); a running daemon applies them at once.
+    /// Set tunables of a pool (NAME=VALUE); a running daemon applies them at once.
+    #[command(after_help = set::tunables_help())]
     Set(set::SetArgs),
     /// Show tunables of a pool: value, default and source, like `zfs get`.
+    #[command(after_help = set::tunables_help())]
     Get(get::GetArgs),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),

@@ -16,11 +16,26 @@ pub struct SetArgs {
     /// The pool's state directory.
     #[arg(long, default_value = "larch-data")]
     pub state_dir: PathBuf,
-    /// NAME=VALUE pairs, e.g. l2arc_write_max=64M. Names: l2arc_write_max, l2arc_headroom,
-    /// l2arc_feed_secs, l2arc_feed_min_ms, l2arc_feed_again, l2arc_noprefetch,
-    /// l2arc_mfuonly, l2arc_rebuild_enabled.
+    /// NAME=VALUE pairs, e.g. l2arc_write_max=64M (sizes take K, M, G, T suffixes, as
+    /// --size does). The tunables are listed below.
     #[arg(required = true)]
     pub assignments: Vec<String>,
+}
+
+/// Every tunable with its default and meaning, from the engine's one table: the help text
+/// of `larch set` and `larch get`.
+pub fn tunables_help() -> String {
+    let width = larch_engine::tunables::TUNABLES
+        .iter()
+        .map(|d| d.name.len())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::from("Tunables (OpenZFS names; default in brackets):\n");
+    for def in larch_engine::tunables::TUNABLES {
+        let default = larch_engine::tunables::default_text(def);
+        out += &format!("  {:<width$}  {} [{default}]\n", def.name, def.help);
+    }
+    out
 }
 
 /// `larch set`: prints what `tunables.json` then holds.
