@@ -23,7 +23,7 @@ use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder, Source,
 };
-use larch_engine::{BackingStore, CacheMode, Engine, LatencyModel, SyncMode, VolumeInfo};
+use larch_engine::{BackingStore, Engine, LatencyModel, VolumeEntry, VolumeSpec};
 
 const BLOCK: u64 = 8 << 10;
 const DRAM_BYTES: u64 = 64 << 20;
@@ -264,8 +264,7 @@ enum Src {
 
 struct Larch {
     engine: Arc<Engine>,
-    backing: Arc<BackingStore>,
-    vol: VolumeInfo,
+    vol: Arc<VolumeEntry>,
 }
 
 struct Foyer {
@@ -303,21 +302,13 @@ impl Cache {
             }
             let store = BackingStore::open(backing, true, LatencyModel::default())
                 .map_err(|e| format!("{}: {e}", backing.display()))?;
-            let size = store.size_bytes();
-            let slot = engine
-                .register_volume(VOLUME_GUID, BLOCK as u32, size)
-                .ok_or("larch: no volume slot")?;
-            let vol = VolumeInfo {
-                guid: VOLUME_GUID,
-                slot,
-                size_bytes: size,
-                block_bytes: BLOCK as u32,
-                primarycache: CacheMode::All,
-                secondarycache: CacheMode::All,
-                sync: SyncMode::Standard,
+            let spec = VolumeSpec {
+                read_only: true,
+                ..VolumeSpec::new(VOLUME_GUID, BLOCK as u32)
             };
-            let store = Arc::new(store);
-            engine.attach_backing(VOLUME_GUID, Arc::clone(&store));
+            let vol = engine
+                .add_volume(spec, Arc::new(store))
+                .map_err(|e| format!("larch volume: {e}"))?;
             let device = dir.join("larch-cache.img");
             let f = File::create(&device).map_err(|e| format!("{}: {e}", device.display()))?;
             f.set_len(DISK_BYTES)
@@ -326,11 +317,7 @@ impl Cache {
             engine
                 .add_cache_device(&device, POOL_GUID, DEVICE_GUID, true)
                 .map_err(|e| format!("larch cache device: {e}"))?;
-            Ok(Cache::Larch(Larch {
-                engine,
-                backing: store,
-                vol,
-            }))
+            Ok(Cache::Larch(Larch { engine, vol }))
         } else {
             let device = FsDeviceBuilder::new(dir.join("foyer"))
                 .with_capacity(DISK_BYTES as usize)
@@ -358,7 +345,7 @@ impl Cache {
         match self {
             Cache::Larch(l) => l
                 .engine
-                .read_block(&l.backing, &l.vol, key, false)
+                .read_block(&l.vol, key, false)
                 .await
                 .map(|b| (b, Src::Unknown))
                 .ok_or_else(|| format!("larch: backing store read of block {key} failed")),

@@ -20,6 +20,11 @@ use crate::tunables::Tunables;
 use crate::txg::{LogHandle, Txg, zil::Committed};
 use crate::volumes::{VolumeEntry, VolumeSpec, Volumes};
 
+/// An I/O error naming the device (`path`) it came from.
+pub(crate) fn device_error(path: &std::path::Path, e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("{}: {e}", path.display()))
+}
+
 /// The engine shared by every volume of a pool.
 pub struct Engine {
     /// The ARC: shards of policy, buffers, in-flight reads and L2 index.

@@ -23,7 +23,7 @@ use larch_io::{BlockDevice, FileDevice, FileOptions};
 use larch_l2::{CreateOptions, Geometry, L2Device, RebuildStats};
 
 use crate::coherence::Tombstone;
-use crate::engine::Engine;
+use crate::engine::{Engine, device_error};
 use crate::latency::LatencyHistogram;
 use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
 use uring::UringReader;
@@ -342,8 +342,7 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<Arc<CacheDevice>> {
-        let named =
-            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let t = &self.tunables;
         // Whether the device's log may be rebuilt is decided under the gate, where writes
         // change generations: a write came either before (then the device is formatted,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use larch_io::{BlockDevice, FileDevice, FileOptions};
 
 use super::PendingRecord;
-use crate::engine::Engine;
+use crate::engine::{Engine, device_error};
 use crate::lock::RankedMutex;
 use crate::volumes::VolumeEntry;
 
@@ -228,8 +228,7 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        let named =
-            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
         self.attach_log_device(dev, path, pool_guid, device_guid, create)
     }
@@ -244,8 +243,7 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        let named =
-            |e: &dyn std::fmt::Display| io::Error::other(format!("{}: {e}", path.display()));
+        let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let (device, replayed) = if create {
             let device =
                 larch_zil::LogDevice::create(dev, pool_guid, device_guid).map_err(|e| named(&e))?;
