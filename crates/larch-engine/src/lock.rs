@@ -93,18 +93,48 @@ impl Drop for Token {
     }
 }
 
-/// A mutex with a rank. A panic while it was held poisons it; taking it then panics too
-/// (the state it guards may be half-changed).
+/// A guard of a ranked lock: the `std` guard, and the rank recorded as held until it drops.
+pub(crate) struct Ranked<G> {
+    guard: G,
+    _token: Token,
+}
+
+/// The guard of a [`RankedMutex`].
+pub(crate) type RankedGuard<'a, T> = Ranked<MutexGuard<'a, T>>;
+/// The shared guard of a [`RankedRwLock`].
+pub(crate) type RankedReadGuard<'a, T> = Ranked<RwLockReadGuard<'a, T>>;
+/// The exclusive guard of a [`RankedRwLock`].
+pub(crate) type RankedWriteGuard<'a, T> = Ranked<RwLockWriteGuard<'a, T>>;
+
+/// Takes a lock of `rank` with `take` (checking the order in debug builds first). A
+/// poisoned lock (a panic while it was held) panics: its state may be half-changed.
+fn acquire<G, E>(rank: Rank, take: impl FnOnce() -> Result<G, E>) -> Ranked<G> {
+    let token = Token::take(rank);
+    let guard = take().unwrap_or_else(|_| panic!("{rank:?} lock poisoned by a panic"));
+    Ranked {
+        guard,
+        _token: token,
+    }
+}
+
+impl<G: std::ops::Deref> std::ops::Deref for Ranked<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Ranked<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+/// A mutex with a rank.
 #[derive(Debug, Default)]
 pub(crate) struct RankedMutex<T> {
     rank: Rank,
     inner: Mutex<T>,
-}
-
-/// The guard of a [`RankedMutex`].
-pub(crate) struct RankedGuard<'a, T> {
-    guard: MutexGuard<'a, T>,
-    _token: Token,
 }
 
 impl<T> RankedMutex<T> {
@@ -121,17 +151,9 @@ impl<T> RankedMutex<T> {
         RankedMutex::new(Rank::Leaf, value)
     }
 
-    /// Takes the lock (checking the order in debug builds).
+    /// Takes the lock.
     pub(crate) fn lock(&self) -> RankedGuard<'_, T> {
-        let token = Token::take(self.rank);
-        let guard = self
-            .inner
-            .lock()
-            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
-        RankedGuard {
-            guard,
-            _token: token,
-        }
+        acquire(self.rank, || self.inner.lock())
     }
 }
 
@@ -139,24 +161,11 @@ impl<T> RankedGuard<'_, T> {
     /// Waits on `condvar` for at most `timeout`, releasing the lock meanwhile (it is held
     /// again on return, at the same rank).
     pub(crate) fn wait_timeout(self, condvar: &Condvar, timeout: Duration) -> Self {
-        let RankedGuard { guard, _token } = self;
+        let Ranked { guard, _token } = self;
         let (guard, _) = condvar
             .wait_timeout(guard, timeout)
             .unwrap_or_else(|_| panic!("lock poisoned by a panic"));
-        RankedGuard { guard, _token }
-    }
-}
-
-impl<T> std::ops::Deref for RankedGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::DerefMut for RankedGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        Ranked { guard, _token }
     }
 }
 
@@ -165,18 +174,6 @@ impl<T> std::ops::DerefMut for RankedGuard<'_, T> {
 pub(crate) struct RankedRwLock<T> {
     rank: Rank,
     inner: RwLock<T>,
-}
-
-/// The shared guard of a [`RankedRwLock`].
-pub(crate) struct RankedReadGuard<'a, T> {
-    guard: RwLockReadGuard<'a, T>,
-    _token: Token,
-}
-
-/// The exclusive guard of a [`RankedRwLock`].
-pub(crate) struct RankedWriteGuard<'a, T> {
-    guard: RwLockWriteGuard<'a, T>,
-    _token: Token,
 }
 
 impl<T> RankedRwLock<T> {
@@ -190,48 +187,12 @@ impl<T> RankedRwLock<T> {
 
     /// Shared access.
     pub(crate) fn read(&self) -> RankedReadGuard<'_, T> {
-        let token = Token::take(self.rank);
-        let guard = self
-            .inner
-            .read()
-            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
-        RankedReadGuard {
-            guard,
-            _token: token,
-        }
+        acquire(self.rank, || self.inner.read())
     }
 
     /// Exclusive access.
     pub(crate) fn write(&self) -> RankedWriteGuard<'_, T> {
-        let token = Token::take(self.rank);
-        let guard = self
-            .inner
-            .write()
-            .unwrap_or_else(|_| panic!("{:?} lock poisoned by a panic", self.rank));
-        RankedWriteGuard {
-            guard,
-            _token: token,
-        }
-    }
-}
-
-impl<T> std::ops::Deref for RankedReadGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::Deref for RankedWriteGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::DerefMut for RankedWriteGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        acquire(self.rank, || self.inner.write())
     }
 }
 
