@@ -119,7 +119,7 @@ impl Engine {
             .name("larch-arc-size".into())
             .spawn(move || {
                 let mut last_trim = Instant::now();
-                loop {
+                for pass in 1u64.. {
                     std::thread::sleep(Duration::from_millis(250));
                     let Some(engine) = weak.upgrade() else {
                         return;
@@ -128,7 +128,12 @@ impl Engine {
                         return;
                     }
                     engine.adjust_arc_size();
-                    if last_trim.elapsed() >= TRIM_INTERVAL && engine.release_free_memory() {
+                    // Resident memory is looked at once a second (it sums every shard),
+                    // and given back at most every TRIM_INTERVAL.
+                    if pass.is_multiple_of(4)
+                        && last_trim.elapsed() >= TRIM_INTERVAL
+                        && engine.release_free_memory()
+                    {
                         last_trim = Instant::now();
                     }
                 }
