@@ -230,7 +230,7 @@ impl Machine {
     }
 
     /// Opens an engine over the devices (`create`: format them).
-    fn open(&self, create: bool) -> (Arc<Engine>, Arc<VolumeEntry>, Option<Arc<CacheDevice>>) {
+    fn open(&self, create: bool) -> Opened {
         let engine = Engine::new(1 << 20);
         // Feeds are driven by the test; the feeder threads only rebuild.
         engine.tunables.set("l2arc_feed_secs", "3600").unwrap();
@@ -287,7 +287,7 @@ impl Machine {
                 )
                 .ok()
         });
-        (engine, vol, cache)
+        Opened { engine, vol, cache }
     }
 
     /// Cuts the power: each unflushed write of every device is lost, kept or torn.
@@ -326,69 +326,89 @@ impl Versions {
             unflushed: Vec::new(),
         }
     }
+
+    /// Version `v` of block `b` was acknowledged as durable.
+    fn durable(&mut self, b: u64, v: u64) {
+        self.durable[b as usize] = self.durable[b as usize].max(v);
+    }
+
+    /// A FLUSH succeeded: every write acknowledged before it is durable.
+    fn flushed(&mut self) {
+        for (b, v) in std::mem::take(&mut self.unflushed) {
+            self.durable(b, v);
+        }
+    }
+
+    /// The power was cut: writes not made durable before it may or may not have survived.
+    fn cut(&mut self) {
+        self.unflushed.clear();
+    }
 }
 
-/// Runs `ops` random operations. Every failure is tolerated (the power may be off, a
-/// device may fail on purpose); only acknowledged durability is recorded.
-#[allow(clippy::too_many_arguments)]
-fn workload(
-    seed: u64,
-    rng: &mut Rng,
-    ops: u64,
-    engine: &Arc<Engine>,
-    vol: &Arc<VolumeEntry>,
-    cache: Option<&Arc<CacheDevice>>,
-    versions: &mut Versions,
-    runtime: &tokio::runtime::Runtime,
-    mut before_op: impl FnMut(u64),
-) {
-    for op in 0..ops {
-        before_op(op);
-        let r = rng.below(100);
-        if r < 10 {
-            let result = engine.flush_writes(vol);
-            if std::env::var_os("LARCH_POWER_DEBUG").is_some() {
-                eprintln!("  flush: {result:?} txg {:?}", engine.txg_state());
+/// An engine opened over a machine's devices.
+struct Opened {
+    engine: Arc<Engine>,
+    vol: Arc<VolumeEntry>,
+    cache: Option<Arc<CacheDevice>>,
+}
+
+impl Opened {
+    /// Runs `ops` random operations. Every failure is tolerated (the power may be off, a
+    /// device may fail on purpose); only acknowledged durability is recorded.
+    fn workload(
+        &self,
+        seed: u64,
+        rng: &mut Rng,
+        ops: u64,
+        versions: &mut Versions,
+        runtime: &tokio::runtime::Runtime,
+        mut before_op: impl FnMut(u64),
+    ) {
+        let (engine, vol) = (&self.engine, &self.vol);
+        for op in 0..ops {
+            before_op(op);
+            let r = rng.below(100);
+            if r < 10 {
+                self.flush(versions);
+                continue;
             }
-            if result.is_ok() {
-                for (b, v) in versions.unflushed.drain(..) {
-                    versions.durable[b as usize] = versions.durable[b as usize].max(v);
+            if r < 30 {
+                let b = rng.below(BLOCKS);
+                runtime.block_on(engine.read_block(vol, b, false));
+                continue;
+            }
+            if r < 38 {
+                if let Some(cache) = &self.cache
+                    && cache.state() == DeviceState::Online
+                {
+                    engine.feed_once(cache, 1 << 20);
+                }
+                continue;
+            }
+            let b = rng.below(BLOCKS);
+            versions.latest[b as usize] += 1;
+            let v = versions.latest[b as usize];
+            let fua = r < 60;
+            let data = BlockBuf::from_vec(contents(seed, b, v));
+            if engine.write_blocks(vol, &[(b, data)], fua).is_ok() {
+                if fua {
+                    versions.durable(b, v);
+                } else {
+                    versions.unflushed.push((b, v));
                 }
             }
-            continue;
         }
-        if r < 30 {
-            let b = rng.below(BLOCKS);
-            runtime.block_on(engine.read_block(vol, b, false));
-            continue;
+    }
+
+    /// A FLUSH; recorded when it succeeds.
+    fn flush(&self, versions: &mut Versions) {
+        if self.engine.flush_writes(&self.vol).is_ok() {
+            versions.flushed();
         }
-        if r < 38 {
-            if let Some(cache) = cache
-                && cache.state() == DeviceState::Online
-            {
-                engine.feed_once(cache, 1 << 20);
-            }
-            continue;
-        }
-        let b = rng.below(BLOCKS);
-        versions.latest[b as usize] += 1;
-        let v = versions.latest[b as usize];
-        let fua = r < 60;
-        let data = BlockBuf::from_vec(contents(seed, b, v));
-        let result = engine.write_blocks(vol, &[(b, data)], fua);
-        if std::env::var_os("LARCH_POWER_DEBUG").is_some() && b == 38 {
-            eprintln!(
-                "  write block {b} v{v} fua {fua}: {result:?} txg {:?}",
-                engine.txg_state()
-            );
-        }
-        if result.is_ok() {
-            if fua {
-                versions.durable[b as usize] = versions.durable[b as usize].max(v);
-            } else {
-                versions.unflushed.push((b, v));
-            }
-        }
+    }
+
+    fn skip_tombstone_commit(&self, on: bool) {
+        set_skip(&self.engine, on);
     }
 }
 
@@ -415,12 +435,12 @@ struct Checked {
 fn check(
     seed: u64,
     what: &str,
-    engine: &Arc<Engine>,
-    vol: &Arc<VolumeEntry>,
+    opened: &Opened,
     versions: &Versions,
     runtime: &tokio::runtime::Runtime,
     checked: &mut Checked,
 ) -> Result<(), String> {
+    let (engine, vol) = (&opened.engine, &opened.vol);
     for b in 0..BLOCKS {
         let mut on_disk = vec![0u8; BLOCK as usize];
         vol.backing
@@ -477,61 +497,36 @@ fn round(
 
     // 1. A fresh pool, a workload, a power cut.
     let machine = Machine::new(slog, l2);
-    let (engine, vol, cache) = machine.open(true);
-    set_skip(&engine, skip_tombstones);
+    let opened = machine.open(true);
+    opened.skip_tombstone_commit(skip_tombstones);
     let ops = 20 + rng.below(100);
     let fail_at = rng.below(ops);
     let log = machine.log.clone();
-    workload(
-        seed,
-        &mut rng,
-        ops,
-        &engine,
-        &vol,
-        cache.as_ref(),
-        &mut versions,
-        runtime,
-        |op| {
-            if failing_log && op == fail_at {
-                log.as_ref().expect("a log").fail_flushes(true);
-            }
-        },
-    );
+    opened.workload(seed, &mut rng, ops, &mut versions, runtime, |op| {
+        if failing_log && op == fail_at {
+            log.as_ref().expect("a log").fail_flushes(true);
+        }
+    });
     let images = machine.cut(seed);
-    engine.shutdown(); // every device operation fails from now on
-    drop((engine, vol, cache));
-    // Writes not made durable before the cut may or may not have survived it.
-    versions.unflushed.clear();
+    opened.engine.shutdown(); // every device operation fails from now on
+    drop(opened);
+    versions.cut();
 
     // 2. Optionally: writes while the cache device is still rebuilding, and a second cut.
     let images = if during_rebuild {
         let machine = Machine::from_images(&images);
         // The header read that checks the device passes; the rebuild's reads wait.
         machine.cache_hold.hold_after(1);
-        let (engine, vol, cache) = machine.open(false);
-        set_skip(&engine, skip_tombstones);
+        let opened = machine.open(false);
+        opened.skip_tombstone_commit(skip_tombstones);
         let ops = 5 + rng.below(30);
-        workload(
-            seed,
-            &mut rng,
-            ops,
-            &engine,
-            &vol,
-            cache.as_ref(),
-            &mut versions,
-            runtime,
-            |_| {},
-        );
+        opened.workload(seed, &mut rng, ops, &mut versions, runtime, |_| {});
         // Make what was written durable, so the backing stores have it before the cut.
-        if engine.flush_writes(&vol).is_ok() {
-            for (b, v) in versions.unflushed.drain(..) {
-                versions.durable[b as usize] = versions.durable[b as usize].max(v);
-            }
-        }
+        opened.flush(&mut versions);
         let images = machine.cut(seed.rotate_left(7));
-        engine.shutdown();
-        drop((engine, vol, cache));
-        versions.unflushed.clear();
+        opened.engine.shutdown();
+        drop(opened);
+        versions.cut();
         images
     } else {
         images
@@ -539,18 +534,17 @@ fn round(
 
     // 3. Restart: replay, rebuild, and every read must match the backing store.
     let machine = Machine::from_images(&images);
-    let (engine, vol, cache) = machine.open(false);
-    wait_rebuilt(cache.as_ref());
+    let opened = machine.open(false);
+    wait_rebuilt(opened.cache.as_ref());
     let result = check(
         seed,
         "after restart",
-        &engine,
-        &vol,
+        &opened,
         &versions,
         runtime,
         &mut checked,
     );
-    engine.shutdown();
+    opened.engine.shutdown();
     result.map(|()| checked)
 }
 
