@@ -17,12 +17,7 @@ impl DemoPool {
     pub fn new(name: &str) -> DemoPool {
         let dir = std::env::temp_dir().join(format!("larch-daemon-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let sizes = DemoSizes {
-            volume_bytes: 4 << 20,
-            cache_bytes: 4 << 20,
-            arc_max_bytes: 1 << 20,
-        };
-        create_demo(&dir, sizes).expect("a demo pool");
+        create_demo(&dir, DemoSizes::TINY).expect("a demo pool");
         let pool = Pool::open(&dir, true).expect("the demo pool opens");
         DemoPool {
             dir,

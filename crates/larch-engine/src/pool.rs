@@ -252,6 +252,16 @@ pub struct DemoSizes {
     pub arc_max_bytes: u64,
 }
 
+impl DemoSizes {
+    /// The smallest demo pool that works (a 4 MiB volume and cache device, a 1 MiB ARC),
+    /// for tests.
+    pub const TINY: DemoSizes = DemoSizes {
+        volume_bytes: 4 << 20,
+        cache_bytes: 4 << 20,
+        arc_max_bytes: 1 << 20,
+    };
+}
+
 impl Default for DemoSizes {
     fn default() -> DemoSizes {
         DemoSizes {
@@ -625,15 +635,7 @@ mod tests {
     fn a_pool_is_open_in_one_place_at_a_time() {
         let dir = std::env::temp_dir().join(format!("larch-pool-lock-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        create_demo(
-            &dir,
-            DemoSizes {
-                volume_bytes: 4 << 20,
-                cache_bytes: 4 << 20,
-                arc_max_bytes: 1 << 20,
-            },
-        )
-        .unwrap();
+        create_demo(&dir, DemoSizes::TINY).unwrap();
         let pool = Pool::open(&dir, true).unwrap();
         // flock conflicts between open file descriptions, so a second open in this very
         // process is refused as another process's would be.
@@ -655,15 +657,7 @@ mod tests {
         // unless both volumes are read-only.
         let other = dir.with_extension("other");
         let _ = fs::remove_dir_all(&other);
-        let mut config = create_demo(
-            &other,
-            DemoSizes {
-                volume_bytes: 4 << 20,
-                cache_bytes: 4 << 20,
-                arc_max_bytes: 1 << 20,
-            },
-        )
-        .unwrap();
+        let mut config = create_demo(&other, DemoSizes::TINY).unwrap();
         config.volumes[0].backing = fs::canonicalize(dir.join("vol0.img")).unwrap();
         config.save(&other).unwrap();
         let first = Pool::open(&dir, false).unwrap();

@@ -18,7 +18,8 @@
 //! commit: the last test shows that the checks above then catch stale reads, so they are
 //! not a test that cannot fail.
 //!
-//! `LARCH_POWER_ITERATIONS` sets the rounds (default 300; `scripts/test` runs 2000).
+//! `LARCH_POWER_ITERATIONS` sets the rounds (default 300; `scripts/test` runs 2000);
+//! `LARCH_POWER_DEBUG=1` prints each round's setup.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -8,12 +8,7 @@ use larch_engine::{DemoSizes, Pool, PoolReport, create_demo};
 pub fn demo_report(name: &str) -> PoolReport {
     let dir = std::env::temp_dir().join(format!("larch-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let sizes = DemoSizes {
-        volume_bytes: 4 << 20,
-        cache_bytes: 4 << 20,
-        arc_max_bytes: 1 << 20,
-    };
-    create_demo(&dir, sizes).expect("a demo pool");
+    create_demo(&dir, DemoSizes::TINY).expect("a demo pool");
     let pool = Pool::open(&dir, true).expect("the demo pool opens");
     let report = pool.report();
     pool.close().expect("the demo pool closes");
