@@ -10,6 +10,9 @@
 //!
 //! Everything is little-endian. Decoders take untrusted bytes, return [`FormatError`]
 //! and never panic.
+//!
+//! One file, because the three structures share their layout table, checksum and chaining
+//! rules; 290 of its lines are the round-trip and corruption tests beside them.
 
 use crate::layout::{FieldLayout, bytes, get, put};
 use crate::{FormatError, checksum};

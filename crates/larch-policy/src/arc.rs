@@ -1,4 +1,9 @@
 //! The ARC state machine. The module documentation of the crate holds its theory.
+//!
+//! One file, because every transition, eviction pass and size update keeps the same
+//! private invariants of the header slab, the lists and the per-state sizes
+//! ([`Arc::check_invariants`] walks them); what stands alone is elsewhere (`adapt`: the
+//! fractions' arithmetic; `list`: the slab and its lists; `stats`: the counters).
 
 use std::fmt;
 
