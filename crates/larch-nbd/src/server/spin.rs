@@ -121,8 +121,8 @@ impl Drop for Spin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
     use std::io::Write;
+    use std::os::fd::AsRawFd;
 
     fn spinners(max: usize) -> Arc<Spinners> {
         Arc::new(Spinners {
