@@ -161,7 +161,7 @@ tunables! {
     zfs_prefetch_disable: Flag = 0, 0, 1;
         "turn the sequential-read prefetcher off"
     zfetch_max_distance: Size = 8 * M, 0, 256 * M;
-        "most bytes read ahead of a sequential stream"
+        "most bytes read ahead of a sequential stream (at most 1/8 of zfs_arc_max)"
 }
 
 impl Tunables {

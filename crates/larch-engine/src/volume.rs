@@ -226,7 +226,10 @@ impl Volume {
             return;
         }
         let bs = u64::from(self.entry.info.block_bytes);
-        let max_blocks = tunables.zfetch_max_distance() / bs;
+        // Reading further ahead than the ARC holds evicts the stream's own blocks before
+        // the client reaches them, and they are read twice: a stream keeps to an eighth.
+        let (_, arc_max) = crate::arc::sizing::limits(tunables);
+        let max_blocks = tunables.zfetch_max_distance().min(arc_max / 8) / bs;
         let blocks = self.blocks_of(offset, length);
         let range = self
             .prefetcher

@@ -14,7 +14,7 @@
 //! from a vector of exactly the block's length: a block written by a 32 MiB NBD request
 //! must not keep the whole request alive (issue 14, defect 1).
 
-mod sizing;
+pub(crate) mod sizing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
