@@ -9,7 +9,7 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use larch_engine::report::{Arcstats, CacheDeviceReport, MissingStat};
@@ -17,6 +17,7 @@ use larch_engine::units::format_size;
 use larch_engine::{DeviceState, Pool, PoolConfig, tunables};
 
 use crate::history;
+use crate::recorder::Recorder;
 use crate::status::{STATUS_FILE, STATUS_FORMAT, StatusReport};
 
 /// The housekeeping's state from one tick to the next.
@@ -31,12 +32,30 @@ pub(crate) struct Housekeeper {
     http: Option<String>,
     /// Whether the last status write failed (its error is logged once per streak).
     status_failing: bool,
+    /// The history the Analytics page shows, when it is kept.
+    history: Option<History>,
 }
+
+/// The pool's history and where each new second of it goes.
+pub(crate) struct History {
+    /// The history.
+    pub(crate) recorder: Arc<Mutex<Recorder>>,
+    /// Listeners of `/api/v1/live`.
+    pub(crate) live: tokio::sync::broadcast::Sender<Arc<str>>,
+}
+
+/// Seconds between saves of the history (it is also saved at a clean stop).
+const HISTORY_SAVE_SECS: u64 = 60;
 
 impl Housekeeper {
     /// Housekeeping of `pool`, which has just been opened: the files as they are now are
     /// what it was opened with.
-    pub(crate) fn new(pool: &Pool, stats_interval_secs: u64, http: Option<String>) -> Housekeeper {
+    pub(crate) fn new(
+        pool: &Pool,
+        stats_interval_secs: u64,
+        http: Option<String>,
+        history: Option<History>,
+    ) -> Housekeeper {
         Housekeeper {
             seen: FilesSeen::now(pool),
             announced: Vec::new(),
@@ -45,6 +64,7 @@ impl Housekeeper {
             stats_interval_secs,
             http,
             status_failing: false,
+            history,
         }
     }
 
@@ -76,6 +96,23 @@ impl Housekeeper {
         self.progress.show(devices, self.tick);
         self.announce(pool, devices);
         self.write_status(pool, &status);
+        if let Some(history) = &self.history {
+            let live = {
+                let mut recorder = history.recorder.lock().expect("recorder lock");
+                let live = recorder.record(crate::unix_time_secs(), &status.pool);
+                if self.tick.is_multiple_of(HISTORY_SAVE_SECS)
+                    && let Err(err) = recorder.save(&pool.state_dir)
+                {
+                    eprintln!("larch serve: saving the history: {err}");
+                }
+                live
+            };
+            if history.live.receiver_count() > 0
+                && let Ok(json) = serde_json::to_string(&live)
+            {
+                let _ = history.live.send(Arc::from(json));
+            }
+        }
         if self.stats_interval_secs > 0 && self.tick.is_multiple_of(self.stats_interval_secs) {
             match stats_line(&status.pool.arcstats) {
                 Ok(line) => eprintln!("{line}"),
@@ -276,7 +313,7 @@ mod tests {
     #[test]
     fn a_tick_writes_the_status_file() {
         let demo = DemoPool::new("tick");
-        let mut keeper = Housekeeper::new(&demo.pool, 1, Some("127.0.0.1:9".to_string()));
+        let mut keeper = Housekeeper::new(&demo.pool, 1, Some("127.0.0.1:9".to_string()), None);
         keeper.tick(&demo.pool);
         let text = std::fs::read_to_string(demo.dir.join(STATUS_FILE)).unwrap();
         let status = StatusReport::from_json(&text).unwrap();

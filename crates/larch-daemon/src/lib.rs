@@ -14,6 +14,8 @@
 //! - [`status`]: [`status::StatusReport`], the pool's report with the daemon's pid and
 //!   time, as `status.json` and `/status` carry it.
 //! - [`metrics`]: the Prometheus and kstat texts of a report (`/metrics`, `/arcstats`).
+//! - [`recorder`]: the history of the pool the Analytics page shows (per-second series and
+//!   latency histograms, an hour of seconds and a day of minutes).
 //! - [`api`]: the HTTP API's names and answers, shared by [`http`] and [`client`].
 //! - [`client`]: the daemon's record (`daemon.json`), finding a live daemon, and the small
 //!   blocking HTTP client the CLI sends requests with.
@@ -31,6 +33,7 @@ pub mod history;
 mod housekeeping;
 pub mod http;
 pub mod metrics;
+pub mod recorder;
 pub mod serve;
 pub mod status;
 

@@ -9,7 +9,7 @@
 //! latencies histograms in seconds.
 
 use larch_engine::PoolReport;
-use larch_engine::latency::{LatencySnapshot, bucket_upper_us};
+use larch_engine::latency::LatencySnapshot;
 use larch_engine::report::{CacheDeviceReport, LatencyReport, VolumeReport};
 
 /// Whether an arcstat is a gauge (a level that goes up and down) rather than a counter,
@@ -31,10 +31,11 @@ fn histogram(out: &mut String, metric: &str, series: &[(String, LatencySnapshot)
     *out += &format!("# TYPE {metric} histogram\n");
     for (labels, s) in series {
         let mut cumulative = 0;
-        for (i, n) in s.buckets.iter().enumerate() {
+        // Powers of two, as `zpool iostat -w` shows them (the finer buckets are the
+        // Analytics page's).
+        for (upper_us, n) in s.octaves() {
             cumulative += n;
-            let le =
-                bucket_upper_us(i).map_or("+Inf".to_string(), |us| (us as f64 / 1e6).to_string());
+            let le = upper_us.map_or("+Inf".to_string(), |us| (us as f64 / 1e6).to_string());
             *out += &format!("{metric}_bucket{{{labels},le=\"{le}\"}} {cumulative}\n");
         }
         *out += &format!("{metric}_sum{{{labels}}} {}\n", s.sum_ns as f64 / 1e9);
@@ -160,7 +161,6 @@ pub fn kstat(report: &PoolReport) -> String {
 mod tests {
     use super::*;
     use crate::testing::DemoPool;
-    use larch_engine::latency::BUCKETS;
     use std::time::Duration;
 
     #[test]
@@ -177,7 +177,7 @@ mod tests {
             .filter(|l| l.starts_with("x_seconds_bucket"))
             .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
             .collect();
-        assert_eq!(buckets.len(), BUCKETS);
+        assert_eq!(buckets.len(), 26);
         assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{out}");
         assert_eq!(buckets[0], 1);
         assert_eq!(buckets[2], 3);

@@ -9,7 +9,7 @@
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -17,9 +17,11 @@ use larch_engine::units::format_size;
 use larch_engine::{DemoSizes, DeviceState, Pool, PoolLock, SyncMode, Volume, create_demo};
 use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
 use tokio::net::TcpListener;
+use tokio::sync::broadcast;
 
 use crate::client::{self, DaemonRecord};
-use crate::housekeeping::Housekeeper;
+use crate::housekeeping::{History, Housekeeper};
+use crate::recorder::Recorder;
 use crate::status::StatusReport;
 use crate::{history, http};
 
@@ -45,6 +47,9 @@ pub struct ServeOptions {
     pub stats_interval_secs: u64,
     /// Serve HTTP on this loopback address (port 0 picks a free one); `None`: no HTTP.
     pub http: Option<String>,
+    /// Keep the history the Analytics page shows, in at most this many bytes; `None`:
+    /// keep none.
+    pub history_max_bytes: Option<u64>,
 }
 
 /// Runs the pool of `options.state_dir` until SIGINT or SIGTERM (or a listener fails),
@@ -175,6 +180,19 @@ async fn serve(
 ) -> anyhow::Result<Option<String>> {
     let listeners = bind_nbd(&pool, options).await?;
     let token = client::new_token();
+    let recorder = match options.history_max_bytes {
+        Some(max_bytes) => {
+            let (recorder, warning) =
+                Recorder::load(&pool.state_dir, max_bytes, crate::unix_time_secs());
+            if let Some(warning) = warning {
+                eprintln!("larch serve: history: {warning}");
+            }
+            recorder
+        }
+        None => Recorder::new(0),
+    };
+    let recorder = Arc::new(Mutex::new(recorder));
+    let (live, _) = broadcast::channel(16);
     let mut http_addr = None;
     let mut http_task = None;
     if let Some(listener) = bind_http(options.http.as_deref()).await {
@@ -182,11 +200,13 @@ async fn serve(
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        eprintln!("larch serve: HTTP on http://{addr}/metrics /arcstats /status /admin");
+        eprintln!("larch serve: Analytics on http://{addr}/ (and /metrics /arcstats /status)");
         let ctx = http::Context {
             pool: Arc::clone(&pool),
             token: token.clone(),
             addr: addr.clone(),
+            recorder: Arc::clone(&recorder),
+            live: live.clone(),
         };
         http_task = Some(tokio::spawn(http::serve(listener, Arc::new(ctx))));
         http_addr = Some(addr);
@@ -203,7 +223,16 @@ async fn serve(
             pool.state_dir.join(client::DAEMON_FILE).display()
         );
     }
-    let keeper = Housekeeper::new(&pool, options.stats_interval_secs, http_addr.clone());
+    let history = options.history_max_bytes.map(|_| History {
+        recorder: Arc::clone(&recorder),
+        live,
+    });
+    let keeper = Housekeeper::new(
+        &pool,
+        options.stats_interval_secs,
+        http_addr.clone(),
+        history,
+    );
     let keeper = tokio::spawn(keeper.run(Arc::clone(&pool)));
     tokio::spawn(shut_down_on_signal(server.clone()));
     let mut tasks = Vec::new();
@@ -223,6 +252,17 @@ async fn serve(
     }
     server.wait_idle().await;
     keeper.abort();
+    if options.history_max_bytes.is_some() {
+        let recorder = Arc::clone(&recorder);
+        let state_dir = pool.state_dir.clone();
+        let saved = tokio::task::spawn_blocking(move || {
+            recorder.lock().expect("recorder lock").save(&state_dir)
+        })
+        .await;
+        if let Ok(Err(err)) = saved {
+            eprintln!("larch serve: saving the history: {err}");
+        }
+    }
     if let Some(task) = http_task {
         task.abort();
     }

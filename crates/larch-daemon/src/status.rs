@@ -22,7 +22,7 @@ pub const STATUS_FILE: &str = "status.json";
 /// The format of [`StatusReport`] this larch writes and reads. Raise it when a field
 /// changes meaning or goes away (adding a field needs no new number: readers ignore fields
 /// they do not know).
-pub const STATUS_FORMAT: u32 = 1;
+pub const STATUS_FORMAT: u32 = 2;
 
 /// What a running daemon reports: its pool's report and who wrote it when.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -179,6 +179,12 @@ mod tests {
                 "backing_read_latency",
                 "backing_write_latency",
                 "backing_flush_latency",
+                "read_bytes",
+                "write_bytes",
+                "read_arc_latency",
+                "read_l2_latency",
+                "read_backing_latency",
+                "write_latency",
             ])
         );
         assert_eq!(volume["sync"], "standard");
@@ -190,6 +196,7 @@ mod tests {
                 "path",
                 "guid",
                 "size_bytes",
+                "blocks",
                 "state",
                 "fault",
                 "rebuild_entries",
@@ -235,6 +242,7 @@ mod tests {
                 "blocks_written",
                 "records",
                 "bytes",
+                "commit_latency",
             ])
         );
         let latency_report = serde_json::to_value(LatencyReport::default()).unwrap();
@@ -276,7 +284,7 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("no status format"), "{err}");
-        let err = StatusReport::from_json("{\"format\": 1}").unwrap_err();
+        let err = StatusReport::from_json(&format!("{{\"format\": {STATUS_FORMAT}}}")).unwrap_err();
         assert!(matches!(err, StatusError::Invalid(_)), "{err}");
         let err = StatusReport::from_json("not json").unwrap_err();
         assert!(matches!(err, StatusError::Invalid(_)), "{err}");

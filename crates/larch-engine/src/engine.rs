@@ -276,6 +276,7 @@ impl Engine {
                     path: d.path.display().to_string(),
                     guid: d.guid,
                     size_bytes: d.size_bytes(),
+                    blocks: self.arc.l2_blocks_on(d.index),
                     state: d.state(),
                     fault: d.fault(),
                     rebuild_entries: entries,
@@ -312,6 +313,7 @@ impl Engine {
                 blocks_written: s.zil_commit_writer_count,
                 records: s.zil_itx_count,
                 bytes: s.zil_itx_copied_bytes,
+                commit_latency: LatencyReport::of(&l.commit_latency.snapshot()),
             }
         })
     }

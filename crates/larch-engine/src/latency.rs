@@ -1,50 +1,80 @@
 //! Latency histograms of device I/O: what `larch iostat -l`, `/metrics` and `/status` show
 //! per cache device and per backing store.
 //!
-//! A [`LatencyHistogram`] has log2 buckets of microseconds, like the histograms of
-//! `zpool iostat -w` (OpenZFS counts nanoseconds; microseconds suffice here, since every
-//! operation timed is a system call on a file or device). Bucket `i` counts operations
-//! that took more than 2^(i-1) µs and at most 2^i µs; bucket 0 holds those of at most 1 µs
-//! and the last bucket those over 2^24 µs (about 16.8 s). "At most the upper bound" is the
-//! meaning of a Prometheus `le` bucket, so `/metrics` prints the buckets as they are.
+//! A [`LatencyHistogram`] has log-scale buckets, four per power of two from 1 µs to 2^24 µs
+//! (about 16.8 s): fine enough for a heat map to show a device's latency as a band and the
+//! ARC's hits as a stripe of their own, and exact at every power of two so that `/metrics`
+//! can print the coarser buckets of `zpool iostat -w` by adding runs of four. Bucket 0
+//! counts operations of at most 1 µs; bucket `i` those over [`bucket_upper_ns`]`(i - 1)` and
+//! at most `bucket_upper_ns(i)`, which is 2^(i/4) µs rounded up to a nanosecond; the last
+//! bucket those over 2^24 µs. "At most the upper bound" is the meaning of a Prometheus `le`
+//! bucket.
 //!
-//! Recording is two relaxed atomic additions (the bucket and the sum), with no lock, so
-//! the read path and the feeders never wait for each other or for a reader of the
-//! histogram. There is no separate count: a snapshot's count is the total of its buckets,
-//! so it always equals the `le="+Inf"` bucket as Prometheus requires (two counters read
-//! one after the other could disagree while records run). The sum may differ from the
-//! buckets by the records in flight during a snapshot.
+//! Recording is a binary search over the bounds and two relaxed atomic additions (the
+//! bucket and the sum), with no lock, so the read path and the feeders never wait for each
+//! other or for a reader of the histogram. There is no separate count: a snapshot's count
+//! is the total of its buckets, so it always equals the `le="+Inf"` bucket as Prometheus
+//! requires (two counters read one after the other could disagree while records run). The
+//! sum may differ from the buckets by the records in flight during a snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+/// Buckets per power of two.
+pub const PER_OCTAVE: usize = 4;
+/// Powers of two the bounded buckets span (1 µs to 2^24 µs).
+const OCTAVES: usize = 24;
+/// Number of bounds: 1 µs, then four per power of two up to 2^24 µs.
+const BOUNDS: usize = OCTAVES * PER_OCTAVE + 1;
+/// Number of buckets: one per bound and one for longer operations.
+pub const BUCKETS: usize = BOUNDS + 1;
 
-/// Number of buckets: 25 bounded ones (1 µs to 2^24 µs) and one for longer operations.
-pub const BUCKETS: usize = 26;
+/// 2^(j/4) for j = 0..4, scaled by 10^9 (the fractional steps within a power of two).
+const STEPS: [u64; PER_OCTAVE] = [1_000_000_000, 1_189_207_115, 1_414_213_562, 1_681_792_831];
 
-/// Upper bound of bucket `i` in microseconds; `None` for the last (unbounded) bucket.
-pub fn bucket_upper_us(i: usize) -> Option<u64> {
-    (i < BUCKETS - 1).then(|| 1u64 << i)
+/// The upper bounds of the bounded buckets, in nanoseconds.
+const BOUNDS_NS: [u64; BOUNDS] = {
+    let mut bounds = [0u64; BOUNDS];
+    let mut i = 0;
+    while i < BOUNDS {
+        // 1000 ns * 2^(i/4), rounded up: 2^octave * step / 10^6.
+        let scaled = (1u64 << (i / PER_OCTAVE)) * STEPS[i % PER_OCTAVE];
+        bounds[i] = scaled.div_ceil(1_000_000);
+        i += 1;
+    }
+    bounds
+};
+
+/// Upper bound of bucket `i` in nanoseconds; `None` for the last (unbounded) bucket.
+pub fn bucket_upper_ns(i: usize) -> Option<u64> {
+    BOUNDS_NS.get(i).copied()
 }
 
-/// Lower bound (exclusive) of bucket `i` in microseconds.
-fn bucket_lower_us(i: usize) -> u64 {
-    if i == 0 { 0 } else { 1u64 << (i - 1) }
+/// Lower bound (exclusive) of bucket `i` in nanoseconds.
+fn bucket_lower_ns(i: usize) -> u64 {
+    if i == 0 { 0 } else { BOUNDS_NS[i - 1] }
 }
 
-/// The bucket of an operation that took `us` microseconds (rounded up).
-fn bucket_of(us: u64) -> usize {
-    let bits = 64 - us.saturating_sub(1).leading_zeros() as usize;
-    bits.min(BUCKETS - 1)
+/// The bucket of an operation that took `ns` nanoseconds.
+fn bucket_of(ns: u64) -> usize {
+    BOUNDS_NS.partition_point(|&upper| upper < ns)
 }
 
 /// A lock-free histogram of operation times.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LatencyHistogram {
     buckets: [AtomicU64; BUCKETS],
     /// Total time of all recorded operations; wraps after 584 years of summed time.
     sum_ns: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> LatencyHistogram {
+        LatencyHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 impl LatencyHistogram {
@@ -56,7 +86,7 @@ impl LatencyHistogram {
     /// Counts one operation that took `elapsed`.
     pub fn record(&self, elapsed: Duration) {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(ns.div_ceil(1000))].fetch_add(1, Ordering::Relaxed);
+        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
@@ -71,12 +101,21 @@ impl LatencyHistogram {
 
 /// The counts of a [`LatencyHistogram`] at one moment (or between two moments, from
 /// [`LatencySnapshot::since`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LatencySnapshot {
     /// Operations per bucket (see the module documentation for the bounds).
     pub buckets: [u64; BUCKETS],
     /// Total time of the operations, in nanoseconds.
     pub sum_ns: u64,
+}
+
+impl Default for LatencySnapshot {
+    fn default() -> LatencySnapshot {
+        LatencySnapshot {
+            buckets: [0; BUCKETS],
+            sum_ns: 0,
+        }
+    }
 }
 
 impl LatencySnapshot {
@@ -109,15 +148,28 @@ impl LatencySnapshot {
                 below += n;
                 continue;
             }
-            let lower_ns = u128::from(bucket_lower_us(i)) * 1000;
-            let Some(upper_us) = bucket_upper_us(i) else {
+            let lower_ns = u128::from(bucket_lower_ns(i));
+            let Some(upper_ns) = bucket_upper_ns(i) else {
                 return Some(Duration::from_nanos(lower_ns as u64));
             };
-            let width_ns = u128::from(upper_us) * 1000 - lower_ns;
+            let width_ns = u128::from(upper_ns) - lower_ns;
             let ns = lower_ns + width_ns * u128::from(rank - below) / u128::from(n);
             return Some(Duration::from_nanos(ns as u64));
         }
         unreachable!("rank {rank} is at most the count {count}")
+    }
+
+    /// The counts by power of two, as `zpool iostat -w` and `/metrics` show them: for each
+    /// power of two in µs from 1 to 2^24, the operations over the one before and at most
+    /// it, then `None` with the longer ones.
+    pub fn octaves(&self) -> Vec<(Option<u64>, u64)> {
+        let mut out = vec![(Some(1), self.buckets[0])];
+        for k in 1..=OCTAVES {
+            let run = &self.buckets[(k - 1) * PER_OCTAVE + 1..=k * PER_OCTAVE];
+            out.push((Some(1 << k), run.iter().sum()));
+        }
+        out.push((None, self.buckets[BUCKETS - 1]));
+        out
     }
 
     /// What was counted after `earlier` (a snapshot of the same histogram).
@@ -147,35 +199,64 @@ mod tests {
 
     #[test]
     fn buckets_hold_times_up_to_their_upper_bound() {
+        let ns = Duration::from_nanos;
         let cases = [
             (Duration::ZERO, 0),
-            (Duration::from_nanos(999), 0),
+            (ns(999), 0),
             (us(1), 0),
-            (Duration::from_nanos(1001), 1),
-            (us(2), 1),
-            (Duration::from_nanos(2001), 2),
-            (us(3), 2),
-            (us(4), 2),
-            (us(5), 3),
-            (us(1000), 10),
-            (us(1024), 10),
-            (us(1025), 11),
-            (us(1 << 24), 24),
-            (us(1 << 24) + Duration::from_nanos(1), 25),
-            (Duration::from_secs(3600), 25),
-            (Duration::MAX, 25),
+            (ns(1001), 1),
+            (ns(1190), 1),
+            (ns(1191), 2),
+            (us(2), 4),
+            (ns(2001), 5),
+            (us(1000), 40),
+            (us(1024), 40),
+            (us(1025), 41),
+            (us(1 << 24), 96),
+            (us(1 << 24) + ns(1), 97),
+            (Duration::from_secs(3600), 97),
+            (Duration::MAX, 97),
         ];
         for (d, bucket) in cases {
             assert_eq!(only_bucket(d), bucket, "{d:?}");
         }
         for i in 0..BUCKETS - 1 {
-            let upper = bucket_upper_us(i).unwrap();
-            assert_eq!(only_bucket(us(upper)), i, "upper bound of bucket {i}");
-            assert_eq!(bucket_lower_us(i + 1), upper);
+            let upper = bucket_upper_ns(i).unwrap();
+            assert_eq!(only_bucket(ns(upper)), i, "upper bound of bucket {i}");
+            assert_eq!(only_bucket(ns(upper + 1)), i + 1, "above bucket {i}");
+            assert_eq!(bucket_lower_ns(i + 1), upper);
+            if i > 0 {
+                // Each bound is 2^(1/4) times the one before it.
+                let ratio = upper as f64 / bucket_upper_ns(i - 1).unwrap() as f64;
+                assert!(
+                    (ratio - 2f64.powf(0.25)).abs() < 1e-3,
+                    "bucket {i}: {ratio}"
+                );
+            }
         }
-        assert_eq!(bucket_upper_us(BUCKETS - 1), None);
+        // Every fourth bound is a power of two in µs, exactly.
+        for k in 0..=24 {
+            assert_eq!(bucket_upper_ns(k * PER_OCTAVE), Some(1000 << k));
+        }
+        assert_eq!(bucket_upper_ns(BUCKETS - 1), None);
         // About 1 µs to 10 s, as the surfaces promise.
-        assert!(bucket_upper_us(BUCKETS - 2).unwrap() > 10_000_000);
+        assert!(bucket_upper_ns(BUCKETS - 2).unwrap() > 10_000_000_000);
+    }
+
+    #[test]
+    fn octaves_add_runs_of_four_buckets() {
+        let h = LatencyHistogram::new();
+        h.record(us(1));
+        h.record(us(3));
+        h.record(us(4));
+        h.record(Duration::from_secs(60));
+        let octaves = h.snapshot().octaves();
+        assert_eq!(octaves.len(), 26);
+        assert_eq!(octaves[0], (Some(1), 1));
+        assert_eq!(octaves[1], (Some(2), 0));
+        assert_eq!(octaves[2], (Some(4), 2));
+        assert_eq!(octaves[25], (None, 1));
+        assert_eq!(octaves.iter().map(|o| o.1).sum::<u64>(), 4);
     }
 
     #[test]
@@ -193,14 +274,21 @@ mod tests {
         assert_eq!(s.count(), 100);
         assert_eq!(s.sum_ns, 90 * 10_000 + 10 * 10_000_000);
         assert_eq!(s.mean(), Some(Duration::from_nanos(1_009_000)));
-        // 90 operations in (8, 16] µs: rank 50 is 50/90 of the way through that bucket.
+        // 90 operations in the bucket of 10 µs: rank 50 is 50/90 of the way through it.
+        let bounds = |d: Duration| {
+            let i = only_bucket(d);
+            (bucket_lower_ns(i), bucket_upper_ns(i).unwrap())
+        };
+        let (lower, upper) = bounds(us(10));
+        assert!(lower < 10_000 && 10_000 <= upper);
         let p50 = s.percentile(0.5).unwrap();
-        assert_eq!(p50, Duration::from_nanos(8_000 + 8_000 * 50 / 90));
-        assert_eq!(s.percentile(0.9).unwrap(), us(16));
-        // Rank 99 is the 9th of 10 operations in (8192, 16384] µs.
+        assert_eq!(p50, Duration::from_nanos(lower + (upper - lower) * 50 / 90));
+        assert_eq!(s.percentile(0.9).unwrap(), Duration::from_nanos(upper));
+        // Rank 99 is the 9th of the 10 operations in the bucket of 10 ms.
+        let (lower, upper) = bounds(us(10_000));
         let p99 = s.percentile(0.99).unwrap();
-        assert_eq!(p99, Duration::from_nanos(8_192_000 + 8_192_000 * 9 / 10));
-        assert_eq!(s.percentile(1.0).unwrap(), us(16_384));
+        assert_eq!(p99, Duration::from_nanos(lower + (upper - lower) * 9 / 10));
+        assert_eq!(s.percentile(1.0).unwrap(), Duration::from_nanos(upper));
         assert_eq!(s.percentile(0.0).unwrap(), s.percentile(0.001).unwrap());
         let mut last = Duration::ZERO;
         for q in 0..=100 {
@@ -218,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn estimates_are_within_a_factor_of_two_of_the_true_quantile() {
+    fn estimates_are_within_a_bucket_of_the_true_quantile() {
         let h = LatencyHistogram::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut times = Vec::new();
@@ -236,8 +324,9 @@ mod tests {
         for q in [0.01, 0.25, 0.5, 0.9, 0.99, 0.999] {
             let exact = times[((q * times.len() as f64).ceil() as usize).max(1) - 1];
             let estimate = s.percentile(q).unwrap();
+            let (e, x) = (estimate.as_nanos() as f64, exact.as_nanos() as f64);
             assert!(
-                estimate <= exact * 2 && exact <= estimate * 2,
+                e <= x * 1.2 && x <= e * 1.2,
                 "q {q}: estimate {estimate:?}, exact {exact:?}"
             );
         }
@@ -253,7 +342,7 @@ mod tests {
         let delta = h.snapshot().since(&before);
         assert_eq!(delta.count(), 2);
         assert_eq!(delta.sum_ns, 200_000);
-        assert_eq!(delta.buckets[7], 2);
+        assert_eq!(delta.buckets[only_bucket(us(100))], 2);
         assert_eq!(delta.mean(), Some(us(100)));
         assert_eq!(before.since(&h.snapshot()), LatencySnapshot::default());
     }
@@ -286,7 +375,12 @@ mod tests {
             .map(|t| (0..RECORDS).map(|i| 1 + (i + t) % 5000).sum::<u64>())
             .sum();
         assert_eq!(s.sum_ns, expected);
-        // 1..=5000 ns falls in buckets 0 (≤ 1 µs) to 3 (≤ 8 µs) only.
-        assert_eq!(s.buckets[..4].iter().sum::<u64>(), THREADS * RECORDS);
+        // 1..=5000 ns falls in the buckets up to 8 µs only.
+        let up_to_8us = 3 * PER_OCTAVE + 1;
+        assert_eq!(bucket_upper_ns(up_to_8us - 1), Some(8000));
+        assert_eq!(
+            s.buckets[..up_to_8us].iter().sum::<u64>(),
+            THREADS * RECORDS
+        );
     }
 }

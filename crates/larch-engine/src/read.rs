@@ -17,10 +17,22 @@ use crate::l2::read::L2Read;
 use crate::lock::RankedMutex;
 use crate::volumes::VolumeEntry;
 
+/// Where a block read was served from, fastest first: a request of several blocks is as
+/// slow as its slowest, so it is counted by the largest of its blocks' sources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Served {
+    /// A buffer in the ARC.
+    Arc,
+    /// A cache device (or the read of another client that went to one).
+    L2,
+    /// The backing store (or the read of another client that went to it).
+    Backing,
+}
+
 /// A read of a block from a cache device or the backing store that other readers of the
 /// same block wait for instead of issuing their own.
 pub(crate) struct InFlight {
-    result: RankedMutex<Option<Option<Bytes>>>,
+    result: RankedMutex<Option<(Option<Bytes>, Served)>>,
     done: tokio::sync::Notify,
     /// A write overtook this read: its data must not be installed in the cache.
     invalidated: AtomicBool,
@@ -44,12 +56,12 @@ impl InFlight {
         self.invalidated.load(Ordering::Acquire)
     }
 
-    fn complete(&self, data: Option<Bytes>) {
-        *self.result.lock() = Some(data);
+    fn complete(&self, data: Option<Bytes>, served: Served) {
+        *self.result.lock() = Some((data, served));
         self.done.notify_waiters();
     }
 
-    async fn wait(&self) -> Option<Bytes> {
+    async fn wait(&self) -> (Option<Bytes>, Served) {
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
@@ -71,9 +83,19 @@ impl Engine {
         block: u64,
         prefetch: bool,
     ) -> Option<Bytes> {
+        self.read_block_served(vol, block, prefetch).await.0
+    }
+
+    /// [`Engine::read_block`], and where the block came from.
+    pub async fn read_block_served(
+        self: &Arc<Self>,
+        vol: &Arc<VolumeEntry>,
+        block: u64,
+        prefetch: bool,
+    ) -> (Option<Bytes>, Served) {
         let info = &vol.info;
         if block >= info.blocks() {
-            return None;
+            return (None, Served::Arc);
         }
         let key = info.key(block);
         let access = self.arc.access_of(info, key, 0, prefetch);
@@ -82,7 +104,7 @@ impl Engine {
             .shard(&key)
             .lookup(access, || self.fresh_generation());
         let (flight, generation, l2) = match lookup {
-            Lookup::Hit(buf) => return Some(buf),
+            Lookup::Hit(buf) => return (Some(buf), Served::Arc),
             Lookup::Wait(flight) => {
                 self.stats.iohits.fetch_add(1, Ordering::Relaxed);
                 return flight.wait().await;
@@ -95,8 +117,11 @@ impl Engine {
         };
         let psize = info.block_len(block);
         let mut data = None;
+        let mut served = Served::L2;
         let mut count_miss = true;
-        if let Some(loc) = l2 {
+        // The L2ARC switch off: the copy stays indexed, unread.
+        let l2_enabled = self.tunables.l2arc_enabled();
+        if let Some(loc) = l2.filter(|_| l2_enabled) {
             match self.read_l2(&key, index_key(&key), psize, loc).await {
                 L2Read::Hit(bytes) => data = Some(bytes),
                 // The copy failed and is counted: the backing store has the block.
@@ -105,17 +130,18 @@ impl Engine {
             }
         }
         if data.is_none() {
-            if count_miss && self.l2.any_in_use() {
+            if count_miss && l2_enabled && self.l2.any_in_use() {
                 self.stats.l2_misses.fetch_add(1, Ordering::Relaxed);
             }
             data = self.read_backing(vol, block, psize).await;
+            served = Served::Backing;
         }
         let access = self.arc.access_of(info, key, generation, prefetch);
         self.arc
             .shard(&key)
             .finish_read(&access, &flight, data.as_ref());
-        flight.complete(data.clone());
-        data
+        flight.complete(data.clone(), served);
+        (data, served)
     }
 
     /// Reads a block from its volume's backing store on the blocking pool, into a buffer

@@ -94,6 +94,18 @@ pub struct VolumeReport {
     pub backing_write_latency: LatencyReport,
     /// Time of backing-store flushes.
     pub backing_flush_latency: LatencyReport,
+    /// Bytes clients read.
+    pub read_bytes: u64,
+    /// Bytes clients wrote (write-zeroes included).
+    pub write_bytes: u64,
+    /// Clients' reads whose blocks were all in the ARC.
+    pub read_arc_latency: LatencyReport,
+    /// Clients' reads served from a cache device (and perhaps the ARC).
+    pub read_l2_latency: LatencyReport,
+    /// Clients' reads that needed the backing store.
+    pub read_backing_latency: LatencyReport,
+    /// Clients' writes.
+    pub write_latency: LatencyReport,
 }
 
 /// One cache device.
@@ -105,6 +117,8 @@ pub struct CacheDeviceReport {
     pub guid: u64,
     /// Its size in bytes.
     pub size_bytes: u64,
+    /// Blocks it holds a live copy of (its share of `l2_blocks`).
+    pub blocks: u64,
     /// Its state.
     pub state: DeviceState,
     /// Why it is faulted, if it is.
@@ -147,7 +161,7 @@ pub struct RebuildReport {
 }
 
 /// The log device (SLOG).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LogDeviceReport {
     /// Its path.
     pub path: String,
@@ -165,11 +179,13 @@ pub struct LogDeviceReport {
     pub records: u64,
     /// Bytes of record data written.
     pub bytes: u64,
+    /// Time of each commit's write to the device.
+    pub commit_latency: LatencyReport,
 }
 
-/// A latency histogram: its buckets (bucket `i`: at most 2^i µs; the last: longer) and
+/// A latency histogram: its buckets (four per power of two, see [`crate::latency`]) and
 /// figures derived from them (µs; `None` with no operations).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyReport {
     /// Operations.
     pub count: u64,
@@ -181,8 +197,8 @@ pub struct LatencyReport {
     pub p50_us: Option<f64>,
     /// 99th percentile (bucket upper bound), µs.
     pub p99_us: Option<f64>,
-    /// Operations per bucket.
-    pub buckets: [u64; BUCKETS],
+    /// Operations per bucket ([`BUCKETS`] of them).
+    pub buckets: Vec<u64>,
 }
 
 impl LatencyReport {
@@ -195,16 +211,20 @@ impl LatencyReport {
             mean_us: us(s.mean()),
             p50_us: us(s.percentile(0.5)),
             p99_us: us(s.percentile(0.99)),
-            buckets: s.buckets,
+            buckets: s.buckets.to_vec(),
         }
     }
 
-    /// The snapshot it was made from.
+    /// The snapshot it was made from (empty buckets for a report of another layout).
     pub fn snapshot(&self) -> LatencySnapshot {
-        LatencySnapshot {
-            buckets: self.buckets,
+        let mut snapshot = LatencySnapshot {
             sum_ns: self.sum_ns,
+            ..LatencySnapshot::default()
+        };
+        if self.buckets.len() == BUCKETS {
+            snapshot.buckets.copy_from_slice(&self.buckets);
         }
+        snapshot
     }
 }
 
@@ -236,6 +256,12 @@ impl Pool {
                     backing_read_latency: LatencyReport::of(&s.read_latency.snapshot()),
                     backing_write_latency: LatencyReport::of(&s.write_latency.snapshot()),
                     backing_flush_latency: LatencyReport::of(&s.flush_latency.snapshot()),
+                    read_bytes: load(&v.frontend.read_bytes),
+                    write_bytes: load(&v.frontend.write_bytes),
+                    read_arc_latency: LatencyReport::of(&v.frontend.read_arc.snapshot()),
+                    read_l2_latency: LatencyReport::of(&v.frontend.read_l2.snapshot()),
+                    read_backing_latency: LatencyReport::of(&v.frontend.read_backing.snapshot()),
+                    write_latency: LatencyReport::of(&v.frontend.write.snapshot()),
                 }
             })
             .collect();

@@ -156,6 +156,8 @@ tunables! {
         "read cache devices through io_uring (larch's; 0: through a pool of threads)"
     l2arc_mfuonly: Count = 0, 0, 2;
         "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata"
+    l2arc_enabled: Flag = 1, 0, 1;
+        "the L2ARC switch: 0 stops reads from and feeds to every cache device at once, keeping what they hold; 1 resumes (larch's)"
     l2arc_rebuild_enabled: Flag = 1, 0, 1;
         "rebuild cache devices' indexes at start"
     zfs_prefetch_disable: Flag = 0, 0, 1;

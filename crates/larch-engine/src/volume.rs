@@ -5,6 +5,8 @@
 //! and in-process callers use it alike.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
@@ -12,8 +14,10 @@ use tokio::sync::Mutex as AsyncMutex;
 use crate::arc::BlockBuf;
 use crate::backing::BackingStore;
 use crate::engine::Engine;
+use crate::latency::LatencyHistogram;
 use crate::lock::RankedMutex;
 use crate::prefetch::Prefetcher;
+use crate::read::Served;
 use crate::volumes::{VolumeEntry, VolumeInfo};
 
 /// Write locks per volume, by block number: writes of the same block are serialised so
@@ -41,10 +45,32 @@ pub enum VolumeError {
     ReadOnly,
 }
 
+/// What clients asked of a volume and how long it took: the front end's view, which the
+/// Analytics page shows as heat maps (reads apart by where they were served, so that the
+/// ARC's hits show as a stripe of their own). A request is timed from when the volume
+/// takes it to when its data or acknowledgement is ready; failed ones are not counted.
+#[derive(Debug, Default)]
+pub struct FrontendStats {
+    /// Reads whose blocks were all in the ARC.
+    pub read_arc: LatencyHistogram,
+    /// Reads that needed a cache device and no backing store.
+    pub read_l2: LatencyHistogram,
+    /// Reads that needed the backing store.
+    pub read_backing: LatencyHistogram,
+    /// Writes and write-zeroes.
+    pub write: LatencyHistogram,
+    /// Bytes read by clients.
+    pub read_bytes: AtomicU64,
+    /// Bytes written by clients.
+    pub write_bytes: AtomicU64,
+}
+
 /// A volume: its entry in the engine's table and the engine it shares.
 pub struct Volume {
     /// The volume's name (the NBD export name).
     pub name: String,
+    /// Its clients' requests, counted and timed.
+    pub frontend: FrontendStats,
     entry: Arc<VolumeEntry>,
     engine: Arc<Engine>,
     stripes: Vec<AsyncMutex<()>>,
@@ -56,6 +82,7 @@ impl Volume {
     pub fn new(name: String, entry: Arc<VolumeEntry>, engine: Arc<Engine>) -> Volume {
         Volume {
             name,
+            frontend: FrontendStats::default(),
             entry,
             engine,
             stripes: (0..WRITE_STRIPES).map(|_| AsyncMutex::new(())).collect(),
@@ -111,10 +138,20 @@ impl Volume {
             return Ok(Vec::new());
         }
         self.check_range(offset, u64::from(length))?;
+        let started = Instant::now();
         let bs = u64::from(self.entry.info.block_bytes);
         let end = offset + u64::from(length);
         self.prefetch_after(offset, u64::from(length));
-        let blocks = self.read_blocks(offset, u64::from(length), false).await?;
+        let (blocks, served) = self.read_blocks(offset, u64::from(length), false).await?;
+        let histogram = match served {
+            Served::Arc => &self.frontend.read_arc,
+            Served::L2 => &self.frontend.read_l2,
+            Served::Backing => &self.frontend.read_backing,
+        };
+        histogram.record(started.elapsed());
+        self.frontend
+            .read_bytes
+            .fetch_add(u64::from(length), Ordering::Relaxed);
         let first = offset / bs;
         Ok(blocks
             .into_iter()
@@ -147,6 +184,17 @@ impl Volume {
             return Ok(());
         }
         self.check_range(offset, data.len() as u64)?;
+        let started = Instant::now();
+        self.write_blocks(offset, data, fua).await?;
+        self.frontend.write.record(started.elapsed());
+        self.frontend
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The body of [`Volume::write`] once the request is checked.
+    async fn write_blocks(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), VolumeError> {
         let info = self.entry.info;
         let bs = u64::from(info.block_bytes);
         let blocks = self.blocks_of(offset, data.len() as u64);
@@ -228,7 +276,7 @@ impl Volume {
         let bs = u64::from(self.entry.info.block_bytes);
         // Reading further ahead than the ARC holds evicts the stream's own blocks before
         // the client reaches them, and they are read twice: a stream keeps to an eighth.
-        let (_, arc_max) = crate::arc::sizing::limits(tunables);
+        let (_, arc_max) = crate::arc::sizing_limits(tunables);
         let max_blocks = tunables.zfetch_max_distance().min(arc_max / 8) / bs;
         let blocks = self.blocks_of(offset, length);
         let range = self
@@ -247,37 +295,40 @@ impl Volume {
         }
     }
 
-    /// Reads the blocks of a range, in parallel when there are several.
+    /// Reads the blocks of a range, in parallel when there are several, and where the
+    /// slowest of them came from.
     async fn read_blocks(
         &self,
         offset: u64,
         length: u64,
         prefetch: bool,
-    ) -> Result<Vec<Bytes>, VolumeError> {
+    ) -> Result<(Vec<Bytes>, Served), VolumeError> {
         let blocks = self.blocks_of(offset, length);
         let failed =
             |block: u64| VolumeError::Io(format!("reading block {block} from the backing store"));
         if blocks.start() == blocks.end() {
             let block = *blocks.start();
-            let data = self
+            let (data, served) = self
                 .engine
-                .read_block(&self.entry, block, prefetch)
-                .await
-                .ok_or_else(|| failed(block))?;
-            return Ok(vec![data]);
+                .read_block_served(&self.entry, block, prefetch)
+                .await;
+            return Ok((vec![data.ok_or_else(|| failed(block))?], served));
         }
         let mut tasks = Vec::new();
         for block in blocks.clone() {
             let engine = Arc::clone(&self.engine);
             let entry = Arc::clone(&self.entry);
             tasks.push(tokio::spawn(async move {
-                engine.read_block(&entry, block, prefetch).await
+                engine.read_block_served(&entry, block, prefetch).await
             }));
         }
         let mut out = Vec::with_capacity(tasks.len());
+        let mut slowest = Served::Arc;
         for (block, task) in blocks.zip(tasks) {
-            out.push(task.await.ok().flatten().ok_or_else(|| failed(block))?);
+            let (data, served) = task.await.unwrap_or((None, Served::Backing));
+            out.push(data.ok_or_else(|| failed(block))?);
+            slowest = slowest.max(served);
         }
-        Ok(out)
+        Ok((out, slowest))
     }
 }

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// free port, recorded in status.json and daemon.json).
     #[arg(long, default_value = "127.0.0.1:9920")]
     pub http: String,
+    /// Memory the history of the Analytics page may hold (an hour of seconds and a day
+    /// of minutes; the oldest seconds go first when it is full), or "off" to keep none.
+    /// Saved in the state directory as analytics.bin.
+    #[arg(long, value_name = "SIZE|off", default_value = "64M")]
+    pub history: String,
 }
 
 impl Default for ServeArgs {
@@ -56,14 +61,22 @@ impl Default for ServeArgs {
             format_cache: false,
             stats_interval: 0,
             http: "127.0.0.1:9920".to_string(),
+            history: "64M".to_string(),
         }
     }
 }
 
 impl ServeArgs {
     /// The daemon's options for these arguments.
-    fn options(self) -> ServeOptions {
-        ServeOptions {
+    fn options(self) -> anyhow::Result<ServeOptions> {
+        let history_max_bytes = match self.history.as_str() {
+            "off" => None,
+            size => Some(
+                parse_size(size)
+                    .map_err(|why| anyhow::anyhow!("--history {size}: {why} (or \"off\")"))?,
+            ),
+        };
+        Ok(ServeOptions {
             state_dir: self.state_dir,
             listen: self.listen,
             socket: self.socket,
@@ -75,13 +88,14 @@ impl ServeArgs {
             format_cache: self.format_cache,
             stats_interval_secs: self.stats_interval,
             http: (self.http != "off").then_some(self.http),
-        }
+            history_max_bytes,
+        })
     }
 }
 
 /// `larch serve`: serves until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    larch_daemon::serve::run(&args.options())?;
+    larch_daemon::serve::run(&args.options()?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -95,10 +109,26 @@ mod tests {
             http: "off".to_string(),
             ..ServeArgs::default()
         };
-        assert_eq!(off.options().http, None);
-        let options = ServeArgs::default().options();
+        assert_eq!(off.options().unwrap().http, None);
+        let options = ServeArgs::default().options().unwrap();
         assert_eq!(options.http.as_deref(), Some("127.0.0.1:9920"));
         assert_eq!(options.demo.volume_bytes, 1 << 30);
         assert_eq!(options.listen, None);
+        assert_eq!(options.history_max_bytes, Some(64 << 20));
+    }
+
+    #[test]
+    fn the_history_is_a_size_or_off() {
+        let with = |history: &str| {
+            ServeArgs {
+                history: history.to_string(),
+                ..ServeArgs::default()
+            }
+            .options()
+        };
+        assert_eq!(with("off").unwrap().history_max_bytes, None);
+        assert_eq!(with("1M").unwrap().history_max_bytes, Some(1 << 20));
+        let err = with("lots").unwrap_err().to_string();
+        assert!(err.contains("--history lots"), "{err}");
     }
 }

@@ -70,7 +70,7 @@ fn http(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> (u1
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
@@ -643,6 +643,211 @@ fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
         .unwrap();
     succeeded(&out, "nbdinfo");
     assert_eq!(stdout(&out).trim(), (16u64 << 20).to_string());
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Polls the history until `ready` holds for a series answer (the recorder samples once a
+/// second), or fails after 30 s.
+fn series_until(
+    daemon: &Daemon,
+    query: &str,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer: serde_json::Value =
+            serde_json::from_str(&daemon.get(&format!("/api/v1/series?{query}"))).unwrap();
+        if ready(&answer) {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "never ready: {answer}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn sum(answer: &serde_json::Value, id: &str) -> f64 {
+    answer["series"][id]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .sum()
+}
+
+#[test]
+fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch("analytics");
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let image = dir.join("image");
+    std::fs::write(&image, pattern(16 << 20, 9)).unwrap();
+    succeeded(
+        &Command::new("nbdcopy")
+            .arg(&image)
+            .arg(daemon.uri())
+            .output()
+            .unwrap(),
+        "nbdcopy",
+    );
+    // The page and its files come from the binary.
+    let page = daemon.get("/");
+    assert!(
+        page.contains("<html") || page.contains("<!doctype"),
+        "{page}"
+    );
+    assert!(!daemon.get("/app.js").trim().is_empty());
+    // Reads of a working set larger than the ARC (1M) until the cache device serves some.
+    let query = "ids=volume/vol0/read_l2_ops,volume/vol0/read_backing_ops,volume/vol0/read_ops,arc/l2_hits&from=-30";
+    let mut rounds = 0;
+    let warm = loop {
+        fio_randread(&daemon, 2);
+        let answer = series_until(&daemon, query, |a| sum(a, "volume/vol0/read_ops") > 0.0);
+        if sum(&answer, "volume/vol0/read_l2_ops") > 0.0 {
+            break answer;
+        }
+        rounds += 1;
+        assert!(
+            rounds < 20,
+            "no read was served by the cache device: {answer}"
+        );
+    };
+    let catalog: serde_json::Value = serde_json::from_str(&daemon.get("/api/v1/catalog")).unwrap();
+    let ids: Vec<&str> = catalog["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "arc/hits",
+        "volume/vol0/read_ops",
+        "pool/l2arc_enabled",
+        "recorder/bytes",
+    ] {
+        assert!(ids.contains(&id), "{id} not in {ids:?}");
+    }
+    assert!(catalog["bytes"].as_u64().unwrap() <= catalog["max_bytes"].as_u64().unwrap());
+    assert!(sum(&warm, "volume/vol0/read_backing_ops") > 0.0, "{warm}");
+    // Heat maps hold the reads: the backing store's reads are the slow ones.
+    let heat: serde_json::Value =
+        serde_json::from_str(&daemon.get("/api/v1/heatmap?id=frontend/vol0/read_backing&from=-60"))
+            .unwrap();
+    assert_eq!(heat["bounds_us"].as_array().unwrap().len(), 97);
+    let counted: u64 = heat["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| {
+            c.as_array()
+                .unwrap()
+                .chunks(2)
+                .map(|p| p[1].as_u64().unwrap())
+        })
+        .sum();
+    assert!(counted > 0, "{heat}");
+    // Bad questions: 400 naming the parameter.
+    for (query, parameter) in [
+        ("series?ids=nope", "ids"),
+        ("series?ids=arc/hits&from=x", "from"),
+        ("series?ids=arc/hits&step=7", "step"),
+        ("series?ids=arc/hits&frm=1", "frm"),
+        ("heatmap?id=nope", "id"),
+        ("export?ids=arc/hits&format=xml", "format"),
+    ] {
+        let (code, body) = http(&daemon.addr, "GET", &format!("/api/v1/{query}"), "", b"");
+        assert_eq!(code, 400, "{query}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["parameter"], parameter, "{query}: {body}");
+    }
+    let clipped: serde_json::Value =
+        serde_json::from_str(&daemon.get("/api/v1/series?ids=arc/hits&from=-7200&step=1")).unwrap();
+    assert!(clipped["clipped"].is_string(), "{clipped}");
+    let csv = daemon.get("/api/v1/export?ids=arc/hits,arc/size&from=-60&format=csv");
+    assert!(csv.starts_with("time,arc/hits,arc/size\n"), "{csv}");
+    // The switch: without the token, refused; with it, L2 reads stop, and resume.
+    let switch = |value: &str, token: &str| {
+        http(
+            &daemon.addr,
+            "POST",
+            "/api/v1/tunables",
+            token,
+            format!("{{\"name\": \"l2arc_enabled\", \"value\": \"{value}\"}}").as_bytes(),
+        )
+    };
+    assert_eq!(switch("0", "").0, 403);
+    let token = format!("X-Larch-Token: {}\r\n", daemon.token);
+    let (code, body) = switch("0", &token);
+    assert_eq!(code, 200, "{body}");
+    std::thread::sleep(Duration::from_millis(1500));
+    fio_randread(&daemon, 2);
+    let off = series_until(
+        &daemon,
+        "ids=volume/vol0/read_ops,volume/vol0/read_l2_ops,pool/l2arc_enabled&from=-2",
+        |a| sum(a, "volume/vol0/read_ops") > 0.0,
+    );
+    assert_eq!(sum(&off, "volume/vol0/read_l2_ops"), 0.0, "{off}");
+    let events: serde_json::Value =
+        serde_json::from_str(&daemon.get("/api/v1/series?ids=arc/hits&from=-60")).unwrap();
+    assert!(
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "switch" && e["text"] == "l2arc_enabled=0"),
+        "{events}"
+    );
+    assert_eq!(switch("1", &token).0, 200);
+    let mut rounds = 0;
+    loop {
+        fio_randread(&daemon, 2);
+        let on = series_until(
+            &daemon,
+            "ids=volume/vol0/read_ops,volume/vol0/read_l2_ops&from=-2",
+            |a| sum(a, "volume/vol0/read_ops") > 0.0,
+        );
+        if sum(&on, "volume/vol0/read_l2_ops") > 0.0 {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds < 10, "L2 reads never resumed: {on}");
+    }
+    // The live stream sends a sample a second.
+    let mut stream = TcpStream::connect(&daemon.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /api/v1/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("\"arc/hits\"") {
+        let n = stream.read(&mut chunk).expect("a sample within 10 s");
+        assert!(
+            n > 0,
+            "the stream ended: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("event: sample"));
+    drop(stream);
+    // The history is saved at a clean stop and comes back with the restart marked.
+    daemon.stop();
+    assert!(state.join("analytics.bin").exists());
+    let daemon = Daemon::start(&state);
+    let back = series_until(&daemon, "ids=arc/size&from=-300", |a| {
+        a["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "restart")
+            && a["times"].as_array().unwrap().len() > 20
+    });
+    assert!(back["series"]["arc/size"].as_array().unwrap().len() > 20);
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

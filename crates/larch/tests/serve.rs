@@ -176,7 +176,11 @@ fn assert_l2_conservation(status: &serde_json::Value) {
 fn http_get(addr: &str, path: &str) -> String {
     use std::io::Read;
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     stream.read_to_string(&mut out).unwrap();
     out

@@ -14,7 +14,7 @@
 //! from a vector of exactly the block's length: a block written by a 32 MiB NBD request
 //! must not keep the whole request alive (issue 14, defect 1).
 
-pub(crate) mod sizing;
+mod sizing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -369,6 +369,11 @@ impl ArcCache {
                         as u64,
             )
         })
+    }
+
+    /// Blocks with a live copy on cache device `device`.
+    pub(crate) fn l2_blocks_on(&self, device: u16) -> u64 {
+        self.shards().map(|s| s.l2.live_on(device)).sum()
     }
 
     /// DRAM held by the L2 index (`l2_hdr_size`).

@@ -55,7 +55,10 @@ impl Engine {
                 break;
             }
             wrote_bytes = match device.state() {
-                DeviceState::Online => self.feed_once(device, pace.budget_bytes),
+                // The L2ARC switch off: no feed (tombstones still go out with TXGs).
+                DeviceState::Online if t.l2arc_enabled() => {
+                    self.feed_once(device, pace.budget_bytes)
+                }
                 _ => 0,
             };
             // Blocks the feed would have written left the ARC before it came round.

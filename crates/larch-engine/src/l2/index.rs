@@ -521,6 +521,14 @@ impl ShardL2 {
     pub(crate) fn dram_bytes(&self) -> u64 {
         self.devices.iter().flatten().map(|d| d.dram_bytes()).sum()
     }
+
+    /// Live copies on cache device `device` (of this shard).
+    pub(crate) fn live_on(&self, device: u16) -> u64 {
+        self.devices
+            .get(usize::from(device))
+            .and_then(|d| d.as_ref())
+            .map_or(0, |d| d.live() as u64)
+    }
 }
 
 /// Adds (`add`) or removes a copy of `psize` bytes in the L2 size counters.

@@ -14,6 +14,7 @@ use larch_io::{BlockDevice, FileDevice, FileOptions};
 
 use super::PendingRecord;
 use crate::engine::{Engine, device_error};
+use crate::latency::LatencyHistogram;
 use crate::lock::RankedMutex;
 use crate::volumes::VolumeEntry;
 
@@ -36,6 +37,8 @@ pub struct LogHandle {
     fault: RankedMutex<Option<String>>,
     /// Being removed: takes no new records; its TXGs are synced and committed first.
     draining: AtomicBool,
+    /// Time of each commit's write (records written and the device flushed).
+    pub commit_latency: LatencyHistogram,
 }
 
 impl LogHandle {
@@ -167,8 +170,9 @@ impl Engine {
                 size += bytes;
                 end += 1;
             }
+            let started = Instant::now();
             match log.device.commit(&views[start..end]) {
-                Ok(_) => {}
+                Ok(_) => log.commit_latency.record(started.elapsed()),
                 // Before anything is written: the log stays usable, this group falls
                 // back to a TXG sync.
                 Err(larch_zil::LogError::Full { .. } | larch_zil::LogError::TooLarge { .. }) => {
@@ -278,6 +282,7 @@ impl Engine {
             covers_from_txg: inner.open_txg + 1,
             fault: RankedMutex::leaf(None),
             draining: AtomicBool::new(false),
+            commit_latency: LatencyHistogram::new(),
         });
         *self.log.write() = Some(handle);
         inner.sync_requested = true;

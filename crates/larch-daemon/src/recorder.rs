@@ -1,0 +1,1269 @@
+//! The daemon's history of its pool: what the Analytics page and `larch analytics export`
+//! show (see `docs/analytics.md`, the contract with the page).
+//!
+//! Once a second the daemon hands the recorder the pool's report; the recorder turns the
+//! report's cumulative counters into per-second values, keeps gauges as they are, and
+//! keeps the per-second latency histograms of the front end and of every device (the
+//! difference of two snapshots). Seconds are kept for an hour and minutes for a day; a
+//! minute is the mean of its seconds for counters (still a rate), the last of them for
+//! gauges and the sum of their histograms.
+//!
+//! Memory is bounded: a sample holds one `f32` per series and only the non-empty buckets
+//! of its histograms, and when the total passes the configured bound the oldest samples
+//! go first (a range asked for beyond what is kept is then clipped and says so). The
+//! history is saved in the state directory with a magic, version and checksum, and read
+//! back at start so curves continue across a restart; the restart is an event.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::path::Path;
+
+use larch_engine::PoolReport;
+use larch_engine::latency::{BUCKETS, LatencySnapshot, bucket_upper_ns};
+use larch_engine::report::LatencyReport;
+use larch_engine::stats::{StatKind, kind_of};
+use serde::{Deserialize, Serialize};
+
+/// Name of the saved history in the state directory.
+pub const HISTORY_FILE: &str = "analytics.bin";
+/// Seconds kept at 1-second resolution.
+pub const SECONDS_KEPT: usize = 3600;
+/// Minutes kept at 1-minute resolution.
+pub const MINUTES_KEPT: usize = 1440;
+/// The default bound of the history's memory.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Events kept (switch flips, tunable changes, restarts).
+const EVENTS_KEPT: usize = 1000;
+/// Bytes of a sample besides its values and cells (its own header and the deque slot).
+const SAMPLE_OVERHEAD: u64 = 64;
+
+const FILE_MAGIC: &[u8; 8] = b"LARCHREC";
+const FILE_VERSION: u32 = 1;
+
+/// Counter (a per-second value) or gauge (a level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Recorded as what happened during each second.
+    Counter,
+    /// Recorded as its value at the end of each second.
+    Gauge,
+}
+
+/// A series the history holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeriesDef {
+    /// Its id (`arc/hits`, `volume/vol0/read_ops`, ...).
+    pub id: String,
+    /// What the page calls it.
+    pub label: String,
+    /// Unit of its values (`ops/s`, `bytes`, ...).
+    pub unit: String,
+    /// Counter or gauge.
+    pub kind: Kind,
+}
+
+/// A latency histogram the history holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeatDef {
+    /// Its id (`frontend/vol0/read_arc`, `cache/GUID/read`, ...).
+    pub id: String,
+    /// What the page calls it.
+    pub label: String,
+}
+
+/// Something that happened, marked on every chart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// When (seconds since the epoch).
+    pub time: u64,
+    /// `switch` (the L2ARC switch), `tunable` or `restart`.
+    pub kind: String,
+    /// What (`l2arc_enabled=0`).
+    pub text: String,
+}
+
+/// One bucket of one histogram in one sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Cell {
+    heat: u16,
+    bucket: u8,
+    count: u32,
+}
+
+/// One interval (a second or a minute): the values by series index (NaN: none) and the
+/// non-empty histogram buckets, ordered by histogram and bucket.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Sample {
+    /// End of the interval (seconds since the epoch).
+    time: u64,
+    values: Vec<f32>,
+    cells: Vec<Cell>,
+}
+
+impl Sample {
+    fn bytes(&self) -> u64 {
+        SAMPLE_OVERHEAD + self.values.capacity() as u64 * 4 + self.cells.capacity() as u64 * 8
+    }
+
+    fn value(&self, series: usize) -> Option<f32> {
+        self.values.get(series).copied().filter(|v| !v.is_nan())
+    }
+
+    /// Flat `bucket, count` pairs of histogram `heat`.
+    fn cells_of(&self, heat: u16) -> Vec<u32> {
+        let start = self.cells.partition_point(|c| c.heat < heat);
+        self.cells[start..]
+            .iter()
+            .take_while(|c| c.heat == heat)
+            .flat_map(|c| [u32::from(c.bucket), c.count])
+            .collect()
+    }
+}
+
+/// The minute being summed from its seconds.
+#[derive(Debug, Default)]
+struct MinuteSum {
+    minute: u64,
+    sums: Vec<f64>,
+    seen: Vec<u32>,
+    cells: BTreeMap<(u16, u8), u64>,
+}
+
+/// Why a question to the history cannot be answered (the HTTP answer is a 400 naming
+/// the parameter).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{parameter}: {why}")]
+pub struct QueryError {
+    /// The parameter at fault.
+    pub parameter: &'static str,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// A time range, as asked for and resolved against what is kept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Range {
+    /// Start (exclusive), seconds since the epoch.
+    pub from: u64,
+    /// End (inclusive).
+    pub to: u64,
+    /// 1 or 60.
+    pub step: u64,
+    /// Why the range is shorter than asked for, if it is.
+    pub clipped: Option<String>,
+}
+
+impl Range {
+    /// Resolves the `from`, `to` and `step` parameters of a request (each optional) at
+    /// time `now`: `to` is `now` or a time, `from` a time or seconds before `to` (negative),
+    /// `step` 1 or 60. A range longer than what is kept at its step is clipped.
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        step: Option<&str>,
+        now: u64,
+    ) -> Result<Range, QueryError> {
+        let bad = |parameter, why: &str| QueryError {
+            parameter,
+            why: why.to_string(),
+        };
+        let to = match to {
+            None | Some("now") => now,
+            Some(text) => text
+                .parse::<u64>()
+                .map_err(|_| bad("to", "expected seconds since the epoch or `now`"))?,
+        };
+        let from = match from {
+            None => to.saturating_sub(300),
+            Some(text) => match text.parse::<i64>() {
+                Ok(back) if back < 0 => to.saturating_sub(back.unsigned_abs()),
+                Ok(at) => at as u64,
+                Err(_) => {
+                    return Err(bad(
+                        "from",
+                        "expected seconds since the epoch, or negative seconds before `to`",
+                    ));
+                }
+            },
+        };
+        if from >= to {
+            return Err(bad("from", "the range is empty: `from` is not before `to`"));
+        }
+        let step = match step {
+            None if from + SECONDS_KEPT as u64 >= now => 1,
+            None => 60,
+            Some("1") => 1,
+            Some("60") => 60,
+            Some(_) => return Err(bad("step", "expected 1 or 60")),
+        };
+        let kept = if step == 1 {
+            SECONDS_KEPT as u64
+        } else {
+            MINUTES_KEPT as u64 * 60
+        };
+        let mut range = Range {
+            from,
+            to,
+            step,
+            clipped: None,
+        };
+        let oldest = now.saturating_sub(kept);
+        if from < oldest {
+            range.from = oldest.min(to.saturating_sub(1));
+            range.clipped = Some(format!(
+                "{kept} s are kept at {step}-second steps: the range starts at {} instead of {from}",
+                range.from
+            ));
+        }
+        Ok(range)
+    }
+}
+
+/// The answer to a question about series.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SeriesAnswer {
+    /// Format of the answer.
+    pub version: u32,
+    /// The range answered.
+    #[serde(flatten)]
+    pub range: Range,
+    /// End of each interval.
+    pub times: Vec<u64>,
+    /// Values by id, one per time (`None`: no sample).
+    pub series: BTreeMap<String, Vec<Option<f32>>>,
+    /// Events within the range.
+    pub events: Vec<Event>,
+}
+
+/// The answer to a question about a histogram.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HeatAnswer {
+    /// Format of the answer.
+    pub version: u32,
+    /// The histogram.
+    pub id: String,
+    /// The range answered.
+    #[serde(flatten)]
+    pub range: Range,
+    /// Upper bounds of the bounded buckets, µs.
+    pub bounds_us: Vec<f64>,
+    /// End of each interval.
+    pub times: Vec<u64>,
+    /// Per interval, flat `bucket, count` pairs of its non-empty buckets.
+    pub cells: Vec<Vec<u32>>,
+    /// Events within the range.
+    pub events: Vec<Event>,
+}
+
+/// The newest second, as `/api/v1/live` sends it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LiveSample {
+    /// End of the second.
+    pub time: u64,
+    /// Values by id.
+    pub values: BTreeMap<String, f32>,
+    /// Non-empty histogram buckets by id.
+    pub heat: BTreeMap<String, Vec<u32>>,
+    /// Events of that second.
+    pub events: Vec<Event>,
+}
+
+/// What the history holds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Catalog {
+    /// The series.
+    pub series: Vec<SeriesDef>,
+    /// The histograms.
+    pub heatmaps: Vec<HeatDef>,
+    /// Bytes of memory the history holds.
+    pub bytes: u64,
+    /// Its bound.
+    pub max_bytes: u64,
+}
+
+/// The history.
+#[derive(Debug)]
+pub struct Recorder {
+    series: Vec<SeriesDef>,
+    series_index: HashMap<String, usize>,
+    heats: Vec<HeatDef>,
+    heat_index: HashMap<String, u16>,
+    seconds: VecDeque<Sample>,
+    minutes: VecDeque<Sample>,
+    minute: Option<MinuteSum>,
+    events: VecDeque<Event>,
+    /// Cumulative counters and histograms of the last report, by id.
+    last_counters: HashMap<String, u64>,
+    last_heats: HashMap<String, LatencySnapshot>,
+    last_tunables: Option<BTreeMap<String, u64>>,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+/// A value of one report, before it is placed in a sample.
+enum Reading {
+    Counter(u64),
+    Gauge(f64),
+}
+
+/// The unit of an arcstat, from its name and kind.
+fn arcstat_unit(name: &str, kind: StatKind) -> &'static str {
+    let bytes = name.ends_with("size")
+        || name.ends_with("bytes")
+        || matches!(name, "c" | "p" | "c_min" | "c_max" | "arc_meta_used");
+    match (bytes, kind) {
+        (true, StatKind::Gauge) => "bytes",
+        (true, StatKind::Counter) => "bytes/s",
+        (false, StatKind::Gauge) => "",
+        (false, StatKind::Counter) => "per second",
+    }
+}
+
+impl Recorder {
+    /// An empty history holding at most `max_bytes` of samples.
+    pub fn new(max_bytes: u64) -> Recorder {
+        Recorder {
+            series: Vec::new(),
+            series_index: HashMap::new(),
+            heats: Vec::new(),
+            heat_index: HashMap::new(),
+            seconds: VecDeque::new(),
+            minutes: VecDeque::new(),
+            minute: None,
+            events: VecDeque::new(),
+            last_counters: HashMap::new(),
+            last_heats: HashMap::new(),
+            last_tunables: None,
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// Bytes of memory the samples hold.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// What the history holds.
+    pub fn catalog(&self) -> Catalog {
+        Catalog {
+            series: self.series.clone(),
+            heatmaps: self.heats.clone(),
+            bytes: self.bytes,
+            max_bytes: self.max_bytes,
+        }
+    }
+
+    /// Marks an event at `time`.
+    pub fn event(&mut self, time: u64, kind: &str, text: String) {
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(Event {
+            time,
+            kind: kind.to_string(),
+            text,
+        });
+    }
+
+    fn series_slot(&mut self, id: String, label: String, unit: &str, kind: Kind) -> usize {
+        if let Some(&i) = self.series_index.get(&id) {
+            return i;
+        }
+        let i = self.series.len();
+        self.series_index.insert(id.clone(), i);
+        self.series.push(SeriesDef {
+            id,
+            label,
+            unit: unit.to_string(),
+            kind,
+        });
+        i
+    }
+
+    fn heat_slot(&mut self, id: String, label: String) -> Option<u16> {
+        if let Some(&i) = self.heat_index.get(&id) {
+            return Some(i);
+        }
+        let i = u16::try_from(self.heats.len()).ok()?;
+        self.heat_index.insert(id.clone(), i);
+        self.heats.push(HeatDef { id, label });
+        Some(i)
+    }
+
+    /// Records the second that ends at `now` from the pool's `report`, and returns it as
+    /// `/api/v1/live` sends it.
+    pub fn record(&mut self, now: u64, report: &PoolReport) -> LiveSample {
+        let mut readings: Vec<(String, String, &'static str, Reading)> = Vec::new();
+        let mut heats: Vec<(String, String, &LatencyReport)> = Vec::new();
+        for (name, &value) in &report.arcstats.0 {
+            let kind = kind_of(name);
+            let reading = match kind {
+                StatKind::Counter => Reading::Counter(value),
+                StatKind::Gauge => Reading::Gauge(value as f64),
+            };
+            readings.push((
+                format!("arc/{name}"),
+                format!("arcstat {name}"),
+                arcstat_unit(name, kind),
+                reading,
+            ));
+        }
+        for v in &report.volumes {
+            let n = &v.name;
+            let reads =
+                v.read_arc_latency.count + v.read_l2_latency.count + v.read_backing_latency.count;
+            for (q, label, unit, value) in [
+                ("read_ops", "reads", "ops/s", reads),
+                ("write_ops", "writes", "ops/s", v.write_latency.count),
+                ("read_bytes", "bytes read", "bytes/s", v.read_bytes),
+                ("write_bytes", "bytes written", "bytes/s", v.write_bytes),
+                (
+                    "read_arc_ops",
+                    "reads from the ARC",
+                    "ops/s",
+                    v.read_arc_latency.count,
+                ),
+                (
+                    "read_l2_ops",
+                    "reads from cache devices",
+                    "ops/s",
+                    v.read_l2_latency.count,
+                ),
+                (
+                    "read_backing_ops",
+                    "reads from the backing store",
+                    "ops/s",
+                    v.read_backing_latency.count,
+                ),
+            ] {
+                readings.push((
+                    format!("volume/{n}/{q}"),
+                    format!("{n} {label}"),
+                    unit,
+                    Reading::Counter(value),
+                ));
+            }
+            for (q, label, unit, value) in [
+                ("read_ops", "reads", "ops/s", v.backing_reads),
+                ("write_ops", "writes", "ops/s", v.backing_writes),
+                ("flush_ops", "flushes", "ops/s", v.backing_flushes),
+                ("read_bytes", "bytes read", "bytes/s", v.backing_read_bytes),
+                (
+                    "write_bytes",
+                    "bytes written",
+                    "bytes/s",
+                    v.backing_write_bytes,
+                ),
+            ] {
+                readings.push((
+                    format!("backing/{n}/{q}"),
+                    format!("{n} backing store {label}"),
+                    unit,
+                    Reading::Counter(value),
+                ));
+            }
+            for (q, label, latency) in [
+                ("read_arc", "reads served from the ARC", &v.read_arc_latency),
+                (
+                    "read_l2",
+                    "reads served from cache devices",
+                    &v.read_l2_latency,
+                ),
+                (
+                    "read_backing",
+                    "reads served from the backing store",
+                    &v.read_backing_latency,
+                ),
+                ("write", "writes", &v.write_latency),
+            ] {
+                heats.push((format!("frontend/{n}/{q}"), format!("{n} {label}"), latency));
+            }
+            for (q, latency) in [
+                ("read", &v.backing_read_latency),
+                ("write", &v.backing_write_latency),
+                ("flush", &v.backing_flush_latency),
+            ] {
+                heats.push((
+                    format!("backing/{n}/{q}"),
+                    format!("{n} backing store {q}s"),
+                    latency,
+                ));
+            }
+        }
+        for d in &report.cache_devices {
+            let g = format!("{:016x}", d.guid);
+            let name = Path::new(&d.path)
+                .file_name()
+                .map_or(d.path.clone(), |f| f.to_string_lossy().into_owned());
+            for (q, label, unit, reading) in [
+                ("read_ops", "reads", "ops/s", Reading::Counter(d.reads)),
+                ("write_ops", "writes", "ops/s", Reading::Counter(d.writes)),
+                (
+                    "read_bytes",
+                    "bytes read",
+                    "bytes/s",
+                    Reading::Counter(d.read_bytes),
+                ),
+                (
+                    "write_bytes",
+                    "bytes written (feed)",
+                    "bytes/s",
+                    Reading::Counter(d.write_bytes),
+                ),
+                (
+                    "blocks",
+                    "blocks cached",
+                    "blocks",
+                    Reading::Gauge(d.blocks as f64),
+                ),
+            ] {
+                readings.push((
+                    format!("cache/{g}/{q}"),
+                    format!("{name} (cache) {label}"),
+                    unit,
+                    reading,
+                ));
+            }
+            heats.push((
+                format!("cache/{g}/read"),
+                format!("{name} (cache) reads"),
+                &d.read_latency,
+            ));
+            heats.push((
+                format!("cache/{g}/write"),
+                format!("{name} (cache) writes"),
+                &d.write_latency,
+            ));
+        }
+        if let Some(l) = &report.log_device {
+            let g = format!("{:016x}", l.guid);
+            let name = Path::new(&l.path)
+                .file_name()
+                .map_or(l.path.clone(), |f| f.to_string_lossy().into_owned());
+            for (q, label, unit, value) in [
+                ("commits", "commits", "per second", l.commits),
+                ("records", "records", "per second", l.records),
+                ("write_bytes", "bytes logged", "bytes/s", l.bytes),
+            ] {
+                readings.push((
+                    format!("log/{g}/{q}"),
+                    format!("{name} (log) {label}"),
+                    unit,
+                    Reading::Counter(value),
+                ));
+            }
+            heats.push((
+                format!("log/{g}/write"),
+                format!("{name} (log) commits"),
+                &l.commit_latency,
+            ));
+        }
+        let switch = report.tunables.get("l2arc_enabled").copied().unwrap_or(1);
+        readings.push((
+            "pool/l2arc_enabled".to_string(),
+            "the L2ARC switch".to_string(),
+            "",
+            Reading::Gauge(switch as f64),
+        ));
+        readings.push((
+            "recorder/bytes".to_string(),
+            "memory of this history".to_string(),
+            "bytes",
+            Reading::Gauge(self.bytes as f64),
+        ));
+
+        self.note_tunables(now, &report.tunables);
+        let mut sample = Sample {
+            time: now,
+            values: Vec::new(),
+            cells: Vec::new(),
+        };
+        let mut live = LiveSample {
+            time: now,
+            values: BTreeMap::new(),
+            heat: BTreeMap::new(),
+            events: self
+                .events
+                .iter()
+                .filter(|e| e.time == now)
+                .cloned()
+                .collect(),
+        };
+        for (id, label, unit, reading) in readings {
+            let (kind, value) = match reading {
+                Reading::Gauge(v) => (Kind::Gauge, Some(v as f32)),
+                Reading::Counter(now_total) => {
+                    let before = self.last_counters.insert(id.clone(), now_total);
+                    // The first report, or a counter that went back (a device removed
+                    // and added again): no value for this second.
+                    let delta = before.and_then(|b| now_total.checked_sub(b));
+                    (Kind::Counter, delta.map(|d| d as f32))
+                }
+            };
+            let slot = self.series_slot(id.clone(), label, unit, kind);
+            if sample.values.len() <= slot {
+                sample.values.resize(slot + 1, f32::NAN);
+            }
+            if let Some(v) = value {
+                sample.values[slot] = v;
+                live.values.insert(id, v);
+            }
+        }
+        for (id, label, latency) in heats {
+            let snapshot = latency.snapshot();
+            let before = self.last_heats.insert(id.clone(), snapshot);
+            let Some(before) = before else { continue };
+            let Some(slot) = self.heat_slot(id.clone(), label) else {
+                continue;
+            };
+            let delta = snapshot.since(&before);
+            let mut flat = Vec::new();
+            for (bucket, &count) in delta.buckets.iter().enumerate() {
+                if count > 0 {
+                    let count = u32::try_from(count).unwrap_or(u32::MAX);
+                    sample.cells.push(Cell {
+                        heat: slot,
+                        bucket: bucket as u8,
+                        count,
+                    });
+                    flat.extend([bucket as u32, count]);
+                }
+            }
+            if !flat.is_empty() {
+                live.heat.insert(id, flat);
+            }
+        }
+        sample.cells.sort_by_key(|c| (c.heat, c.bucket));
+        sample.values.shrink_to_fit();
+        sample.cells.shrink_to_fit();
+        self.add_to_minute(&sample);
+        self.bytes += sample.bytes();
+        self.seconds.push_back(sample);
+        if self.seconds.len() > SECONDS_KEPT {
+            let old = self.seconds.pop_front().expect("not empty");
+            self.bytes -= old.bytes();
+        }
+        self.keep_within_bound();
+        live
+    }
+
+    /// Events for tunables that changed since the last report.
+    fn note_tunables(&mut self, now: u64, tunables: &BTreeMap<String, u64>) {
+        if let Some(last) = self.last_tunables.take() {
+            for (name, &value) in tunables {
+                if last.get(name).is_some_and(|&v| v != value) {
+                    let kind = if name == "l2arc_enabled" {
+                        "switch"
+                    } else {
+                        "tunable"
+                    };
+                    let text = format!(
+                        "{name}={}",
+                        larch_engine::tunables::format_value(name, value)
+                    );
+                    self.event(now, kind, text);
+                }
+            }
+        }
+        self.last_tunables = Some(tunables.clone());
+    }
+
+    fn add_to_minute(&mut self, second: &Sample) {
+        let minute = second.time.saturating_sub(1) / 60;
+        if self.minute.as_ref().is_some_and(|m| m.minute != minute) {
+            let done = self.minute.take().expect("checked");
+            self.close_minute(done);
+        }
+        let sum = self.minute.get_or_insert_with(|| MinuteSum {
+            minute,
+            ..MinuteSum::default()
+        });
+        if sum.sums.len() < second.values.len() {
+            sum.sums.resize(second.values.len(), 0.0);
+            sum.seen.resize(second.values.len(), 0);
+        }
+        for (i, &v) in second.values.iter().enumerate() {
+            if v.is_nan() {
+                continue;
+            }
+            if self.series[i].kind == Kind::Gauge {
+                sum.sums[i] = f64::from(v);
+                sum.seen[i] = 1;
+            } else {
+                sum.sums[i] += f64::from(v);
+                sum.seen[i] += 1;
+            }
+        }
+        for c in &second.cells {
+            *sum.cells.entry((c.heat, c.bucket)).or_default() += u64::from(c.count);
+        }
+    }
+
+    fn close_minute(&mut self, sum: MinuteSum) {
+        let values = sum
+            .sums
+            .iter()
+            .zip(&sum.seen)
+            .map(|(&s, &n)| {
+                if n == 0 {
+                    f32::NAN
+                } else {
+                    (s / f64::from(n)) as f32
+                }
+            })
+            .collect();
+        let cells = sum
+            .cells
+            .into_iter()
+            .map(|((heat, bucket), count)| Cell {
+                heat,
+                bucket,
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+            })
+            .collect();
+        let sample = Sample {
+            time: (sum.minute + 1) * 60,
+            values,
+            cells,
+        };
+        self.bytes += sample.bytes();
+        self.minutes.push_back(sample);
+        if self.minutes.len() > MINUTES_KEPT {
+            let old = self.minutes.pop_front().expect("not empty");
+            self.bytes -= old.bytes();
+        }
+    }
+
+    /// Drops the oldest samples (seconds first: minutes cover them) while over the bound.
+    fn keep_within_bound(&mut self) {
+        while self.bytes > self.max_bytes {
+            let old = if self.seconds.len() > 1 {
+                self.seconds.pop_front()
+            } else {
+                self.minutes.pop_front()
+            };
+            match old {
+                Some(old) => self.bytes -= old.bytes(),
+                None => break,
+            }
+        }
+    }
+
+    fn tier(&self, step: u64) -> &VecDeque<Sample> {
+        if step == 1 {
+            &self.seconds
+        } else {
+            &self.minutes
+        }
+    }
+
+    /// The samples of `range`, with `None` where the daemon was not running (a gap of
+    /// more than two steps between samples).
+    fn samples_in(&self, range: &Range) -> Vec<Option<&Sample>> {
+        let tier = self.tier(range.step);
+        let start = tier.partition_point(|s| s.time <= range.from);
+        let mut out = Vec::new();
+        let mut last: Option<u64> = None;
+        for s in tier.range(start..).take_while(|s| s.time <= range.to) {
+            if last.is_some_and(|t| s.time > t + 2 * range.step) {
+                out.push(None);
+            }
+            out.push(Some(s));
+            last = Some(s.time);
+        }
+        out
+    }
+
+    fn times_of(samples: &[Option<&Sample>], step: u64) -> Vec<u64> {
+        let mut last = 0;
+        samples
+            .iter()
+            .map(|s| {
+                last = s.map_or(last + step, |s| s.time);
+                last
+            })
+            .collect()
+    }
+
+    fn events_in(&self, range: &Range) -> Vec<Event> {
+        self.events
+            .iter()
+            .filter(|e| e.time > range.from && e.time <= range.to)
+            .cloned()
+            .collect()
+    }
+
+    /// The values of series `ids` over `range`.
+    pub fn series(&self, ids: &[String], range: Range) -> Result<SeriesAnswer, QueryError> {
+        let mut slots = Vec::new();
+        for id in ids {
+            let slot = self.series_index.get(id).ok_or_else(|| QueryError {
+                parameter: "ids",
+                why: format!("no series {id:?} (GET /api/v1/catalog lists them)"),
+            })?;
+            slots.push((id.clone(), *slot));
+        }
+        let samples = self.samples_in(&range);
+        let series = slots
+            .into_iter()
+            .map(|(id, slot)| {
+                let values = samples
+                    .iter()
+                    .map(|s| s.and_then(|s| s.value(slot)))
+                    .collect();
+                (id, values)
+            })
+            .collect();
+        Ok(SeriesAnswer {
+            version: 1,
+            times: Self::times_of(&samples, range.step),
+            series,
+            events: self.events_in(&range),
+            range,
+        })
+    }
+
+    /// The histograms of `id` over `range`.
+    pub fn heatmap(&self, id: &str, range: Range) -> Result<HeatAnswer, QueryError> {
+        let slot = *self.heat_index.get(id).ok_or_else(|| QueryError {
+            parameter: "id",
+            why: format!("no heat map {id:?} (GET /api/v1/catalog lists them)"),
+        })?;
+        let samples = self.samples_in(&range);
+        Ok(HeatAnswer {
+            version: 1,
+            id: id.to_string(),
+            bounds_us: (0..BUCKETS - 1)
+                .filter_map(bucket_upper_ns)
+                .map(|ns| ns as f64 / 1000.0)
+                .collect(),
+            times: Self::times_of(&samples, range.step),
+            cells: samples
+                .iter()
+                .map(|s| s.map(|s| s.cells_of(slot)).unwrap_or_default())
+                .collect(),
+            events: self.events_in(&range),
+            range,
+        })
+    }
+
+    /// The values of `ids` over `range` as CSV: a `time` column, then one per id.
+    pub fn csv(&self, ids: &[String], range: Range) -> Result<String, QueryError> {
+        let answer = self.series(ids, range)?;
+        let mut out = String::from("time");
+        for id in ids {
+            out.push(',');
+            out.push_str(id);
+        }
+        out.push('\n');
+        for (k, time) in answer.times.iter().enumerate() {
+            out.push_str(&time.to_string());
+            for id in ids {
+                out.push(',');
+                if let Some(v) = answer.series[id][k] {
+                    out.push_str(&v.to_string());
+                }
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    /// Saves the history in `state_dir` (owner-only, atomically).
+    pub fn save(&self, state_dir: &Path) -> io::Result<()> {
+        let saved = Saved {
+            series: self.series.clone(),
+            heats: self.heats.clone(),
+            seconds: self.seconds.iter().map(SavedSample::of).collect(),
+            minutes: self.minutes.iter().map(SavedSample::of).collect(),
+            events: self.events.iter().cloned().collect(),
+        };
+        let json = serde_json::to_vec(&saved)?;
+        let payload = zstd::encode_all(json.as_slice(), 3)?;
+        let mut file = Vec::with_capacity(payload.len() + 16);
+        file.extend_from_slice(FILE_MAGIC);
+        file.extend_from_slice(&FILE_VERSION.to_le_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        file.extend_from_slice(&payload);
+        larch_engine::write_private_state_file(state_dir, HISTORY_FILE, &file)
+    }
+
+    /// The history saved in `state_dir`, with a restart event at `now`; an empty one if
+    /// there is none. A file that cannot be read is reported and set aside: a history is
+    /// never a reason not to serve.
+    pub fn load(state_dir: &Path, max_bytes: u64, now: u64) -> (Recorder, Option<String>) {
+        let mut recorder = Recorder::new(max_bytes);
+        let path = state_dir.join(HISTORY_FILE);
+        let warning = match std::fs::read(&path) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => Some(format!("{}: {err}", path.display())),
+            Ok(bytes) => match Saved::decode(&bytes) {
+                Ok(saved) => {
+                    recorder.restore(saved);
+                    None
+                }
+                Err(why) => Some(format!("{}: {why}; starting a new history", path.display())),
+            },
+        };
+        recorder.event(now, "restart", "daemon started".to_string());
+        (recorder, warning)
+    }
+
+    fn restore(&mut self, saved: Saved) {
+        for def in saved.series {
+            let (id, label, unit, kind) = (def.id, def.label, def.unit, def.kind);
+            self.series_slot(id, label, &unit, kind);
+        }
+        for def in saved.heats {
+            self.heat_slot(def.id, def.label);
+        }
+        let heats = self.heats.len();
+        let series = self.series.len();
+        let restore = |saved: Vec<SavedSample>, keep: usize| {
+            let mut out = VecDeque::new();
+            for s in saved.into_iter().rev().take(keep).rev() {
+                let mut sample = s.into_sample();
+                // A file is checked by its checksum, but never trusted to index past what
+                // it declares.
+                sample.values.truncate(series);
+                sample
+                    .cells
+                    .retain(|c| usize::from(c.heat) < heats && usize::from(c.bucket) < BUCKETS);
+                out.push_back(sample);
+            }
+            out
+        };
+        self.seconds = restore(saved.seconds, SECONDS_KEPT);
+        self.minutes = restore(saved.minutes, MINUTES_KEPT);
+        self.bytes = self
+            .seconds
+            .iter()
+            .chain(&self.minutes)
+            .map(Sample::bytes)
+            .sum();
+        self.events = saved
+            .events
+            .into_iter()
+            .rev()
+            .take(EVENTS_KEPT)
+            .rev()
+            .collect();
+        self.keep_within_bound();
+    }
+}
+
+/// The history as saved.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    series: Vec<SeriesDef>,
+    heats: Vec<HeatDef>,
+    seconds: Vec<SavedSample>,
+    minutes: Vec<SavedSample>,
+    events: Vec<Event>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedSample {
+    time: u64,
+    values: Vec<Option<f32>>,
+    cells: Vec<(u16, u8, u32)>,
+}
+
+impl SavedSample {
+    fn of(s: &Sample) -> SavedSample {
+        SavedSample {
+            time: s.time,
+            values: s
+                .values
+                .iter()
+                .map(|&v| (!v.is_nan()).then_some(v))
+                .collect(),
+            cells: s
+                .cells
+                .iter()
+                .map(|c| (c.heat, c.bucket, c.count))
+                .collect(),
+        }
+    }
+
+    fn into_sample(self) -> Sample {
+        let mut cells: Vec<Cell> = self
+            .cells
+            .into_iter()
+            .map(|(heat, bucket, count)| Cell {
+                heat,
+                bucket,
+                count,
+            })
+            .collect();
+        cells.sort_by_key(|c| (c.heat, c.bucket));
+        cells.shrink_to_fit();
+        // Collected in place, the values would keep the larger allocation they came in.
+        let mut values: Vec<f32> = self
+            .values
+            .into_iter()
+            .map(|v| v.unwrap_or(f32::NAN))
+            .collect();
+        values.shrink_to_fit();
+        Sample {
+            time: self.time,
+            values,
+            cells,
+        }
+    }
+}
+
+impl Saved {
+    fn decode(bytes: &[u8]) -> Result<Saved, String> {
+        if bytes.len() < 16 || &bytes[..8] != FILE_MAGIC {
+            return Err("not a larch history (bad magic)".to_string());
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != FILE_VERSION {
+            return Err(format!(
+                "history version {version}; this larch reads version {FILE_VERSION}"
+            ));
+        }
+        let checksum = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
+        let payload = &bytes[16..];
+        if crc32c::crc32c(payload) != checksum {
+            return Err("checksum mismatch".to_string());
+        }
+        // The payload is bounded by what was saved (a bounded history), and the file is
+        // the daemon's own, checked by its checksum.
+        let json = zstd::decode_all(payload).map_err(|e| format!("decompressing: {e}"))?;
+        let mut saved: Saved =
+            serde_json::from_slice(&json).map_err(|e| format!("decoding: {e}"))?;
+        // Samples in time order, each tier.
+        saved.seconds.sort_by_key(|s| s.time);
+        saved.minutes.sort_by_key(|s| s.time);
+        Ok(saved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larch_engine::LatencyHistogram;
+    use larch_engine::report::{Arcstats, VolumeReport};
+    use std::time::Duration;
+
+    /// A report with arcstat `hits` at `hits`, size at `size`, and volume `vol0` whose
+    /// ARC-hit histogram is `arc_hits`.
+    fn report(hits: u64, size: u64, arc_hits: &LatencyHistogram, switch: u64) -> PoolReport {
+        let mut arcstats = BTreeMap::new();
+        arcstats.insert("hits".to_string(), hits);
+        arcstats.insert("size".to_string(), size);
+        let mut tunables = BTreeMap::new();
+        tunables.insert("l2arc_enabled".to_string(), switch);
+        PoolReport {
+            pool: "tank".to_string(),
+            volumes: vec![VolumeReport {
+                name: "vol0".to_string(),
+                read_arc_latency: LatencyReport::of(&arc_hits.snapshot()),
+                ..VolumeReport::default()
+            }],
+            tunables,
+            arcstats: Arcstats(arcstats),
+            ..PoolReport::default()
+        }
+    }
+
+    fn all(now: u64, back: i64) -> Range {
+        Range::parse(Some(&back.to_string()), Some(&now.to_string()), None, now).unwrap()
+    }
+
+    #[test]
+    fn counters_become_rates_gauges_stay_levels_and_histograms_per_second() {
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        let h = LatencyHistogram::new();
+        let t0 = 1_000_000;
+        r.record(t0, &report(100, 5, &h, 1));
+        h.record(Duration::from_micros(50));
+        h.record(Duration::from_micros(50));
+        h.record(Duration::from_millis(5));
+        let live = r.record(t0 + 1, &report(130, 7, &h, 1));
+        assert_eq!(live.values["arc/hits"], 30.0);
+        assert_eq!(live.values["arc/size"], 7.0);
+        let ids = ["arc/hits".to_string(), "arc/size".to_string()];
+        let answer = r.series(&ids, all(t0 + 1, -10)).unwrap();
+        assert_eq!(answer.times, [t0, t0 + 1]);
+        assert_eq!(answer.series["arc/hits"], [None, Some(30.0)]);
+        assert_eq!(answer.series["arc/size"], [Some(5.0), Some(7.0)]);
+        let heat = r
+            .heatmap("frontend/vol0/read_arc", all(t0 + 1, -10))
+            .unwrap();
+        assert_eq!(heat.bounds_us.len(), BUCKETS - 1);
+        let counts: u32 = heat.cells[1].chunks(2).map(|p| p[1]).sum();
+        assert_eq!(counts, 3);
+        assert_eq!(heat.cells[1].len(), 4, "two buckets: {:?}", heat.cells[1]);
+        assert!(r.series(&["nope".to_string()], all(t0, -10)).is_err());
+        assert_eq!(r.heatmap("nope", all(t0, -10)).unwrap_err().parameter, "id");
+    }
+
+    #[test]
+    fn seconds_roll_into_minutes_and_both_are_bounded() {
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        let h = LatencyHistogram::new();
+        let t0 = 6_000_000; // a whole minute
+        let mut hits = 0;
+        for s in 0..=(SECONDS_KEPT as u64 + 120) {
+            hits += s % 7;
+            h.record(Duration::from_micros(10));
+            r.record(t0 + s, &report(hits, s, &h, 1));
+        }
+        assert_eq!(r.seconds.len(), SECONDS_KEPT);
+        assert_eq!(r.minutes.len(), 62);
+        let now = t0 + SECONDS_KEPT as u64 + 120;
+        let minutes = r
+            .series(
+                &["arc/hits".to_string(), "arc/size".to_string()],
+                Range::parse(Some("-7200"), None, Some("60"), now).unwrap(),
+            )
+            .unwrap();
+        // The second full minute: seconds 61..=120, mean of s % 7 over them.
+        let expect: f64 = (61..=120u64).map(|s| (s % 7) as f64).sum::<f64>() / 60.0;
+        let k = minutes.times.iter().position(|&t| t == t0 + 120).unwrap();
+        assert!((f64::from(minutes.series["arc/hits"][k].unwrap()) - expect).abs() < 1e-3);
+        assert_eq!(minutes.series["arc/size"][k], Some(120.0));
+        let heat = r
+            .heatmap(
+                "frontend/vol0/read_arc",
+                Range::parse(Some("-7200"), None, Some("60"), now).unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            heat.cells[k][1], 60,
+            "a minute holds its 60 seconds' counts"
+        );
+        // Memory: what the samples hold, as stated.
+        let expected: u64 = r.seconds.iter().chain(&r.minutes).map(Sample::bytes).sum();
+        assert_eq!(r.bytes(), expected);
+        assert!(r.bytes() < 2 << 20, "{}", r.bytes());
+    }
+
+    #[test]
+    fn the_memory_bound_drops_the_oldest_seconds_first() {
+        let h = LatencyHistogram::new();
+        let mut r = Recorder::new(64 << 10);
+        for s in 0..2000u64 {
+            h.record(Duration::from_micros(1 + s % 5000));
+            r.record(1_000_000 + s, &report(s, s, &h, 1));
+            assert!(r.bytes() <= 64 << 10);
+        }
+        assert!(r.seconds.len() < 2000);
+        assert_eq!(r.seconds.back().unwrap().time, 1_000_000 + 1999);
+    }
+
+    #[test]
+    fn ranges_parse_clip_and_refuse_nonsense() {
+        let now = 10_000_000;
+        let r = Range::parse(None, None, None, now).unwrap();
+        assert_eq!((r.from, r.to, r.step, r.clipped), (now - 300, now, 1, None));
+        let r = Range::parse(Some("-7200"), Some("now"), Some("1"), now).unwrap();
+        assert_eq!(r.from, now - 3600);
+        assert!(r.clipped.unwrap().contains("3600 s are kept"));
+        let r = Range::parse(Some("-7200"), None, None, now).unwrap();
+        assert_eq!((r.step, r.clipped), (60, None));
+        for (from, to, step, parameter) in [
+            (Some("x"), None, None, "from"),
+            (None, Some("yesterday"), None, "to"),
+            (None, None, Some("5"), "step"),
+            (Some("20"), Some("10"), None, "from"),
+        ] {
+            assert_eq!(
+                Range::parse(from, to, step, now).unwrap_err().parameter,
+                parameter
+            );
+        }
+    }
+
+    #[test]
+    fn switch_flips_and_tunable_changes_are_events() {
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        let h = LatencyHistogram::new();
+        r.record(100, &report(0, 0, &h, 1));
+        let live = r.record(101, &report(0, 0, &h, 0));
+        assert_eq!(live.events.len(), 1);
+        assert_eq!(live.events[0].kind, "switch");
+        assert_eq!(live.events[0].text, "l2arc_enabled=0");
+        let answer = r
+            .series(&["pool/l2arc_enabled".to_string()], all(101, -10))
+            .unwrap();
+        assert_eq!(answer.series["pool/l2arc_enabled"], [Some(1.0), Some(0.0)]);
+        assert_eq!(answer.events.len(), 1);
+    }
+
+    #[test]
+    fn the_history_survives_a_restart_and_a_bad_file_is_set_aside() {
+        let dir = std::env::temp_dir().join(format!("larch-recorder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let h = LatencyHistogram::new();
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        for s in 0..200u64 {
+            h.record(Duration::from_micros(7));
+            r.record(1_000_000 + s, &report(s * 3, s, &h, 1));
+        }
+        r.save(&dir).unwrap();
+        let (back, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES, 1_000_500);
+        assert_eq!(warning, None);
+        // Compared as text: a NaN (no value) is not equal to itself.
+        let text = |r: &Recorder| format!("{:?} {:?}", r.seconds, r.minutes);
+        assert!(text(&back) == text(&r), "the restored samples differ");
+        assert_eq!(back.series, r.series);
+        assert_eq!(back.bytes(), r.bytes());
+        let restart = back.events.back().unwrap();
+        assert_eq!(
+            (restart.time, restart.kind.as_str()),
+            (1_000_500, "restart")
+        );
+        // The gap while the daemon was down reads as no sample.
+        let mut back = back;
+        back.record(1_000_500, &report(0, 1, &h, 1));
+        let answer = back
+            .series(&["arc/size".to_string()], all(1_000_500, -400))
+            .unwrap();
+        assert_eq!(
+            answer.series["arc/size"]
+                .iter()
+                .filter(|v| v.is_none())
+                .count(),
+            1
+        );
+        assert_eq!(answer.series["arc/size"].last(), Some(&Some(1.0)));
+
+        let path = dir.join(HISTORY_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let (fresh, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES, 1_000_600);
+        assert!(warning.unwrap().contains("checksum"));
+        assert!(fresh.seconds.is_empty());
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(
+            Recorder::load(&dir, DEFAULT_MAX_BYTES, 1)
+                .1
+                .unwrap()
+                .contains("magic")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn csv_has_a_time_column_and_one_per_series() {
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        let h = LatencyHistogram::new();
+        r.record(100, &report(0, 4, &h, 1));
+        r.record(101, &report(2, 5, &h, 1));
+        let csv = r
+            .csv(
+                &["arc/hits".to_string(), "arc/size".to_string()],
+                all(101, -10),
+            )
+            .unwrap();
+        assert_eq!(csv, "time,arc/hits,arc/size\n100,,4\n101,2,5\n");
+    }
+}
