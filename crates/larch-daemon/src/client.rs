@@ -11,12 +11,15 @@
 //! request has been sent to a live daemon the CLI never falls back: the daemon may have
 //! applied it.
 //!
-//! The client is blocking and minimal (one request per connection, `Connection: close`):
-//! the CLI sends a request or two and exits, and it connects to loopback addresses only.
+//! The client is `ureq`, blocking: the CLI sends a request or two and exits. It connects
+//! to loopback addresses only (a record naming another address is no daemon of ours, and a
+//! request to one is refused), takes no proxy from the environment and follows no
+//! redirect, gives up on a connection after 2 s and on a request after 120 s, and reads
+//! answers of at most [`MAX_ANSWER_BYTES`] unless the caller asks for more.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,8 +31,12 @@ use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
 /// Name of the daemon's record in the state directory.
 pub const DAEMON_FILE: &str = "daemon.json";
 
-/// Longest answer the CLI reads.
-const MAX_ANSWER_BYTES: u64 = 16 << 20;
+/// Longest answer the CLI reads, unless it asks for more ([`Daemon::get_with`]).
+pub const MAX_ANSWER_BYTES: u64 = 16 << 20;
+/// Time the CLI waits for a connection to the daemon.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time one request may take, answer included: adding a cache device formats it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What `daemon.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -114,35 +121,98 @@ pub fn find(state_dir: &Path) -> Option<Daemon> {
         token: record.token,
         pid: record.pid,
     };
-    let (code, body) = daemon.request("GET", "/admin/ping", "").ok()?;
+    let (code, body) = daemon
+        .request("/admin/ping", &[], None, MAX_ANSWER_BYTES)
+        .ok()?;
     let answer: Ping = serde_json::from_str(&body).ok()?;
     (code == 200 && answer.pid == record.pid).then_some(daemon)
 }
 
 impl Daemon {
-    /// One HTTP/1.1 request; returns the status code and the body.
-    fn request(&self, method: &str, path: &str, body: &str) -> io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
-        // Adding a cache device formats it: give the daemon time.
-        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{TOKEN_HEADER}: {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.addr,
-            self.token,
-            body.len()
-        )?;
-        let mut answer = Vec::new();
-        stream.take(MAX_ANSWER_BYTES).read_to_end(&mut answer)?;
-        parse_answer(&answer)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an HTTP answer"))
+    /// The Analytics page's address, with the token in its fragment when `with_token`: the
+    /// page keeps it for changes (in the tab's session storage, and removes it from the
+    /// address bar), and a browser never sends a fragment to a server.
+    pub fn page_url(&self, with_token: bool) -> String {
+        if with_token {
+            format!("http://{}/#token={}", self.addr, self.token)
+        } else {
+            format!("http://{}/", self.addr)
+        }
+    }
+
+    /// The HTTP client of one request: loopback only, bounded in time, and nothing taken
+    /// from the environment.
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            // Callers turn the status codes into their own errors (a 409's reason is the
+            // answer's body).
+            .http_status_as_error(false)
+            // A proxy named by the environment must never see the token, and the request
+            // must reach the daemon's own address, not another host a redirect names.
+            .proxy(None)
+            .max_redirects(0)
+            .build()
+            .into()
+    }
+
+    /// One request, `GET` without a body and `POST` with one: the status code and at most
+    /// `max_bytes` of the answer's body (a longer answer is an error).
+    fn request(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&str>,
+        max_bytes: u64,
+    ) -> anyhow::Result<(u16, String)> {
+        if !self.addr.ip().is_loopback() {
+            bail!(
+                "refusing to connect to {}: the daemon's HTTP endpoint is on loopback addresses only",
+                self.addr
+            );
+        }
+        let url = format!("http://{}{path}", self.addr);
+        let agent = Self::agent();
+        let answer = match body {
+            None => agent
+                .get(&url)
+                .header(TOKEN_HEADER, &self.token)
+                .query_pairs(query.iter().copied())
+                .call(),
+            Some(body) => agent
+                .post(&url)
+                .header(TOKEN_HEADER, &self.token)
+                .query_pairs(query.iter().copied())
+                .content_type("text/plain")
+                .send(body),
+        };
+        let mut answer = answer?;
+        let code = answer.status().as_u16();
+        let text = answer
+            .body_mut()
+            .with_config()
+            .limit(max_bytes)
+            .lossy_utf8(true)
+            .read_to_string()?;
+        Ok((code, text))
     }
 
     /// `GET path`: the body of a 200 answer.
     pub fn get(&self, path: &str) -> anyhow::Result<String> {
+        self.get_with(path, &[], MAX_ANSWER_BYTES)
+    }
+
+    /// `GET path?query` (the values percent-encoded): the body of a 200 answer of at most
+    /// `max_bytes`, or the daemon's answer as the error.
+    pub fn get_with(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        max_bytes: u64,
+    ) -> anyhow::Result<String> {
         let (code, body) = self
-            .request("GET", path, "")
+            .request(path, query, None, max_bytes)
             .with_context(|| format!("asking the daemon (pid {}) for {path}", self.pid))?;
         if code != 200 {
             bail!(
@@ -169,7 +239,7 @@ impl Daemon {
         }
         let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
         let (code, answer) = self
-            .request("POST", path, &body)
+            .request(path, &[], Some(&body), MAX_ANSWER_BYTES)
             .with_context(|| format!("sending {path} to the daemon (pid {})", self.pid))?;
         match code {
             200 => Ok(answer),
@@ -179,38 +249,103 @@ impl Daemon {
     }
 }
 
-/// The status code and body of an HTTP/1.x answer.
-fn parse_answer(answer: &[u8]) -> Option<(u16, String)> {
-    let end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&answer[..end]).ok()?;
-    let mut status = head.lines().next()?.split(' ');
-    if !status.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code = status.next()?.parse().ok()?;
-    Some((
-        code,
-        String::from_utf8_lossy(&answer[end + 4..]).to_string(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
     use std::os::unix::fs::PermissionsExt;
+    use std::thread::JoinHandle;
+
+    /// A one-thread HTTP server on a loopback port that answers each connection with the
+    /// next of `answers` (raw bytes) and hands back the request heads it read.
+    fn canned_server(answers: Vec<&'static [u8]>) -> (SocketAddr, JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut heads = Vec::new();
+            for answer in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+                    request.push(byte[0]);
+                }
+                heads.push(String::from_utf8_lossy(&request).to_lowercase());
+                stream.write_all(answer).unwrap();
+            }
+            heads
+        });
+        (addr, server)
+    }
 
     #[test]
-    fn answers_parse_and_garbage_does_not() {
-        let ok = parse_answer(b"HTTP/1.1 409 Conflict\r\nContent-Length: 3\r\n\r\nno\n");
-        assert_eq!(ok, Some((409, "no\n".to_string())));
-        for bad in [
-            &b""[..],
-            b"HTTP/1.1 200 OK\r\n",
-            b"SSH-2.0\r\n\r\n",
-            b"HTTP/1.1 x\r\n\r\n",
-        ] {
-            assert_eq!(parse_answer(bad), None, "{bad:?}");
+    fn answers_become_bodies_or_the_daemons_reasons_and_garbage_an_error() {
+        let (addr, server) = canned_server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nfine\r\n",
+            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno token\n",
+            b"HTTP/1.1 409 Conflict\r\nContent-Length: 3\r\nConnection: close\r\n\r\nno\n",
+            b"SSH-2.0-OpenSSH\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\n01234567890123456789",
+        ]);
+        let daemon = Daemon {
+            addr,
+            token: "t0ken".to_string(),
+            pid: 7,
+        };
+        assert_eq!(
+            daemon
+                .get_with("/x", &[("ids", "arc/hits,a b")], 100)
+                .unwrap(),
+            "fine\r\n"
+        );
+        let refused = daemon.get("/admin/tunables").unwrap_err().to_string();
+        assert_eq!(refused, "the daemon (pid 7) answered 403: no token");
+        let lines = ["a=1".to_string()];
+        let refused = daemon.change("/admin/set", &lines).unwrap_err().to_string();
+        assert_eq!(refused, "the daemon (pid 7) refused: no");
+        let garbage = format!("{:#}", daemon.get("/status").unwrap_err());
+        assert!(
+            garbage.starts_with("asking the daemon (pid 7) for /status: "),
+            "{garbage}"
+        );
+        let long = format!("{:#}", daemon.get_with("/metrics", &[], 10).unwrap_err());
+        assert!(
+            long.contains("asking the daemon (pid 7) for /metrics"),
+            "{long}"
+        );
+        let heads = server.join().unwrap();
+        assert!(
+            heads[0].starts_with("get /x?ids=arc%2fhits%2ca+b http/1.1\r\n")
+                || heads[0].starts_with("get /x?ids=arc%2fhits%2ca%20b http/1.1\r\n"),
+            "{heads:?}"
+        );
+        for head in &heads {
+            assert!(head.contains("x-larch-token: t0ken\r\n"), "{head}");
         }
+        assert!(
+            heads[2].starts_with("post /admin/set http/1.1"),
+            "{heads:?}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_addresses_are_asked() {
+        // 0.0.0.0 is not a loopback address, but a connection to it would reach this
+        // machine: even a broken check sends nothing elsewhere.
+        let daemon = Daemon {
+            addr: "0.0.0.0:9".parse().unwrap(),
+            token: String::new(),
+            pid: 7,
+        };
+        let refused = format!("{:#}", daemon.get("/status").unwrap_err());
+        assert!(
+            refused.contains("refusing to connect to 0.0.0.0:9: the daemon's HTTP endpoint is on loopback addresses only"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,10 +54,14 @@ pub const MAX_BODY_BYTES: usize = 64 << 10;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
+/// `/api/v1/live` streams open at once: a stream holds its connection for as long as its
+/// page is open, and pages that never close must not take every connection.
+pub const MAX_LIVE_STREAMS: usize = 32;
 
 /// The Analytics page's files.
 const INDEX_HTML: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
+const CHART_JS: &str = include_str!("../assets/chart.js");
 const STYLE_CSS: &str = include_str!("../assets/style.css");
 
 /// What the handlers need of the daemon.
@@ -71,6 +76,8 @@ pub struct Context {
     pub recorder: Arc<Mutex<Recorder>>,
     /// Each new second of the history, as `/api/v1/live` sends it (JSON).
     pub live: broadcast::Sender<Arc<str>>,
+    /// Streams of `/api/v1/live` open now (at most [`MAX_LIVE_STREAMS`]).
+    pub live_streams: AtomicUsize,
 }
 
 /// The peer of a connection.
@@ -558,14 +565,38 @@ async fn api_export(
     answer.unwrap_or_else(Refusal::answer)
 }
 
+/// One open `/api/v1/live` stream, counted in [`Context::live_streams`] until dropped.
+struct LiveStream(Arc<Context>);
+
+impl LiveStream {
+    fn open(ctx: &Arc<Context>) -> Option<LiveStream> {
+        let before = ctx.live_streams.fetch_add(1, Ordering::Relaxed);
+        let stream = LiveStream(Arc::clone(ctx));
+        (before < MAX_LIVE_STREAMS).then_some(stream)
+    }
+}
+
+impl Drop for LiveStream {
+    fn drop(&mut self) {
+        self.0.live_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn api_live(State(ctx): State<Arc<Context>>) -> Response {
+    let Some(open) = LiveStream::open(&ctx) else {
+        return api_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{MAX_LIVE_STREAMS} live streams are open already"),
+            None,
+        );
+    };
     let rx = ctx.live.subscribe();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+    let stream = futures_util::stream::unfold((rx, open), |(mut rx, open)| async move {
         loop {
             match rx.recv().await {
                 Ok(sample) => {
                     let event = SseEvent::default().event("sample").data(&*sample);
-                    return Some((Ok::<_, Infallible>(event), rx));
+                    return Some((Ok::<_, Infallible>(event), (rx, open)));
                 }
                 // A slow reader missed samples: it gets the next one.
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
@@ -590,6 +621,38 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+/// Whether a request's `Host` names this machine: an IP address or `localhost` (with any
+/// port). A page elsewhere that reaches the endpoint through DNS rebinding (its own name
+/// made to resolve to 127.0.0.1) sends its own name, and is refused.
+fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+async fn host_check(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let host = request.headers().get(header::HOST).map(|h| h.to_str());
+    match host {
+        Some(Ok(host)) if !local_host(host) => api_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "the endpoint answers requests for this machine's addresses and localhost only"
+                .to_string(),
+            Some("Host"),
+        ),
+        Some(Err(_)) => api_error(
+            StatusCode::BAD_REQUEST,
+            "the Host header is not text".to_string(),
+            Some("Host"),
+        ),
+        _ => next.run(request).await,
+    }
+}
+
 /// The routes.
 fn router(ctx: Arc<Context>) -> Router {
     let admin_route = |path: &'static str| {
@@ -610,6 +673,10 @@ fn router(ctx: Arc<Context>) -> Router {
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
         )
         .route(
+            "/chart.js",
+            get(|| async { asset("text/javascript; charset=utf-8", CHART_JS) }),
+        )
+        .route(
             "/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
         )
@@ -618,7 +685,7 @@ fn router(ctx: Arc<Context>) -> Router {
             get(|State(ctx): State<Arc<Context>>| async move {
                 (
                     StatusCode::OK,
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    [(header::CONTENT_TYPE, metrics::PROMETHEUS_CONTENT_TYPE)],
                     metrics::prometheus(&ctx.pool.report()),
                 )
                     .into_response()
@@ -686,6 +753,7 @@ fn router(ctx: Arc<Context>) -> Router {
             ),
         )
         .fallback(|| async { text(StatusCode::NOT_FOUND, "not found") })
+        .layer(axum::middleware::from_fn(host_check))
         .with_state(ctx)
 }
 
@@ -785,7 +853,7 @@ async fn accept_loop<A: Acceptor>(
 mod tests {
     use super::*;
     use crate::testing::DemoPool;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::AtomicU64;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
     use tokio::sync::mpsc;
 
@@ -825,6 +893,7 @@ mod tests {
             addr: "127.0.0.1:1".to_string(),
             recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
             live: broadcast::channel(4).0,
+            live_streams: AtomicUsize::new(0),
         });
         let router = router(ctx);
         let attempts = Arc::new(AtomicU64::new(0));
@@ -851,7 +920,7 @@ mod tests {
         let (mut client, stream) = tokio::io::duplex(64 << 10);
         connect.send(stream).unwrap();
         client
-            .write_all(b"GET /admin/ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .write_all(b"GET /admin/ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
         let mut answer = String::new();
@@ -898,5 +967,58 @@ mod tests {
         assert!(!same_token("abd", "abc"));
         assert!(!same_token("ab", "abc"));
         assert!(!same_token("", "abc"));
+    }
+
+    #[test]
+    fn only_this_machine_is_a_host() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:9920",
+            "localhost",
+            "LOCALHOST:80",
+            "[::1]:9920",
+            "[::1]",
+            "10.0.0.7:9920",
+        ] {
+            assert!(local_host(host), "{host} refused");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9920",
+            "127.0.0.1.nip.io:9920",
+            "localhost.evil.example",
+            "[evil]:1",
+            "",
+        ] {
+            assert!(!local_host(host), "{host} accepted");
+        }
+    }
+
+    #[tokio::test]
+    async fn live_streams_are_bounded_and_a_closed_one_frees_its_place() {
+        let demo = DemoPool::new("http-live");
+        let ctx = Arc::new(Context {
+            pool: Arc::clone(&demo.pool),
+            token: "token".to_string(),
+            addr: "127.0.0.1:1".to_string(),
+            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
+            live: broadcast::channel(4).0,
+            live_streams: AtomicUsize::new(0),
+        });
+        let mut open = Vec::new();
+        for _ in 0..MAX_LIVE_STREAMS {
+            let answer = api_live(State(Arc::clone(&ctx))).await;
+            assert_eq!(answer.status(), StatusCode::OK);
+            open.push(answer);
+        }
+        let refused = api_live(State(Arc::clone(&ctx))).await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(refused);
+        assert_eq!(ctx.live_streams.load(Ordering::Relaxed), MAX_LIVE_STREAMS);
+        open.pop();
+        assert_eq!(
+            api_live(State(Arc::clone(&ctx))).await.status(),
+            StatusCode::OK
+        );
     }
 }

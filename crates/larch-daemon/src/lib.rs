@@ -17,8 +17,8 @@
 //! - [`recorder`]: the history of the pool the Analytics page shows (per-second series and
 //!   latency histograms, an hour of seconds and a day of minutes).
 //! - [`api`]: the HTTP API's names and answers, shared by [`http`] and [`client`].
-//! - [`client`]: the daemon's record (`daemon.json`), finding a live daemon, and the small
-//!   blocking HTTP client the CLI sends requests with.
+//! - [`client`]: the daemon's record (`daemon.json`), finding a live daemon, and the
+//!   blocking HTTP client (`ureq`) the CLI sends requests with.
 //! - [`http`]: the loopback HTTP endpoint.
 //! - [`serve`]: running a pool: listeners, signals, the per-second housekeeping.
 //!

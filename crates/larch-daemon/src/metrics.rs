@@ -2,150 +2,320 @@
 //! format (`/metrics`) and OpenZFS's kstat layout (`/arcstats`).
 //!
 //! Both are built from `larch_engine::PoolReport`, the same report as `/status`, so every
-//! view of the daemon shows the same counters. Metric names are an interface (dashboards
-//! and alerts use them): arcstats are `larch_arcstats_NAME` for gauges and
-//! `larch_arcstats_NAME_total` for counters (`is_gauge` decides), backing stores
-//! `larch_backing_*{volume=...}`, cache devices `larch_cache_device_*{device=...}`, and
-//! latencies histograms in seconds.
+//! view of the daemon shows the same counters. The report is a snapshot taken per request,
+//! so the Prometheus text is made from it as a list of metric families and written by the
+//! `prometheus` crate's `TextEncoder` (the classic text format, version 0.0.4, served as
+//! [`PROMETHEUS_CONTENT_TYPE`]); there is no registry of live metric objects to keep in
+//! step with the engine's counters. That crate was chosen over `prometheus-client` because
+//! `promtool check metrics` (Debian's Prometheus 2.42) reads its output with no finding,
+//! while `prometheus-client` writes OpenMetrics, whose counters (`# TYPE x counter` over
+//! samples named `x_total`) promtool 2.42 reads as families without help.
+//!
+//! Metric names are an interface (dashboards and alerts use them) and follow Prometheus's
+//! naming rules: a counter ends in `_total`, a quantity of bytes in `_bytes` (before
+//! `_total`), a duration is in seconds and ends in `_seconds`, and counts, flags and ratios
+//! have no unit. Arcstats are `larch_arcstats_NAME` plus the unit their declaration names
+//! (`larch_engine::stats::document`) and `_total` for counters
+//! (`larch_engine::stats::kind_of`); stats kept in microseconds are converted to seconds.
+//! For example `hits` is `larch_arcstats_hits_total`, `size` is
+//! `larch_arcstats_size_bytes`, `l2_read_bytes` is `larch_arcstats_l2_read_bytes_total`,
+//! `evict_l2_cached` (bytes) is `larch_arcstats_evict_l2_cached_bytes_total`,
+//! `txg_last_sync_us` is `larch_arcstats_txg_last_sync_seconds`, `zil_commit_us` is
+//! `larch_arcstats_zil_commit_seconds_total`, and the fixed-point fraction `pd` stays
+//! `larch_arcstats_pd`. Backing stores are `larch_backing_*{volume="..."}`, cache devices
+//! `larch_cache_device_*{device="PATH"}`, and their latencies histograms in seconds
+//! (`larch_backing_read_latency_seconds`, ...). Every family has a help line.
 
 use larch_engine::PoolReport;
 use larch_engine::latency::LatencySnapshot;
 use larch_engine::report::{CacheDeviceReport, LatencyReport, VolumeReport};
+use larch_engine::stats::{StatKind, StatUnit};
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use prometheus::{Encoder, TextEncoder};
 
-/// Whether an arcstat is a gauge (a level that goes up and down) rather than a counter,
-/// as the engine declares it.
-fn is_gauge(name: &str) -> bool {
-    larch_engine::stats::kind_of(name) == larch_engine::stats::StatKind::Gauge
+/// The content type of the text [`prometheus()`] writes: the classic exposition format,
+/// version 0.0.4.
+pub const PROMETHEUS_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// A metric family with no samples yet.
+fn family(name: String, help: &str, kind: MetricType) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name);
+    family.set_help(help.to_string());
+    family.set_field_type(kind);
+    family
 }
 
-/// A label value in the Prometheus text format: backslash, quote and newline escaped.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// A sample (of any type) labelled `key="value"`, or unlabelled when `label` is `None`.
+fn labelled(label: Option<(&str, &str)>) -> Metric {
+    let mut metric = Metric::default();
+    if let Some((key, value)) = label {
+        let mut pair = LabelPair::default();
+        pair.set_name(key.to_string());
+        pair.set_value(value.to_string());
+        metric.set_label(vec![pair]);
+    }
+    metric
 }
 
-/// One Prometheus histogram family in seconds, one series per (labels, snapshot).
-fn histogram(out: &mut String, metric: &str, series: &[(String, LatencySnapshot)]) {
-    *out += &format!("# TYPE {metric} histogram\n");
-    for (labels, s) in series {
-        let mut cumulative = 0;
-        // Powers of two, as `zpool iostat -w` shows them (the finer buckets are the
-        // Analytics page's).
-        for (upper_us, n) in s.octaves() {
-            cumulative += n;
-            let le = upper_us.map_or("+Inf".to_string(), |us| (us as f64 / 1e6).to_string());
-            *out += &format!("{metric}_bucket{{{labels},le=\"{le}\"}} {cumulative}\n");
+fn counter(label: Option<(&str, &str)>, value: f64) -> Metric {
+    let mut metric = labelled(label);
+    let mut counter = Counter::default();
+    counter.set_value(value);
+    metric.set_counter(counter);
+    metric
+}
+
+fn gauge(label: Option<(&str, &str)>, value: f64) -> Metric {
+    let mut metric = labelled(label);
+    let mut gauge = Gauge::default();
+    gauge.set_value(value);
+    metric.set_gauge(gauge);
+    metric
+}
+
+/// A latency histogram in seconds. The buckets are powers of two, as `zpool iostat -w`
+/// shows them (the finer buckets are the Analytics page's); the encoder adds `+Inf`.
+fn histogram(label: Option<(&str, &str)>, snapshot: &LatencySnapshot) -> Metric {
+    let mut cumulative = 0;
+    let mut buckets = Vec::new();
+    for (upper_us, n) in snapshot.octaves() {
+        cumulative += n;
+        if let Some(us) = upper_us {
+            let mut bucket = Bucket::default();
+            bucket.set_upper_bound(us as f64 / 1e6);
+            bucket.set_cumulative_count(cumulative);
+            buckets.push(bucket);
         }
-        *out += &format!("{metric}_sum{{{labels}}} {}\n", s.sum_ns as f64 / 1e9);
-        *out += &format!("{metric}_count{{{labels}}} {cumulative}\n");
+    }
+    let mut histogram = Histogram::default();
+    histogram.set_bucket(buckets);
+    histogram.set_sample_count(cumulative);
+    histogram.set_sample_sum(snapshot.sum_ns as f64 / 1e9);
+    let mut metric = labelled(label);
+    metric.set_histogram(histogram);
+    metric
+}
+
+/// The metric name of an arcstat and the factor that turns its value into that metric's
+/// unit (see the module documentation for the rule).
+fn arcstat_metric(name: &str, kind: StatKind, unit: StatUnit) -> (String, f64) {
+    let (base, scale) = match unit {
+        StatUnit::Micros => {
+            let stem = name.strip_suffix("_us").unwrap_or(name);
+            (format!("{stem}_seconds"), 1e-6)
+        }
+        StatUnit::Bytes if name.ends_with("_bytes") => (name.to_string(), 1.0),
+        StatUnit::Bytes => (format!("{name}_bytes"), 1.0),
+        StatUnit::Count | StatUnit::Fraction => (name.to_string(), 1.0),
+    };
+    match kind {
+        StatKind::Counter => (format!("larch_arcstats_{base}_total"), scale),
+        StatKind::Gauge => (format!("larch_arcstats_{base}"), scale),
     }
 }
 
-/// A counter family with one series per item, labelled `key="name"`.
-fn counters<T>(
-    out: &mut String,
-    metric: &str,
-    key: &str,
-    items: &[T],
-    name: fn(&T) -> &str,
-    value: fn(&T) -> u64,
-) {
-    *out += &format!("# TYPE {metric} counter\n");
-    for item in items {
-        *out += &format!(
-            "{metric}{{{key}=\"{}\"}} {}\n",
-            label(name(item)),
-            value(item)
-        );
-    }
-}
-
-/// A histogram family with one series per item, labelled `key="name"`.
-fn histograms<T>(
-    out: &mut String,
-    metric: &str,
-    key: &str,
-    items: &[T],
-    name: fn(&T) -> &str,
-    latency: fn(&T) -> &LatencyReport,
-) {
-    let series: Vec<_> = items
-        .iter()
-        .map(|item| {
-            let labels = format!("{key}=\"{}\"", label(name(item)));
-            (labels, latency(item).snapshot())
-        })
-        .collect();
-    histogram(out, metric, &series);
-}
-
-/// Prometheus text exposition of the arcstats, the backing-store and cache-device
-/// counters, and their latency histograms.
-pub fn prometheus(report: &PoolReport) -> String {
-    let mut out = String::new();
-    for (name, value) in &report.arcstats.0 {
-        let (kind, metric) = if is_gauge(name) {
-            ("gauge", format!("larch_arcstats_{name}"))
-        } else {
-            ("counter", format!("larch_arcstats_{name}_total"))
+/// One family per arcstat.
+fn arcstat_families(report: &PoolReport, out: &mut Vec<MetricFamily>) {
+    for (name, &value) in &report.arcstats.0 {
+        let kind = larch_engine::stats::kind_of(name);
+        // Every stat the engine reports is documented (the engine's and the policy's tests
+        // check it); a name that is not still gets a help line rather than none.
+        let fallback = format!("the arcstat {name}");
+        let (help, unit) =
+            larch_engine::stats::document(name).unwrap_or((&fallback, StatUnit::Count));
+        let (metric, scale) = arcstat_metric(name, kind, unit);
+        let value = value as f64 * scale;
+        let (mut family, sample) = match kind {
+            StatKind::Counter => (
+                family(metric, help, MetricType::COUNTER),
+                counter(None, value),
+            ),
+            StatKind::Gauge => (family(metric, help, MetricType::GAUGE), gauge(None, value)),
         };
-        out += &format!("# TYPE {metric} {kind}\n{metric} {value}\n");
+        family.mut_metric().push(sample);
+        out.push(family);
     }
-    let volumes = &report.volumes;
-    fn volume(v: &VolumeReport) -> &str {
-        &v.name
+}
+
+/// A counter family over a list of items (volumes or cache devices): its name, its help
+/// and the counter of one item.
+struct Counters<T: 'static> {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&T) -> u64,
+}
+
+/// A latency histogram family over a list of items: its name, its help and the histogram
+/// of one item.
+struct Latencies<T: 'static> {
+    name: &'static str,
+    help: &'static str,
+    latency: fn(&T) -> &LatencyReport,
+}
+
+/// The counter and histogram families of a list of items (volumes or cache devices), each
+/// sample labelled `key="its name"`; nothing when there is no item (a family must have a
+/// sample).
+fn item_families<T>(
+    items: &[T],
+    key: &str,
+    name: fn(&T) -> &str,
+    counters: &[Counters<T>],
+    latencies: &[Latencies<T>],
+    out: &mut Vec<MetricFamily>,
+) {
+    if items.is_empty() {
+        return;
     }
-    type BackingCounter = fn(&VolumeReport) -> u64;
-    let backing: [(&str, BackingCounter); 6] = [
-        ("reads", |v| v.backing_reads),
-        ("read_bytes", |v| v.backing_read_bytes),
-        ("writes", |v| v.backing_writes),
-        ("write_bytes", |v| v.backing_write_bytes),
-        ("flushes", |v| v.backing_flushes),
-        ("errors", |v| v.backing_errors),
-    ];
-    for (family, value) in backing {
-        let metric = format!("larch_backing_{family}_total");
-        counters(&mut out, &metric, "volume", volumes, volume, value);
+    for c in counters {
+        let mut f = family(c.name.to_string(), c.help, MetricType::COUNTER);
+        for item in items {
+            let sample = counter(Some((key, name(item))), (c.value)(item) as f64);
+            f.mut_metric().push(sample);
+        }
+        out.push(f);
     }
-    type BackingLatency = fn(&VolumeReport) -> &LatencyReport;
-    let backing_latency: [(&str, BackingLatency); 3] = [
-        ("read", |v| &v.backing_read_latency),
-        ("write", |v| &v.backing_write_latency),
-        ("flush", |v| &v.backing_flush_latency),
-    ];
-    for (op, latency) in backing_latency {
-        let metric = format!("larch_backing_{op}_latency_seconds");
-        histograms(&mut out, &metric, "volume", volumes, volume, latency);
+    for l in latencies {
+        let mut f = family(l.name.to_string(), l.help, MetricType::HISTOGRAM);
+        for item in items {
+            let sample = histogram(Some((key, name(item))), &(l.latency)(item).snapshot());
+            f.mut_metric().push(sample);
+        }
+        out.push(f);
     }
-    let devices = &report.cache_devices;
-    fn device(d: &CacheDeviceReport) -> &str {
-        &d.path
-    }
-    type DeviceCounter = fn(&CacheDeviceReport) -> u64;
-    let device_counters: [(&str, DeviceCounter); 5] = [
-        ("reads", |d| d.reads),
-        ("read_bytes", |d| d.read_bytes),
-        ("read_errors", |d| d.read_errors),
-        ("writes", |d| d.writes),
-        ("write_bytes", |d| d.write_bytes),
-    ];
-    for (family, value) in device_counters {
-        let metric = format!("larch_cache_device_{family}_total");
-        counters(&mut out, &metric, "device", devices, device, value);
-    }
-    type DeviceLatency = fn(&CacheDeviceReport) -> &LatencyReport;
-    let device_latency: [(&str, DeviceLatency); 2] = [
-        ("read", |d| &d.read_latency),
-        ("write", |d| &d.write_latency),
-    ];
-    for (op, latency) in device_latency {
-        let metric = format!("larch_cache_device_{op}_latency_seconds");
-        histograms(&mut out, &metric, "device", devices, device, latency);
-    }
+}
+
+/// The counters of each volume's backing store, labelled `volume="NAME"`.
+const BACKING_COUNTERS: &[Counters<VolumeReport>] = &[
+    Counters {
+        name: "larch_backing_reads_total",
+        help: "reads issued to the volume's backing store",
+        value: |v| v.backing_reads,
+    },
+    Counters {
+        name: "larch_backing_read_bytes_total",
+        help: "bytes read from the volume's backing store",
+        value: |v| v.backing_read_bytes,
+    },
+    Counters {
+        name: "larch_backing_writes_total",
+        help: "writes issued to the volume's backing store",
+        value: |v| v.backing_writes,
+    },
+    Counters {
+        name: "larch_backing_write_bytes_total",
+        help: "bytes written to the volume's backing store",
+        value: |v| v.backing_write_bytes,
+    },
+    Counters {
+        name: "larch_backing_flushes_total",
+        help: "flushes (fdatasync) of the volume's backing store",
+        value: |v| v.backing_flushes,
+    },
+    Counters {
+        name: "larch_backing_errors_total",
+        help: "failed operations on the volume's backing store",
+        value: |v| v.backing_errors,
+    },
+];
+
+/// The latency histograms of each volume's backing store.
+const BACKING_LATENCIES: &[Latencies<VolumeReport>] = &[
+    Latencies {
+        name: "larch_backing_read_latency_seconds",
+        help: "time of backing-store reads (the system call and the latency model's delay)",
+        latency: |v| &v.backing_read_latency,
+    },
+    Latencies {
+        name: "larch_backing_write_latency_seconds",
+        help: "time of backing-store writes (the system call and the latency model's delay)",
+        latency: |v| &v.backing_write_latency,
+    },
+    Latencies {
+        name: "larch_backing_flush_latency_seconds",
+        help: "time of backing-store flushes (one fdatasync)",
+        latency: |v| &v.backing_flush_latency,
+    },
+];
+
+/// The counters of each cache device, labelled `device="PATH"`.
+const DEVICE_COUNTERS: &[Counters<CacheDeviceReport>] = &[
+    Counters {
+        name: "larch_cache_device_reads_total",
+        help: "block reads from the cache device (hits and failed attempts)",
+        value: |d| d.reads,
+    },
+    Counters {
+        name: "larch_cache_device_read_bytes_total",
+        help: "bytes read from the cache device",
+        value: |d| d.read_bytes,
+    },
+    Counters {
+        name: "larch_cache_device_read_errors_total",
+        help: "cache-device reads that failed or did not verify",
+        value: |d| d.read_errors,
+    },
+    Counters {
+        name: "larch_cache_device_writes_total",
+        help: "feed batches written to the cache device",
+        value: |d| d.writes,
+    },
+    Counters {
+        name: "larch_cache_device_write_bytes_total",
+        help: "bytes of data feeds wrote to the cache device",
+        value: |d| d.write_bytes,
+    },
+];
+
+/// The latency histograms of each cache device.
+const DEVICE_LATENCIES: &[Latencies<CacheDeviceReport>] = &[
+    Latencies {
+        name: "larch_cache_device_read_latency_seconds",
+        help: "time of cache-device block reads, checksum verification included",
+        latency: |d| &d.read_latency,
+    },
+    Latencies {
+        name: "larch_cache_device_write_latency_seconds",
+        help: "time of cache-device feed batches, log commit included",
+        latency: |d| &d.write_latency,
+    },
+];
+
+/// The metric families of a report: the arcstats, then the backing stores' and the cache
+/// devices' counters and latency histograms.
+fn families(report: &PoolReport) -> Vec<MetricFamily> {
+    let mut out = Vec::new();
+    arcstat_families(report, &mut out);
+    item_families(
+        &report.volumes,
+        "volume",
+        |v| &v.name,
+        BACKING_COUNTERS,
+        BACKING_LATENCIES,
+        &mut out,
+    );
+    item_families(
+        &report.cache_devices,
+        "device",
+        |d| &d.path,
+        DEVICE_COUNTERS,
+        DEVICE_LATENCIES,
+        &mut out,
+    );
     out
+}
+
+/// Prometheus text exposition (format 0.0.4) of the arcstats, the backing-store and
+/// cache-device counters, and their latency histograms.
+pub fn prometheus(report: &PoolReport) -> String {
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&families(report), &mut out)
+        .expect("the encoder refuses only families without a name or a sample, never made here");
+    String::from_utf8(out).expect("the text encoder writes UTF-8")
 }
 
 /// The arcstats as OpenZFS prints its kstat file (type 4 = uint64).
@@ -163,15 +333,22 @@ mod tests {
     use crate::testing::DemoPool;
     use std::time::Duration;
 
+    fn encode(families: &[MetricFamily]) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(families, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn histograms_are_cumulative_with_a_count_equal_to_the_last_bucket() {
         let h = larch_engine::LatencyHistogram::new();
         for us in [1, 3, 3, 100, 50_000_000] {
             h.record(Duration::from_micros(us));
         }
-        let mut out = String::new();
-        let series = [("device=\"a\\\"b\"".to_string(), h.snapshot())];
-        histogram(&mut out, "x_seconds", &series);
+        let mut f = family("x_seconds".to_string(), "x", MetricType::HISTOGRAM);
+        f.mut_metric()
+            .push(histogram(Some(("device", "a\"b")), &h.snapshot()));
+        let out = encode(&[f]);
         let buckets: Vec<u64> = out
             .lines()
             .filter(|l| l.starts_with("x_seconds_bucket"))
@@ -198,17 +375,78 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_report_gives_every_metric_family() {
+    fn arcstat_names_carry_their_unit_and_kind() {
+        use StatKind::{Counter, Gauge};
+        use StatUnit::{Bytes, Count, Fraction, Micros};
+        for (name, kind, unit, metric, scale) in [
+            ("hits", Counter, Count, "larch_arcstats_hits_total", 1.0),
+            ("size", Gauge, Bytes, "larch_arcstats_size_bytes", 1.0),
+            (
+                "dirty_bytes",
+                Gauge,
+                Bytes,
+                "larch_arcstats_dirty_bytes",
+                1.0,
+            ),
+            (
+                "l2_read_bytes",
+                Counter,
+                Bytes,
+                "larch_arcstats_l2_read_bytes_total",
+                1.0,
+            ),
+            (
+                "evict_l2_cached",
+                Counter,
+                Bytes,
+                "larch_arcstats_evict_l2_cached_bytes_total",
+                1.0,
+            ),
+            (
+                "txg_last_sync_us",
+                Gauge,
+                Micros,
+                "larch_arcstats_txg_last_sync_seconds",
+                1e-6,
+            ),
+            (
+                "zil_commit_us",
+                Counter,
+                Micros,
+                "larch_arcstats_zil_commit_seconds_total",
+                1e-6,
+            ),
+            ("pd", Gauge, Fraction, "larch_arcstats_pd", 1.0),
+        ] {
+            assert_eq!(
+                arcstat_metric(name, kind, unit),
+                (metric.to_string(), scale),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pool_report_gives_every_metric_family_each_with_help() {
         let demo = DemoPool::new("metrics");
-        let report = demo.pool.report();
+        let mut report = demo.pool.report();
+        report
+            .arcstats
+            .0
+            .insert("txg_sync_us".to_string(), 2_500_000);
         let out = prometheus(&report);
-        let device = label(&report.cache_devices[0].path);
+        let device = report.cache_devices[0].path.clone();
         for line in [
-            "# TYPE larch_arcstats_size gauge\n".to_string(),
+            "# TYPE larch_arcstats_size_bytes gauge\n".to_string(),
             "# TYPE larch_arcstats_hits_total counter\n".to_string(),
             "# TYPE larch_arcstats_l2_blocks gauge\n".to_string(),
             "# TYPE larch_arcstats_dirty_bytes gauge\n".to_string(),
             "# TYPE larch_arcstats_txg_syncs_total counter\n".to_string(),
+            "# TYPE larch_arcstats_txg_last_sync_seconds gauge\n".to_string(),
+            "# TYPE larch_arcstats_mru_evictable_data_bytes gauge\n".to_string(),
+            "# TYPE larch_arcstats_l2c_only_size_bytes gauge\n".to_string(),
+            "# HELP larch_arcstats_mfu_ghost_size_bytes bytes of data and metadata in the MFU ghost list".to_string(),
+            "larch_arcstats_txg_sync_seconds_total 2.5\n".to_string(),
             "larch_backing_reads_total{volume=\"vol0\"} 0\n".to_string(),
             "larch_backing_flushes_total{volume=\"vol0\"} 0\n".to_string(),
             "# TYPE larch_backing_flush_latency_seconds histogram\n".to_string(),
@@ -218,6 +456,32 @@ mod tests {
         ] {
             assert!(out.contains(&line), "{line:?} not in\n{out}");
         }
+        // Every family has a help line, every counter ends in `_total`, and no name keeps
+        // a unit other than bytes and seconds.
+        let mut families = 0;
+        for line in out.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut words = line.split(' ').skip(2);
+            let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+            let help = out
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("# HELP {name} ")))
+                .unwrap_or_else(|| panic!("{name} has no help line"));
+            assert!(
+                !help.is_empty() && !help.starts_with("the arcstat "),
+                "{name}: {help:?}"
+            );
+            assert_eq!(kind == "counter", name.ends_with("_total"), "{line}");
+            assert!(!name.contains("_us_") && !name.ends_with("_us"), "{name}");
+            families += 1;
+        }
+        assert_eq!(
+            families,
+            report.arcstats.0.len()
+                + BACKING_COUNTERS.len()
+                + BACKING_LATENCIES.len()
+                + DEVICE_COUNTERS.len()
+                + DEVICE_LATENCIES.len()
+        );
         let kstats = kstat(&report);
         assert!(kstats.starts_with("name                            type data\n"));
         assert_eq!(kstats.lines().count(), report.arcstats.0.len() + 1);
@@ -227,5 +491,17 @@ mod tests {
                 .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["l2_hits", "4", "0"]),
             "{kstats}"
         );
+    }
+
+    #[test]
+    fn a_pool_without_devices_has_no_empty_families() {
+        let demo = DemoPool::new("metrics-empty");
+        let mut report = demo.pool.report();
+        report.cache_devices.clear();
+        report.volumes.clear();
+        let out = prometheus(&report);
+        assert!(out.contains("larch_arcstats_hits_total "), "{out}");
+        assert!(!out.contains("larch_cache_device_"), "{out}");
+        assert!(!out.contains("larch_backing_"), "{out}");
     }
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 use larch_engine::PoolReport;
 use larch_engine::latency::{BUCKETS, LatencySnapshot, bucket_upper_ns};
 use larch_engine::report::LatencyReport;
-use larch_engine::stats::{StatKind, kind_of};
+use larch_engine::stats::{StatKind, StatUnit, kind_of};
 use serde::{Deserialize, Serialize};
 
 /// Name of the saved history in the state directory.
@@ -307,16 +307,18 @@ enum Reading {
     Gauge(f64),
 }
 
-/// The unit of an arcstat, from its name and kind.
+/// The unit of an arcstat's series, from the unit its declaration names and its kind (a
+/// counter's series is a rate).
 fn arcstat_unit(name: &str, kind: StatKind) -> &'static str {
-    let bytes = name.ends_with("size")
-        || name.ends_with("bytes")
-        || matches!(name, "c" | "p" | "c_min" | "c_max" | "arc_meta_used");
-    match (bytes, kind) {
-        (true, StatKind::Gauge) => "bytes",
-        (true, StatKind::Counter) => "bytes/s",
-        (false, StatKind::Gauge) => "",
-        (false, StatKind::Counter) => "per second",
+    let unit = larch_engine::stats::document(name).map_or(StatUnit::Count, |(_, unit)| unit);
+    match (unit, kind) {
+        (StatUnit::Bytes, StatKind::Gauge) => "bytes",
+        (StatUnit::Bytes, StatKind::Counter) => "bytes/s",
+        (StatUnit::Micros, StatKind::Gauge) => "us",
+        (StatUnit::Micros, StatKind::Counter) => "us/s",
+        (StatUnit::Fraction, _) => "fraction (2^32 = 1)",
+        (StatUnit::Count, StatKind::Gauge) => "",
+        (StatUnit::Count, StatKind::Counter) => "per second",
     }
 }
 

@@ -207,6 +207,7 @@ async fn serve(
             addr: addr.clone(),
             recorder: Arc::clone(&recorder),
             live: live.clone(),
+            live_streams: std::sync::atomic::AtomicUsize::new(0),
         };
         http_task = Some(tokio::spawn(http::serve(listener, Arc::new(ctx))));
         http_addr = Some(addr);

@@ -1,8 +1,12 @@
-//! The engine's counters and gauges, each declared once with its kind and help text.
-//! Together with the policy's kstats they are the arcstats (`larch status`, `/arcstats`,
-//! `/metrics`); names follow OpenZFS's kstats where the meaning matches.
+//! The engine's counters and gauges, each declared once with its kind, unit and help text.
+//! Together with the policy's kstats (documented in `larch_policy::stats`) they are the
+//! arcstats (`larch status`, `/arcstats`, `/metrics`); names follow OpenZFS's kstats where
+//! the meaning matches. [`document`] gives any arcstat's help and unit, which `/metrics`
+//! turns into its help lines and unit-suffixed names.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use larch_policy::stats::StatUnit;
 
 /// Whether a stat only grows (a counter) or goes up and down (a gauge).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,13 +24,25 @@ pub struct StatDef {
     pub name: &'static str,
     /// Counter or gauge.
     pub kind: StatKind,
+    /// What its value is measured in.
+    pub unit: StatUnit,
     /// What it counts.
     pub help: &'static str,
 }
 
+/// The unit of a declared stat: `Count` unless the declaration says `in UNIT`.
+macro_rules! unit {
+    () => {
+        StatUnit::Count
+    };
+    ($unit:ident) => {
+        StatUnit::$unit
+    };
+}
+
 macro_rules! stats {
     ($(#[$meta:meta])* pub struct $name:ident {
-        $( $field:ident: $kind:ident, $help:literal; )+
+        $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
     }) => {
         $(#[$meta])*
         #[derive(Debug, Default)]
@@ -37,7 +53,12 @@ macro_rules! stats {
         impl $name {
             /// Every stat of this group, as declared.
             pub const STATS: &'static [StatDef] = &[
-                $( StatDef { name: stringify!($field), kind: StatKind::$kind, help: $help }, )+
+                $( StatDef {
+                    name: stringify!($field),
+                    kind: StatKind::$kind,
+                    unit: unit!($($unit)?),
+                    help: $help,
+                }, )+
             ];
 
             /// Current values, in declaration order.
@@ -53,29 +74,29 @@ stats! {
     pub struct EngineStats {
         l2_hits: Counter, "reads served from a cache device";
         l2_misses: Counter, "misses, in a pool with cache devices, that went to the backing store";
-        l2_read_bytes: Counter, "bytes read from cache devices for hits";
-        l2_write_bytes: Counter, "bytes of data written to cache devices";
+        l2_read_bytes: Counter in Bytes, "bytes read from cache devices for hits";
+        l2_write_bytes: Counter in Bytes, "bytes of data written to cache devices";
         l2_cksum_bad: Counter, "cache-device reads whose checksum did not match (served from the backing store)";
         l2_io_error: Counter, "cache-device reads that failed (served from the backing store)";
         l2_feeds: Counter, "feeds that wrote something";
         l2_writes_sent: Counter, "feed batches written";
         l2_writes_error: Counter, "feed batches that failed";
         l2_evicted: Counter, "copies the ring's evict hand overwrote";
-        l2_wasted_feed_bytes: Counter, "bytes written to cache devices and overwritten without ever being read";
-        l2_size: Gauge, "logical bytes of blocks indexed on cache devices";
-        l2_asize: Gauge, "physical bytes of blocks indexed on cache devices";
-        l2_mru_asize: Gauge, "part of l2_asize written from MRU (not prefetched)";
-        l2_mfu_asize: Gauge, "part of l2_asize written from MFU (not prefetched)";
-        l2_prefetch_asize: Gauge, "part of l2_asize that was prefetched";
-        l2_bufc_data_asize: Gauge, "part of l2_asize holding data";
-        l2_bufc_metadata_asize: Gauge, "part of l2_asize holding metadata";
+        l2_wasted_feed_bytes: Counter in Bytes, "bytes written to cache devices and overwritten without ever being read";
+        l2_size: Gauge in Bytes, "logical bytes of blocks indexed on cache devices";
+        l2_asize: Gauge in Bytes, "physical bytes of blocks indexed on cache devices";
+        l2_mru_asize: Gauge in Bytes, "part of l2_asize written from MRU (not prefetched)";
+        l2_mfu_asize: Gauge in Bytes, "part of l2_asize written from MFU (not prefetched)";
+        l2_prefetch_asize: Gauge in Bytes, "part of l2_asize that was prefetched";
+        l2_bufc_data_asize: Gauge in Bytes, "part of l2_asize holding data";
+        l2_bufc_metadata_asize: Gauge in Bytes, "part of l2_asize holding metadata";
         l2_blocks: Gauge, "blocks indexed on cache devices";
         l2_tombstones: Counter, "tombstones queued for cache-device logs (overwrites of cached blocks)";
         l2_log_forgotten: Counter, "cache-device logs emptied because tombstones could not be made durable or a write raced a rebuild";
         l2_hdr_limit_skips: Counter, "feeds skipped because the L2 index reached l2arc_meta_percent";
         l2_rebuild_lowmem: Counter, "entries a rebuild did not restore because the L2 index reached l2arc_meta_percent";
         memory_indirect_count: Counter, "times the ARC shrank because available memory fell below zfs_arc_sys_free";
-        memory_available_bytes: Gauge, "available memory minus zfs_arc_sys_free at the last check, bytes (0 when below)";
+        memory_available_bytes: Gauge in Bytes, "available memory minus zfs_arc_sys_free at the last check (0 when below)";
         memory_trims: Counter, "times freed memory was given back to the system because the process held far more than the cache accounts for";
         iohits: Counter, "reads that joined a read of the same block already in flight";
         backing_reads: Counter, "backing-store reads issued by the cache";
@@ -86,29 +107,30 @@ stats! {
     /// Counters of the write path.
     pub struct WriteStats {
         txg_syncs: Counter, "TXGs synced";
-        txg_last_sync_us: Gauge, "duration of the last TXG sync, us";
-        txg_sync_us: Counter, "total duration of TXG syncs, us";
-        txg_last_sync_bytes: Gauge, "bytes the last TXG wrote";
+        txg_last_sync_us: Gauge in Micros, "duration of the last TXG sync";
+        txg_sync_us: Counter in Micros, "total duration of TXG syncs";
+        txg_last_sync_bytes: Gauge in Bytes, "bytes the last TXG wrote";
         txg_blocks_written: Counter, "blocks written by TXG syncs";
         txg_sync_waits: Counter, "sync writes and FLUSHes made durable by syncing a TXG (no usable log device)";
         txg_sync_errors: Counter, "failed TXG syncs (backing-store write or flush errors)";
         dmu_tx_delay: Counter, "writes the throttle delayed";
-        dmu_tx_delay_us: Counter, "total throttle delay, us";
+        dmu_tx_delay_us: Counter in Micros, "total throttle delay";
         dmu_tx_dirty_over_max: Counter, "writes that waited at the dirty limit";
         zil_commit_count: Counter, "sync writes and FLUSHes made durable through the log device";
         zil_itx_count: Counter, "records written to the log device";
-        zil_itx_copied_bytes: Counter, "bytes of record data written to the log device";
-        zil_commit_us: Counter, "total time of log commits, us";
+        zil_itx_copied_bytes: Counter in Bytes, "bytes of record data written to the log device";
+        zil_commit_us: Counter in Micros, "total time of log commits";
     }
 }
 
 /// Stats the engine computes when asked, rather than counts.
 pub const COMPUTED: &[StatDef] = &[
-    gauge("dirty_bytes", "bytes dirty in the open and the syncing TXG"),
-    gauge("dirty_data_max", "the dirty limit in force"),
+    gauge("dirty_bytes", "bytes dirty in the open and the syncing TXG")
+        .measured_in(StatUnit::Bytes),
+    gauge("dirty_data_max", "the dirty limit in force").measured_in(StatUnit::Bytes),
     gauge("txg_open", "the open TXG"),
     gauge("txg_synced", "the newest TXG on the backing stores"),
-    gauge("l2_hdr_size", "DRAM held by the L2 index, bytes"),
+    gauge("l2_hdr_size", "DRAM held by the L2 index").measured_in(StatUnit::Bytes),
     gauge("l2_ndev", "cache devices of the pool"),
     counter("l2_rebuild_success", "cache-device rebuilds that completed"),
     counter("l2_rebuild_io_errors", "rebuild reads that failed"),
@@ -120,7 +142,8 @@ pub const COMPUTED: &[StatDef] = &[
     gauge(
         "l2_rebuild_size",
         "bytes of the entries the cache devices' rebuilds restored",
-    ),
+    )
+    .measured_in(StatUnit::Bytes),
     counter("l2_rebuild_log_blks", "log blocks rebuilds read"),
 ];
 
@@ -128,6 +151,7 @@ const fn gauge(name: &'static str, help: &'static str) -> StatDef {
     StatDef {
         name,
         kind: StatKind::Gauge,
+        unit: StatUnit::Count,
         help,
     }
 }
@@ -136,7 +160,15 @@ const fn counter(name: &'static str, help: &'static str) -> StatDef {
     StatDef {
         name,
         kind: StatKind::Counter,
+        unit: StatUnit::Count,
         help,
+    }
+}
+
+impl StatDef {
+    /// The same declaration with another unit.
+    const fn measured_in(self, unit: StatUnit) -> StatDef {
+        StatDef { unit, ..self }
     }
 }
 
@@ -167,6 +199,16 @@ pub fn describe(name: &str) -> Option<StatDef> {
         .chain(COMPUTED)
         .find(|d| d.name == name)
         .copied()
+}
+
+/// The help text and unit of any arcstat: the engine's declaration for its own, the
+/// policy's documentation (`larch_policy::stats::describe`) for the ARC's; `None` for a
+/// name neither reports.
+pub fn document(name: &str) -> Option<(&'static str, StatUnit)> {
+    match describe(name) {
+        Some(def) => Some((def.help, def.unit)),
+        None => larch_policy::stats::describe(name).map(|def| (def.help, def.unit)),
+    }
 }
 
 #[cfg(test)]
@@ -207,7 +249,16 @@ mod tests {
                 describe(name).is_some() || policy.contains(name),
                 "{name} is reported but declared nowhere"
             );
+            assert!(document(name).is_some(), "{name} has no help text");
         }
+        assert_eq!(
+            document("txg_sync_us"),
+            Some(("total duration of TXG syncs", StatUnit::Micros))
+        );
+        assert_eq!(
+            document("mfu_evictable_data").map(|d| d.1),
+            Some(StatUnit::Bytes)
+        );
         for def in EngineStats::STATS
             .iter()
             .chain(WriteStats::STATS)

@@ -64,7 +64,7 @@ pub mod feed;
 mod list;
 mod lru;
 pub mod ring;
-mod stats;
+pub mod stats;
 pub mod testing;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};

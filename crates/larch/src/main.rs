@@ -2,6 +2,7 @@
 //! its arguments, prints, and returns the process exit code; errors are printed once,
 //! here. The daemon itself (`larch serve`) is the library `larch_daemon`.
 
+mod analytics;
 mod arcstat;
 mod cache;
 mod demo;
@@ -66,6 +67,9 @@ enum Command {
     Arcstat(arcstat::ArcstatArgs),
     /// Print operations and bandwidth per backing store and cache device of a running pool.
     Iostat(iostat::IostatArgs),
+    /// The Analytics page: its address (with the token), and its history as CSV or JSON.
+    #[command(subcommand)]
+    Analytics(analytics::AnalyticsCommand),
     /// Set tunables of a pool (NAME=VALUE); a running daemon applies them at once.
     #[command(after_help = set::tunables_help())]
     Set(set::SetArgs),
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         Some(Command::Get(args)) => get::run(args),
         Some(Command::Arcstat(args)) => arcstat::run(args),
         Some(Command::Iostat(args)) => iostat::run(args),
+        Some(Command::Analytics(cmd)) => analytics::run(cmd),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

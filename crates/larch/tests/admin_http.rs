@@ -1,8 +1,10 @@
 //! Managing a running `larch serve` through its loopback HTTP endpoint, end to end with the
 //! real binary: `larch set`, `larch get` and `larch cache add|remove` go through the daemon
 //! (applied at once, saved, refused with the daemon's reason), the latency histograms fill
-//! from reads by real NBD clients and show in /metrics, /status and `larch iostat -l`, and
-//! bad requests leave the daemon serving.
+//! from reads by real NBD clients and show in /metrics (which `promtool check metrics`
+//! passes), /status and `larch iostat -l`, bad requests leave the daemon serving, and
+//! `larch analytics export` writes the history from the daemon and, once it has stopped,
+//! from its saved file.
 
 mod common;
 use common::{pattern, scratch};
@@ -70,7 +72,7 @@ fn http(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> (u1
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
@@ -421,6 +423,19 @@ fn fio_randread(daemon: &Daemon, seconds: u32) -> Output {
         .unwrap()
 }
 
+/// Random reads over twice the ARC until the feeder has written and some reads hit L2.
+fn read_until_the_cache_device_serves(daemon: &Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while daemon.status()["cache_devices"][0]["read_latency"]["count"] == 0 {
+        succeeded(&fio_randread(daemon, 2), "fio");
+        assert!(
+            Instant::now() < deadline,
+            "no L2 reads: {}",
+            daemon.status()
+        );
+    }
+}
+
 #[test]
 fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat() {
     require("nbdcopy");
@@ -437,16 +452,7 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
         .output()
         .unwrap();
     succeeded(&out, "nbdcopy");
-    // Random reads over twice the ARC until the feeder has written and some reads hit L2.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while daemon.status()["cache_devices"][0]["read_latency"]["count"] == 0 {
-        succeeded(&fio_randread(&daemon, 2), "fio");
-        assert!(
-            Instant::now() < deadline,
-            "no L2 reads: {}",
-            daemon.status()
-        );
-    }
+    read_until_the_cache_device_serves(&daemon);
     let metrics = daemon.get("/metrics");
     let device = format!("device=\"{}\"", state.join("cache0.img").display());
     for (family, labels) in [
@@ -563,6 +569,104 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `promtool check metrics` on `text`: whether it passed, and what it printed (its
+/// findings). Fails the test when promtool is not installed: the check must run.
+fn promtool_check(text: &str) -> (bool, String) {
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = child.unwrap_or_else(|err| {
+        panic!(
+            "promtool cannot run ({err}): install Debian's prometheus package \
+             (apt-get install --no-install-recommends prometheus), as scripts/test does"
+        )
+    });
+    // promtool reads all of its input before it writes, so one write and then the wait
+    // cannot deadlock.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(text.as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!("{}{}", stdout(&out), stderr(&out)),
+    )
+}
+
+/// The `Content-Type` of a `GET path`'s answer.
+fn content_type(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let head = answer.split("\r\n\r\n").next().unwrap();
+    head.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no content type: {head}"))
+}
+
+#[test]
+fn metrics_pass_promtool_check_metrics_with_volumes_devices_and_histograms() {
+    require("nbdcopy");
+    require("fio");
+    // The check can fail: a family without help is a finding.
+    let (passed, findings) = promtool_check("# TYPE x_total counter\nx_total 1\n");
+    assert!(!passed && findings.contains("no help text"), "{findings}");
+    let dir = scratch("promtool");
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    let image = dir.join("image");
+    std::fs::write(&image, pattern(16 << 20, 11)).unwrap();
+    let out = Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(&image)
+        .arg(daemon.uri())
+        .output()
+        .unwrap();
+    succeeded(&out, "nbdcopy");
+    read_until_the_cache_device_serves(&daemon);
+    let metrics = daemon.get("/metrics");
+    // What is checked: volumes, a cache device and latency histograms, with counts.
+    let device = format!("device=\"{}\"", state.join("cache0.img").display());
+    for series in [
+        "larch_arcstats_hits_total".to_string(),
+        "larch_arcstats_l2_hits_total".to_string(),
+        "larch_backing_writes_total{volume=\"vol0\"}".to_string(),
+        "larch_backing_write_latency_seconds_count{volume=\"vol0\"}".to_string(),
+        format!("larch_cache_device_reads_total{{{device}}}"),
+        format!("larch_cache_device_read_latency_seconds_count{{{device}}}"),
+    ] {
+        assert!(sample(&metrics, &series) > 0, "{series} is 0");
+    }
+    let (passed, findings) = promtool_check(&metrics);
+    assert!(
+        passed && findings.is_empty(),
+        "promtool check metrics found:\n{findings}\nin /metrics:\n{metrics}"
+    );
+    // The content type names the format written: Prometheus's text format 0.0.4.
+    let kind = content_type(&daemon.addr, "/metrics");
+    assert!(
+        kind.starts_with("text/plain") && kind.contains("version=0.0.4"),
+        "{kind}"
+    );
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
     require("nbdinfo");
@@ -626,6 +730,17 @@ fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
             "{raw:?}: {answer}"
         );
     }
+    // A request for another host (a page elsewhere, through DNS rebinding) gets nothing.
+    let mut stream = TcpStream::connect(&daemon.addr).unwrap();
+    stream
+        .write_all(
+            b"GET /status HTTP/1.1\r\nHost: rebound.example:9920\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(!answer.contains("arcstats"), "{answer}");
     // A head that never ends is cut off at its size limit.
     let mut stream = TcpStream::connect(&daemon.addr).unwrap();
     let _ = stream.write_all(&[b'a'; 16 << 10]);
@@ -820,7 +935,7 @@ fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     stream
-        .write_all(b"GET /api/v1/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /api/v1/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     let mut seen = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -849,5 +964,145 @@ fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
     });
     assert!(back["series"]["arc/size"].as_array().unwrap().len() > 20);
     daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `larch analytics export ARGS --state-dir STATE`, which must succeed: its output and
+/// what it said on standard error.
+fn export(state: &Path, args: &[&str]) -> (String, String) {
+    let out = larch(state, &[&["analytics", "export"], args].concat());
+    succeeded(&out, "larch analytics export");
+    (stdout(&out), stderr(&out))
+}
+
+/// The column `id` of a CSV export: the values of the rows that have one.
+fn column(csv: &str, id: &str) -> Vec<f64> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let k = header
+        .iter()
+        .position(|h| *h == id)
+        .unwrap_or_else(|| panic!("no column {id}: {header:?}"));
+    lines
+        .filter_map(|l| l.split(',').nth(k).filter(|v| !v.is_empty()))
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn analytics_export_asks_the_running_daemon_then_reads_the_saved_history() {
+    require("nbdcopy");
+    let dir = scratch("export");
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    // A counter's first sample is the base the next ones count from: writes before it
+    // would be in no second. The export waits for that first sample.
+    let (first, _) = export(&state, &["--ids", "volume/vol0/write_bytes"]);
+    assert!(
+        first.starts_with("time,volume/vol0/write_bytes\n"),
+        "{first}"
+    );
+    let image = dir.join("image");
+    std::fs::write(&image, pattern(16 << 20, 13)).unwrap();
+    succeeded(
+        &Command::new("nbdcopy")
+            .arg(&image)
+            .arg(daemon.uri())
+            .output()
+            .unwrap(),
+        "nbdcopy",
+    );
+    // The recorder samples once a second: wait for the seconds that hold all the writes.
+    let ids = "volume/vol0/write_bytes,arc/size";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (csv, said) = loop {
+        let (csv, said) = export(&state, &["--ids", ids, "--from", "-120"]);
+        if column(&csv, "volume/vol0/write_bytes").iter().sum::<f64>() >= (16 << 20) as f64 {
+            break (csv, said);
+        }
+        assert!(Instant::now() < deadline, "no writes in the export: {csv}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(
+        csv.starts_with("time,volume/vol0/write_bytes,arc/size\n"),
+        "{csv}"
+    );
+    let written = column(&csv, "volume/vol0/write_bytes").iter().sum::<f64>();
+    assert!(
+        said.contains(&format!("the running daemon (pid {})", daemon.pid())),
+        "{said}"
+    );
+    // JSON, to a file: the answer of /api/v1/series.
+    let file = dir.join("export.json");
+    let path = file.to_str().unwrap();
+    let args = [
+        "--ids", ids, "--from", "-120", "--format", "json", "-o", path,
+    ];
+    let (printed, said) = export(&state, &args);
+    assert!(printed.is_empty(), "{printed}");
+    assert!(said.contains("the running daemon"), "{said}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let times = json["times"].as_array().unwrap().len();
+    let sizes = json["series"]["arc/size"].as_array().unwrap();
+    assert!(times > 0 && sizes.len() == times, "{json}");
+    assert!(
+        sizes.iter().any(|v| v.as_f64().is_some_and(|v| v > 0.0)),
+        "{json}"
+    );
+    let json_written: f64 = json["series"]["volume/vol0/write_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .sum();
+    assert!(json_written >= (16 << 20) as f64, "{json}");
+    // Without --ids: every series of the catalog, in its order.
+    let catalog: serde_json::Value = serde_json::from_str(&daemon.get("/api/v1/catalog")).unwrap();
+    let all: Vec<&str> = catalog["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    let (everything, _) = export(&state, &["--from", "-10"]);
+    let header = everything.lines().next().unwrap();
+    assert_eq!(header, format!("time,{}", all.join(",")));
+    // Mistakes: refused with the option at fault, whichever the source.
+    for (args, words) in [
+        (&["--ids", "arc/size,nope"][..], &["--ids", "\"nope\""][..]),
+        (&["--from", "yesterday"], &["--from", "expected seconds"]),
+        (&["--from", "200", "--to", "100"], &["--from", "empty"]),
+        (&["--step", "7"], &["--step", "1 or 60"]),
+        (&["--format", "xml"], &["xml"]),
+    ] {
+        refused(
+            &larch(&state, &[&["analytics", "export"], args].concat()),
+            words,
+        );
+    }
+    // Stopped: the saved history, with the same writes.
+    daemon.stop();
+    let (csv, said) = export(&state, &["--ids", ids, "--from", "-600"]);
+    assert!(
+        said.contains("analytics.bin") && said.contains("no daemon"),
+        "{said}"
+    );
+    assert!(
+        csv.starts_with("time,volume/vol0/write_bytes,arc/size\n"),
+        "{csv}"
+    );
+    let saved = column(&csv, "volume/vol0/write_bytes").iter().sum::<f64>();
+    assert_eq!(saved, written, "{csv}");
+    refused(
+        &larch(&state, &["analytics", "export", "--ids", "nope"]),
+        &["--ids", "\"nope\""],
+    );
+    // No history at all: refused, saying so.
+    std::fs::remove_file(state.join("analytics.bin")).unwrap();
+    refused(
+        &larch(&state, &["analytics", "export"]),
+        &["no history", "analytics.bin"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

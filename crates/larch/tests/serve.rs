@@ -178,7 +178,7 @@ fn http_get(addr: &str, path: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -281,7 +281,7 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         .parse()
         .unwrap();
     assert!(l2_hits > 0, "{metrics}");
-    assert!(metrics.contains("# TYPE larch_arcstats_size gauge"));
+    assert!(metrics.contains("# TYPE larch_arcstats_size_bytes gauge"));
     assert!(
         metrics.contains("larch_cache_device_reads_total{device="),
         "{metrics}"
