@@ -61,7 +61,6 @@ mod lock;
 pub mod manage;
 pub mod nbd;
 pub mod pool;
-mod prefetch;
 pub mod read;
 pub mod report;
 pub mod stats;

@@ -16,9 +16,9 @@ use crate::backing::BackingStore;
 use crate::engine::Engine;
 use crate::latency::LatencyHistogram;
 use crate::lock::RankedMutex;
-use crate::prefetch::Prefetcher;
 use crate::read::Served;
 use crate::volumes::{VolumeEntry, VolumeInfo};
+use larch_policy::prefetch::Prefetcher;
 
 /// Write locks per volume, by block number: writes of the same block are serialised so
 /// the cache and the backing store end with the same contents; others run in parallel.

@@ -55,17 +55,23 @@
 //! [`Lru`] implements the same [`Policy`] trait as a baseline.
 //!
 //! Beside the ARC, the crate holds the other decisions the engine and the simulator must
-//! make alike: which blocks a feed writes to a cache device and when ([`feed`]), and how
-//! a cache device's ring places records and where its evict hand goes ([`ring`]).
+//! make alike: which blocks a feed writes to a cache device and when ([`feed`]), how
+//! a cache device's ring places records and where its evict hand goes ([`ring`]), how
+//! one ARC is split into independently locked shards ([`shards`]), when reads are
+//! sequential enough to read ahead ([`prefetch`]), and how long a writer waits as dirty
+//! data nears its limit ([`throttle`]).
 
 pub mod adapt;
 mod arc;
 pub mod feed;
 mod list;
 mod lru;
+pub mod prefetch;
 pub mod ring;
+pub mod shards;
 pub mod stats;
 pub mod testing;
+pub mod throttle;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
 pub use list::HEADER_BYTES;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use larch_policy::shards::shard_of;
 use larch_policy::{Access, Action, BlockKey, BufType, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
@@ -32,8 +33,8 @@ use crate::read::InFlight;
 use crate::volumes::{CacheMode, VolumeInfo};
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the
-/// target) and buffers.
-pub const SHARDS: usize = 16;
+/// target) and buffers (`larch_policy::shards`, which the simulator splits its ARC by too).
+pub use larch_policy::shards::SHARDS;
 
 /// A block's bytes, owned: made by copying, or from a vector whose allocation is exactly
 /// the block (see the module documentation).
@@ -282,13 +283,6 @@ pub(crate) fn index_key(key: &BlockKey) -> u64 {
     pack_key(key.volume as u16, key.block)
 }
 
-fn shard_of(key: &BlockKey) -> usize {
-    let mut h = key.volume ^ key.block.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^= h >> 29;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (h >> 40) as usize % SHARDS
-}
-
 /// The shards, and the clock policy operations are stamped with.
 pub(crate) struct ArcCache {
     shards: Box<[RankedMutex<Shard>]>,
@@ -299,7 +293,7 @@ impl ArcCache {
     /// An ARC of at most `c_max_bytes` (each shard a 1/SHARDS part) that never shrinks
     /// below `c_min_bytes` under pressure.
     pub(crate) fn new(c_min_bytes: u64, c_max_bytes: u64) -> ArcCache {
-        let cfg = sizing::shard_config(c_min_bytes, c_max_bytes);
+        let cfg = larch_policy::shards::shard_config(c_min_bytes, c_max_bytes);
         let shards = (0..SHARDS)
             .map(|_| {
                 let arc = larch_policy::Arc::new(cfg.clone())

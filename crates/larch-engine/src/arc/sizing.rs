@@ -5,8 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use larch_policy::ArcConfig;
-
 use super::{ArcCache, SHARDS};
 use crate::lock::{Rank, RankedMutex};
 use crate::stats::EngineStats;
@@ -25,16 +23,6 @@ pub fn default_dirty_data_max() -> u64 {
 /// The automatic `zfs_arc_min` for a `zfs_arc_max`.
 pub fn default_arc_min(arc_max_bytes: u64) -> u64 {
     arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32))
-}
-
-/// The configuration of one shard of an ARC with these limits.
-pub(super) fn shard_config(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
-    let per_shard = |bytes: u64| (bytes / SHARDS as u64).max(1);
-    let mut cfg = ArcConfig::new(per_shard(c_min_bytes), per_shard(c_max_bytes));
-    // The growth rule's constants are pool-wide in OpenZFS: split them over the shards.
-    cfg.grow_slack_bytes /= SHARDS as u64;
-    cfg.grow_step_min_bytes /= SHARDS as u64;
-    cfg
 }
 
 /// MemTotal and MemAvailable of /proc/meminfo, in bytes.
@@ -128,7 +116,7 @@ impl ArcSizer {
         {
             let mut applied = self.applied.lock();
             if *applied != limits {
-                let cfg = shard_config(limits.0, limits.1);
+                let cfg = larch_policy::shards::shard_config(limits.0, limits.1);
                 for mut shard in arc.shards() {
                     shard.with_policy(|policy, actions| {
                         let _ = policy.set_limits(cfg.c_min_bytes, cfg.c_max_bytes, now, actions);

@@ -1,6 +1,7 @@
 //! The sequential-read detector: a small `dmu_zfetch` that notices reads continuing where
 //! an earlier one ended and reads ahead of them, farther the longer the stream runs
-//! (`zfs_prefetch_disable`, `zfetch_max_distance`).
+//! (`zfs_prefetch_disable`, `zfetch_max_distance`). The engine keeps one per volume and
+//! the simulator one per simulated volume, so both prefetch alike.
 
 /// Sequential streams per volume the prefetcher follows at once.
 const STREAMS: usize = 8;
@@ -21,14 +22,15 @@ struct Stream {
 /// A small `dmu_zfetch`: detects reads that continue where an earlier one ended and reads
 /// ahead of them, farther the longer the stream runs.
 #[derive(Debug, Default)]
-pub(crate) struct Prefetcher {
+pub struct Prefetcher {
     streams: [Stream; STREAMS],
     clock: u64,
 }
 
 impl Prefetcher {
-    /// Records a demand read of blocks `first..=last`; returns the blocks to prefetch.
-    pub(crate) fn observe(
+    /// Records a demand read of blocks `first..=last`; returns the blocks to prefetch, at
+    /// most `max_blocks` ahead of the read.
+    pub fn observe(
         &mut self,
         first: u64,
         last: u64,
