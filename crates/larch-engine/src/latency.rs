@@ -1,7 +1,8 @@
 //! Latency histograms of device I/O: what `larch iostat -l`, `/metrics` and `/status` show
 //! per cache device and per backing store.
 //!
-//! A [`LatencyHistogram`] has log-scale buckets, four per power of two from 1 µs to 2^24 µs
+//! A [`LatencyHistogram`] has log-scale buckets (`larch_policy::buckets`, the scale the
+//! simulator's histograms use too), four per power of two from 1 µs to 2^24 µs
 //! (about 16.8 s): fine enough for a heat map to show a device's latency as a band and the
 //! ARC's hits as a stripe of their own, and exact at every power of two so that `/metrics`
 //! can print the coarser buckets of `zpool iostat -w` by adding runs of four. Bucket 0
@@ -20,45 +21,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Buckets per power of two.
-pub const PER_OCTAVE: usize = 4;
-/// Powers of two the bounded buckets span (1 µs to 2^24 µs).
-const OCTAVES: usize = 24;
-/// Number of bounds: 1 µs, then four per power of two up to 2^24 µs.
-const BOUNDS: usize = OCTAVES * PER_OCTAVE + 1;
-/// Number of buckets: one per bound and one for longer operations.
-pub const BUCKETS: usize = BOUNDS + 1;
-
-/// 2^(j/4) for j = 0..4, scaled by 10^9 (the fractional steps within a power of two).
-const STEPS: [u64; PER_OCTAVE] = [1_000_000_000, 1_189_207_115, 1_414_213_562, 1_681_792_831];
-
-/// The upper bounds of the bounded buckets, in nanoseconds.
-const BOUNDS_NS: [u64; BOUNDS] = {
-    let mut bounds = [0u64; BOUNDS];
-    let mut i = 0;
-    while i < BOUNDS {
-        // 1000 ns * 2^(i/4), rounded up: 2^octave * step / 10^6.
-        let scaled = (1u64 << (i / PER_OCTAVE)) * STEPS[i % PER_OCTAVE];
-        bounds[i] = scaled.div_ceil(1_000_000);
-        i += 1;
-    }
-    bounds
-};
-
-/// Upper bound of bucket `i` in nanoseconds; `None` for the last (unbounded) bucket.
-pub fn bucket_upper_ns(i: usize) -> Option<u64> {
-    BOUNDS_NS.get(i).copied()
-}
-
-/// Lower bound (exclusive) of bucket `i` in nanoseconds.
-fn bucket_lower_ns(i: usize) -> u64 {
-    if i == 0 { 0 } else { BOUNDS_NS[i - 1] }
-}
-
-/// The bucket of an operation that took `ns` nanoseconds.
-fn bucket_of(ns: u64) -> usize {
-    BOUNDS_NS.partition_point(|&upper| upper < ns)
-}
+pub use larch_policy::buckets::{BUCKETS, PER_OCTAVE, upper_ns as bucket_upper_ns};
+use larch_policy::buckets::{OCTAVES, lower_ns as bucket_lower_ns, of as bucket_of};
 
 /// A lock-free histogram of operation times.
 #[derive(Debug)]

@@ -59,10 +59,12 @@
 //! a cache device's ring places records and where its evict hand goes ([`ring`]), how
 //! one ARC is split into independently locked shards ([`shards`]), when reads are
 //! sequential enough to read ahead ([`prefetch`]), and how long a writer waits as dirty
-//! data nears its limit ([`throttle`]).
+//! data nears its limit ([`throttle`]); and the latency scale of every histogram
+//! ([`buckets`]), so that simulated and measured latencies read alike.
 
 pub mod adapt;
 mod arc;
+pub mod buckets;
 pub mod feed;
 mod list;
 mod lru;
