@@ -8,8 +8,9 @@
 //! 1. **Budget.** A feed writes at most `l2arc_write_max`, plus `l2arc_write_boost` while
 //!    the ARC is cold (it has not evicted yet: nothing is lost by writing more), and never
 //!    more than one batch of the device may hold. It scans at most `l2arc_headroom` times
-//!    that (times `l2arc_headroom_boost` percent) from the cold ends: blocks nearer the
-//!    hot end are not about to be evicted, so feeding them would waste device writes.
+//!    that (times `l2arc_headroom_boost` percent) from the cold end of each list: blocks
+//!    nearer the hot end are not about to be evicted, so feeding them would waste device
+//!    writes.
 //! 2. **Order** ([`FEED_ORDER`]): metadata before data (a metadata miss costs more), MFU
 //!    before MRU within each, each list from its cold end.
 //! 3. **Eligibility** ([`FeedRules`]): the volume allows the cache device
@@ -150,8 +151,10 @@ pub struct FeedPick {
 /// Chooses the blocks of one ARC to feed (decisions 1-3): walks the lists of
 /// [`FEED_ORDER`] from their cold ends, appending to `out` every eligible block for which
 /// `skip` says false (the caller skips blocks already on the device, or whose bytes it
-/// does not hold), until `budget` is spent. Within one ARC the scanned and taken bytes
-/// add up over the lists; a list is left at its first block past either limit.
+/// does not hold), until `budget` is spent. The taken bytes add up over the lists; the
+/// scan depth is per list, as in OpenZFS's `l2arc_write_buffers` (a long MFU list whose
+/// cold end is already on the device must not hide MRU's from the feed). A list is left
+/// at its first block past either limit.
 pub fn select(
     arc: &Arc,
     rules: &FeedRules,
@@ -159,11 +162,12 @@ pub fn select(
     mut skip: impl FnMut(&BlockKey) -> bool,
     out: &mut Vec<FeedPick>,
 ) {
-    let (mut scanned, mut taken) = (0u64, 0u64);
+    let mut taken = 0u64;
     for (state, buf_type) in FEED_ORDER {
         if !rules.mfu_only.allows(state, buf_type) {
             continue;
         }
+        let mut scanned = 0u64;
         for info in arc.cold_end(state, buf_type) {
             scanned += u64::from(info.size_bytes);
             if scanned > budget.scan_bytes || taken >= budget.write_bytes {
@@ -316,6 +320,31 @@ mod tests {
         let mut out = Vec::new();
         select(&arc, &rules(), &shallow, |k| k.block < 2, &mut out);
         assert_eq!(out.iter().map(|p| p.key.block).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn the_scan_depth_is_per_list_so_a_fed_mfu_does_not_hide_mru() {
+        // MFU holds blocks 0..8 (already on the device, say); MRU holds 8..12.
+        let mfu: Vec<u64> = (0..8).collect();
+        let arc = arc_with(12, &mfu);
+        let shallow = FeedBudget {
+            write_bytes: u64::MAX,
+            scan_bytes: 4 * u64::from(BLOCK),
+        };
+        let mut out = Vec::new();
+        select(&arc, &rules(), &shallow, |k| k.block < 8, &mut out);
+        // MFU's scan stops after four blocks, all skipped; MRU gets a scan of its own.
+        let picked: Vec<u64> = out.iter().map(|p| p.key.block).collect();
+        assert_eq!(picked, vec![8, 9, 10, 11]);
+        // What is taken still adds up over the lists.
+        let two = FeedBudget {
+            write_bytes: 2 * u64::from(BLOCK),
+            scan_bytes: u64::MAX,
+        };
+        let mut out = Vec::new();
+        select(&arc, &rules(), &two, |k| k.block < 6, &mut out);
+        let picked: Vec<u64> = out.iter().map(|p| p.key.block).collect();
+        assert_eq!(picked, vec![6, 7]);
     }
 
     #[test]
