@@ -94,6 +94,51 @@ function rangeQuery(from, to, step) {
   return "from=" + Math.floor(from) + "&to=" + Math.ceil(to) + "&step=" + step;
 }
 
+// A simulation's output held in the page (`larch sim run --html`), shown instead of a
+// daemon's history: its times are seconds of virtual time from the start.
+const STATIC = window.LARCH_STATIC || null;
+
+// Where the data comes from: the daemon's JSON API, or the simulation in the page, each
+// answering in the API's shapes (docs/analytics.md).
+const source = STATIC ? staticSource(STATIC) : {
+  catalog: () => api("/api/v1/catalog"),
+  series: (ids, from, to, step) => api("/api/v1/series?ids=" + encodeURIComponent(ids.join(",")) +
+    "&" + rangeQuery(from, to, step)),
+  heatmap: (id, from, to, step) => api("/api/v1/heatmap?id=" + encodeURIComponent(id) + "&" +
+    rangeQuery(from, to, step)),
+};
+
+function staticSource(d) {
+  // The intervals that end within (from, to].
+  const slice = (from, to) => {
+    let a = 0;
+    while (a < d.times.length && d.times[a] <= from) a++;
+    let b = a;
+    while (b < d.times.length && d.times[b] <= to) b++;
+    return [a, b];
+  };
+  const events = (from, to) => d.events.filter((e) => e.time > from && e.time <= to);
+  return {
+    catalog: async () => ({
+      version: 1, pool: d.pool, now: d.times[d.times.length - 1] || 0,
+      series: d.series_defs, heatmaps: d.heatmap_defs, bytes: 0, max_bytes: 0,
+    }),
+    series: async (ids, from, to) => {
+      const [a, b] = slice(from, to);
+      const series = {};
+      for (const id of ids) if (d.series[id]) series[id] = d.series[id].slice(a, b);
+      return { version: 1, from, to, step: d.step, clipped: null, times: d.times.slice(a, b),
+        series, events: events(from, to) };
+    },
+    heatmap: async (id, from, to) => {
+      const [a, b] = slice(from, to);
+      return { version: 1, id, from, to, step: d.step, clipped: null, bounds_us: d.bounds_us,
+        times: d.times.slice(a, b), cells: (d.heatmaps[id] || []).slice(a, b),
+        events: events(from, to) };
+    },
+  };
+}
+
 // ---- the catalog and the charts it gives ---------------------------------------------
 
 function has(id) {
@@ -423,10 +468,9 @@ async function load() {
   const step = state.span > 3600 ? 60 : 1;
   const token = ++state.loading;
   state.lastLoadBytes = 0;
-  const q = rangeQuery(from, state.end === null ? to + 1 : to, step);
-  const series = await api("/api/v1/series?ids=" + encodeURIComponent(seriesIds().join(",")) + "&" + q);
-  const heats = await Promise.all(heatIds().map((id) =>
-    api("/api/v1/heatmap?id=" + encodeURIComponent(id) + "&" + q)));
+  const until = state.end === null ? to + 1 : to;
+  const series = await source.series(seriesIds(), from, until, step);
+  const heats = await Promise.all(heatIds().map((id) => source.heatmap(id, from, until, step)));
   if (token !== state.loading) return; // a newer load was started meanwhile
   state.step = series.step;
   state.times = series.times.slice();
@@ -731,6 +775,10 @@ function setRefresh(ms) {
 }
 
 function download(format) {
+  if (STATIC) {
+    downloadShown(format).catch(showError);
+    return;
+  }
   const to = viewEnd();
   const q = rangeQuery(to - state.span, to, state.step);
   const url = "/api/v1/export?ids=" + encodeURIComponent(seriesIds().join(",")) + "&" + q +
@@ -738,6 +786,33 @@ function download(format) {
   const a = document.createElement("a");
   a.href = url;
   a.download = "larch-analytics." + format;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+}
+
+// The series shown, as a file made in the page (a simulation's report has no daemon to
+// ask): CSV with a time column, or the API's JSON.
+async function downloadShown(format) {
+  const to = viewEnd();
+  const answer = await source.series(seriesIds(), to - state.span, to, state.step);
+  let text;
+  if (format === "csv") {
+    const ids = Object.keys(answer.series);
+    const rows = [["time"].concat(ids).join(",")];
+    answer.times.forEach((t, k) => {
+      rows.push([t].concat(ids.map((id) => {
+        const v = answer.series[id][k];
+        return v === null || v === undefined ? "" : v;
+      })).join(","));
+    });
+    text = rows.join("\n") + "\n";
+  } else {
+    text = JSON.stringify(answer);
+  }
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(new Blob([text], { type: format === "csv" ? "text/csv" : "application/json" }));
+  a.download = "larch-simulation." + format;
   document.body.appendChild(a);
   a.click();
   a.remove();
@@ -900,11 +975,9 @@ function percentiles(hist, fractions) {
 
 async function fetchRange(from, to) {
   const step = to - from > 3600 || from < (state.newest || Date.now() / 1000) - 3600 ? 60 : 1;
-  const q = rangeQuery(from, to, step);
-  const series = await api("/api/v1/series?ids=" + encodeURIComponent(seriesIds().join(",")) + "&" + q);
+  const series = await source.series(seriesIds(), from, to, step);
   const hists = new Map();
-  const heatList = await Promise.all(heatIds().map((id) =>
-    api("/api/v1/heatmap?id=" + encodeURIComponent(id) + "&" + q)));
+  const heatList = await Promise.all(heatIds().map((id) => source.heatmap(id, from, to, step)));
   for (const h of heatList) {
     state.bounds = h.bounds_us;
     const m = new Map();
@@ -1067,6 +1140,10 @@ async function start() {
   state.token = sessionStorage.getItem("larch-token") || "";
   $("#token").value = state.token;
   wireControls();
+  if (STATIC) {
+    await startStatic();
+    return;
+  }
   await readCatalog();
   build();
   await load();
@@ -1080,13 +1157,74 @@ async function start() {
   });
 }
 
+// A simulation's report: the whole run on one screen, its summary at the top, and none of
+// what needs a daemon (the switch, the tunables, the live feed).
+async function startStatic() {
+  Charts.elapsedClock();
+  for (const sel of ["#l2switch", "#tunables-panel", "#live", "#refresh"]) {
+    const el = $(sel);
+    (sel === "#refresh" ? el.parentElement : el).hidden = true;
+  }
+  $("#conn").textContent = "simulation (virtual time from its start)";
+  $("#conn").className = "conn";
+  const times = STATIC.times;
+  const first = times.length ? times[0] - STATIC.step : 0;
+  const last = times.length ? times[times.length - 1] : 1;
+  state.newest = last;
+  state.end = last;
+  state.span = Math.max(1, last - first);
+  const all = document.createElement("button");
+  all.dataset.span = "whole";
+  all.textContent = "whole run";
+  $("#spans").prepend(all);
+  const whole = state.span;
+  all.addEventListener("click", () => {
+    state.span = whole;
+    state.end = last;
+    setActive("#spans", "span", "whole");
+    load().catch(showError);
+  });
+  setActive("#spans", "span", "whole");
+  await readCatalog();
+  document.title = "larch simulation · " + STATIC.pool;
+  build();
+  showSummary(STATIC.summary);
+  await load();
+  setRefresh(0);
+}
+
+// The summary of a simulation, in the strip at the top.
+function showSummary(s) {
+  const w = s.steady || {};
+  const t = (x) => (x === null || x === undefined ? "not reached" : clock(x, true));
+  const figures = [
+    ["steady IOPS", fmt(w.iops, "ops/s")],
+    ["first minute", fmt((s.first_minute || {}).iops, "ops/s")],
+    ["mean latency", micros(w.mean_latency_us)],
+    ["p99 read", micros(w.p99_us)],
+    ["reads under 1 ms", fmt(100 * (w.reads_under_1ms || 0), "%")],
+    ["ARC hit ratio", fmt(100 * (w.arc_hit_ratio || 0), "%")],
+    ["L2ARC hit ratio", fmt(100 * (w.l2_hit_ratio || 0), "%")],
+    ["ARC warm", t(s.arc_warm_s)],
+    ["L2ARC 50% / 90%", t(s.l2_half_s) + " / " + t(s.l2_90_s)],
+    ["header DRAM", fmt(s.larch_arc_hdr_bytes + s.larch_l2_index_bytes, "bytes") +
+      " (OpenZFS " + fmt(s.openzfs_hdr_bytes, "bytes") + ")"],
+  ];
+  $("#now").replaceChildren(...figures.map(([label, text]) => {
+    const d = document.createElement("div");
+    d.innerHTML = '<span class="label">' + escapeHtml(label) + '</span><span class="figure">' +
+      escapeHtml(text) + "</span>";
+    return d;
+  }));
+}
+
 // Reads the catalog: the series and heat maps the pool has, its volumes and devices.
 let catalogRead = 0;
 
 async function readCatalog() {
   if (Date.now() - catalogRead < 10000) return;
   catalogRead = Date.now();
-  const catalog = await api("/api/v1/catalog");
+  const catalog = await source.catalog();
   state.catalog = catalog;
   $("#pool").textContent = catalog.pool;
   document.title = "larch Analytics · " + catalog.pool;

@@ -70,10 +70,26 @@ const Charts = (() => {
   }
 
   // A time on the axis: seconds shown when the range is short.
+  // How times read: the wall clock (a daemon's history), or time since the start (a
+  // simulation's virtual time, set with elapsedClock()).
+  let elapsed = false;
+
   function clock(t, withSeconds) {
+    if (elapsed) {
+      const s = Math.round(t);
+      const d = Math.floor(s / 86400);
+      const h = Math.floor((s % 86400) / 3600);
+      const m = Math.floor((s % 3600) / 60);
+      const hm = (d ? d + "d " + pad2(h) : String(h)) + ":" + pad2(m);
+      return withSeconds ? hm + ":" + pad2(s % 60) : hm;
+    }
     const d = new Date(t * 1000);
     const hm = pad2(d.getHours()) + ":" + pad2(d.getMinutes());
     return withSeconds ? hm + ":" + pad2(d.getSeconds()) : hm;
+  }
+
+  function elapsedClock() {
+    elapsed = true;
   }
 
   // ---- axes -------------------------------------------------------------------------
@@ -87,7 +103,7 @@ const Charts = (() => {
     const step = TIME_STEPS.find((s) => span / s <= want) || 86400;
     const ticks = [];
     // Ticks on round local times (the offset makes minutes and hours round locally).
-    const offset = new Date(from * 1000).getTimezoneOffset() * 60;
+    const offset = elapsed ? 0 : new Date(from * 1000).getTimezoneOffset() * 60;
     let t = Math.ceil((from - offset) / step) * step + offset;
     for (; t <= to; t += step) ticks.push(t);
     return { ticks, seconds: step < 60 };
@@ -161,18 +177,20 @@ const Charts = (() => {
     return "+" + (h ? h + ":" + pad2(m) : m) + ":" + pad2(d % 60);
   }
 
-  function drawTimeAxis(g, plot, view) {
+  // The time axis: labels under the plot, and grid lines across it (only a tick below
+  // it when `grid` is false: a heat map's cells must not be hidden by lines).
+  function drawTimeAxis(g, plot, view, grid = true) {
     const { ticks, seconds } = view.relative
       ? { ticks: relativeTicks(view, plot.w), seconds: true } : timeTicks(view.from, view.to, plot.w);
     g.fillStyle = "#666";
-    g.strokeStyle = "#eee";
+    g.strokeStyle = grid ? "#eee" : "#bbb";
     g.textAlign = "center";
     g.textBaseline = "top";
     for (const t of ticks) {
       const x = plot.x + ((t - view.from) / (view.to - view.from)) * plot.w;
       g.beginPath();
-      g.moveTo(x + 0.5, plot.y);
-      g.lineTo(x + 0.5, plot.y + plot.h);
+      g.moveTo(x + 0.5, grid ? plot.y : plot.y + plot.h);
+      g.lineTo(x + 0.5, plot.y + plot.h + (grid ? 0 : 3));
       g.stroke();
       g.fillText(view.relative ? sinceStart(t, view) : clock(t, seconds), x, plot.y + plot.h + 4);
     }
@@ -633,7 +651,7 @@ const Charts = (() => {
       }
       g.putImageData(this.image, Math.round(plot.x * this.surface.ratio),
         Math.round(plot.y * this.surface.ratio));
-      drawTimeAxis(g, plot, view);
+      drawTimeAxis(g, plot, view, false);
       // Latency axis.
       g.textAlign = "right";
       g.textBaseline = "middle";
@@ -700,5 +718,5 @@ const Charts = (() => {
     }
   }
 
-  return { TimeChart, HeatMap, value, micros, clock, bucketBounds, escapeHtml, PALETTE };
+  return { TimeChart, HeatMap, value, micros, clock, elapsedClock, bucketBounds, escapeHtml, PALETTE };
 })();

@@ -44,6 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast};
 
 use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::page::{APP_JS, CHART_JS, INDEX_HTML, STYLE_CSS};
 use crate::recorder::{MINUTES_KEPT, QueryError, Range, Recorder, SECONDS_KEPT};
 use crate::status::StatusReport;
 use crate::{history, metrics};
@@ -57,12 +58,6 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// `/api/v1/live` streams open at once: a stream holds its connection for as long as its
 /// page is open, and pages that never close must not take every connection.
 pub const MAX_LIVE_STREAMS: usize = 32;
-
-/// The Analytics page's files.
-const INDEX_HTML: &str = include_str!("../assets/index.html");
-const APP_JS: &str = include_str!("../assets/app.js");
-const CHART_JS: &str = include_str!("../assets/chart.js");
-const STYLE_CSS: &str = include_str!("../assets/style.css");
 
 /// What the handlers need of the daemon.
 pub struct Context {

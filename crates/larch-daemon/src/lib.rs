@@ -19,6 +19,7 @@
 //! - [`api`]: the HTTP API's names and answers, shared by [`http`] and [`client`].
 //! - [`client`]: the daemon's record (`daemon.json`), finding a live daemon, and the
 //!   blocking HTTP client (`ureq`) the CLI sends requests with.
+//! - [`page`]: the Analytics page's files, and a self-contained report page of them.
 //! - [`http`]: the loopback HTTP endpoint.
 //! - [`serve`]: running a pool: listeners, signals, the per-second housekeeping.
 //!
@@ -33,6 +34,7 @@ pub mod history;
 mod housekeeping;
 pub mod http;
 pub mod metrics;
+pub mod page;
 pub mod recorder;
 pub mod serve;
 pub mod status;

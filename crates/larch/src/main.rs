@@ -16,6 +16,7 @@ mod serve;
 mod serve_file;
 mod set;
 mod sim;
+mod sim_run;
 mod status;
 mod volume;
 

@@ -24,6 +24,15 @@ pub enum SimCommand {
     /// Cambridge and SNIA Tencent layouts are recognised), oracle-general (libCacheSim
     /// binary), vscsi (CloudPhysics binary). Any of them may be zstd or gzip compressed.
     Replay(ReplayArgs),
+    /// Simulate a pool in virtual time: the daemon's ARC and L2 feed against models of
+    /// disks, SSDs, NVMe and object stores, with modelled clients or a trace.
+    ///
+    /// Start from a preset that reproduces a seed's setup (--preset seed000), a TOML file
+    /// (--config) or flags. Prints a summary (warm-up times, steady IOPS and latency, hit
+    /// ratios, wasted feed, header DRAM) and writes the series and heat maps of the
+    /// Analytics page as JSON (-o) or as a page to open in a browser (--html).
+    /// docs/simulator.md has the models, the presets and what the seeds give.
+    Run(Box<crate::sim_run::RunArgs>),
 }
 
 /// Replacement policies `larch sim replay` can run.
@@ -94,6 +103,7 @@ fn parse_write_mode(text: &str) -> Result<WriteMode, String> {
 pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SimCommand::Replay(args) => replay(args),
+        SimCommand::Run(args) => crate::sim_run::run(*args),
     }
 }
 

@@ -1,0 +1,425 @@
+//! Hard disks and the vdevs ZFS builds from them: a mirror and a RAID-Z stripe.
+
+use super::spec::{check_non_negative, check_positive};
+use super::{
+    Device, DeviceStats, IoKind, NS_PER_MS, Nanos, SpecError, format_capacity, member_seeds,
+    ns_per_byte, round_ns,
+};
+use crate::workload::SplitMix64;
+
+/// Bytes in a disk sector. RAID-Z rounds each disk's share of an I/O up to whole sectors;
+/// the seed systems' 2009-era disks had 512-byte sectors (ZFS `ashift=9`).
+const SECTOR_BYTES: u64 = 512;
+
+/// The parameters of one hard disk. The defaults describe a 1 TB 7,200 rpm enterprise SATA
+/// disk of 2008-9, the "1 Tbyte 7,200 RPM disks" of seed 000's Sun Storage 7410.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HddParams {
+    /// Bytes the disk holds. Default 10^12 (1 TB as vendors count).
+    pub capacity_bytes: u64,
+    /// Spindle speed, revolutions per minute. Default 7,200.
+    pub rpm: f64,
+    /// Seek time for the shortest nonzero distance (track to track), ms. Default 0.8.
+    pub settle_ms: f64,
+    /// Seek time across the whole disk, ms. Default 15.2, which with the square-root curve
+    /// makes the average seek between two random points 8.48 ms.
+    pub full_stroke_ms: f64,
+    /// Media transfer rate, 10^6 bytes per second (one figure for the whole disk). Default 150.
+    pub transfer_mb_s: f64,
+}
+
+impl Default for HddParams {
+    fn default() -> HddParams {
+        HddParams {
+            capacity_bytes: 1_000_000_000_000,
+            rpm: 7200.0,
+            settle_ms: 0.8,
+            full_stroke_ms: 15.2,
+            transfer_mb_s: 150.0,
+        }
+    }
+}
+
+impl HddParams {
+    /// Checks every field; the error names the first bad one and its value.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.capacity_bytes < SECTOR_BYTES {
+            return Err(SpecError::bad(
+                "capacity",
+                format!("at least {SECTOR_BYTES} bytes"),
+                self.capacity_bytes,
+            ));
+        }
+        check_positive("rpm", self.rpm)?;
+        check_non_negative("settle_ms", self.settle_ms)?;
+        check_positive("full_stroke_ms", self.full_stroke_ms)?;
+        if self.full_stroke_ms < self.settle_ms {
+            return Err(SpecError::bad(
+                "full_stroke_ms",
+                format!("at least settle_ms ({})", self.settle_ms),
+                self.full_stroke_ms,
+            ));
+        }
+        check_positive("transfer_mb_s", self.transfer_mb_s)
+    }
+
+    /// One revolution, ns: the longest rotational latency.
+    fn revolution_ns(&self) -> f64 {
+        60.0 / self.rpm * 1e9
+    }
+
+    /// The seek time over `distance` bytes, ns. Zero for no movement; otherwise the settle
+    /// time plus a term growing with the square root of the distance, reaching the full
+    /// stroke at the far end. Ruemmler and Wilkes ("An introduction to disk drive modeling",
+    /// 1994) fit short seeks with a + b*sqrt(d) and long ones with a linear term; the square
+    /// root alone over the whole stroke is an approximation that favours short seeks, which
+    /// is where a small working set keeps the head.
+    fn seek_ns(&self, distance: u64) -> f64 {
+        if distance == 0 {
+            return 0.0;
+        }
+        let fraction = distance as f64 / self.capacity_bytes as f64;
+        (self.settle_ms + (self.full_stroke_ms - self.settle_ms) * fraction.sqrt()) * NS_PER_MS
+    }
+
+    /// "7200 rpm 1 TB HDD", for descriptions.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} rpm {} HDD",
+            self.rpm,
+            format_capacity(self.capacity_bytes)
+        )
+    }
+}
+
+/// A hard disk: service time = seek(distance) + rotational latency + transfer, one FIFO queue.
+///
+/// The head's position is tracked (after an I/O it rests at the I/O's end). Rotational
+/// latency is drawn uniformly from one revolution, except for an I/O that starts exactly
+/// where the previous one ended and was queued before that one finished: the platter is then
+/// already in place, so a queued sequential stream pays neither seek nor rotation.
+#[derive(Clone, Debug)]
+pub struct Hdd {
+    params: HddParams,
+    rng: SplitMix64,
+    head_bytes: u64,
+    free_at: Nanos,
+    stats: DeviceStats,
+}
+
+impl Hdd {
+    /// A disk with `params`, its rotation drawn from a generator seeded with `seed`.
+    pub fn new(params: HddParams, seed: u64) -> Result<Hdd, SpecError> {
+        params.validate()?;
+        Ok(Hdd::named("hdd", params, seed))
+    }
+
+    /// A disk already validated, with the member name an array gives it.
+    fn named(name: impl Into<String>, params: HddParams, seed: u64) -> Hdd {
+        Hdd {
+            params,
+            rng: SplitMix64::new(seed),
+            head_bytes: 0,
+            free_at: 0,
+            stats: DeviceStats::named(name),
+        }
+    }
+
+    /// The disk's parameters.
+    pub fn params(&self) -> &HddParams {
+        &self.params
+    }
+
+    /// The completion time the disk would give this I/O if its rotational latency were the
+    /// average, half a revolution. A mirror uses it to choose a side without drawing from
+    /// either side's random source.
+    pub fn expected_completion(&self, now: Nanos, offset: u64, len: u32) -> Nanos {
+        let target = offset.min(self.params.capacity_bytes);
+        let rotation_ns = if self.streams(now, target) {
+            0.0
+        } else {
+            self.params.revolution_ns() / 2.0
+        };
+        let service = self.positioning_ns(target) + rotation_ns + self.transfer_ns(len);
+        now.max(self.free_at).saturating_add(round_ns(service))
+    }
+
+    /// Whether an I/O at `target` continues a queued sequential stream.
+    fn streams(&self, now: Nanos, target: u64) -> bool {
+        target == self.head_bytes && now < self.free_at
+    }
+
+    fn positioning_ns(&self, target: u64) -> f64 {
+        self.params.seek_ns(self.head_bytes.abs_diff(target))
+    }
+
+    fn transfer_ns(&self, len: u32) -> f64 {
+        f64::from(len) * ns_per_byte(self.params.transfer_mb_s)
+    }
+}
+
+impl Device for Hdd {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        let capacity = self.params.capacity_bytes;
+        let target = offset.min(capacity);
+        let rotation_ns = if self.streams(now, target) {
+            0.0
+        } else {
+            self.rng.next_f64() * self.params.revolution_ns()
+        };
+        let service = round_ns(self.positioning_ns(target) + rotation_ns + self.transfer_ns(len));
+        let done = now.max(self.free_at).saturating_add(service);
+        self.head_bytes = target.saturating_add(u64::from(len)).min(capacity);
+        self.free_at = done;
+        self.stats.record(kind, len, service);
+        done
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.params.capacity_bytes
+    }
+
+    fn describe(&self) -> String {
+        self.params.describe()
+    }
+
+    fn stats(&self) -> Vec<DeviceStats> {
+        vec![self.stats.clone()]
+    }
+}
+
+/// A mirror vdev of two or more identical disks.
+///
+/// A read goes to one side: the side whose expected completion
+/// ([`Hdd::expected_completion`]: its queue, its seek from where its head is, half a
+/// revolution and the transfer) is earliest, the first side on a tie. This weighs both the
+/// load and the locality of each side, as ZFS's `vdev_mirror` child selection does with its
+/// queue-length-plus-seek-penalty load. A write goes to every side and completes when the
+/// last side does.
+#[derive(Clone, Debug)]
+pub struct Mirror {
+    sides: Vec<Hdd>,
+}
+
+impl Mirror {
+    /// A mirror of `sides` disks with `params` (at least 2); member seeds derive from `seed`.
+    pub fn new(params: HddParams, sides: u32, seed: u64) -> Result<Mirror, SpecError> {
+        if sides < 2 {
+            return Err(SpecError::bad(
+                "sides",
+                "at least 2 disks in a mirror",
+                sides,
+            ));
+        }
+        params.validate()?;
+        let mut seeds = member_seeds(seed);
+        let sides = (0..sides)
+            .map(|i| Hdd::named(format!("disk{i}"), params.clone(), seeds()))
+            .collect();
+        Ok(Mirror { sides })
+    }
+
+    /// The side a read would go to now.
+    fn choose_side(&self, now: Nanos, offset: u64, len: u32) -> usize {
+        let mut best = 0;
+        let mut best_done = Nanos::MAX;
+        for (i, side) in self.sides.iter().enumerate() {
+            let done = side.expected_completion(now, offset, len);
+            if done < best_done {
+                best = i;
+                best_done = done;
+            }
+        }
+        best
+    }
+}
+
+impl Device for Mirror {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        match kind {
+            IoKind::Read => {
+                let side = self.choose_side(now, offset, len);
+                self.sides[side].submit(now, kind, offset, len)
+            }
+            IoKind::Write => self
+                .sides
+                .iter_mut()
+                .map(|side| side.submit(now, kind, offset, len))
+                .fold(now, Nanos::max),
+        }
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.sides[0].params.capacity_bytes
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}-way mirror of {}",
+            self.sides.len(),
+            self.sides[0].params.describe()
+        )
+    }
+
+    fn stats(&self) -> Vec<DeviceStats> {
+        self.sides.iter().map(|side| side.stats.clone()).collect()
+    }
+}
+
+/// A RAID-Z vdev: `width` disks, `parity` of them (1 to 3) holding parity for each stripe.
+///
+/// Seed 000 describes wide RAID-Z2 stripes as "each I/O must read from every disk in the
+/// stripe", and the model takes that as given: a read occupies every data disk of its stripe
+/// (the parity disks are skipped) and completes when the slowest does; a write occupies all
+/// `width` disks. Each disk handles `len / (width - parity)` bytes rounded up to whole
+/// sectors, at offset `offset / (width - parity)`, so all disks of a stripe seek to the same
+/// place. The parity columns rotate with the stripe's position, as ZFS starts each block's
+/// columns at a different disk.
+///
+/// Small-read IOPS is therefore about one disk's, somewhat worse: every read waits for the
+/// slowest of `width - parity` rotations, whose mean is `N / (N + 1)` of a revolution for N
+/// data disks instead of half of one. Real ZFS reads only the columns that hold the block, so
+/// for small blocks on wide stripes this model is pessimistic; it models the seed's claim.
+#[derive(Clone, Debug)]
+pub struct RaidZ {
+    disks: Vec<Hdd>,
+    parity: u32,
+}
+
+impl RaidZ {
+    /// A RAID-Z vdev of `width` disks with `params`, `parity` (1 to 3) of them parity;
+    /// `width` must be at least `parity + 1`. Member seeds derive from `seed`.
+    pub fn new(params: HddParams, width: u32, parity: u32, seed: u64) -> Result<RaidZ, SpecError> {
+        if !(1..=3).contains(&parity) {
+            return Err(SpecError::bad(
+                "parity",
+                "1, 2 or 3 (raidz1, raidz2, raidz3)",
+                parity,
+            ));
+        }
+        if width <= parity {
+            return Err(SpecError::bad(
+                "width",
+                format!("more than {parity} disks for raidz{parity}"),
+                width,
+            ));
+        }
+        params.validate()?;
+        let mut seeds = member_seeds(seed);
+        let disks = (0..width)
+            .map(|i| Hdd::named(format!("disk{i}"), params.clone(), seeds()))
+            .collect();
+        Ok(RaidZ { disks, parity })
+    }
+
+    fn data_disks(&self) -> u64 {
+        self.disks.len() as u64 - u64::from(self.parity)
+    }
+
+    /// Whether disk `index` holds parity for the stripe at `disk_offset`.
+    fn is_parity(&self, index: usize, disk_offset: u64) -> bool {
+        let width = self.disks.len() as u64;
+        let first_parity = disk_offset / SECTOR_BYTES % width;
+        (index as u64 + width - first_parity) % width < u64::from(self.parity)
+    }
+}
+
+impl Device for RaidZ {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        let data = self.data_disks();
+        let share = u64::from(len).div_ceil(data).div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+        // The share of a u32 length over at least one disk, rounded up to a sector, still
+        // fits in a u32 unless the length is within a sector of u32::MAX.
+        let share = u32::try_from(share).unwrap_or(u32::MAX);
+        let disk_offset = offset / data / SECTOR_BYTES * SECTOR_BYTES;
+        let mut done = now;
+        for index in 0..self.disks.len() {
+            if kind == IoKind::Read && self.is_parity(index, disk_offset) {
+                continue;
+            }
+            done = done.max(self.disks[index].submit(now, kind, disk_offset, share));
+        }
+        done
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.disks[0]
+            .params
+            .capacity_bytes
+            .saturating_mul(self.data_disks())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}-wide RAID-Z{} of {}",
+            self.disks.len(),
+            self.parity,
+            self.disks[0].params.describe()
+        )
+    }
+
+    fn stats(&self) -> Vec<DeviceStats> {
+        self.disks.iter().map(|disk| disk.stats.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_curve_runs_from_settle_to_full_stroke() {
+        let params = HddParams::default();
+        assert_eq!(params.seek_ns(0), 0.0);
+        assert_eq!(params.seek_ns(params.capacity_bytes), 15.2e6);
+        let quarter = params.seek_ns(params.capacity_bytes / 4);
+        assert!((quarter - (0.8e6 + 14.4e6 * 0.5)).abs() < 1.0, "{quarter}");
+    }
+
+    #[test]
+    fn queued_sequential_io_pays_no_rotation() {
+        let params = HddParams::default();
+        let mut disk = Hdd::new(params.clone(), 1).unwrap();
+        let first = disk.submit(0, IoKind::Read, 0, 131_072);
+        let second = disk.submit(0, IoKind::Read, 131_072, 131_072);
+        let transfer = round_ns(131_072.0 * ns_per_byte(params.transfer_mb_s));
+        assert_eq!(second - first, transfer, "first {first} second {second}");
+    }
+
+    #[test]
+    fn a_later_arrival_waits_for_the_queue() {
+        let mut disk = Hdd::new(HddParams::default(), 3).unwrap();
+        let first = disk.submit(0, IoKind::Read, 500_000_000_000, 8192);
+        let second = disk.submit(1, IoKind::Read, 0, 8192);
+        // The second I/O starts when the first ends and then seeks at least the settle time.
+        assert!(second >= first + 800_000, "first {first} second {second}");
+    }
+
+    #[test]
+    fn raidz_reads_skip_parity_and_writes_touch_every_disk() {
+        let mut raidz = RaidZ::new(HddParams::default(), 6, 2, 9).unwrap();
+        raidz.submit(0, IoKind::Read, 0, 8192);
+        let reads: u64 = raidz.stats().iter().map(|s| s.reads).sum();
+        assert_eq!(reads, 4);
+        raidz.submit(10_000_000_000, IoKind::Write, 0, 8192);
+        assert!(raidz.stats().iter().all(|s| s.writes == 1));
+        // 8K over 4 data disks is 2K, already whole sectors.
+        assert_eq!(raidz.stats()[0].write_bytes, 2048);
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        let params = HddParams {
+            full_stroke_ms: 0.5,
+            ..HddParams::default()
+        };
+        let error = Hdd::new(params, 0).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "full_stroke_ms: expected at least settle_ms (0.8), got \"0.5\""
+        );
+        assert!(Mirror::new(HddParams::default(), 1, 0).is_err());
+        assert!(RaidZ::new(HddParams::default(), 2, 2, 0).is_err());
+        assert!(RaidZ::new(HddParams::default(), 8, 4, 0).is_err());
+    }
+}

@@ -1,0 +1,895 @@
+//! The cache of a simulated pool: the daemon's ARC, split into the same shards, with the
+//! same policy code (`larch_policy`), an index of the blocks on each cache device, the
+//! feed's choices and ring arithmetic from `larch_policy::feed` and `larch_policy::ring`,
+//! and the dirty data of the TXG cycle. Device I/O goes to the device models, which answer
+//! when it completes; nothing here waits.
+//!
+//! What the engine does and this model does the same way: a read finds its block in the
+//! ARC (a hit), joins a read of it in flight, or reads it from a cache device whose index
+//! has a copy (when the L2ARC switch is on) or from the primary storage, and the block
+//! enters the ARC through the policy; a write dirties the block, drops its cache-device
+//! copy, and waits on the throttle's curve; a TXG writes the dirty blocks to the primary
+//! storage every `zfs_txg_timeout` (or sooner past `zfs_dirty_data_sync_percent`), after
+//! which they are clean MRU blocks; a feed per cache device chooses blocks with
+//! `larch_policy::feed::select` over every shard (each a share of the budget), places them
+//! with the device's `RingSpace`, drops the index entries the evict hand passes, writes the
+//! batch as one sequential I/O and indexes the copies when it completes (unless the block
+//! was written meanwhile).
+//!
+//! What it leaves out, and why: cache-device log blocks and headers (a few hundred bytes
+//! per 1,022 records: within the noise of a feed's write), checksum and verification
+//! costs, I/O errors, rebuilds (a simulated pool starts cold or prewarmed), memory
+//! pressure (the ARC may grow to `zfs_arc_max`), the intent log (writes are asynchronous),
+//! and CPU time other than the fixed front-end time of each request.
+
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, MfuOnly, PaceRules};
+use larch_policy::ring::RingSpace;
+use larch_policy::shards::{SHARDS, shard_config, shard_of};
+use larch_policy::{Access, Action, Arc, BlockKey, BufType, State};
+
+use super::config::SimTunables;
+use crate::device::{Device, IoKind, Nanos};
+
+/// The volume's id in block keys (the simulation has one volume).
+const VOLUME: u64 = 0;
+/// The cache devices' allocation unit.
+const SECTOR_BYTES: u64 = 4096;
+/// Bytes the engine's L2 index holds per block: 20 for the entry, 4 for its hash slot
+/// (larch-engine's `l2::index`).
+pub const LARCH_L2_ENTRY_BYTES: u64 = 24;
+/// Bytes OpenZFS's ARC holds per block only on a cache device (seed 002: "96 bytes per
+/// block (reclaimed from ARC)").
+pub const OPENZFS_L2_HDR_BYTES: u64 = 96;
+/// Bytes OpenZFS's ARC holds per block in DRAM, header and buffer descriptors (seed 002:
+/// "256 bytes per block (still in ARC also)").
+pub const OPENZFS_ARC_HDR_BYTES: u64 = 256;
+
+/// Where a read was served from (as the engine's `Served`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The ARC.
+    Arc = 0,
+    /// A cache device.
+    L2 = 1,
+    /// The primary storage.
+    Primary = 2,
+}
+
+/// A copy on a cache device: the device, its ring position, whether a read used it.
+#[derive(Clone, Copy, Debug)]
+struct L2Entry {
+    device: u8,
+    read: bool,
+    pos: u64,
+}
+
+/// A batch a feed is writing: what gets indexed when it completes.
+struct FeedBatch {
+    device: usize,
+    picks: Vec<(u64, u64, u64)>, // (block, write count when chosen, ring position)
+}
+
+/// One cache device: its model, ring and the order its copies were written in.
+pub struct L2Device {
+    /// Its name in reports (`cache0`, ...).
+    pub name: String,
+    /// The model.
+    pub model: Box<dyn Device>,
+    ring: RingSpace,
+    order: VecDeque<(u64, u64)>, // (ring position, block)
+    /// Live copies on it.
+    pub blocks: u64,
+    /// Bytes of those copies.
+    pub bytes: u64,
+    /// Reads served.
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Feed batches written.
+    pub writes: u64,
+    /// Bytes of data written by feeds.
+    pub write_bytes: u64,
+    /// When its next feed runs.
+    pub next_feed_ns: Nanos,
+    budget_bytes: u64,
+    wrote_last: u64,
+    unfed_seen: u64,
+    feeding: bool,
+}
+
+/// Counters of the cache, cumulative (the recorder turns them into rates).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheCounters {
+    /// Block reads served from the ARC.
+    pub arc_hits: u64,
+    /// Block reads that were not.
+    pub arc_misses: u64,
+    /// Misses served from a cache device.
+    pub l2_hits: u64,
+    /// Misses, with cache devices in use, served from the primary storage.
+    pub l2_misses: u64,
+    /// Reads that joined a read in flight.
+    pub iohits: u64,
+    /// Bytes the feeds wrote.
+    pub l2_write_bytes: u64,
+    /// Copies the evict hands overwrote.
+    pub l2_evicted: u64,
+    /// Bytes of copies overwritten without ever being read.
+    pub l2_wasted_bytes: u64,
+    /// TXGs synced.
+    pub txg_syncs: u64,
+    /// Blocks TXGs wrote.
+    pub txg_blocks: u64,
+    /// Bytes the primary storage read.
+    pub primary_read_bytes: u64,
+    /// Reads it served (merged I/Os).
+    pub primary_reads: u64,
+    /// Bytes it wrote.
+    pub primary_write_bytes: u64,
+    /// Writes it served (merged I/Os).
+    pub primary_writes: u64,
+    /// Prefetch reads issued.
+    pub prefetches: u64,
+    /// Writes the throttle delayed or blocked.
+    pub throttled: u64,
+}
+
+/// A read or write of device `device` (`None`: the primary storage) that took
+/// `latency_ns`, for the recorder.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceIo {
+    /// The cache device, or `None` for the primary storage.
+    pub device: Option<usize>,
+    /// Read or write.
+    pub kind: IoKind,
+    /// When it was submitted.
+    pub at_ns: Nanos,
+    /// How long it took.
+    pub latency_ns: Nanos,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// The pool's cache.
+pub struct SimCache {
+    shards: Vec<Arc>,
+    l2: HashMap<u64, L2Entry>,
+    /// The cache devices.
+    pub devices: Vec<L2Device>,
+    /// The primary storage.
+    pub primary: Box<dyn Device>,
+    inflight: HashMap<u64, (Nanos, Source)>,
+    writes: HashMap<u64, u64>,
+    batches: HashMap<u64, FeedBatch>,
+    in_batch: HashSet<u64>,
+    next_batch: u64,
+    actions: Vec<Action>,
+    picks: Vec<FeedPick>,
+    /// Counters.
+    pub counters: CacheCounters,
+    /// Device I/O since the recorder last took it.
+    pub ios: Vec<DeviceIo>,
+    block_bytes: u32,
+    /// The tunables.
+    pub tunables: SimTunables,
+    /// The L2ARC switch.
+    pub l2_enabled: bool,
+    warm: bool,
+    unfed_bytes: u64,
+    dirty: Vec<(u64, u64)>,
+    dirty_bytes: u64,
+    syncing_bytes: u64,
+    sync_done_ns: Nanos,
+    dirty_max: u64,
+}
+
+fn key(block: u64) -> BlockKey {
+    BlockKey::new(VOLUME, block)
+}
+
+impl SimCache {
+    /// A cold cache of `arc_max_bytes` over `primary`, with `devices` as cache devices.
+    pub fn new(
+        arc_max_bytes: u64,
+        block_bytes: u32,
+        primary: Box<dyn Device>,
+        devices: Vec<(String, Box<dyn Device>, u64)>,
+        tunables: SimTunables,
+    ) -> SimCache {
+        // As the engine: zfs_arc_min defaults to max(32M, max/32), at most the maximum.
+        let arc_min = arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32));
+        let cfg = shard_config(arc_min, arc_max_bytes);
+        let shards = (0..SHARDS)
+            .map(|_| Arc::new(cfg.clone()).expect("shard limits of at least one byte are valid"))
+            .collect();
+        let devices = devices
+            .into_iter()
+            .map(|(name, model, capacity)| {
+                let ring_bytes = (capacity / SECTOR_BYTES * SECTOR_BYTES).max(SECTOR_BYTES * 16);
+                L2Device {
+                    name,
+                    model,
+                    ring: RingSpace::new(ring_bytes, SECTOR_BYTES),
+                    order: VecDeque::new(),
+                    blocks: 0,
+                    bytes: 0,
+                    reads: 0,
+                    read_bytes: 0,
+                    writes: 0,
+                    write_bytes: 0,
+                    next_feed_ns: 0,
+                    budget_bytes: 0,
+                    wrote_last: 0,
+                    unfed_seen: 0,
+                    feeding: false,
+                }
+            })
+            .collect();
+        let dirty_max = tunables.dirty_data_max.min(arc_max_bytes / 2).max(1);
+        SimCache {
+            shards,
+            l2: HashMap::default(),
+            devices,
+            primary,
+            inflight: HashMap::default(),
+            writes: HashMap::default(),
+            batches: HashMap::default(),
+            in_batch: HashSet::default(),
+            next_batch: 0,
+            actions: Vec::new(),
+            picks: Vec::new(),
+            counters: CacheCounters::default(),
+            ios: Vec::new(),
+            block_bytes,
+            tunables,
+            l2_enabled: true,
+            warm: false,
+            unfed_bytes: 0,
+            dirty: Vec::new(),
+            dirty_bytes: 0,
+            syncing_bytes: 0,
+            sync_done_ns: 0,
+            dirty_max,
+        }
+    }
+
+    fn primary_io(&mut self, now: Nanos, kind: IoKind, offset: u64, bytes: u64) -> Nanos {
+        let done = self
+            .primary
+            .submit(now, kind, offset, bytes.min(u64::from(u32::MAX)) as u32);
+        match kind {
+            IoKind::Read => {
+                self.counters.primary_reads += 1;
+                self.counters.primary_read_bytes += bytes;
+            }
+            IoKind::Write => {
+                self.counters.primary_writes += 1;
+                self.counters.primary_write_bytes += bytes;
+            }
+        }
+        self.ios.push(DeviceIo {
+            device: None,
+            kind,
+            at_ns: now,
+            latency_ns: done - now,
+            bytes,
+        });
+        done
+    }
+
+    fn generation(&self, block: u64) -> u64 {
+        self.writes.get(&block).copied().unwrap_or(0)
+    }
+
+    fn access(&self, block: u64, prefetch: bool, now: Nanos) -> Access {
+        Access {
+            key: key(block),
+            generation: self.generation(block),
+            size_bytes: self.block_bytes,
+            buf_type: BufType::Data,
+            prefetch,
+            l2cache: self.tunables.secondarycache,
+            uncached: false,
+            now_ms: now / 1_000_000,
+        }
+    }
+
+    /// Runs one policy operation on the shard of `block` and applies what it asks.
+    fn with_shard<T>(&mut self, block: u64, op: impl FnOnce(&mut Arc, &mut Vec<Action>) -> T) -> T {
+        let shard = shard_of(&key(block));
+        let mut actions = std::mem::take(&mut self.actions);
+        let out = op(&mut self.shards[shard], &mut actions);
+        for action in actions.drain(..) {
+            if let Action::Evict { key, from, .. } = action {
+                self.warm = true;
+                let eligible = self.tunables.secondarycache && from != State::Anon;
+                if eligible && !self.l2.contains_key(&key.block) {
+                    self.unfed_bytes += u64::from(self.block_bytes);
+                }
+            }
+        }
+        self.actions = actions;
+        out
+    }
+
+    /// A read of `count` consecutive blocks from `first` at `now`: when the last is
+    /// there and where the slowest came from. Misses to the primary storage are merged into
+    /// one I/O per run of consecutive blocks (as vdev aggregation does).
+    pub fn read(&mut self, now: Nanos, first: u64, count: u64, prefetch: bool) -> (Nanos, Source) {
+        let mut done = now;
+        let mut slowest = Source::Arc;
+        let mut run: Option<(u64, u64)> = None; // (first block, count) of primary misses
+        for block in first..first + count {
+            if let Some(&(at, source)) = self.inflight.get(&block) {
+                if at > now {
+                    // Another read of the block is on its way: this one waits for it.
+                    self.counters.iohits += 1;
+                    done = done.max(at);
+                    slowest = slowest.max(source);
+                    continue;
+                }
+                self.inflight.remove(&block);
+            }
+            let access = self.access(block, prefetch, now);
+            let outcome = self.with_shard(block, |arc, actions| arc.access(&access, actions));
+            if outcome.is_hit() {
+                if !prefetch {
+                    self.counters.arc_hits += 1;
+                }
+                continue;
+            }
+            if prefetch {
+                self.counters.prefetches += 1;
+            } else {
+                self.counters.arc_misses += 1;
+            }
+            if let Some(at) = self.read_l2(now, block) {
+                if !prefetch {
+                    self.counters.l2_hits += 1;
+                }
+                slowest = slowest.max(Source::L2);
+                self.inflight.insert(block, (at, Source::L2));
+                done = done.max(at);
+                continue;
+            }
+            if !prefetch && self.l2_in_use() {
+                self.counters.l2_misses += 1;
+            }
+            slowest = Source::Primary;
+            run = match run {
+                Some((start, n)) if start + n == block => Some((start, n + 1)),
+                Some((start, n)) => {
+                    done = done.max(self.read_primary(now, start, n));
+                    Some((block, 1))
+                }
+                None => Some((block, 1)),
+            };
+        }
+        if let Some((start, n)) = run {
+            done = done.max(self.read_primary(now, start, n));
+        }
+        (done, slowest)
+    }
+
+    /// Forgets the reads in flight that completed by `now` (a block read once and never
+    /// again would otherwise stay in the table).
+    pub fn expire_inflight(&mut self, now: Nanos) {
+        self.inflight.retain(|_, (at, _)| *at > now);
+    }
+
+    /// Reads `n` blocks from `start` from the primary storage; they are in flight until
+    /// then.
+    fn read_primary(&mut self, now: Nanos, start: u64, n: u64) -> Nanos {
+        let bytes = n * u64::from(self.block_bytes);
+        let at = self.primary_io(
+            now,
+            IoKind::Read,
+            start * u64::from(self.block_bytes),
+            bytes,
+        );
+        for b in start..start + n {
+            self.inflight.insert(b, (at, Source::Primary));
+        }
+        at
+    }
+
+    /// Whether a miss would look for a cache-device copy (the switch on, a device there).
+    fn l2_in_use(&self) -> bool {
+        self.l2_enabled && !self.devices.is_empty()
+    }
+
+    /// Reads `block` from the cache device holding it, when the switch is on; returns when
+    /// the copy is there.
+    fn read_l2(&mut self, now: Nanos, block: u64) -> Option<Nanos> {
+        if !self.l2_enabled {
+            return None;
+        }
+        let entry = self.l2.get_mut(&block)?;
+        entry.read = true;
+        let d = &mut self.devices[usize::from(entry.device)];
+        let offset = entry.pos % d.ring.ring_bytes();
+        let at = d.model.submit(now, IoKind::Read, offset, self.block_bytes);
+        d.reads += 1;
+        d.read_bytes += u64::from(self.block_bytes);
+        self.ios.push(DeviceIo {
+            device: Some(usize::from(entry.device)),
+            kind: IoKind::Read,
+            at_ns: now,
+            latency_ns: at - now,
+            bytes: u64::from(self.block_bytes),
+        });
+        Some(at)
+    }
+
+    /// A write of `count` blocks from `first` at `now`, `partial` when it covers only part
+    /// of its first or last block (read-modify-write). Returns when it is acknowledged
+    /// (asynchronous: once dirty, after the throttle and any read it needed).
+    pub fn write(&mut self, now: Nanos, first: u64, count: u64, partial: bool) -> Nanos {
+        let mut at = now;
+        if partial {
+            // The block's old bytes are needed to merge the new ones in (as a zvol with a
+            // volblocksize larger than the write does).
+            let (read_done, _) = self.read(now, first, count, false);
+            at = read_done;
+        }
+        let bytes = count * u64::from(self.block_bytes);
+        // At the limit, a writer waits until the TXG being synced frees its bytes.
+        if self.dirty_bytes + self.syncing_bytes + bytes > self.dirty_max && self.syncing_bytes > 0
+        {
+            at = at.max(self.sync_done_ns);
+            self.counters.throttled += 1;
+        }
+        let min = self.dirty_max / 100 * self.tunables.delay_min_dirty_percent.min(100);
+        let delay = larch_policy::throttle::write_delay_ns(
+            self.dirty_bytes + self.syncing_bytes,
+            min,
+            self.dirty_max,
+            self.tunables.delay_scale_ns,
+        );
+        if delay > 0 {
+            self.counters.throttled += 1;
+        }
+        at += delay;
+        for block in first..first + count {
+            let generation = self.writes.entry(block).or_insert(0);
+            *generation += 1;
+            let generation = *generation;
+            self.inflight.remove(&block);
+            if let Some(old) = self.l2.remove(&block) {
+                let d = &mut self.devices[usize::from(old.device)];
+                d.blocks -= 1;
+                d.bytes -= u64::from(self.block_bytes);
+            }
+            let size = self.block_bytes;
+            let now_ms = now / 1_000_000;
+            self.with_shard(block, |arc, actions| {
+                arc.write(key(block), generation, size, BufType::Data, now_ms, actions)
+            });
+            self.dirty.push((block, generation));
+        }
+        self.dirty_bytes += bytes;
+        at
+    }
+
+    /// Whether the open TXG should sync now (past `zfs_dirty_data_sync_percent`).
+    pub fn sync_due(&self) -> bool {
+        self.syncing_bytes == 0
+            && self.dirty_bytes
+                >= self.dirty_max / 100 * self.tunables.dirty_data_sync_percent.max(1)
+    }
+
+    /// Whether a TXG is being written.
+    pub fn syncing(&self) -> bool {
+        self.syncing_bytes > 0
+    }
+
+    /// Starts syncing the open TXG at `now`: its blocks go to the primary storage in
+    /// order, consecutive ones merged. Returns when the TXG is on disk and the blocks it
+    /// wrote (the caller hands them back to [`SimCache::sync_done`]), or `None` when there
+    /// is nothing to write.
+    pub fn start_sync(&mut self, now: Nanos) -> Option<(Nanos, Vec<(u64, u64)>)> {
+        if self.dirty.is_empty() || self.syncing_bytes > 0 {
+            return None;
+        }
+        let mut blocks = std::mem::take(&mut self.dirty);
+        blocks.sort_unstable();
+        blocks.dedup_by_key(|(b, _)| *b);
+        self.syncing_bytes = self.dirty_bytes;
+        self.dirty_bytes = 0;
+        let bs = u64::from(self.block_bytes);
+        let mut done = now;
+        let mut i = 0;
+        while i < blocks.len() {
+            let start = blocks[i].0;
+            let mut n = 1;
+            while i + (n as usize) < blocks.len() && blocks[i + n as usize].0 == start + n {
+                n += 1;
+            }
+            done = done.max(self.primary_io(now, IoKind::Write, start * bs, n * bs));
+            i += n as usize;
+        }
+        self.sync_done_ns = done;
+        self.counters.txg_syncs += 1;
+        self.counters.txg_blocks += blocks.len() as u64;
+        Some((done, blocks))
+    }
+
+    /// A TXG reached the primary storage at `now`: its blocks are clean (MRU) unless
+    /// written again since.
+    pub fn sync_done(&mut self, now: Nanos, blocks: Vec<(u64, u64)>) {
+        let l2cache = self.tunables.secondarycache;
+        let now_ms = now / 1_000_000;
+        for (block, generation) in blocks {
+            self.with_shard(block, |arc, actions| {
+                arc.write_done(&key(block), generation, l2cache, now_ms, actions)
+            });
+        }
+        self.syncing_bytes = 0;
+    }
+
+    /// Dirty bytes, open and syncing.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_bytes + self.syncing_bytes
+    }
+
+    /// The dirty limit in force.
+    pub fn dirty_max(&self) -> u64 {
+        self.dirty_max
+    }
+
+    /// The pace of feeds: when device `d`'s next feed runs after the one that ran now.
+    fn pace(&mut self, d: usize) -> feed::FeedPace {
+        let t = &self.tunables;
+        let rules = budget_rules(t);
+        let allowance = feed::write_allowance(&rules, self.warm);
+        let dev = &mut self.devices[d];
+        let behind = self.unfed_bytes > dev.unfed_seen;
+        dev.unfed_seen = self.unfed_bytes;
+        feed::next_feed(
+            &PaceRules {
+                feed_secs: t.l2arc_feed_secs,
+                feed_min_ms: t.l2arc_feed_min_ms,
+                feed_again: t.l2arc_feed_again,
+                feed_follow: t.l2arc_feed_follow,
+            },
+            allowance,
+            dev.wrote_last,
+            behind,
+        )
+    }
+
+    /// Device `d`'s feed at `now`, with the budget its last pace gave: choose (the
+    /// policy), place (the ring), write. Returns the batch's id and when it completes, or
+    /// `None` when nothing was written; the next feed's time is then in `next_feed_ns`.
+    pub fn feed(&mut self, now: Nanos, d: usize) -> Option<(u64, Nanos)> {
+        if self.devices[d].budget_bytes == 0 {
+            // The first feed: the allowance of a cold ARC.
+            self.devices[d].budget_bytes =
+                feed::write_allowance(&budget_rules(&self.tunables), self.warm);
+        }
+        self.devices[d].wrote_last = 0;
+        let budget = self.devices[d].budget_bytes;
+        let written = if self.l2_enabled && !self.devices[d].feeding {
+            self.feed_once(now, d, budget)
+        } else {
+            None
+        };
+        let pace = self.pace(d);
+        let dev = &mut self.devices[d];
+        dev.next_feed_ns = now + pace.wait_ms.max(1) * 1_000_000;
+        dev.budget_bytes = pace.budget_bytes;
+        written
+    }
+
+    fn feed_once(&mut self, now: Nanos, d: usize, budget_bytes: u64) -> Option<(u64, Nanos)> {
+        let batch_limit = self.devices[d].ring.ring_bytes() / 4 / 4 * 3;
+        let budget = FeedBudget::new(&budget_rules(&self.tunables), budget_bytes, batch_limit);
+        let rules = FeedRules {
+            noprefetch: self.tunables.l2arc_noprefetch,
+            nowrite: self.tunables.l2arc_nowrite,
+            mfu_only: MfuOnly::from_tunable(self.tunables.l2arc_mfuonly),
+        };
+        let share = budget.split(SHARDS as u64);
+        let mut picks = std::mem::take(&mut self.picks);
+        picks.clear();
+        for arc in &self.shards {
+            let (l2, in_batch) = (&self.l2, &self.in_batch);
+            // Blocks on a device, or in another device's batch in flight, are not written
+            // again.
+            let skip = |k: &BlockKey| l2.contains_key(&k.block) || in_batch.contains(&k.block);
+            feed::select(arc, &rules, &share, skip, &mut picks);
+        }
+        if picks.is_empty() {
+            self.picks = picks;
+            return None;
+        }
+        let bs = u64::from(self.block_bytes);
+        let dev = &mut self.devices[d];
+        let plan = dev.ring.plan(picks.iter().map(|p| u64::from(p.size_bytes)));
+        let floor = dev.ring.apply(&plan);
+        // The evict hand passed these: their copies are gone.
+        while let Some(&(pos, block)) = dev.order.front() {
+            if pos >= floor {
+                break;
+            }
+            dev.order.pop_front();
+            if let Some(e) = self.l2.get(&block)
+                && usize::from(e.device) == d
+                && e.pos == pos
+            {
+                let e = self.l2.remove(&block).expect("just found");
+                dev.blocks -= 1;
+                dev.bytes -= bs;
+                self.counters.l2_evicted += 1;
+                if !e.read {
+                    self.counters.l2_wasted_bytes += bs;
+                }
+            }
+        }
+        let first = plan.positions[0];
+        let ring = dev.ring.ring_bytes();
+        let data: u64 = picks.iter().map(|p| u64::from(p.size_bytes)).sum();
+        let span = plan.end_pos - first;
+        // One sequential write; a batch that skipped the ring's tail is two.
+        let mut done = now;
+        let start = first % ring;
+        if start + span <= ring {
+            done = done.max(dev.model.submit(
+                now,
+                IoKind::Write,
+                start,
+                span.min(u64::from(u32::MAX)) as u32,
+            ));
+        } else {
+            let head = ring - start;
+            done = done.max(dev.model.submit(now, IoKind::Write, start, head as u32));
+            done = done.max(
+                dev.model
+                    .submit(now, IoKind::Write, 0, (span - head) as u32),
+            );
+        }
+        dev.writes += 1;
+        dev.write_bytes += data;
+        dev.wrote_last = data;
+        dev.feeding = true;
+        self.ios.push(DeviceIo {
+            device: Some(d),
+            kind: IoKind::Write,
+            at_ns: now,
+            latency_ns: done - now,
+            bytes: data,
+        });
+        self.counters.l2_write_bytes += data;
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let batch = FeedBatch {
+            device: d,
+            picks: picks
+                .iter()
+                .zip(&plan.positions)
+                .map(|(p, &pos)| (p.key.block, p.generation, pos))
+                .collect(),
+        };
+        for (p, &pos) in picks.iter().zip(&plan.positions) {
+            dev.order.push_back((pos, p.key.block));
+            self.in_batch.insert(p.key.block);
+        }
+        self.batches.insert(id, batch);
+        self.picks = picks;
+        Some((id, done))
+    }
+
+    /// Feed batch `id` is on its device: index its copies, unless the block was written
+    /// since it was chosen.
+    pub fn feed_done(&mut self, id: u64) {
+        let Some(batch) = self.batches.remove(&id) else {
+            return;
+        };
+        let d = batch.device;
+        self.devices[d].feeding = false;
+        let bs = u64::from(self.block_bytes);
+        let floor = self.devices[d].ring.evict_floor();
+        for (block, generation, pos) in batch.picks {
+            self.in_batch.remove(&block);
+            // Written since it was chosen: the copy is stale (the engine tombstones it).
+            if self.generation(block) != generation || pos < floor || self.l2.contains_key(&block) {
+                continue;
+            }
+            self.l2.insert(
+                block,
+                L2Entry {
+                    device: d as u8,
+                    read: false,
+                    pos,
+                },
+            );
+            let dev = &mut self.devices[d];
+            dev.blocks += 1;
+            dev.bytes += bs;
+        }
+    }
+
+    /// Fills the caches as if warm: the first `ads_blocks` blocks (in a scattered order)
+    /// go through the ARC until it is full, and those it cannot hold onto the cache
+    /// devices, as far as their rings hold them. Virtual time does not move.
+    pub fn prewarm(&mut self, ads_blocks: u64, seed: u64) {
+        let mut rng = crate::workload::SplitMix64::new(seed ^ 0x5157_4152_4d00);
+        let bs = u64::from(self.block_bytes);
+        // A permutation of the data set by an odd multiplier modulo a power of two,
+        // skipping what falls outside: each block once, scattered.
+        let span = ads_blocks.next_power_of_two();
+        let mult = ((rng.next_u64() | 1) % span.max(2)) | 1;
+        let offset = rng.below(span);
+        let arc_blocks: u64 = self
+            .shards
+            .iter()
+            .map(|a| a.config().c_max_bytes)
+            .sum::<u64>()
+            / bs;
+        let mut placed = 0u64;
+        for i in 0..span {
+            let block = (i.wrapping_mul(mult).wrapping_add(offset)) % span;
+            if block >= ads_blocks {
+                continue;
+            }
+            placed += 1;
+            if placed <= arc_blocks {
+                let access = self.access(block, false, 0);
+                self.with_shard(block, |arc, actions| arc.access(&access, actions));
+                continue;
+            }
+            // The rest onto the cache devices, round robin, while their rings have room
+            // (the first lap: nothing is evicted by prewarming).
+            let n = self.devices.len();
+            if n == 0 {
+                break;
+            }
+            let d = (placed as usize) % n;
+            let dev = &mut self.devices[d];
+            let plan = dev.ring.plan([bs]);
+            if plan.end_pos > dev.ring.ring_bytes() {
+                if self
+                    .devices
+                    .iter()
+                    .all(|x| x.ring.write_pos() + bs > x.ring.ring_bytes())
+                {
+                    break;
+                }
+                continue;
+            }
+            dev.ring.apply(&plan);
+            dev.order.push_back((plan.positions[0], block));
+            dev.blocks += 1;
+            dev.bytes += bs;
+            self.l2.insert(
+                block,
+                L2Entry {
+                    device: d as u8,
+                    read: false,
+                    pos: plan.positions[0],
+                },
+            );
+        }
+        self.warm = true;
+        self.unfed_bytes = 0;
+    }
+
+    /// Sizes for the recorder: (ARC size, c, c_max, MRU, MFU, MRU ghost, MFU ghost,
+    /// headers in DRAM).
+    pub fn arc_sizes(&self) -> ArcSizes {
+        let mut s = ArcSizes::default();
+        for arc in &self.shards {
+            s.size += arc.size();
+            s.c += arc.c();
+            s.c_max += arc.config().c_max_bytes;
+            s.mru += arc.state_bytes(State::Mru);
+            s.mfu += arc.state_bytes(State::Mfu);
+            s.mru_ghost += arc.state_bytes(State::MruGhost);
+            s.mfu_ghost += arc.state_bytes(State::MfuGhost);
+            s.headers += larch_policy::Policy::tracked_headers(arc) as u64;
+        }
+        s.l2_blocks = self.l2.len() as u64;
+        s
+    }
+
+    /// Blocks with a copy on some cache device.
+    pub fn l2_blocks(&self) -> u64 {
+        self.l2.len() as u64
+    }
+
+    /// Blocks with a copy on a cache device that are in DRAM too (OpenZFS keeps a full
+    /// header for those, and the 96-byte one only for the others).
+    pub fn l2_blocks_in_arc(&self) -> u64 {
+        self.l2
+            .keys()
+            .filter(|&&b| {
+                self.shards[shard_of(&key(b))]
+                    .info(&key(b))
+                    .is_some_and(|i| i.state.is_resident())
+            })
+            .count() as u64
+    }
+
+    /// The volume's block size.
+    pub fn block_bytes(&self) -> u32 {
+        self.block_bytes
+    }
+
+    /// Walks the policy's structures of every shard and the cache devices' indexes, and
+    /// panics with the values if an invariant is broken (tests and debug runs).
+    pub fn check_invariants(&self) {
+        for arc in &self.shards {
+            arc.check_invariants();
+        }
+        let bs = u64::from(self.block_bytes);
+        for (d, dev) in self.devices.iter().enumerate() {
+            let indexed = self
+                .l2
+                .values()
+                .filter(|e| usize::from(e.device) == d)
+                .count() as u64;
+            assert_eq!(
+                indexed, dev.blocks,
+                "device {d}: {indexed} indexed, {} counted",
+                dev.blocks
+            );
+            assert_eq!(dev.bytes, dev.blocks * bs, "device {d}");
+            let floor = dev.ring.evict_floor();
+            for e in self.l2.values().filter(|e| usize::from(e.device) == d) {
+                assert!(
+                    e.pos >= floor,
+                    "device {d}: a copy at {} below the floor {floor}",
+                    e.pos
+                );
+                assert!(
+                    e.pos < dev.ring.write_pos(),
+                    "device {d}: a copy at {} past the write hand",
+                    e.pos
+                );
+            }
+        }
+    }
+}
+
+impl L2Device {
+    /// Bytes of its ring.
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring.ring_bytes()
+    }
+}
+
+/// The ARC's sizes at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArcSizes {
+    /// Bytes of data in DRAM.
+    pub size: u64,
+    /// The target.
+    pub c: u64,
+    /// `zfs_arc_max`.
+    pub c_max: u64,
+    /// MRU bytes.
+    pub mru: u64,
+    /// MFU bytes.
+    pub mfu: u64,
+    /// MRU ghost bytes.
+    pub mru_ghost: u64,
+    /// MFU ghost bytes.
+    pub mfu_ghost: u64,
+    /// Headers the policy tracks (resident and ghost).
+    pub headers: u64,
+    /// Blocks on cache devices.
+    pub l2_blocks: u64,
+}
+
+fn budget_rules(t: &SimTunables) -> BudgetRules {
+    BudgetRules {
+        write_max_bytes: t.l2arc_write_max,
+        write_boost_bytes: t.l2arc_write_boost,
+        headroom: t.l2arc_headroom,
+        headroom_boost_percent: t.l2arc_headroom_boost,
+    }
+}

@@ -1,0 +1,400 @@
+//! The discrete-event simulator of a pool (`larch sim run`, `larch size`): the daemon's
+//! cache in virtual time, against models of the devices, driven by modelled clients or a
+//! trace.
+//!
+//! **It runs the daemon's decisions, not a copy of them**: the ARC is `larch_policy::Arc`
+//! split into the engine's shards (`larch_policy::shards`), the feed chooses with
+//! `larch_policy::feed::select` and paces with `next_feed`, cache devices place records
+//! and move their evict hands with `larch_policy::ring::RingSpace`, sequential reads are
+//! detected by `larch_policy::prefetch::Prefetcher`, and writers wait on
+//! `larch_policy::throttle`'s curve. What is the simulator's own is the model around them:
+//! devices ([`crate::device`]), clients ([`clients`]), and the glue of [`cache`], which
+//! does what the engine's read path, feeder and syncer do, in virtual time.
+//!
+//! Time is nanoseconds in a `u64` (584 years). Events (a client's next request, a feed,
+//! a TXG, the end of a sample interval, a flip of the L2ARC switch) are taken from a heap
+//! in time order, ties in the order they were made; the device models answer each I/O
+//! with its completion time at once, so a request's whole latency is known when it is
+//! issued, and a closed-loop client's next request is one event. The same configuration
+//! and seed give the same output on every machine.
+
+pub mod cache;
+pub mod clients;
+pub mod config;
+pub mod record;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use larch_policy::prefetch::Prefetcher;
+
+pub use config::{
+    CacheDevice, Clients, ConfigError, Pattern, SECOND_NS, SimConfig, SimTunables, TUNABLE_NAMES,
+    Workload,
+};
+pub use record::{SimOutput, Summary, Window};
+
+use self::cache::SimCache;
+use self::clients::{Generator, Request};
+use self::record::Recorder;
+use crate::device::{self, Nanos};
+use crate::trace::TraceError;
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The configuration is refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A device specification does not parse.
+    #[error("{field}: {source}")]
+    Device {
+        /// `primary` or `caches[i]`.
+        field: String,
+        /// Why.
+        source: device::SpecError,
+    },
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+/// What happens at a moment of virtual time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// The end of a sample interval (first among ties: it closes the interval before
+    /// anything of the next one happens).
+    Sample,
+    /// A flip of the L2ARC switch.
+    Switch(bool),
+    /// A closed-loop client issues its next request.
+    Client(u32),
+    /// An open-loop request arrives.
+    Arrival,
+    /// A cache device's feed.
+    Feed(usize),
+    /// A feed batch is on its device.
+    FeedDone(u64),
+    /// The TXG timer.
+    TxgTimer,
+    /// A TXG is on the primary storage.
+    TxgDone(u64),
+}
+
+/// Events by time, ties in the order they were made.
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push(&mut self, at: Nanos, event: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, event)));
+    }
+
+    fn pop(&mut self) -> Option<(Nanos, Event)> {
+        self.heap.pop().map(|Reverse((at, _, e))| (at, e))
+    }
+}
+
+/// How far a run has come, for a progress line.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Virtual seconds done.
+    pub virtual_s: u64,
+    /// Of how many.
+    pub total_s: u64,
+    /// Client requests so far.
+    pub requests: u64,
+}
+
+/// One simulation in progress.
+struct Run<'a> {
+    cfg: &'a SimConfig,
+    cache: SimCache,
+    requests: Generator,
+    rec: Recorder,
+    queue: Queue,
+    prefetcher: Prefetcher,
+    prefetch_blocks: u64,
+    syncs: HashMap<u64, Vec<(u64, u64)>>,
+    next_sync: u64,
+    block_ios: u64,
+    traced: bool,
+    pending: Option<Request>,
+}
+
+/// Runs `cfg` to its end; `progress` is called once per virtual minute.
+pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOutput, SimError> {
+    cfg.validate()?;
+    let primary =
+        device::parse_spec(&cfg.primary, cfg.seed).map_err(|source| SimError::Device {
+            field: "primary".to_string(),
+            source,
+        })?;
+    let mut caches = Vec::new();
+    for (i, c) in cfg.caches.iter().enumerate() {
+        let model =
+            device::parse_spec(&c.spec, cfg.seed.wrapping_add(1 + i as u64)).map_err(|source| {
+                SimError::Device {
+                    field: format!("caches[{i}]"),
+                    source,
+                }
+            })?;
+        let capacity = c.capacity_bytes.unwrap_or_else(|| model.capacity_bytes());
+        caches.push((format!("cache{i}"), model, capacity));
+    }
+    let mut cache = SimCache::new(
+        cfg.arc_max_bytes,
+        cfg.block_bytes,
+        primary,
+        caches,
+        cfg.tunables.clone(),
+    );
+    let ads_blocks = cfg.workload.ads_bytes / u64::from(cfg.block_bytes);
+    if cfg.prewarm {
+        cache.prewarm(ads_blocks, cfg.seed);
+    }
+    let threads = match cfg.clients {
+        Clients::Closed { threads, .. } => threads,
+        Clients::Open { .. } => 1,
+    };
+    let requests = Generator::new(
+        &cfg.workload,
+        cfg.volume_bytes,
+        cfg.block_bytes,
+        threads,
+        cfg.seed,
+    )?;
+    let rec = Recorder::new(cfg.step_s, &cache);
+    let prefetch_blocks = cfg
+        .tunables
+        .prefetch_max_distance
+        .min(cfg.arc_max_bytes / 8)
+        / u64::from(cfg.block_bytes);
+    let mut run = Run {
+        cfg,
+        cache,
+        requests,
+        rec,
+        queue: Queue::default(),
+        prefetcher: Prefetcher::default(),
+        prefetch_blocks,
+        syncs: HashMap::new(),
+        next_sync: 0,
+        block_ios: 0,
+        traced: false,
+        pending: None,
+    };
+    run.start()?;
+    run.events(progress)?;
+    let config_text = format!("{cfg:#?}");
+    let Run {
+        rec,
+        cache,
+        block_ios,
+        ..
+    } = run;
+    Ok(rec.finish(
+        cfg.name.clone(),
+        config_text,
+        cfg.step_s,
+        &cache,
+        cfg.workload.ads_bytes,
+        block_ios,
+    ))
+}
+
+impl Run<'_> {
+    /// The first events: clients (or the first arrival), feeds, the TXG timer, samples,
+    /// switch flips.
+    fn start(&mut self) -> Result<(), SimError> {
+        let cfg = self.cfg;
+        if let Pattern::Trace { .. } = cfg.workload.pattern {
+            // A trace with times arrives on its own clock; one without is replayed as
+            // fast as the clients go.
+            if let Some(first) = self.requests.next(0)? {
+                if let Some(at_ms) = first.at_ms {
+                    self.traced = true;
+                    self.pending = Some(first);
+                    self.queue.push(at_ms * 1_000_000, Event::Arrival);
+                } else {
+                    self.pending = Some(first);
+                }
+            }
+        }
+        if !self.traced {
+            match cfg.clients {
+                Clients::Closed { threads, .. } => {
+                    for c in 0..threads {
+                        // Spread over the first millisecond, so clients do not move in
+                        // lockstep.
+                        self.queue.push(
+                            u64::from(c) * 1_000_000 / u64::from(threads),
+                            Event::Client(c),
+                        );
+                    }
+                }
+                Clients::Open { .. } => {
+                    let first = self.interarrival();
+                    self.queue.push(first, Event::Arrival);
+                }
+            }
+        }
+        for d in 0..self.cache.devices.len() {
+            self.queue.push(0, Event::Feed(d));
+        }
+        self.queue.push(
+            cfg.tunables.txg_timeout_s.max(1) * SECOND_NS,
+            Event::TxgTimer,
+        );
+        self.queue.push(cfg.step_s * SECOND_NS, Event::Sample);
+        for &(at, on) in &cfg.switch {
+            self.queue.push(at, Event::Switch(on));
+        }
+        Ok(())
+    }
+
+    /// Time to the next open-loop arrival (exponential).
+    fn interarrival(&mut self) -> Nanos {
+        let rate = match self.cfg.clients {
+            Clients::Open { rate } => rate,
+            Clients::Closed { .. } => 1.0,
+        };
+        let u = self.requests.uniform().max(f64::MIN_POSITIVE);
+        (-u.ln() / rate * 1e9) as Nanos
+    }
+
+    fn events(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), SimError> {
+        let end = self.cfg.duration_ns;
+        let total_s = end / SECOND_NS;
+        let mut next_progress = 60 * SECOND_NS;
+        while let Some((now, event)) = self.queue.pop() {
+            if now > end {
+                break;
+            }
+            match event {
+                Event::Sample => {
+                    self.rec.sample(now, &mut self.cache);
+                    self.cache.expire_inflight(now);
+                    if now >= next_progress {
+                        next_progress += 60 * SECOND_NS;
+                        progress(Progress {
+                            virtual_s: now / SECOND_NS,
+                            total_s,
+                            requests: self.block_ios,
+                        });
+                    }
+                    self.queue
+                        .push(now + self.cfg.step_s * SECOND_NS, Event::Sample);
+                }
+                Event::Switch(on) => {
+                    self.cache.l2_enabled = on;
+                    let text = format!("l2arc_enabled={}", u8::from(on));
+                    self.rec.event(now, text);
+                }
+                Event::Client(c) => {
+                    let request = match self.pending.take() {
+                        Some(r) => Some(r),
+                        None => self.requests.next(c)?,
+                    };
+                    let Some(request) = request else {
+                        continue; // the trace ended: this client stops
+                    };
+                    let latency = self.request(now, &request);
+                    let think = match self.cfg.clients {
+                        Clients::Closed { think_ns, .. } => think_ns,
+                        Clients::Open { .. } => 0,
+                    };
+                    self.queue.push(now + latency + think, Event::Client(c));
+                }
+                Event::Arrival => {
+                    let request = match self.pending.take() {
+                        Some(r) => Some(r),
+                        None => self.requests.next(0)?,
+                    };
+                    let Some(request) = request else {
+                        continue;
+                    };
+                    self.request(now, &request);
+                    if self.traced {
+                        if let Some(next) = self.requests.next(0)? {
+                            let at = next.at_ms.unwrap_or(0) * 1_000_000;
+                            self.pending = Some(next);
+                            self.queue.push(at.max(now), Event::Arrival);
+                        }
+                    } else {
+                        let gap = self.interarrival();
+                        self.queue.push(now + gap, Event::Arrival);
+                    }
+                }
+                Event::Feed(d) => {
+                    if let Some((id, done)) = self.cache.feed(now, d) {
+                        self.queue.push(done, Event::FeedDone(id));
+                    }
+                    self.queue
+                        .push(self.cache.devices[d].next_feed_ns, Event::Feed(d));
+                }
+                Event::FeedDone(id) => self.cache.feed_done(id),
+                Event::TxgTimer => {
+                    self.sync(now);
+                    let timeout = self.cfg.tunables.txg_timeout_s.max(1) * SECOND_NS;
+                    self.queue.push(now + timeout, Event::TxgTimer);
+                }
+                Event::TxgDone(id) => {
+                    if let Some(blocks) = self.syncs.remove(&id) {
+                        self.cache.sync_done(now, blocks);
+                    }
+                    if self.cache.sync_due() {
+                        self.sync(now);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a TXG sync if one can start.
+    fn sync(&mut self, now: Nanos) {
+        if let Some((done, blocks)) = self.cache.start_sync(now) {
+            let id = self.next_sync;
+            self.next_sync += 1;
+            self.syncs.insert(id, blocks);
+            self.queue.push(done, Event::TxgDone(id));
+        }
+    }
+
+    /// Serves one request at `now`; returns its latency (the front end's time included).
+    fn request(&mut self, now: Nanos, r: &Request) -> Nanos {
+        self.block_ios += r.blocks;
+        let bytes = r.blocks * u64::from(self.cfg.block_bytes);
+        let (done, source) = if r.write {
+            let done = self.cache.write(now, r.first_block, r.blocks, r.partial);
+            if self.cache.sync_due() {
+                self.sync(now);
+            }
+            (done, cache::Source::Arc)
+        } else {
+            let served = self.cache.read(now, r.first_block, r.blocks, false);
+            if !self.cfg.tunables.prefetch_disable && self.prefetch_blocks > 0 {
+                let last = r.first_block + r.blocks - 1;
+                if let Some(ahead) =
+                    self.prefetcher
+                        .observe(r.first_block, last, self.prefetch_blocks)
+                {
+                    let volume_blocks = self.cfg.volume_bytes / u64::from(self.cfg.block_bytes);
+                    let end = ahead.end.min(volume_blocks);
+                    if end > ahead.start {
+                        self.cache.read(now, ahead.start, end - ahead.start, true);
+                    }
+                }
+            }
+            served
+        };
+        let latency = done - now + self.cfg.frontend_ns;
+        self.rec.request(r.write, source, latency, bytes);
+        latency
+    }
+}

@@ -1,0 +1,709 @@
+//! What a simulation shows: the series and latency heat maps of the Analytics page, in its
+//! ids and format (docs/analytics.md), one sample per `step_s` of virtual time, and a
+//! summary (warm-up times, steady-state IOPS and latency, wasted feed, header DRAM).
+//!
+//! Counters are per second (what happened in the interval, divided by its length) and
+//! gauges the value at the end of the interval, as in the daemon's history; histograms
+//! count the requests and device I/Os that started in the interval.
+
+use std::collections::BTreeMap;
+
+use larch_policy::buckets;
+use serde::Serialize;
+
+use super::cache::{
+    ArcSizes, CacheCounters, LARCH_L2_ENTRY_BYTES, OPENZFS_ARC_HDR_BYTES, OPENZFS_L2_HDR_BYTES,
+    SimCache, Source,
+};
+use crate::device::{IoKind, Nanos};
+
+/// The volume's name in series ids.
+pub const VOLUME_NAME: &str = "vol0";
+
+/// One series of the output.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeriesDef {
+    /// Its id, as the daemon's history names it.
+    pub id: String,
+    /// What the page calls it.
+    pub label: String,
+    /// Its unit.
+    pub unit: &'static str,
+    /// `counter` (a rate) or `gauge`.
+    pub kind: &'static str,
+}
+
+/// One heat map of the output.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeatDef {
+    /// Its id.
+    pub id: String,
+    /// What the page calls it.
+    pub label: String,
+}
+
+/// Something that happened (a switch flip), marked on every chart.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// When, seconds of virtual time (the output's times are seconds too).
+    pub time: u64,
+    /// `switch`.
+    pub kind: &'static str,
+    /// What.
+    pub text: String,
+}
+
+/// Figures of a stretch of the run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Window {
+    /// Its start, seconds of virtual time.
+    pub from_s: u64,
+    /// Its end.
+    pub to_s: u64,
+    /// Client requests per second.
+    pub iops: f64,
+    /// Reads per second.
+    pub read_iops: f64,
+    /// Client bytes per second.
+    pub bytes_per_s: f64,
+    /// Mean request latency, µs (front end included).
+    pub mean_latency_us: f64,
+    /// Read latency percentiles, µs (bucket upper bounds).
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Share of reads answered within 1 ms.
+    pub reads_under_1ms: f64,
+    /// ARC hits / block reads.
+    pub arc_hit_ratio: f64,
+    /// L2ARC hits / ARC misses (with cache devices in use).
+    pub l2_hit_ratio: f64,
+    /// Client reads served from DRAM per second (seed 000's "DRAM hits").
+    pub dram_hits_per_s: f64,
+    /// Primary storage reads per second.
+    pub primary_reads_per_s: f64,
+    /// Primary storage read bytes per second.
+    pub primary_read_bytes_per_s: f64,
+}
+
+/// The summary of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    /// Virtual seconds simulated.
+    pub virtual_seconds: f64,
+    /// Client requests.
+    pub requests: u64,
+    /// Block reads and writes through the cache (what "I/Os" counts in speed figures).
+    pub block_ios: u64,
+    /// The first minute (cold).
+    pub first_minute: Window,
+    /// The steady state: the last tenth of the run, at most the last 10 minutes.
+    pub steady: Window,
+    /// Seconds until the ARC held 90% of `zfs_arc_max`.
+    pub arc_warm_s: Option<u64>,
+    /// Seconds until the L2ARC held half of what it held at the end.
+    pub l2_half_s: Option<u64>,
+    /// Seconds until it held 90% of that.
+    pub l2_90_s: Option<u64>,
+    /// Seconds until the IOPS (a minute's mean) first reached half the steady state's.
+    pub iops_half_s: Option<u64>,
+    /// Seconds until it reached 90% of it.
+    pub iops_90_s: Option<u64>,
+    /// Bytes on cache devices at the end.
+    pub l2_bytes: u64,
+    /// Their capacity.
+    pub l2_capacity_bytes: u64,
+    /// Bytes the feeds wrote.
+    pub l2_write_bytes: u64,
+    /// Bytes written and overwritten without ever being read.
+    pub l2_wasted_bytes: u64,
+    /// DRAM of larch's ARC headers at the end (64 B each, resident and ghost).
+    pub larch_arc_hdr_bytes: u64,
+    /// DRAM of larch's L2 index (24 B per block on a cache device).
+    pub larch_l2_index_bytes: u64,
+    /// What OpenZFS would hold: 256 B per block in DRAM and 96 B per block only on a
+    /// cache device (seed 002).
+    pub openzfs_hdr_bytes: u64,
+    /// Active data set / (ARC + L2ARC): seed 002's key ratio 1.
+    pub ads_over_cache: f64,
+}
+
+/// The output of a run: the summary, and what the Analytics page shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimOutput {
+    /// Format of this output.
+    pub version: u32,
+    /// What it is (`simulation`).
+    pub kind: &'static str,
+    /// The run's name.
+    pub pool: String,
+    /// The configuration, as text.
+    pub config: String,
+    /// The summary.
+    pub summary: Summary,
+    /// Seconds per sample.
+    pub step: u64,
+    /// End of each interval, seconds of virtual time.
+    pub times: Vec<u64>,
+    /// The series.
+    pub series_defs: Vec<SeriesDef>,
+    /// Values by series id, one per time.
+    pub series: BTreeMap<String, Vec<f64>>,
+    /// The heat maps.
+    pub heatmap_defs: Vec<HeatDef>,
+    /// Per heat map id, per interval, flat `bucket, count` pairs of its non-empty buckets.
+    pub heatmaps: BTreeMap<String, Vec<Vec<u32>>>,
+    /// Upper bounds of the bounded buckets, µs.
+    pub bounds_us: Vec<f64>,
+    /// Switch flips.
+    pub events: Vec<Event>,
+}
+
+/// A histogram of one interval.
+type Hist = [u32; buckets::BUCKETS];
+
+/// Heat maps the recorder keeps, by index.
+const FRONT_ARC: usize = 0;
+const FRONT_L2: usize = 1;
+const FRONT_PRIMARY: usize = 2;
+const FRONT_WRITE: usize = 3;
+const PRIMARY_READ: usize = 4;
+const PRIMARY_WRITE: usize = 5;
+/// Cache device `d`'s reads are heat map `CACHE + 2d`, its writes `CACHE + 2d + 1`.
+const CACHE: usize = 6;
+
+/// Request counts of the open interval.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    reads: [u64; 3],
+    writes: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+/// Collects the output as the run goes.
+pub struct Recorder {
+    step_ns: u64,
+    defs: Vec<SeriesDef>,
+    values: Vec<Vec<f64>>,
+    heat_defs: Vec<HeatDef>,
+    heat: Vec<Vec<Vec<u32>>>,
+    open: Vec<Hist>,
+    tally: Tally,
+    times: Vec<u64>,
+    last: CacheCounters,
+    last_devices: Vec<[u64; 4]>,
+    events: Vec<Event>,
+    /// Every read's latency over the whole run, for the steady window's percentiles: one
+    /// histogram per interval would be too many for a day at 1 s, so per-interval ones
+    /// are kept (in `open` merged into `heat`) and windows add them up.
+    requests: u64,
+    latency_sum_ns: Vec<f64>,
+    latency_count: Vec<u64>,
+}
+
+impl Recorder {
+    /// A recorder for `cache` sampled every `step_s` seconds.
+    pub fn new(step_s: u64, cache: &SimCache) -> Recorder {
+        let v = VOLUME_NAME;
+        let mut defs = Vec::new();
+        let mut def = |id: String, label: String, unit: &'static str, kind: &'static str| {
+            defs.push(SeriesDef {
+                id,
+                label,
+                unit,
+                kind,
+            })
+        };
+        for (q, label, unit) in [
+            ("read_ops", "reads", "ops/s"),
+            ("write_ops", "writes", "ops/s"),
+            ("read_bytes", "bytes read", "bytes/s"),
+            ("write_bytes", "bytes written", "bytes/s"),
+            ("read_arc_ops", "reads from the ARC", "ops/s"),
+            ("read_l2_ops", "reads from cache devices", "ops/s"),
+            (
+                "read_backing_ops",
+                "reads from the primary storage",
+                "ops/s",
+            ),
+        ] {
+            def(
+                format!("volume/{v}/{q}"),
+                format!("{v} {label}"),
+                unit,
+                "counter",
+            );
+        }
+        for (q, label, unit) in [
+            ("hits", "ARC hits", "per second"),
+            ("misses", "ARC misses", "per second"),
+            ("l2_hits", "L2ARC hits", "per second"),
+            ("l2_misses", "L2ARC misses", "per second"),
+            ("iohits", "reads that joined one in flight", "per second"),
+            ("l2_write_bytes", "bytes fed to cache devices", "bytes/s"),
+            (
+                "l2_evicted",
+                "copies the evict hands overwrote",
+                "per second",
+            ),
+            (
+                "l2_wasted_feed_bytes",
+                "bytes fed and overwritten unread",
+                "bytes/s",
+            ),
+            ("txg_syncs", "TXGs synced", "per second"),
+        ] {
+            def(format!("arc/{q}"), label.to_string(), unit, "counter");
+        }
+        for (q, label, unit) in [
+            ("read_ops", "reads", "ops/s"),
+            ("write_ops", "writes", "ops/s"),
+            ("read_bytes", "bytes read", "bytes/s"),
+            ("write_bytes", "bytes written", "bytes/s"),
+        ] {
+            def(
+                format!("backing/{v}/{q}"),
+                format!("{v} primary storage {label}"),
+                unit,
+                "counter",
+            );
+        }
+        for d in &cache.devices {
+            let n = &d.name;
+            for (q, label, unit) in [
+                ("read_ops", "reads", "ops/s"),
+                ("write_ops", "writes", "ops/s"),
+                ("read_bytes", "bytes read", "bytes/s"),
+                ("write_bytes", "bytes written (feed)", "bytes/s"),
+            ] {
+                def(
+                    format!("cache/{n}/{q}"),
+                    format!("{n} (cache) {label}"),
+                    unit,
+                    "counter",
+                );
+            }
+            def(
+                format!("cache/{n}/blocks"),
+                format!("{n} (cache) blocks cached"),
+                "blocks",
+                "gauge",
+            );
+        }
+        for (q, label) in [
+            ("size", "ARC size"),
+            ("c", "ARC target"),
+            ("c_max", "zfs_arc_max"),
+            ("mru_size", "MRU"),
+            ("mfu_size", "MFU"),
+            ("mru_ghost_size", "MRU ghost"),
+            ("mfu_ghost_size", "MFU ghost"),
+            ("l2_size", "L2ARC size"),
+            ("l2_asize", "L2ARC size on the devices"),
+            ("hdr_size", "DRAM of ARC headers"),
+            ("l2_hdr_size", "DRAM of the L2 index"),
+            ("dirty_bytes", "dirty data"),
+            ("dirty_data_max", "dirty limit"),
+        ] {
+            def(format!("arc/{q}"), label.to_string(), "bytes", "gauge");
+        }
+        def(
+            "pool/l2arc_enabled".to_string(),
+            "the L2ARC switch".to_string(),
+            "",
+            "gauge",
+        );
+        def(
+            "sim/openzfs_hdr_bytes".to_string(),
+            "DRAM OpenZFS's headers would take".to_string(),
+            "bytes",
+            "gauge",
+        );
+        let mut heat_defs = vec![];
+        for (id, label) in [
+            ("read_arc", "reads served from the ARC"),
+            ("read_l2", "reads served from cache devices"),
+            ("read_backing", "reads served from the primary storage"),
+            ("write", "writes"),
+        ] {
+            heat_defs.push(HeatDef {
+                id: format!("frontend/{v}/{id}"),
+                label: format!("{v} {label}"),
+            });
+        }
+        for q in ["read", "write"] {
+            heat_defs.push(HeatDef {
+                id: format!("backing/{v}/{q}"),
+                label: format!("{v} primary storage {q}s"),
+            });
+        }
+        for d in &cache.devices {
+            let n = &d.name;
+            heat_defs.push(HeatDef {
+                id: format!("cache/{n}/read"),
+                label: format!("{n} (cache) reads"),
+            });
+            heat_defs.push(HeatDef {
+                id: format!("cache/{n}/write"),
+                label: format!("{n} (cache) writes"),
+            });
+        }
+        let series = defs.len();
+        let heats = heat_defs.len();
+        Recorder {
+            step_ns: step_s * super::config::SECOND_NS,
+            defs,
+            values: vec![Vec::new(); series],
+            heat: vec![Vec::new(); heats],
+            open: vec![[0; buckets::BUCKETS]; heats],
+            heat_defs,
+            tally: Tally::default(),
+            times: Vec::new(),
+            last: CacheCounters::default(),
+            last_devices: vec![[0; 4]; cache.devices.len()],
+            events: Vec::new(),
+            requests: 0,
+            latency_sum_ns: Vec::new(),
+            latency_count: Vec::new(),
+        }
+    }
+
+    fn bucket(ns: u64) -> usize {
+        buckets::of(ns)
+    }
+
+    /// A client request that started in the open interval and took `latency_ns`.
+    pub fn request(&mut self, write: bool, source: Source, latency_ns: Nanos, bytes: u64) {
+        self.requests += 1;
+        let b = Self::bucket(latency_ns);
+        if write {
+            self.tally.writes += 1;
+            self.tally.write_bytes += bytes;
+            self.open[FRONT_WRITE][b] += 1;
+        } else {
+            self.tally.reads[source as usize] += 1;
+            self.tally.read_bytes += bytes;
+            let heat = match source {
+                Source::Arc => FRONT_ARC,
+                Source::L2 => FRONT_L2,
+                Source::Primary => FRONT_PRIMARY,
+            };
+            self.open[heat][b] += 1;
+        }
+        let k = self.times.len();
+        if self.latency_sum_ns.len() <= k {
+            self.latency_sum_ns.resize(k + 1, 0.0);
+            self.latency_count.resize(k + 1, 0);
+        }
+        self.latency_sum_ns[k] += latency_ns as f64;
+        self.latency_count[k] += 1;
+    }
+
+    /// The device I/Os the cache did since the last call.
+    pub fn device_ios(&mut self, cache: &mut SimCache) {
+        for io in cache.ios.drain(..) {
+            let heat = match (io.device, io.kind) {
+                (None, IoKind::Read) => PRIMARY_READ,
+                (None, IoKind::Write) => PRIMARY_WRITE,
+                (Some(d), IoKind::Read) => CACHE + 2 * d,
+                (Some(d), IoKind::Write) => CACHE + 2 * d + 1,
+            };
+            self.open[heat][Self::bucket(io.latency_ns)] += 1;
+        }
+    }
+
+    /// A flip of the L2ARC switch at `now`.
+    pub fn event(&mut self, now: Nanos, text: String) {
+        self.events.push(Event {
+            time: now / super::config::SECOND_NS,
+            kind: "switch",
+            text,
+        });
+    }
+
+    /// Closes the interval that ends at `now`: rates from the counters' differences,
+    /// gauges as they are, the heat maps' cells.
+    pub fn sample(&mut self, now: Nanos, cache: &mut SimCache) {
+        self.device_ios(cache);
+        let secs = self.step_ns as f64 / 1e9;
+        let c = cache.counters;
+        let l = self.last;
+        let t = self.tally;
+        let sizes: ArcSizes = cache.arc_sizes();
+        let bs = u64::from(cache.block_bytes());
+        let mut vals: Vec<f64> = vec![
+            (t.reads.iter().sum::<u64>()) as f64 / secs,
+            t.writes as f64 / secs,
+            t.read_bytes as f64 / secs,
+            t.write_bytes as f64 / secs,
+            t.reads[0] as f64 / secs,
+            t.reads[1] as f64 / secs,
+            t.reads[2] as f64 / secs,
+        ];
+        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+        vals.extend([
+            rate(c.arc_hits, l.arc_hits),
+            rate(c.arc_misses, l.arc_misses),
+            rate(c.l2_hits, l.l2_hits),
+            rate(c.l2_misses, l.l2_misses),
+            rate(c.iohits, l.iohits),
+            rate(c.l2_write_bytes, l.l2_write_bytes),
+            rate(c.l2_evicted, l.l2_evicted),
+            rate(c.l2_wasted_bytes, l.l2_wasted_bytes),
+            rate(c.txg_syncs, l.txg_syncs),
+            rate(c.primary_reads, l.primary_reads),
+            rate(c.primary_writes, l.primary_writes),
+            rate(c.primary_read_bytes, l.primary_read_bytes),
+            rate(c.primary_write_bytes, l.primary_write_bytes),
+        ]);
+        for (d, dev) in cache.devices.iter().enumerate() {
+            let now_d = [dev.reads, dev.writes, dev.read_bytes, dev.write_bytes];
+            let last = self.last_devices[d];
+            for i in 0..4 {
+                vals.push(rate(now_d[i], last[i]));
+            }
+            vals.push(dev.blocks as f64);
+            self.last_devices[d] = now_d;
+        }
+        let l2_bytes = sizes.l2_blocks * bs;
+        vals.extend([
+            sizes.size as f64,
+            sizes.c as f64,
+            sizes.c_max as f64,
+            sizes.mru as f64,
+            sizes.mfu as f64,
+            sizes.mru_ghost as f64,
+            sizes.mfu_ghost as f64,
+            l2_bytes as f64,
+            l2_bytes as f64,
+            (sizes.headers * larch_policy::HEADER_BYTES as u64) as f64,
+            (sizes.l2_blocks * LARCH_L2_ENTRY_BYTES) as f64,
+            cache.dirty_bytes() as f64,
+            cache.dirty_max() as f64,
+            if cache.l2_enabled { 1.0 } else { 0.0 },
+            ((sizes.size / bs) * OPENZFS_ARC_HDR_BYTES + sizes.l2_blocks * OPENZFS_L2_HDR_BYTES)
+                as f64,
+        ]);
+        debug_assert_eq!(vals.len(), self.values.len());
+        for (series, v) in self.values.iter_mut().zip(vals) {
+            series.push(v);
+        }
+        for (heat, open) in self.heat.iter_mut().zip(self.open.iter_mut()) {
+            let cells: Vec<u32> = open
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .flat_map(|(b, n)| [b as u32, *n])
+                .collect();
+            heat.push(cells);
+            *open = [0; buckets::BUCKETS];
+        }
+        self.times.push(now / super::config::SECOND_NS);
+        self.tally = Tally::default();
+        self.last = c;
+    }
+
+    fn series(&self, id: &str) -> Option<&Vec<f64>> {
+        let i = self.defs.iter().position(|d| d.id == id)?;
+        Some(&self.values[i])
+    }
+
+    /// The figures of intervals `from..to` (indexes).
+    fn window(&self, from: usize, to: usize, step_s: u64) -> Window {
+        let to = to.min(self.times.len());
+        if from >= to {
+            return Window::default();
+        }
+        let n = (to - from) as f64;
+        let mean = |id: &str| {
+            self.series(&format!("volume/{VOLUME_NAME}/{id}"))
+                .or_else(|| self.series(id))
+                .map_or(0.0, |v| v[from..to].iter().sum::<f64>() / n)
+        };
+        let reads = mean("read_ops");
+        let iops = reads + mean("write_ops");
+        let sum = |id: &str| {
+            self.series(id)
+                .map_or(0.0, |v| v[from..to].iter().sum::<f64>())
+        };
+        let hits = sum("arc/hits");
+        let misses = sum("arc/misses");
+        let l2_hits = sum("arc/l2_hits");
+        let l2_misses = sum("arc/l2_misses");
+        // Read latencies of the window, every source together.
+        let mut hist = [0u64; buckets::BUCKETS];
+        for h in [FRONT_ARC, FRONT_L2, FRONT_PRIMARY] {
+            for cells in &self.heat[h][from..to] {
+                for pair in cells.chunks_exact(2) {
+                    hist[pair[0] as usize] += u64::from(pair[1]);
+                }
+            }
+        }
+        let total: u64 = hist.iter().sum();
+        let pct = |q: f64| -> f64 {
+            if total == 0 {
+                return 0.0;
+            }
+            let want = (q * total as f64).ceil() as u64;
+            let mut seen = 0;
+            for (b, n) in hist.iter().enumerate() {
+                seen += n;
+                if seen >= want {
+                    return buckets::upper_ns(b).map_or(f64::INFINITY, |ns| ns as f64 / 1000.0);
+                }
+            }
+            f64::INFINITY
+        };
+        let under_1ms: u64 = hist
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| buckets::upper_ns(*b).is_some_and(|ns| ns <= 1_000_000))
+            .map(|(_, n)| n)
+            .sum();
+        let count: u64 = self
+            .latency_count
+            .get(from..to)
+            .map_or(0, |c| c.iter().sum());
+        let lsum: f64 = self
+            .latency_sum_ns
+            .get(from..to)
+            .map_or(0.0, |c| c.iter().sum());
+        Window {
+            from_s: self.times[from] - step_s,
+            to_s: self.times[to - 1],
+            iops,
+            read_iops: reads,
+            bytes_per_s: mean("read_bytes") + mean("write_bytes"),
+            mean_latency_us: if count > 0 {
+                lsum / count as f64 / 1000.0
+            } else {
+                0.0
+            },
+            p50_us: pct(0.5),
+            p90_us: pct(0.9),
+            p99_us: pct(0.99),
+            p999_us: pct(0.999),
+            reads_under_1ms: if total > 0 {
+                under_1ms as f64 / total as f64
+            } else {
+                0.0
+            },
+            arc_hit_ratio: if hits + misses > 0.0 {
+                hits / (hits + misses)
+            } else {
+                0.0
+            },
+            l2_hit_ratio: if l2_hits + l2_misses > 0.0 {
+                l2_hits / (l2_hits + l2_misses)
+            } else {
+                0.0
+            },
+            dram_hits_per_s: mean("read_arc_ops"),
+            primary_reads_per_s: self
+                .series(&format!("backing/{VOLUME_NAME}/read_ops"))
+                .map_or(0.0, |v| v[from..to].iter().sum::<f64>() / n),
+            primary_read_bytes_per_s: self
+                .series(&format!("backing/{VOLUME_NAME}/read_bytes"))
+                .map_or(0.0, |v| v[from..to].iter().sum::<f64>() / n),
+        }
+    }
+
+    /// The first interval (index) whose value of `id` (or its mean over `avg` intervals)
+    /// reaches `level`, in seconds from the start.
+    fn first_reaching(&self, id: &str, level: f64, avg: usize) -> Option<u64> {
+        let v = self.series(id)?;
+        let avg = avg.max(1);
+        (0..v.len()).find_map(|k| {
+            let lo = (k + 1).saturating_sub(avg);
+            let m = v[lo..=k].iter().sum::<f64>() / (k + 1 - lo) as f64;
+            (m >= level && level > 0.0).then_some(self.times[k])
+        })
+    }
+
+    /// The output: series, heat maps and the summary.
+    pub fn finish(
+        self,
+        name: String,
+        config: String,
+        step_s: u64,
+        cache: &SimCache,
+        ads_bytes: u64,
+        block_ios: u64,
+    ) -> SimOutput {
+        let n = self.times.len();
+        let per_minute = (60 / step_s.max(1)).max(1) as usize;
+        let steady_len = (n / 10).clamp(1.min(n), (600 / step_s.max(1)).max(1) as usize);
+        let steady = self.window(n - steady_len.min(n), n, step_s);
+        let first_minute = self.window(0, per_minute.min(n), step_s);
+        let sizes = cache.arc_sizes();
+        let bs = u64::from(cache.block_bytes());
+        let l2_end = sizes.l2_blocks * bs;
+        let c_max = sizes.c_max as f64;
+        let capacity: u64 = cache.devices.iter().map(|d| d.ring_bytes()).sum();
+        let overlap = cache.l2_blocks_in_arc();
+        let summary = Summary {
+            virtual_seconds: self.times.last().copied().unwrap_or(0) as f64,
+            requests: self.requests,
+            block_ios,
+            first_minute,
+            arc_warm_s: self.first_reaching("arc/size", 0.9 * c_max, 1),
+            l2_half_s: self.first_reaching("arc/l2_size", 0.5 * l2_end as f64, 1),
+            l2_90_s: self.first_reaching("arc/l2_size", 0.9 * l2_end as f64, 1),
+            iops_half_s: self.first_reaching(
+                &format!("volume/{VOLUME_NAME}/read_ops"),
+                0.5 * steady.read_iops,
+                per_minute,
+            ),
+            iops_90_s: self.first_reaching(
+                &format!("volume/{VOLUME_NAME}/read_ops"),
+                0.9 * steady.read_iops,
+                per_minute,
+            ),
+            steady,
+            l2_bytes: l2_end,
+            l2_capacity_bytes: capacity,
+            l2_write_bytes: cache.counters.l2_write_bytes,
+            l2_wasted_bytes: cache.counters.l2_wasted_bytes,
+            larch_arc_hdr_bytes: sizes.headers * larch_policy::HEADER_BYTES as u64,
+            larch_l2_index_bytes: sizes.l2_blocks * LARCH_L2_ENTRY_BYTES,
+            openzfs_hdr_bytes: (sizes.size / bs) * OPENZFS_ARC_HDR_BYTES
+                + (sizes.l2_blocks - overlap) * OPENZFS_L2_HDR_BYTES,
+            ads_over_cache: ads_bytes as f64 / (c_max + capacity as f64).max(1.0),
+        };
+        let series = self
+            .defs
+            .iter()
+            .zip(self.values)
+            .map(|(d, v)| (d.id.clone(), v))
+            .collect();
+        let heatmaps = self
+            .heat_defs
+            .iter()
+            .zip(self.heat)
+            .map(|(d, h)| (d.id.clone(), h))
+            .collect();
+        SimOutput {
+            version: 1,
+            kind: "simulation",
+            pool: name,
+            config,
+            summary,
+            step: step_s,
+            times: self.times,
+            series_defs: self.defs,
+            series,
+            heatmap_defs: self.heat_defs,
+            heatmaps,
+            bounds_us: (0..buckets::BUCKETS - 1)
+                .filter_map(buckets::upper_ns)
+                .map(|ns| ns as f64 / 1000.0)
+                .collect(),
+            events: self.events,
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The discrete-event simulation of a pool: deterministic for a seed, its configuration
+//! checked field by field, and small versions of the seeds' setups giving the seeds'
+//! shapes (the L2ARC multiplies random-read IOPS over slow disks; a hot set that fits in
+//! DRAM needs no L2ARC; an L2ARC switched off and on again serves what it held).
+
+use larch_sim::sim::{
+    self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables, Workload,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// Seed 000 at 1/400 of its size: 280 MiB of ARC, 6 x 256 MiB of Readzilla, 140 disks in
+/// mirrors, 20 clients of 8K random reads over 1.25 GiB.
+fn seed000_small(l2: bool) -> SimConfig {
+    let mut tunables = SimTunables::default();
+    tunables.openzfs_feed();
+    SimConfig {
+        name: "seed000-small".to_string(),
+        seed: 7,
+        duration_ns: 120 * SECOND_NS,
+        step_s: 1,
+        arc_max_bytes: 280 * MIB,
+        memory_bytes: 0,
+        primary: "140xhdd:mirror".to_string(),
+        caches: if l2 {
+            (0..6)
+                .map(|_| CacheDevice {
+                    spec: "readzilla".to_string(),
+                    capacity_bytes: Some(256 * MIB),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        volume_bytes: 10 << 30,
+        block_bytes: 8192,
+        workload: Workload {
+            pattern: Pattern::Uniform,
+            ads_bytes: 1280 * MIB,
+            io_bytes: 8192,
+            read_fraction: 1.0,
+        },
+        // As the seed000 preset: half a millisecond of each cycle is the NFS client's and
+        // the network's, outside the server's latency.
+        clients: Clients::Closed {
+            threads: 20,
+            think_ns: 500_000,
+        },
+        frontend_ns: 50_000,
+        tunables,
+        switch: Vec::new(),
+        prewarm: false,
+    }
+}
+
+fn run(cfg: &SimConfig) -> SimOutput {
+    sim::run(cfg, &mut |_| {}).expect("the configuration runs")
+}
+
+#[test]
+fn a_seed_gives_the_same_run_and_another_seed_another() {
+    let mut cfg = seed000_small(true);
+    cfg.duration_ns = 20 * SECOND_NS;
+    let a = run(&cfg);
+    let b = run(&cfg);
+    assert_eq!(a.series, b.series);
+    assert_eq!(a.heatmaps, b.heatmaps);
+    assert_eq!(a.summary.requests, b.summary.requests);
+    cfg.seed += 1;
+    let c = run(&cfg);
+    assert_ne!(
+        a.series["volume/vol0/read_ops"],
+        c.series["volume/vol0/read_ops"]
+    );
+}
+
+#[test]
+fn the_l2arc_warms_and_multiplies_random_read_iops_over_mirrored_disks() {
+    // Prewarmed, as seed 002 measured: the steady state with and without the L2ARC.
+    let mut with = seed000_small(true);
+    with.prewarm = true;
+    with.duration_ns = 30 * SECOND_NS;
+    let mut without = seed000_small(false);
+    without.prewarm = true;
+    without.duration_ns = 30 * SECOND_NS;
+    let w = run(&with).summary.steady;
+    let wo = run(&without).summary.steady;
+    let gain = w.iops / wo.iops;
+    // Seed 000: "over 5x" when warm, most reads under 1 ms.
+    assert!(
+        gain > 4.0,
+        "L2ARC gain {gain:.2} ({:.0} vs {:.0} IOPS)",
+        w.iops,
+        wo.iops
+    );
+    assert!(
+        w.reads_under_1ms > 0.6,
+        "{:.2} of reads under 1 ms",
+        w.reads_under_1ms
+    );
+    assert!(
+        wo.reads_under_1ms < 0.35,
+        "{:.2} of reads under 1 ms without L2",
+        wo.reads_under_1ms
+    );
+    // DRAM hits per second rise with the L2ARC, as seed 000 shows, at the same hit ratio.
+    assert!(w.dram_hits_per_s > 3.0 * wo.dram_hits_per_s);
+    assert!((w.arc_hit_ratio - wo.arc_hit_ratio).abs() < 0.03);
+
+    // From cold, the L2ARC fills and the IOPS climb.
+    let cold = run(&seed000_small(true));
+    let s = &cold.summary;
+    assert!(
+        s.l2_bytes > 512 * MIB,
+        "the L2ARC holds only {} bytes",
+        s.l2_bytes
+    );
+    assert!(s.l2_half_s.is_some() && s.l2_half_s < s.l2_90_s);
+    assert!(
+        s.steady.iops > 2.0 * s.first_minute.iops,
+        "steady {:.0} IOPS vs {:.0} in the first minute",
+        s.steady.iops,
+        s.first_minute.iops
+    );
+    // Cold, the disks' random reads feed the ARC: seed 000's ARC warmed at < 20 MB/s.
+    let mib_s = s.first_minute.primary_read_bytes_per_s / MIB as f64;
+    assert!(
+        (10.0..60.0).contains(&mib_s),
+        "{mib_s:.1} MiB/s of disk reads cold"
+    );
+}
+
+#[test]
+fn a_hot_set_in_dram_needs_no_l2arc_and_a_switch_flip_stops_l2_hits_at_once() {
+    let mut cfg = seed000_small(true);
+    cfg.workload.ads_bytes = 128 * MIB;
+    cfg.duration_ns = 40 * SECOND_NS;
+    let hot = run(&cfg).summary.steady;
+    assert!(
+        hot.arc_hit_ratio > 0.99,
+        "ARC hit ratio {:.3}",
+        hot.arc_hit_ratio
+    );
+
+    let mut cfg = seed000_small(true);
+    cfg.prewarm = true;
+    cfg.duration_ns = 30 * SECOND_NS;
+    cfg.switch = vec![(10 * SECOND_NS, false), (20 * SECOND_NS, true)];
+    let out = run(&cfg);
+    let l2 = &out.series["arc/l2_hits"];
+    let at = |s: usize| l2[s - 1];
+    assert!(at(8) > 1000.0, "L2 hits before the flip: {}", at(8));
+    assert!(
+        (12..=19).all(|s| at(s) == 0.0),
+        "L2 hits while off: {:?}",
+        &l2[11..19]
+    );
+    assert!(at(25) > 1000.0, "L2 hits after: {}", at(25));
+    assert_eq!(out.events.len(), 2);
+}
+
+#[test]
+fn writes_dirty_the_arc_are_synced_by_txgs_and_drop_cache_device_copies() {
+    let mut cfg = seed000_small(true);
+    cfg.prewarm = true;
+    cfg.duration_ns = 30 * SECOND_NS;
+    cfg.workload.read_fraction = 0.5;
+    cfg.workload.io_bytes = 4096; // partial blocks: read-modify-write
+    let out = run(&cfg);
+    // Every zfs_txg_timeout (5 s) at least, and sooner whenever the dirty data passes
+    // zfs_dirty_data_sync_percent of its limit.
+    let syncs: f64 = out.series["arc/txg_syncs"].iter().sum();
+    assert!(syncs >= 6.0, "{syncs} TXGs in 30 s");
+    let written: f64 = out.series["backing/vol0/write_bytes"].iter().sum();
+    assert!(written > 0.0);
+    let l2 = &out.series["arc/l2_size"];
+    assert!(
+        l2.last().unwrap() < &l2[0],
+        "writes did not drop cache-device copies: {} -> {}",
+        l2[0],
+        l2.last().unwrap()
+    );
+}
+
+#[test]
+fn sequential_reads_are_prefetched() {
+    let mut cfg = seed000_small(false);
+    cfg.workload.pattern = Pattern::Sequential;
+    cfg.workload.io_bytes = 128 << 10;
+    cfg.duration_ns = 10 * SECOND_NS;
+    let with = run(&cfg).summary.steady;
+    cfg.tunables.prefetch_disable = true;
+    let without = run(&cfg).summary.steady;
+    assert!(
+        with.arc_hit_ratio > 0.5 && without.arc_hit_ratio < 0.05,
+        "hit ratio with prefetch {:.2}, without {:.2}",
+        with.arc_hit_ratio,
+        without.arc_hit_ratio
+    );
+}
+
+#[test]
+fn configurations_that_cannot_run_name_the_field() {
+    let base = seed000_small(true);
+    type Change = Box<dyn Fn(&mut SimConfig)>;
+    let cases: Vec<(Change, &str)> = vec![
+        (Box::new(|c| c.duration_ns = 0), "duration"),
+        (Box::new(|c| c.arc_max_bytes = 1000), "arc"),
+        (Box::new(|c| c.block_bytes = 3000), "block"),
+        (
+            Box::new(|c| c.workload.ads_bytes = 20 << 30),
+            "workload.ads",
+        ),
+        (
+            Box::new(|c| c.workload.read_fraction = -0.5),
+            "workload.read",
+        ),
+        (
+            Box::new(|c| {
+                c.clients = Clients::Closed {
+                    threads: 0,
+                    think_ns: 0,
+                }
+            }),
+            "clients.threads",
+        ),
+        (
+            Box::new(|c| c.clients = Clients::Open { rate: -3.0 }),
+            "clients.rate",
+        ),
+        (
+            Box::new(|c| c.workload.pattern = Pattern::Zipf { theta: 0.0 }),
+            "workload.zipf",
+        ),
+        (
+            Box::new(|c| {
+                c.memory_bytes = 100 * MIB;
+            }),
+            "arc",
+        ),
+        (Box::new(|c| c.primary = "hdx".to_string()), "primary"),
+        (
+            Box::new(|c| c.caches[3].spec = "ssd:rpm=7200".to_string()),
+            "caches[3]",
+        ),
+        (
+            Box::new(|c| c.switch = vec![(999 * SECOND_NS, false)]),
+            "switch[0]",
+        ),
+    ];
+    for (change, field) in cases {
+        let mut cfg = base.clone();
+        change(&mut cfg);
+        let err = sim::run(&cfg, &mut |_| {})
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(field), "{field:?}: {err}");
+    }
+}
