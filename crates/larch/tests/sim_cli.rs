@@ -265,3 +265,122 @@ fn demo_shows_the_arc_surviving_a_scan() {
         "ARC {arc:?} vs LRU {lru:?} before the scan"
     );
 }
+
+/// `larch sim run` as a user runs it: a preset with flags, a configuration file, its
+/// outputs (JSON and a report page), and bad input refused with the field named.
+#[test]
+fn sim_run_writes_its_outputs_and_refuses_what_cannot_run() {
+    let dir = scratch_dir();
+    let json = dir.join("run.json");
+    let html = dir.join("run.html");
+    let out = larch(&[
+        "sim",
+        "run",
+        "--preset",
+        "small",
+        "--duration",
+        "20s",
+        "--switch",
+        "off@10s",
+        "--quiet",
+        "-o",
+        json.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "steady",
+        "first minute",
+        "warm-up",
+        "header DRAM",
+        "ADS / (ARC + L2ARC)",
+    ] {
+        assert!(text.contains(word), "{word:?} not in the summary:\n{text}");
+    }
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(run["kind"], "simulation");
+    assert_eq!(run["times"].as_array().unwrap().len(), 20);
+    let reads = run["series"]["volume/vol0/read_ops"].as_array().unwrap();
+    assert!(reads.iter().all(|v| v.as_f64().unwrap() > 0.0));
+    assert_eq!(run["events"][0]["text"], "l2arc_enabled=0");
+    assert!(run["heatmaps"]["frontend/vol0/read_backing"].is_array());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("window.LARCH_STATIC = {"));
+    assert!(
+        !page.contains("src=\"/"),
+        "the report links a file it should hold"
+    );
+
+    // A configuration file, overridden by a flag.
+    let toml = dir.join("pool.toml");
+    write_file(
+        &toml,
+        b"name = \"mine\"\nduration = \"5s\"\narc = \"256M\"\ncaches = [\"2xssd:capacity=1G\"]\n\
+          [workload]\npattern = \"zipf:0.8\"\nads = \"2G\"\n[clients]\nthreads = 8\n\
+          [tunables]\nl2arc_write_max = \"16M\"\n",
+    );
+    let out = larch(&[
+        "sim",
+        "run",
+        "--config",
+        toml.to_str().unwrap(),
+        "--threads",
+        "4",
+        "--quiet",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(summary["steady"]["iops"].as_f64().unwrap() > 0.0);
+
+    // Bad input: exit 2, the field named, nothing written.
+    let bad_trace = dir.join("bad.csv");
+    write_file(
+        &bad_trace,
+        b"time,offset,size,op\n1,0,4096,R\n2,zero,4096,R\n",
+    );
+    let trace_arg = format!("trace:{}", bad_trace.display());
+    let bad_toml = dir.join("bad.toml");
+    write_file(&bad_toml, b"arcc = \"1G\"\n");
+    for (args, words) in [
+        (vec!["--preset", "seed999"], vec!["--preset", "seed999"]),
+        (vec!["--arc", "lots"], vec!["--arc"]),
+        (vec!["--ads", "1024T"], vec!["workload.ads"]),
+        (vec!["--arc", "2T", "--memory", "1T"], vec!["arc", "memory"]),
+        (vec!["--cache", "hdx"], vec!["caches[0]", "hdx"]),
+        (vec!["--primary", "8xhdd:raidz9"], vec!["primary"]),
+        (
+            vec!["--set", "l2arc_write_max=fast"],
+            vec!["--set", "l2arc_write_max"],
+        ),
+        (vec!["--rate=-5"], vec!["clients.rate"]),
+        (vec!["--rate", "0"], vec!["clients.rate"]),
+        (vec!["--step", "3 weeks"], vec!["--step"]),
+        (
+            vec!["--config", bad_toml.to_str().unwrap()],
+            vec!["bad.toml", "arcc"],
+        ),
+        (vec!["--workload", trace_arg.as_str()], vec!["bad.csv", ":3"]),
+    ] {
+        let mut all = vec!["sim", "run", "--quiet", "--duration", "5s"];
+        all.extend(args.iter().copied());
+        let out = larch(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+        }
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
