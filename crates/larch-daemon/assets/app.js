@@ -38,6 +38,7 @@ const state = {
   newest: null,
   token: "",
   loading: 0,
+  dataVersion: 0,
 };
 
 // What tests and curious users can ask the page (its own numbers, as drawn).
@@ -45,6 +46,7 @@ const inspect = {
   ready: false,
   samples: 0,
   renders: 0,
+  chartsDrawn: 0,
   renderMs: 0,
   renderMsMax: 0,
   value: (id) => newestValue(id),
@@ -360,6 +362,7 @@ const hooks = {
 
 function build() {
   const main = $("#sections");
+  onScreen.disconnect();
   main.replaceChildren();
   charts = [];
   for (const section of layout()) {
@@ -383,6 +386,7 @@ function build() {
       if (lines.length === 0) continue;
       const chart = new TimeChart(grid, { ...spec, hooks });
       const entry = { chart, spec: { ...spec, lines }, kind: "time", values: [] };
+      onScreen.observe(chart.box);
       entry.hasData = () => entry.values.some((vs) => vs.some((v) => v !== null && v > 0));
       if (spec.breakdown) {
         entry.breakdown = document.createElement("div");
@@ -396,6 +400,7 @@ function build() {
       if (ids.length === 0) continue;
       const chart = new HeatMap(grid, { title: spec.title, hooks, tooltip });
       const entry = { chart, spec: { ...spec, ids }, kind: "heat" };
+      onScreen.observe(chart.box);
       entry.hasData = () => {
         for (const id of entry.shownIds()) {
           const h = state.heat.get(id);
@@ -558,6 +563,7 @@ function pushInterval(time, sample) {
 
 // Hands each chart its lines (derived ones computed once per change, not per frame).
 function refreshData() {
+  state.dataVersion++;
   const get = (k) => (id) => {
     const vs = state.values.get(id);
     return vs && vs[k] !== undefined ? vs[k] : null;
@@ -609,15 +615,35 @@ function currentView() {
   return { from: to - state.span, to, cursor: state.cursor, events: state.events };
 }
 
+// Charts on screen (or about to be): the others are drawn when they scroll into view. A
+// browser without a GPU repaints every canvas drawn into, so drawing only what is seen and
+// has changed is what keeps the page responsive at a 100 ms refresh.
+const onScreen = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    const e = charts.find((c) => c.chart.box === entry.target);
+    if (e) e.visible = entry.isIntersecting;
+  }
+  scheduleDraw();
+}, { rootMargin: "300px" });
+
+// Draws every visible chart whose view, data, cursor, scale or size changed since it was
+// last drawn.
 function drawAll() {
   const started = performance.now();
   const view = currentView();
+  const key = [view.from, view.to, view.cursor, state.dataVersion, state.zoomUs, state.log,
+    view.events.length, window.innerWidth].join(" ");
+  let drawn = 0;
   for (const e of charts) {
+    if (!e.visible || e.drawnKey === key) continue;
     if (e.kind === "heat") e.chart.setScale(state.zoomUs, state.log);
     e.chart.draw(view);
     if (e.breakdown) drawBreakdown(e, view);
+    e.drawnKey = key;
+    drawn++;
   }
   const ms = performance.now() - started;
+  inspect.chartsDrawn += drawn;
   inspect.renders++;
   inspect.renderMs = ms;
   inspect.renderMsMax = Math.max(inspect.renderMsMax, ms);

@@ -89,12 +89,22 @@ pub struct RunArgs {
     /// Flip the L2ARC switch: off@TIME or on@TIME; repeatable.
     #[arg(long = "switch", value_name = "off|on@TIME")]
     pub switch: Vec<String>,
+    /// Whose L2 feed: larch (a feeder per cache device, larch's tunables) or openzfs (one
+    /// feeder taking the devices in turn, 8 MiB per feed, headroom 2: as the seeds ran).
+    /// The seed presets use openzfs.
+    #[arg(long, value_name = "larch|openzfs")]
+    pub feed: Option<String>,
     /// Start with the caches full of the active data set.
     #[arg(long)]
     pub prewarm: bool,
     /// The seed of every random choice.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Run at 1/N of the pool's sizes (ARC, cache devices, disks, data set) and show the
+    /// result as the full pool: N times faster, with the same hit ratios and rates for
+    /// random workloads, and warm-up times multiplied back (docs/simulator.md, "Scale").
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub scale: u64,
     /// Write the output (series, heat maps, summary) as JSON to FILE.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -624,6 +634,21 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     if let Some(v) = &args.frontend {
         cfg.frontend_ns = time("--frontend", v)?;
     }
+    match args.feed.as_deref() {
+        None => {}
+        Some("openzfs") => cfg.tunables.openzfs_feed(),
+        Some("larch") => {
+            let d = SimTunables::default();
+            let t = &mut cfg.tunables;
+            t.l2arc_write_max = d.l2arc_write_max;
+            t.l2arc_write_boost = d.l2arc_write_boost;
+            t.l2arc_headroom = d.l2arc_headroom;
+            t.l2arc_feed_follow = d.l2arc_feed_follow;
+            t.l2arc_nowrite = d.l2arc_nowrite;
+            t.feed_round_robin = d.feed_round_robin;
+        }
+        Some(other) => bail!("--feed: larch or openzfs, got {other:?}"),
+    }
     for s in &args.set {
         let (name, value) = s
             .split_once('=')
@@ -683,10 +708,15 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
     };
     let mut t = String::new();
     t += &format!(
-        "{}: {} of virtual time in {wall_s:.1} s ({:.2}M block I/Os per second)\n",
+        "{}: {} of virtual time in {wall_s:.1} s ({:.2}M block I/Os per second){}\n",
         out.pool,
         secs(Some(s.virtual_seconds as u64)),
-        s.block_ios as f64 / wall_s.max(1e-9) / 1e6
+        s.block_ios as f64 / wall_s.max(1e-9) / 1e6,
+        if s.scale > 1 {
+            format!("; run at 1/{} scale, shown at full size", s.scale)
+        } else {
+            String::new()
+        }
     );
     t += &format!(
         "pool          ARC {}, {} cache device(s) of {} in all, primary {}\n",
@@ -757,7 +787,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             );
         }
     };
-    let out = sim::run(&cfg, &mut progress)?;
+    if args.scale == 0 {
+        bail!("--scale: at least 1");
+    }
+    let scaled = cfg.scaled(args.scale)?;
+    let mut out = sim::run(&scaled, &mut progress)?;
+    out.rescale(args.scale);
     let wall = started.elapsed().as_secs_f64();
     if let Some(path) = &args.output {
         let text = serde_json::to_string(&out)?;

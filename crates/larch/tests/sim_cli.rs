@@ -370,7 +370,10 @@ fn sim_run_writes_its_outputs_and_refuses_what_cannot_run() {
             vec!["--config", bad_toml.to_str().unwrap()],
             vec!["bad.toml", "arcc"],
         ),
-        (vec!["--workload", trace_arg.as_str()], vec!["bad.csv", ":3"]),
+        (
+            vec!["--workload", trace_arg.as_str()],
+            vec!["bad.csv", ":3"],
+        ),
     ] {
         let mut all = vec!["sim", "run", "--quiet", "--duration", "5s"];
         all.extend(args.iter().copied());

@@ -579,10 +579,38 @@ impl SimCache {
             None
         };
         let pace = self.pace(d);
-        let dev = &mut self.devices[d];
+        // Per device, the device's own feeder goes on; with OpenZFS's round robin (up to
+        // 2.4), the one feeder's next turn is the next device's, with the same budget.
+        let next = self.next_feeder(d);
+        let written_bytes = self.devices[d].wrote_last;
+        let dev = &mut self.devices[next];
         dev.next_feed_ns = now + pace.wait_ms.max(1) * 1_000_000;
         dev.budget_bytes = pace.budget_bytes;
+        dev.wrote_last = written_bytes;
         written
+    }
+
+    /// The device fed after device `d`: `d` itself (a feeder per device, as larch and
+    /// OpenZFS after 2.4 do), or the next one in turn (OpenZFS's one feed thread).
+    pub fn next_feeder(&self, d: usize) -> usize {
+        if self.tunables.feed_round_robin {
+            (d + 1) % self.devices.len()
+        } else {
+            d
+        }
+    }
+
+    /// Device `d`'s feed at `now` with `budget_bytes` given, as the engine's
+    /// `Engine::feed_once` takes it, instead of the budget of [`SimCache::feed`]'s pace; the
+    /// pace is left as it was. For tests that drive the engine and the simulator with one
+    /// sequence; the caller completes each batch ([`SimCache::feed_done`]) before the next.
+    pub fn feed_with_budget(
+        &mut self,
+        now: Nanos,
+        d: usize,
+        budget_bytes: u64,
+    ) -> Option<(u64, Nanos)> {
+        self.feed_once(now, d, budget_bytes)
     }
 
     fn feed_once(&mut self, now: Nanos, d: usize, budget_bytes: u64) -> Option<(u64, Nanos)> {
@@ -799,6 +827,12 @@ impl SimCache {
     /// Blocks with a copy on some cache device.
     pub fn l2_blocks(&self) -> u64 {
         self.l2.len() as u64
+    }
+
+    /// The cache device and ring position of `block`'s indexed copy, if it has one (its
+    /// feed batch completed): which blocks a feed wrote, and in what order.
+    pub fn cache_device_copy(&self, block: u64) -> Option<(usize, u64)> {
+        self.l2.get(&block).map(|e| (usize::from(e.device), e.pos))
     }
 
     /// Blocks with a copy on a cache device that are in DRAM too (OpenZFS keeps a full

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::device::DeviceSpec;
 use crate::trace::Format;
 
 /// Nanoseconds per second.
@@ -157,6 +158,11 @@ pub struct SimTunables {
     pub prefetch_disable: bool,
     /// `zfetch_max_distance`, bytes.
     pub prefetch_max_distance: u64,
+    /// One feeder taking the cache devices in turn with one budget, as OpenZFS did up to
+    /// 2.4 (`l2arc_dev_get_next`), instead of a feeder per device as larch (and OpenZFS's
+    /// master) does. Not a tunable of the daemon: the simulator's way to run the seeds'
+    /// feed.
+    pub feed_round_robin: bool,
 }
 
 impl Default for SimTunables {
@@ -183,19 +189,22 @@ impl Default for SimTunables {
             delay_scale_ns: 500_000,
             prefetch_disable: false,
             prefetch_max_distance: 8 << 20,
+            feed_round_robin: false,
         }
     }
 }
 
 impl SimTunables {
-    /// OpenZFS's feed as it shipped (and as the seeds ran it): 8 MiB per feed and device,
-    /// a headroom of 2, no follow-up feeds, prefetched blocks skipped, written ones fed.
+    /// OpenZFS's feed as the seeds ran it (up to 2.2): one feeder taking the devices in
+    /// turn, 8 MiB per feed (16 MiB while the ARC is cold), a headroom of 2, no follow-up
+    /// feeds, prefetched blocks skipped, written ones fed.
     pub fn openzfs_feed(&mut self) {
         self.l2arc_write_max = 8 << 20;
         self.l2arc_write_boost = 8 << 20;
         self.l2arc_headroom = 2;
         self.l2arc_feed_follow = false;
         self.l2arc_nowrite = false;
+        self.feed_round_robin = true;
     }
 
     /// Sets one tunable from its name and a number (sizes in bytes, flags 0 or 1);
@@ -470,5 +479,63 @@ impl SimConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// A device spec with its capacity divided by `n` (disks: each disk's, so that a working
+/// set covers the same fraction of every disk and seeks stay as long).
+fn scaled_spec(field: &str, text: &str, n: u64) -> Result<String, ConfigError> {
+    let mut spec = DeviceSpec::parse(text).map_err(|e| ConfigError::new(field, e.to_string()))?;
+    let shrink = |bytes: &mut u64| *bytes = (*bytes / n).max(1 << 20);
+    match &mut spec {
+        DeviceSpec::Disks { hdd, .. } => shrink(&mut hdd.capacity_bytes),
+        DeviceSpec::Flash { params, .. } => shrink(&mut params.capacity_bytes),
+        DeviceSpec::ObjectStore(params) => shrink(&mut params.capacity_bytes),
+        DeviceSpec::Ram(params) => shrink(&mut params.capacity_bytes),
+    }
+    Ok(spec.to_string())
+}
+
+impl SimConfig {
+    /// The same pool and workload at 1/`n` of its sizes: the ARC, the cache devices, the
+    /// volume, the active data set, the disks (so a working set covers the same fraction of
+    /// each disk) and the dirty limit shrink by `n`; rates, latencies, block and request
+    /// sizes, clients and tunables stay. Hit ratios and the steady state are those of the
+    /// full size (for random workloads, whose reuse scales with the data set), and
+    /// everything that fills the caches happens `n` times sooner: a run of T seconds
+    /// shows what the full pool does in n × T. Switch flips move to 1/n of their times.
+    pub fn scaled(&self, n: u64) -> Result<SimConfig, ConfigError> {
+        if n <= 1 {
+            return Ok(self.clone());
+        }
+        let mut c = self.clone();
+        let div = |bytes: u64| (bytes / n).max(1);
+        c.arc_max_bytes = div(c.arc_max_bytes);
+        c.memory_bytes = if c.memory_bytes == 0 {
+            0
+        } else {
+            div(c.memory_bytes)
+        };
+        c.volume_bytes = div(c.volume_bytes);
+        c.workload.ads_bytes = div(c.workload.ads_bytes);
+        if let Pattern::Scan { hot_bytes, .. } = &mut c.workload.pattern {
+            *hot_bytes = div(*hot_bytes);
+        }
+        c.tunables.dirty_data_max = div(c.tunables.dirty_data_max);
+        c.primary = scaled_spec("primary", &c.primary, n)?;
+        for (i, cache) in c.caches.iter_mut().enumerate() {
+            let field = format!("caches[{i}]");
+            match cache.capacity_bytes {
+                Some(bytes) => cache.capacity_bytes = Some(div(bytes)),
+                None => cache.spec = scaled_spec(&field, &cache.spec, n)?,
+            }
+        }
+        c.duration_ns = (c.duration_ns / n).max(1);
+        c.step_s = (c.step_s / n).max(1);
+        for (at, _) in &mut c.switch {
+            *at /= n;
+        }
+        c.name = format!("{} (at 1/{n} scale)", c.name);
+        Ok(c)
     }
 }

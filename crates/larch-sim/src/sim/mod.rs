@@ -243,7 +243,12 @@ impl Run<'_> {
                 }
             }
         }
-        for d in 0..self.cache.devices.len() {
+        let feeders = if cfg.tunables.feed_round_robin {
+            self.cache.devices.len().min(1)
+        } else {
+            self.cache.devices.len()
+        };
+        for d in 0..feeders {
             self.queue.push(0, Event::Feed(d));
         }
         self.queue.push(
@@ -334,8 +339,9 @@ impl Run<'_> {
                     if let Some((id, done)) = self.cache.feed(now, d) {
                         self.queue.push(done, Event::FeedDone(id));
                     }
+                    let next = self.cache.next_feeder(d);
                     self.queue
-                        .push(self.cache.devices[d].next_feed_ns, Event::Feed(d));
+                        .push(self.cache.devices[next].next_feed_ns, Event::Feed(next));
                 }
                 Event::FeedDone(id) => self.cache.feed_done(id),
                 Event::TxgTimer => {

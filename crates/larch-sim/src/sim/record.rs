@@ -130,6 +130,9 @@ pub struct Summary {
     pub openzfs_hdr_bytes: u64,
     /// Active data set / (ARC + L2ARC): seed 002's key ratio 1.
     pub ads_over_cache: f64,
+    /// The run was made at 1/`scale` of the pool's sizes, and its times multiplied back
+    /// (1: full size).
+    pub scale: u64,
 }
 
 /// The output of a run: the summary, and what the Analytics page shows.
@@ -161,6 +164,64 @@ pub struct SimOutput {
     pub bounds_us: Vec<f64>,
     /// Switch flips.
     pub events: Vec<Event>,
+}
+
+impl SimOutput {
+    /// Shows a run made at 1/`n` of its sizes ([`super::SimConfig::scaled`]) as the full
+    /// pool: every time (the intervals' ends, the step, events, warm-up times, the
+    /// windows' bounds) and every size (gauges of bytes and blocks, the summary's bytes)
+    /// multiplied by `n`. Rates stay: they are the full pool's.
+    pub fn rescale(&mut self, n: u64) {
+        if n <= 1 {
+            return;
+        }
+        let nf = n as f64;
+        for def in &self.series_defs {
+            if def.kind == "gauge"
+                && (def.unit == "bytes" || def.unit == "blocks")
+                && let Some(values) = self.series.get_mut(&def.id)
+            {
+                values.iter_mut().for_each(|v| *v *= nf);
+            }
+        }
+        {
+            let s = &mut self.summary;
+            for b in [
+                &mut s.l2_bytes,
+                &mut s.l2_capacity_bytes,
+                &mut s.l2_write_bytes,
+                &mut s.l2_wasted_bytes,
+                &mut s.larch_arc_hdr_bytes,
+                &mut s.larch_l2_index_bytes,
+                &mut s.openzfs_hdr_bytes,
+            ] {
+                *b *= n;
+            }
+        }
+        for t in &mut self.times {
+            *t *= n;
+        }
+        self.step *= n;
+        for e in &mut self.events {
+            e.time *= n;
+        }
+        let s = &mut self.summary;
+        s.virtual_seconds *= n as f64;
+        for t in [
+            &mut s.arc_warm_s,
+            &mut s.l2_half_s,
+            &mut s.l2_90_s,
+            &mut s.iops_half_s,
+            &mut s.iops_90_s,
+        ] {
+            *t = t.map(|t| t * n);
+        }
+        for w in [&mut s.first_minute, &mut s.steady] {
+            w.from_s *= n;
+            w.to_s *= n;
+        }
+        s.scale = n;
+    }
 }
 
 /// A histogram of one interval.
@@ -674,6 +735,7 @@ impl Recorder {
             openzfs_hdr_bytes: (sizes.size / bs) * OPENZFS_ARC_HDR_BYTES
                 + (sizes.l2_blocks - overlap) * OPENZFS_L2_HDR_BYTES,
             ads_over_cache: ads_bytes as f64 / (c_max + capacity as f64).max(1.0),
+            scale: 1,
         };
         let series = self
             .defs
