@@ -17,6 +17,7 @@ mod serve_file;
 mod set;
 mod sim;
 mod sim_run;
+mod size;
 mod status;
 mod volume;
 
@@ -77,6 +78,9 @@ enum Command {
     /// Show tunables of a pool: value, default and source, like `zfs get`.
     #[command(after_help = set::tunables_help())]
     Get(get::GetArgs),
+    /// What an L2ARC would do for a workload: a table of L2ARC sizes and device counts,
+    /// simulated, with seed 002's key ratios, header DRAM, IOPS, latency, warm-up and advice.
+    Size(Box<size::SizeArgs>),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
 }
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         Some(Command::Arcstat(args)) => arcstat::run(args),
         Some(Command::Iostat(args)) => iostat::run(args),
         Some(Command::Analytics(cmd)) => analytics::run(cmd),
+        Some(Command::Size(args)) => size::run(*args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

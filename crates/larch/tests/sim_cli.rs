@@ -387,3 +387,79 @@ fn sim_run_writes_its_outputs_and_refuses_what_cannot_run() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `larch size`: a table of candidates simulated, the cold run, and advice; bad input
+/// refused.
+#[test]
+fn size_simulates_a_table_of_candidates_and_advises() {
+    let out = larch(&[
+        "size",
+        "--preset",
+        "small",
+        "--l2-sizes",
+        "0,1G,3G",
+        "--device-counts",
+        "1,2",
+        "--measure",
+        "10s",
+        "--warm-for",
+        "5m",
+        "--quiet",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["candidates"].as_array().unwrap();
+    // None, then 1G, 3G and the preset's own 4G on 1 and 2 devices (the preset's single
+    // device is among the counts).
+    assert_eq!(rows.len(), 7, "{}", rows.len());
+    let iops = |l2: u64, n: u64| {
+        rows.iter()
+            .find(|r| r["l2_bytes"] == l2 && r["devices"] == n)
+            .unwrap()["steady"]["iops"]
+            .as_f64()
+            .unwrap()
+    };
+    let g = 1u64 << 30;
+    assert!(iops(0, 0) > 0.0);
+    // The small preset's 3 GiB data set beyond a 512 MiB ARC: a 3 GiB L2ARC holds it all.
+    assert!(iops(3 * g, 2) > 2.0 * iops(0, 0), "{rows:?}");
+    assert!(!report["advice"].as_array().unwrap().is_empty());
+    assert!(report["cold_run"]["l2_bytes"].as_u64().unwrap() > 0);
+
+    let text = larch(&[
+        "size",
+        "--preset",
+        "small",
+        "--l2-sizes",
+        "0,2G",
+        "--device-counts",
+        "1",
+        "--measure",
+        "5s",
+        "--warm-for",
+        "2m",
+        "--quiet",
+    ]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for word in ["ADS/cache", "L2bw/pri", "from cold", "advice"] {
+        assert!(text.contains(word), "{word:?} not in:\n{text}");
+    }
+    for (args, word) in [
+        (vec!["--device-counts", "0"], "--device-counts"),
+        (vec!["--l2-sizes", "lots"], "--l2-sizes"),
+        (vec!["--measure", "soon"], "--measure"),
+    ] {
+        let mut all = vec!["size", "--preset", "small", "--quiet"];
+        all.extend(args.iter().copied());
+        let out = larch(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(word), "{args:?}: {err}");
+    }
+}

@@ -201,3 +201,37 @@ mod tests {
         assert_eq!(stats.busy_ns, u64::MAX, "busy time saturates");
     }
 }
+
+/// Bytes per second `dev` streams: sequential reads of `len` bytes from offset 0, `depth`
+/// outstanding, for one virtual second from `start` (a device fresh from its spec, so that
+/// the probe disturbs no run). Seed 002's key ratio 2 compares this figure of the cache
+/// devices with the primary storage's.
+pub fn streaming_read_bytes_per_s(
+    dev: &mut dyn Device,
+    start: Nanos,
+    len: u32,
+    depth: usize,
+) -> f64 {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    const SECOND: Nanos = 1_000_000_000;
+    let mut next_offset = 0u64;
+    let mut outstanding = BinaryHeap::new();
+    for _ in 0..depth.max(1) {
+        outstanding.push(Reverse(dev.submit(start, IoKind::Read, next_offset, len)));
+        next_offset += u64::from(len);
+    }
+    let mut bytes = 0u64;
+    while let Some(Reverse(done)) = outstanding.pop() {
+        if done > start + SECOND {
+            break;
+        }
+        bytes += u64::from(len);
+        if next_offset + u64::from(len) > dev.capacity_bytes() {
+            next_offset = 0;
+        }
+        outstanding.push(Reverse(dev.submit(done, IoKind::Read, next_offset, len)));
+        next_offset += u64::from(len);
+    }
+    bytes as f64
+}

@@ -133,6 +133,10 @@ pub struct Summary {
     /// The run was made at 1/`scale` of the pool's sizes, and its times multiplied back
     /// (1: full size).
     pub scale: u64,
+    /// Mean share of the time the cache devices were busy, over the run.
+    pub cache_busy: f64,
+    /// Mean share of the time the primary storage's disks (or channels) were busy.
+    pub primary_busy: f64,
 }
 
 /// The output of a run: the summary, and what the Analytics page shows.
@@ -164,6 +168,18 @@ pub struct SimOutput {
     pub bounds_us: Vec<f64>,
     /// Switch flips.
     pub events: Vec<Event>,
+}
+
+/// The mean busy share of a device's members (spares, never used, left out) over `run_ns`.
+fn busy_share(stats: impl IntoIterator<Item = crate::device::DeviceStats>, run_ns: u64) -> f64 {
+    let used: Vec<_> = stats
+        .into_iter()
+        .filter(|s| s.reads + s.writes > 0)
+        .collect();
+    if used.is_empty() || run_ns == 0 {
+        return 0.0;
+    }
+    used.iter().map(|s| s.busy_ns as f64).sum::<f64>() / used.len() as f64 / run_ns as f64
 }
 
 impl SimOutput {
@@ -707,6 +723,7 @@ impl Recorder {
         let c_max = sizes.c_max as f64;
         let capacity: u64 = cache.devices.iter().map(|d| d.ring_bytes()).sum();
         let overlap = cache.l2_blocks_in_arc();
+        let run_ns = self.times.last().copied().unwrap_or(0) * super::config::SECOND_NS;
         let summary = Summary {
             virtual_seconds: self.times.last().copied().unwrap_or(0) as f64,
             requests: self.requests,
@@ -736,6 +753,8 @@ impl Recorder {
                 + (sizes.l2_blocks - overlap) * OPENZFS_L2_HDR_BYTES,
             ads_over_cache: ads_bytes as f64 / (c_max + capacity as f64).max(1.0),
             scale: 1,
+            cache_busy: busy_share(cache.devices.iter().flat_map(|d| d.model.stats()), run_ns),
+            primary_busy: busy_share(cache.primary.stats(), run_ns),
         };
         let series = self
             .defs

@@ -1,0 +1,522 @@
+//! `larch size`: what an L2ARC of a given size on given devices would do for a workload,
+//! before the hardware is bought. Runs the simulator (`larch_sim::sim`) on a table of
+//! candidates (L2ARC sizes × device counts, each prewarmed, as seed 002 measured), one cold
+//! run of the configuration asked for (its warm-up), and prints seed 002's key ratios, the
+//! header DRAM, the predicted hit ratios, IOPS and latencies, and advice in the seeds' terms.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail};
+use larch_engine::units::{format_size, parse_size};
+use larch_sim::device::{self, streaming_read_bytes_per_s};
+use larch_sim::sim::{self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, Summary};
+use serde::Serialize;
+
+use crate::sim_run::{RunArgs, configure};
+
+/// Arguments of `larch size`.
+#[derive(clap::Args)]
+pub struct SizeArgs {
+    /// The workload and the pool, as `larch sim run` takes them (a preset, a file, flags);
+    /// --cache names the cache devices' model (its count is one of the candidates).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// L2ARC sizes to try, in all (default: none, a quarter, half and all of the active
+    /// data set beyond the ARC, and a quarter more).
+    #[arg(long, value_delimiter = ',', value_name = "SIZE,...")]
+    pub l2_sizes: Vec<String>,
+    /// Cache-device counts to try (default: 1, 2, 4, 8 and the count asked for).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub device_counts: Vec<u32>,
+    /// Virtual time each prewarmed candidate runs (its steady state).
+    #[arg(long, value_name = "TIME", default_value = "60s")]
+    pub measure: String,
+    /// Virtual time of the cold run of the configuration asked for (default: 48h).
+    #[arg(long, value_name = "TIME")]
+    pub warm_for: Option<String>,
+}
+
+/// One candidate's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    /// Bytes of L2ARC in all.
+    pub l2_bytes: u64,
+    /// Cache devices.
+    pub devices: u32,
+    /// ADS / (ARC + L2ARC).
+    pub ads_over_cache: f64,
+    /// Cache devices' streaming bandwidth / the primary storage's.
+    pub l2_over_primary_bandwidth: f64,
+    /// Its steady state.
+    pub steady: sim::Window,
+    /// Mean busy share of its cache devices.
+    pub cache_busy: f64,
+    /// DRAM of larch's headers and L2 index, bytes.
+    pub larch_dram_bytes: u64,
+    /// DRAM OpenZFS's headers would take, bytes.
+    pub openzfs_dram_bytes: u64,
+}
+
+/// What `larch size --json` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    scale: u64,
+    candidates: Vec<Candidate>,
+    cold_run: Summary,
+    advice: Vec<String>,
+}
+
+/// A scale at which the active data set is at most 4 GiB, unless one is given: hit ratios
+/// and steady states are the full pool's (docs/simulator.md, "Scale").
+fn auto_scale(cfg: &SimConfig, asked: u64) -> u64 {
+    if asked > 1 {
+        return asked;
+    }
+    (cfg.workload.ads_bytes / (4 << 30)).max(1)
+}
+
+fn run_scaled(cfg: &SimConfig, scale: u64) -> anyhow::Result<Summary> {
+    let mut out = sim::run(&cfg.scaled(scale)?, &mut |_| {})?;
+    out.rescale(scale);
+    Ok(out.summary)
+}
+
+/// Bytes per second the primary storage, or `count` cache devices of `spec`, stream.
+fn bandwidth(spec: &str, count: u32) -> anyhow::Result<f64> {
+    let mut dev = device::parse_spec(spec, 1).map_err(|e| anyhow!("{spec}: {e}"))?;
+    Ok(f64::from(count) * streaming_read_bytes_per_s(dev.as_mut(), 0, 1 << 20, 32))
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+fn latency(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} us")
+    }
+}
+
+fn duration(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} days", s / 86_400.0)
+    }
+}
+
+/// `larch size`.
+pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let mut base = configure(&args.run)?;
+    let spec = base
+        .caches
+        .first()
+        .map_or_else(|| "nvme".to_string(), |c| c.spec.clone());
+    let asked_devices = base.caches.len() as u32;
+    let asked_l2: u64 = if base.caches.is_empty() {
+        0
+    } else {
+        base.caches
+            .iter()
+            .map(|c| {
+                c.capacity_bytes.map_or_else(
+                    || device::parse_spec(&c.spec, 1).map(|d| d.capacity_bytes()),
+                    Ok,
+                )
+            })
+            .sum::<Result<u64, _>>()
+            .map_err(|e| anyhow!("--cache: {e}"))?
+    };
+    let ads = base.workload.ads_bytes;
+    let beyond_arc = ads.saturating_sub(base.arc_max_bytes).max(1 << 30);
+    let mut sizes: Vec<u64> = if args.l2_sizes.is_empty() {
+        vec![
+            0,
+            beyond_arc / 4,
+            beyond_arc / 2,
+            beyond_arc,
+            beyond_arc + beyond_arc / 4,
+        ]
+    } else {
+        args.l2_sizes
+            .iter()
+            .map(|s| parse_size(s).map_err(|e| anyhow!("--l2-sizes: {e}")))
+            .collect::<anyhow::Result<_>>()?
+    };
+    if asked_l2 > 0 {
+        sizes.push(asked_l2);
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut counts = if args.device_counts.is_empty() {
+        vec![1, 2, 4, 8]
+    } else {
+        args.device_counts.clone()
+    };
+    if asked_devices > 0 {
+        counts.push(asked_devices);
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.iter().any(|&n| n == 0 || n > 64) {
+        bail!("--device-counts: 1 to 64 devices");
+    }
+    let measure =
+        crate::sim_run::parse_duration(&args.measure).map_err(|e| anyhow!("--measure: {e}"))?;
+    let scale = auto_scale(&base, args.run.scale);
+    base.step_s = 1;
+    let primary_bw = bandwidth(&base.primary, 1)?;
+    let one_device_bw = bandwidth(&spec, 1)?;
+
+    let mut candidates = Vec::new();
+    let quiet = args.run.quiet;
+    for &l2 in &sizes {
+        let counts_here: &[u32] = if l2 == 0 { &[0] } else { &counts };
+        for &n in counts_here {
+            let mut cfg = base.clone();
+            cfg.prewarm = true;
+            // Scaling divides the time too; a steady state is measured for `measure`
+            // whatever the scale.
+            cfg.duration_ns = measure.saturating_mul(scale);
+            cfg.switch.clear();
+            cfg.caches = (0..n)
+                .map(|_| CacheDevice {
+                    spec: spec.clone(),
+                    capacity_bytes: Some(l2 / u64::from(n)),
+                })
+                .collect();
+            if !quiet {
+                eprintln!(
+                    "larch size: L2ARC {} on {n} device(s) ({:.0} s so far)",
+                    format_size(l2),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            let s = run_scaled(&cfg, scale)?;
+            candidates.push(Candidate {
+                l2_bytes: l2,
+                devices: n,
+                ads_over_cache: ads as f64 / (base.arc_max_bytes + l2) as f64,
+                l2_over_primary_bandwidth: f64::from(n) * one_device_bw / primary_bw.max(1.0),
+                cache_busy: s.cache_busy,
+                larch_dram_bytes: s.larch_arc_hdr_bytes + s.larch_l2_index_bytes,
+                openzfs_dram_bytes: s.openzfs_hdr_bytes,
+                steady: s.steady,
+            });
+        }
+    }
+
+    // The configuration asked for, from cold: how long it takes to warm.
+    let mut cold = base.clone();
+    cold.prewarm = false;
+    cold.duration_ns = match &args.warm_for {
+        Some(t) => crate::sim_run::parse_duration(t).map_err(|e| anyhow!("--warm-for: {e}"))?,
+        None => 48 * 3600 * SECOND_NS,
+    };
+    cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
+    if !quiet {
+        eprintln!("larch size: the configuration asked for, from cold");
+    }
+    let cold_run = run_scaled(&cold, scale)?;
+    let advice = advise(&base, &candidates, &cold_run, asked_l2, asked_devices);
+    if args.run.json {
+        let report = Report {
+            scale,
+            candidates,
+            cold_run,
+            advice,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!(
+        "{}",
+        text(
+            &base,
+            &spec,
+            scale,
+            &candidates,
+            &cold_run,
+            &advice,
+            started
+        )
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn text(
+    cfg: &SimConfig,
+    spec: &str,
+    scale: u64,
+    candidates: &[Candidate],
+    cold: &Summary,
+    advice: &[String],
+    started: Instant,
+) -> String {
+    let mut t = String::new();
+    let clients = match cfg.clients {
+        Clients::Closed { threads, .. } => format!("{threads} clients"),
+        Clients::Open { rate } => format!("{rate} requests/s"),
+    };
+    t += &format!(
+        "workload   {} requests of {} over an active data set of {} ({:.0}% reads, {clients}), {} blocks\n",
+        cfg.workload.pattern.name(),
+        format_size(u64::from(cfg.workload.io_bytes)),
+        format_size(cfg.workload.ads_bytes),
+        100.0 * cfg.workload.read_fraction,
+        format_size(u64::from(cfg.block_bytes)),
+    );
+    t += &format!(
+        "pool       ARC {}, primary {}, cache devices {spec}; simulated at 1/{scale} scale in {:.0} s\n\n",
+        format_size(cfg.arc_max_bytes),
+        cfg.primary,
+        started.elapsed().as_secs_f64()
+    );
+    t += &format!(
+        "{:>9} {:>4} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10}\n",
+        "L2ARC",
+        "devs",
+        "ADS/cache",
+        "L2bw/pri",
+        "IOPS",
+        "p50",
+        "p99",
+        "<1ms",
+        "ARC",
+        "L2",
+        "busy",
+        "DRAM",
+        "OpenZFS"
+    );
+    for c in candidates {
+        let w = &c.steady;
+        t += &format!(
+            "{:>9} {:>4} {:>9.2} {:>9} {:>9.0} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10}\n",
+            if c.l2_bytes == 0 {
+                "none".to_string()
+            } else {
+                format_size(c.l2_bytes)
+            },
+            if c.devices == 0 {
+                "-".to_string()
+            } else {
+                c.devices.to_string()
+            },
+            c.ads_over_cache,
+            if c.devices == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", c.l2_over_primary_bandwidth)
+            },
+            w.iops,
+            latency(w.p50_us),
+            latency(w.p99_us),
+            pct(w.reads_under_1ms),
+            pct(w.arc_hit_ratio),
+            if c.devices == 0 {
+                "-".to_string()
+            } else {
+                pct(w.l2_hit_ratio)
+            },
+            if c.devices == 0 {
+                "-".to_string()
+            } else {
+                pct(c.cache_busy)
+            },
+            format_size(c.larch_dram_bytes),
+            format_size(c.openzfs_dram_bytes),
+        );
+    }
+    t += "\n(each row prewarmed, as seed 002 measured; ADS/cache is seed 002's key ratio 1, L2bw/pri its ratio 2;\n DRAM is larch's ARC headers and L2 index, OpenZFS what its headers would take)\n\n";
+    let at = |s: Option<u64>| s.map_or("not within the run".to_string(), |s| duration(s as f64));
+    t += &format!(
+        "from cold  the configuration asked for: ARC warm after {}, L2ARC at 50% / 90% of {} after {} / {}, IOPS at 90% of steady after {}\n\n",
+        at(cold.arc_warm_s),
+        format_size(cold.l2_bytes),
+        at(cold.l2_half_s),
+        at(cold.l2_90_s),
+        at(cold.iops_90_s),
+    );
+    t += "advice\n";
+    for a in advice {
+        t += &format!("- {a}\n");
+    }
+    t
+}
+
+/// Advice in the seeds' terms, from the table and the cold run.
+fn advise(
+    cfg: &SimConfig,
+    candidates: &[Candidate],
+    cold: &Summary,
+    asked_l2: u64,
+    asked_devices: u32,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let none = candidates.iter().find(|c| c.devices == 0);
+    let best = candidates
+        .iter()
+        .max_by(|a, b| a.steady.iops.total_cmp(&b.steady.iops));
+    let (Some(none), Some(best)) = (none, best) else {
+        return out;
+    };
+    let gain = best.steady.iops / none.steady.iops.max(1e-9);
+    // The smallest L2ARC within 10% of the best, on the fewest devices.
+    let enough = candidates
+        .iter()
+        .filter(|c| c.devices > 0 && c.steady.iops >= 0.9 * best.steady.iops)
+        .min_by_key(|c| (c.l2_bytes, c.devices));
+    if cfg.workload.read_fraction < 0.5 {
+        out.push(format!(
+            "write-heavy ({:.0}% writes): the ARC's MRU churns and the feed writes blocks that are soon \
+             overwritten (seed 002's \"wasted L2ARC feed\"); keep the L2ARC to metadata \
+             (secondarycache=metadata) or off for this volume (secondarycache=none), and keep \
+             l2arc_nowrite=1",
+            100.0 * (1.0 - cfg.workload.read_fraction)
+        ));
+    }
+    if gain < 1.2 {
+        let why = if none.ads_over_cache <= 1.0 || none.steady.arc_hit_ratio > 0.9 {
+            "the active data set already fits in the ARC"
+        } else if matches!(cfg.workload.pattern, Pattern::Sequential) {
+            "sequential reads are prefetched, and the cache devices are not faster than the disks for streams"
+        } else if cfg.workload.read_fraction < 0.5 {
+            "the writes keep the cache a moving target"
+        } else {
+            "the misses are not what limits this workload"
+        };
+        out.push(format!(
+            "an L2ARC would not help much here ({gain:.2}x at best): {why}"
+        ));
+    } else if let Some(e) = enough {
+        let misses_served = e.steady.l2_hit_ratio;
+        let warm_lower = e.l2_bytes as f64 / none.steady.primary_read_bytes_per_s.max(1.0);
+        out.push(format!(
+            "an L2ARC of {} on {} device(s) serves {} of the ARC's misses: {:.0} IOPS instead of {:.0} \
+             ({:.1}x), p99 {} instead of {}, {} of reads under 1 ms; its index takes {} of DRAM \
+             (OpenZFS's headers: {})",
+            format_size(e.l2_bytes),
+            e.devices,
+            pct(misses_served),
+            e.steady.iops,
+            none.steady.iops,
+            e.steady.iops / none.steady.iops.max(1e-9),
+            latency(e.steady.p99_us),
+            latency(none.steady.p99_us),
+            pct(e.steady.reads_under_1ms),
+            format_size(e.larch_dram_bytes),
+            format_size(e.openzfs_dram_bytes),
+        ));
+        out.push(format!(
+            "it warms only as fast as the disks read the data in: at today's {:.1} MiB/s of disk reads, \
+             at least {} for {}, longer as the L2ARC serves more and the disks read less (seed 000: 7 h \
+             by this arithmetic, over a day in practice); a persistent L2ARC keeps it warm across \
+             restarts",
+            none.steady.primary_read_bytes_per_s / (1 << 20) as f64,
+            duration(warm_lower),
+            format_size(e.l2_bytes)
+        ));
+    }
+    // Device count: concurrency, as seed 000 and seed 002 say.
+    if let Some(busy) = candidates
+        .iter()
+        .filter(|c| c.devices > 0 && c.cache_busy > 0.7)
+        .min_by_key(|c| c.devices)
+        && let Some(more) = candidates
+            .iter()
+            .filter(|c| c.l2_bytes == busy.l2_bytes && c.devices > busy.devices)
+            .max_by(|a, b| a.steady.iops.total_cmp(&b.steady.iops))
+        && more.steady.iops > 1.2 * busy.steady.iops
+    {
+        out.push(format!(
+            "{} device(s) are {} busy: {} devices of the same total size give {:.1}x the IOPS — \
+             use several cache devices for the concurrent I/O, not only for the capacity (seed 000)",
+            busy.devices,
+            pct(busy.cache_busy),
+            more.devices,
+            more.steady.iops / busy.steady.iops.max(1e-9)
+        ));
+    }
+    if let Some(c) = candidates.iter().find(|c| c.devices > 0) {
+        let ratio2 = c.l2_over_primary_bandwidth / f64::from(c.devices);
+        if matches!(cfg.workload.pattern, Pattern::Sequential) {
+            if ratio2 * f64::from(counts_max(candidates)) < 1.0 {
+                out.push(
+                    "streaming reads: these cache devices stream slower than the data vdevs \
+                     (key ratio 2 < 1): keep prefetched blocks off them (l2arc_noprefetch=1)"
+                        .to_string(),
+                );
+            } else {
+                out.push(
+                    "streaming reads: these cache devices stream faster than the data vdevs \
+                     (key ratio 2 > 1): feed everything (l2arc_noprefetch=0), as seed 002 found \
+                     with NVMe"
+                        .to_string(),
+                );
+            }
+        }
+    }
+    if cfg.workload.io_bytes < cfg.block_bytes
+        && !matches!(cfg.workload.pattern, Pattern::Sequential)
+    {
+        out.push(format!(
+            "requests of {} on {} blocks read and cache {}x the bytes asked for (and partial writes \
+             read the block first): a record size (volblocksize) of {} matches the I/O — at the \
+             price of {}x the header DRAM per byte cached",
+            format_size(u64::from(cfg.workload.io_bytes)),
+            format_size(u64::from(cfg.block_bytes)),
+            cfg.block_bytes / cfg.workload.io_bytes,
+            format_size(u64::from(cfg.workload.io_bytes)),
+            cfg.block_bytes / cfg.workload.io_bytes,
+        ));
+    }
+    if let Some(c) = candidates.iter().max_by_key(|c| c.l2_bytes)
+        && c.openzfs_dram_bytes > cfg.arc_max_bytes / 4
+    {
+        out.push(format!(
+            "with OpenZFS, {} of L2ARC at {} blocks would take {} of DRAM for headers, {} of the ARC \
+             (seed 000: \"you shouldn't configure a system with only 8 Gbytes of DRAM, 600 Gbytes of \
+             L2ARC, and an 8 Kbyte record size\"); larch's index takes {}",
+            format_size(c.l2_bytes),
+            format_size(u64::from(cfg.block_bytes)),
+            format_size(c.openzfs_dram_bytes),
+            pct(c.openzfs_dram_bytes as f64 / cfg.arc_max_bytes as f64),
+            format_size(c.larch_dram_bytes),
+        ));
+    }
+    if asked_l2 > 0
+        && let Some(asked) = candidates
+            .iter()
+            .find(|c| c.l2_bytes == asked_l2 && c.devices == asked_devices)
+    {
+        out.push(format!(
+            "the configuration asked for ({} on {} device(s)): {:.0} IOPS when warm, ADS/(ARC + L2ARC) = {:.2}{}",
+            format_size(asked_l2),
+            asked_devices,
+            asked.steady.iops,
+            asked.ads_over_cache,
+            match cold.iops_90_s {
+                Some(s) => format!(", 90% of that after {} from cold", duration(s as f64)),
+                None => String::new(),
+            }
+        ));
+    }
+    out
+}
+
+fn counts_max(candidates: &[Candidate]) -> u32 {
+    candidates
+        .iter()
+        .map(|c| c.devices)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
