@@ -177,31 +177,6 @@ fn format_capacity(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capacities_read_as_datasheets_print_them() {
-        assert_eq!(format_capacity(1_000_000_000_000), "1 TB");
-        assert_eq!(format_capacity(1_600_000_000_000), "1.6 TB");
-        assert_eq!(format_capacity(100_000_000_000), "100 GB");
-        assert_eq!(format_capacity(4 << 40), "4.4 TB");
-        assert_eq!(format_capacity(512), "512 B");
-    }
-
-    #[test]
-    fn stats_count_by_kind() {
-        let mut stats = DeviceStats::named("disk0");
-        stats.record(IoKind::Read, 8192, 100);
-        stats.record(IoKind::Write, 4096, 50);
-        stats.record(IoKind::Read, 8192, u64::MAX);
-        assert_eq!((stats.reads, stats.writes), (2, 1));
-        assert_eq!((stats.read_bytes, stats.write_bytes), (16384, 4096));
-        assert_eq!(stats.busy_ns, u64::MAX, "busy time saturates");
-    }
-}
-
 /// Bytes per second `dev` streams: sequential reads of `len` bytes from offset 0, `depth`
 /// outstanding, for one virtual second from `start` (a device fresh from its spec, so that
 /// the probe disturbs no run). Seed 002's key ratio 2 compares this figure of the cache
@@ -234,4 +209,29 @@ pub fn streaming_read_bytes_per_s(
         next_offset += u64::from(len);
     }
     bytes as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacities_read_as_datasheets_print_them() {
+        assert_eq!(format_capacity(1_000_000_000_000), "1 TB");
+        assert_eq!(format_capacity(1_600_000_000_000), "1.6 TB");
+        assert_eq!(format_capacity(100_000_000_000), "100 GB");
+        assert_eq!(format_capacity(4 << 40), "4.4 TB");
+        assert_eq!(format_capacity(512), "512 B");
+    }
+
+    #[test]
+    fn stats_count_by_kind() {
+        let mut stats = DeviceStats::named("disk0");
+        stats.record(IoKind::Read, 8192, 100);
+        stats.record(IoKind::Write, 4096, 50);
+        stats.record(IoKind::Read, 8192, u64::MAX);
+        assert_eq!((stats.reads, stats.writes), (2, 1));
+        assert_eq!((stats.read_bytes, stats.write_bytes), (16384, 4096));
+        assert_eq!(stats.busy_ns, u64::MAX, "busy time saturates");
+    }
 }
