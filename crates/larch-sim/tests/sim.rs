@@ -39,6 +39,7 @@ fn seed000_small(l2: bool) -> SimConfig {
             ads_bytes: 1280 * MIB,
             io_bytes: 8192,
             read_fraction: 1.0,
+            volumes: 1,
         },
         // As the seed000 preset: half a millisecond of each cycle is the NFS client's and
         // the network's, outside the server's latency.

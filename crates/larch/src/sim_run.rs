@@ -71,6 +71,9 @@ pub struct RunArgs {
     /// Fraction of requests that read (1 = only reads, 0 = only writes).
     #[arg(long, value_name = "FRACTION")]
     pub read: Option<f64>,
+    /// Volumes the data set is split into, each with its own sequential-read detector.
+    #[arg(long, value_name = "N")]
+    pub volumes: Option<u32>,
     /// Closed-loop clients: requests outstanding at most.
     #[arg(long, value_name = "N")]
     pub threads: Option<u32>,
@@ -149,6 +152,7 @@ struct FileWorkload {
     ads: Option<String>,
     io: Option<String>,
     read: Option<f64>,
+    volumes: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -238,6 +242,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
             ads_bytes: 500 * GIB,
             io_bytes: 8 << 10,
             read_fraction: 1.0,
+            volumes: 1,
         },
         // Each cycle of a client thread spends about half a millisecond in the NFS client
         // and the network, which the server's latency (what Analytics showed) does not
@@ -275,6 +280,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
             ads_bytes: 12 * 100 * GIB,
             io_bytes: 4 << 10,
             read_fraction: 1.0,
+            volumes: 12,
         },
         clients: Clients::Closed {
             threads: 192,
@@ -517,6 +523,9 @@ fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<()> {
         if let Some(v) = w.read {
             cfg.workload.read_fraction = v;
         }
+        if let Some(v) = w.volumes {
+            cfg.workload.volumes = v;
+        }
     }
     if let Some(c) = &file.clients {
         apply_clients(cfg, c.threads, c.think.as_deref(), c.rate, &f("clients"))?;
@@ -623,6 +632,9 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     }
     if let Some(v) = args.read {
         cfg.workload.read_fraction = v;
+    }
+    if let Some(v) = args.volumes {
+        cfg.workload.volumes = v;
     }
     apply_clients(
         &mut cfg,

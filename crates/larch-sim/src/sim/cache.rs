@@ -752,41 +752,56 @@ impl SimCache {
         let span = ads_blocks.next_power_of_two();
         let mult = ((rng.next_u64() | 1) % span.max(2)) | 1;
         let offset = rng.below(span);
+        let order = move |i: u64| (i.wrapping_mul(mult).wrapping_add(offset)) % span;
         let arc_blocks: u64 = self
             .shards
             .iter()
             .map(|a| a.config().c_max_bytes)
             .sum::<u64>()
             / bs;
-        let mut placed = 0u64;
-        for i in 0..span {
-            let block = (i.wrapping_mul(mult).wrapping_add(offset)) % span;
-            if block >= ads_blocks {
-                continue;
-            }
-            placed += 1;
-            if placed <= arc_blocks {
-                let access = self.access(block, false, 0);
-                self.with_shard(block, |arc, actions| arc.access(&access, actions));
-                continue;
-            }
-            // The rest onto the cache devices, round robin, while their rings have room
-            // (the first lap: nothing is evicted by prewarming).
-            let n = self.devices.len();
-            if n == 0 {
-                break;
-            }
-            let d = (placed as usize) % n;
-            let dev = &mut self.devices[d];
-            let plan = dev.ring.plan([bs]);
-            if plan.end_pos > dev.ring.ring_bytes() {
-                if self
-                    .devices
-                    .iter()
-                    .all(|x| x.ring.write_pos() + bs > x.ring.ring_bytes())
-                {
+        // The ARC takes the first blocks of the permutation; the cache devices hold the
+        // others first (a warm pool has them only there), then, while they have room, the
+        // ARC's too (blocks pass through the ARC on their way to a cache device, so a warm
+        // pool has most of its ARC's blocks there as well).
+        let mut next_device = 0usize;
+        for pass in 0..2 {
+            let mut placed = 0u64;
+            for i in 0..span {
+                let block = order(i);
+                if block >= ads_blocks {
+                    continue;
+                }
+                placed += 1;
+                let in_arc = placed <= arc_blocks;
+                if pass == 0 && in_arc {
+                    let access = self.access(block, false, 0);
+                    self.with_shard(block, |arc, actions| arc.access(&access, actions));
+                    continue;
+                }
+                if (pass == 1) != in_arc {
+                    continue;
+                }
+                if !self.prewarm_copy(block, &mut next_device) {
                     break;
                 }
+            }
+        }
+        self.warm = true;
+        self.unfed_bytes = 0;
+    }
+
+    /// Puts a copy of `block` on the next cache device with room (prewarming, the rings'
+    /// first lap); false when no device has room left.
+    fn prewarm_copy(&mut self, block: u64, next_device: &mut usize) -> bool {
+        let bs = u64::from(self.block_bytes);
+        let n = self.devices.len();
+        for _ in 0..n {
+            let d = *next_device % n;
+            *next_device += 1;
+            let dev = &mut self.devices[d];
+            let plan = dev.ring.plan([bs]);
+            // Stay a sixteenth of the ring short of its end, where the evict hand runs.
+            if plan.end_pos + dev.ring.ring_bytes() / 16 > dev.ring.ring_bytes() {
                 continue;
             }
             dev.ring.apply(&plan);
@@ -801,9 +816,9 @@ impl SimCache {
                     pos: plan.positions[0],
                 },
             );
+            return true;
         }
-        self.warm = true;
-        self.unfed_bytes = 0;
+        false
     }
 
     /// Sizes for the recorder: (ARC size, c, c_max, MRU, MFU, MRU ghost, MFU ghost,

@@ -88,6 +88,10 @@ pub struct Workload {
     pub io_bytes: u32,
     /// Fraction of requests that read (the rest write).
     pub read_fraction: f64,
+    /// Volumes the data set is split into (seed 002's 12 LUNs): each has its own
+    /// sequential-read detector, as each zvol has its own `dmu_zfetch`; closed-loop clients
+    /// are spread over them.
+    pub volumes: u32,
 }
 
 /// Who issues the I/O.
@@ -398,6 +402,12 @@ impl SimConfig {
             return bad(
                 "workload.io",
                 format!("{} bytes: not within the data set", w.io_bytes),
+            );
+        }
+        if w.volumes == 0 || u64::from(w.volumes) > w.ads_bytes / u64::from(self.block_bytes) {
+            return bad(
+                "workload.volumes",
+                format!("1 to one per block, got {}", w.volumes),
             );
         }
         if !(0.0..=1.0).contains(&w.read_fraction) {

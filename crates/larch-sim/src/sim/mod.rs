@@ -117,7 +117,7 @@ struct Run<'a> {
     requests: Generator,
     rec: Recorder,
     queue: Queue,
-    prefetcher: Prefetcher,
+    prefetchers: Vec<Prefetcher>,
     prefetch_blocks: u64,
     syncs: HashMap<u64, Vec<(u64, u64)>>,
     next_sync: u64,
@@ -180,7 +180,9 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         requests,
         rec,
         queue: Queue::default(),
-        prefetcher: Prefetcher::default(),
+        prefetchers: (0..cfg.workload.volumes.max(1))
+            .map(|_| Prefetcher::default())
+            .collect(),
         prefetch_blocks,
         syncs: HashMap::new(),
         next_sync: 0,
@@ -386,9 +388,13 @@ impl Run<'_> {
             let served = self.cache.read(now, r.first_block, r.blocks, false);
             if !self.cfg.tunables.prefetch_disable && self.prefetch_blocks > 0 {
                 let last = r.first_block + r.blocks - 1;
+                // The volume the request falls in: the data set is split evenly.
+                let ads_blocks =
+                    (self.cfg.workload.ads_bytes / u64::from(self.cfg.block_bytes)).max(1);
+                let volumes = self.prefetchers.len() as u64;
+                let v = (r.first_block.min(ads_blocks - 1) * volumes / ads_blocks) as usize;
                 if let Some(ahead) =
-                    self.prefetcher
-                        .observe(r.first_block, last, self.prefetch_blocks)
+                    self.prefetchers[v].observe(r.first_block, last, self.prefetch_blocks)
                 {
                     let volume_blocks = self.cfg.volume_bytes / u64::from(self.cfg.block_bytes);
                     let end = ahead.end.min(volume_blocks);
