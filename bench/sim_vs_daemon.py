@@ -95,7 +95,7 @@ def main():
     cache_us = dev["read_latency"]["mean_us"]
     sim_cmd = [larch, "sim", "run", "--quiet", "--json", "--feed", "larch", "--duration", "%ds" % a.seconds,
                "--arc", a.arc, "--volume", "2G", "--block", "8K", "--ads", a.ads, "--io", "8K",
-               "--threads", str(a.threads), "--primary", "ram:latency_us=%.0f" % backing_us,
+               "--threads", str(a.threads), "--think", "0", "--primary", "ram:latency_us=%.0f" % backing_us,
                "--cache", "ram:latency_us=%.0f,capacity=%s" % (cache_us, a.cache),
                "--frontend", "%.0fus" % front_us, "-o", os.path.join(d, "sim.json")]
     run(sim_cmd)

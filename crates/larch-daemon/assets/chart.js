@@ -52,7 +52,7 @@ const Charts = (() => {
     if (unit.startsWith("bytes")) {
       const a = Math.abs(v);
       for (const [m, p] of BIN) if (a >= m) return short(v / m, a / m < 10 ? 2 : 1) + " " + p + "B";
-      return short(v, 0) + " B";
+      return short(v, a < 10 ? 2 : 0) + " B";
     }
     return value(v, "");
   }
