@@ -259,3 +259,63 @@ fn configurations_that_cannot_run_name_the_field() {
         assert!(err.starts_with(field), "{field:?}: {err}");
     }
 }
+
+#[test]
+fn skewed_patterns_hit_more_than_uniform_and_open_loops_arrive_at_their_rate() {
+    let ratio = |pattern: Pattern| {
+        let mut cfg = seed000_small(false);
+        cfg.workload.pattern = pattern;
+        cfg.duration_ns = 20 * SECOND_NS;
+        run(&cfg).summary.steady.arc_hit_ratio
+    };
+    let uniform = ratio(Pattern::Uniform);
+    for skewed in [
+        Pattern::Zipf { theta: 0.9 },
+        Pattern::Gaussian { sigma: 0.05 },
+        Pattern::Exponential { mean: 0.05 },
+    ] {
+        let name = skewed.name();
+        let r = ratio(skewed);
+        assert!(r > uniform + 0.2, "{name}: {r:.2} vs uniform {uniform:.2}");
+    }
+    let mut open = seed000_small(false);
+    open.clients = Clients::Open { rate: 500.0 };
+    open.duration_ns = 60 * SECOND_NS;
+    let iops = run(&open).summary.steady.iops;
+    assert!(
+        (400.0..600.0).contains(&iops),
+        "{iops} requests/s arriving at 500/s"
+    );
+}
+
+#[test]
+fn a_trace_with_times_is_replayed_on_its_own_clock() {
+    // 300 reads, 20 ms apart (50 a second for 6 s), over 30 blocks read ten times each, in
+    // a stride of 7 (in order, the prefetcher would read ahead of them).
+    let dir = std::env::temp_dir().join(format!("larch-sim-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("timed.csv");
+    let mut text = String::from("time,offset,size,op\n");
+    for i in 0..300u64 {
+        text += &format!("{},{},8192,R\n", i * 20_000, (i * 7 % 30) * 8192);
+    }
+    std::fs::write(&path, text).unwrap();
+    let mut cfg = seed000_small(false);
+    cfg.workload.pattern = Pattern::Trace {
+        path: path.clone(),
+        format: None,
+    };
+    cfg.duration_ns = 10 * SECOND_NS;
+    let out = run(&cfg);
+    assert_eq!(out.summary.requests, 300);
+    let reads = &out.series["volume/vol0/read_ops"];
+    assert!(
+        reads[..6].iter().all(|&r| (45.0..=55.0).contains(&r)),
+        "{reads:?}"
+    );
+    assert!(reads[7..].iter().all(|&r| r == 0.0), "{reads:?}");
+    // 30 distinct blocks: 30 misses, 270 hits.
+    let hits: f64 = out.series["arc/hits"].iter().sum();
+    assert_eq!(hits, 270.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
