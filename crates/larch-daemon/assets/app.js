@@ -414,7 +414,89 @@ function build() {
     }
     main.appendChild(el);
   }
+  if (!STATIC) main.appendChild(advisePanel());
 }
+
+// ---- know your workload ------------------------------------------------------------------
+
+let adviceChart = null;
+
+// The panel of /api/v1/advise: the pool's miss-ratio curves with its caches marked, what a
+// bigger ARC or L2ARC would buy, and the advice (docs/mrc.md).
+function advisePanel() {
+  const el = document.createElement("section");
+  el.className = "section";
+  el.id = "advise";
+  el.innerHTML = "<h2>Know your workload</h2><p class=\"hint\">Hit ratio against cache size, " +
+    "from a sample of the pool's accesses (miniature ARCs, and LRU from reuse distances); " +
+    "the lines mark today's ARC and ARC + L2ARC. <code>larch advise</code> says the same.</p>";
+  const grid = document.createElement("div");
+  grid.className = "grid";
+  el.appendChild(grid);
+  adviceChart = new Charts.CurveChart(grid, { title: "Hit ratio by cache size", height: 220 });
+  const text = document.createElement("div");
+  text.className = "chart advice";
+  text.id = "advice-text";
+  grid.appendChild(text);
+  return el;
+}
+
+// A length of time, as a person would say it.
+function duration(s) {
+  if (s < 120) return Math.round(s) + " s";
+  if (s < 7200) return Math.round(s / 60) + " min";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h";
+  return (s / 86400).toFixed(1) + " days";
+}
+
+async function loadAdvice() {
+  if (STATIC || !adviceChart) return;
+  const a = await api("/api/v1/advise");
+  const c = a.curves;
+  adviceChart.setData([
+    { label: "ARC", points: c.arc, color: "#1f5fa8" },
+    { label: "LRU", points: c.lru, color: "#d9822b", dashed: true },
+  ], [
+    { label: "ARC", bytes: a.today.arc_bytes, color: "#2e9e5b" },
+    ...(a.today.l2_bytes > 0
+      ? [{ label: "ARC + L2ARC", bytes: a.today.arc_bytes + a.today.l2_bytes, color: "#b8333a" }] : []),
+  ]);
+  adviceChart.draw();
+  const ad = a;
+  let html = "<h3>What would help</h3>";
+  if (ad.too_young) html += "<p>" + escapeHtml(ad.too_young) + "</p>";
+  html += "<ul>" + ad.lines.map((l) => "<li>" + escapeHtml(l) + "</li>").join("") + "</ul>";
+  const us = (x) => (x === null || x === undefined ? "–" : micros(x));
+  html += '<table class="cmp"><thead><tr><th>ARC</th><th>L2ARC</th><th>ARC hits</th><th>L2 hits</th>' +
+    "<th>misses served</th><th>reads/s</th><th>latency</th><th>warm in ≥</th><th>index DRAM</th></tr></thead><tbody>";
+  const rows = [[ad.current, "today"]].concat(ad.what_if.map((p) => [p, ""]));
+  for (const [p, label] of rows) {
+    html += "<tr" + (label ? ' class="today" title="today"' : "") + "><td>" + fmt(p.arc_bytes, "bytes") + "</td><td>" + fmt(p.l2_bytes, "bytes") +
+      "</td><td>" + fmt(100 * p.arc_hit_ratio, "%") + "</td><td>" + fmt(100 * p.l2_hit_ratio, "%") +
+      "</td><td>" + fmt(100 * p.misses_served, "%") + "</td><td>" +
+      (p.read_iops === null ? "–" : fmt(p.read_iops, "")) + "</td><td>" + us(p.read_us) +
+      "</td><td>" + (p.warm_s === null ? "–" : duration(p.warm_s)) + "</td><td>" +
+      fmt(p.l2_index_bytes, "bytes") + "</td></tr>";
+  }
+  html += "</tbody></table>";
+  if (ad.volumes && ad.volumes.length) {
+    html += '<table class="cmp"><thead><tr><th>volume</th><th>accesses</th><th>ARC hits</th>' +
+      "<th>ARC + L2 hits</th><th>working set 1 h</th><th>writes</th><th>sequential</th></tr></thead><tbody>";
+    for (const v of ad.volumes) {
+      const hour = (v.curves.working_set.find((w) => w[0] === 3600) || [0, 0])[1];
+      html += "<tr><td>" + escapeHtml(v.name) + "</td><td>" + fmt(100 * v.share_of_pool, "%") + "</td><td>" +
+        fmt(100 * v.arc_hit_ratio, "%") + "</td><td>" + fmt(100 * v.arc_l2_hit_ratio, "%") + "</td><td>" +
+        fmt(hour, "bytes") + "</td><td>" + fmt(100 * v.curves.write_share, "%") + "</td><td>" +
+        fmt(100 * v.curves.sequential_share, "%") + "</td></tr>";
+    }
+    html += "</tbody></table>";
+  }
+  html += "<p class=\"hint\">first row: today. Sampled " + c.sampled + " accesses at " +
+    (100 * c.rate).toPrecision(2) + "% (" + fmt(c.memory_bytes, "bytes") + " held)</p>";
+  $("#advice-text").innerHTML = html;
+  inspect.advice = a;
+}
+inspect.reloadAdvice = () => loadAdvice();
 
 function sourceToggles() {
   const box = document.createElement("div");
@@ -1174,6 +1256,8 @@ async function start() {
   build();
   await load();
   loadTunables().catch(showError);
+  loadAdvice().catch(showError);
+  setInterval(() => loadAdvice().catch(() => {}), 30000);
   setRefresh(Number($("#refresh").value));
   const live = new EventSource("/api/v1/live");
   live.addEventListener("sample", (e) => onSample(JSON.parse(e.data)));

@@ -718,5 +718,137 @@ const Charts = (() => {
     }
   }
 
-  return { TimeChart, HeatMap, value, micros, clock, elapsedClock, bucketBounds, escapeHtml, PALETTE };
+  // ---- miss-ratio curves ------------------------------------------------------------
+
+  // Hit ratio against cache size, the size on a log axis: the "know your workload" curves.
+  // setData() takes lines of [size bytes, hit ratio 0..1] points and marks, each
+  // { label, bytes, color }, drawn as vertical lines (the current ARC, ARC + L2ARC).
+  class CurveChart {
+    constructor(parent, options) {
+      this.options = options;
+      this.box = document.createElement("div");
+      this.box.className = "chart";
+      const title = document.createElement("h3");
+      title.textContent = options.title;
+      this.box.appendChild(title);
+      parent.appendChild(this.box);
+      this.surface = new Surface(this.box, options.height || 200);
+      this.legend = document.createElement("div");
+      this.legend.className = "legend";
+      this.box.appendChild(this.legend);
+      this.lines = [];
+      this.marks = [];
+      this.cursorX = null;
+      this.surface.canvas.addEventListener("mousemove", (e) => {
+        const r = this.surface.canvas.getBoundingClientRect();
+        this.cursorX = e.clientX - r.left;
+        this.draw();
+      });
+      this.surface.canvas.addEventListener("mouseleave", () => {
+        this.cursorX = null;
+        this.draw();
+      });
+    }
+
+    setData(lines, marks) {
+      this.lines = lines.map((l, i) => ({ ...l, color: l.color || PALETTE[i % PALETTE.length] }));
+      this.marks = marks;
+    }
+
+    range() {
+      let lo = Infinity;
+      let hi = 0;
+      for (const l of this.lines) {
+        for (const [x] of l.points) {
+          if (x > 0) {
+            lo = Math.min(lo, x);
+            hi = Math.max(hi, x);
+          }
+        }
+      }
+      for (const m of this.marks) {
+        if (m.bytes > 0) {
+          lo = Math.min(lo, m.bytes);
+          hi = Math.max(hi, m.bytes);
+        }
+      }
+      if (!Number.isFinite(lo)) return [1 << 20, 1 << 30];
+      return [lo, Math.max(hi, lo * 2)];
+    }
+
+    draw() {
+      this.surface.resize();
+      const g = this.surface.context();
+      const plot = this.surface.plot();
+      const [lo, hi] = this.range();
+      const xOf = (b) => plot.x + (Math.log(b / lo) / Math.log(hi / lo)) * plot.w;
+      const yOf = (r) => plot.y + plot.h - r * plot.h;
+      g.textAlign = "right";
+      g.textBaseline = "middle";
+      for (let i = 0; i <= 4; i++) {
+        const y = Math.round(yOf(i / 4)) + 0.5;
+        g.strokeStyle = i === 0 ? "#bbb" : "#eee";
+        g.beginPath();
+        g.moveTo(plot.x, y);
+        g.lineTo(plot.x + plot.w, y);
+        g.stroke();
+        g.fillStyle = "#666";
+        g.fillText((i * 25) + "%", plot.x - 4, y);
+      }
+      // Size ticks at powers of four.
+      g.textAlign = "center";
+      g.textBaseline = "top";
+      for (let b = 2 ** Math.ceil(Math.log2(lo)); b <= hi; b *= 4) {
+        const x = xOf(b);
+        g.strokeStyle = "#eee";
+        g.beginPath();
+        g.moveTo(x + 0.5, plot.y);
+        g.lineTo(x + 0.5, plot.y + plot.h);
+        g.stroke();
+        g.fillStyle = "#666";
+        g.fillText(axisValue(b, "bytes"), x, plot.y + plot.h + 4);
+      }
+      g.save();
+      g.beginPath();
+      g.rect(plot.x, plot.y, plot.w, plot.h);
+      g.clip();
+      for (const l of this.lines) {
+        g.strokeStyle = l.color;
+        g.lineWidth = 1.8;
+        g.setLineDash(l.dashed ? [5, 3] : []);
+        g.beginPath();
+        l.points.forEach(([x, r], k) => {
+          if (k === 0) g.moveTo(xOf(x), yOf(r));
+          else g.lineTo(xOf(x), yOf(r));
+        });
+        g.stroke();
+      }
+      g.setLineDash([4, 3]);
+      for (const m of this.marks) {
+        const x = Math.round(xOf(m.bytes)) + 0.5;
+        g.strokeStyle = m.color || "#444";
+        g.beginPath();
+        g.moveTo(x, plot.y);
+        g.lineTo(x, plot.y + plot.h);
+        g.stroke();
+        g.fillStyle = g.strokeStyle;
+        g.textAlign = "left";
+        g.fillText(m.label, x + 3, plot.y + 2);
+      }
+      g.restore();
+      // The legend: each line's hit ratio at the cursor's size, or at the largest mark.
+      const at = this.cursorX !== null
+        ? lo * Math.pow(hi / lo, Math.min(1, Math.max(0, (this.cursorX - plot.x) / plot.w)))
+        : Math.max(0, ...this.marks.map((m) => m.bytes));
+      const parts = this.lines.map((l) => {
+        let r = null;
+        for (const [x, y] of l.points) if (x <= at) r = y;
+        return '<span><i style="background:' + l.color + '"></i>' + escapeHtml(l.label) +
+          " <b>" + (r === null ? "–" : (100 * r).toFixed(1) + " %") + "</b></span>";
+      });
+      this.legend.innerHTML = "<span>at " + escapeHtml(value(at, "bytes")) + ":</span>" + parts.join("");
+    }
+  }
+
+  return { TimeChart, HeatMap, CurveChart, value, micros, clock, elapsedClock, bucketBounds, escapeHtml, PALETTE };
 })();

@@ -442,6 +442,124 @@ impl Params {
     }
 }
 
+/// The pool's miss-ratio curves and what they advise (`larch advise`, the page's panel):
+/// `arc`, `l2` — a configuration to predict (sizes as `64G`); `device` — the simulator's
+/// model of a cache device, for the latency of an L2ARC the pool does not have yet.
+async fn api_advise(
+    State(ctx): State<Arc<Context>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let answer = (move || {
+        let params = Params(params);
+        params.check(&["arc", "l2", "device"])?;
+        let size = |name: &str, min: u64| -> Result<Option<u64>, Refusal> {
+            let Some(text) = params.get(name) else {
+                return Ok(None);
+            };
+            let bytes = larch_engine::units::parse_size(text)
+                .map_err(|e| Refusal::bad(format!("{text:?}: {e}"), name))?;
+            if bytes < min || bytes > crate::advise::MAX_SIZE {
+                return Err(Refusal::bad(
+                    format!(
+                        "{text} is out of range ({} to {} bytes)",
+                        min,
+                        crate::advise::MAX_SIZE
+                    ),
+                    name,
+                ));
+            }
+            Ok(Some(bytes))
+        };
+        let arc = size("arc", crate::advise::MIN_ARC)?;
+        let l2 = size("l2", 0)?;
+        let engine = &ctx.pool.engine;
+        let curves = engine.access_log.curves(engine.now_ms());
+        let report = ctx.pool.report();
+        let recent = {
+            let now = crate::unix_time_secs();
+            let range = Range::parse(Some("-60"), None, Some("1"), now).map_err(Refusal::from)?;
+            let ids: Vec<String> = report
+                .volumes
+                .iter()
+                .flat_map(|v| {
+                    [
+                        format!("volume/{}/read_ops", v.name),
+                        format!("backing/{}/read_bytes", v.name),
+                    ]
+                })
+                .collect();
+            let recorder = ctx.recorder.lock().expect("recorder lock");
+            recorder.series(&ids, range).ok().and_then(|answer| {
+                let mean = |prefix: &str, suffix: &str| -> Option<f64> {
+                    let mut total = 0.0;
+                    let mut any = false;
+                    for (id, values) in &answer.series {
+                        if !(id.starts_with(prefix) && id.ends_with(suffix)) {
+                            continue;
+                        }
+                        let got: Vec<f64> =
+                            values.iter().flatten().map(|&v| f64::from(v)).collect();
+                        if !got.is_empty() {
+                            any = true;
+                            total += got.iter().sum::<f64>() / got.len() as f64;
+                        }
+                    }
+                    any.then_some(total)
+                };
+                Some((
+                    mean("volume/", "/read_ops")?,
+                    mean("backing/", "/read_bytes")?,
+                ))
+            })
+        };
+        let today = crate::advise::today_of(&report, recent, engine.now_ms() as f64 / 1000.0);
+        let device = match params.get("device") {
+            Some(spec) => Some((
+                spec.to_string(),
+                crate::advise::device_read_us(spec, today.block_bytes)
+                    .map_err(|e| Refusal::bad(e, "device"))?,
+            )),
+            None if today.l2_hit_us.is_none() => Some((
+                "nvme".to_string(),
+                crate::advise::device_read_us("nvme", today.block_bytes)
+                    .map_err(|e| Refusal::bad(e, "device"))?,
+            )),
+            None => None,
+        };
+        let device_ref = device.as_ref().map(|(n, us)| (n.as_str(), *us));
+        let mut advice = crate::advise::advise(&curves, &today, device_ref);
+        let now_ms = engine.now_ms();
+        advice.volumes = ctx
+            .pool
+            .volumes
+            .iter()
+            .filter_map(|v| {
+                let c = engine.access_log.volume_curves(v.info().guid, now_ms)?;
+                Some(crate::advise::VolumeView::of(
+                    &v.name,
+                    c,
+                    curves.estimated_accesses,
+                    &today,
+                ))
+            })
+            .collect();
+        if arc.is_some() || l2.is_some() {
+            advice.asked = Some(crate::advise::predict(
+                &curves,
+                &today,
+                arc.unwrap_or(today.arc_bytes),
+                l2.unwrap_or(today.l2_bytes),
+                device_ref.map(|d| d.1),
+            ));
+        }
+        Ok::<_, Refusal>(advice)
+    })();
+    match answer {
+        Ok(advice) => json(&advice),
+        Err(refusal) => refusal.answer(),
+    }
+}
+
 async fn api_catalog(State(ctx): State<Arc<Context>>) -> Response {
     #[derive(Serialize)]
     struct Retention {
@@ -727,6 +845,7 @@ fn router(ctx: Arc<Context>) -> Router {
         .route("/api/v1/heatmap", get(api_heatmap))
         .route("/api/v1/export", get(api_export))
         .route("/api/v1/live", get(api_live))
+        .route("/api/v1/advise", get(api_advise))
         .route(
             "/api/v1/tunables",
             get(|State(ctx): State<Arc<Context>>| async move {

@@ -10,6 +10,8 @@
 //! number instead of being read as zeros.
 //!
 //! The modules, each depending only on the ones before it:
+//! - [`advise`]: "know your workload": where the caches sit on the pool's miss-ratio
+//!   curves and what a bigger ARC or L2ARC would buy.
 //! - [`history`]: the pool's history file (`zpool history`).
 //! - [`status`]: [`status::StatusReport`], the pool's report with the daemon's pid and
 //!   time, as `status.json` and `/status` carry it.
@@ -28,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod advise;
 pub mod api;
 pub mod client;
 pub mod history;

@@ -49,6 +49,8 @@ pub struct Engine {
     pub stats: EngineStats,
     /// The counters of the write path.
     pub write_stats: WriteStats,
+    /// The pool's clients' accesses, sampled for its miss-ratio curves.
+    pub access_log: crate::mrc::AccessLog,
     next_generation: AtomicU64,
     shutdown: AtomicBool,
     /// Wakes threads sleeping until their next round (feeders) at shutdown.
@@ -96,6 +98,7 @@ impl Engine {
             tunables,
             stats: EngineStats::default(),
             write_stats: WriteStats::default(),
+            access_log: crate::mrc::AccessLog::new(),
             next_generation: AtomicU64::new(start),
             shutdown: AtomicBool::new(false),
             wake: (RankedMutex::leaf(()), Condvar::new()),
@@ -318,6 +321,16 @@ impl Engine {
         })
     }
 
+    /// Bytes the sampled access log holds.
+    pub fn mrc_memory_bytes(&self) -> u64 {
+        self.access_log.memory_bytes()
+    }
+
+    /// Milliseconds since the engine started: the clock of the ARC and the access logs.
+    pub fn now_ms(&self) -> u64 {
+        self.arc.now_ms()
+    }
+
     /// The arcstats: the policy's kstats summed over the shards, then the engine's own
     /// (see [`crate::stats`]).
     pub fn arcstats(&self) -> Vec<(String, u64)> {
@@ -343,6 +356,7 @@ impl Engine {
             ("txg_open", open),
             ("txg_synced", synced),
             ("l2_hdr_size", self.arc.l2_index_bytes()),
+            ("mrc_size", self.mrc_memory_bytes()),
             ("l2_ndev", devices.len() as u64),
             ("l2_rebuild_success", rebuild.l2_rebuild_success),
             ("l2_rebuild_io_errors", rebuild.l2_rebuild_io_errors),

@@ -59,6 +59,7 @@ pub mod l2;
 pub mod latency;
 mod lock;
 pub mod manage;
+pub mod mrc;
 pub mod nbd;
 pub mod pool;
 pub mod read;

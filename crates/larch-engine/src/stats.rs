@@ -132,6 +132,11 @@ pub const COMPUTED: &[StatDef] = &[
     gauge("txg_synced", "the newest TXG on the backing stores"),
     gauge("l2_hdr_size", "DRAM held by the L2 index").measured_in(StatUnit::Bytes),
     gauge("l2_ndev", "cache devices of the pool"),
+    gauge(
+        "mrc_size",
+        "DRAM held by the sampled access logs of the miss-ratio curves (larch's)",
+    )
+    .measured_in(StatUnit::Bytes),
     counter("l2_rebuild_success", "cache-device rebuilds that completed"),
     counter("l2_rebuild_io_errors", "rebuild reads that failed"),
     counter(

@@ -164,6 +164,8 @@ tunables! {
         "turn the sequential-read prefetcher off"
     zfetch_max_distance: Size = 8 * M, 0, 256 * M;
         "most bytes read ahead of a sequential stream (at most 1/8 of zfs_arc_max)"
+    mrc_sample: Flag = 1, 0, 1;
+        "sample block accesses for the miss-ratio curves of larch advise and the Analytics page (larch's)"
 }
 
 impl Tunables {

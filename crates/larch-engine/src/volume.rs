@@ -141,7 +141,8 @@ impl Volume {
         let started = Instant::now();
         let bs = u64::from(self.entry.info.block_bytes);
         let end = offset + u64::from(length);
-        self.prefetch_after(offset, u64::from(length));
+        let sequential = self.prefetch_after(offset, u64::from(length));
+        self.note_access(offset, u64::from(length), false, sequential);
         let (blocks, served) = self.read_blocks(offset, u64::from(length), false).await?;
         let histogram = match served {
             Served::Arc => &self.frontend.read_arc,
@@ -185,6 +186,7 @@ impl Volume {
         }
         self.check_range(offset, data.len() as u64)?;
         let started = Instant::now();
+        self.note_access(offset, data.len() as u64, true, false);
         self.write_blocks(offset, data, fua).await?;
         self.frontend.write.record(started.elapsed());
         self.frontend
@@ -267,24 +269,47 @@ impl Volume {
         }
     }
 
-    /// Starts prefetch reads ahead of a sequential stream (they complete in the background).
-    fn prefetch_after(&self, offset: u64, length: u64) {
-        let tunables = &self.engine.tunables;
-        if tunables.zfs_prefetch_disable() {
+    /// Offers a client request's blocks to the pool's access log.
+    fn note_access(&self, offset: u64, length: u64, write: bool, sequential: bool) {
+        if !self.engine.tunables.mrc_sample() {
             return;
         }
+        let how = crate::mrc::Noted {
+            block_bytes: self.entry.info.block_bytes,
+            write,
+            sequential,
+        };
+        let blocks = self.blocks_of(offset, length);
+        let engine = &self.engine;
+        engine
+            .access_log
+            .note(self.entry.info.guid, blocks, how, || engine.now_ms());
+    }
+
+    /// Starts prefetch reads ahead of a sequential stream (they complete in the
+    /// background). Returns whether the read continued a stream the prefetcher follows
+    /// (it follows them with `zfs_prefetch_disable=1` too, without reading ahead).
+    fn prefetch_after(&self, offset: u64, length: u64) -> bool {
+        let tunables = &self.engine.tunables;
         let bs = u64::from(self.entry.info.block_bytes);
         // Reading further ahead than the ARC holds evicts the stream's own blocks before
         // the client reaches them, and they are read twice: a stream keeps to an eighth.
         let (_, arc_max) = crate::arc::sizing_limits(tunables);
         let max_blocks = tunables.zfetch_max_distance().min(arc_max / 8) / bs;
         let blocks = self.blocks_of(offset, length);
-        let range = self
-            .prefetcher
-            .lock()
-            .observe(*blocks.start(), *blocks.end(), max_blocks);
+        let (sequential, range) = {
+            let mut prefetcher = self.prefetcher.lock();
+            let sequential = prefetcher.continues(*blocks.start());
+            (
+                sequential,
+                prefetcher.observe(*blocks.start(), *blocks.end(), max_blocks),
+            )
+        };
+        if tunables.zfs_prefetch_disable() {
+            return sequential;
+        }
         let Some(range) = range else {
-            return;
+            return sequential;
         };
         for block in range.start..range.end.min(self.entry.info.blocks()) {
             let engine = Arc::clone(&self.engine);
@@ -293,6 +318,7 @@ impl Volume {
                 engine.read_block(&entry, block, true).await;
             });
         }
+        sequential
     }
 
     /// Reads the blocks of a range, in parallel when there are several, and where the

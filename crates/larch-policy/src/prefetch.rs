@@ -28,6 +28,15 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
+    /// Whether a read starting at `first` continues one of the streams followed (before
+    /// [`Prefetcher::observe`] records it): how the miss-ratio sampler tells sequential
+    /// accesses from the others.
+    pub fn continues(&self, first: u64) -> bool {
+        self.streams
+            .iter()
+            .any(|s| s.reads > 0 && s.next_block == first)
+    }
+
     /// Records a demand read of blocks `first..=last`; returns the blocks to prefetch, at
     /// most `max_blocks` ahead of the read.
     pub fn observe(
@@ -78,6 +87,7 @@ mod tests {
     fn prefetcher_follows_sequential_streams_only() {
         let mut p = Prefetcher::default();
         assert_eq!(p.observe(0, 3, 512), None, "a first read starts a stream");
+        assert!(p.continues(4) && !p.continues(5));
         let ahead = p.observe(4, 7, 512).expect("the second read continues it");
         assert_eq!(ahead.start, 8);
         assert!(ahead.end > 8);

@@ -3,7 +3,7 @@
 
 use larch_policy::{Access, Action, BlockKey, Policy};
 
-use crate::trace::{Extent, Op, Record};
+use crate::trace::{Op, Record};
 
 /// What to do with write records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,29 +126,7 @@ impl<'p> Replayer<'p> {
 
     /// The blocks a record touches: (first block, count, size of each).
     fn blocks(&self, record: &Record) -> Result<(u64, u64, u32), String> {
-        let bs = u64::from(self.cfg.block_size_bytes);
-        match record.extent {
-            Extent::Object { id, size_bytes } => {
-                Ok((id, 1, size_bytes.unwrap_or(self.cfg.block_size_bytes)))
-            }
-            Extent::Bytes {
-                offset_bytes,
-                length_bytes,
-            } => {
-                let end = offset_bytes
-                    .checked_add(length_bytes.max(1))
-                    .ok_or("range ends past 2^64 bytes")?;
-                let first = offset_bytes / bs;
-                let count = (end - 1) / bs - first + 1;
-                if count > self.cfg.max_blocks_per_record {
-                    return Err(format!(
-                        "record spans {count} blocks, more than the limit of {}",
-                        self.cfg.max_blocks_per_record
-                    ));
-                }
-                Ok((first, count, self.cfg.block_size_bytes))
-            }
-        }
+        record.blocks(self.cfg.block_size_bytes, self.cfg.max_blocks_per_record)
     }
 
     /// Replays one record. An `Err` means the record is malformed; nothing was replayed.
@@ -210,6 +188,7 @@ impl<'p> Replayer<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::Extent;
     use larch_policy::{Arc, ArcConfig, Lru};
 
     fn read(offset_bytes: u64, length_bytes: u64) -> Record {

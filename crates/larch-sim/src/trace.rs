@@ -72,6 +72,40 @@ pub struct Record {
     pub extent: Extent,
 }
 
+impl Record {
+    /// The blocks of `block_size_bytes` the record touches: (first block, count, size of
+    /// each). A whole object is one block of its own size. More than `max_blocks` blocks, or
+    /// a range past 2^64 bytes, is a malformed record.
+    pub fn blocks(
+        &self,
+        block_size_bytes: u32,
+        max_blocks: u64,
+    ) -> Result<(u64, u64, u32), String> {
+        let bs = u64::from(block_size_bytes.max(1));
+        match self.extent {
+            Extent::Object { id, size_bytes } => {
+                Ok((id, 1, size_bytes.unwrap_or(block_size_bytes)))
+            }
+            Extent::Bytes {
+                offset_bytes,
+                length_bytes,
+            } => {
+                let end = offset_bytes
+                    .checked_add(length_bytes.max(1))
+                    .ok_or("range ends past 2^64 bytes")?;
+                let first = offset_bytes / bs;
+                let count = (end - 1) / bs - first + 1;
+                if count > max_blocks {
+                    return Err(format!(
+                        "record spans {count} blocks, more than the limit of {max_blocks}"
+                    ));
+                }
+                Ok((first, count, block_size_bytes))
+            }
+        }
+    }
+}
+
 /// Trace formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {

@@ -2,6 +2,7 @@
 //! its arguments, prints, and returns the process exit code; errors are printed once,
 //! here. The daemon itself (`larch serve`) is the library `larch_daemon`.
 
+mod advise;
 mod analytics;
 mod arcstat;
 mod cache;
@@ -81,6 +82,9 @@ enum Command {
     /// What an L2ARC would do for a workload: a table of L2ARC sizes and device counts,
     /// simulated, with seed 002's key ratios, header DRAM, IOPS, latency, warm-up and advice.
     Size(Box<size::SizeArgs>),
+    /// Know your workload: the miss-ratio curves of a running pool (or of a trace), where
+    /// its caches sit on them, and what a bigger ARC or an L2ARC would buy.
+    Advise(Box<advise::AdviseArgs>),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
 }
@@ -117,6 +121,7 @@ fn main() -> ExitCode {
         Some(Command::Iostat(args)) => iostat::run(args),
         Some(Command::Analytics(cmd)) => analytics::run(cmd),
         Some(Command::Size(args)) => size::run(*args),
+        Some(Command::Advise(args)) => advise::run(*args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
     };
     match result {

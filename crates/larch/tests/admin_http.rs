@@ -102,6 +102,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(state: &Path) -> Daemon {
+        Daemon::start_sized(state, "16M", "16M", "1M")
+    }
+
+    /// A demo pool of these sizes (volume, cache device, ARC).
+    fn start_sized(state: &Path, volume: &str, cache: &str, arc: &str) -> Daemon {
         let socket = state.with_extension("sock");
         let _ = std::fs::remove_file(&socket);
         let child = Command::new(env!("CARGO_BIN_EXE_larch"))
@@ -111,11 +116,11 @@ impl Daemon {
             .arg(&socket)
             .args([
                 "--demo-volume-size",
-                "16M",
+                volume,
                 "--demo-cache-size",
-                "16M",
+                cache,
                 "--demo-arc-max",
-                "1M",
+                arc,
                 "--http",
                 "127.0.0.1:0",
             ])
@@ -1105,4 +1110,125 @@ fn analytics_export_asks_the_running_daemon_then_reads_the_saved_history() {
         &["no history", "analytics.bin"],
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn advice(daemon: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&daemon.get("/api/v1/advise")).unwrap()
+}
+
+/// Random 16K reads, each block as likely as any other at every read (no fio random map:
+/// a pass over every block in turn would be a loop), over the first `size` of the volume.
+fn fio_uniform(daemon: &Daemon, size: &str, seconds: u32) -> Output {
+    Command::new("fio")
+        .args([
+            "--name=uniform",
+            "--ioengine=nbd",
+            &format!("--uri={}", daemon.uri()),
+            "--rw=randread",
+            "--norandommap",
+            "--bs=16k",
+            &format!("--size={size}"),
+            "--iodepth=4",
+            "--time_based",
+            &format!("--runtime={seconds}"),
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn advise_answers_from_the_pools_sampled_accesses_and_refuses_bad_sizes() {
+    require("fio");
+    let dir = scratch("advise");
+    let state = dir.join("pool");
+    let daemon = Daemon::start_sized(&state, "64M", "64M", "8M");
+    // A pool that has seen nothing says so rather than guess, in the API and the CLI.
+    let young = advice(&daemon);
+    assert!(
+        young["too_young"].as_str().unwrap().contains("too young"),
+        "{young}"
+    );
+    let out = larch(&state, &["advise"]);
+    succeeded(&out, "larch advise");
+    assert!(stdout(&out).contains("too young"), "{}", stdout(&out));
+    for (query, parameter) in [
+        ("arc=abc", "arc"),
+        ("arc=0", "arc"),
+        ("l2=2P", "l2"),
+        ("device=floppy", "device"),
+        ("size=1G", "size"),
+    ] {
+        let (code, body) = http(
+            &daemon.addr,
+            "GET",
+            &format!("/api/v1/advise?{query}"),
+            "",
+            b"",
+        );
+        assert_eq!(code, 400, "{query}: {body}");
+        assert!(body.contains(parameter), "{query}: {body}");
+    }
+    refused(&larch(&state, &["advise", "--arc", "1Q"]), &["--arc"]);
+
+    // Uniform random reads over the first 32 MiB (four times the ARC) until the sample is
+    // enough and the ARC is warm.
+    let mut rounds = 0;
+    let a = loop {
+        succeeded(&fio_uniform(&daemon, "32M", 3), "fio");
+        let a = advice(&daemon);
+        if a["too_young"].is_null() && rounds >= 1 {
+            break a;
+        }
+        rounds += 1;
+        assert!(rounds < 15, "still too young: {a}");
+    };
+    let c = &a["curves"];
+    let minute = c["working_set"][0][1].as_f64().unwrap();
+    assert!(
+        (26.0 * 1048576.0..38.0 * 1048576.0).contains(&minute),
+        "working set of the last minute: {minute} ({c})"
+    );
+    assert_eq!(c["write_share"], 0.0);
+    // Where today's ARC (8 MiB of the 32 read uniformly: a quarter) sits on the curve,
+    // against what the pool measured.
+    let predicted = a["current"]["arc_hit_ratio"].as_f64().unwrap();
+    let measured = a["today"]["arc_hit_ratio"].as_f64().unwrap();
+    assert!(
+        (predicted - measured).abs() < 0.1 && (0.15..0.4).contains(&predicted),
+        "predicted {predicted}, measured {measured}: {a}"
+    );
+    // ARC + L2ARC (72 MiB) hold the 32 MiB read: nearly every miss is the L2ARC's.
+    assert!(a["current"]["misses_served"].as_f64().unwrap() > 0.8, "{a}");
+    assert_eq!(a["volumes"][0]["name"], "vol0");
+    // A configuration asked about, through the CLI: an ARC of 16 MiB holds half.
+    let out = larch(&state, &["advise", "--arc", "16M", "--l2", "0", "--json"]);
+    succeeded(&out, "larch advise --arc 16M");
+    let asked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h16 = asked["asked"]["arc_hit_ratio"].as_f64().unwrap();
+    assert!(
+        (0.38..0.62).contains(&h16),
+        "an ARC of 16 MiB over 32 MiB: {h16}"
+    );
+    // The sampler's memory is in the arcstats, and bounded.
+    let stats = daemon.get("/arcstats");
+    let size: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("mrc_size"))
+        .and_then(|rest| rest.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no mrc_size in {stats}"))
+        .parse()
+        .unwrap();
+    assert!(size > 0 && size < 8 << 20, "mrc_size {size}");
+    // mrc_sample=0 stops the sampling.
+    succeeded(&larch(&state, &["set", "mrc_sample=0"]), "larch set");
+    let before = advice(&daemon)["curves"]["sampled"].as_u64().unwrap();
+    succeeded(&fio_uniform(&daemon, "32M", 1), "fio");
+    assert_eq!(
+        advice(&daemon)["curves"]["sampled"].as_u64().unwrap(),
+        before
+    );
+    succeeded(&larch(&state, &["set", "mrc_sample=1"]), "larch set");
+    succeeded(&fio_uniform(&daemon, "32M", 1), "fio");
+    assert!(advice(&daemon)["curves"]["sampled"].as_u64().unwrap() > before);
+    daemon.stop();
 }

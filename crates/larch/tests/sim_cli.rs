@@ -463,3 +463,132 @@ fn size_simulates_a_table_of_candidates_and_advises() {
         assert!(err.contains(word), "{args:?}: {err}");
     }
 }
+
+/// A CSV trace (µs, bytes): `rounds` passes over `blocks` 8K blocks in order, 1 ms apart.
+fn loop_trace(blocks: u64, rounds: u64) -> String {
+    let mut text = String::from("time,offset,size,op\n");
+    let mut t = 0u64;
+    for _ in 0..rounds {
+        for b in 0..blocks {
+            text.push_str(&format!("{t},{},8192,R\n", b * 8192));
+            t += 1000;
+        }
+    }
+    text
+}
+
+fn advise_json(trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["advise", "--trace", trace.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = larch(&args);
+    assert!(
+        out.status.success(),
+        "larch {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+fn hit(curve: &serde_json::Value, size: u64) -> f64 {
+    curve
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p[0].as_u64() == Some(size))
+        .unwrap_or_else(|| panic!("no point at {size}: {curve}"))[1]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn advise_reads_a_trace_draws_its_curves_and_sizes_an_l2arc() {
+    const M: u64 = 1 << 20;
+    let dir = scratch_dir();
+    let trace = dir.join("loop.csv");
+    // 2048 blocks of 8K: a 16 MiB loop, 20 times. An LRU (or ARC) smaller than the loop
+    // hits nothing; one that holds it hits every round but the first.
+    write_file(&trace, loop_trace(2048, 20).as_bytes());
+    let a = advise_json(&trace, &["--arc", "8M", "--l2", "24M"]);
+    let c = &a["curves"];
+    assert!(a["too_young"].is_null(), "{a}");
+    assert!(hit(&c["lru"], 8 * M) < 0.05, "{c}");
+    assert!(hit(&c["lru"], 32 * M) > 0.9, "{c}");
+    assert!(hit(&c["arc"], 4 * M) < 0.1, "{c}");
+    assert!(hit(&c["arc"], 32 * M) > 0.9, "{c}");
+    let hour = c["working_set"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w[0] == 3600)
+        .unwrap()[1]
+        .as_f64()
+        .unwrap();
+    assert!((12.0 * M as f64..20.0 * M as f64).contains(&hour), "{hour}");
+    assert_eq!(c["write_share"], 0.0);
+    assert!(c["sequential_share"].as_f64().unwrap() > 0.9, "{c}");
+    // ARC 8M + L2ARC 24M holds the loop: the L2ARC serves nearly every read.
+    let asked = &a["asked"];
+    assert!(asked["l2_hit_ratio"].as_f64().unwrap() > 0.85, "{asked}");
+    assert!(asked["misses_served"].as_f64().unwrap() > 0.85, "{asked}");
+    assert_eq!(asked["l2_index_bytes"], 24 * M / 8192 * 30);
+    let lines = a["lines"].to_string();
+    assert!(lines.contains("would serve"), "{lines}");
+    assert!(lines.contains("sequential"), "{lines}");
+    // The text answer says the same.
+    let out = larch(&["advise", "--trace", trace.to_str().unwrap(), "--arc", "8M"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(today)") && text.contains("would serve"),
+        "{text}"
+    );
+
+    // Too short a trace says so instead of guessing.
+    let short = dir.join("short.csv");
+    write_file(&short, loop_trace(10, 2).as_bytes());
+    let a = advise_json(&short, &["--arc", "8M"]);
+    assert!(
+        a["too_young"].as_str().unwrap().contains("too young"),
+        "{a}"
+    );
+    assert!(a["lines"].as_array().unwrap().is_empty());
+
+    // Bad input.
+    let path = trace.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["advise", "--trace", path], "--arc"),
+        (vec!["advise", "--trace", path, "--arc", "12Q"], "--arc"),
+        (
+            vec!["advise", "--trace", path, "--arc", "0"],
+            "out of range",
+        ),
+        (
+            vec!["advise", "--trace", path, "--arc", "8M", "--l2", "9E"],
+            "--l2",
+        ),
+        (
+            vec![
+                "advise", "--trace", path, "--arc", "8M", "--device", "floppy",
+            ],
+            "--device",
+        ),
+        (
+            vec!["advise", "--trace", "/nonexistent/t.csv", "--arc", "8M"],
+            "/nonexistent/t.csv",
+        ),
+        (
+            vec!["advise", "--state-dir", "/nonexistent/pool"],
+            "no running daemon",
+        ),
+    ] {
+        let out = larch(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    let bad = dir.join("bad.csv");
+    write_file(&bad, b"time,offset,size,op\n0,0,8192,R\n1000,zz,8192,R\n");
+    let out = larch(&["advise", "--trace", bad.to_str().unwrap(), "--arc", "8M"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.csv"));
+}

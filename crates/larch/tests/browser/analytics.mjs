@@ -125,6 +125,35 @@ try {
     () => (document.querySelector('input[data-tunable="l2arc_enabled"]') || {}).value);
   check(seen.tunableShown === "1", "the tunables table does not show l2arc_enabled=1");
 
+  // The workload panel: the pool's curves drawn, the what-if table and the advice.
+  const advised = await until(async () => {
+    await page.evaluate(() => larchPage.reloadAdvice());
+    return page.evaluate(() => !!(larchPage.advice && !larchPage.advice.too_young));
+  }, 30000);
+  if (check(advised, "the advice panel never had a curve (the pool stayed too young)")) {
+    seen.advice = await page.evaluate(() => {
+      const a = larchPage.advice;
+      const canvas = document.querySelector("#advise canvas");
+      const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+      let inked = 0;
+      for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 0 && px[i] + px[i + 1] + px[i + 2] < 600) inked++;
+      return {
+        points: a.curves.arc.length,
+        lines: a.lines.length,
+        rows: document.querySelectorAll("#advice-text table tbody tr").length,
+        volumes: a.volumes.length,
+        inked,
+        text: document.querySelector("#advice-text").textContent.slice(0, 300),
+      };
+    });
+    check(seen.advice.points >= 20, `the ARC curve has ${seen.advice.points} points`);
+    check(seen.advice.lines >= 2, "the panel gives no advice");
+    check(seen.advice.rows >= 6, `the what-if tables have ${seen.advice.rows} rows`);
+    check(seen.advice.volumes === 1, "the volume vol0 is missing from the advice");
+    check(seen.advice.inked > 500, `the curve chart is blank (${seen.advice.inked} pixels drawn)`);
+    check(/today/.test(seen.advice.text), "the panel does not say which row is today");
+  }
+
   // L2 hits happen before the switch is flipped.
   const l2Before = await until(async () => {
     const s = await status();
