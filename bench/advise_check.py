@@ -79,7 +79,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--larch", default="target/release/larch")
     ap.add_argument("--latency-ms", type=int, default=4)
-    ap.add_argument("--warm", type=int, default=300)
+    ap.add_argument("--warm", type=int, default=900)
     ap.add_argument("--seconds", type=int, default=420)
     ap.add_argument("--measure", type=int, default=60)
     ap.add_argument("--device", default="ram:latency_us=130")

@@ -125,6 +125,27 @@ pub struct Access {
     pub now_ms: u64,
 }
 
+impl Access {
+    /// The demand read an ARC sees for this access (a write moves its block to the front
+    /// as a read would).
+    fn arc_access(&self) -> ArcAccess {
+        ArcAccess {
+            key: self.key,
+            generation: 0,
+            size_bytes: self.bytes.max(1),
+            buf_type: if self.metadata {
+                BufType::Metadata
+            } else {
+                BufType::Data
+            },
+            prefetch: false,
+            l2cache: true,
+            uncached: false,
+            now_ms: self.now_ms,
+        }
+    }
+}
+
 /// How a [`Sampler`] samples.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
@@ -800,20 +821,7 @@ impl Sampler {
                 .set_limits(scaled, scaled, a.now_ms, &mut self.actions);
             self.minis.push(clone);
         }
-        let access = ArcAccess {
-            key: a.key,
-            generation: 0,
-            size_bytes: a.bytes.max(1),
-            buf_type: if a.metadata {
-                BufType::Metadata
-            } else {
-                BufType::Data
-            },
-            prefetch: false,
-            l2cache: true,
-            uncached: false,
-            now_ms: a.now_ms,
-        };
+        let access = a.arc_access();
         for m in &mut self.minis {
             let outcome = m.arc.access(&access, &mut self.actions);
             if !a.write {
@@ -1159,20 +1167,7 @@ pub mod exact {
                 let mut actions = Vec::new();
                 let (mut hits, mut reads) = (0u64, 0u64);
                 for a in accesses {
-                    let access = ArcAccess {
-                        key: a.key,
-                        generation: 0,
-                        size_bytes: a.bytes.max(1),
-                        buf_type: if a.metadata {
-                            BufType::Metadata
-                        } else {
-                            BufType::Data
-                        },
-                        prefetch: false,
-                        l2cache: true,
-                        uncached: false,
-                        now_ms: a.now_ms,
-                    };
+                    let access = a.arc_access();
                     let hit = arc.access(&access, &mut actions).is_hit();
                     actions.clear();
                     if !a.write {

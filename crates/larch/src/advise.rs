@@ -215,6 +215,11 @@ fn bytes(b: u64) -> String {
 
 fn row(p: &Prediction) -> String {
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
+    let over = if p.index_over_cap {
+        "  index over l2arc_meta_percent"
+    } else {
+        ""
+    };
     format!(
         "{:>8} {:>8} {:>7.1}% {:>7.1}% {:>8.1}% {:>9} {:>9} {:>10} {:>9}",
         bytes(p.arc_bytes),
@@ -226,7 +231,7 @@ fn row(p: &Prediction) -> String {
         opt(p.read_us, &|v| format!("{:.2}ms", v / 1000.0)),
         opt(p.warm_s, &advise::span),
         bytes(p.l2_index_bytes),
-    )
+    ) + over
 }
 
 fn print_advice(a: &Advice) {

@@ -101,15 +101,7 @@ fn latency(us: f64) -> String {
 }
 
 fn duration(s: f64) -> String {
-    if s < 120.0 {
-        format!("{s:.0} s")
-    } else if s < 7200.0 {
-        format!("{:.0} min", s / 60.0)
-    } else if s < 172_800.0 {
-        format!("{:.1} h", s / 3600.0)
-    } else {
-        format!("{:.1} days", s / 86_400.0)
-    }
+    larch_daemon::advise::span(s)
 }
 
 /// `larch size`.
