@@ -58,7 +58,8 @@ pub struct AdviseArgs {
     /// does not have (nvme, ssd, readzilla; default nvme).
     #[arg(long, value_name = "SPEC")]
     pub device: Option<String>,
-    /// With --trace: the simulator's model of the backing store (hdd, 12xhdd, raidz2, ...).
+    /// With --trace: the simulator's model of the backing store (hdd, 12xhdd, 12xhdd:raidz2,
+    /// s3, ...).
     #[arg(long, default_value = "hdd", requires = "trace")]
     pub backing: String,
     /// Print the answer as JSON.
