@@ -51,10 +51,19 @@
 //! few MB.
 
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use larch_policy::{Access as ArcAccess, Arc, ArcConfig, BlockKey, BufType};
+
+pub mod exact;
+mod filter;
+mod histogram;
+#[cfg(feature = "trace")]
+pub mod trace;
+
+pub use filter::{Filter, random_seed, spatial_hash};
+use filter::{KeyBuild, KeyMap, mix, rate_of, threshold_of};
+use histogram::{BUCKETS, Fenwick, bucket_of, curve_of, interpolate};
 
 /// Miniature caches holding fewer blocks than this report the LRU curve's value (and are
 /// not run: the rate only falls, so a size too coarse stays so).
@@ -65,43 +74,6 @@ pub const RECENT_MINUTES: u64 = 10;
 
 /// Volumes whose own figures a sampler keeps; accesses of others count for the pool only.
 pub const MAX_VOLUMES: usize = 256;
-
-/// Hashes block keys for the sampler's tables: keys are mixed with the sampler's own
-/// finaliser, seeded like the spatial hash, rather than SipHash, which cost a measurable
-/// share of the sampled path. A client cannot aim at one bucket without the seed, which
-/// the daemon draws at random when it starts.
-#[derive(Clone, Copy)]
-struct KeyBuild(u64);
-
-impl BuildHasher for KeyBuild {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher(self.0)
-    }
-}
-
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        mix(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = mix(self.0 ^ x);
-    }
-}
-
-type KeyMap<V> = HashMap<BlockKey, V, KeyBuild>;
-
-/// Log-spaced buckets per doubling of the reuse-distance histogram.
-const SUB_BUCKETS: usize = 8;
-/// Buckets: distances up to 2^62 bytes.
-const BUCKETS: usize = 62 * SUB_BUCKETS;
 
 /// The default sizes at which curves are computed: powers of two from 1 MiB to 16 TiB.
 pub fn default_sizes() -> Vec<u64> {
@@ -210,187 +182,6 @@ impl SamplerConfig {
     }
 }
 
-/// The hash that decides which blocks are sampled: the same block always gets the same one.
-pub fn spatial_hash(seed: u64, key: &BlockKey) -> u64 {
-    mix(seed ^ mix(key.volume.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.block))
-}
-
-/// A seed drawn from the standard library's per-process random keys.
-pub fn random_seed() -> u64 {
-    std::collections::hash_map::RandomState::new().hash_one(0x6c61_7263_u64)
-}
-
-fn mix(mut z: u64) -> u64 {
-    // SplitMix64's finaliser: every input bit reaches every output bit.
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn threshold_of(rate: f64) -> u64 {
-    if rate >= 1.0 {
-        u64::MAX
-    } else {
-        (rate * 18_446_744_073_709_551_616.0) as u64
-    }
-}
-
-fn rate_of(threshold: u64) -> f64 {
-    if threshold == u64::MAX {
-        1.0
-    } else {
-        threshold as f64 / 18_446_744_073_709_551_616.0
-    }
-}
-
-/// The lock-free front of a sampler: which accesses it wants, and how many it saw in all.
-/// Callers on a hot path count each request once ([`Filter::count`]: one relaxed atomic
-/// add), hash each block once ([`spatial_hash`] with [`Filter::seed`]) and take the
-/// sampler's lock only for the blocks it wants ([`Filter::wants_hash`]: one atomic load).
-#[derive(Debug)]
-pub struct Filter {
-    seed: u64,
-    threshold: AtomicU64,
-    /// Reads and writes counted, striped by thread so that cores do not pass one cache
-    /// line back and forth on every request (measured: a shared counter was a third of
-    /// the sampler's cost on ARC hits).
-    counts: [Stripe; STRIPES],
-    /// A HyperLogLog sketch of the distinct blocks seen: what fraction of them the sample
-    /// really follows (see [`Sampler::effective_rate`]).
-    registers: Box<[AtomicU8]>,
-}
-
-/// Registers of the distinct-block sketch: 2^14 (16 KiB), a standard error of 0.8%.
-const HLL_BITS: u32 = 14;
-
-/// Counter stripes of a [`Filter`].
-const STRIPES: usize = 16;
-
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Stripe {
-    reads: AtomicU64,
-    writes: AtomicU64,
-}
-
-/// This thread's stripe (threads take stripes in turn as they first count).
-fn stripe_index() -> usize {
-    use std::cell::Cell;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    INDEX.with(|i| {
-        if i.get() == usize::MAX {
-            i.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES);
-        }
-        i.get()
-    })
-}
-
-impl Filter {
-    /// Counts `blocks` accesses of one request.
-    pub fn count(&self, blocks: u64, write: bool) {
-        let stripe = &self.counts[stripe_index()];
-        let counter = if write { &stripe.writes } else { &stripe.reads };
-        counter.fetch_add(blocks, Ordering::Relaxed);
-    }
-
-    /// Notes the block of this [`spatial_hash`] in the distinct-block sketch and says
-    /// whether the sampler wants it. A register is written only when it grows, which is
-    /// rare once the sketch has seen a few blocks, so cores seldom share a dirty line.
-    pub fn observe(&self, hash: u64) -> bool {
-        let h = mix(hash ^ 0x2545_f491_4f6c_dd1d);
-        let index = (h >> (64 - HLL_BITS)) as usize;
-        let rank = ((h << HLL_BITS) | (1 << (HLL_BITS - 1))).leading_zeros() as u8 + 1;
-        let register = &self.registers[index];
-        if rank > register.load(Ordering::Relaxed) {
-            register.fetch_max(rank, Ordering::Relaxed);
-        }
-        hash < self.threshold.load(Ordering::Relaxed)
-    }
-
-    /// Counts one access (a read when `read`) and says whether the sampler wants it.
-    pub fn wants(&self, key: &BlockKey, read: bool) -> bool {
-        self.count(1, !read);
-        self.observe(spatial_hash(self.seed, key))
-    }
-
-    /// The estimated number of distinct blocks seen (HyperLogLog, with linear counting
-    /// while many registers are empty).
-    pub fn distinct(&self) -> f64 {
-        let m = self.registers.len() as f64;
-        let (mut sum, mut zeros) = (0.0, 0u32);
-        for r in self.registers.iter() {
-            let v = r.load(Ordering::Relaxed);
-            sum += (-f64::from(v)).exp2();
-            zeros += u32::from(v == 0);
-        }
-        let alpha = 0.7213 / (1.0 + 1.079 / m);
-        let estimate = alpha * m * m / sum;
-        if estimate <= 2.5 * m && zeros > 0 {
-            m * (m / f64::from(zeros)).ln()
-        } else {
-            estimate
-        }
-    }
-
-    /// The seed of the hash.
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
-
-    /// The sampling rate now.
-    pub fn rate(&self) -> f64 {
-        rate_of(self.threshold.load(Ordering::Relaxed))
-    }
-
-    /// Accesses counted, and of them reads.
-    pub fn counted(&self) -> (u64, u64) {
-        let (mut reads, mut writes) = (0, 0);
-        for s in &self.counts {
-            reads += s.reads.load(Ordering::Relaxed);
-            writes += s.writes.load(Ordering::Relaxed);
-        }
-        (reads + writes, reads)
-    }
-}
-
-/// A Fenwick tree of bytes over access stamps.
-#[derive(Clone, Debug)]
-struct Fenwick {
-    tree: Vec<i64>,
-}
-
-impl Fenwick {
-    fn new(n: usize) -> Fenwick {
-        Fenwick {
-            tree: vec![0; n + 1],
-        }
-    }
-    fn len(&self) -> usize {
-        self.tree.len() - 1
-    }
-    fn add(&mut self, at: usize, delta: i64) {
-        let mut i = at;
-        while i < self.tree.len() {
-            self.tree[i] += delta;
-            i += i & i.wrapping_neg();
-        }
-    }
-    /// Sum of positions 1..=at.
-    fn prefix(&self, at: usize) -> i64 {
-        let mut i = at.min(self.len());
-        let mut s = 0;
-        while i > 0 {
-            s += self.tree[i];
-            i &= i - 1;
-        }
-        s
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     hash: u64,
@@ -408,10 +199,12 @@ struct Mini {
     reads: f64,
 }
 
-/// What a sampler keeps of one volume: its reads' reuse distances in the pool's stream (so
-/// its hit ratio in the pool's cache at each size) and its shares.
+/// What a sampler counts of a stream of sampled accesses — the pool's, or one volume's in
+/// the pool's (its reuse distances measured among all the pool's blocks, so its hit ratio in
+/// the cache it shares): reads by reuse distance, first reads, and weights by kind.
 #[derive(Clone, Debug)]
-struct VolumeTally {
+struct Tally {
+    /// Read weight per distance bucket; `cold`: first reads of a block.
     histogram: Vec<f64>,
     cold: f64,
     read_weight: f64,
@@ -421,9 +214,9 @@ struct VolumeTally {
     metadata_weight: f64,
 }
 
-impl VolumeTally {
-    fn new() -> VolumeTally {
-        VolumeTally {
+impl Tally {
+    fn new() -> Tally {
+        Tally {
             histogram: vec![0.0; BUCKETS],
             cold: 0.0,
             read_weight: 0.0,
@@ -431,6 +224,35 @@ impl VolumeTally {
             write_weight: 0.0,
             sequential_weight: 0.0,
             metadata_weight: 0.0,
+        }
+    }
+
+    /// Counts an access of `weight` by its kind.
+    fn count(&mut self, a: &Access, weight: f64) {
+        self.all_weight += weight;
+        if a.write {
+            self.write_weight += weight;
+        } else {
+            self.read_weight += weight;
+        }
+        if a.sequential {
+            self.sequential_weight += weight;
+        }
+        if a.metadata {
+            self.metadata_weight += weight;
+        }
+    }
+
+    /// Its shares, `of_pool` being its share of the pool's accesses.
+    fn shares(&self, of_pool: f64) -> Shares {
+        if self.all_weight == 0.0 {
+            return Shares::default();
+        }
+        Shares {
+            write: self.write_weight / self.all_weight,
+            sequential: self.sequential_weight / self.all_weight,
+            metadata: self.metadata_weight / self.all_weight,
+            of_pool,
         }
     }
 }
@@ -460,16 +282,10 @@ pub struct Sampler {
     by_hash: BinaryHeap<(u64, BlockKey)>,
     tree: Fenwick,
     stamps: usize,
-    /// Read weight per distance bucket; `cold`: first reads of a block.
-    histogram: Vec<f64>,
-    cold: f64,
+    /// What the pool's sampled accesses count.
+    pool: Tally,
     /// (minute, cold read weight, read weight) of the last [`RECENT_MINUTES`] minutes.
     recent: std::collections::VecDeque<(u64, f64, f64)>,
-    read_weight: f64,
-    all_weight: f64,
-    write_weight: f64,
-    sequential_weight: f64,
-    metadata_weight: f64,
     sampled: u64,
     /// The miniature ARCs of `sizes[first_mini..]`, up to the first that never evicted.
     minis: Vec<Mini>,
@@ -478,7 +294,7 @@ pub struct Sampler {
     budget_second: u64,
     budget_spent: u64,
     mini_blocks_bytes: u64,
-    volumes: HashMap<u64, VolumeTally>,
+    volumes: HashMap<u64, Tally>,
     actions: Vec<larch_policy::Action>,
 }
 
@@ -488,12 +304,7 @@ impl Sampler {
         cfg.validate()?;
         let threshold = threshold_of(cfg.initial_rate);
         let tree = Fenwick::new(cfg.max_samples.saturating_mul(4).min(1 << 14));
-        let filter = std::sync::Arc::new(Filter {
-            seed: cfg.seed,
-            threshold: AtomicU64::new(threshold),
-            counts: Default::default(),
-            registers: (0..1usize << HLL_BITS).map(|_| AtomicU8::new(0)).collect(),
-        });
+        let filter = std::sync::Arc::new(Filter::new(cfg.seed, threshold));
         Ok(Sampler {
             filter,
             threshold,
@@ -501,14 +312,8 @@ impl Sampler {
             by_hash: BinaryHeap::new(),
             tree,
             stamps: 0,
-            histogram: vec![0.0; BUCKETS],
-            cold: 0.0,
+            pool: Tally::new(),
             recent: std::collections::VecDeque::new(),
-            read_weight: 0.0,
-            all_weight: 0.0,
-            write_weight: 0.0,
-            sequential_weight: 0.0,
-            metadata_weight: 0.0,
             sampled: 0,
             minis: Vec::new(),
             first_mini: 0,
@@ -549,13 +354,13 @@ impl Sampler {
     /// Reads the sample stands for (every read the filter counted).
     pub fn estimated_reads(&self) -> f64 {
         let (_, reads) = self.filter.counted();
-        (reads as f64).max(self.read_weight)
+        (reads as f64).max(self.pool.read_weight)
     }
 
     /// Accesses the sample stands for.
     pub fn estimated_accesses(&self) -> f64 {
         let (all, _) = self.filter.counted();
-        (all as f64).max(self.all_weight)
+        (all as f64).max(self.pool.all_weight)
     }
 
     /// Convenience for callers without a hot path: filter and record in one call.
@@ -576,18 +381,8 @@ impl Sampler {
         let weight = 1.0 / rate;
         let bytes = a.bytes.max(1);
         self.sampled += 1;
-        self.all_weight += weight;
-        if a.write {
-            self.write_weight += weight;
-        }
-        if a.sequential {
-            self.sequential_weight += weight;
-        }
-        if a.metadata {
-            self.metadata_weight += weight;
-        }
+        self.pool.count(a, weight);
         if !a.write {
-            self.read_weight += weight;
             let minute = a.now_ms / 60_000;
             if self.recent.back().is_none_or(|r| r.0 != minute) {
                 self.recent.push_back((minute, 0.0, 0.0));
@@ -604,22 +399,10 @@ impl Sampler {
             }
         }
         if self.volumes.len() < MAX_VOLUMES || self.volumes.contains_key(&a.key.volume) {
-            let v = self
-                .volumes
+            self.volumes
                 .entry(a.key.volume)
-                .or_insert_with(VolumeTally::new);
-            v.all_weight += weight;
-            if a.write {
-                v.write_weight += weight;
-            } else {
-                v.read_weight += weight;
-            }
-            if a.sequential {
-                v.sequential_weight += weight;
-            }
-            if a.metadata {
-                v.metadata_weight += weight;
-            }
+                .or_insert_with(Tally::new)
+                .count(a, weight);
         }
         if self.stamps == self.tree.len() {
             self.renumber();
@@ -632,7 +415,7 @@ impl Sampler {
                     let between = self.tree.prefix(now - 1) - self.tree.prefix(s.stamp as usize);
                     let distance = between.max(0) as f64 / rate + f64::from(bytes);
                     let bucket = bucket_of(distance);
-                    self.histogram[bucket] += weight;
+                    self.pool.histogram[bucket] += weight;
                     if let Some(v) = self.volumes.get_mut(&a.key.volume) {
                         v.histogram[bucket] += weight;
                     }
@@ -645,7 +428,7 @@ impl Sampler {
             }
             None => {
                 if !a.write {
-                    self.cold += weight;
+                    self.pool.cold += weight;
                     if let Some(r) = self.recent.back_mut() {
                         r.1 += weight;
                     }
@@ -850,8 +633,7 @@ impl Sampler {
         }
         let counted = (followed / distinct).clamp(rate / 2.0, (rate * 2.0).min(1.0));
         let var_rate = (1.0 - rate) / followed;
-        let sketch_error = 1.04 / f64::from(1u32 << (HLL_BITS / 2));
-        let var_counted = sketch_error * sketch_error;
+        let var_counted = Filter::SKETCH_ERROR * Filter::SKETCH_ERROR;
         let w = var_counted / (var_rate + var_counted);
         (w * rate.ln() + (1.0 - w) * counted.ln()).exp()
     }
@@ -865,7 +647,7 @@ impl Sampler {
         let fix = if reads == 0 {
             0.0
         } else {
-            reads as f64 - k * self.read_weight
+            reads as f64 - k * self.pool.read_weight
         };
         (k, fix)
     }
@@ -873,7 +655,7 @@ impl Sampler {
     /// The LRU hit ratio of reads at each size: `(size, hit ratio)`.
     pub fn lru_curve(&self, sizes: &[u64]) -> Vec<Point> {
         let (k, fix) = self.scale_and_correction();
-        curve_of(&self.histogram, k, fix, self.read_weight, sizes)
+        curve_of(&self.pool.histogram, k, fix, self.pool.read_weight, sizes)
     }
 
     /// The ARC's hit ratio of reads at each configured size, from the miniature ARCs
@@ -933,40 +715,29 @@ impl Sampler {
     /// A volume's shares of writes, sequential and metadata accesses, and its share of
     /// the pool's accesses (in `Shares::of_pool`).
     pub fn volume_shares(&self, volume: u64) -> Shares {
-        let Some(v) = self.volumes.get(&volume) else {
-            return Shares::default();
-        };
-        if v.all_weight == 0.0 {
-            return Shares::default();
-        }
-        Shares {
-            write: v.write_weight / v.all_weight,
-            sequential: v.sequential_weight / v.all_weight,
-            metadata: v.metadata_weight / v.all_weight,
-            of_pool: v.all_weight / self.all_weight.max(f64::MIN_POSITIVE),
-        }
+        self.volumes.get(&volume).map_or_else(Shares::default, |v| {
+            v.shares(v.all_weight / self.pool.all_weight.max(f64::MIN_POSITIVE))
+        })
     }
 
     /// Bytes of a volume's distinct blocks touched in the last `window_ms`.
     pub fn volume_working_set_bytes(&self, volume: u64, window_ms: u64, now_ms: u64) -> f64 {
-        let since = now_ms.saturating_sub(window_ms);
-        let bytes: u64 = self
-            .samples
-            .iter()
-            .filter(|(k, s)| k.volume == volume && s.last_ms >= since)
-            .map(|(_, s)| u64::from(s.bytes))
-            .sum();
-        bytes as f64 / self.effective_rate()
+        self.touched_bytes(window_ms, now_ms, |k| k.volume == volume)
     }
 
     /// Bytes of distinct blocks touched in the last `window_ms` (estimated from the sample).
     pub fn working_set_bytes(&self, window_ms: u64, now_ms: u64) -> f64 {
+        self.touched_bytes(window_ms, now_ms, |_| true)
+    }
+
+    /// Bytes of the sampled blocks `which` touched since `now_ms - window_ms`, scaled up.
+    fn touched_bytes(&self, window_ms: u64, now_ms: u64, which: impl Fn(&BlockKey) -> bool) -> f64 {
         let since = now_ms.saturating_sub(window_ms);
         let bytes: u64 = self
             .samples
-            .values()
-            .filter(|s| s.last_ms >= since)
-            .map(|s| u64::from(s.bytes))
+            .iter()
+            .filter(|(k, s)| which(k) && s.last_ms >= since)
+            .map(|(_, s)| u64::from(s.bytes))
             .sum();
         bytes as f64 / self.effective_rate()
     }
@@ -975,8 +746,8 @@ impl Sampler {
     /// them): since the sampler started, and over the last [`RECENT_MINUTES`] minutes of
     /// its clock (a workload still warming has many; the curves' top is 1 minus them).
     pub fn cold_shares(&self) -> (f64, f64) {
-        let all = if self.read_weight > 0.0 {
-            self.cold / self.read_weight
+        let all = if self.pool.read_weight > 0.0 {
+            self.pool.cold / self.pool.read_weight
         } else {
             0.0
         };
@@ -989,15 +760,7 @@ impl Sampler {
 
     /// Shares of writes, sequential and metadata accesses in the sample.
     pub fn shares(&self) -> Shares {
-        if self.all_weight == 0.0 {
-            return Shares::default();
-        }
-        Shares {
-            write: self.write_weight / self.all_weight,
-            sequential: self.sequential_weight / self.all_weight,
-            metadata: self.metadata_weight / self.all_weight,
-            of_pool: 1.0,
-        }
+        self.pool.shares(1.0)
     }
 
     /// Bytes the sampler holds: its tables, its tree and its miniature ARCs' headers.
@@ -1018,9 +781,9 @@ impl Sampler {
                 headers + std::mem::size_of::<Mini>() as u64
             })
             .sum();
-        let volumes = self.volumes.capacity() * (std::mem::size_of::<(u64, VolumeTally)>() + 1)
+        let volumes = self.volumes.capacity() * (std::mem::size_of::<(u64, Tally)>() + 1)
             + self.volumes.len() * BUCKETS * std::mem::size_of::<f64>();
-        (table + tree + volumes + self.histogram.capacity() * 8) as u64 + minis
+        (table + tree + volumes + self.pool.histogram.capacity() * 8) as u64 + minis
     }
 
     /// Checks the sampler's own invariants (tests).
@@ -1036,164 +799,6 @@ impl Sampler {
         for m in &self.minis {
             m.arc.check_invariants();
         }
-    }
-}
-
-/// The value at `x` of a curve of `(size, ratio)` points ascending in size, interpolated in
-/// log size; past the last point, the last value (a cache that never evicted stands for
-/// every larger one); `None` before the first.
-fn interpolate(points: &[(f64, f64)], x: f64) -> Option<f64> {
-    let first = points.first()?;
-    if x < first.0 * 0.999 {
-        return None;
-    }
-    for w in points.windows(2) {
-        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
-        if x <= x1 {
-            let f = ((x.max(x0)).ln() - x0.ln()) / (x1.ln() - x0.ln()).max(f64::MIN_POSITIVE);
-            return Some(y0 + f.clamp(0.0, 1.0) * (y1 - y0));
-        }
-    }
-    points.last().map(|p| p.1)
-}
-
-/// Hit ratios at `sizes` from a histogram of reuse distances recorded at `1/R` (`k`:
-/// `R / R_eff`; `fix`: SHARDS-adj's weight, added at the shortest distance; `reads`: the
-/// histogram's reads, cold ones included).
-fn curve_of(histogram: &[f64], k: f64, fix: f64, reads: f64, sizes: &[u64]) -> Vec<Point> {
-    let total = k * reads + fix;
-    if total <= 0.0 {
-        return sizes.iter().map(|&s| (s, 0.0)).collect();
-    }
-    let mut cumulative = vec![0.0; histogram.len() + 1];
-    for (i, w) in histogram.iter().enumerate() {
-        cumulative[i + 1] = cumulative[i] + w;
-    }
-    sizes
-        .iter()
-        .map(|&size| {
-            // Buckets wholly at or below `size` (in recorded distances: `size / k`) hit; the
-            // shortest carries the correction.
-            let (upto, part) = buckets_within(size as f64 / k);
-            let partial = histogram.get(upto).map_or(0.0, |w| part * w);
-            let mut hits = k * (cumulative[upto] + partial);
-            if upto > 0 || part > 0.0 {
-                hits += fix;
-            }
-            (size, (hits / total).clamp(0.0, 1.0))
-        })
-        .collect()
-}
-
-fn bucket_of(distance: f64) -> usize {
-    if distance <= 1.0 {
-        return 0;
-    }
-    // Bucket i holds (2^(i/8), 2^((i+1)/8)]: a distance of exactly 2^k fits a cache of 2^k.
-    let edge = (distance.log2() * SUB_BUCKETS as f64).ceil() as usize;
-    edge.saturating_sub(1).min(BUCKETS - 1)
-}
-
-/// How many buckets hold only distances at most `size`, and the share (in log size) of the
-/// next one below `size`: its weight counts in that proportion, so a size between two
-/// bucket edges does not jump to either.
-fn buckets_within(size: f64) -> (usize, f64) {
-    if size < 1.0 {
-        return (0, 0.0);
-    }
-    let edge = size.log2() * SUB_BUCKETS as f64;
-    // Guard against 2^k landing a hair below its integer.
-    let whole = (edge + 1e-9).floor();
-    if whole as usize >= BUCKETS {
-        return (BUCKETS, 0.0);
-    }
-    (whole as usize, (edge - whole).max(0.0))
-}
-
-/// Exact curves, for checking the sampled ones: every access kept, every size replayed.
-pub mod exact {
-    use super::*;
-
-    /// The exact LRU hit ratio of reads at each size, from exact reuse distances.
-    pub fn lru_curve(accesses: &[Access], sizes: &[u64]) -> Vec<Point> {
-        let mut last: HashMap<BlockKey, (usize, u32)> = HashMap::new();
-        let mut tree = Fenwick::new(accesses.len() + 1);
-        let mut distances = Vec::new();
-        let mut reads = 0u64;
-        for (i, a) in accesses.iter().enumerate() {
-            let stamp = i + 1;
-            let bytes = a.bytes.max(1);
-            if let Some(&(prev, prev_bytes)) = last.get(&a.key) {
-                if !a.write {
-                    let between = tree.prefix(stamp - 1) - tree.prefix(prev);
-                    distances.push(between as u64 + u64::from(bytes));
-                }
-                tree.add(prev, -i64::from(prev_bytes));
-            }
-            if !a.write {
-                reads += 1;
-            }
-            tree.add(stamp, i64::from(bytes));
-            last.insert(a.key, (stamp, bytes));
-        }
-        distances.sort_unstable();
-        sizes
-            .iter()
-            .map(|&s| {
-                let hits = distances.partition_point(|&d| d <= s);
-                (
-                    s,
-                    if reads == 0 {
-                        0.0
-                    } else {
-                        hits as f64 / reads as f64
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// The exact ARC hit ratio of reads at each size: a full-size ARC replayed per size.
-    pub fn arc_curve(accesses: &[Access], sizes: &[u64], template: &ArcConfig) -> Vec<Point> {
-        sizes
-            .iter()
-            .map(|&size| {
-                let mut arc = Arc::new(ArcConfig {
-                    c_min_bytes: size,
-                    c_max_bytes: size,
-                    ..template.clone()
-                })
-                .expect("valid size");
-                let mut actions = Vec::new();
-                let (mut hits, mut reads) = (0u64, 0u64);
-                for a in accesses {
-                    let access = a.arc_access();
-                    let hit = arc.access(&access, &mut actions).is_hit();
-                    actions.clear();
-                    if !a.write {
-                        reads += 1;
-                        hits += u64::from(hit);
-                    }
-                }
-                (
-                    size,
-                    if reads == 0 {
-                        0.0
-                    } else {
-                        hits as f64 / reads as f64
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// Mean absolute difference of two curves' hit ratios, in points (0..100).
-    pub fn mean_abs_error_points(a: &[Point], b: &[Point]) -> f64 {
-        let n = a.len().min(b.len());
-        if n == 0 {
-            return 0.0;
-        }
-        100.0 * a.iter().zip(b).map(|(x, y)| (x.1 - y.1).abs()).sum::<f64>() / n as f64
     }
 }
 
@@ -1381,66 +986,5 @@ mod tests {
         ] {
             assert!(Sampler::new(cfg).is_err());
         }
-    }
-}
-
-/// Block traces as sampler accesses (feature `trace`).
-#[cfg(feature = "trace")]
-pub mod trace {
-    use std::path::Path;
-
-    use larch_policy::BlockKey;
-    use larch_sim::replay::UNTIMED_TICK_MS;
-    use larch_sim::{Format, Op, TraceReader};
-
-    use crate::Access;
-
-    /// Most blocks one record may touch.
-    pub const MAX_BLOCKS_PER_RECORD: u64 = 1 << 20;
-
-    /// Reads a trace and calls `each` with every block access, in order, split into blocks
-    /// of `block_size_bytes`; a trace without times advances by the simulator's tick per
-    /// record. A request continuing where the previous one of its volume ended is
-    /// sequential. Returns the records read; a malformed record is an error naming it.
-    pub fn for_each_access(
-        path: &Path,
-        format: Option<Format>,
-        block_size_bytes: u32,
-        mut each: impl FnMut(&Access),
-    ) -> Result<u64, String> {
-        let mut reader = TraceReader::open(path, format).map_err(|e| e.to_string())?;
-        let mut origin: Option<u64> = None;
-        let mut now_ms = 0u64;
-        let mut records = 0u64;
-        let mut next_of: std::collections::HashMap<u64, u64> = Default::default();
-        while let Some(record) = reader.next_record().map_err(|e| e.to_string())? {
-            records += 1;
-            let (first, count, bytes) = record
-                .blocks(block_size_bytes, MAX_BLOCKS_PER_RECORD)
-                .map_err(|e| format!("{}: record {records}: {e}", path.display()))?;
-            match record.time_ms {
-                Some(t) => {
-                    let o = *origin.get_or_insert(t);
-                    now_ms = now_ms.max(t.saturating_sub(o));
-                }
-                None => now_ms += UNTIMED_TICK_MS,
-            }
-            let sequential = next_of.get(&record.volume) == Some(&first);
-            next_of.insert(record.volume, first + count);
-            if next_of.len() > 1 << 16 {
-                next_of.clear();
-            }
-            for block in first..first + count {
-                each(&Access {
-                    key: BlockKey::new(record.volume, block),
-                    bytes,
-                    write: record.op == Op::Write,
-                    sequential,
-                    metadata: false,
-                    now_ms,
-                });
-            }
-        }
-        Ok(records)
     }
 }

@@ -31,6 +31,17 @@ fn write_file(path: &Path, bytes: &[u8]) {
         .unwrap();
 }
 
+/// Runs larch, which must succeed and print one JSON object.
+fn larch_json(args: &[&str]) -> serde_json::Value {
+    let out = larch(args);
+    assert!(
+        out.status.success(),
+        "larch {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
 fn replay_json(trace: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
         "sim",
@@ -40,13 +51,7 @@ fn replay_json(trace: &Path, extra: &[&str]) -> serde_json::Value {
         "--json",
     ];
     args.extend_from_slice(extra);
-    let out = larch(&args);
-    assert!(
-        out.status.success(),
-        "larch {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+    larch_json(&args)
 }
 
 /// Blocks 0..8 read five times: 40 requests, 32 hits in any policy with room for 8 blocks.
@@ -480,13 +485,7 @@ fn loop_trace(blocks: u64, rounds: u64) -> String {
 fn advise_json(trace: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["advise", "--trace", trace.to_str().unwrap(), "--json"];
     args.extend_from_slice(extra);
-    let out = larch(&args);
-    assert!(
-        out.status.success(),
-        "larch {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+    larch_json(&args)
 }
 
 fn hit(curve: &serde_json::Value, size: u64) -> f64 {

@@ -1,0 +1,58 @@
+//! Block traces as sampler accesses (feature `trace`), read by `larch-sim`'s readers.
+
+use std::path::Path;
+
+use larch_policy::BlockKey;
+use larch_sim::replay::UNTIMED_TICK_MS;
+use larch_sim::{Format, Op, TraceReader};
+
+use crate::Access;
+
+/// Most blocks one record may touch.
+pub const MAX_BLOCKS_PER_RECORD: u64 = 1 << 20;
+
+/// Reads a trace and calls `each` with every block access, in order, split into blocks
+/// of `block_size_bytes`; a trace without times advances by the simulator's tick per
+/// record. A request continuing where the previous one of its volume ended is
+/// sequential. Returns the records read; a malformed record is an error naming it.
+pub fn for_each_access(
+    path: &Path,
+    format: Option<Format>,
+    block_size_bytes: u32,
+    mut each: impl FnMut(&Access),
+) -> Result<u64, String> {
+    let mut reader = TraceReader::open(path, format).map_err(|e| e.to_string())?;
+    let mut origin: Option<u64> = None;
+    let mut now_ms = 0u64;
+    let mut records = 0u64;
+    let mut next_of: std::collections::HashMap<u64, u64> = Default::default();
+    while let Some(record) = reader.next_record().map_err(|e| e.to_string())? {
+        records += 1;
+        let (first, count, bytes) = record
+            .blocks(block_size_bytes, MAX_BLOCKS_PER_RECORD)
+            .map_err(|e| format!("{}: record {records}: {e}", path.display()))?;
+        match record.time_ms {
+            Some(t) => {
+                let o = *origin.get_or_insert(t);
+                now_ms = now_ms.max(t.saturating_sub(o));
+            }
+            None => now_ms += UNTIMED_TICK_MS,
+        }
+        let sequential = next_of.get(&record.volume) == Some(&first);
+        next_of.insert(record.volume, first + count);
+        if next_of.len() > 1 << 16 {
+            next_of.clear();
+        }
+        for block in first..first + count {
+            each(&Access {
+                key: BlockKey::new(record.volume, block),
+                bytes,
+                write: record.op == Op::Write,
+                sequential,
+                metadata: false,
+                now_ms,
+            });
+        }
+    }
+    Ok(records)
+}
