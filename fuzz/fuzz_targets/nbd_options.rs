@@ -90,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(option_replies_well_formed(&out));
                 return;
             }
+            Ok(Step::StartTls { .. }) => panic!("STARTTLS accepted by a server without TLS"),
             Err(_) => {
                 assert!(out.is_empty(), "errors close without replying");
                 return;

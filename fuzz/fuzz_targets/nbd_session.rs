@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
                 pos += consumed;
                 break negotiated;
             }
+            Ok(Step::StartTls { .. }) => panic!("STARTTLS accepted by a server without TLS"),
             Ok(Step::NeedMore(_)) | Ok(Step::Abort { .. }) | Err(_) => return,
         }
     };

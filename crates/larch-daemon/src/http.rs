@@ -766,8 +766,100 @@ async fn host_check(request: axum::extract::Request, next: axum::middleware::Nex
     }
 }
 
-/// The routes.
+/// The routes of the loopback endpoint.
 fn router(ctx: Arc<Context>) -> Router {
+    routes()
+        .layer(axum::middleware::from_fn(host_check))
+        .with_state(ctx)
+}
+
+/// The routes of the remote endpoint (`--http-remote`): the same, every request with the
+/// token. The `Host` check is not needed there: a page elsewhere that reaches the endpoint
+/// has no token, and the cookie is bound to this site.
+fn remote_router(ctx: Arc<Context>) -> Router {
+    routes()
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&ctx),
+            remote_auth,
+        ))
+        .with_state(ctx)
+}
+
+/// The cookie the remote endpoint sets once `?token=` was right, so that the page's own
+/// requests carry the token.
+const TOKEN_COOKIE: &str = "larch_token";
+
+/// The token a request carries: `Authorization: Bearer`, `X-Larch-Token`, the cookie, or
+/// (for the first visit from a link) `?token=`; the last says it came in the query.
+fn request_token(request: &axum::extract::Request) -> Option<(String, bool)> {
+    let headers = request.headers();
+    let header_value = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(bearer) =
+        header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return Some((bearer.trim().to_string(), false));
+    }
+    if let Some(token) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
+        return Some((token.trim().to_string(), false));
+    }
+    for cookies in headers.get_all(header::COOKIE) {
+        let Ok(cookies) = cookies.to_str() else {
+            continue;
+        };
+        for cookie in cookies.split(';') {
+            if let Some((TOKEN_COOKIE, value)) = cookie.trim().split_once('=') {
+                return Some((value.to_string(), false));
+            }
+        }
+    }
+    let query = request.uri().query()?;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="))
+        .map(|token| (token.to_string(), true))
+}
+
+async fn remote_auth(
+    State(ctx): State<Arc<Context>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match request_token(&request) {
+        Some((token, from_query)) if same_token(&token, &ctx.token) => {
+            let mut response = next.run(request).await;
+            if from_query
+                && let Ok(cookie) = header::HeaderValue::from_str(&format!(
+                    "{TOKEN_COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict"
+                ))
+            {
+                response.headers_mut().insert(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        _ => {
+            let mut response = api_error(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint needs the token (larch analytics url prints it): \
+                 Authorization: Bearer TOKEN, or ?token=TOKEN once"
+                    .to_string(),
+                None,
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"larch\""),
+            );
+            response
+        }
+    }
+}
+
+/// The routes, without the state and the checks in front of them.
+fn routes() -> Router<Arc<Context>> {
     let admin_route = |path: &'static str| {
         axum::routing::post(
             move |State(ctx): State<Arc<Context>>,
@@ -867,8 +959,6 @@ fn router(ctx: Arc<Context>) -> Router {
             ),
         )
         .fallback(|| async { text(StatusCode::NOT_FOUND, "not found") })
-        .layer(axum::middleware::from_fn(host_check))
-        .with_state(ctx)
 }
 
 /// Serves one connection with hyper: heads within [`REQUEST_TIMEOUT`], keep-alive.
@@ -912,6 +1002,36 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
         let router = router.clone();
         tokio::spawn(async move {
             connection(router, stream, peer).await;
+            drop(slot);
+        });
+    })
+    .await
+}
+
+/// Serves the remote endpoint on `listener` until the task is aborted: every connection
+/// through TLS when `tls` is given (a failed handshake closes it), every request with the
+/// token.
+pub async fn serve_remote(
+    listener: TcpListener,
+    ctx: Arc<Context>,
+    tls: Option<Arc<larch_nbd::tls::ServerConfig>>,
+) {
+    let router = remote_router(ctx);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    accept_loop(listener, slots, move |stream, peer, slot| {
+        let router = router.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            match acceptor {
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(REQUEST_TIMEOUT, acceptor.accept(stream));
+                    if let Ok(Ok(tls)) = handshake.await {
+                        connection(router, tls, peer).await;
+                    }
+                }
+                None => connection(router, stream, peer).await,
+            }
             drop(slot);
         });
     })

@@ -23,6 +23,7 @@
 //!   blocking HTTP client (`ureq`) the CLI sends requests with.
 //! - [`page`]: the Analytics page's files, and a self-contained report page of them.
 //! - [`http`]: the loopback HTTP endpoint.
+//! - [`systemd`]: readiness notifications and the sockets of socket activation.
 //! - [`serve`]: running a pool: listeners, signals, the per-second housekeeping.
 //!
 //! Everything shown about a pool comes from `larch_engine::Pool::report`; this crate reads
@@ -41,6 +42,7 @@ pub mod page;
 pub mod recorder;
 pub mod serve;
 pub mod status;
+pub mod systemd;
 
 #[cfg(test)]
 mod testing;

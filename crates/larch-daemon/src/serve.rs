@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use larch_engine::units::format_size;
 use larch_engine::{DemoSizes, DeviceState, Pool, PoolLock, SyncMode, Volume, create_demo};
-use larch_nbd::{Listener, NamedExport, Server, ServerLimits};
+use larch_nbd::{Listener, NamedExport, Security, Server, ServerLimits, TlsMode};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 
@@ -23,6 +23,7 @@ use crate::client::{self, DaemonRecord};
 use crate::housekeeping::{History, Housekeeper};
 use crate::recorder::Recorder;
 use crate::status::StatusReport;
+use crate::systemd::{self, ActivatedListener};
 use crate::{history, http};
 
 /// The NBD address served when neither a TCP address nor a socket is given.
@@ -50,11 +51,76 @@ pub struct ServeOptions {
     /// Keep the history the Analytics page shows, in at most this many bytes; `None`:
     /// keep none.
     pub history_max_bytes: Option<u64>,
+    /// NBD's TLS and access rules.
+    pub security: Security,
+    /// NBD connections served at once from one client address.
+    pub max_connections_per_client: usize,
+    /// Serve plaintext on non-loopback addresses (with a warning) instead of refusing.
+    pub allow_remote_plaintext: bool,
+    /// Serve the page and the read API to other machines on this address (HTTPS with
+    /// `http_tls`, every request with the token); `None`: not served.
+    pub http_remote: Option<String>,
+    /// The TLS of `http_remote` (the NBD server's certificate, no client certificates).
+    pub http_tls: Option<Arc<larch_nbd::tls::ServerConfig>>,
+}
+
+impl Default for ServeOptions {
+    /// The demo pool in ./larch-data, NBD on [`DEFAULT_LISTEN`], HTTP on 127.0.0.1:9920.
+    fn default() -> ServeOptions {
+        ServeOptions {
+            state_dir: PathBuf::from("larch-data"),
+            listen: None,
+            socket: None,
+            demo: DemoSizes {
+                volume_bytes: 1 << 30,
+                cache_bytes: 256 << 20,
+                arc_max_bytes: 64 << 20,
+            },
+            format_cache: false,
+            stats_interval_secs: 0,
+            http: Some("127.0.0.1:9920".to_string()),
+            history_max_bytes: Some(64 << 20),
+            security: Security::default(),
+            max_connections_per_client: ServerLimits::default().max_connections_per_address,
+            allow_remote_plaintext: false,
+            http_remote: None,
+            http_tls: None,
+        }
+    }
+}
+
+/// Whether a server may listen on `addr`: loopback always; beyond it only with TLS
+/// required, or plaintext on purpose (`allow_remote_plaintext`, which prints a warning).
+pub fn check_bind(
+    what: &str,
+    addr: std::net::SocketAddr,
+    tls_required: bool,
+    allow_remote_plaintext: bool,
+) -> anyhow::Result<()> {
+    if addr.ip().is_loopback() || tls_required {
+        return Ok(());
+    }
+    if !allow_remote_plaintext {
+        bail!(
+            "{what} on {addr}, which is not a loopback address: other machines could use it \
+             in plaintext. Serve it with TLS (--tls require), or pass --allow-remote-plaintext \
+             to serve it anyway"
+        );
+    }
+    eprintln!(
+        "larch: warning: {what} on {addr} in plaintext beyond this machine \
+         (--allow-remote-plaintext): anyone who reaches it reads and writes what it serves"
+    );
+    Ok(())
 }
 
 /// Runs the pool of `options.state_dir` until SIGINT or SIGTERM (or a listener fails),
 /// then closes it cleanly.
 pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
+    // SAFETY: `larch serve` calls this from its main thread before any other thread
+    // exists (the pool's and the runtime's start below), and the environment changes only
+    // when systemd passed sockets to this very process.
+    unsafe { systemd::receive_sockets() }.context("the sockets systemd passed")?;
     let state_dir = &options.state_dir;
     if state_dir.exists() && !state_dir.is_dir() {
         bail!("--state-dir {}: not a directory", state_dir.display());
@@ -97,7 +163,21 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
             export: Arc::clone(v),
         })
         .collect();
-    let server = Server::new(ServerLimits::default(), exports)?;
+    for rule in options.security.access.rules() {
+        for name in &rule.exports {
+            if name != "*" && !pool.volumes.iter().any(|v| &v.name == name) {
+                bail!(
+                    "the access file names export {name:?}, which is not a volume of pool {}",
+                    pool.config.name
+                );
+            }
+        }
+    }
+    let limits = ServerLimits {
+        max_connections_per_address: options.max_connections_per_client,
+        ..ServerLimits::default()
+    };
+    let server = Server::with_security(limits, exports, options.security.clone())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -195,6 +275,7 @@ async fn serve(
     let (live, _) = broadcast::channel(16);
     let mut http_addr = None;
     let mut http_task = None;
+    let mut remote_task = None;
     if let Some(listener) = bind_http(options.http.as_deref()).await {
         let addr = listener
             .local_addr()
@@ -209,8 +290,36 @@ async fn serve(
             live: live.clone(),
             live_streams: std::sync::atomic::AtomicUsize::new(0),
         };
-        http_task = Some(tokio::spawn(http::serve(listener, Arc::new(ctx))));
+        let ctx = Arc::new(ctx);
+        http_task = Some(tokio::spawn(http::serve(listener, Arc::clone(&ctx))));
         http_addr = Some(addr);
+        if let Some(remote) = &options.http_remote {
+            let listener = TcpListener::bind(remote)
+                .await
+                .with_context(|| format!("binding --http-remote {remote}"))?;
+            let local = listener.local_addr()?;
+            check_bind(
+                "HTTP (--http-remote)",
+                local,
+                options.http_tls.is_some(),
+                options.allow_remote_plaintext,
+            )?;
+            let scheme = if options.http_tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            eprintln!(
+                "larch serve: Analytics for other machines on {scheme}://{local}/ (the token is needed)"
+            );
+            remote_task = Some(tokio::spawn(http::serve_remote(
+                listener,
+                ctx,
+                options.http_tls.clone(),
+            )));
+        }
+    } else if options.http_remote.is_some() {
+        bail!("--http-remote needs the loopback endpoint too (--http is off)");
     }
     let record = DaemonRecord {
         pid: std::process::id(),
@@ -241,6 +350,8 @@ async fn serve(
         let server = server.clone();
         tasks.push(tokio::spawn(async move { server.serve(listener).await }));
     }
+    systemd::notify_status(&format!("serving pool {}", pool.config.name));
+    systemd::notify_ready();
     for task in tasks {
         match task.await {
             Ok(Ok(())) => {}
@@ -267,6 +378,9 @@ async fn serve(
     if let Some(task) = http_task {
         task.abort();
     }
+    if let Some(task) = remote_task {
+        task.abort();
+    }
     if let Some(path) = &options.socket {
         let _ = std::fs::remove_file(path);
     }
@@ -290,11 +404,18 @@ async fn shut_down_on_signal(server: Server<Volume>) {
         _ = terminated => {}
     }
     eprintln!("larch serve: shutting down");
+    systemd::notify_stopping();
+    systemd::notify_status("shutting down: finishing connections, flushing the pool");
     server.shutdown();
 }
 
-/// Binds the NBD listeners: the Unix socket, the TCP address, or both.
+/// Binds the NBD listeners: the Unix socket, the TCP address, or both; or serves the ones
+/// systemd passed instead (socket activation).
 async fn bind_nbd(pool: &Pool, options: &ServeOptions) -> anyhow::Result<Vec<Listener>> {
+    let activated = systemd::take_nbd_listeners();
+    if !activated.is_empty() {
+        return activated_nbd(options, activated);
+    }
     let mut listeners = Vec::new();
     if let Some(path) = &options.socket {
         clear_socket_path(path)?;
@@ -308,14 +429,69 @@ async fn bind_nbd(pool: &Pool, options: &ServeOptions) -> anyhow::Result<Vec<Lis
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
+        let tls_mode = options
+            .security
+            .tls
+            .as_ref()
+            .map_or(TlsMode::Off, |t| t.mode);
+        let local = listener.local_addr()?;
+        check_bind(
+            "NBD",
+            local,
+            tls_mode == TlsMode::Require,
+            options.allow_remote_plaintext,
+        )?;
+        let scheme = if tls_mode == TlsMode::Off {
+            "nbd"
+        } else {
+            "nbds"
+        };
         eprintln!(
-            "larch serve: NBD on tcp:{addr}  (try: nbdinfo nbd://{addr}/{})",
+            "larch serve: NBD on tcp:{local}, TLS {}  (try: nbdinfo {scheme}://{local}/{})",
+            match tls_mode {
+                TlsMode::Off => "off",
+                TlsMode::On => "on",
+                TlsMode::Require => "required",
+            },
             pool.volumes.first().map(|v| v.name.as_str()).unwrap_or("")
         );
         listeners.push(Listener::Tcp(listener));
     }
     if listeners.is_empty() {
         bail!("nothing to listen on");
+    }
+    Ok(listeners)
+}
+
+/// The NBD listeners systemd passed (socket activation), served instead of binding any.
+fn activated_nbd(
+    options: &ServeOptions,
+    activated: Vec<ActivatedListener>,
+) -> anyhow::Result<Vec<Listener>> {
+    if options.listen.is_some() || options.socket.is_some() {
+        bail!(
+            "systemd passed NBD sockets and --listen or --socket names others: drop the option \
+             to serve the .socket unit's, or start without the .socket unit"
+        );
+    }
+    let tls_required = matches!(&options.security.tls, Some(t) if t.mode == TlsMode::Require);
+    let mut listeners = Vec::new();
+    for socket in activated {
+        // A socket systemd bound follows the rule of one bound here: beyond loopback, only
+        // with TLS required or plaintext allowed on purpose.
+        if let ActivatedListener::Tcp(l) = &socket {
+            check_bind(
+                "NBD (passed by systemd)",
+                l.local_addr()?,
+                tls_required,
+                options.allow_remote_plaintext,
+            )?;
+        }
+        eprintln!("larch serve: NBD on {socket} (passed by systemd)");
+        listeners.push(match socket {
+            ActivatedListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            ActivatedListener::Unix(l) => Listener::Unix(tokio::net::UnixListener::from_std(l)?),
+        });
     }
     Ok(listeners)
 }
@@ -345,7 +521,16 @@ fn clear_socket_path(path: &Path) -> anyhow::Result<()> {
 /// Binds the HTTP endpoint: loopback addresses only, since it takes management requests.
 /// A failure is reported and the pool served without HTTP.
 async fn bind_http(addr: Option<&str>) -> Option<TcpListener> {
-    let addr = addr?;
+    let activated = systemd::take_http_listener();
+    let Some(addr) = addr else {
+        if activated.is_some() {
+            eprintln!("larch serve: HTTP not served (--http off), not even on systemd's socket");
+        }
+        return None;
+    };
+    if let Some(socket) = activated {
+        return activated_http(socket);
+    }
     let listener = match TcpListener::bind(addr).await {
         Ok(listener) => listener,
         Err(err) => {
@@ -357,6 +542,31 @@ async fn bind_http(addr: Option<&str>) -> Option<TcpListener> {
         Ok(local) if local.ip().is_loopback() => Some(listener),
         _ => {
             eprintln!("larch serve: HTTP not served: {addr} is not a loopback address");
+            None
+        }
+    }
+}
+
+/// The HTTP listener systemd passed, under the same loopback rule as one bound here; in
+/// its place the address of `--http` is not bound.
+fn activated_http(socket: ActivatedListener) -> Option<TcpListener> {
+    let ActivatedListener::Tcp(listener) = socket else {
+        eprintln!("larch serve: HTTP not served: systemd's socket for it ({socket}) is not TCP");
+        return None;
+    };
+    match listener.local_addr() {
+        Ok(local) if local.ip().is_loopback() => {}
+        _ => {
+            let socket = ActivatedListener::Tcp(listener);
+            eprintln!("larch serve: HTTP not served: systemd's socket {socket} is not loopback");
+            return None;
+        }
+    }
+    eprintln!("larch serve: HTTP on the socket systemd passed");
+    match TcpListener::from_std(listener) {
+        Ok(listener) => Some(listener),
+        Err(err) => {
+            eprintln!("larch serve: HTTP not served: systemd's socket: {err}");
             None
         }
     }

@@ -93,11 +93,42 @@ impl Default for NegotiationLimits {
     }
 }
 
+/// The server's TLS mode, with nbdkit's meanings (the spec's NOTLS, SELECTIVETLS and
+/// FORCEDTLS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    /// No TLS: `STARTTLS` is refused by policy and `ERR_TLS_REQD` is never sent.
+    #[default]
+    Off,
+    /// TLS at the client's choice; exports whose access rules name client identities
+    /// answer `ERR_TLS_REQD` until it is on.
+    On,
+    /// Every option but `STARTTLS` and `ABORT` answers `ERR_TLS_REQD` until TLS is on.
+    Require,
+}
+
+/// What one client may do with one export, as the server's access rules decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write (as far as the export itself allows).
+    #[default]
+    ReadWrite,
+    /// Read only: the export is offered with `NBD_FLAG_READ_ONLY` and writes fail `EPERM`.
+    ReadOnly,
+    /// Refused as things stand, but a rule would admit the client under TLS (with a
+    /// certificate): answered `ERR_TLS_REQD` while TLS is not on.
+    NeedsTls,
+    /// Refused: not listed, and `NBD_OPT_LIST` does not show it.
+    Denied,
+}
+
 /// The outcome of a successful negotiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Negotiated {
     /// Index of the chosen export in the slice given to [`Negotiation::new`].
     pub export_index: usize,
+    /// The access rules made the export read-only for this client.
+    pub read_only: bool,
     /// Structured replies were negotiated.
     pub structured_replies: bool,
     /// `base:allocation` was selected for this export (BLOCK_STATUS allowed).
@@ -122,6 +153,13 @@ pub enum Step {
     },
     /// The client sent `NBD_OPT_ABORT` (the ACK is in `out`); close afterwards.
     Abort {
+        /// Bytes of input consumed by this step.
+        consumed: usize,
+    },
+    /// The client sent `NBD_OPT_STARTTLS` and it was accepted (the ACK is in `out`): write
+    /// it, run the TLS handshake, call [`Negotiation::tls_started`] and go on over TLS. No
+    /// byte after this message may be read in plaintext.
+    StartTls {
         /// Bytes of input consumed by this step.
         consumed: usize,
     },
@@ -152,6 +190,13 @@ pub enum NegotiationError {
     /// `NBD_OPT_EXPORT_NAME` named no export; the protocol has no way to say so but closing.
     #[error("NBD_OPT_EXPORT_NAME for unknown export {0:?}")]
     UnknownExport(String),
+    /// `NBD_OPT_EXPORT_NAME` before `STARTTLS` on a server that requires TLS (or for an
+    /// export that needs it); the option cannot fail, so the connection closes.
+    #[error("NBD_OPT_EXPORT_NAME without TLS, which is required")]
+    TlsRequired,
+    /// `NBD_OPT_EXPORT_NAME` for an export the access rules refuse this client.
+    #[error("NBD_OPT_EXPORT_NAME for export {0:?}, which this client may not use")]
+    ExportDenied(String),
     /// `step` was called after negotiation ended.
     #[error("negotiation already finished")]
     Finished,
@@ -181,6 +226,10 @@ pub struct Negotiation<'a> {
     structured_replies: bool,
     meta: Option<MetaSelection>,
     shutting_down: bool,
+    tls_mode: TlsMode,
+    tls_active: bool,
+    /// Per export (same order as `exports`); missing entries are [`Access::Denied`].
+    access: Vec<Access>,
 }
 
 /// Why an option was refused: the reply type and a message for humans.
@@ -203,6 +252,7 @@ enum OptOutcome {
     Continue,
     Done(Negotiated),
     Abort,
+    StartTls,
 }
 
 impl<'a> Negotiation<'a> {
@@ -216,7 +266,36 @@ impl<'a> Negotiation<'a> {
             structured_replies: false,
             meta: None,
             shutting_down: false,
+            tls_mode: TlsMode::Off,
+            tls_active: false,
+            access: vec![Access::ReadWrite; exports.len()],
         }
+    }
+
+    /// Sets the TLS mode (before the first step; the default is [`TlsMode::Off`]).
+    pub fn with_tls(mut self, mode: TlsMode) -> Negotiation<'a> {
+        self.tls_mode = mode;
+        self
+    }
+
+    /// Sets what this client may do with each export (in the order of the exports; the
+    /// default is read-write for all). Called again after TLS starts, when the client's
+    /// identity is known.
+    pub fn set_access(&mut self, access: Vec<Access>) {
+        self.access = access;
+    }
+
+    /// TLS is on after a [`Step::StartTls`]. What was negotiated in plaintext (structured
+    /// replies, metadata contexts) is forgotten: a man in the middle could have chosen it.
+    pub fn tls_started(&mut self) {
+        self.tls_active = true;
+        self.structured_replies = false;
+        self.meta = None;
+    }
+
+    /// Whether TLS is on.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
     }
 
     /// From now on, answer every option but `ABORT` with `NBD_REP_ERR_SHUTDOWN`.
@@ -287,6 +366,7 @@ impl<'a> Negotiation<'a> {
                 self.state = State::Finished;
                 Ok(Step::Abort { consumed: total })
             }
+            OptOutcome::StartTls => Ok(Step::StartTls { consumed: total }),
         }
     }
 
@@ -304,13 +384,24 @@ impl<'a> Negotiation<'a> {
             put_error(out, option, rep::ERR_SHUTDOWN, "server is shutting down");
             return Ok(OptOutcome::Continue);
         }
+        if option == opt::STARTTLS {
+            return Ok(self.start_tls(data, out));
+        }
+        if self.tls_mode == TlsMode::Require && !self.tls_active {
+            if option == opt::EXPORT_NAME {
+                return Err(self.fail(NegotiationError::TlsRequired));
+            }
+            put_error(
+                out,
+                option,
+                rep::ERR_TLS_REQD,
+                "TLS is required: send NBD_OPT_STARTTLS first",
+            );
+            return Ok(OptOutcome::Continue);
+        }
         let result = match option {
             opt::EXPORT_NAME => return self.export_name(data, out),
             opt::LIST => self.list(data, out),
-            opt::STARTTLS => Err(OptError {
-                reply_type: rep::ERR_POLICY,
-                message: "TLS is not supported by this server",
-            }),
             opt::INFO | opt::GO => self.info_or_go(option, data, out),
             opt::STRUCTURED_REPLY => {
                 if data.is_empty() {
@@ -351,6 +442,52 @@ impl<'a> Negotiation<'a> {
         None
     }
 
+    /// `NBD_OPT_STARTTLS`: accepted once, when the server has TLS.
+    fn start_tls(&mut self, data: &[u8], out: &mut Vec<u8>) -> OptOutcome {
+        let refusal = if !data.is_empty() {
+            Some((rep::ERR_INVALID, "STARTTLS takes no payload"))
+        } else if self.tls_mode == TlsMode::Off {
+            Some((rep::ERR_POLICY, "TLS is not enabled on this server"))
+        } else if self.tls_active {
+            Some((rep::ERR_INVALID, "TLS is already on"))
+        } else {
+            None
+        };
+        match refusal {
+            Some((reply_type, message)) => {
+                put_error(out, opt::STARTTLS, reply_type, message);
+                OptOutcome::Continue
+            }
+            None => {
+                put_option_reply(out, opt::STARTTLS, rep::ACK, &[]);
+                OptOutcome::StartTls
+            }
+        }
+    }
+
+    fn access(&self, index: usize) -> Access {
+        self.access.get(index).copied().unwrap_or(Access::Denied)
+    }
+
+    /// Whether this client may use export `index`: `Ok(read_only)` or the refusal.
+    fn check_access(&self, index: usize) -> Result<bool, OptError> {
+        match self.access(index) {
+            Access::ReadWrite => Ok(false),
+            Access::ReadOnly => Ok(true),
+            // ERR_TLS_REQD only while it is true: TLS is offered and not yet on.
+            Access::NeedsTls if self.tls_mode != TlsMode::Off && !self.tls_active => {
+                Err(OptError {
+                    reply_type: rep::ERR_TLS_REQD,
+                    message: "this export needs TLS with a client certificate",
+                })
+            }
+            Access::NeedsTls | Access::Denied => Err(OptError {
+                reply_type: rep::ERR_POLICY,
+                message: "this client may not use this export",
+            }),
+        }
+    }
+
     fn export_name(
         &mut self,
         data: &[u8],
@@ -360,7 +497,17 @@ impl<'a> Negotiation<'a> {
             let name = String::from_utf8_lossy(data).into_owned();
             return Err(self.fail(NegotiationError::UnknownExport(name)));
         };
-        let negotiated = self.negotiated(index, data);
+        let read_only = match self.check_access(index) {
+            Ok(read_only) => read_only,
+            Err(refusal) if refusal.reply_type == rep::ERR_TLS_REQD => {
+                return Err(self.fail(NegotiationError::TlsRequired));
+            }
+            Err(_) => {
+                let name = self.exports[index].name.clone();
+                return Err(self.fail(NegotiationError::ExportDenied(name)));
+            }
+        };
+        let negotiated = self.negotiated(index, data, read_only);
         out.extend_from_slice(&self.exports[index].size_bytes.to_be_bytes());
         out.extend_from_slice(&negotiated.transmission_flags.to_be_bytes());
         if !self.no_zeroes {
@@ -369,8 +516,10 @@ impl<'a> Negotiation<'a> {
         Ok(OptOutcome::Done(negotiated))
     }
 
-    fn negotiated(&self, index: usize, requested_name: &[u8]) -> Negotiated {
+    fn negotiated(&self, index: usize, requested_name: &[u8], read_only: bool) -> Negotiated {
         let export = &self.exports[index];
+        let mut features = export.features;
+        features.read_only |= read_only;
         let base_allocation = self.structured_replies
             && export.features.block_status
             && self
@@ -379,9 +528,10 @@ impl<'a> Negotiation<'a> {
                 .is_some_and(|m| m.base_allocation && m.export_name == requested_name);
         Negotiated {
             export_index: index,
+            read_only,
             structured_replies: self.structured_replies,
             base_allocation,
-            transmission_flags: transmission_flags(&export.features, self.structured_replies),
+            transmission_flags: transmission_flags(&features, self.structured_replies),
         }
     }
 
@@ -389,7 +539,10 @@ impl<'a> Negotiation<'a> {
         if !data.is_empty() {
             return Err(OptError::invalid("LIST takes no payload"));
         }
-        for export in self.exports {
+        for (index, export) in self.exports.iter().enumerate() {
+            if self.check_access(index).is_err() {
+                continue;
+            }
             let mut item = Vec::with_capacity(4 + export.name.len() + export.description.len());
             item.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
             item.extend_from_slice(export.name.as_bytes());
@@ -429,7 +582,8 @@ impl<'a> Negotiation<'a> {
             reply_type: rep::ERR_UNKNOWN,
             message: "no such export",
         })?;
-        let negotiated = self.negotiated(index, name);
+        let read_only = self.check_access(index)?;
+        let negotiated = self.negotiated(index, name, read_only);
         let export = &self.exports[index];
 
         let mut item = Vec::with_capacity(14);
@@ -491,6 +645,7 @@ impl<'a> Negotiation<'a> {
             reply_type: rep::ERR_UNKNOWN,
             message: "no such export",
         })?;
+        self.check_access(index)?;
         let supported = self.exports[index].features.block_status;
         let matches = |q: &[u8]| {
             q == BASE_ALLOCATION.as_bytes()

@@ -13,36 +13,46 @@
 //! The in-flight count is capped: at the cap the task stops reading, which pushes back
 //! on the client through the socket.
 //!
+//! TLS and access ([`Server::with_security`]): the handshake runs on the whole stream
+//! (a `Conn`), so that when the negotiation accepts `STARTTLS` the stream becomes rustls's
+//! TLS stream in place; the client's identity (address, verified certificate names) then
+//! decides what the negotiation offers it. Transmission runs on the stream's halves.
+//! Connections are capped per source address as well as in all.
+//!
 //! Shutdown ([`Server::shutdown`]): listeners stop accepting; connections still
 //! negotiating are closed; connections in transmission answer new requests `ESHUTDOWN`,
 //! finish the ones in flight, and close once the client disconnects or the grace period
 //! ends.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::Poll;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
+use tokio::io::ReadBuf;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 mod spin;
 use spin::{Spin, Spinners};
 use tokio::time::Instant;
 
+use crate::access::{AccessRules, ClientIdentity};
 use crate::export::{Errno, Export};
 use crate::handshake::{
-    self, ExportInfo, Negotiated, Negotiation, NegotiationError, NegotiationLimits, Step,
+    self, ExportInfo, Negotiated, Negotiation, NegotiationError, NegotiationLimits, Step, TlsMode,
 };
 use crate::proto::{BASE_ALLOCATION_ID, REQUEST_HEADER_LEN_BYTES};
+use crate::tls::TlsSettings;
 use crate::transmission::{
     self, BadRequestMagic, Frame, Request, RequestHeader, TransmissionContext, block_status_frame,
     error_frame, read_frame, status_frame, wire_extents,
@@ -58,6 +68,9 @@ pub struct ServerLimits {
     pub max_request_bytes: u32,
     /// Connections served at once; further ones are closed at once.
     pub max_connections: usize,
+    /// Connections served at once from one source address (TCP only); further ones from
+    /// it are closed at once, so one client cannot take every slot.
+    pub max_connections_per_address: usize,
     /// Requests in flight per connection; the connection stops reading at this count.
     pub max_inflight_per_connection: usize,
     /// Bytes of WRITE payloads the server holds at once, over all connections: a
@@ -78,6 +91,7 @@ impl Default for ServerLimits {
             max_option_bytes: 64 * 1024,
             max_request_bytes: 32 << 20,
             max_connections: 256,
+            max_connections_per_address: 128,
             max_inflight_per_connection: 128,
             max_payload_bytes_in_flight: 256 << 20,
             shutdown_grace: Duration::from_secs(2),
@@ -133,6 +147,22 @@ pub enum ConnectionError {
     /// The client did not finish negotiating within `ServerLimits::handshake_timeout`.
     #[error("handshake timed out")]
     HandshakeTimeout,
+    /// The TLS handshake failed (a certificate refused, a malformed record...).
+    #[error("TLS handshake: {0}")]
+    Tls(io::Error),
+    /// The client sent bytes after `STARTTLS` before the server's answer.
+    #[error("client sent data between STARTTLS and the TLS handshake")]
+    DataBeforeTls,
+}
+
+/// Who may connect and how: TLS and the access rules. The default is no TLS and no rules
+/// (every client may use every export).
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// TLS; `None` is [`TlsMode::Off`].
+    pub tls: Option<TlsSettings>,
+    /// The allow-list.
+    pub access: AccessRules,
 }
 
 /// A listening socket to serve on.
@@ -148,7 +178,11 @@ struct Inner<E> {
     exports: Vec<NamedExport<E>>,
     infos: Vec<ExportInfo>,
     limits: ServerLimits,
+    security: Security,
+    tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     connections: Arc<Semaphore>,
+    /// Open connections per TCP source address.
+    per_address: Mutex<HashMap<IpAddr, usize>>,
     /// The payload budget, in units of [`BUDGET_UNIT_BYTES`].
     payload_budget: Arc<Semaphore>,
     shutdown_tx: watch::Sender<bool>,
@@ -169,17 +203,30 @@ impl<E> Clone for Server<E> {
 }
 
 impl<E: Export> Server<E> {
-    /// Builds a server for `exports`, checking names, block sizes and limits.
+    /// Builds a server for `exports`, checking names, block sizes and limits; no TLS and
+    /// every client may use every export.
     pub fn new(
         limits: ServerLimits,
         exports: Vec<NamedExport<E>>,
+    ) -> Result<Server<E>, ServerError> {
+        Server::with_security(limits, exports, Security::default())
+    }
+
+    /// [`Server::new`] with TLS and access rules.
+    pub fn with_security(
+        limits: ServerLimits,
+        exports: Vec<NamedExport<E>>,
+        security: Security,
     ) -> Result<Server<E>, ServerError> {
         if limits.max_request_bytes < 64 * 1024 {
             return Err(ServerError::BadLimit(
                 "max_request_bytes must be at least 64 KiB",
             ));
         }
-        if limits.max_connections == 0 || limits.max_inflight_per_connection == 0 {
+        if limits.max_connections == 0
+            || limits.max_inflight_per_connection == 0
+            || limits.max_connections_per_address == 0
+        {
             return Err(ServerError::BadLimit(
                 "connection and in-flight limits must be positive",
             ));
@@ -232,12 +279,28 @@ impl<E: Export> Server<E> {
                 block_sizes: sizes,
             });
         }
+        if security
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.mode == TlsMode::Off)
+        {
+            return Err(ServerError::BadLimit(
+                "TLS settings need mode On or Require",
+            ));
+        }
+        let tls_acceptor = security
+            .tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(Arc::clone(&t.config)));
         let (shutdown_tx, _) = watch::channel(false);
         Ok(Server {
             inner: Arc::new(Inner {
                 exports,
                 infos,
                 limits,
+                security,
+                tls_acceptor,
+                per_address: Mutex::new(HashMap::new()),
                 connections: Arc::new(Semaphore::new(limits.max_connections)),
                 payload_budget: Arc::new(Semaphore::new(budget_units)),
                 shutdown_tx,
@@ -268,7 +331,7 @@ impl<E: Export> Server<E> {
             tokio::select! {
                 _ = shutdown_rx.changed() => continue,
                 accepted = accept(&listener) => match accepted {
-                    Ok((reader, writer, fd)) => self.spawn_connection(reader, writer, Some(fd)),
+                    Ok((conn, address, fd)) => self.spawn_connection(conn, address, Some(fd)),
                     Err(err) if is_transient_accept_error(&err) => {
                         eprintln!("larch-nbd: accept: {err}");
                         // Running out of descriptors: back off instead of spinning.
@@ -292,7 +355,7 @@ impl<E: Export> Server<E> {
         }
     }
 
-    fn spawn_connection(&self, reader: BoxedRead, writer: BoxedWrite, spin_fd: Option<RawFd>) {
+    fn spawn_connection(&self, conn: Conn, address: Option<IpAddr>, spin_fd: Option<RawFd>) {
         let Ok(permit) = Arc::clone(&self.inner.connections).try_acquire_owned() else {
             eprintln!(
                 "larch-nbd: refusing connection: {} connections open",
@@ -300,14 +363,23 @@ impl<E: Export> Server<E> {
             );
             return;
         };
+        let Some(slot) = AddressSlot::take(self, address) else {
+            eprintln!(
+                "larch-nbd: refusing connection from {}: {} connections open from it",
+                address.map(|a| a.to_string()).unwrap_or_default(),
+                self.inner.limits.max_connections_per_address
+            );
+            return;
+        };
         let server = self.clone();
         tokio::spawn(async move {
-            match server.serve_connection(reader, writer, spin_fd).await {
+            match server.serve_connection(conn, address, spin_fd).await {
                 Ok(()) => {}
                 // A client hanging up is its right, not an error worth a log line.
                 Err(ConnectionError::Io(err)) if is_hang_up(&err) => {}
                 Err(err) => eprintln!("larch-nbd: connection closed: {err}"),
             }
+            drop(slot);
             drop(permit);
         });
     }
@@ -318,62 +390,81 @@ impl<E: Export> Server<E> {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        self.serve_connection(reader, writer, None).await
+        let conn = Conn::Split(Box::new(reader), Box::new(writer));
+        self.serve_connection(conn, None, None).await
     }
 
     /// [`Server::serve_stream`]; `spin_fd` is the socket's descriptor when the reader is a
     /// socket (see [`Spin`]).
-    async fn serve_connection<R, W>(
+    async fn serve_connection(
         &self,
-        reader: R,
-        writer: W,
+        conn: Conn,
+        address: Option<IpAddr>,
         spin_fd: Option<RawFd>,
-    ) -> Result<(), ConnectionError>
-    where
-        R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
-        let mut reader = BufReader::with_capacity(128 * 1024, reader);
-        let mut writer = writer;
+    ) -> Result<(), ConnectionError> {
+        let reader = BufReader::with_capacity(NEGOTIATION_BUFFER_BYTES, conn);
         let mut shutdown_rx = self.inner.shutdown_tx.subscribe();
-        let negotiation = self.negotiate(&mut reader, &mut writer, &mut shutdown_rx);
+        let negotiation = self.negotiate(reader, address, &mut shutdown_rx);
         let Ok(negotiated) =
             tokio::time::timeout(self.inner.limits.handshake_timeout, negotiation).await
         else {
             return Err(ConnectionError::HandshakeTimeout);
         };
-        let Some(negotiated) = negotiated? else {
+        let (reader, Some(negotiated)) = negotiated? else {
             return Ok(());
         };
+        let (reader, writer) = into_halves(reader);
+        // Spinning watches the socket. Under TLS a record may already wait decrypted in
+        // the TLS state, where the socket does not show it: the spin then only costs its
+        // bounded moment before the read finds it.
         let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners)));
+        let reader = BufReader::with_capacity(128 * 1024, reader);
         self.transmit(reader, writer, negotiated, shutdown_rx, spin)
             .await
     }
 
-    /// Runs the handshake; `None` means the client aborted or shutdown began.
-    async fn negotiate<R, W>(
+    /// What the access rules let `client` do with each export.
+    fn access_of(&self, client: &ClientIdentity) -> Vec<handshake::Access> {
+        let rules = &self.inner.security.access;
+        self.inner
+            .infos
+            .iter()
+            .map(|info| rules.decide(&info.name, client))
+            .collect()
+    }
+
+    /// Runs the handshake (with TLS when the client starts it); returns the stream (TLS
+    /// or not) and what was negotiated, `None` when the client aborted or shutdown began.
+    async fn negotiate(
         &self,
-        reader: &mut BufReader<R>,
-        writer: &mut W,
+        mut reader: BufReader<Conn>,
+        address: Option<IpAddr>,
         shutdown_rx: &mut watch::Receiver<bool>,
-    ) -> Result<Option<Negotiated>, ConnectionError>
-    where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
-    {
-        writer.write_all(&handshake::greeting()).await?;
-        writer.flush().await?;
+    ) -> Result<(BufReader<Conn>, Option<Negotiated>), ConnectionError> {
+        reader.get_mut().write_all(&handshake::greeting()).await?;
+        reader.get_mut().flush().await?;
         let limits = NegotiationLimits {
             max_option_bytes: self.inner.limits.max_option_bytes,
         };
-        let mut negotiation = Negotiation::new(&self.inner.infos, limits);
+        let tls_mode = self
+            .inner
+            .security
+            .tls
+            .as_ref()
+            .map_or(TlsMode::Off, |t| t.mode);
+        let mut client = ClientIdentity {
+            address,
+            ..ClientIdentity::default()
+        };
+        let mut negotiation = Negotiation::new(&self.inner.infos, limits).with_tls(tls_mode);
+        negotiation.set_access(self.access_of(&client));
         let mut input: Vec<u8> = Vec::new();
         let mut out = Vec::new();
         loop {
             let step = negotiation.step(&input, &mut out)?;
             if !out.is_empty() {
-                writer.write_all(&out).await?;
-                writer.flush().await?;
+                reader.get_mut().write_all(&out).await?;
+                reader.get_mut().flush().await?;
                 out.clear();
             }
             match step {
@@ -382,7 +473,7 @@ impl<E: Export> Server<E> {
                     input.resize(total, 0);
                     tokio::select! {
                         read = reader.read_exact(&mut input[have..]) => { read?; }
-                        _ = shutdown_rx.wait_for(|down| *down) => return Ok(None),
+                        _ = shutdown_rx.wait_for(|down| *down) => return Ok((reader, None)),
                     }
                 }
                 Step::Consumed(n) => {
@@ -395,9 +486,36 @@ impl<E: Export> Server<E> {
                     // Steps never consume past the current message, and the client waits
                     // for our answer before sending requests.
                     debug_assert_eq!(consumed, input.len());
-                    return Ok(Some(negotiated));
+                    return Ok((reader, Some(negotiated)));
                 }
-                Step::Abort { .. } => return Ok(None),
+                Step::Abort { .. } => return Ok((reader, None)),
+                Step::StartTls { consumed } => {
+                    // The client waits for the ACK before its TLS hello: anything already
+                    // here was sent in plaintext where only TLS may follow.
+                    if consumed != input.len() || !reader.buffer().is_empty() {
+                        return Err(ConnectionError::DataBeforeTls);
+                    }
+                    input.clear();
+                    let Some(acceptor) = &self.inner.tls_acceptor else {
+                        // The negotiation only accepts STARTTLS when TLS is configured.
+                        return Err(ConnectionError::DataBeforeTls);
+                    };
+                    let tls = acceptor
+                        .accept(reader.into_inner())
+                        .await
+                        .map_err(ConnectionError::Tls)?;
+                    client.tls = true;
+                    if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first())
+                    {
+                        client.names = crate::tls::certificate_names(cert);
+                    }
+                    negotiation.tls_started();
+                    negotiation.set_access(self.access_of(&client));
+                    reader = BufReader::with_capacity(
+                        NEGOTIATION_BUFFER_BYTES,
+                        Conn::Tls(Box::new(tls)),
+                    );
+                }
             }
         }
     }
@@ -417,9 +535,11 @@ impl<E: Export> Server<E> {
         let limits = self.inner.limits;
         let info = &self.inner.infos[negotiated.export_index];
         let export = Arc::clone(&self.inner.exports[negotiated.export_index].export);
+        let mut features = info.features;
+        features.read_only |= negotiated.read_only;
         let ctx = TransmissionContext {
             size_bytes: info.size_bytes,
-            features: info.features,
+            features,
             block_sizes: info.block_sizes,
             structured_replies: negotiated.structured_replies,
             base_allocation: negotiated.base_allocation,
@@ -766,23 +886,150 @@ impl Output {
 type BoxedRead = Box<dyn AsyncRead + Unpin + Send>;
 type BoxedWrite = Box<dyn AsyncWrite + Unpin + Send>;
 
-/// An accepted connection's halves and its socket's descriptor (valid while the halves
-/// live).
-async fn accept(listener: &Listener) -> io::Result<(BoxedRead, BoxedWrite, RawFd)> {
+/// The read buffer of the handshake (options are small; transmission gets a larger one).
+const NEGOTIATION_BUFFER_BYTES: usize = 8 * 1024;
+
+/// A connection during the handshake: whole, because `STARTTLS` turns it into a TLS
+/// stream; split into halves for transmission ([`into_halves`]).
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    /// Two halves given apart (stdin and stdout).
+    Split(BoxedRead, BoxedWrite),
+    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Split(r, _) => Pin::new(r).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Split(_, w) => Pin::new(w).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
+            Conn::Split(_, w) => Pin::new(w).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Split(_, w) => Pin::new(w).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The halves transmission runs on. Plain sockets split without a lock between the
+/// halves; bytes the handshake's buffer already holds come first.
+fn into_halves(reader: BufReader<Conn>) -> (BoxedRead, BoxedWrite) {
+    let early = reader.buffer().to_vec();
+    let (read, write): (BoxedRead, BoxedWrite) = match reader.into_inner() {
+        Conn::Tcp(s) => {
+            let (r, w) = s.into_split();
+            (Box::new(r), Box::new(w))
+        }
+        Conn::Unix(s) => {
+            let (r, w) = s.into_split();
+            (Box::new(r), Box::new(w))
+        }
+        Conn::Split(r, w) => (r, w),
+        Conn::Tls(s) => {
+            let (r, w) = tokio::io::split(*s);
+            (Box::new(r), Box::new(w))
+        }
+    };
+    if early.is_empty() {
+        (read, write)
+    } else {
+        (Box::new(io::Cursor::new(early).chain(read)), write)
+    }
+}
+
+/// A connection's place in the per-address count, given back when dropped.
+struct AddressSlot<E: Export> {
+    server: Server<E>,
+    address: Option<IpAddr>,
+}
+
+impl<E: Export> AddressSlot<E> {
+    /// Counts a connection from `address`; `None` when it has too many already.
+    fn take(server: &Server<E>, address: Option<IpAddr>) -> Option<AddressSlot<E>> {
+        if let Some(addr) = address {
+            let mut counts = server.inner.per_address.lock().expect("per-address counts");
+            let count = counts.entry(addr).or_insert(0);
+            if *count >= server.inner.limits.max_connections_per_address {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(AddressSlot {
+            server: server.clone(),
+            address,
+        })
+    }
+}
+
+impl<E: Export> Drop for AddressSlot<E> {
+    fn drop(&mut self) {
+        let Some(addr) = self.address else { return };
+        let mut counts = self
+            .server
+            .inner
+            .per_address
+            .lock()
+            .expect("per-address counts");
+        if let Some(count) = counts.get_mut(&addr) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&addr);
+            }
+        }
+    }
+}
+
+/// An accepted connection, its source address (TCP) and its socket's descriptor (valid
+/// while the connection lives).
+async fn accept(listener: &Listener) -> io::Result<(Conn, Option<IpAddr>, RawFd)> {
     match listener {
         Listener::Tcp(l) => {
-            let (stream, _) = l.accept().await?;
+            let (stream, peer) = l.accept().await?;
             // Replies are small and latency-bound; Nagle would hold them back.
             stream.set_nodelay(true)?;
             let fd = stream.as_raw_fd();
-            let (r, w) = stream.into_split();
-            Ok((Box::new(r), Box::new(w), fd))
+            Ok((Conn::Tcp(stream), Some(peer.ip()), fd))
         }
         Listener::Unix(l) => {
             let (stream, _) = l.accept().await?;
             let fd = stream.as_raw_fd();
-            let (r, w) = stream.into_split();
-            Ok((Box::new(r), Box::new(w), fd))
+            Ok((Conn::Unix(stream), None, fd))
         }
     }
 }

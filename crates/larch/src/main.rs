@@ -9,9 +9,11 @@ mod cache;
 mod demo;
 mod dump;
 mod files;
+mod generate;
 mod get;
 mod iostat;
 mod log;
+mod nbd_security;
 mod pool;
 mod serve;
 mod serve_file;
@@ -27,14 +29,14 @@ mod testing;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// larch: ZFS's ARC, L2ARC and write path as a userspace block cache.
 ///
 /// With no subcommand, larch runs `larch serve`: it creates (or opens) a demo pool in
 /// ./larch-data and serves its volume over NBD on 127.0.0.1:10809.
 #[derive(Parser)]
-#[command(name = "larch", version, propagate_version = true)]
+#[command(name = "larch", version = VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -87,7 +89,24 @@ enum Command {
     Advise(Box<advise::AdviseArgs>),
     /// Serve a plain file or block device over NBD, with no cache.
     ServeFile(serve_file::ServeFileArgs),
+    /// Write the man pages or a shell's completion script (for packages).
+    ///
+    /// `larch generate man DIR` writes larch.1 and a page per subcommand, and `larch
+    /// generate completions bash|zsh|fish [--out DIR]` prints or writes a completion
+    /// script; both are made from the definitions --help shows. scripts/build-deb runs them.
+    #[command(subcommand)]
+    Generate(generate::GenerateCommand),
 }
+
+/// `larch --version`: the package's version and the commit it was built from, with its
+/// date (`0.1.0 (commit 1a2b3c4d5e6f, 2026-11-25)`; `-dirty` after the hash when tracked
+/// files had changes; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LARCH_COMMIT_INFO"),
+    ")"
+);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -123,6 +142,7 @@ fn main() -> ExitCode {
         Some(Command::Size(args)) => size::run(*args),
         Some(Command::Advise(args)) => advise::run(*args),
         Some(Command::ServeFile(args)) => serve_file::run(args),
+        Some(Command::Generate(cmd)) => generate::run(cmd, Cli::command()),
     };
     match result {
         Ok(code) => code,

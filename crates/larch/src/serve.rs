@@ -8,6 +8,8 @@ use larch_daemon::serve::ServeOptions;
 use larch_engine::DemoSizes;
 use larch_engine::units::parse_size;
 
+use crate::nbd_security::NbdSecurityArgs;
+
 /// Arguments of `larch serve`.
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -46,6 +48,14 @@ pub struct ServeArgs {
     /// Saved in the state directory as analytics.bin.
     #[arg(long, value_name = "SIZE|off", default_value = "64M")]
     pub history: String,
+    /// Also serve the Analytics page and the read API to other machines on this address,
+    /// over HTTPS with the NBD server's certificate (--tls); every request needs the token
+    /// (`larch analytics url` prints it). Management stays on --http.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http_remote: Option<String>,
+    /// TLS, access rules and connection limits of the NBD server.
+    #[command(flatten)]
+    pub security: NbdSecurityArgs,
 }
 
 impl Default for ServeArgs {
@@ -62,6 +72,8 @@ impl Default for ServeArgs {
             stats_interval: 0,
             http: "127.0.0.1:9920".to_string(),
             history: "64M".to_string(),
+            http_remote: None,
+            security: NbdSecurityArgs::default(),
         }
     }
 }
@@ -76,7 +88,17 @@ impl ServeArgs {
                     .map_err(|why| anyhow::anyhow!("--history {size}: {why} (or \"off\")"))?,
             ),
         };
+        let security = self.security.security()?;
+        let http_tls = match (&self.http_remote, security.tls.is_some()) {
+            (Some(_), true) => Some(self.security.https_config()?),
+            _ => None,
+        };
         Ok(ServeOptions {
+            security,
+            max_connections_per_client: self.security.max_connections_per_client,
+            allow_remote_plaintext: self.security.allow_remote_plaintext,
+            http_remote: self.http_remote,
+            http_tls,
             state_dir: self.state_dir,
             listen: self.listen,
             socket: self.socket,

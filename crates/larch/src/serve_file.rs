@@ -28,6 +28,8 @@ use larch_nbd::{
 
 use larch_engine::units::parse_size;
 
+use crate::nbd_security::NbdSecurityArgs;
+
 /// Arguments of `larch serve-file`.
 #[derive(clap::Args)]
 pub struct ServeFileArgs {
@@ -91,6 +93,9 @@ pub struct ServeFileOptions {
     /// Worker threads of the async runtime (default: one per CPU).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// TLS, access rules and connection limits.
+    #[command(flatten)]
+    pub security: NbdSecurityArgs,
 }
 
 /// Where the file export does its system calls.
@@ -122,21 +127,36 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
             .max_payload_bytes_in_flight
             .max(u64::from(max_request_bytes)),
         max_connections: args.max_connections,
+        max_connections_per_address: args.security.max_connections_per_client,
         max_inflight_per_connection: args.max_inflight,
         shutdown_grace: Duration::try_from_secs_f64(args.shutdown_grace)
             .context("--shutdown-grace")?,
         handshake_timeout: Duration::try_from_secs_f64(args.handshake_timeout)
             .context("--handshake-timeout")?,
     };
+    let security = args.security.security()?;
     let export = FileExport::open(&path, args.read_only, min_block, args.io)?;
     let size_bytes = export.size_bytes;
-    let server = Server::new(
+    for rule in security.access.rules() {
+        if let Some(other) = rule
+            .exports
+            .iter()
+            .find(|e| *e != "*" && **e != args.export_name)
+        {
+            bail!(
+                "the access file names export {other:?}; this server has only {:?}",
+                args.export_name
+            );
+        }
+    }
+    let server = Server::with_security(
         limits,
         vec![NamedExport {
             name: args.export_name.clone(),
             description: args.description.clone(),
             export: Arc::new(export),
         }],
+        security,
     )?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();
@@ -191,6 +211,7 @@ async fn serve(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
+        args.security.check_bind(listener.local_addr()?)?;
         eprintln!(
             "larch serve-file: serving {what} on tcp:{}",
             listener.local_addr()?

@@ -395,11 +395,16 @@ proptest! {
     /// Any byte stream: no panic, every step consumes within the input, and whatever is
     /// written parses as option replies (or the EXPORT_NAME answer that ends it).
     #[test]
-    fn arbitrary_streams_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..512), flags in 0u32..4) {
+    fn arbitrary_streams_never_panic(
+        tail in proptest::collection::vec(any::<u8>(), 0..512),
+        flags in 0u32..4,
+        mode in prop_oneof![Just(TlsMode::Off), Just(TlsMode::On), Just(TlsMode::Require)],
+    ) {
         let mut input = flags.to_be_bytes().to_vec();
         input.extend_from_slice(&tail);
         let ex = exports();
-        let mut n = Negotiation::new(&ex, NegotiationLimits { max_option_bytes: 1024 });
+        let mut n = Negotiation::new(&ex, NegotiationLimits { max_option_bytes: 1024 })
+            .with_tls(mode);
         let mut out = Vec::new();
         let mut pos = 0;
         loop {
@@ -407,6 +412,11 @@ proptest! {
                 Ok(Step::Consumed(c)) => {
                     prop_assert!(c > 0 && pos + c <= input.len());
                     pos += c;
+                }
+                Ok(Step::StartTls { consumed }) => {
+                    prop_assert!(mode != TlsMode::Off && pos + consumed <= input.len());
+                    pos += consumed;
+                    n.tls_started();
                 }
                 Ok(Step::NeedMore(total)) => {
                     prop_assert!(total > input.len() - pos);
@@ -444,4 +454,152 @@ proptest! {
         let Ok(Step::Done { negotiated, .. }) = r else { panic!("{r:?}") };
         prop_assert_eq!(negotiated.export_index, which);
     }
+}
+
+/// Runs `input` through a negotiation in TLS `mode` with `access` (if given), starting TLS
+/// when asked, until the first step that is neither `Consumed` nor `StartTls`; returns
+/// every step's outcome and the bytes written.
+fn run_with(
+    input: &[u8],
+    mode: TlsMode,
+    access: Option<Vec<Access>>,
+) -> (Vec<Result<Step, NegotiationError>>, Vec<u8>) {
+    let exports = exports();
+    let mut n = Negotiation::new(&exports, NegotiationLimits::default()).with_tls(mode);
+    if let Some(access) = access {
+        n.set_access(access);
+    }
+    let mut out = Vec::new();
+    let mut steps = Vec::new();
+    let mut pos = 0;
+    loop {
+        let step = n.step(&input[pos..], &mut out);
+        steps.push(step.clone());
+        match step {
+            Ok(Step::Consumed(c)) => pos += c,
+            Ok(Step::StartTls { consumed }) => {
+                pos += consumed;
+                n.tls_started();
+            }
+            _ => return (steps, out),
+        }
+    }
+}
+
+#[test]
+fn require_answers_tls_reqd_until_starttls() {
+    let input = session(&[
+        option(opt::LIST, &[]),
+        option(opt::STRUCTURED_REPLY, &[]),
+        option(opt::GO, &go_payload("disk", &[])),
+        option(opt::STARTTLS, &[]),
+        option(opt::GO, &go_payload("disk", &[])),
+    ]);
+    let (steps, out) = run_with(&input, TlsMode::Require, None);
+    let replies = parse_replies(&out);
+    let types: Vec<u32> = replies.iter().map(|r| r.1).collect();
+    assert_eq!(
+        &types[..4],
+        &[
+            rep::ERR_TLS_REQD,
+            rep::ERR_TLS_REQD,
+            rep::ERR_TLS_REQD,
+            rep::ACK
+        ]
+    );
+    assert_eq!(replies[3].0, opt::STARTTLS);
+    let last = steps.last().unwrap();
+    assert!(matches!(last, Ok(Step::Done { .. })), "{last:?}");
+}
+
+#[test]
+fn export_name_without_tls_under_require_disconnects() {
+    let input = session(&[option(opt::EXPORT_NAME, b"disk")]);
+    let (steps, out) = run_with(&input, TlsMode::Require, None);
+    assert_eq!(steps.last().unwrap(), &Err(NegotiationError::TlsRequired));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn starttls_twice_or_with_payload_is_invalid_and_off_is_policy() {
+    let input = session(&[
+        option(opt::STARTTLS, b"x"),
+        option(opt::STARTTLS, &[]),
+        option(opt::STARTTLS, &[]),
+        option(opt::ABORT, &[]),
+    ]);
+    let (_, out) = run_with(&input, TlsMode::On, None);
+    let types: Vec<u32> = parse_replies(&out).iter().map(|r| r.1).collect();
+    assert_eq!(
+        types,
+        vec![rep::ERR_INVALID, rep::ACK, rep::ERR_INVALID, rep::ACK]
+    );
+    let (_, out) = run_with(&input, TlsMode::Off, None);
+    let types: Vec<u32> = parse_replies(&out).iter().map(|r| r.1).collect();
+    assert_eq!(
+        types,
+        vec![rep::ERR_INVALID, rep::ERR_POLICY, rep::ERR_POLICY, rep::ACK]
+    );
+}
+
+#[test]
+fn starttls_forgets_what_was_negotiated_in_plaintext() {
+    let input = session(&[
+        option(opt::STRUCTURED_REPLY, &[]),
+        option(
+            opt::SET_META_CONTEXT,
+            &meta_payload("disk", &["base:allocation"]),
+        ),
+        option(opt::STARTTLS, &[]),
+        option(opt::GO, &go_payload("disk", &[])),
+    ]);
+    let (steps, _) = run_with(&input, TlsMode::On, None);
+    let Some(Ok(Step::Done { negotiated, .. })) = steps.last() else {
+        panic!("{steps:?}");
+    };
+    assert!(!negotiated.structured_replies);
+    assert!(!negotiated.base_allocation);
+}
+
+#[test]
+fn access_hides_denied_exports_and_makes_read_only_ones_read_only() {
+    let input = session(&[
+        option(opt::LIST, &[]),
+        option(opt::INFO, &go_payload("ro", &[])),
+        option(opt::GO, &go_payload("disk", &[])),
+    ]);
+    let access = vec![Access::ReadOnly, Access::Denied];
+    let (steps, out) = run_with(&input, TlsMode::Off, Some(access));
+    let replies = parse_replies(&out);
+    // LIST shows "disk" only, then its ACK.
+    assert_eq!(replies[0].1, rep::SERVER);
+    assert_eq!(&replies[0].2[4..8], b"disk");
+    assert_eq!(replies[1].1, rep::ACK);
+    assert_eq!(replies[2].1, rep::ERR_POLICY);
+    let Some(Ok(Step::Done { negotiated, .. })) = steps.last() else {
+        panic!("{steps:?}");
+    };
+    assert!(negotiated.read_only);
+    assert_ne!(negotiated.transmission_flags & tx_flag::READ_ONLY, 0);
+    assert_eq!(negotiated.transmission_flags & tx_flag::SEND_TRIM, 0);
+}
+
+#[test]
+fn needs_tls_answers_tls_reqd_only_while_tls_is_offered_and_off() {
+    let go = session(&[option(opt::GO, &go_payload("disk", &[]))]);
+    let needs = || Some(vec![Access::NeedsTls, Access::NeedsTls]);
+    let (_, out) = run_with(&go, TlsMode::On, needs());
+    assert_eq!(parse_replies(&out)[0].1, rep::ERR_TLS_REQD);
+    // NOTLS never sends ERR_TLS_REQD.
+    let (_, out) = run_with(&go, TlsMode::Off, needs());
+    assert_eq!(parse_replies(&out)[0].1, rep::ERR_POLICY);
+    let export_name = session(&[option(opt::EXPORT_NAME, b"disk")]);
+    let (steps, _) = run_with(&export_name, TlsMode::On, needs());
+    assert_eq!(steps.last().unwrap(), &Err(NegotiationError::TlsRequired));
+    let denied = Some(vec![Access::Denied, Access::Denied]);
+    let (steps, _) = run_with(&export_name, TlsMode::Off, denied);
+    assert_eq!(
+        steps.last().unwrap(),
+        &Err(NegotiationError::ExportDenied("disk".into()))
+    );
 }
