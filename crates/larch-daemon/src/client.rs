@@ -49,6 +49,27 @@ pub struct DaemonRecord {
     pub token: String,
     /// When it started (seconds since the epoch).
     pub started: u64,
+    /// The remote endpoint (`--http-remote`), if served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteEndpoint>,
+}
+
+/// The remote endpoint of a daemon, as `daemon.json` records it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RemoteEndpoint {
+    /// Its base address, `https://ADDR:PORT/` (`http://` with `--allow-remote-plaintext`).
+    pub url: String,
+    /// The token its requests need (it lets one read, never change).
+    pub view_token: String,
+}
+
+/// The remote endpoint of the live daemon of a state directory, if it serves one.
+pub fn remote_endpoint(state_dir: &Path) -> Option<RemoteEndpoint> {
+    let record = read_record(state_dir)?;
+    if !pid_alive(record.pid) {
+        return None;
+    }
+    record.remote
 }
 
 /// A fresh 128-bit token, in hex.
@@ -365,6 +386,7 @@ mod tests {
             http: None,
             token: new_token(),
             started: 1,
+            remote: None,
         };
         write_record(&dir, &record).unwrap();
         let path = dir.join(DAEMON_FILE);

@@ -12,6 +12,10 @@
 //! and saved before the answer: 200 with what was done, or 400 (bad request), 403 (no
 //! token), 409 (refused by the pool's state) or 500 (I/O) with the reason.
 //!
+//! The remote endpoint (`--http-remote`, [`serve_remote`]) serves the same routes to other
+//! machines, over TLS, `GET` and `HEAD` only, every request with its own view token
+//! ([`RemoteAuth`]).
+//!
 //! No request stops or stalls the daemon: a head must arrive within
 //! [`REQUEST_TIMEOUT`] and fit in 16 KiB (hyper's limits), a body within the same time
 //! and [`MAX_BODY_BYTES`], and at most [`MAX_CONNECTIONS`] connections are served at once
@@ -773,39 +777,48 @@ fn router(ctx: Arc<Context>) -> Router {
         .with_state(ctx)
 }
 
-/// The routes of the remote endpoint (`--http-remote`): the same, every request with the
-/// token. The `Host` check is not needed there: a page elsewhere that reaches the endpoint
-/// has no token, and the cookie is bound to this site.
-fn remote_router(ctx: Arc<Context>) -> Router {
+/// What the remote endpoint checks: its own token (not the management token of
+/// `daemon.json`'s `token`: whoever may look may not change), and whether it is served over
+/// TLS (the cookie is `Secure` only then, or browsers would drop it).
+#[derive(Clone)]
+pub struct RemoteAuth {
+    /// The token every request must carry.
+    pub view_token: String,
+    /// Whether the endpoint is served over TLS.
+    pub tls: bool,
+}
+
+/// The routes of the remote endpoint (`--http-remote`): the same, reading only (`GET` and
+/// `HEAD`; the management requests are all `POST`s, refused here whoever sends them), every
+/// request with the view token. The `Host` check is not needed there: a page elsewhere that
+/// reaches the endpoint has no token, and the cookie is bound to this site.
+fn remote_router(ctx: Arc<Context>, auth: RemoteAuth) -> Router {
     routes()
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&ctx),
-            remote_auth,
-        ))
+        .layer(axum::middleware::from_fn_with_state(auth, remote_auth))
         .with_state(ctx)
 }
 
 /// The cookie the remote endpoint sets once `?token=` was right, so that the page's own
 /// requests carry the token.
-const TOKEN_COOKIE: &str = "larch_token";
+const TOKEN_COOKIE: &str = "larch_view";
 
-/// The token a request carries: `Authorization: Bearer`, `X-Larch-Token`, the cookie, or
-/// (for the first visit from a link) `?token=`; the last says it came in the query.
-fn request_token(request: &axum::extract::Request) -> Option<(String, bool)> {
+/// The tokens a request carries, the query's first (a link someone was just given beats a
+/// cookie left from an earlier start of the daemon): `?token=`, `Authorization: Bearer`, and
+/// the cookie.
+fn request_tokens(request: &axum::extract::Request) -> (Option<String>, Vec<String>) {
+    let query = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("token="))
+            .map(str::to_string)
+    });
     let headers = request.headers();
-    let header_value = |name: header::HeaderName| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    if let Some(bearer) =
-        header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "))
+    let mut others = Vec::new();
+    if let Some(bearer) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().strip_prefix("Bearer "))
     {
-        return Some((bearer.trim().to_string(), false));
-    }
-    if let Some(token) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
-        return Some((token.trim().to_string(), false));
+        others.push(bearer.trim().to_string());
     }
     for cookies in headers.get_all(header::COOKIE) {
         let Ok(cookies) = cookies.to_str() else {
@@ -813,49 +826,83 @@ fn request_token(request: &axum::extract::Request) -> Option<(String, bool)> {
         };
         for cookie in cookies.split(';') {
             if let Some((TOKEN_COOKIE, value)) = cookie.trim().split_once('=') {
-                return Some((value.to_string(), false));
+                others.push(value.to_string());
             }
         }
     }
-    let query = request.uri().query()?;
-    query
+    (query, others)
+}
+
+/// The request's path and query without `token=`: where a first visit is sent once its
+/// cookie is set, so that the token leaves the address bar and the history.
+fn without_token(uri: &axum::http::Uri) -> String {
+    let rest: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
         .split('&')
-        .find_map(|pair| pair.strip_prefix("token="))
-        .map(|token| (token.to_string(), true))
+        .filter(|pair| !pair.is_empty() && !pair.starts_with("token="))
+        .collect();
+    if rest.is_empty() {
+        uri.path().to_string()
+    } else {
+        format!("{}?{}", uri.path(), rest.join("&"))
+    }
 }
 
 async fn remote_auth(
-    State(ctx): State<Arc<Context>>,
+    State(auth): State<RemoteAuth>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match request_token(&request) {
-        Some((token, from_query)) if same_token(&token, &ctx.token) => {
-            let mut response = next.run(request).await;
-            if from_query
-                && let Ok(cookie) = header::HeaderValue::from_str(&format!(
-                    "{TOKEN_COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict"
-                ))
-            {
-                response.headers_mut().insert(header::SET_COOKIE, cookie);
-            }
-            response
-        }
-        _ => {
-            let mut response = api_error(
-                StatusCode::UNAUTHORIZED,
-                "this endpoint needs the token (larch analytics url prints it): \
-                 Authorization: Bearer TOKEN, or ?token=TOKEN once"
-                    .to_string(),
-                None,
-            );
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer realm=\"larch\""),
-            );
-            response
-        }
+    if !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    ) {
+        return api_error(
+            StatusCode::FORBIDDEN,
+            "the remote endpoint only reads: changes go through the loopback endpoint".to_string(),
+            None,
+        );
     }
+    let (query, others) = request_tokens(&request);
+    if let Some(token) = query {
+        if !same_token(&token, &auth.view_token) {
+            return unauthorized();
+        }
+        let cookie = format!(
+            "{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{}",
+            if auth.tls { "; Secure" } else { "" }
+        );
+        let mut response = StatusCode::SEE_OTHER.into_response();
+        if let (Ok(cookie), Ok(location)) = (
+            header::HeaderValue::from_str(&cookie),
+            header::HeaderValue::from_str(&without_token(request.uri())),
+        ) {
+            response.headers_mut().insert(header::SET_COOKIE, cookie);
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        return response;
+    }
+    if others.iter().any(|t| same_token(t, &auth.view_token)) {
+        next.run(request).await
+    } else {
+        unauthorized()
+    }
+}
+
+fn unauthorized() -> Response {
+    let mut response = api_error(
+        StatusCode::UNAUTHORIZED,
+        "this endpoint needs its token (larch analytics url --remote prints the address with \
+         it): Authorization: Bearer TOKEN, or ?token=TOKEN once"
+            .to_string(),
+        None,
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"larch\""),
+    );
+    response
 }
 
 /// The routes, without the state and the checks in front of them.
@@ -1009,14 +1056,19 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
 }
 
 /// Serves the remote endpoint on `listener` until the task is aborted: every connection
-/// through TLS when `tls` is given (a failed handshake closes it), every request with the
-/// token.
+/// through TLS when `tls` is given (a failed handshake closes it), every request with
+/// `view_token`, reading only.
 pub async fn serve_remote(
     listener: TcpListener,
     ctx: Arc<Context>,
     tls: Option<Arc<larch_nbd::tls::ServerConfig>>,
+    view_token: String,
 ) {
-    let router = remote_router(ctx);
+    let auth = RemoteAuth {
+        view_token,
+        tls: tls.is_some(),
+    };
+    let router = remote_router(ctx, auth);
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     accept_loop(listener, slots, move |stream, peer, slot| {

@@ -276,6 +276,7 @@ async fn serve(
     let mut http_addr = None;
     let mut http_task = None;
     let mut remote_task = None;
+    let mut remote = None;
     if let Some(listener) = bind_http(options.http.as_deref()).await {
         let addr = listener
             .local_addr()
@@ -293,10 +294,10 @@ async fn serve(
         let ctx = Arc::new(ctx);
         http_task = Some(tokio::spawn(http::serve(listener, Arc::clone(&ctx))));
         http_addr = Some(addr);
-        if let Some(remote) = &options.http_remote {
-            let listener = TcpListener::bind(remote)
+        if let Some(remote_addr) = &options.http_remote {
+            let listener = TcpListener::bind(remote_addr)
                 .await
-                .with_context(|| format!("binding --http-remote {remote}"))?;
+                .with_context(|| format!("binding --http-remote {remote_addr}"))?;
             let local = listener.local_addr()?;
             check_bind(
                 "HTTP (--http-remote)",
@@ -309,13 +310,20 @@ async fn serve(
             } else {
                 "http"
             };
+            let url = format!("{scheme}://{local}/");
             eprintln!(
-                "larch serve: Analytics for other machines on {scheme}://{local}/ (the token is needed)"
+                "larch serve: Analytics for other machines on {url} (with its token: larch analytics url --remote)"
             );
+            let view_token = client::new_token();
+            remote = Some(client::RemoteEndpoint {
+                url,
+                view_token: view_token.clone(),
+            });
             remote_task = Some(tokio::spawn(http::serve_remote(
                 listener,
                 ctx,
                 options.http_tls.clone(),
+                view_token,
             )));
         }
     } else if options.http_remote.is_some() {
@@ -326,6 +334,7 @@ async fn serve(
         http: http_addr.clone(),
         token,
         started: crate::unix_time_secs(),
+        remote,
     };
     if let Err(err) = client::write_record(&pool.state_dir, &record) {
         eprintln!(

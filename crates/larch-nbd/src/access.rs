@@ -84,6 +84,17 @@ impl FromStr for Network {
                 .filter(|b| *b <= max)
                 .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
         };
+        // A block of IPv4-mapped addresses is the IPv4 block it maps, as client addresses
+        // are (`contains` unmaps them).
+        if let IpAddr::V6(v6) = base
+            && let Some(v4) = v6.to_ipv4_mapped()
+            && prefix_bits >= 96
+        {
+            return Ok(Network {
+                base: IpAddr::V4(v4),
+                prefix_bits: prefix_bits - 96,
+            });
+        }
         Ok(Network { base, prefix_bits })
     }
 }
@@ -214,6 +225,9 @@ mod tests {
         let odd: Network = "192.0.2.0/25".parse().unwrap();
         assert!(odd.contains("192.0.2.127".parse().unwrap()));
         assert!(!odd.contains("192.0.2.128".parse().unwrap()));
+        let mapped: Network = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert!(mapped.contains("10.200.0.1".parse().unwrap()));
+        assert!(mapped.contains("::ffff:10.1.2.3".parse().unwrap()));
         let v6: Network = "fd00::/8".parse().unwrap();
         assert!(v6.contains("fd12::1".parse().unwrap()));
         assert!(!v6.contains("10.0.0.1".parse().unwrap()));

@@ -500,10 +500,18 @@ impl<E: Export> Server<E> {
                         // The negotiation only accepts STARTTLS when TLS is configured.
                         return Err(ConnectionError::DataBeforeTls);
                     };
-                    let tls = acceptor
-                        .accept(reader.into_inner())
-                        .await
-                        .map_err(ConnectionError::Tls)?;
+                    // Shutdown closes a connection still in its TLS handshake, as it
+                    // does one still negotiating.
+                    let tls = tokio::select! {
+                        tls = acceptor.accept(reader.into_inner()) => {
+                            tls.map_err(ConnectionError::Tls)?
+                        }
+                        _ = shutdown_rx.wait_for(|down| *down) => {
+                            return Err(ConnectionError::Tls(io::Error::other(
+                                "shutdown during the TLS handshake",
+                            )));
+                        }
+                    };
                     client.tls = true;
                     if let Some(cert) = tls.get_ref().1.peer_certificates().and_then(|c| c.first())
                     {

@@ -51,6 +51,10 @@ pub struct UrlArgs {
     /// The page's address alone, without the token.
     #[arg(long)]
     pub no_token: bool,
+    /// The address of the remote endpoint (`larch serve --http-remote`) for other
+    /// machines, with its token (which lets one read, never change).
+    #[arg(long)]
+    pub remote: bool,
 }
 
 const EXPORT_HELP: &str = "\
@@ -146,6 +150,20 @@ fn chosen_ids(asked: &[String], known: Vec<String>) -> anyhow::Result<Vec<String
 
 /// `larch analytics export`.
 fn url(args: UrlArgs) -> anyhow::Result<ExitCode> {
+    if args.remote {
+        let Some(remote) = client::remote_endpoint(&args.state_dir) else {
+            bail!(
+                "no running `larch serve` of {} serves a remote endpoint (--http-remote)",
+                args.state_dir.display()
+            );
+        };
+        if args.no_token {
+            println!("{}", remote.url);
+        } else {
+            println!("{}?token={}", remote.url, remote.view_token);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(daemon) = client::find(&args.state_dir) else {
         bail!(
             "no running `larch serve` with an HTTP endpoint answers for {}",

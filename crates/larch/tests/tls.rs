@@ -350,24 +350,44 @@ fn the_access_file_admits_by_name_and_address_and_makes_readers_read_only() {
         "bob reads",
     );
     assert!(std::fs::read(&back).unwrap()[..4 << 20] == pattern(4 << 20, 2)[..]);
-    let src = work.join("in-2.raw");
-    refused(
-        &run(Command::new("nbdcopy").arg(&src).arg(daemon.tls_uri("bob"))),
-        "bob writing",
+    // The server itself refuses bob's writes (EPERM), not only his client: libnbd's own
+    // checks are turned off for this.
+    let script = format!(
+        "import nbd\n\
+         h = nbd.NBD()\n\
+         h.set_strict_mode(0)\n\
+         h.set_uri_allow_local_file(True)\n\
+         h.connect_uri({uri:?})\n\
+         assert h.is_read_only()\n\
+         try:\n    h.pwrite(b'x' * 4096, 0)\nexcept nbd.Error as e:\n    print('refused', e.errnum)\n\
+         else:\n    print('written')\n",
+        uri = daemon.tls_uri("bob")
     );
+    let out = ok(
+        &run(Command::new("/usr/bin/python3").args(["-c", &script])),
+        "bob's write through libnbd",
+    );
+    // EPERM is 1.
+    assert_eq!(out.trim(), "refused 1", "{out}");
     // Not admitted: plaintext (no name), TLS without a certificate, another CA's alice.
     refused(&nbdinfo(&daemon.plain_uri()), "a plaintext client");
     refused(&nbdinfo(&daemon.tls_uri("nocert")), "no certificate");
     refused(&nbdinfo(&daemon.tls_uri("rogue")), "another CA's alice");
     // The list shows only what a client may use.
-    let list = run(Command::new("nbdinfo")
-        .arg("--list")
-        .arg(daemon.plain_uri()));
-    assert!(!String::from_utf8_lossy(&list.stdout).contains("export=\"vol0\""));
-    let list = run(Command::new("nbdinfo")
-        .arg("--list")
-        .arg(daemon.tls_uri("alice")));
-    assert!(String::from_utf8_lossy(&list.stdout).contains("export=\"vol0\""));
+    let list = ok(
+        &run(Command::new("nbdinfo")
+            .arg("--list")
+            .arg(daemon.plain_uri())),
+        "nbdinfo --list in plaintext",
+    );
+    assert!(!list.contains("export=\"vol0\""), "{list}");
+    let list = ok(
+        &run(Command::new("nbdinfo")
+            .arg("--list")
+            .arg(daemon.tls_uri("alice"))),
+        "nbdinfo --list as alice",
+    );
+    assert!(list.contains("export=\"vol0\""), "{list}");
 }
 
 /// The NBD greeting, our client flags and one option, over a raw socket.
@@ -517,54 +537,107 @@ fn bad_credentials_and_settings_are_clear_errors_at_start() {
 }
 
 #[test]
-fn the_remote_endpoint_is_https_and_needs_the_token() {
+fn the_remote_endpoint_is_https_reads_only_and_needs_its_token() {
     require("curl");
     let certs = certs();
     let daemon = Daemon::start(&tls("require", "server", &["--http-remote", "127.0.0.1:0"]));
     let base = daemon.remote_http.clone().unwrap();
     assert!(base.starts_with("https://"), "{base}");
+    // `larch analytics url --remote` gives the address with the view token.
+    let out = ok(
+        &run(larch()
+            .args(["analytics", "url", "--remote", "--state-dir"])
+            .arg(&daemon.state)),
+        "larch analytics url --remote",
+    );
+    let link = out.trim().to_string();
+    let view = link
+        .split_once("?token=")
+        .map(|(_, t)| t.to_string())
+        .unwrap_or_else(|| panic!("no token in {link}"));
+    assert!(link.starts_with(&base), "{link} vs {base}");
+    assert_ne!(
+        view,
+        daemon.token(),
+        "the view token is not the management token"
+    );
     let base = base.replace("127.0.0.1", "localhost");
     let ca = certs.join("ca-cert.pem");
+    // (status, headers) of one request.
     let curl = |args: &[&str]| {
         let out = run(Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .args([
+                "-s",
+                "-D",
+                "-",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+            ])
             .arg(&ca)
             .args(args));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let code = text.lines().last().unwrap_or("").to_string();
+        (code, text.to_lowercase())
     };
     let metrics = format!("{base}metrics");
-    assert_eq!(curl(&[&metrics]), "401");
-    let bearer = format!("Authorization: Bearer {}", daemon.token());
-    assert_eq!(curl(&["-H", &bearer, &metrics]), "200");
+    assert_eq!(curl(&[&metrics]).0, "401");
+    let bearer = format!("Authorization: Bearer {view}");
+    assert_eq!(curl(&["-H", &bearer, &metrics]).0, "200");
     assert_eq!(
-        curl(&["-H", "Authorization: Bearer wrong", &metrics]),
+        curl(&["-H", "Authorization: Bearer wrong", &metrics]).0,
         "401"
     );
-    // The first visit's ?token= sets the cookie the page's own requests carry.
-    let page = format!("{base}?token={}", daemon.token());
-    let out = run(Command::new("curl")
-        .args(["-s", "-D", "-", "-o", "/dev/null", "--cacert"])
-        .arg(&ca)
-        .arg(&page));
-    let headers = String::from_utf8_lossy(&out.stdout).to_lowercase();
-    assert!(headers.contains("set-cookie: larch_token="), "{headers}");
-    // Management stays on the loopback endpoint: refused here even with the token.
-    let set = format!("{base}admin/set");
+    // The management token is not the view token.
+    let management = format!("Authorization: Bearer {}", daemon.token());
+    assert_eq!(curl(&["-H", &management, &metrics]).0, "401");
+    // The first visit's ?token= sets the cookie and sends the browser to the address
+    // without the token; a stale cookie does not stand in its way.
+    let (code, headers) = curl(&[
+        "-H",
+        "Cookie: larch_view=stale",
+        &format!("{base}api/v1/catalog?token={view}"),
+    ]);
+    assert_eq!(code, "303", "{headers}");
+    assert!(
+        headers.contains(&format!("set-cookie: larch_view={view}")),
+        "{headers}"
+    );
+    assert!(headers.contains("; secure"), "{headers}");
+    assert!(
+        headers.contains("location: /api/v1/catalog\r\n"),
+        "{headers}"
+    );
+    let cookie = format!("Cookie: larch_view={view}");
     assert_eq!(
-        curl(&[
+        curl(&["-H", &cookie, &format!("{base}api/v1/catalog")]).0,
+        "200"
+    );
+    // Changes are not served here, whatever the token or header.
+    let set = format!("{base}admin/set");
+    for token_header in [
+        bearer.clone(),
+        format!("X-Larch-Token: {}", daemon.token()),
+        management.clone(),
+    ] {
+        let (code, _) = curl(&[
             "-H",
-            &bearer,
+            &token_header,
+            "-H",
+            &format!("X-Larch-Token: {}", daemon.token()),
             "-X",
             "POST",
             "--data",
             "zfs_arc_max=8M",
-            &set
-        ]),
-        "403"
-    );
+            &set,
+        ]);
+        assert_eq!(code, "403", "{token_header}");
+    }
     // Plaintext HTTP on the HTTPS port gets nothing.
     let plain = base.replace("https://", "http://");
-    assert_ne!(curl(&[&format!("{plain}metrics")]), "200");
+    assert_ne!(curl(&[&format!("{plain}metrics")]).0, "200");
 }
 
 #[test]
@@ -602,4 +675,59 @@ fn one_client_address_cannot_take_every_connection() {
         assert!(Instant::now() < deadline, "the slot never came back");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn serve_file_takes_the_same_tls_options() {
+    require("nbdinfo");
+    let work = scratch("tls-serve-file");
+    let image = work.join("disk.img");
+    std::fs::write(&image, pattern(1 << 20, 3)).unwrap();
+    let mut child = larch()
+        .arg("serve-file")
+        .arg(&image)
+        .args(["--listen", "127.0.0.1:0", "--export-name", "disk"])
+        .args(["--handshake-timeout", "1"])
+        .args(tls("require", "server", &["--tls-verify-peer"]))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let port: u16 = loop {
+        let line = lines
+            .next()
+            .expect("serve-file ended before listening")
+            .unwrap();
+        if let Some((_, addr)) = line.split_once(" on tcp:") {
+            break addr.rsplit(':').next().unwrap().parse().unwrap();
+        }
+    };
+    let uri = |query: &str| format!("nbds://localhost:{port}/disk{query}");
+    let alice = format!("?tls-certificates={}", certs().join("alice").display());
+    let nocert = format!("?tls-certificates={}", certs().join("nocert").display());
+    let info = ok(&nbdinfo(&uri(&alice)), "nbdinfo over TLS to serve-file");
+    assert!(
+        info.contains("with TLS") && info.contains("1048576"),
+        "{info}"
+    );
+    refused(
+        &nbdinfo(&uri(&nocert)),
+        "no certificate under --tls-verify-peer",
+    );
+    refused(
+        &nbdinfo(&format!("nbd://localhost:{port}/disk")),
+        "plaintext under --tls require",
+    );
+    // A client that stops in the middle of the TLS handshake is closed at the handshake
+    // timeout (1 s here), well before this read gives up.
+    const STARTTLS: u32 = 5;
+    let mut stalled = raw_handshake(port, STARTTLS, &[]);
+    let mut ack = [0u8; 20];
+    stalled.read_exact(&mut ack).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert!(closes(stalled), "a stalled TLS handshake was not closed");
+    let _ = child.kill();
+    let _ = child.wait();
 }
