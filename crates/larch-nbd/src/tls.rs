@@ -140,10 +140,19 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = certificates(&files.cert)?;
     let key_pem = read(&files.key)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        bad(
-            &files.key,
-            format!("no private key in it (want PKCS#8, RSA or EC PEM): {e}"),
-        )
+        let text = String::from_utf8_lossy(&key_pem);
+        if text.contains("ENCRYPTED") {
+            bad(
+                &files.key,
+                "the key is encrypted, and larch reads no passphrase: store it decrypted \
+                 with owner-only permissions (openssl pkey -in KEY -out PLAIN-KEY)",
+            )
+        } else {
+            bad(
+                &files.key,
+                format!("no private key in it (want PKCS#8, RSA or EC PEM): {e}"),
+            )
+        }
     })?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()

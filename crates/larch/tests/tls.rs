@@ -503,6 +503,11 @@ fn bad_credentials_and_settings_are_clear_errors_at_start() {
     let certs = certs();
     let err = fails_at_start(&tls("require", "nowhere", &[]));
     assert!(err.contains("nowhere/server-cert.pem"), "{err}");
+    let err = fails_at_start(&tls("require", "encrypted", &[]));
+    assert!(
+        err.contains("encrypted/server-key.pem: the key is encrypted"),
+        "{err}"
+    );
     let err = fails_at_start(&tls("require", "mismatch", &[]));
     assert!(err.contains("is not the key of the certificate"), "{err}");
     let not_pem = certs.join("alice/ca-cert.pem");

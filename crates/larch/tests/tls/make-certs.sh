@@ -8,6 +8,7 @@
 #   DIR/nocert/   only ca-cert.pem (a client without a certificate)
 #   DIR/wrongca/  only the other CA's ca-cert.pem (cannot verify the server)
 #   DIR/mismatch/ server-cert.pem with bob's key (a key that is not the certificate's)
+#   DIR/encrypted/ server-cert.pem with its key encrypted by a passphrase
 set -euo pipefail
 dir=$1
 mkdir -p "$dir"
@@ -76,3 +77,6 @@ cp ca-cert.pem nocert/
 cp other-cert.pem wrongca/ca-cert.pem
 cp server/server-cert.pem server/ca-cert.pem mismatch/
 cp bob/client-key.pem mismatch/server-key.pem
+mkdir -p encrypted
+cp server/server-cert.pem server/ca-cert.pem encrypted/
+quiet openssl pkey -in server/server-key.pem -aes256 -passout pass:secret -out encrypted/server-key.pem
