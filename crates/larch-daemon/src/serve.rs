@@ -163,16 +163,6 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
             export: Arc::clone(v),
         })
         .collect();
-    for rule in options.security.access.rules() {
-        for name in &rule.exports {
-            if name != "*" && !pool.volumes.iter().any(|v| &v.name == name) {
-                bail!(
-                    "the access file names export {name:?}, which is not a volume of pool {}",
-                    pool.config.name
-                );
-            }
-        }
-    }
     let limits = ServerLimits {
         max_connections_per_address: options.max_connections_per_client,
         ..ServerLimits::default()

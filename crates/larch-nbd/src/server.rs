@@ -14,7 +14,7 @@
 //! on the client through the socket.
 //!
 //! TLS and access ([`Server::with_security`]): the handshake runs on the whole stream
-//! (a `Conn`), so that when the negotiation accepts `STARTTLS` the stream becomes rustls's
+//! (a `Conn`, in `server/conn.rs` with the per-address count), so that when the negotiation accepts `STARTTLS` the stream becomes rustls's
 //! TLS stream in place; the client's identity (address, verified certificate names) then
 //! decides what the negotiation offers it. Transmission runs on the stream's halves.
 //! Connections are capped per source address as well as in all.
@@ -24,25 +24,24 @@
 //! finish the ones in flight, and close once the client disconnects or the grace period
 //! ends.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::future::Future;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use thiserror::Error;
-use tokio::io::ReadBuf;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+mod conn;
+mod queues;
 mod spin;
+use conn::{AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves};
+use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output};
 use spin::{Spin, Spinners};
 use tokio::time::Instant;
 
@@ -130,6 +129,10 @@ pub enum ServerError {
     /// A limit is out of range.
     #[error("bad limit: {0}")]
     BadLimit(&'static str),
+    /// An access rule names an export the server does not have (a typo would otherwise
+    /// refuse the export silently).
+    #[error("the access rules name export {0:?}, which this server does not serve")]
+    UnknownExportInRules(String),
 }
 
 /// Why a connection ended abnormally (logged, never returned to a client).
@@ -287,6 +290,15 @@ impl<E: Export> Server<E> {
             return Err(ServerError::BadLimit(
                 "TLS settings need mode On or Require",
             ));
+        }
+        if let Some(unknown) = security
+            .access
+            .rules()
+            .iter()
+            .flat_map(|rule| &rule.exports)
+            .find(|name| *name != "*" && !names.contains(*name))
+        {
+            return Err(ServerError::UnknownExportInRules(unknown.clone()));
         }
         let tls_acceptor = security
             .tls
@@ -781,264 +793,6 @@ fn is_bulk(request: &Request) -> bool {
             length >= BULK_REQUEST_BYTES
         }
         _ => false,
-    }
-}
-
-/// Stop reading requests while this much reply data waits for the socket.
-const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
-/// Most buffers handed to one `writev`.
-const MAX_IOSLICES: usize = 256;
-
-type RequestFuture<'a> = Pin<Box<dyn Future<Output = Frame> + Send + 'a>>;
-
-/// The requests of one connection that are running. The connection task polls them
-/// itself instead of spawning a task each: a request that completes at once (a cache
-/// hit, a page-cache read) then costs no wake-up of another thread, and replies are
-/// written by the same task that saw them complete. Only the requests whose wakers fired
-/// are polled again, so a completion costs the same with 1 or 128 requests waiting.
-#[derive(Default)]
-struct InFlight<'a> {
-    running: FuturesUnordered<RequestFuture<'a>>,
-    done: Vec<Frame>,
-}
-
-impl<'a> InFlight<'a> {
-    fn len(&self) -> usize {
-        self.running.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.running.is_empty()
-    }
-
-    fn push(&mut self, request: RequestFuture<'a>) {
-        self.running.push(request);
-    }
-
-    /// Polls the running requests that were woken (and new ones); resolves when at least
-    /// one finished (its reply is kept in `done`). Cancel-safe: finished replies are never
-    /// lost.
-    fn completions(&mut self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            while let Poll::Ready(Some(frame)) = self.running.poll_next_unpin(cx) {
-                self.done.push(frame);
-            }
-            if self.done.is_empty() {
-                Poll::Pending
-            } else {
-                Poll::Ready(())
-            }
-        })
-    }
-
-    fn drain_done(&mut self, out: &mut Output) {
-        for frame in self.done.drain(..) {
-            out.push(frame);
-        }
-    }
-}
-
-/// Reply bytes waiting for the socket, as a queue of buffers. Each frame is appended
-/// whole, and only this connection's task writes, so replies never interleave.
-#[derive(Default)]
-struct Output {
-    parts: VecDeque<Bytes>,
-    len_bytes: usize,
-}
-
-impl Output {
-    fn push(&mut self, frame: Frame) {
-        for part in frame.parts {
-            if !part.is_empty() {
-                self.len_bytes += part.len();
-                self.parts.push_back(part);
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.parts.is_empty()
-    }
-
-    fn len_bytes(&self) -> usize {
-        self.len_bytes
-    }
-
-    fn fill_slices<'s>(&'s self, slices: &mut [IoSlice<'s>]) -> usize {
-        let mut n = 0;
-        for (slot, part) in slices.iter_mut().zip(&self.parts) {
-            *slot = IoSlice::new(part);
-            n += 1;
-        }
-        n
-    }
-
-    /// Drops `n` written bytes from the front.
-    fn advance(&mut self, mut n: usize) {
-        self.len_bytes -= n;
-        while n > 0 {
-            let Some(front) = self.parts.front_mut() else {
-                return;
-            };
-            if front.len() <= n {
-                n -= front.len();
-                self.parts.pop_front();
-            } else {
-                bytes::Buf::advance(front, n);
-                n = 0;
-            }
-        }
-    }
-}
-
-type BoxedRead = Box<dyn AsyncRead + Unpin + Send>;
-type BoxedWrite = Box<dyn AsyncWrite + Unpin + Send>;
-
-/// The read buffer of the handshake (options are small; transmission gets a larger one).
-const NEGOTIATION_BUFFER_BYTES: usize = 8 * 1024;
-
-/// A connection during the handshake: whole, because `STARTTLS` turns it into a TLS
-/// stream; split into halves for transmission ([`into_halves`]).
-enum Conn {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    /// Two halves given apart (stdin and stdout).
-    Split(BoxedRead, BoxedWrite),
-    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
-}
-
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Split(r, _) => Pin::new(r).poll_read(cx, buf),
-            Conn::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Split(_, w) => Pin::new(w).poll_write(cx, buf),
-            Conn::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
-            Conn::Split(_, w) => Pin::new(w).poll_flush(cx),
-            Conn::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Split(_, w) => Pin::new(w).poll_shutdown(cx),
-            Conn::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
-
-/// The halves transmission runs on. Plain sockets split without a lock between the
-/// halves; bytes the handshake's buffer already holds come first.
-fn into_halves(reader: BufReader<Conn>) -> (BoxedRead, BoxedWrite) {
-    let early = reader.buffer().to_vec();
-    let (read, write): (BoxedRead, BoxedWrite) = match reader.into_inner() {
-        Conn::Tcp(s) => {
-            let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w))
-        }
-        Conn::Unix(s) => {
-            let (r, w) = s.into_split();
-            (Box::new(r), Box::new(w))
-        }
-        Conn::Split(r, w) => (r, w),
-        Conn::Tls(s) => {
-            let (r, w) = tokio::io::split(*s);
-            (Box::new(r), Box::new(w))
-        }
-    };
-    if early.is_empty() {
-        (read, write)
-    } else {
-        (Box::new(io::Cursor::new(early).chain(read)), write)
-    }
-}
-
-/// A connection's place in the per-address count, given back when dropped.
-struct AddressSlot<E: Export> {
-    server: Server<E>,
-    address: Option<IpAddr>,
-}
-
-impl<E: Export> AddressSlot<E> {
-    /// Counts a connection from `address`; `None` when it has too many already.
-    fn take(server: &Server<E>, address: Option<IpAddr>) -> Option<AddressSlot<E>> {
-        if let Some(addr) = address {
-            let mut counts = server.inner.per_address.lock().expect("per-address counts");
-            let count = counts.entry(addr).or_insert(0);
-            if *count >= server.inner.limits.max_connections_per_address {
-                return None;
-            }
-            *count += 1;
-        }
-        Some(AddressSlot {
-            server: server.clone(),
-            address,
-        })
-    }
-}
-
-impl<E: Export> Drop for AddressSlot<E> {
-    fn drop(&mut self) {
-        let Some(addr) = self.address else { return };
-        let mut counts = self
-            .server
-            .inner
-            .per_address
-            .lock()
-            .expect("per-address counts");
-        if let Some(count) = counts.get_mut(&addr) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&addr);
-            }
-        }
-    }
-}
-
-/// An accepted connection, its source address (TCP) and its socket's descriptor (valid
-/// while the connection lives).
-async fn accept(listener: &Listener) -> io::Result<(Conn, Option<IpAddr>, RawFd)> {
-    match listener {
-        Listener::Tcp(l) => {
-            let (stream, peer) = l.accept().await?;
-            // Replies are small and latency-bound; Nagle would hold them back.
-            stream.set_nodelay(true)?;
-            let fd = stream.as_raw_fd();
-            Ok((Conn::Tcp(stream), Some(peer.ip()), fd))
-        }
-        Listener::Unix(l) => {
-            let (stream, _) = l.accept().await?;
-            let fd = stream.as_raw_fd();
-            Ok((Conn::Unix(stream), None, fd))
-        }
     }
 }
 

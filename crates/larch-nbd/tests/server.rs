@@ -255,6 +255,21 @@ fn construction_errors() {
         Server::<MemExport>::new(no_room, vec![]),
         Err(ServerError::BadLimit(_))
     ));
+    let rules = larch_nbd::AccessRules::allow_list(vec![larch_nbd::AccessRule {
+        exports: vec!["a".into(), "typo".into()],
+        ..larch_nbd::AccessRule::default()
+    }]);
+    let security = larch_nbd::Security {
+        tls: None,
+        access: rules,
+    };
+    let export = NamedExport {
+        name: "a".into(),
+        description: String::new(),
+        export: Arc::new(MemExport::new(4096)),
+    };
+    let typo = Server::with_security(ServerLimits::default(), vec![export], security);
+    assert!(matches!(typo, Err(ServerError::UnknownExportInRules(n)) if n == "typo"));
 }
 
 /// An export whose writes wait for the test to let them through, counting how many it

@@ -137,18 +137,6 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
     let security = args.security.security()?;
     let export = FileExport::open(&path, args.read_only, min_block, args.io)?;
     let size_bytes = export.size_bytes;
-    for rule in security.access.rules() {
-        if let Some(other) = rule
-            .exports
-            .iter()
-            .find(|e| *e != "*" && **e != args.export_name)
-        {
-            bail!(
-                "the access file names export {other:?}; this server has only {:?}",
-                args.export_name
-            );
-        }
-    }
     let server = Server::with_security(
         limits,
         vec![NamedExport {

@@ -7,7 +7,7 @@
 //! from its saved file.
 
 mod common;
-use common::{pattern, scratch};
+use common::{pattern, require, scratch};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -51,18 +51,6 @@ fn refused(out: &Output, words: &[&str]) {
     for word in words {
         assert!(text.contains(word), "{word:?} missing from: {text}");
     }
-}
-
-fn require(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "{tool} is missing: run scripts/test, which installs the NBD clients"
-    );
 }
 
 /// One HTTP/1.1 request; the status code and body.

@@ -4,7 +4,7 @@
 //! foreign device is refused.
 
 mod common;
-use common::{pattern, scratch};
+use common::{http_get, pattern, require, scratch};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,18 +13,6 @@ use std::time::{Duration, Instant};
 
 fn larch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_larch"))
-}
-
-fn require(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "{tool} is missing: run scripts/test, which installs the NBD clients"
-    );
 }
 
 struct Daemon {
@@ -171,19 +159,6 @@ fn assert_l2_conservation(status: &serde_json::Value) {
         n("l2_asize"),
         "{a}"
     );
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// Fails the test, with the command's standard error, unless it exited 0.

@@ -6,9 +6,9 @@
 //! (beyond loopback only with TLS) kept for passed ones.
 
 mod common;
-use common::scratch;
+use common::{http_get, scratch};
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -71,21 +71,20 @@ impl NotifySocket {
     }
 }
 
-fn http_get(port: u16, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    out
-}
-
 /// A child process killed when the test ends, whether it passes or panics, so that no
 /// server outlives a failed test.
 struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    /// Waits for the process to exit; its status and all it wrote on standard error.
+    fn finish(&mut self) -> (std::process::ExitStatus, String) {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.0.stderr.take() {
+            pipe.read_to_string(&mut stderr).unwrap();
+        }
+        (self.0.wait().unwrap(), stderr)
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -154,7 +153,7 @@ fn socket_activation_serves_the_passed_sockets_and_tells_the_manager_when_ready(
     let ready = notify.wait_for("READY=1", Duration::from_secs(30));
     assert!(ready.contains("STATUS=serving pool"), "{ready}");
     // The HTTP endpoint is on the passed socket, not on --http's default address.
-    let metrics = http_get(http_port, "/metrics");
+    let metrics = http_get(&format!("127.0.0.1:{http_port}"), "/metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(metrics.contains("larch_"), "{metrics}");
 
@@ -164,15 +163,7 @@ fn socket_activation_serves_the_passed_sockets_and_tells_the_manager_when_ready(
         .unwrap();
     assert!(status.success());
     notify.wait_for("STOPPING=1", Duration::from_secs(30));
-    let mut stderr = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let exit = child.0.wait().unwrap();
+    let (exit, stderr) = child.finish();
     assert!(exit.success(), "larch serve exited {exit:?}: {stderr}");
     assert!(
         stderr.contains(&format!(
@@ -241,15 +232,7 @@ fn a_passed_socket_beyond_loopback_needs_tls_as_a_bound_one_does() {
         assert!(Instant::now() < deadline, "port {port} never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut stderr = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let exit = child.0.wait().unwrap();
+    let (exit, stderr) = child.finish();
     assert_eq!(exit.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(

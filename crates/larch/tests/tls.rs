@@ -7,7 +7,7 @@
 //! start, and the remote HTTPS endpoint's token.
 
 mod common;
-use common::{pattern, scratch};
+use common::{pattern, require, scratch};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -18,18 +18,6 @@ use std::time::{Duration, Instant};
 
 fn larch() -> Command {
     Command::new(env!("CARGO_BIN_EXE_larch"))
-}
-
-fn require(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "{tool} is missing: run scripts/test, which installs it"
-    );
 }
 
 /// The credentials of tests/tls/make-certs.sh, made once per test binary run.

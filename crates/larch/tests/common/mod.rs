@@ -30,3 +30,34 @@ pub fn scratch(what: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
 }
+
+/// Fails the test unless `tool` is on the PATH (scripts/test installs the tools the tests
+/// drive; a missing one is a failure, never a skip). Not every test binary uses it.
+#[allow(dead_code)]
+pub fn require(tool: &str) {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{tool} is missing: run scripts/test, which installs it"
+    );
+}
+
+/// One `GET` over HTTP/1.1 to `addr` (`HOST:PORT`) with `Connection: close`; the whole
+/// answer, head included. Not every test binary uses it.
+#[allow(dead_code)]
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
