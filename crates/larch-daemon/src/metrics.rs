@@ -222,6 +222,50 @@ const BACKING_COUNTERS: &[Counters<VolumeReport>] = &[
     },
 ];
 
+/// The counters of each object-store volume, labelled `volume="NAME"`.
+const OBJECT_COUNTERS: &[Counters<VolumeReport>] = &[
+    Counters {
+        name: "larch_object_gets_total",
+        help: "GET requests to the volume's object store",
+        value: |v| v.object.as_ref().map_or(0, |o| o.gets),
+    },
+    Counters {
+        name: "larch_object_get_bytes_total",
+        help: "bytes the GET requests returned",
+        value: |v| v.object.as_ref().map_or(0, |o| o.get_bytes),
+    },
+    Counters {
+        name: "larch_object_puts_total",
+        help: "PUT requests to the volume's object store",
+        value: |v| v.object.as_ref().map_or(0, |o| o.puts),
+    },
+    Counters {
+        name: "larch_object_put_bytes_total",
+        help: "bytes the PUT requests sent (data objects, map pages, roots)",
+        value: |v| v.object.as_ref().map_or(0, |o| o.put_bytes),
+    },
+    Counters {
+        name: "larch_object_errors_total",
+        help: "object-store requests that failed after the client's retries",
+        value: |v| v.object.as_ref().map_or(0, |o| o.errors),
+    },
+    Counters {
+        name: "larch_object_commits_total",
+        help: "commits (one per TXG that changed the volume)",
+        value: |v| v.object.as_ref().map_or(0, |o| o.commits),
+    },
+    Counters {
+        name: "larch_object_committed_bytes_total",
+        help: "bytes of blocks the commits made durable (put bytes over these: write amplification)",
+        value: |v| v.object.as_ref().map_or(0, |o| o.committed_bytes),
+    },
+    Counters {
+        name: "larch_object_objects_merged_total",
+        help: "data objects read before their upload because only some of their blocks changed",
+        value: |v| v.object.as_ref().map_or(0, |o| o.objects_merged),
+    },
+];
+
 /// The latency histograms of each volume's backing store.
 const BACKING_LATENCIES: &[Latencies<VolumeReport>] = &[
     Latencies {
@@ -295,6 +339,20 @@ fn families(report: &PoolReport) -> Vec<MetricFamily> {
         |v| &v.name,
         BACKING_COUNTERS,
         BACKING_LATENCIES,
+        &mut out,
+    );
+    let object_volumes: Vec<VolumeReport> = report
+        .volumes
+        .iter()
+        .filter(|v| v.object.is_some())
+        .cloned()
+        .collect();
+    item_families(
+        &object_volumes,
+        "volume",
+        |v| &v.name,
+        OBJECT_COUNTERS,
+        &[],
         &mut out,
     );
     item_families(

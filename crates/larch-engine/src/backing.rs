@@ -1,6 +1,8 @@
 //! Backing stores: the slow primary storage a volume's bytes live on. A backing store is a
 //! plain file or block device whose bytes are exactly the volume's (no larch header), so it
-//! stays usable without larch.
+//! stays usable without larch, or a volume on an object store ([`larch_object`]: S3 and
+//! the stores that speak its API), whose writes are staged and made durable together by a
+//! flush (one commit per TXG).
 //!
 //! For tests and benchmarks a backing store can carry a **latency model**: a fixed delay,
 //! or a delay drawn uniformly from a range, added to every read and write. It is a device
@@ -14,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use larch_io::BlockDevice;
+use larch_object::ObjectVolume;
 
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +73,8 @@ enum Media {
     File(File),
     /// Any [`BlockDevice`]: in-process tests put a fault-injecting device here.
     Device(Arc<dyn BlockDevice>),
+    /// A volume on an object store.
+    Object(Arc<ObjectVolume>),
 }
 
 impl std::fmt::Debug for Media {
@@ -76,6 +82,7 @@ impl std::fmt::Debug for Media {
         match self {
             Media::File(file) => f.debug_tuple("File").field(file).finish(),
             Media::Device(_) => f.write_str("Device"),
+            Media::Object(vol) => f.debug_tuple("Object").field(&vol.display()).finish(),
         }
     }
 }
@@ -122,6 +129,91 @@ impl BackingStore {
         }
     }
 
+    /// A backing store on a volume of an object store; `name` (its `s3://` address) stands
+    /// for its path in messages.
+    pub fn on_object(name: &str, vol: Arc<ObjectVolume>, latency: LatencyModel) -> BackingStore {
+        let size_bytes = vol.size_bytes();
+        BackingStore {
+            path: PathBuf::from(name),
+            media: Media::Object(vol),
+            size_bytes,
+            latency,
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
+            stats: BackingStats::default(),
+        }
+    }
+
+    /// The object-store volume under it, if it is one.
+    pub fn object(&self) -> Option<&Arc<ObjectVolume>> {
+        match &self.media {
+            Media::Object(vol) => Some(vol),
+            _ => None,
+        }
+    }
+
+    /// Why the volume may not be served now (an object-store volume whose lease another
+    /// node took, or lapsed): every request gets EIO meanwhile.
+    pub fn unusable(&self) -> Option<String> {
+        self.object().and_then(|vol| vol.unusable())
+    }
+
+    /// Whether a cache-device copy of `block` made before this run may be stale: another
+    /// node committed its object since (object stores only; a file has one writer).
+    pub fn cached_copy_stale(&self, block: u64) -> bool {
+        self.object()
+            .is_some_and(|vol| vol.cached_copy_stale(block))
+    }
+
+    /// Whether an intent-log record of this volume from TXG `txg` must be dropped rather
+    /// than replayed: another node committed newer data since (object stores only).
+    pub fn discards_log_record(&self, txg: u64) -> bool {
+        self.object()
+            .is_some_and(|vol| vol.discards_log_record(txg))
+    }
+
+    /// Records durably that this volume's log records up to `txg` were dropped (see
+    /// [`larch_object::ObjectVolume::note_log_discarded`]); nothing for a file.
+    pub fn note_log_discarded(&self, txg: u64) -> io::Result<()> {
+        match self.object() {
+            Some(vol) => vol.note_log_discarded(txg),
+            None => Ok(()),
+        }
+    }
+
+    /// Stages whole blocks (an object store's syncer path: no copy) for the next
+    /// [`BackingStore::flush`]; on a file, writes them.
+    pub fn stage_blocks(
+        &self,
+        offset_of: impl Fn(u64) -> u64,
+        blocks: Vec<(u64, Bytes)>,
+    ) -> io::Result<u64> {
+        let total: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
+        match &self.media {
+            Media::Object(vol) => {
+                self.stats
+                    .writes
+                    .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+                self.stats.write_bytes.fetch_add(total, Ordering::Relaxed);
+                vol.stage_blocks(blocks);
+            }
+            _ => {
+                for (block, data) in &blocks {
+                    self.write_at(data, offset_of(*block))?;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Gives an object-store volume's lease up after a last flush (a clean stop).
+    pub fn close(&self) -> io::Result<()> {
+        self.flush()?;
+        match &self.media {
+            Media::Object(vol) => vol.release(),
+            _ => Ok(()),
+        }
+    }
+
     /// The path it was opened from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -162,6 +254,7 @@ impl BackingStore {
         let result = match &self.media {
             Media::File(file) => file.read_exact_at(buf, offset),
             Media::Device(dev) => dev.read_at(buf, offset).map_err(io::Error::other),
+            Media::Object(vol) => vol.read_at(buf, offset),
         };
         self.stats.read_latency.record(started.elapsed());
         result.inspect_err(|_| {
@@ -180,6 +273,7 @@ impl BackingStore {
         let result = match &self.media {
             Media::File(file) => file.write_all_at(buf, offset),
             Media::Device(dev) => dev.write_at(buf, offset).map_err(io::Error::other),
+            Media::Object(vol) => vol.write_at(buf, offset),
         };
         self.stats.write_latency.record(started.elapsed());
         result.inspect_err(|_| {
@@ -202,6 +296,7 @@ impl BackingStore {
             Media::Device(dev) => dev
                 .write_at(&parts.concat(), offset)
                 .map_err(io::Error::other),
+            Media::Object(vol) => vol.write_at(&parts.concat(), offset),
         };
         self.stats.write_latency.record(started.elapsed());
         result.inspect_err(|_| {
@@ -216,6 +311,7 @@ impl BackingStore {
         let result = match &self.media {
             Media::File(file) => file.sync_data(),
             Media::Device(dev) => dev.flush().map_err(io::Error::other),
+            Media::Object(vol) => vol.flush(),
         };
         self.stats.flush_latency.record(started.elapsed());
         result.inspect_err(|_| {

@@ -99,6 +99,82 @@ pub struct VolumeConfig {
     /// `sync`: standard, always or disabled.
     #[serde(default)]
     pub sync: SyncMode,
+    /// For a volume on an object store (`backing` is `s3://BUCKET/PREFIX`): how to reach
+    /// it (credentials are never kept here: they come from the environment or the AWS
+    /// profile files at each start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<larch_object::s3::Settings>,
+}
+
+impl VolumeConfig {
+    /// The object-store address of the volume, if its backing is one.
+    pub fn object_url(&self) -> Option<&str> {
+        self.backing.to_str().filter(|s| is_object_url(s))
+    }
+}
+
+/// Whether a `--backing` names an object store rather than a file.
+pub fn is_object_url(text: &str) -> bool {
+    text.starts_with("s3://")
+}
+
+/// This pool's name for itself on object stores (the owner of the leases it takes): the
+/// host's name and the pool's guid, so that two pools on one host are two nodes.
+pub fn node_name(pool_guid: u64) -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown-host".to_string()
+    };
+    format!("{host}/{pool_guid:016x}")
+}
+
+/// The state file where a pool keeps what it knows of an object-store volume between runs
+/// ([`larch_object::LocalState`]).
+fn object_state_file(volume_guid: u64) -> String {
+    format!("object-{volume_guid:016x}.json")
+}
+
+/// Opens an object-store volume of the pool as a backing store: the client, the root and
+/// map, the lease.
+fn open_object_backing(
+    state_dir: &Path,
+    pool_guid: u64,
+    v: &VolumeConfig,
+    url: &str,
+) -> io::Result<BackingStore> {
+    let location = larch_object::s3::Location::parse(url).map_err(io::Error::other)?;
+    let settings = v.s3.clone().unwrap_or_default();
+    let store = larch_object::s3::client(&location, &settings)?;
+    let name = object_state_file(v.guid);
+    let local = match fs::read_to_string(state_dir.join(&name)) {
+        Ok(text) => serde_json::from_str(&text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => larch_object::LocalState::default(),
+        Err(e) => return Err(e),
+    };
+    let dir = state_dir.to_path_buf();
+    let sink: larch_object::StateSink = Box::new(move |state| {
+        let text = serde_json::to_string(state).map_err(io::Error::other)?;
+        write_state_file(&dir, &name, text.as_bytes())
+    });
+    let options = larch_object::Options {
+        lease: settings.lease(),
+        ..larch_object::Options::default()
+    };
+    let vol = larch_object::ObjectVolume::open(
+        store,
+        &location.prefix,
+        &location.display(),
+        &node_name(pool_guid),
+        local,
+        options,
+        sink,
+    )?;
+    Ok(BackingStore::on_object(url, vol, v.latency))
 }
 
 /// A cache device of a pool, as configured.
@@ -299,6 +375,7 @@ pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig>
             readonly: false,
             latency: LatencyModel::default(),
             sync: SyncMode::Standard,
+            s3: None,
         }],
         cache_devices: vec![CacheDeviceConfig {
             path: cache,
@@ -454,20 +531,25 @@ impl Pool {
         let mut volumes = Vec::new();
         let mut backing_locks = Vec::new();
         for v in &config.volumes {
-            let path = resolve(state_dir, &v.backing);
-            let lock = lock_backing(&path, v.readonly).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("volume {}: {}: {e}", v.name, path.display()),
-                )
-            })?;
-            backing_locks.extend(lock);
-            let backing = BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("volume {}: {}: {e}", v.name, path.display()),
-                )
-            })?;
+            let backing = if let Some(url) = v.object_url() {
+                open_object_backing(state_dir, config.guid, v, url)
+                    .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?
+            } else {
+                let path = resolve(state_dir, &v.backing);
+                let lock = lock_backing(&path, v.readonly).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("volume {}: {}: {e}", v.name, path.display()),
+                    )
+                })?;
+                backing_locks.extend(lock);
+                BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("volume {}: {}: {e}", v.name, path.display()),
+                    )
+                })?
+            };
             let spec = VolumeSpec {
                 guid: v.guid,
                 block_bytes: v.volblocksize,
@@ -615,12 +697,13 @@ impl Pool {
         done
     }
 
-    /// Stops the feeders, commits the logs and flushes every backing store.
+    /// Stops the feeders, commits the logs and flushes every backing store; object-store
+    /// volumes give their leases up.
     pub fn close(&self) -> io::Result<()> {
         self.engine.shutdown();
         for v in &self.volumes {
-            if !v.read_only() {
-                v.backing().flush()?;
+            if !v.read_only() || v.backing().object().is_some() {
+                v.backing().close()?;
             }
         }
         Ok(())

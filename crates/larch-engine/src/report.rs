@@ -106,6 +106,78 @@ pub struct VolumeReport {
     pub read_backing_latency: LatencyReport,
     /// Clients' writes.
     pub write_latency: LatencyReport,
+    /// For a volume on an object store: its commits, requests and lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<ObjectReport>,
+}
+
+/// What an object-store volume did (see `larch_object`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectReport {
+    /// This node's fencing token for the volume.
+    pub token: u64,
+    /// The last commit on the store.
+    pub commit_seq: u64,
+    /// Why the volume is not served now (the lease lost or lapsed).
+    pub unusable: Option<String>,
+    /// GET requests.
+    pub gets: u64,
+    /// Bytes they returned.
+    pub get_bytes: u64,
+    /// PUT requests.
+    pub puts: u64,
+    /// Bytes they sent.
+    pub put_bytes: u64,
+    /// DELETE requests.
+    pub deletes: u64,
+    /// Requests that failed after the client's retries.
+    pub errors: u64,
+    /// Commits.
+    pub commits: u64,
+    /// Bytes of blocks the commits made durable.
+    pub committed_bytes: u64,
+    /// Data objects written.
+    pub objects_written: u64,
+    /// Of those, objects read first because only some of their blocks changed.
+    pub objects_merged: u64,
+    /// Lease renewals.
+    pub renewals: u64,
+    /// Objects no commit names, deleted.
+    pub garbage_deleted: u64,
+    /// Bytes staged for the next commit.
+    pub staged_bytes: u64,
+    /// Bytes the object map takes in memory.
+    pub map_bytes: u64,
+    /// Time of the last commit, µs.
+    pub last_commit_us: u64,
+}
+
+impl ObjectReport {
+    /// The report of an object-store volume.
+    pub fn of(vol: &larch_object::ObjectVolume) -> ObjectReport {
+        let s = &vol.stats;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        ObjectReport {
+            token: vol.token(),
+            commit_seq: vol.commit_seq(),
+            unusable: vol.unusable(),
+            gets: load(&s.gets),
+            get_bytes: load(&s.get_bytes),
+            puts: load(&s.puts),
+            put_bytes: load(&s.put_bytes),
+            deletes: load(&s.deletes),
+            errors: load(&s.errors),
+            commits: load(&s.commits),
+            committed_bytes: load(&s.committed_bytes),
+            objects_written: load(&s.objects_written),
+            objects_merged: load(&s.objects_merged),
+            renewals: load(&s.renewals),
+            garbage_deleted: load(&s.garbage_deleted),
+            staged_bytes: load(&s.staged_bytes),
+            map_bytes: vol.map_bytes(),
+            last_commit_us: load(&s.last_commit_us),
+        }
+    }
 }
 
 /// One cache device.
@@ -262,6 +334,7 @@ impl Pool {
                     read_l2_latency: LatencyReport::of(&v.frontend.read_l2.snapshot()),
                     read_backing_latency: LatencyReport::of(&v.frontend.read_backing.snapshot()),
                     write_latency: LatencyReport::of(&v.frontend.write.snapshot()),
+                    object: v.backing().object().map(|o| ObjectReport::of(o)),
                 }
             })
             .collect();

@@ -110,7 +110,13 @@ impl Volume {
         self.entry.info.read_only
     }
 
+    /// Checks a request's range, and that the volume may be served at all (an
+    /// object-store volume whose lease another node took, or that lapsed, may not: its
+    /// cached bytes could be older than the store's).
     fn check_range(&self, offset: u64, length: u64) -> Result<(), VolumeError> {
+        if let Some(why) = self.entry.backing.unusable() {
+            return Err(VolumeError::Io(why));
+        }
         let size_bytes = self.entry.info.size_bytes;
         if offset
             .checked_add(length)
@@ -260,6 +266,9 @@ impl Volume {
 
     /// Makes every write acknowledged so far durable.
     pub async fn flush(&self) -> Result<(), VolumeError> {
+        if let Some(why) = self.entry.backing.unusable() {
+            return Err(VolumeError::Io(why));
+        }
         let engine = Arc::clone(&self.engine);
         let entry = Arc::clone(&self.entry);
         match tokio::task::spawn_blocking(move || engine.flush_writes(&entry)).await {

@@ -94,6 +94,30 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
         if let Some(why) = &vol.write_failure {
             let _ = writeln!(out, "    WRITES FAIL: {why}");
         }
+        if let Some(o) = &vol.object {
+            let amplification = if o.committed_bytes > 0 {
+                format!("{:.2}", o.put_bytes as f64 / o.committed_bytes as f64)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                out,
+                "    object store: commit {} (token {}), {} commits, {} GETs ({}), {} PUTs ({}), \
+                 write amplification {amplification}, {} errors, map {}",
+                o.commit_seq,
+                o.token,
+                o.commits,
+                o.gets,
+                format_size(o.get_bytes),
+                o.puts,
+                format_size(o.put_bytes),
+                o.errors,
+                format_size(o.map_bytes),
+            );
+            if let Some(why) = &o.unusable {
+                let _ = writeln!(out, "    NOT SERVED: {why}");
+            }
+        }
     }
     if let Some(log) = &report.log_device {
         let mut line = format!(

@@ -13,16 +13,49 @@ use crate::files::{absolute, create_file, load, save};
 /// `larch volume ...`
 #[derive(clap::Subcommand)]
 pub enum VolumeCommand {
-    /// Add a volume on a backing file or block device.
+    /// Add a volume on a backing file, block device or object store.
+    ///
+    /// An object store is named `s3://BUCKET/PREFIX` (S3, Ceph's RADOS Gateway, MinIO, ...):
+    /// a new volume is created there with --size, an existing larch volume is adopted
+    /// (its size and block size are the store's). Credentials come from the environment
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the AWS profile
+    /// files, as AWS's tools find them; they are not stored in the pool. See
+    /// docs/object-store.md.
     Add {
         /// The volume's name (its NBD export name).
         name: String,
-        /// The backing file or block device.
+        /// The backing file or block device, or s3://BUCKET/PREFIX.
         #[arg(long)]
         backing: PathBuf,
-        /// Create the backing file with this size (sparse) when it does not exist.
+        /// Create the backing file with this size (sparse) when it does not exist; for an
+        /// object store, the size of a new volume.
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
+        /// Object store: the endpoint (default: AWS_ENDPOINT_URL, the profile's
+        /// endpoint_url, else AWS).
+        #[arg(long)]
+        s3_endpoint: Option<String>,
+        /// Object store: the region (default: AWS_REGION, the profile's, else us-east-1).
+        #[arg(long)]
+        s3_region: Option<String>,
+        /// Object store: the profile of ~/.aws/credentials and ~/.aws/config to use
+        /// (default: AWS_PROFILE, else default).
+        #[arg(long)]
+        s3_profile: Option<String>,
+        /// Object store: how long a request is retried before the volume reports EIO,
+        /// seconds (the longest store outage the volume rides out; keep it below the
+        /// lease).
+        #[arg(long, default_value_t = 30)]
+        s3_stall_secs: u64,
+        /// Object store: how long this node's lease on the volume lasts unless renewed,
+        /// seconds (another node may take the volume over this long after this one stops
+        /// renewing).
+        #[arg(long, default_value_t = 60)]
+        s3_lease_secs: u64,
+        /// Object store: bytes of volume per data object (a multiple of --volblocksize; a
+        /// write of part of an object uploads it whole).
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        object_size: u64,
         /// Block size, a power of two from 4K to 128K.
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         volblocksize: u64,
@@ -84,6 +117,12 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             name,
             backing,
             size,
+            s3_endpoint,
+            s3_region,
+            s3_profile,
+            s3_stall_secs,
+            s3_lease_secs,
+            object_size,
             volblocksize,
             primarycache,
             secondarycache,
@@ -102,6 +141,62 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             {
                 bail!("--read-latency-ms and --write-latency-ms must be between 0 and 10000");
             }
+            let latency_us = (read_latency_ms * 1000.0) as u64;
+            let write_latency_us = (write_latency_ms * 1000.0) as u64;
+            let mut volume = VolumeConfig {
+                name: name.clone(),
+                guid: new_guid(),
+                backing: backing.clone(),
+                volblocksize: u32::try_from(volblocksize).unwrap_or(0),
+                primarycache,
+                secondarycache,
+                readonly,
+                latency: LatencyModel {
+                    read_min_us: latency_us,
+                    read_max_us: latency_us,
+                    write_min_us: write_latency_us,
+                    write_max_us: write_latency_us,
+                },
+                sync,
+                s3: None,
+            };
+            if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
+                if s3_lease_secs < 2 || s3_stall_secs == 0 || s3_stall_secs >= s3_lease_secs {
+                    bail!(
+                        "--s3-stall-secs ({s3_stall_secs}) must be at least 1 and below \
+                         --s3-lease-secs ({s3_lease_secs}): a node retrying past its lease \
+                         stops serving the volume anyway"
+                    );
+                }
+                if let Some(other) = config.volumes.iter().find(|v| v.object_url() == Some(url)) {
+                    bail!(
+                        "{url} is the backing store of volume {} already",
+                        other.name
+                    );
+                }
+                let settings = larch_object::s3::Settings {
+                    endpoint: s3_endpoint,
+                    region: s3_region,
+                    profile: s3_profile,
+                    stall_secs: Some(s3_stall_secs),
+                    lease_secs: Some(s3_lease_secs),
+                };
+                let (size, block_bytes, created) =
+                    object_volume(url, &settings, size, volume.volblocksize, object_size)?;
+                volume.volblocksize = block_bytes;
+                volume.s3 = Some(settings);
+                config.volumes.push(volume);
+                config.validate().map_err(anyhow::Error::msg)?;
+                save(&config, &state_dir)?;
+                let what = if created { "created" } else { "adopted" };
+                println!(
+                    "added volume {name} on {url} ({what}: {}, {} blocks; served from the next \
+                     `larch serve` start)",
+                    larch_engine::units::format_size(size),
+                    larch_engine::units::format_size(u64::from(block_bytes))
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let backing = absolute(&backing)?;
             if let Some(why) =
                 larch_engine::manage::backing_in_use(&state_dir, &config, &backing, readonly)
@@ -117,24 +212,8 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                     backing.display()
                 );
             }
-            let latency_us = (read_latency_ms * 1000.0) as u64;
-            let write_latency_us = (write_latency_ms * 1000.0) as u64;
-            config.volumes.push(VolumeConfig {
-                name: name.clone(),
-                guid: new_guid(),
-                backing,
-                volblocksize: u32::try_from(volblocksize).unwrap_or(0),
-                primarycache,
-                secondarycache,
-                readonly,
-                latency: LatencyModel {
-                    read_min_us: latency_us,
-                    read_max_us: latency_us,
-                    write_min_us: write_latency_us,
-                    write_max_us: write_latency_us,
-                },
-                sync,
-            });
+            volume.backing = backing;
+            config.volumes.push(volume);
             save(&config, &state_dir)?;
             println!("added volume {name} (served from the next `larch serve` start)");
         }
@@ -150,4 +229,53 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the object-store volume at `url`, or adopts the one there: returns its size,
+/// block size and whether it was created. Every way it can fail (no credentials, the
+/// endpoint unreachable, access denied, no bucket, a root that does not parse, a size or
+/// block size that contradicts the volume there) is an error that names the cause.
+fn object_volume(
+    url: &str,
+    settings: &larch_object::s3::Settings,
+    size: Option<u64>,
+    volblocksize: u32,
+    object_size: u64,
+) -> anyhow::Result<(u64, u32, bool)> {
+    let location = larch_object::s3::Location::parse(url).map_err(anyhow::Error::msg)?;
+    // A short retry bound here: a wrong endpoint is reported in seconds, not a minute.
+    let mut quick = settings.clone();
+    quick.stall_secs = Some(5);
+    let store = larch_object::s3::client(&location, &quick)?;
+    let display = location.display();
+    let prefix = if location.prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", location.prefix)
+    };
+    if let Some(root) = larch_object::probe(&store, &prefix, &display)? {
+        if size.is_some_and(|s| s != root.size_bytes) {
+            bail!(
+                "{display} holds a larch volume of {} bytes already; leave --size out to adopt it",
+                root.size_bytes
+            );
+        }
+        return Ok((root.size_bytes, root.block_bytes, false));
+    }
+    let Some(size) = size else {
+        bail!("{display} holds no larch volume: give --size to create one");
+    };
+    if !(4096..=128 << 10).contains(&volblocksize) || !volblocksize.is_power_of_two() {
+        bail!("--volblocksize must be a power of two from 4K to 128K");
+    }
+    if object_size == 0
+        || !object_size.is_multiple_of(u64::from(volblocksize))
+        || object_size > 64 << 20
+    {
+        bail!("--object-size must be a multiple of --volblocksize, at most 64M");
+    }
+    let object_blocks = u32::try_from(object_size / u64::from(volblocksize))?;
+    let root = larch_object::layout::Root::new(new_guid(), size, volblocksize, object_blocks);
+    larch_object::create(&store, &prefix, &display, &root)?;
+    Ok((size, volblocksize, true))
 }

@@ -80,8 +80,11 @@ impl Engine {
                 }
                 let slot = self.volumes.slot_of(e.volume_guid);
                 let key = slot.map(|slot| BlockKey::new(u64::from(slot), e.block_number));
+                // A copy of an object-store block that another node committed since is
+                // stale: not indexed (so tombstoned, as below).
                 let psize = slot
                     .and_then(|slot| self.volumes.get(slot))
+                    .filter(|v| !v.backing.cached_copy_stale(e.block_number))
                     .map(|v| v.info.block_len(e.block_number) as u32);
                 // A copy the index cannot hold is tombstoned: only indexed copies are
                 // tombstoned when their block is overwritten later.

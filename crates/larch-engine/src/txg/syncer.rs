@@ -92,8 +92,16 @@ impl Engine {
                 continue;
             };
             let max_active = self.tunables.zfs_vdev_async_write_max_active().max(1) as usize;
-            let stored =
-                write_runs(&vol, &list, max_active).and_then(|n| vol.backing.flush().map(|()| n));
+            let stored = if vol.backing.object().is_some() {
+                // An object store: the blocks are staged (no copy) and the flush is one
+                // commit that uploads them in parallel (see `larch_object`).
+                let staged = list.iter().map(|(b, d)| (*b, d.data.clone())).collect();
+                vol.backing
+                    .stage_blocks(|b| vol.info.offset_of(b), staged)
+                    .and_then(|n| vol.backing.flush().map(|()| n))
+            } else {
+                write_runs(&vol, &list, max_active).and_then(|n| vol.backing.flush().map(|()| n))
+            };
             match stored {
                 Ok(n) => written += n,
                 Err(err) => {

@@ -317,14 +317,28 @@ impl Engine {
         let floor = self.committed.floor.load(Ordering::Acquire);
         let mut touched: HashMap<u64, Arc<VolumeEntry>> = HashMap::new();
         let mut applied = 0;
+        let mut discarded: Vec<(u64, u64, Arc<VolumeEntry>)> = Vec::new();
         for record in replay.records.iter().filter(|r| r.txg > floor) {
-            applied += 1;
             let Some(vol) = self.volumes.by_guid(record.volume_id) else {
                 return Err(io::Error::other(format!(
                     "the intent log has writes of volume {:#x}, which the pool does not have",
                     record.volume_id
                 )));
             };
+            if vol.backing.discards_log_record(record.txg) {
+                // Another node committed this object-store volume since this node logged
+                // the record: replaying it would put older bytes over newer ones. Lost, as
+                // a lost node's log tail is (docs/object-store.md).
+                match discarded
+                    .iter_mut()
+                    .find(|(id, _, _)| *id == record.volume_id)
+                {
+                    Some((_, through, _)) => *through = (*through).max(record.txg),
+                    None => discarded.push((record.volume_id, record.txg, Arc::clone(&vol))),
+                }
+                continue;
+            }
+            applied += 1;
             let end = record.offset_bytes + record.data.len() as u64;
             if end > vol.backing.size_bytes() {
                 return Err(io::Error::other(format!(
@@ -343,6 +357,14 @@ impl Engine {
         }
         for vol in touched.values() {
             vol.backing.flush()?;
+        }
+        for (id, through, vol) in &discarded {
+            eprintln!(
+                "larch: volume {id:#x}: intent-log records up to TXG {through} dropped: \
+                 another node committed to {} since this node wrote them",
+                vol.backing.path().display()
+            );
+            vol.backing.note_log_discarded(*through)?;
         }
         if applied > 0 {
             self.coherence.mark_writes_seen();

@@ -1,0 +1,485 @@
+//! What an object-backed volume looks like on the store (see `docs/object-store.md`).
+//!
+//! Under the volume's prefix:
+//! - `larch-volume`: the **root**, the one object that is ever overwritten. It names the
+//!   volume's geometry, the last commit (its sequence number and the fencing token of the
+//!   node that made it), the map pages of that commit, and the lease. Writing it is the
+//!   commit point, always conditional on the version last read (`If-Match`).
+//! - `map/PPPPPPPP-SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: a **map page**: for
+//!   [`PAGE_OBJECTS`] consecutive data objects, the commit that wrote each (0: never
+//!   written, reads as zeros). Written once, never changed.
+//! - `data/OOOOOOOOOOOO-SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: a **data object**: the
+//!   records of `object_blocks` consecutive blocks, each the block's bytes and a
+//!   [`TRAILER_BYTES`] trailer (volume, block, commit, checksum). Written once, never
+//!   changed. A block is one ranged GET, verified on its own.
+//!
+//! Names carry the commit and the writer's fencing token, so no two writers ever write one
+//! name, and an upload that was never committed is just an object no root names.
+//!
+//! The root and the map pages are **envelopes**: a 32-byte header (magic, version, kind,
+//! body length, xxh3-64 of the body) and the body (JSON for the root, so a person can
+//! read it; binary entries for a map page).
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Name of the root object under the prefix.
+pub const ROOT_NAME: &str = "larch-volume";
+
+/// Data objects one map page covers.
+pub const PAGE_OBJECTS: u64 = 4096;
+
+/// Bytes after each block in a data object.
+pub const TRAILER_BYTES: usize = 40;
+
+/// Largest volume accepted (1 PiB).
+pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
+
+/// Largest root or map page accepted (a root names at most a few thousand pages).
+const MAX_ENVELOPE_BODY: u64 = 64 << 20;
+
+const ENVELOPE_MAGIC: [u8; 8] = *b"LARCHOBJ";
+const ENVELOPE_VERSION: u32 = 1;
+const ENVELOPE_HEADER: usize = 32;
+
+const RECORD_MAGIC: u32 = 0x4c42_4c4b; // "LBLK"
+const RECORD_VERSION: u16 = 1;
+
+/// What an envelope holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The root.
+    Root = 1,
+    /// A map page.
+    MapPage = 2,
+}
+
+/// Why bytes read from the store are not what they claim to be.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Too short, wrong magic, version or kind.
+    #[error("not a larch {0} (bad header)")]
+    Header(&'static str),
+    /// The body's checksum does not match.
+    #[error("{0}: checksum mismatch")]
+    Checksum(&'static str),
+    /// The body does not parse.
+    #[error("{0} does not parse: {1}")]
+    Parse(&'static str, String),
+    /// A block record is not the one expected.
+    #[error("block {block}: {why}")]
+    Record {
+        /// The block.
+        block: u64,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Root => "volume root",
+        Kind::MapPage => "map page",
+    }
+}
+
+/// Wraps `body` in an envelope of `kind`.
+pub fn seal(kind: Kind, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ENVELOPE_HEADER + body.len());
+    out.extend_from_slice(&ENVELOPE_MAGIC);
+    out.extend_from_slice(&ENVELOPE_VERSION.to_le_bytes());
+    out.extend_from_slice(&(kind as u32).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&xxh3_64(body).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The body of an envelope of `kind`, verified.
+pub fn open(kind: Kind, bytes: &[u8]) -> Result<&[u8], LayoutError> {
+    let name = kind_name(kind);
+    if bytes.len() < ENVELOPE_HEADER || bytes[..8] != ENVELOPE_MAGIC {
+        return Err(LayoutError::Header(name));
+    }
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let long = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if word(8) != ENVELOPE_VERSION || word(12) != kind as u32 {
+        return Err(LayoutError::Header(name));
+    }
+    let len = long(16);
+    if len > MAX_ENVELOPE_BODY || len != (bytes.len() - ENVELOPE_HEADER) as u64 {
+        return Err(LayoutError::Header(name));
+    }
+    let body = &bytes[ENVELOPE_HEADER..];
+    if xxh3_64(body) != long(24) {
+        return Err(LayoutError::Checksum(name));
+    }
+    Ok(body)
+}
+
+/// Which commit wrote an object (or a map page): its sequence number and the fencing token
+/// of the node that wrote it. `seq == 0`: never written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    /// The commit's sequence number.
+    pub seq: u64,
+    /// The writer's fencing token.
+    pub token: u64,
+}
+
+impl Version {
+    /// Whether the object exists.
+    pub fn exists(&self) -> bool {
+        self.seq != 0
+    }
+}
+
+/// A map page of the root: which page, which commit wrote it, and its body's checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageRef {
+    /// Page number (data objects `page * PAGE_OBJECTS ..`).
+    pub page: u64,
+    /// The commit that wrote it.
+    pub version: Version,
+    /// xxh3-64 of its body.
+    pub checksum: u64,
+}
+
+/// Who may write the volume, until when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The holder's node name ("" when released).
+    pub owner: String,
+    /// The holder's fencing token: larger than every token before it.
+    pub token: u64,
+    /// Wall-clock time (ms since the Unix epoch) the lease ends unless renewed.
+    pub expires_ms: u64,
+    /// How long a renewal extends it.
+    pub duration_ms: u64,
+}
+
+/// The root object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Root {
+    /// Random identity of the volume on the store (in every block trailer).
+    pub volume: u64,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Bytes per block.
+    pub block_bytes: u32,
+    /// Blocks per data object.
+    pub object_blocks: u32,
+    /// The last commit (0: none yet).
+    pub commit_seq: u64,
+    /// The fencing token of the node that made it.
+    pub committed_by: u64,
+    /// When (ms since the Unix epoch).
+    pub committed_ms: u64,
+    /// The map pages of the last commit (pages never written are absent).
+    pub pages: Vec<PageRef>,
+    /// The lease.
+    pub lease: Lease,
+}
+
+impl Root {
+    /// A new, empty volume.
+    pub fn new(volume: u64, size_bytes: u64, block_bytes: u32, object_blocks: u32) -> Root {
+        Root {
+            volume,
+            size_bytes,
+            block_bytes,
+            object_blocks,
+            commit_seq: 0,
+            committed_by: 0,
+            committed_ms: 0,
+            pages: Vec::new(),
+            lease: Lease::default(),
+        }
+    }
+
+    /// The root's bytes on the store.
+    pub fn encode(&self) -> Vec<u8> {
+        let body = serde_json::to_vec_pretty(self).expect("a root serializes");
+        seal(Kind::Root, &body)
+    }
+
+    /// Parses and checks a root.
+    pub fn decode(bytes: &[u8]) -> Result<Root, LayoutError> {
+        let body = open(Kind::Root, bytes)?;
+        let root: Root = serde_json::from_slice(body)
+            .map_err(|e| LayoutError::Parse("volume root", e.to_string()))?;
+        root.check()
+            .map_err(|why| LayoutError::Parse("volume root", why))?;
+        Ok(root)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !(512..=(1 << 20)).contains(&self.block_bytes) || !self.block_bytes.is_power_of_two() {
+            return Err(format!("block size {} is not allowed", self.block_bytes));
+        }
+        if self.object_blocks == 0 || u64::from(self.object_blocks) * self.record_bytes() > 1 << 30
+        {
+            return Err(format!("{} blocks per object", self.object_blocks));
+        }
+        if self.size_bytes == 0 || self.size_bytes > MAX_VOLUME_BYTES {
+            return Err(format!(
+                "size {} (at most {MAX_VOLUME_BYTES})",
+                self.size_bytes
+            ));
+        }
+        let pages = self.objects().div_ceil(PAGE_OBJECTS);
+        if self
+            .pages
+            .iter()
+            .any(|p| p.page >= pages || !p.version.exists())
+        {
+            return Err("a map page out of range".into());
+        }
+        if self.pages.windows(2).any(|w| w[0].page >= w[1].page) {
+            return Err("map pages out of order".into());
+        }
+        Ok(())
+    }
+
+    /// Bytes of one block record (block and trailer).
+    pub fn record_bytes(&self) -> u64 {
+        u64::from(self.block_bytes) + TRAILER_BYTES as u64
+    }
+
+    /// Blocks of the volume.
+    pub fn blocks(&self) -> u64 {
+        self.size_bytes.div_ceil(u64::from(self.block_bytes))
+    }
+
+    /// Data objects of the volume.
+    pub fn objects(&self) -> u64 {
+        self.blocks().div_ceil(u64::from(self.object_blocks))
+    }
+
+    /// Blocks of data object `object` (the last may hold fewer).
+    pub fn blocks_of(&self, object: u64) -> std::ops::Range<u64> {
+        let first = object * u64::from(self.object_blocks);
+        first..(first + u64::from(self.object_blocks)).min(self.blocks())
+    }
+}
+
+/// The name of data object `object` as written by `version`.
+pub fn data_name(object: u64, version: Version) -> String {
+    format!(
+        "data/{object:012x}-{:016x}-{:016x}",
+        version.seq, version.token
+    )
+}
+
+/// The name of map page `page` as written by `version`.
+pub fn page_name(page: u64, version: Version) -> String {
+    format!("map/{page:08x}-{:016x}-{:016x}", version.seq, version.token)
+}
+
+/// Parses a data object's or map page's name (after the prefix) into its number and
+/// version.
+pub fn parse_name(name: &str) -> Option<(&'static str, u64, Version)> {
+    let (kind, rest) = if let Some(rest) = name.strip_prefix("data/") {
+        ("data", rest)
+    } else {
+        ("map", name.strip_prefix("map/")?)
+    };
+    let mut parts = rest.split('-');
+    let number = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let token = u64::from_str_radix(parts.next()?, 16).ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((kind, number, Version { seq, token }))
+}
+
+/// Encodes a map page's entries.
+pub fn encode_page(entries: &[Version]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(entries.len() * 16);
+    for v in entries {
+        body.extend_from_slice(&v.seq.to_le_bytes());
+        body.extend_from_slice(&v.token.to_le_bytes());
+    }
+    seal(Kind::MapPage, &body)
+}
+
+/// Decodes a map page whose body must have checksum `checksum`.
+pub fn decode_page(bytes: &[u8], checksum: u64) -> Result<Vec<Version>, LayoutError> {
+    let body = open(Kind::MapPage, bytes)?;
+    if xxh3_64(body) != checksum {
+        return Err(LayoutError::Checksum(
+            "map page (not the one the root names)",
+        ));
+    }
+    if body.len() as u64 != PAGE_OBJECTS * 16 {
+        return Err(LayoutError::Parse(
+            "map page",
+            format!("{} bytes", body.len()),
+        ));
+    }
+    Ok(body
+        .chunks_exact(16)
+        .map(|c| Version {
+            seq: u64::from_le_bytes(c[..8].try_into().expect("8 bytes")),
+            token: u64::from_le_bytes(c[8..].try_into().expect("8 bytes")),
+        })
+        .collect())
+}
+
+/// The checksum a root records for a page body (the envelope's own).
+pub fn page_checksum(sealed: &[u8]) -> u64 {
+    xxh3_64(&sealed[ENVELOPE_HEADER..])
+}
+
+/// Checks one record (a block's bytes and its trailer) against what the map says it is:
+/// block `block` of `volume` written by commit `seq`. Returns the block's bytes.
+pub fn verify_record(
+    record: &[u8],
+    block_bytes: usize,
+    volume: u64,
+    block: u64,
+    seq: u64,
+) -> Result<&[u8], LayoutError> {
+    let bad = |why: String| LayoutError::Record { block, why };
+    if record.len() != block_bytes + TRAILER_BYTES {
+        return Err(bad(format!(
+            "record of {} bytes, expected {}",
+            record.len(),
+            block_bytes + TRAILER_BYTES
+        )));
+    }
+    let (data, trailer) = record.split_at(block_bytes);
+    let word = u32::from_le_bytes(trailer[0..4].try_into().expect("4 bytes"));
+    let version = u16::from_le_bytes(trailer[4..6].try_into().expect("2 bytes"));
+    let long = |at: usize| u64::from_le_bytes(trailer[at..at + 8].try_into().expect("8 bytes"));
+    if word != RECORD_MAGIC || version != RECORD_VERSION {
+        return Err(bad("not a block record".into()));
+    }
+    if record_checksum(data, &trailer[..32]) != long(32) {
+        return Err(bad("checksum mismatch".into()));
+    }
+    if long(8) != volume {
+        return Err(bad(format!("belongs to volume {:#x}", long(8))));
+    }
+    if long(16) != block {
+        return Err(bad(format!("is block {}", long(16))));
+    }
+    if long(24) != seq {
+        return Err(bad(format!(
+            "written by commit {}, the map says {seq}",
+            long(24)
+        )));
+    }
+    Ok(data)
+}
+
+fn record_checksum(data: &[u8], head: &[u8]) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(data);
+    hasher.update(head);
+    hasher.digest()
+}
+
+/// Builds the bytes of a data object: for each block of `blocks` (in order, each a whole
+/// block of `block_bytes`; a short last block is padded with zeros) its record, sealed
+/// for `volume` and commit `seq`.
+pub fn build_object<'a>(
+    blocks: impl Iterator<Item = (u64, &'a [u8])>,
+    block_bytes: usize,
+    volume: u64,
+    seq: u64,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (block, data) in blocks {
+        let start = out.len();
+        out.extend_from_slice(&data[..data.len().min(block_bytes)]);
+        out.resize(start + block_bytes, 0);
+        let mut head = [0u8; 32];
+        head[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        head[4..6].copy_from_slice(&RECORD_VERSION.to_le_bytes());
+        head[8..16].copy_from_slice(&volume.to_le_bytes());
+        head[16..24].copy_from_slice(&block.to_le_bytes());
+        head[24..32].copy_from_slice(&seq.to_le_bytes());
+        let sum = record_checksum(&out[start..start + block_bytes], &head);
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&sum.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_round_trip_and_refuse_damage() {
+        let root = Root::new(7, 1 << 30, 8192, 128);
+        let bytes = root.encode();
+        assert_eq!(Root::decode(&bytes).unwrap(), root);
+        let mut bad = bytes.clone();
+        let last = bad.len() - 2;
+        bad[last] ^= 1;
+        assert!(matches!(Root::decode(&bad), Err(LayoutError::Checksum(_))));
+        assert!(matches!(
+            Root::decode(&bytes[..20]),
+            Err(LayoutError::Header(_))
+        ));
+        assert!(matches!(
+            Root::decode(&encode_page(&[])),
+            Err(LayoutError::Header(_))
+        ));
+        let mut wrong = root.clone();
+        wrong.block_bytes = 3000;
+        assert!(matches!(
+            Root::decode(&wrong.encode()),
+            Err(LayoutError::Parse(..))
+        ));
+        let garbage = seal(Kind::Root, b"{not json");
+        assert!(matches!(
+            Root::decode(&garbage),
+            Err(LayoutError::Parse(..))
+        ));
+    }
+
+    #[test]
+    fn pages_carry_their_entries() {
+        let mut entries = vec![Version::default(); PAGE_OBJECTS as usize];
+        entries[3] = Version { seq: 9, token: 2 };
+        let sealed = encode_page(&entries);
+        let sum = page_checksum(&sealed);
+        assert_eq!(decode_page(&sealed, sum).unwrap(), entries);
+        assert!(decode_page(&sealed, sum ^ 1).is_err());
+    }
+
+    #[test]
+    fn records_verify_only_as_what_the_map_says() {
+        let a = vec![1u8; 4096];
+        let short = [2u8; 100];
+        let obj = build_object([(10, &a[..]), (11, &short[..])].into_iter(), 4096, 5, 3);
+        let rec = 4096 + TRAILER_BYTES;
+        assert_eq!(obj.len(), 2 * rec);
+        assert_eq!(verify_record(&obj[..rec], 4096, 5, 10, 3).unwrap(), &a[..]);
+        let second = verify_record(&obj[rec..], 4096, 5, 11, 3).unwrap();
+        assert_eq!(&second[..100], &short[..]);
+        assert!(second[100..].iter().all(|&b| b == 0));
+        // Another volume's, another block's, another commit's record: refused.
+        assert!(verify_record(&obj[..rec], 4096, 6, 10, 3).is_err());
+        assert!(verify_record(&obj[..rec], 4096, 5, 11, 3).is_err());
+        assert!(verify_record(&obj[..rec], 4096, 5, 10, 4).is_err());
+        let mut flipped = obj[..rec].to_vec();
+        flipped[17] ^= 0x40;
+        let err = verify_record(&flipped, 4096, 5, 10, 3).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        assert!(verify_record(&obj[..rec - 1], 4096, 5, 10, 3).is_err());
+    }
+
+    #[test]
+    fn names_parse_back() {
+        let v = Version { seq: 42, token: 7 };
+        assert_eq!(parse_name(&data_name(5, v)), Some(("data", 5, v)));
+        assert_eq!(parse_name(&page_name(1, v)), Some(("map", 1, v)));
+        assert_eq!(parse_name("data/zz"), None);
+        assert_eq!(parse_name("larch-volume"), None);
+    }
+}

@@ -1,0 +1,1220 @@
+//! An object-backed volume: reads, staged writes, commits and the lease (see the crate
+//! comment and `docs/object-store.md`).
+//!
+//! The engine calls this from blocking threads (its syncer, its blocking pool); the
+//! requests run on a small runtime of this volume's own, and the calling thread waits for
+//! their result. The S3 client is async, the engine's backing-store interface is blocking,
+//! and keeping the two apart means no caller needs to know which runtime, if any, it is on.
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::path::Path as ObjPath;
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult, UpdateVersion,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{self, PAGE_OBJECTS, Root, Version};
+
+/// How an object-backed volume behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// How long a lease lasts unless renewed (renewed every quarter of it).
+    pub lease: Duration,
+    /// Clock skew between nodes allowed for: a lease counts as expired to another node
+    /// only this long after its end.
+    pub skew: Duration,
+    /// Objects uploaded (or read for a read-modify-write) at once during a commit.
+    pub uploads: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            lease: Duration::from_secs(60),
+            skew: Duration::from_secs(5),
+            uploads: 16,
+        }
+    }
+}
+
+/// What a node keeps locally about a volume between its runs: the fencing token of its
+/// last run that committed, the last commit it knows (its caches hold nothing newer), and
+/// up to which TXG its intent log's records of the volume are stale.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalState {
+    /// The token of this node's last run that committed (0: none).
+    pub token: u64,
+    /// The last commit this node made or saw made.
+    pub seen_seq: u64,
+    /// Intent-log records of the volume from TXGs up to this one are older than the
+    /// store's bytes (another node committed after they were logged): never replayed, in
+    /// this run or any later one, however the log keeps them.
+    #[serde(default)]
+    pub log_discard_through: u64,
+}
+
+/// Where a volume writes its [`LocalState`] after each commit (durably: it decides what a
+/// restart trusts).
+pub type StateSink = Box<dyn Fn(&LocalState) -> io::Result<()> + Send + Sync>;
+
+/// Counters of an object-backed volume.
+#[derive(Debug, Default)]
+pub struct ObjectStats {
+    /// GET requests (ranged or whole).
+    pub gets: AtomicU64,
+    /// Bytes they returned.
+    pub get_bytes: AtomicU64,
+    /// PUT requests.
+    pub puts: AtomicU64,
+    /// Bytes they sent.
+    pub put_bytes: AtomicU64,
+    /// DELETE requests.
+    pub deletes: AtomicU64,
+    /// Failed requests (after the client's retries).
+    pub errors: AtomicU64,
+    /// Commits made.
+    pub commits: AtomicU64,
+    /// Bytes of blocks the commits made durable (what the writers asked for).
+    pub committed_bytes: AtomicU64,
+    /// Data objects written.
+    pub objects_written: AtomicU64,
+    /// Of those, objects that had to be read first (only some of their blocks changed).
+    pub objects_merged: AtomicU64,
+    /// Lease renewals that succeeded.
+    pub renewals: AtomicU64,
+    /// Objects no commit names that were deleted (left by crashed or fenced writers, or
+    /// superseded).
+    pub garbage_deleted: AtomicU64,
+    /// Bytes staged for the next commit (a gauge).
+    pub staged_bytes: AtomicU64,
+    /// Time of the last commit, µs.
+    pub last_commit_us: AtomicU64,
+}
+
+/// The commit state: the root as last written or read, and its version on the store.
+struct RootState {
+    root: Root,
+    etag: UpdateVersion,
+}
+
+/// The map of data objects to the commits that wrote them, page by page (pages never
+/// written are absent: their objects read as zeros). Memory grows with the pages written,
+/// not with the volume's size.
+#[derive(Default)]
+struct Map {
+    pages: BTreeMap<u64, Box<[Version]>>,
+}
+
+impl Map {
+    fn get(&self, object: u64) -> Version {
+        match self.pages.get(&(object / PAGE_OBJECTS)) {
+            Some(entries) => entries[(object % PAGE_OBJECTS) as usize],
+            None => Version::default(),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_OBJECTS * 16
+    }
+}
+
+/// A volume whose bytes live as objects on an object store.
+pub struct ObjectVolume {
+    store: Arc<dyn ObjectStore>,
+    /// The prefix every name is under ("" or ending in '/').
+    prefix: String,
+    /// How messages name it (`s3://bucket/prefix`).
+    display: String,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    geometry: Root,
+    node: String,
+    token: u64,
+    options: Options,
+    state: Mutex<RootState>,
+    map: RwLock<Map>,
+    staged: Mutex<BTreeMap<u64, Bytes>>,
+    /// Until when this node may serve the volume: the start of the last successful lease
+    /// write plus the lease.
+    lease_until: Mutex<Instant>,
+    /// Why this node may no longer serve the volume (another node wrote its root).
+    lost: Mutex<Option<String>>,
+    /// Cached copies of blocks in objects written by commits after this one were made by
+    /// another node since this node last wrote: stale (`u64::MAX`: none are).
+    stale_after: u64,
+    /// Another node committed since this node's last run: its intent-log records of the
+    /// volume are older than what is on the store and must not be replayed.
+    discard_log: bool,
+    sink: StateSink,
+    /// What this node keeps about the volume (written through `sink`).
+    local: Mutex<LocalState>,
+    /// Deletions running in the background (a clean stop waits for them).
+    cleanups: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    stop: Arc<AtomicBool>,
+    /// The counters.
+    pub stats: Arc<ObjectStats>,
+}
+
+impl std::fmt::Debug for ObjectVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectVolume")
+            .field("display", &self.display)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn store_error(what: &str, err: object_store::Error) -> io::Error {
+    let kind = match err {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, format!("{what}: {err}"))
+}
+
+fn new_runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("larch-object")
+        .enable_all()
+        .build()
+}
+
+/// Runs `fut` on `handle` and waits for it from this (blocking) thread.
+fn run_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().expect("the object-store runtime runs its tasks")
+}
+
+/// Writes `bytes` to `path` only if the object there is still at `etag` (`If-Match`).
+///
+/// Ceph's RADOS Gateway (16.x) compares `If-Match` with the ETag without its quotes, so a
+/// quoted ETag (what S3 returns and RFC 9110 wants) never matches there. A refusal of the
+/// quoted form is therefore tried once more unquoted: that can succeed only if the object
+/// is still at this ETag, so the condition means the same on every store.
+async fn put_if_match(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjPath,
+    bytes: Vec<u8>,
+    etag: UpdateVersion,
+) -> object_store::Result<PutResult> {
+    let payload = PutPayload::from(bytes);
+    let first = store
+        .put_opts(path, payload.clone(), PutMode::Update(etag.clone()).into())
+        .await;
+    match (&first, &etag.e_tag) {
+        (Err(object_store::Error::Precondition { .. }), Some(tag))
+            if tag.len() > 2 && tag.starts_with('"') && tag.ends_with('"') =>
+        {
+            let bare = UpdateVersion {
+                e_tag: Some(tag[1..tag.len() - 1].to_string()),
+                version: etag.version.clone(),
+            };
+            store
+                .put_opts(path, payload, PutMode::Update(bare).into())
+                .await
+        }
+        _ => first,
+    }
+}
+
+/// Reads the root under `prefix`: `None` when there is none.
+fn read_root(
+    handle: &tokio::runtime::Handle,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+) -> io::Result<Option<(Root, UpdateVersion)>> {
+    let store = Arc::clone(store);
+    let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));
+    let got = run_on(handle, async move {
+        let result = store.get(&path).await?;
+        let meta = result.meta.clone();
+        let bytes = result.bytes().await?;
+        Ok::<_, object_store::Error>((bytes, meta))
+    });
+    let (bytes, meta) = match got {
+        Ok(found) => found,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(err) => {
+            return Err(store_error(
+                &format!("{display}: reading {}", layout::ROOT_NAME),
+                err,
+            ));
+        }
+    };
+    let root = Root::decode(&bytes).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{display}/{}: {e}", layout::ROOT_NAME),
+        )
+    })?;
+    let etag = UpdateVersion {
+        e_tag: meta.e_tag,
+        version: meta.version,
+    };
+    Ok(Some((root, etag)))
+}
+
+/// What [`probe`] finds under a prefix.
+pub fn probe(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+) -> io::Result<Option<Root>> {
+    let runtime = new_runtime()?;
+    let found = read_root(runtime.handle(), store, prefix, display)?;
+    runtime.shutdown_background();
+    Ok(found.map(|(root, _)| root))
+}
+
+/// Creates a new, empty volume under `prefix` (a root with no commit, no lease). Fails
+/// with `AlreadyExists` when a root is there (conditional create: two creators cannot
+/// both win).
+pub fn create(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+    root: &Root,
+) -> io::Result<()> {
+    let runtime = new_runtime()?;
+    let store = Arc::clone(store);
+    let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));
+    let bytes = root.encode();
+    let done = run_on(runtime.handle(), async move {
+        store
+            .put_opts(&path, PutPayload::from(bytes), PutMode::Create.into())
+            .await
+    });
+    runtime.shutdown_background();
+    match done {
+        Ok(_) => Ok(()),
+        Err(object_store::Error::AlreadyExists { .. })
+        | Err(object_store::Error::Precondition { .. }) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{display}: a larch volume is there already"),
+        )),
+        Err(err) => Err(store_error(
+            &format!("{display}: creating {}", layout::ROOT_NAME),
+            err,
+        )),
+    }
+}
+
+impl ObjectVolume {
+    /// Opens the volume under `prefix` for node `node`: reads its root and map, takes the
+    /// lease (refused while another node holds a live one), and starts renewing it.
+    /// `local` is what this node recorded about the volume last time.
+    pub fn open(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        display: &str,
+        node: &str,
+        local: LocalState,
+        options: Options,
+        sink: StateSink,
+    ) -> io::Result<Arc<ObjectVolume>> {
+        let runtime = new_runtime()?;
+        let handle = runtime.handle().clone();
+        let prefix = if prefix.is_empty() || prefix.ends_with('/') {
+            prefix.to_string()
+        } else {
+            format!("{prefix}/")
+        };
+        let (root, etag, started) = acquire(&handle, &store, &prefix, display, node, options)?;
+        let token = root.lease.token;
+        // Caches and log of this node are trustworthy only if no other node committed
+        // since this node's last run that committed.
+        let foreign = root.commit_seq > 0 && root.committed_by != local.token;
+        let map = load_map(&handle, &store, &prefix, display, &root)?;
+        let volume = Arc::new(ObjectVolume {
+            store,
+            prefix,
+            display: display.to_string(),
+            handle,
+            runtime: Some(runtime),
+            geometry: root.clone(),
+            node: node.to_string(),
+            token,
+            options,
+            state: Mutex::new(RootState { root, etag }),
+            map: RwLock::new(map),
+            staged: Mutex::new(BTreeMap::new()),
+            lease_until: Mutex::new(started + options.lease),
+            lost: Mutex::new(None),
+            stale_after: if foreign { local.seen_seq } else { u64::MAX },
+            discard_log: foreign,
+            sink,
+            local: Mutex::new(local),
+            cleanups: Mutex::new(Vec::new()),
+            stop: Arc::new(AtomicBool::new(false)),
+            stats: Arc::default(),
+        });
+        volume.collect_garbage();
+        spawn_renewer(&volume);
+        Ok(volume)
+    }
+
+    /// `s3://bucket/prefix` (or what the caller named it).
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.geometry.size_bytes
+    }
+
+    /// The geometry as the root gives it.
+    pub fn geometry(&self) -> &Root {
+        &self.geometry
+    }
+
+    /// This run's fencing token.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The last commit.
+    pub fn commit_seq(&self) -> u64 {
+        self.state.lock().expect("state lock").root.commit_seq
+    }
+
+    /// Bytes the map takes in memory.
+    pub fn map_bytes(&self) -> u64 {
+        self.map.read().expect("map lock").bytes()
+    }
+
+    /// Whether this node's intent-log record of this volume from TXG `txg` must be dropped
+    /// rather than replayed: another node committed since this node's last run, or a run
+    /// since found that and recorded it ([`ObjectVolume::note_log_discarded`]).
+    pub fn discards_log_record(&self, txg: u64) -> bool {
+        self.discard_log || txg <= self.local.lock().expect("local lock").log_discard_through
+    }
+
+    /// Records, durably and before anything else can commit, that the intent log's records
+    /// of this volume up to `txg` were dropped, so that no later run replays them (the log
+    /// keeps them until a later TXG commits, and this node's next commit makes the volume
+    /// look like its own again).
+    pub fn note_log_discarded(&self, txg: u64) -> io::Result<()> {
+        let mut local = self.local.lock().expect("local lock");
+        if txg <= local.log_discard_through {
+            return Ok(());
+        }
+        local.log_discard_through = txg;
+        (self.sink)(&local)
+    }
+
+    /// Whether a cached copy of `block` made by this node before this run may be older
+    /// than the store's (its object was written by a commit of another node since).
+    pub fn cached_copy_stale(&self, block: u64) -> bool {
+        if self.stale_after == u64::MAX {
+            return false;
+        }
+        let object = block / u64::from(self.geometry.object_blocks);
+        let v = self.map.read().expect("map lock").get(object);
+        !v.exists() || v.seq > self.stale_after
+    }
+
+    /// Why this node may not serve the volume now, if it may not: another node took the
+    /// lease, or the lease lapsed because the store did not answer renewals.
+    pub fn unusable(&self) -> Option<String> {
+        if let Some(why) = self.lost.lock().expect("lost lock").clone() {
+            return Some(why);
+        }
+        if Instant::now() >= *self.lease_until.lock().expect("lease lock") {
+            return Some(format!(
+                "{}: the lease lapsed (the store did not answer its renewals); serving \
+                 resumes when a renewal succeeds",
+                self.display
+            ));
+        }
+        None
+    }
+
+    fn check_usable(&self) -> io::Result<()> {
+        match self.unusable() {
+            None => Ok(()),
+            Some(why) => Err(io::Error::other(why)),
+        }
+    }
+
+    fn path(&self, name: &str) -> ObjPath {
+        ObjPath::from(format!("{}{name}", self.prefix))
+    }
+
+    fn run<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> T {
+        run_on(&self.handle, fut)
+    }
+
+    fn block_bytes(&self) -> u64 {
+        u64::from(self.geometry.block_bytes)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`: staged blocks from memory, the rest
+    /// one verified ranged GET per block; blocks of objects never written are zeros.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_usable()?;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&end| end <= self.size_bytes())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let bs = self.block_bytes();
+        let mut at = offset;
+        while at < end {
+            let block = at / bs;
+            let from = (at - block * bs) as usize;
+            let to = (end.min((block + 1) * bs) - block * bs) as usize;
+            let data = self.block(block)?;
+            let dst = (at - offset) as usize;
+            buf[dst..dst + (to - from)].copy_from_slice(&data[from..to]);
+            at = block * bs + to as u64;
+        }
+        Ok(())
+    }
+
+    /// The current bytes of `block` (a whole block, zero-padded past the volume's end).
+    fn block(&self, block: u64) -> io::Result<Bytes> {
+        if let Some(data) = self.staged.lock().expect("staged lock").get(&block) {
+            return Ok(data.clone());
+        }
+        self.fetch_block(block)
+    }
+
+    /// Reads `block` from the store, verified.
+    fn fetch_block(&self, block: u64) -> io::Result<Bytes> {
+        let object = block / u64::from(self.geometry.object_blocks);
+        let slot = block % u64::from(self.geometry.object_blocks);
+        let rec = self.geometry.record_bytes();
+        let mut last = Version::default();
+        // A commit may replace (and delete) the object between the map lookup and the GET:
+        // then the map names the new one, and the read goes there.
+        for _ in 0..4 {
+            let version = self.map.read().expect("map lock").get(object);
+            if !version.exists() {
+                return Ok(Bytes::from(vec![0u8; self.block_bytes() as usize]));
+            }
+            if version == last {
+                break;
+            }
+            last = version;
+            let name = layout::data_name(object, version);
+            let store = Arc::clone(&self.store);
+            let path = self.path(&name);
+            let range = slot * rec..(slot + 1) * rec;
+            self.stats.gets.fetch_add(1, Ordering::Relaxed);
+            match self.run(async move { store.get_range(&path, range).await }) {
+                Ok(bytes) => {
+                    self.stats
+                        .get_bytes
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    let data = layout::verify_record(
+                        &bytes,
+                        self.block_bytes() as usize,
+                        self.geometry.volume,
+                        block,
+                        version.seq,
+                    )
+                    .map_err(|e| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("{}/{name}: {e}", self.display),
+                        )
+                    })?;
+                    return Ok(bytes.slice_ref(data));
+                }
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(err) => {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(store_error(&format!("{}/{name}", self.display), err));
+                }
+            }
+        }
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{}/{}: missing, though commit {} names it",
+                self.display,
+                layout::data_name(object, last),
+                last.seq
+            ),
+        ))
+    }
+
+    /// Stages whole blocks for the next commit (the last block of the volume may be
+    /// short). Reads see them at once; [`ObjectVolume::flush`] makes them durable.
+    pub fn stage_blocks(&self, blocks: impl IntoIterator<Item = (u64, Bytes)>) {
+        let mut staged = self.staged.lock().expect("staged lock");
+        for (block, data) in blocks {
+            let bytes = data.len() as u64;
+            if let Some(old) = staged.insert(block, data) {
+                self.stats
+                    .staged_bytes
+                    .fetch_sub(old.len() as u64, Ordering::Relaxed);
+            }
+            self.stats.staged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `data` at `offset` (any alignment): partial blocks are merged with their
+    /// current bytes, and everything is staged for the next commit.
+    pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.check_usable()?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&end| end <= self.size_bytes())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let bs = self.block_bytes();
+        let mut at = offset;
+        while at < end {
+            let block = at / bs;
+            let from = (at - block * bs) as usize;
+            let to = (end.min((block + 1) * bs) - block * bs) as usize;
+            let src = &data[(at - offset) as usize..(at - offset) as usize + (to - from)];
+            let merged = if from == 0 && to == bs as usize {
+                Bytes::copy_from_slice(src)
+            } else {
+                let mut whole = self.block(block)?.to_vec();
+                whole[from..to].copy_from_slice(src);
+                Bytes::from(whole)
+            };
+            self.stage_blocks([(block, merged)]);
+            at = block * bs + to as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes every staged block durable: one commit (see the module comment). Nothing
+    /// staged: nothing to do.
+    pub fn flush(&self) -> io::Result<()> {
+        let staged: BTreeMap<u64, Bytes> = self.staged.lock().expect("staged lock").clone();
+        if staged.is_empty() {
+            return Ok(());
+        }
+        self.check_usable()?;
+        let started = Instant::now();
+        let mut state = self.state.lock().expect("state lock");
+        let seq = state.root.commit_seq + 1;
+        let version = Version {
+            seq,
+            token: self.token,
+        };
+        // 1. The data objects, each whole, in parallel (bounded).
+        let per_object = u64::from(self.geometry.object_blocks);
+        let mut objects: BTreeMap<u64, Vec<(u64, Bytes)>> = BTreeMap::new();
+        for (block, data) in &staged {
+            objects
+                .entry(block / per_object)
+                .or_default()
+                .push((*block, data.clone()));
+        }
+        let old: Vec<(u64, Version)> = {
+            let map = self.map.read().expect("map lock");
+            objects.keys().map(|&o| (o, map.get(o))).collect()
+        };
+        let uploads = objects.into_iter().zip(old.iter().map(|(_, v)| *v));
+        let jobs: Vec<_> = uploads
+            .map(|((object, blocks), previous)| {
+                self.upload_object(object, blocks, previous, version)
+            })
+            .collect();
+        let limit = self.options.uploads.max(1);
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        if let Err(err) = written {
+            // An object this node's map names may be gone because another node took the
+            // volume and committed: then that is the reason to give.
+            return Err(self.lost_to_another(&state).unwrap_or(err));
+        }
+        // 2. The map pages that changed, each a new object.
+        let mut pages: BTreeMap<u64, Vec<Version>> = BTreeMap::new();
+        {
+            let map = self.map.read().expect("map lock");
+            for &(object, _) in &old {
+                let page = object / PAGE_OBJECTS;
+                let entries = pages
+                    .entry(page)
+                    .or_insert_with(|| match map.pages.get(&page) {
+                        Some(entries) => entries.to_vec(),
+                        None => vec![Version::default(); PAGE_OBJECTS as usize],
+                    });
+                entries[(object % PAGE_OBJECTS) as usize] = version;
+            }
+        }
+        let mut refs = Vec::new();
+        let mut page_jobs = Vec::new();
+        for (&page, entries) in &pages {
+            let sealed = layout::encode_page(entries);
+            refs.push(layout::PageRef {
+                page,
+                version,
+                checksum: layout::page_checksum(&sealed),
+            });
+            page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
+        }
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(page_jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        if let Err(err) = written {
+            return Err(self.lost_to_another(&state).unwrap_or(err));
+        }
+        // 3. The commit point: the root, conditional on the version this node last wrote.
+        let mut root = state.root.clone();
+        let superseded_pages: Vec<layout::PageRef> = root
+            .pages
+            .iter()
+            .filter(|p| pages.contains_key(&p.page))
+            .copied()
+            .collect();
+        root.pages.retain(|p| !pages.contains_key(&p.page));
+        root.pages.extend(refs);
+        root.pages.sort_unstable_by_key(|p| p.page);
+        root.commit_seq = seq;
+        root.committed_by = self.token;
+        root.committed_ms = now_ms();
+        let lease_started = Instant::now();
+        root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
+        self.write_root(&mut state, root)?;
+        *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
+        // Committed: the map, the local record, the staged blocks, the counters.
+        {
+            let mut map = self.map.write().expect("map lock");
+            for (page, entries) in pages {
+                map.pages.insert(page, entries.into_boxed_slice());
+            }
+        }
+        drop(state);
+        {
+            let mut local = self.local.lock().expect("local lock");
+            local.token = self.token;
+            local.seen_seq = seq;
+            (self.sink)(&local)?;
+        }
+        let mut committed = 0u64;
+        {
+            let mut left = self.staged.lock().expect("staged lock");
+            for (block, data) in &staged {
+                if left
+                    .get(block)
+                    .is_some_and(|now| now.as_ptr() == data.as_ptr())
+                {
+                    left.remove(block);
+                    self.stats
+                        .staged_bytes
+                        .fetch_sub(data.len() as u64, Ordering::Relaxed);
+                }
+                committed += data.len() as u64;
+            }
+        }
+        let s = &self.stats;
+        s.commits.fetch_add(1, Ordering::Relaxed);
+        s.committed_bytes.fetch_add(committed, Ordering::Relaxed);
+        s.last_commit_us
+            .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        // 4. What the commit superseded is garbage now.
+        let mut garbage: Vec<String> = old
+            .iter()
+            .filter(|(_, v)| v.exists())
+            .map(|&(o, v)| layout::data_name(o, v))
+            .collect();
+        garbage.extend(
+            superseded_pages
+                .iter()
+                .map(|p| layout::page_name(p.page, p.version)),
+        );
+        self.delete_later(garbage);
+        Ok(())
+    }
+
+    /// The future that writes data object `object` for commit `version`: the blocks given,
+    /// and where they do not cover the object, its blocks as `previous` wrote them
+    /// (read whole, every record verified) or zeros.
+    fn upload_object(
+        &self,
+        object: u64,
+        blocks: Vec<(u64, Bytes)>,
+        previous: Version,
+        version: Version,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'static {
+        let range = self.geometry.blocks_of(object);
+        let covered = blocks.len() as u64 == range.end - range.start;
+        let store = Arc::clone(&self.store);
+        let old_path = self.path(&layout::data_name(object, previous));
+        let new_name = layout::data_name(object, version);
+        let new_path = self.path(&new_name);
+        let display = self.display.clone();
+        let bs = self.block_bytes() as usize;
+        let rec = self.geometry.record_bytes() as usize;
+        let volume = self.geometry.volume;
+        let stats = self.stats_handle();
+        async move {
+            let mut base: Option<Bytes> = None;
+            if !covered && previous.exists() {
+                let got = async {
+                    let result = store.get(&old_path).await?;
+                    result.bytes().await
+                }
+                .await
+                .map_err(|e| {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    store_error(
+                        &format!("{display}/{}", layout::data_name(object, previous)),
+                        e,
+                    )
+                })?;
+                stats.gets.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .get_bytes
+                    .fetch_add(got.len() as u64, Ordering::Relaxed);
+                stats.objects_merged.fetch_add(1, Ordering::Relaxed);
+                if got.len() != rec * (range.end - range.start) as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{display}/{}: {} bytes, expected {}",
+                            layout::data_name(object, previous),
+                            got.len(),
+                            rec * (range.end - range.start) as usize
+                        ),
+                    ));
+                }
+                base = Some(got);
+            }
+            let mut given = blocks.into_iter().peekable();
+            let mut parts: Vec<(u64, Bytes)> =
+                Vec::with_capacity((range.end - range.start) as usize);
+            for (i, block) in range.clone().enumerate() {
+                if given.peek().is_some_and(|(b, _)| *b == block) {
+                    let (_, data) = given.next().expect("peeked");
+                    parts.push((block, data));
+                    continue;
+                }
+                let data = match &base {
+                    Some(base) => {
+                        let record = &base[i * rec..(i + 1) * rec];
+                        let data = layout::verify_record(record, bs, volume, block, previous.seq)
+                            .map_err(|e| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("{display}/{}: {e}", layout::data_name(object, previous)),
+                            )
+                        })?;
+                        base.slice_ref(data)
+                    }
+                    None => Bytes::from(vec![0u8; bs]),
+                };
+                parts.push((block, data));
+            }
+            let body = layout::build_object(
+                parts.iter().map(|(b, d)| (*b, &d[..])),
+                bs,
+                volume,
+                version.seq,
+            );
+            let len = body.len() as u64;
+            store
+                .put_opts(&new_path, PutPayload::from(body), PutOptions::default())
+                .await
+                .map_err(|e| {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    store_error(&format!("{display}/{new_name}"), e)
+                })?;
+            stats.puts.fetch_add(1, Ordering::Relaxed);
+            stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+            stats.objects_written.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// The future that writes `bytes` as `name` (unconditionally: names are never reused).
+    fn put_job(
+        &self,
+        name: String,
+        bytes: Vec<u8>,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'static {
+        let store = Arc::clone(&self.store);
+        let path = self.path(&name);
+        let display = self.display.clone();
+        let stats = self.stats_handle();
+        async move {
+            let len = bytes.len() as u64;
+            store
+                .put_opts(&path, PutPayload::from(bytes), PutOptions::default())
+                .await
+                .map_err(|e| {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    store_error(&format!("{display}/{name}"), e)
+                })?;
+            stats.puts.fetch_add(1, Ordering::Relaxed);
+            stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// The counters, for the runtime's tasks.
+    fn stats_handle(&self) -> Arc<ObjectStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Writes `root` conditionally on the version in `state`. Another node's write in
+    /// between (the precondition fails) means this node lost the volume, unless the root
+    /// on the store is this node's own write whose answer was lost.
+    fn write_root(&self, state: &mut RootState, root: Root) -> io::Result<()> {
+        let store = Arc::clone(&self.store);
+        let path = self.path(layout::ROOT_NAME);
+        let bytes = root.encode();
+        let len = bytes.len() as u64;
+        let etag = state.etag.clone();
+        let put = self.run(async move { put_if_match(&store, &path, bytes, etag).await });
+        match put {
+            Ok(PutResult { e_tag, version, .. }) => {
+                self.stats.puts.fetch_add(1, Ordering::Relaxed);
+                self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+                state.root = root;
+                state.etag = UpdateVersion { e_tag, version };
+                Ok(())
+            }
+            Err(object_store::Error::Precondition { .. }) => {
+                // Was it our own write, answered too late?
+                if let Some((now, etag)) =
+                    read_root(&self.handle, &self.store, &self.prefix, &self.display)?
+                    && now == root
+                {
+                    state.root = now;
+                    state.etag = etag;
+                    return Ok(());
+                }
+                let why = format!(
+                    "{}: another node wrote the volume's root: this node (token {}) no longer \
+                     holds its lease and stops serving it",
+                    self.display, self.token
+                );
+                *self.lost.lock().expect("lost lock") = Some(why.clone());
+                Err(io::Error::other(why))
+            }
+            Err(err) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                Err(store_error(
+                    &format!("{}/{}", self.display, layout::ROOT_NAME),
+                    err,
+                ))
+            }
+        }
+    }
+
+    /// Whether the root on the store is no longer the one this node last wrote: another
+    /// node took the volume. Marks the volume lost and returns the error to give.
+    fn lost_to_another(&self, state: &RootState) -> Option<io::Error> {
+        let (now, _) = read_root(&self.handle, &self.store, &self.prefix, &self.display)
+            .ok()
+            .flatten()?;
+        if now.lease.token == self.token {
+            return None;
+        }
+        let why = format!(
+            "{}: node {} took the volume (token {}): this node (token {}) no longer holds its \
+             lease and stops serving it",
+            self.display, now.lease.owner, now.lease.token, state.root.lease.token
+        );
+        *self.lost.lock().expect("lost lock") = Some(why.clone());
+        Some(io::Error::other(why))
+    }
+
+    /// Renews the lease (a root write that changes only its end).
+    fn renew(&self) -> io::Result<()> {
+        if self.lost.lock().expect("lost lock").is_some() {
+            return Ok(());
+        }
+        let mut state = self.state.lock().expect("state lock");
+        let mut root = state.root.clone();
+        let started = Instant::now();
+        root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
+        self.write_root(&mut state, root)?;
+        *self.lease_until.lock().expect("lease lock") = started + self.options.lease;
+        self.stats.renewals.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Gives the lease up (a clean stop): another node may take the volume at once. Waits
+    /// (up to 30 s) for the deletions of superseded objects still running first.
+    pub fn release(&self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Release);
+        let running: Vec<_> = std::mem::take(&mut *self.cleanups.lock().expect("cleanups lock"));
+        self.run(async move {
+            let all = futures_util::future::join_all(running);
+            let _ = tokio::time::timeout(Duration::from_secs(30), all).await;
+        });
+        if self.lost.lock().expect("lost lock").is_some() {
+            return Ok(());
+        }
+        let mut state = self.state.lock().expect("state lock");
+        let mut root = state.root.clone();
+        root.lease.owner.clear();
+        root.lease.expires_ms = 0;
+        self.write_root(&mut state, root)
+    }
+
+    /// Deletes `names` in the background (best effort: an object left behind is deleted
+    /// by the next open's collection).
+    fn delete_later(&self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let paths: Vec<ObjPath> = names.iter().map(|n| self.path(n)).collect();
+        let stats = self.stats_handle();
+        let task = self.handle.spawn(async move {
+            for path in paths {
+                if store.delete(&path).await.is_ok() {
+                    stats.deletes.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        self.keep(task);
+    }
+
+    /// Deletes, in the background, every data object and map page that the root does not
+    /// name: uploads of commits that never happened (a crash, a fenced node) and objects
+    /// superseded but not yet deleted.
+    fn collect_garbage(&self) {
+        let named: HashSet<String> = {
+            let state = self.state.lock().expect("state lock");
+            let map = self.map.read().expect("map lock");
+            let mut named: HashSet<String> = state
+                .root
+                .pages
+                .iter()
+                .map(|p| layout::page_name(p.page, p.version))
+                .collect();
+            for (page, entries) in &map.pages {
+                for (i, v) in entries.iter().enumerate() {
+                    if v.exists() {
+                        named.insert(layout::data_name(page * PAGE_OBJECTS + i as u64, *v));
+                    }
+                }
+            }
+            named
+        };
+        let store = Arc::clone(&self.store);
+        let prefix = self.prefix.clone();
+        let stats = self.stats_handle();
+        let token = self.token;
+        let task = self.handle.spawn(async move {
+            for dir in ["data", "map"] {
+                let listing = ObjPath::from(format!("{prefix}{dir}"));
+                let mut found = store.list(Some(&listing));
+                let mut doomed = Vec::new();
+                while let Some(Ok(meta)) = found.next().await {
+                    let full = meta.location.to_string();
+                    let name = full.strip_prefix(&prefix).unwrap_or(&full);
+                    // Uploads of this run's commits in flight are not garbage.
+                    if let Some((_, _, v)) = layout::parse_name(name)
+                        && v.token != token
+                        && !named.contains(name)
+                    {
+                        doomed.push(meta.location);
+                    }
+                }
+                for path in doomed {
+                    if store.delete(&path).await.is_ok() {
+                        stats.garbage_deleted.fetch_add(1, Ordering::Relaxed);
+                        stats.deletes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        self.keep(task);
+    }
+
+    /// Keeps a background deletion's handle (and forgets those that finished).
+    fn keep(&self, task: tokio::task::JoinHandle<()>) {
+        let mut cleanups = self.cleanups.lock().expect("cleanups lock");
+        cleanups.retain(|t| !t.is_finished());
+        cleanups.push(task);
+    }
+
+    /// The node name this volume was opened for.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+}
+
+impl Drop for ObjectVolume {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Takes the lease of the volume under `prefix`: free (never taken, released, this node's
+/// own, or expired for longer than the allowed skew), written conditionally with a token
+/// larger than any before. Returns the root as written and when the write started.
+fn acquire(
+    handle: &tokio::runtime::Handle,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+    node: &str,
+    options: Options,
+) -> io::Result<(Root, UpdateVersion, Instant)> {
+    for _ in 0..8 {
+        let Some((root, etag)) = read_root(handle, store, prefix, display)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{display}: no larch volume there (no {}; `larch volume add` creates one)",
+                    layout::ROOT_NAME
+                ),
+            ));
+        };
+        let now = now_ms();
+        let lease = &root.lease;
+        let expired = now
+            > lease
+                .expires_ms
+                .saturating_add(options.skew.as_millis() as u64);
+        if !lease.owner.is_empty() && lease.owner != node && !expired {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{display}: node {} holds the volume's lease (token {}) for {} s more; \
+                     another node may take it over once it has expired (renewals stop \
+                     when that node stops or loses the store)",
+                    lease.owner,
+                    lease.token,
+                    (lease.expires_ms + options.skew.as_millis() as u64).saturating_sub(now) / 1000
+                        + 1
+                ),
+            ));
+        }
+        let mut mine = root.clone();
+        mine.lease = layout::Lease {
+            owner: node.to_string(),
+            token: lease.token.max(root.committed_by) + 1,
+            expires_ms: now + options.lease.as_millis() as u64,
+            duration_ms: options.lease.as_millis() as u64,
+        };
+        let started = Instant::now();
+        let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));
+        let bytes = mine.encode();
+        let store2 = Arc::clone(store);
+        let put = run_on(handle, async move {
+            put_if_match(&store2, &path, bytes, etag).await
+        });
+        match put {
+            Ok(PutResult { e_tag, version, .. }) => {
+                return Ok((mine, UpdateVersion { e_tag, version }, started));
+            }
+            // Another node wrote it in between: look again.
+            Err(object_store::Error::Precondition { .. }) => continue,
+            Err(err) => {
+                return Err(store_error(&format!("{display}: taking the lease"), err));
+            }
+        }
+    }
+    Err(io::Error::other(format!(
+        "{display}: the root kept changing while taking the lease"
+    )))
+}
+
+/// Reads and checks every map page the root names.
+fn load_map(
+    handle: &tokio::runtime::Handle,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+    root: &Root,
+) -> io::Result<Map> {
+    let jobs: Vec<_> = root
+        .pages
+        .iter()
+        .map(|p| {
+            let store = Arc::clone(store);
+            let name = layout::page_name(p.page, p.version);
+            let path = ObjPath::from(format!("{prefix}{name}"));
+            let display = display.to_string();
+            let p = *p;
+            async move {
+                let bytes = async { store.get(&path).await?.bytes().await }
+                    .await
+                    .map_err(|e| {
+                        store_error(&format!("{display}/{name} (named by the root)"), e)
+                    })?;
+                let entries = layout::decode_page(&bytes, p.checksum).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
+                })?;
+                Ok::<_, io::Error>((p.page, entries))
+            }
+        })
+        .collect();
+    let pages: Vec<(u64, Vec<Version>)> = run_on(handle, async move {
+        stream::iter(jobs).buffer_unordered(16).try_collect().await
+    })?;
+    let mut map = Map::default();
+    for (page, entries) in pages {
+        map.pages.insert(page, entries.into_boxed_slice());
+    }
+    Ok(map)
+}
+
+/// Renews the lease every quarter of it until the volume stops or goes.
+fn spawn_renewer(volume: &Arc<ObjectVolume>) {
+    let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
+    let stop = Arc::clone(&volume.stop);
+    let every = volume.options.lease / 4;
+    std::thread::Builder::new()
+        .name("larch-lease".into())
+        .spawn(move || {
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(100).min(every));
+                if Instant::now() < next {
+                    continue;
+                }
+                let Some(volume) = weak.upgrade() else {
+                    return;
+                };
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                // A failed renewal is tried again at the next tick; the lease lapses (and
+                // the volume stops serving) only if none succeeds before it ends.
+                let retry = volume.renew().is_err();
+                next = Instant::now() + if retry { every / 4 } else { every };
+            }
+        })
+        .expect("spawn the lease thread");
+}
