@@ -140,6 +140,8 @@ pub struct ObjectVolume {
     token: u64,
     options: Options,
     state: Mutex<RootState>,
+    /// The last commit, readable while a commit holds `state` (reports read it).
+    committed_seq: AtomicU64,
     map: RwLock<Map>,
     staged: Mutex<BTreeMap<u64, Bytes>>,
     /// Until when this node may serve the volume: the start of the last successful lease
@@ -360,6 +362,7 @@ impl ObjectVolume {
             node: node.to_string(),
             token,
             options,
+            committed_seq: AtomicU64::new(root.commit_seq),
             state: Mutex::new(RootState { root, etag }),
             map: RwLock::new(map),
             staged: Mutex::new(BTreeMap::new()),
@@ -400,7 +403,7 @@ impl ObjectVolume {
 
     /// The last commit.
     pub fn commit_seq(&self) -> u64 {
-        self.state.lock().expect("state lock").root.commit_seq
+        self.committed_seq.load(Ordering::Acquire)
     }
 
     /// Bytes the map takes in memory.
@@ -706,6 +709,7 @@ impl ObjectVolume {
         let lease_started = Instant::now();
         root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
         self.write_root(&mut state, root)?;
+        self.committed_seq.store(seq, Ordering::Release);
         *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
         // Committed: the map, the local record, the staged blocks, the counters.
         {
