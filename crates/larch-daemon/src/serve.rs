@@ -301,9 +301,6 @@ async fn serve(
                 "http"
             };
             let url = format!("{scheme}://{local}/");
-            eprintln!(
-                "larch serve: Analytics for other machines on {url} (with its token: larch analytics url --remote)"
-            );
             let view_token = client::new_token();
             remote = Some(client::RemoteEndpoint {
                 url,
@@ -330,6 +327,14 @@ async fn serve(
         eprintln!(
             "larch serve: {}: {err} (larch set and larch cache will edit the files instead)",
             pool.state_dir.join(client::DAEMON_FILE).display()
+        );
+    }
+    // Announced once daemon.json names it, so that the command this line suggests works
+    // as soon as the line is out.
+    if let Some(remote) = &record.remote {
+        eprintln!(
+            "larch serve: Analytics for other machines on {} (with its token: larch analytics url --remote)",
+            remote.url
         );
     }
     let history = options.history_max_bytes.map(|_| History {
