@@ -1,6 +1,10 @@
 //! An object-backed volume: reads, staged writes, commits and the lease (see the crate
 //! comment and `docs/object-store.md`).
 //!
+//! One file because the commit, the lease and the reads share one piece of state (the
+//! root as last written, and the map it names) whose locking is easiest to check in one
+//! place.
+//!
 //! The engine calls this from blocking threads (its syncer, its blocking pool); the
 //! requests run on a small runtime of this volume's own, and the calling thread waits for
 //! their result. The S3 client is async, the engine's backing-store interface is blocking,
@@ -477,24 +481,40 @@ impl ObjectVolume {
         u64::from(self.geometry.block_bytes)
     }
 
-    /// Reads exactly `buf.len()` bytes at `offset`: staged blocks from memory, the rest
-    /// one verified ranged GET per block; blocks of objects never written are zeros.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check_usable()?;
+    /// The pieces of the blocks that `len` bytes at `offset` cover: (block, start and end
+    /// in the block, position in the caller's buffer). A range past the volume's end is
+    /// an error of `kind`.
+    fn spans(
+        &self,
+        offset: u64,
+        len: usize,
+        kind: io::ErrorKind,
+    ) -> io::Result<Vec<(u64, usize, usize, usize)>> {
         let end = offset
-            .checked_add(buf.len() as u64)
+            .checked_add(len as u64)
             .filter(|&end| end <= self.size_bytes())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+            .ok_or_else(|| io::Error::from(kind))?;
         let bs = self.block_bytes();
+        let mut out = Vec::new();
         let mut at = offset;
         while at < end {
             let block = at / bs;
             let from = (at - block * bs) as usize;
             let to = (end.min((block + 1) * bs) - block * bs) as usize;
-            let data = self.block(block)?;
-            let dst = (at - offset) as usize;
-            buf[dst..dst + (to - from)].copy_from_slice(&data[from..to]);
+            out.push((block, from, to, (at - offset) as usize));
             at = block * bs + to as u64;
+        }
+        Ok(out)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`: staged blocks from memory, the rest
+    /// one verified ranged GET per block; blocks of objects never written are zeros.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_usable()?;
+        let spans = self.spans(offset, buf.len(), io::ErrorKind::UnexpectedEof)?;
+        for (block, from, to, at) in spans {
+            let data = self.block(block)?;
+            buf[at..at + (to - from)].copy_from_slice(&data[from..to]);
         }
         Ok(())
     }
@@ -587,18 +607,11 @@ impl ObjectVolume {
     /// current bytes, and everything is staged for the next commit.
     pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         self.check_usable()?;
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&end| end <= self.size_bytes())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let bs = self.block_bytes();
-        let mut at = offset;
-        while at < end {
-            let block = at / bs;
-            let from = (at - block * bs) as usize;
-            let to = (end.min((block + 1) * bs) - block * bs) as usize;
-            let src = &data[(at - offset) as usize..(at - offset) as usize + (to - from)];
-            let merged = if from == 0 && to == bs as usize {
+        let spans = self.spans(offset, data.len(), io::ErrorKind::InvalidInput)?;
+        let bs = self.block_bytes() as usize;
+        for (block, from, to, at) in spans {
+            let src = &data[at..at + (to - from)];
+            let merged = if from == 0 && to == bs {
                 Bytes::copy_from_slice(src)
             } else {
                 let mut whole = self.block(block)?.to_vec();
@@ -606,7 +619,6 @@ impl ObjectVolume {
                 Bytes::from(whole)
             };
             self.stage_blocks([(block, merged)]);
-            at = block * bs + to as u64;
         }
         Ok(())
     }
