@@ -4,6 +4,15 @@
 //! the stores that speak its API), whose writes are staged and made durable together by a
 //! flush (one commit per TXG).
 //!
+//! A file or block device is written by the syncer with `O_DIRECT` (a second handle on
+//! the same file): a TXG's runs are copied into aligned buffers kept for the next TXG and
+//! go to the device without passing through the page cache, so the disk's bandwidth is
+//! not halved by the kernel's copy and its writeback (issue 18). Reads, the log replay's
+//! writes and the unaligned ends of a run (a volume's short last block, blocks smaller
+//! than the alignment) keep the buffered handle; the two never share a page, since the
+//! direct part of a run is whole pages. A file system that refuses `O_DIRECT` (at open or
+//! at the first write) leaves the store buffered, and `larch status` says why.
+//!
 //! For tests and benchmarks a backing store can carry a **latency model**: a fixed delay,
 //! or a delay drawn uniformly from a range, added to every read and write. It is a device
 //! model, off by default, and the only way to make a local file behave like a disk.
@@ -11,18 +20,20 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use larch_io::BlockDevice;
+use larch_io::{AlignedBuf, BlockDevice};
 use larch_object::ObjectVolume;
 
 use serde::{Deserialize, Serialize};
 
 use crate::latency::LatencyHistogram;
+use crate::lock::RankedMutex;
 
 /// Delay added to each backing-store I/O (microseconds). `max_us > min_us` draws uniformly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,12 +76,205 @@ pub struct BackingStats {
     pub write_latency: LatencyHistogram,
     /// Time of each flush.
     pub flush_latency: LatencyHistogram,
+    /// Bytes written with `O_DIRECT` (part of `write_bytes`).
+    pub direct_write_bytes: AtomicU64,
+    /// Bytes of the aligned buffers kept for the next `O_DIRECT` writes (at most 2 MiB).
+    pub direct_buffer_bytes: AtomicU64,
+}
+
+/// The alignment of the direct part of a run: offsets and lengths in whole pages (4 KiB,
+/// or the page size if larger), which satisfies `O_DIRECT` on 512-byte and 4K-sector
+/// devices and keeps a buffered neighbour out of every page a direct write touches.
+fn direct_align() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).unwrap_or(4096).max(4096)
+}
+
+/// Largest `O_DIRECT` write, and the size of each aligned buffer a run is copied into.
+const DIRECT_CHUNK_BYTES: usize = 256 << 10;
+
+/// Most aligned buffers a store keeps for its next writes (2 MiB); writers beyond that
+/// many at once allocate their own and free them after.
+const DIRECT_BUFFERS_KEPT: usize = 8;
+
+/// How a write of `len` bytes at `offset` splits: `(head, middle)` byte counts, where the
+/// middle starts and ends on `align` and goes direct; the head before it and the rest
+/// after it go through the page cache. The middle is 0 when no aligned page fits.
+fn direct_split(offset: u64, len: u64, align: u64) -> (u64, u64) {
+    let start = offset.next_multiple_of(align);
+    let end = (offset + len) / align * align;
+    if end <= start {
+        return (len, 0);
+    }
+    (start - offset, end - start)
+}
+
+/// The bytes `[from, from + len)` of the concatenation of `parts`, as slices of them.
+fn parts_range<'a>(parts: &[&'a [u8]], mut from: usize, mut len: usize) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    for part in parts {
+        if len == 0 {
+            break;
+        }
+        if from >= part.len() {
+            from -= part.len();
+            continue;
+        }
+        let take = (part.len() - from).min(len);
+        out.push(&part[from..from + take]);
+        len -= take;
+        from = 0;
+    }
+    out
+}
+
+/// A file or block device: reads and unaligned writes through the page cache, the
+/// syncer's aligned writes through a second handle opened with `O_DIRECT`.
+struct FileMedia {
+    file: File,
+    /// The `O_DIRECT` handle, if the file system took it.
+    direct: Option<File>,
+    /// Why writes go through the page cache, once they do (set once, never cleared).
+    buffered_why: OnceLock<String>,
+    /// Aligned buffers of [`DIRECT_CHUNK_BYTES`] for the direct writes, kept between TXGs
+    /// (at most [`DIRECT_BUFFERS_KEPT`]).
+    bounce: RankedMutex<Vec<AlignedBuf>>,
+    /// Tests: direct writes fail with EINVAL, as on a file system that takes `O_DIRECT` at
+    /// open and refuses it at write.
+    #[cfg(test)]
+    refuse_direct_writes: bool,
+}
+
+impl FileMedia {
+    fn open(path: &Path, read_only: bool, try_direct: bool) -> io::Result<FileMedia> {
+        let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        let buffered_why = OnceLock::new();
+        let direct = if read_only {
+            None
+        } else if !try_direct {
+            let _ = buffered_why.set("O_DIRECT not tried".to_string());
+            None
+        } else {
+            match OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+            {
+                Ok(direct) => Some(direct),
+                Err(err) => {
+                    let _ = buffered_why.set(format!("the file system refused O_DIRECT: {err}"));
+                    None
+                }
+            }
+        };
+        Ok(FileMedia {
+            file,
+            direct,
+            buffered_why,
+            bounce: RankedMutex::leaf(Vec::new()),
+            #[cfg(test)]
+            refuse_direct_writes: false,
+        })
+    }
+
+    /// The `O_DIRECT` handle, unless writes went back to the page cache.
+    fn direct(&self) -> Option<&File> {
+        self.direct
+            .as_ref()
+            .filter(|_| self.buffered_why.get().is_none())
+    }
+
+    /// Writes the concatenation of `parts` at `offset`: its whole pages with `O_DIRECT`,
+    /// the rest buffered. Returns the bytes that went direct.
+    fn write_parts(&self, parts: &[&[u8]], offset: u64, stats: &BackingStats) -> io::Result<u64> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let Some(direct) = self.direct() else {
+            pwritev_all(&self.file, parts, offset)?;
+            return Ok(0);
+        };
+        let (head, middle) = direct_split(offset, total as u64, direct_align());
+        if middle == 0 {
+            pwritev_all(&self.file, parts, offset)?;
+            return Ok(0);
+        }
+        let (head, middle) = (head as usize, middle as usize);
+        if head > 0 {
+            pwritev_all(&self.file, &parts_range(parts, 0, head), offset)?;
+        }
+        let mut done = 0;
+        while done < middle {
+            let len = (middle - done).min(DIRECT_CHUNK_BYTES);
+            let at = offset + (head + done) as u64;
+            let chunk = parts_range(parts, head + done, len);
+            if let Err(err) = self.write_direct(direct, &chunk, len, at, stats) {
+                if err.raw_os_error() != Some(libc::EINVAL) {
+                    return Err(err);
+                }
+                // Accepted at open, refused at write (an alignment this file system
+                // wants larger, say): the rest of this write, and every later one, is
+                // buffered (rewriting all of it is right whatever part reached the file).
+                let _ = self.buffered_why.set(format!(
+                    "the file system refused an O_DIRECT write of {len} bytes at {at}: {err}"
+                ));
+                let rest = parts_range(parts, head + done, total - head - done);
+                pwritev_all(&self.file, &rest, at)?;
+                return Ok(done as u64);
+            }
+            done += len;
+        }
+        if head + middle < total {
+            let tail = parts_range(parts, head + middle, total - head - middle);
+            pwritev_all(&self.file, &tail, offset + (head + middle) as u64)?;
+        }
+        Ok(middle as u64)
+    }
+
+    /// One `O_DIRECT` write of `len` aligned bytes (`chunk`'s) at the aligned `offset`,
+    /// through a kept aligned buffer.
+    fn write_direct(
+        &self,
+        direct: &File,
+        chunk: &[&[u8]],
+        len: usize,
+        offset: u64,
+        stats: &BackingStats,
+    ) -> io::Result<()> {
+        #[cfg(test)]
+        if self.refuse_direct_writes {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let kept = self.bounce.lock().pop();
+        let mut buf = match kept {
+            Some(buf) => {
+                stats
+                    .direct_buffer_bytes
+                    .fetch_sub(DIRECT_CHUNK_BYTES as u64, Ordering::Relaxed);
+                buf
+            }
+            None => AlignedBuf::zeroed(DIRECT_CHUNK_BYTES),
+        };
+        let mut at = 0;
+        for part in chunk {
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let result = direct.write_all_at(&buf[..len], offset);
+        let mut kept = self.bounce.lock();
+        if kept.len() < DIRECT_BUFFERS_KEPT {
+            kept.push(buf);
+            stats
+                .direct_buffer_bytes
+                .fetch_add(DIRECT_CHUNK_BYTES as u64, Ordering::Relaxed);
+        }
+        result
+    }
 }
 
 /// Where a backing store's bytes are.
 enum Media {
     /// A file or block device (the normal case).
-    File(File),
+    File(FileMedia),
     /// Any [`BlockDevice`]: in-process tests put a fault-injecting device here.
     Device(Arc<dyn BlockDevice>),
     /// A volume on an object store.
@@ -80,7 +284,7 @@ enum Media {
 impl std::fmt::Debug for Media {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Media::File(file) => f.debug_tuple("File").field(file).finish(),
+            Media::File(m) => f.debug_tuple("File").field(&m.file).finish(),
             Media::Device(_) => f.write_str("Device"),
             Media::Object(vol) => f.debug_tuple("Object").field(&vol.display()).finish(),
         }
@@ -103,11 +307,21 @@ pub struct BackingStore {
 impl BackingStore {
     /// Opens `path` for reading (and writing unless `read_only`).
     pub fn open(path: &Path, read_only: bool, latency: LatencyModel) -> io::Result<BackingStore> {
-        let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
-        let size_bytes = file_size(&file)?;
+        Self::open_with(path, read_only, latency, true)
+    }
+
+    /// [`BackingStore::open`], with `O_DIRECT` writes only if `try_direct`.
+    pub fn open_with(
+        path: &Path,
+        read_only: bool,
+        latency: LatencyModel,
+        try_direct: bool,
+    ) -> io::Result<BackingStore> {
+        let media = FileMedia::open(path, read_only, try_direct)?;
+        let size_bytes = file_size(&media.file)?;
         Ok(BackingStore {
             path: path.to_path_buf(),
-            media: Media::File(file),
+            media: Media::File(media),
             size_bytes,
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
@@ -214,6 +428,20 @@ impl BackingStore {
         }
     }
 
+    /// How the syncer writes it: `O_DIRECT`, or `buffered (why)` when the page cache is
+    /// used (a file system that refused `O_DIRECT`); `None` for stores that are not
+    /// files (object stores, in-process devices) and read-only ones.
+    pub fn write_mode(&self) -> Option<String> {
+        match &self.media {
+            Media::File(m) => match (m.direct(), m.buffered_why.get()) {
+                (Some(_), _) => Some("O_DIRECT".to_string()),
+                (None, Some(why)) => Some(format!("buffered ({why})")),
+                (None, None) => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The path it was opened from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -252,7 +480,7 @@ impl BackingStore {
             .read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         let result = match &self.media {
-            Media::File(file) => file.read_exact_at(buf, offset),
+            Media::File(m) => m.file.read_exact_at(buf, offset),
             Media::Device(dev) => dev.read_at(buf, offset).map_err(io::Error::other),
             Media::Object(vol) => vol.read_at(buf, offset),
         };
@@ -271,7 +499,7 @@ impl BackingStore {
             .write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         let result = match &self.media {
-            Media::File(file) => file.write_all_at(buf, offset),
+            Media::File(m) => m.file.write_all_at(buf, offset),
             Media::Device(dev) => dev.write_at(buf, offset).map_err(io::Error::other),
             Media::Object(vol) => vol.write_at(buf, offset),
         };
@@ -281,8 +509,9 @@ impl BackingStore {
         })
     }
 
-    /// Writes the concatenation of `parts` at `offset` (blocking) as one write: one
-    /// `pwritev` on a file, so a TXG's run of blocks needs no copy into one buffer.
+    /// Writes the concatenation of `parts` at `offset` (blocking) as one write: on a file
+    /// its whole pages with `O_DIRECT` (copied into aligned buffers of up to 256 KiB,
+    /// written one after the other) and any unaligned head or tail with one `pwritev` through the page cache.
     pub fn write_vectored_at(&self, parts: &[&[u8]], offset: u64) -> io::Result<()> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let started = Instant::now();
@@ -292,7 +521,11 @@ impl BackingStore {
             .write_bytes
             .fetch_add(total as u64, Ordering::Relaxed);
         let result = match &self.media {
-            Media::File(file) => pwritev_all(file, parts, offset),
+            Media::File(m) => m.write_parts(parts, offset, &self.stats).map(|direct| {
+                self.stats
+                    .direct_write_bytes
+                    .fetch_add(direct, Ordering::Relaxed);
+            }),
             Media::Device(dev) => dev
                 .write_at(&parts.concat(), offset)
                 .map_err(io::Error::other),
@@ -309,7 +542,7 @@ impl BackingStore {
         let started = Instant::now();
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         let result = match &self.media {
-            Media::File(file) => file.sync_data(),
+            Media::File(m) => m.file.sync_data(),
             Media::Device(dev) => dev.flush().map_err(io::Error::other),
             Media::Object(vol) => vol.flush(),
         };
@@ -408,5 +641,157 @@ mod tests {
             joined.len() as u64
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn scratch_file(name: &str, len: usize) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("larch-backing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(name);
+        std::fs::write(&path, vec![0xeeu8; len]).expect("file");
+        path
+    }
+
+    #[test]
+    fn direct_split_keeps_whole_pages_in_the_middle() {
+        // Aligned on both ends: all direct.
+        assert_eq!(direct_split(8192, 16384, 4096), (0, 16384));
+        // Unaligned start and end: head to the first page, tail after the last.
+        assert_eq!(direct_split(1536, 10240, 4096), (2560, 4096));
+        // Shorter than a page, or inside one: nothing direct.
+        assert_eq!(direct_split(4096, 1024, 4096), (1024, 0));
+        assert_eq!(direct_split(100, 3000, 4096), (3000, 0));
+        // Crosses a page boundary without holding a whole page.
+        assert_eq!(direct_split(3072, 2048, 4096), (2048, 0));
+        // A volume's short last block: the direct part stops at the last whole page.
+        assert_eq!(direct_split(1 << 20, 8192 + 512, 4096), (0, 8192));
+        assert_eq!(direct_split(0, 0, 4096), (0, 0));
+    }
+
+    #[test]
+    fn parts_range_slices_across_parts() {
+        let (a, b, c) = (vec![1u8; 3], vec![2u8; 4], vec![3u8; 5]);
+        let parts: Vec<&[u8]> = vec![&a, &b, &c];
+        assert_eq!(parts_range(&parts, 2, 6).concat(), vec![1, 2, 2, 2, 2, 3]);
+        assert_eq!(parts_range(&parts, 7, 5).concat(), vec![3; 5]);
+        assert!(parts_range(&parts, 12, 0).is_empty());
+        assert_eq!(parts_range(&parts, 0, 12).len(), 3);
+    }
+
+    /// Writes each case's parts at its offset through `store`, applies the same writes to
+    /// `model` (the file's expected bytes), and checks the file and the store's reads.
+    fn write_and_compare(
+        store: &BackingStore,
+        path: &Path,
+        model: &mut [u8],
+        cases: &[(u64, Vec<&[u8]>)],
+    ) {
+        for (offset, parts) in cases {
+            store.write_vectored_at(parts, *offset).expect("write");
+            let joined = parts.concat();
+            model[*offset as usize..*offset as usize + joined.len()].copy_from_slice(&joined);
+        }
+        store.flush().expect("flush");
+        let all = std::fs::read(path).expect("read");
+        assert!(all == model, "file differs from the model");
+        let mut back = vec![0u8; model.len()];
+        store.read_at(&mut back, 0).expect("read through the store");
+        assert!(
+            back == model,
+            "buffered reads see what the direct writes wrote"
+        );
+    }
+
+    fn pattern(seed: u8, n: usize) -> Vec<u8> {
+        (0..n).map(|i| seed ^ (i % 251) as u8).collect()
+    }
+
+    fn refs(parts: &[Vec<u8>]) -> Vec<&[u8]> {
+        parts.iter().map(|p| &p[..]).collect()
+    }
+
+    #[test]
+    fn direct_writes_with_unaligned_heads_and_a_short_tail() {
+        // A volume of 1 MiB + 1536 bytes: its last 512-byte "block" ends off a page.
+        let len = (1 << 20) + 1536;
+        let path = scratch_file("direct.img", len);
+        let mut model = vec![0xeeu8; len];
+        let store = BackingStore::open(&path, false, LatencyModel::default()).expect("open");
+        assert_eq!(store.write_mode().as_deref(), Some("O_DIRECT"));
+        let whole = vec![pattern(1, 8192), pattern(2, 8192)];
+        let small: Vec<Vec<u8>> = (0..24).map(|i| pattern(10 + i as u8, 512)).collect();
+        let short = vec![pattern(40, 1024)];
+        let tail = vec![pattern(50, 4096 + 1536)];
+        let cases = vec![
+            // Whole 8K blocks, page-aligned: all direct.
+            (8192, refs(&whole)),
+            // 512-byte blocks from 1536 to 13824: a head, two whole pages, a tail.
+            (1536, refs(&small)),
+            // Less than a page.
+            (20480 + 512, refs(&short)),
+            // The volume's tail: aligned start, short end.
+            ((1 << 20) - 4096, refs(&tail)),
+        ];
+        write_and_compare(&store, &path, &mut model, &cases);
+        let direct = store.stats.direct_write_bytes.load(Ordering::Relaxed);
+        // 16384 + 8192 (two whole pages of the 512-byte run) + 4096 (the tail's first
+        // page) went direct; the rest through the page cache.
+        assert_eq!(direct, 16384 + 8192 + 4096);
+        let kept = store.stats.direct_buffer_bytes.load(Ordering::Relaxed);
+        assert_eq!(kept, DIRECT_CHUNK_BYTES as u64, "one kept buffer, reused");
+        // Longer than one aligned buffer: split into chunks.
+        let big: Vec<Vec<u8>> = (0..(DIRECT_CHUNK_BYTES / 4096 + 3))
+            .map(|i| pattern(i as u8, 4096))
+            .collect();
+        let len2 = DIRECT_CHUNK_BYTES * 2;
+        let path2 = scratch_file("direct-big.img", len2);
+        let mut model2 = vec![0xeeu8; len2];
+        let store2 = BackingStore::open(&path2, false, LatencyModel::default()).expect("open");
+        write_and_compare(&store2, &path2, &mut model2, &[(4096, refs(&big))]);
+        assert_eq!(
+            store2.stats.direct_write_bytes.load(Ordering::Relaxed),
+            (DIRECT_CHUNK_BYTES + 3 * 4096) as u64
+        );
+    }
+
+    #[test]
+    fn a_refused_direct_write_falls_back_to_the_page_cache_for_good() {
+        let len = 1 << 20;
+        let path = scratch_file("refused.img", len);
+        let mut store = BackingStore::open(&path, false, LatencyModel::default()).expect("open");
+        if let Media::File(m) = &mut store.media {
+            m.refuse_direct_writes = true;
+        }
+        let data: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8 + 1; 8192]).collect();
+        let mut model = vec![0xeeu8; len];
+        write_and_compare(
+            &store,
+            &path,
+            &mut model,
+            &[(8192, refs(&data)), (65536, refs(&data))],
+        );
+        assert_eq!(store.stats.direct_write_bytes.load(Ordering::Relaxed), 0);
+        let mode = store.write_mode().expect("a file");
+        assert!(
+            mode.starts_with("buffered (the file system refused an O_DIRECT write"),
+            "{mode}"
+        );
+        // Not tried at all: buffered from the start, and said so.
+        let path = scratch_file("plain.img", len);
+        let plain =
+            BackingStore::open_with(&path, false, LatencyModel::default(), false).expect("open");
+        assert_eq!(
+            plain.write_mode().as_deref(),
+            Some("buffered (O_DIRECT not tried)")
+        );
+        let nines = vec![vec![9u8; 8192]];
+        write_and_compare(
+            &plain,
+            &path,
+            &mut vec![0xeeu8; len],
+            &[(4096, refs(&nines))],
+        );
+        // Read-only stores are never written.
+        let ro = BackingStore::open(&path, true, LatencyModel::default()).expect("open");
+        assert_eq!(ro.write_mode(), None);
     }
 }

@@ -76,6 +76,10 @@ pub struct VolumeReport {
     pub write_failure: Option<String>,
     /// The backing store's path.
     pub backing: String,
+    /// How the syncer writes the backing store: `O_DIRECT`, or `buffered (why)` (files
+    /// and block devices that are not read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_write_mode: Option<String>,
     /// Backing-store reads.
     pub backing_reads: u64,
     /// Bytes read from the backing store.
@@ -319,6 +323,7 @@ impl Pool {
                     sync: v.info().sync,
                     write_failure: v.entry().failure(),
                     backing: v.backing().path().display().to_string(),
+                    backing_write_mode: v.backing().write_mode(),
                     backing_reads: load(&s.reads),
                     backing_read_bytes: load(&s.read_bytes),
                     backing_writes: load(&s.writes),

@@ -117,7 +117,7 @@ tunables! {
         "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)"
     zfs_txg_timeout: Count = 5, 1, 600;
         "seconds between TXG syncs"
-    zfs_vdev_async_write_max_active: Count = 10, 1, 1000;
+    zfs_vdev_async_write_max_active: Count = 32, 1, 1000;
         "most writes a TXG sync has in flight to one backing store"
     zfs_dirty_data_max: Size = crate::arc::default_dirty_data_max(), M, u64::MAX,
         default "10% of RAM, at most 4G";

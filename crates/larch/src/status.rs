@@ -91,6 +91,14 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
                  a crash loses the last seconds of acknowledged writes"
             );
         }
+        if let Some(mode) = &vol.backing_write_mode
+            && mode != "O_DIRECT"
+        {
+            let _ = writeln!(
+                out,
+                "    backing writes: {mode}: the page cache copies every TXG"
+            );
+        }
         if let Some(why) = &vol.write_failure {
             let _ = writeln!(out, "    WRITES FAIL: {why}");
         }

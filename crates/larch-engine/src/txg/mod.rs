@@ -88,6 +88,9 @@ struct TxgInner {
     durable_seq: u64,
     /// A leader is committing records to the log.
     log_busy: bool,
+    /// When the last throttled write was let go (OpenZFS `dp_last_wakeup`): the next one
+    /// waits its delay after it, so delays space writes out across all writers.
+    last_wakeup: Instant,
 }
 
 /// The TXG machinery of an engine.
@@ -107,6 +110,7 @@ impl Txg {
                     open: HashMap::new(),
                     open_bytes: 0,
                     open_since: Instant::now(),
+                    last_wakeup: Instant::now(),
                     synced_txg: first_txg.max(1) - 1,
                     dirty_bytes: 0,
                     sync_requested: false,

@@ -213,6 +213,10 @@ impl Engine {
     }
 }
 
+/// Most bytes in one write of a TXG's run (at least one block): 1 MiB writes keep a disk
+/// streaming, and a long sequential run still spreads over the parallel writers.
+const RUN_BYTES: u64 = 1 << 20;
+
 /// Writes sorted blocks of one volume, merging contiguous ones into one write, with up to
 /// `max_active` writes in flight (a slow store is mostly waiting: ZFS keeps
 /// `zfs_vdev_async_write_max_active` writes queued per disk for the same reason). The
@@ -223,11 +227,13 @@ fn write_runs(
     list: &[(u64, &DirtyBlock)],
     max_active: usize,
 ) -> std::io::Result<u64> {
+    let block_bytes = u64::from(vol.info.block_bytes).max(1);
+    let run_blocks = (RUN_BYTES / block_bytes).max(1) as usize;
     let mut runs: Vec<&[(u64, &DirtyBlock)]> = Vec::new();
     let mut i = 0;
     while i < list.len() {
         let mut j = i + 1;
-        while j < list.len() && list[j].0 == list[j - 1].0 + 1 && j - i < 256 {
+        while j < list.len() && list[j].0 == list[j - 1].0 + 1 && j - i < run_blocks {
             j += 1;
         }
         runs.push(&list[i..j]);

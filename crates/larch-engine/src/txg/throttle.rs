@@ -1,11 +1,15 @@
 //! The write throttle (OpenZFS `dmu_tx_delay`): each write is delayed once dirty bytes
 //! pass `zfs_delay_min_dirty_percent` of the limit, by the curve of
 //! `larch_policy::throttle` (`zfs_delay_scale` × (dirty − min) / (limit − dirty) ns, at
-//! most 100 ms), and writers block at the limit until a sync frees room. The limit is `zfs_dirty_data_max`, but at most half of `zfs_arc_max`
-//! (dirty blocks live in the ARC and cannot be evicted).
+//! most 100 ms), counted from when the previous delayed write was let go, so that the
+//! delay paces all writers together (at the curve's midpoint, 1 / `zfs_delay_scale`
+//! writes per second: 2,000 by default); writers block at the limit until a sync frees
+//! room. The dirty data settles where the paced rate equals what the syncs write, short of
+//! the limit, and no write waits for a whole TXG sync. The limit is `zfs_dirty_data_max`,
+//! but at most half of `zfs_arc_max` (dirty blocks live in the ARC and cannot be evicted).
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use larch_policy::throttle::write_delay_ns;
 
@@ -34,16 +38,26 @@ impl Engine {
             }
         }
         let dirty = inner.dirty_bytes;
-        drop(inner);
         let delay = Duration::from_nanos(write_delay_ns(dirty, min, max, scale));
-        if !delay.is_zero() {
-            self.write_stats
-                .dmu_tx_delay
-                .fetch_add(1, Ordering::Relaxed);
-            self.write_stats
-                .dmu_tx_delay_us
-                .fetch_add(delay.as_micros() as u64, Ordering::Relaxed);
-            std::thread::sleep(delay);
+        if delay.is_zero() {
+            return;
         }
+        // As OpenZFS: a write is let go `delay` after the previous throttled one (or now,
+        // if that was longer ago), so the delay bounds the rate of all writers together,
+        // however many there are. Each sleeping on its own, 32 clients would pass 32
+        // times the rate the curve means, the dirty data would reach the limit, and
+        // writers would block there for a whole TXG sync.
+        let now = Instant::now();
+        let wakeup = (inner.last_wakeup + delay).max(now);
+        inner.last_wakeup = wakeup;
+        drop(inner);
+        let wait = wakeup - now;
+        self.write_stats
+            .dmu_tx_delay
+            .fetch_add(1, Ordering::Relaxed);
+        self.write_stats
+            .dmu_tx_delay_us
+            .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+        std::thread::sleep(wait);
     }
 }
