@@ -19,7 +19,7 @@ MiB = 1024 * 1024
 ROLE_HEADINGS = {"base": "vs larch without it", "peer": "vs nbdkit cache", "limit": "vs limit"}
 # The summary has a column per peer: nbdkit-cache always, the others when a workload has them.
 PEER_HEADINGS = {"nbdkit-cache": "vs nbdkit cache", "nbdkit-cache-capped": "vs nbdkit cache, capped"}
-LIMIT_NAMES = {"nbdkit-memory": "memory", "nbdkit-tmpfs": "tmpfs", "fio-device": "device",
+LIMIT_NAMES = {"nbdkit-memory": "memory", "nbdkit-tmpfs": "tmpfs", "nbdkit-backing": "backing store", "fio-device": "device",
                "qemu-nbd-device": "device via qemu-nbd"}
 
 

@@ -18,6 +18,9 @@ Systems:
 - `nbdkit-memory`: `nbdkit memory` holding the workload's bytes (written into it before
   the first read): the protocol path's limit for ARC hits.
 - `nbdkit-tmpfs`: `nbdkit file` on a tmpfs copy of the data: the protocol path's limit.
+- `nbdkit-backing`: `nbdkit file` over `--filter=delay` with larch's delays and no cache:
+  the backing store alone, as the cached systems see it (what a write cache must at least
+  keep up with).
 - `fio-device`: fio reading a file directly (io_uring, O_DIRECT): the device's limit.
 - `qemu-nbd-device`: qemu-nbd serving the same file read-only (O_DIRECT, io_uring) and fio
   reading it through NBD: the device's limit through the NBD path, with no cache at all.
@@ -45,11 +48,12 @@ LABELS = {
     "nbdkit-cache-capped": "nbdkit cache filter, capped",
     "nbdkit-memory": "nbdkit memory",
     "nbdkit-tmpfs": "nbdkit file on tmpfs",
+    "nbdkit-backing": "the backing store alone (nbdkit + delay)",
     "fio-device": "fio on the cache device file",
     "qemu-nbd-device": "qemu-nbd on the cache device file",
 }
 
-NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-cache-capped", "nbdkit-memory", "nbdkit-tmpfs")
+NBDKIT_SYSTEMS = ("nbdkit-cache", "nbdkit-cache-capped", "nbdkit-memory", "nbdkit-tmpfs", "nbdkit-backing")
 
 # The systems that read larch's cache device file itself (its limit, directly and through NBD).
 DEVICE_LIMITS = ("fio-device", "qemu-nbd-device")
@@ -561,6 +565,25 @@ class NbdkitTmpfs(System):
             self.shm_dir = None
 
 
+class NbdkitBacking(System):
+    """nbdkit file over the delay filter, no cache: the backing store alone."""
+
+    name = "nbdkit-backing"
+
+    def start(self):
+        scale = self.ctx.scale
+        argv = [
+            "nbdkit", "-f", "-U", self.socket_path, "--filter=delay", "file", self.ctx.backing,
+            "rdelay=%dms" % scale.read_latency_ms, "wdelay=%dms" % scale.write_latency_ms,
+        ]
+        self.commands.append(argv)
+        self.server = Server(argv, os.path.join(self.dir, "nbdkit.log"))
+        self.server.wait_listening(self.socket_path)
+
+    def target(self):
+        return {"ioengine": "nbd", "uri": "nbd+unix:///?socket=%s" % self.socket_path}
+
+
 class Device(System):
     """fio directly on a file (io_uring, O_DIRECT): nothing to start."""
 
@@ -634,6 +657,8 @@ def make(name, ctx, directory, device_path=None, prefill_cache=False):
         return NbdkitMemory(ctx, directory)
     if name == "nbdkit-tmpfs":
         return NbdkitTmpfs(ctx, directory)
+    if name == "nbdkit-backing":
+        return NbdkitBacking(ctx, directory)
     if name == "fio-device":
         return Device(ctx, directory, device_path)
     if name == "qemu-nbd-device":

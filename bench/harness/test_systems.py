@@ -80,7 +80,8 @@ class CappedSetup(unittest.TestCase):
         with tempfile.TemporaryDirectory() as directory:
             self.assertIsInstance(systems.make("nbdkit-cache-capped", context(), directory), systems.NbdkitCacheCapped)
             self.assertIsInstance(systems.make("nbdkit-memory", context(), directory), systems.NbdkitMemory)
-        for name in ("nbdkit-cache-capped", "nbdkit-memory"):
+            self.assertIsInstance(systems.make("nbdkit-backing", context(), directory), systems.NbdkitBacking)
+        for name in ("nbdkit-cache-capped", "nbdkit-memory", "nbdkit-backing"):
             self.assertIn(name, systems.NBDKIT_SYSTEMS)
             self.assertIn(name, systems.LABELS)
 

@@ -322,10 +322,13 @@ WORKLOADS = (
         what="fio 4K random writes (4 jobs x QD8, no flushes) over ARC + 3/4 of L2 of a "
         "fresh volume (8K blocks: every write is a read-modify-write of a block, in larch "
         "and in nbdkit's 64K cache blocks alike). larch runs with the ARC only (L2ARC off) "
-        "and with a cache device: the cache device must do no harm to writes.",
+        "and with a cache device: the cache device must do no harm to writes. The backing "
+        "store alone (nbdkit with the same delays, no cache) is the rate a write cache must "
+        "at least keep up with (a write to it needs no read first).",
         kind="steady",
-        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-tmpfs"),
-        refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs")),
+        systems=("larch-arc", "larch-l2", "nbdkit-cache", "nbdkit-tmpfs", "nbdkit-backing"),
+        refs=(("base", "larch-arc"), ("peer", "nbdkit-cache"), ("limit", "nbdkit-tmpfs"),
+              ("limit", "nbdkit-backing")),
         headline=(("larch-l2", ""),),
         job={"rw": "randwrite", "bs": "4k", "numjobs": 4, "iodepth": 8, "randrepeat": 0, "norandommap": None},
         region="in_l2_bytes",
