@@ -3,12 +3,15 @@
 #  1. seed 004: sync writes (fio fsync=1: an NBD FLUSH after every write) with and without
 #     a log device, the backing store slowed to a disk's figures (injected 5 ms per write);
 #  2. async write throughput against fio on the same backing file directly (O_DIRECT),
-#     and the TXG sync time;
+#     qemu-nbd writing that file with O_DIRECT (the NBD path's own limit) and the engine
+#     alone (examples/write_path: the syncer with no socket in the way), and the TXG sync
+#     time; the three are run in turns, ROUNDS times (default 2);
 #  3. "do no harm": 4K random write IOPS with a cache device vs without.
 #
-#   bench/write-path.sh [SECONDS]          (default 20 s per run)
+#   bench/write-path.sh [SECONDS] [SECTIONS]   (default 20 s per run, sections 123)
 #
-# Needs fio with the nbd engine and a release build (cargo build --release).
+# Needs fio with the nbd engine, qemu-nbd, and a release build (cargo build --release
+# --bin larch; cargo build --release -p larch-engine --example write_path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -56,6 +59,7 @@ fio_nbd() { # pool, label, fio args...
 
 echo "date $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"
 echo
+if [[ ${2:-123} == *1* ]]; then
 echo "### 1. Sync writes (fsync=1), backing store writes slowed by 5 ms"
 echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---|"
@@ -68,17 +72,35 @@ for p in hdd hddlog; do
     stop $p
 done
 echo
+fi
+if [[ ${2:-123} == *2* ]]; then
 echo "### 2. Async writes vs the backing file (no injected latency)"
 echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---|"
-pool fast 0 0 0 128K
-start fast
-fio_nbd fast "larch, seq 1M, QD8, async" --rw=write --bs=1M --iodepth=8
-stop fast
-fio --name=raw --filename="$work/fast/vol.img" --direct=1 --ioengine=libaio --rw=write --bs=1M \
-    --iodepth=8 --size=4G --time_based --runtime="$secs" --output-format=json > "$work/fio.json"
-report "fio on the backing file, O_DIRECT, seq 1M, QD8" "$work/fio.json" /nonexistent
+for _ in $(seq "${ROUNDS:-2}"); do
+    rm -rf "$work/fast"; pool fast 0 0 0 128K
+    start fast
+    fio_nbd fast "larch, seq 1M, QD8, async" --rw=write --bs=1M --iodepth=8
+    stop fast
+    fio --name=raw --filename="$work/fast/vol.img" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+        --iodepth=8 --size=4G --time_based --runtime="$secs" --output-format=json > "$work/fio.json"
+    report "fio on the backing file, O_DIRECT, seq 1M, QD8" "$work/fio.json" /nonexistent
+    qemu-nbd --format=raw --cache=none --aio=io_uring --shared=8 --persistent \
+        --socket="$work/qemu.sock" "$work/fast/vol.img" 2>>"$work/serve.log" &
+    qpid=$!
+    for _ in $(seq 50); do [ -S "$work/qemu.sock" ] && break; sleep 0.1; done
+    fio --name=w --ioengine=nbd --uri="nbd+unix:///?socket=$work/qemu.sock" --size=4G \
+        --time_based --runtime="$secs" --output-format=json --rw=write --bs=1M --iodepth=8 > "$work/fio.json"
+    kill "$qpid"; wait "$qpid" 2>/dev/null || true
+    report "qemu-nbd on the backing file (O_DIRECT, io_uring), seq 1M, QD8" "$work/fio.json" /nonexistent
+    engine=$PWD/target/release/examples/write_path
+    if [ -x "$engine" ]; then
+        echo "| engine alone (examples/write_path, 2 writer threads, 128K blocks): $("$engine" "$work/engine.img" "$secs" 128 2 | sed -n 1p) |"
+    fi
+done
 echo
+fi
+if [[ ${2:-123} == *3* ]]; then
 echo "### 3. 4K random writes, cache device vs none (do no harm)"
 echo "| run | MB/s | IOPS | write p50 ms | write p99 ms | flush p50 ms | flush p99 ms | TXGs |"
 echo "|---|---:|---:|---:|---:|---:|---:|---|"
@@ -89,3 +111,4 @@ for p in nol2 l2 nol2 l2; do
         --rw=randwrite --bs=4k --iodepth=16 --size=1G
     stop $p
 done
+fi
