@@ -10,7 +10,7 @@ use larch_format::{
 };
 use larch_io::{AlignedBuf, BlockDevice, IoError};
 
-use crate::{Geometry, L2Error};
+use crate::{BlockKey, Geometry, L2Error};
 
 /// The header a reader chose, and what the other slot held.
 #[derive(Clone, Debug)]
@@ -622,6 +622,37 @@ pub struct RestoredEntry {
     pub ring_pos: u64,
 }
 
+/// One entry of the log as a streaming rebuild ([`rebuild_with`]) meets it, newest
+/// first: a data entry whose record lies above the evict floor, or a tombstone.
+#[derive(Clone, Copy, Debug)]
+pub struct Sighting<'a> {
+    /// The entry as it was logged.
+    pub entry: &'a LogEntryPhys,
+    /// Ring position of its record; `None` for a tombstone.
+    pub ring_pos: Option<u64>,
+}
+
+impl Sighting<'_> {
+    /// The block the entry is about.
+    pub fn key(&self) -> BlockKey {
+        BlockKey {
+            volume_guid: self.entry.volume_guid,
+            block_number: self.entry.block_number,
+        }
+    }
+}
+
+/// What the visitor of [`rebuild_with`] answers for a [`Sighting`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The first entry of its key in the walk: it is the live one (a data entry is
+    /// restored, a tombstone hides every older entry of the key). The visitor remembers
+    /// the key from now on.
+    First,
+    /// A newer entry or tombstone of the key came before: this one is superseded.
+    Again,
+}
+
 /// Rebuild counters (OpenZFS `l2_rebuild_*` names; the last five are larch's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RebuildStats {
@@ -677,6 +708,17 @@ impl RebuildStats {
     }
 }
 
+/// How a streaming rebuild ([`rebuild_with`]) ended.
+#[derive(Debug)]
+pub struct RebuildEnd {
+    /// Accepted log blocks, newest first (64 bytes each: one per ~1000 entries).
+    pub blocks: Vec<LogBlockPtrPhys>,
+    /// Why the walk stopped.
+    pub stop: StopReason,
+    /// Counters.
+    pub stats: RebuildStats,
+}
+
 /// What a rebuild found.
 #[derive(Debug)]
 pub struct RebuildOutcome {
@@ -691,51 +733,86 @@ pub struct RebuildOutcome {
 }
 
 /// Rebuilds the live entries of a device whose header was validated with
-/// [`validate_header`].
+/// [`validate_header`], collecting them: [`rebuild_with`] with a set of the keys seen and
+/// a vector of the entries restored (about 100 bytes per entry while it runs). Tools and
+/// tests use it; the engine streams instead.
 pub fn rebuild(
     dev: &dyn BlockDevice,
     header: &DevHeaderPhys,
     options: &mut RebuildOptions<'_>,
 ) -> RebuildOutcome {
+    let mut entries = Vec::new();
+    let mut seen: HashSet<BlockKey> = HashSet::new();
+    let end = rebuild_with(dev, header, options, &mut |sighting| {
+        if !seen.insert(sighting.key()) {
+            return Seen::Again;
+        }
+        if let Some(ring_pos) = sighting.ring_pos {
+            entries.push(RestoredEntry {
+                entry: *sighting.entry,
+                ring_pos,
+            });
+        }
+        Seen::First
+    });
+    RebuildOutcome {
+        entries,
+        blocks: end.blocks,
+        stop: end.stop,
+        stats: end.stats,
+    }
+}
+
+/// The streaming rebuild: walks the log of a device whose header was validated with
+/// [`validate_header`] and hands `visit` every entry newest first as its block is
+/// accepted, data entries whose record lies behind the evict hand excepted (counted as
+/// evicted). The visitor keeps the set of keys it has met and answers whether this is
+/// the first entry of its key ([`Seen::First`]: a data entry is restored, a tombstone
+/// hides the key from then on) or not ([`Seen::Again`]: superseded). Nothing per entry is
+/// kept here, so the caller decides what a restored entry costs in memory.
+///
+/// The counters, the progress callback, `max_entries` (checked after each block, against
+/// the data entries restored so far) and cancellation behave as in [`rebuild`], which is
+/// this function with a collecting visitor.
+pub fn rebuild_with(
+    dev: &dyn BlockDevice,
+    header: &DevHeaderPhys,
+    options: &mut RebuildOptions<'_>,
+    visit: &mut dyn FnMut(Sighting<'_>) -> Seen,
+) -> RebuildEnd {
     let geo = Walker::new(header).geo;
     let floor_pos = header.evict_hand_pos.saturating_sub(geo.ring_bytes());
     let mut stats = RebuildStats::default();
-    let mut entries = Vec::new();
-    let mut blocks = Vec::new();
-    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut blocks = Vec::with_capacity(header.log_block_count.min(1 << 16) as usize);
     let mut progress = RebuildProgress {
         ring_bytes_total: header.write_hand_pos - floor_pos.min(header.write_hand_pos),
         ..RebuildProgress::default()
     };
     let mut hit_limit = false;
-    let mut visit = |valid: ValidBlock| {
+    let mut on_block = |valid: ValidBlock| {
         blocks.push(valid.ptr);
         stats.l2_rebuild_log_blks += 1;
         // Newest first: the last entry of the block was appended last.
         for (entry, pos) in valid.block.entries.iter().zip(&valid.entry_pos).rev() {
-            let key = (entry.volume_guid, entry.block_number);
             if let Some(pos) = *pos
                 && pos < floor_pos
             {
                 stats.l2_rebuild_evicted += 1;
                 continue;
             }
-            if !seen.insert(key) {
+            let ring_pos = *pos;
+            if visit(Sighting { entry, ring_pos }) == Seen::Again {
                 stats.l2_rebuild_superseded += 1;
                 continue;
             }
-            if let Some(ring_pos) = *pos {
+            if ring_pos.is_some() {
                 stats.l2_rebuild_bufs += 1;
                 stats.l2_rebuild_size += u64::from(entry.logical_size);
                 stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));
-                entries.push(RestoredEntry {
-                    entry: *entry,
-                    ring_pos,
-                });
             }
         }
         progress.log_blocks += 1;
-        progress.entries = entries.len() as u64;
+        progress.entries = stats.l2_rebuild_bufs;
         progress.ring_bytes_walked = header.write_hand_pos.saturating_sub(valid.ptr.block_pos);
         if let Some(limit) = options.max_entries
             && progress.entries >= limit
@@ -748,7 +825,7 @@ pub fn rebuild(
             None => ControlFlow::Continue(()),
         }
     };
-    let end = walk_log(dev, header, options.prefetch, &mut visit);
+    let end = walk_log(dev, header, options.prefetch, &mut on_block);
     let mut stop = end.reason;
     if hit_limit {
         stop = StopReason::EntryLimit;
@@ -765,8 +842,7 @@ pub fn rebuild(
         },
         StopReason::EntryLimit | StopReason::Cancelled => {}
     }
-    RebuildOutcome {
-        entries,
+    RebuildEnd {
         blocks,
         stop,
         stats,

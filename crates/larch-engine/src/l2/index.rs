@@ -341,6 +341,59 @@ impl DeviceIndex {
         true
     }
 
+    /// Prepends an older copy at ring position `ring_pos` (bytes): what a rebuild does,
+    /// since it walks the log newest first. Positions must not go forwards (not past the
+    /// front entry's), must stay within 2^33 sectors of the newest entry, and must be
+    /// sector-aligned; returns false (nothing indexed) otherwise. The key must not be in
+    /// the index. Once built, the index takes newer copies at the back with
+    /// [`DeviceIndex::push`] as usual.
+    pub fn push_front(&mut self, key: u64, ring_pos: u64, checksum: u64, flags: u8) -> bool {
+        let pos = ring_pos >> self.sector_shift;
+        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+            return false;
+        }
+        if self.len > 0 {
+            let front = self.full_pos(self.at(0));
+            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
+                return false;
+            }
+        } else {
+            self.newest_pos = pos;
+        }
+        debug_assert!(self.find(key).is_none(), "key {key:#x} indexed twice");
+        let entry = Entry::new(
+            key,
+            pos,
+            checksum,
+            flags & (READ | MFU | PREFETCH | METADATA),
+        );
+        if self.head == 0 {
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| vec![Entry::default(); CHUNK].into_boxed_slice());
+            self.chunks.push_front(chunk);
+            self.head = CHUNK;
+        }
+        self.head -= 1;
+        self.len += 1;
+        self.front_seq = self.front_seq.wrapping_sub(1);
+        self.chunks[0][self.head] = entry;
+        let Self {
+            table,
+            chunks,
+            head,
+            front_seq,
+            ..
+        } = self;
+        let (head, front_seq) = (*head, *front_seq as u32);
+        table.insert_unique(hash_key(key), front_seq, |&s| {
+            let slot = head + s.wrapping_sub(front_seq) as usize;
+            hash_key(chunks[slot / CHUNK][slot % CHUNK].key())
+        });
+        true
+    }
+
     /// Removes `key`'s entry, readable or bad (the block was overwritten, or its device
     /// goes): it leaves the table at once and its queue slot is marked dead. Returns what
     /// it was.
@@ -434,6 +487,30 @@ impl DeviceIndex {
             }
         }
         assert_eq!(live, self.table.len(), "table and queue disagree");
+    }
+}
+
+/// A set of index keys (8 bytes and a control byte per slot): what a rebuild remembers
+/// of the keys it met but did not index.
+#[derive(Default)]
+pub(crate) struct KeySet {
+    table: HashTable<u64>,
+}
+
+impl KeySet {
+    /// Adds `key`; false if it was there.
+    pub(crate) fn insert(&mut self, key: u64) -> bool {
+        let hash = hash_key(key);
+        if self.table.find(hash, |&k| k == key).is_some() {
+            return false;
+        }
+        self.table.insert_unique(hash, key, |&k| hash_key(k));
+        true
+    }
+
+    /// Whether `key` is in the set.
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        self.table.find(hash_key(key), |&k| k == key).is_some()
     }
 }
 
@@ -531,33 +608,89 @@ impl ShardL2 {
     }
 }
 
+/// Which of the by-state counters a copy counts in: 0 prefetch, 1 MFU, 2 MRU.
+fn state_of(flags: u8) -> usize {
+    if flags & PREFETCH != 0 {
+        0
+    } else if flags & MFU != 0 {
+        1
+    } else {
+        2
+    }
+}
+
+/// Which of the by-type counters a copy counts in: 0 metadata, 1 data.
+fn type_of(flags: u8) -> usize {
+    usize::from(flags & METADATA == 0)
+}
+
 /// Adds (`add`) or removes a copy of `psize` bytes in the L2 size counters.
 pub(crate) fn account(copy: &Copy, psize: u32, stats: &EngineStats, add: bool) {
-    let update = |counter: &AtomicU64, bytes: u64| {
-        if add {
-            counter.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            counter.fetch_sub(bytes, Ordering::Relaxed);
+    let mut tally = Tally::default();
+    tally.add(copy.flags, psize);
+    if add {
+        tally.apply(stats);
+    } else {
+        tally.withdraw(stats);
+    }
+}
+
+/// The L2 size counters of many copies, summed before they are applied at once (a
+/// rebuild indexes millions of copies and publishes them when it attaches its index).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tally {
+    blocks: u64,
+    bytes: u64,
+    by_state: [u64; 3],
+    by_type: [u64; 2],
+}
+
+impl Tally {
+    /// Counts a copy with index flags `flags` of `psize` bytes.
+    pub(crate) fn add(&mut self, flags: u8, psize: u32) {
+        let bytes = u64::from(psize);
+        self.blocks += 1;
+        self.bytes += bytes;
+        self.by_state[state_of(flags)] += bytes;
+        self.by_type[type_of(flags)] += bytes;
+    }
+
+    /// Uncounts a copy counted with [`Tally::add`].
+    pub(crate) fn sub(&mut self, flags: u8, psize: u32) {
+        let bytes = u64::from(psize);
+        self.blocks -= 1;
+        self.bytes -= bytes;
+        self.by_state[state_of(flags)] -= bytes;
+        self.by_type[type_of(flags)] -= bytes;
+    }
+
+    /// Adds the tally to the engine's counters.
+    pub(crate) fn apply(&self, stats: &EngineStats) {
+        self.update(stats, |counter, v| counter.fetch_add(v, Ordering::Relaxed));
+    }
+
+    /// Takes the tally off the engine's counters.
+    fn withdraw(&self, stats: &EngineStats) {
+        self.update(stats, |counter, v| counter.fetch_sub(v, Ordering::Relaxed));
+    }
+
+    fn update(&self, stats: &EngineStats, op: impl Fn(&AtomicU64, u64) -> u64) {
+        op(&stats.l2_size, self.bytes);
+        op(&stats.l2_asize, self.bytes);
+        op(&stats.l2_blocks, self.blocks);
+        let by_state = [
+            &stats.l2_prefetch_asize,
+            &stats.l2_mfu_asize,
+            &stats.l2_mru_asize,
+        ];
+        for (counter, v) in by_state.into_iter().zip(self.by_state) {
+            op(counter, v);
         }
-    };
-    let asize = u64::from(psize);
-    update(&stats.l2_size, asize);
-    update(&stats.l2_asize, asize);
-    update(&stats.l2_blocks, 1);
-    let by_state = if copy.flags & PREFETCH != 0 {
-        &stats.l2_prefetch_asize
-    } else if copy.flags & MFU != 0 {
-        &stats.l2_mfu_asize
-    } else {
-        &stats.l2_mru_asize
-    };
-    update(by_state, asize);
-    let by_type = if copy.flags & METADATA != 0 {
-        &stats.l2_bufc_metadata_asize
-    } else {
-        &stats.l2_bufc_data_asize
-    };
-    update(by_type, asize);
+        let by_type = [&stats.l2_bufc_metadata_asize, &stats.l2_bufc_data_asize];
+        for (counter, v) in by_type.into_iter().zip(self.by_type) {
+            op(counter, v);
+        }
+    }
 }
 
 /// Index flags of a copy fed or restored with these properties.
@@ -656,6 +789,118 @@ mod tests {
         assert!(DeviceIndex::new(0, 1 << 50, 512).is_none());
         assert!(DeviceIndex::new(0, 1 << 40, 3).is_none());
         ix.check();
+    }
+
+    #[test]
+    fn push_front_builds_the_same_index_as_push() {
+        let mut back = index();
+        let mut front = index();
+        for i in 0..5000u64 {
+            assert!(back.push(pack_key(2, i), i * 4096, i, MFU));
+        }
+        for i in (0..5000u64).rev() {
+            assert!(front.push_front(pack_key(2, i), i * 4096, i, MFU));
+        }
+        front.check();
+        assert_eq!((front.len(), front.live()), (back.len(), back.live()));
+        for i in 0..5000u64 {
+            assert_eq!(
+                front.get(pack_key(2, i)),
+                back.get(pack_key(2, i)),
+                "block {i}"
+            );
+        }
+        // Equal positions are allowed (the ring writes nothing at one position twice, but
+        // the index does not need to know); forwards and unaligned ones are not.
+        assert!(front.push_front(pack_key(3, 0), 0, 7, 0));
+        assert!(!front.push_front(pack_key(3, 1), 4096, 7, 0), "forwards");
+        assert!(front.push_front(pack_key(3, 1), 0, 7, 0), "equal again");
+        let mut fresh = index();
+        assert!(!fresh.push_front(pack_key(3, 2), 513, 0, 0), "unaligned");
+        assert!(!fresh.push_front(1 << 60, 0, 0, 0), "key too wide");
+        front.check();
+        // Newer copies then go to the back, and the evict hand pops the front.
+        assert!(front.push(pack_key(4, 0), 5000 * 4096, 1, 0));
+        assert!(!front.push(pack_key(4, 1), 4999 * 4096, 1, 0), "backwards");
+        let mut gone = 0;
+        front.evict_below(100 * 4096, |_, _| gone += 1);
+        assert_eq!(gone, 102, "blocks 0..100 and the two at position 0");
+        front.check();
+    }
+
+    #[test]
+    fn push_front_refuses_a_span_the_position_field_cannot_hold() {
+        let mut ix = DeviceIndex::new(0, 1 << 40, 512).expect("valid");
+        let newest = 1u64 << 42;
+        assert!(ix.push_front(pack_key(0, 0), newest, 0, 0));
+        let limit = newest - (1u64 << (POS_BITS - 1)) * 512;
+        assert!(!ix.push_front(pack_key(0, 1), limit, 0, 0));
+        assert!(ix.push_front(pack_key(0, 1), limit + 512, 0, 0));
+        assert_eq!(
+            ix.get(pack_key(0, 1)).map(|c| c.ring_pos),
+            Some(limit + 512)
+        );
+        ix.check();
+    }
+
+    /// A rebuild's order against a model: copies arrive newest first (positions falling),
+    /// some keys twice (the older one is refused by the caller, as a rebuild does), then
+    /// the built index serves removals, newer pushes and evictions like one built by
+    /// `push`; chunk boundaries are crossed in both directions.
+    #[test]
+    fn push_front_against_a_model() {
+        use std::collections::BTreeMap;
+        let ring = 1u64 << 30;
+        let mut ix = DeviceIndex::new(0, ring, 512).expect("valid");
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut rng = 0x9e37_79b9u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Newest first, from the middle of the second lap downwards.
+        let mut pos = ring + (ring / 2);
+        for _ in 0..(3 * CHUNK + 17) {
+            let key = pack_key(1, next() % 5000);
+            pos -= 512 * (1 + next() % 4);
+            if model.contains_key(&key) {
+                continue;
+            }
+            assert!(ix.push_front(key, pos, key ^ pos, 0));
+            model.insert(key, pos);
+        }
+        ix.check();
+        assert_eq!(ix.live(), model.len());
+        let mut pos = ring + (ring / 2);
+        for step in 0..20_000u64 {
+            let key = pack_key(1, next() % 5000);
+            match step % 3 {
+                0 => assert_eq!(ix.remove(key).map(|c| c.ring_pos), model.remove(&key)),
+                _ => {
+                    if let Some(old) = ix.remove(key) {
+                        assert_eq!(model.remove(&key), Some(old.ring_pos));
+                    }
+                    assert!(ix.push(key, pos, key ^ pos, 0));
+                    model.insert(key, pos);
+                    pos += 512;
+                }
+            }
+            let floor = pos.saturating_sub(ring / 256);
+            ix.evict_below(floor, |k, c| {
+                assert_eq!(model.remove(&k), Some(c.ring_pos), "evicted copy in model");
+            });
+            if step % 1009 == 0 {
+                ix.check();
+            }
+        }
+        ix.check();
+        for (key, p) in &model {
+            let c = ix.get(*key).expect("model copy indexed");
+            assert_eq!((c.ring_pos, c.checksum), (*p, key ^ p));
+        }
+        assert_eq!(ix.live(), model.len());
     }
 
     /// Many laps of a small ring: positions wrap the position field, sequence numbers
