@@ -12,7 +12,7 @@ use larch_io::{AlignedBuf, BlockDevice};
 use larch_policy::ring::RingSpace;
 
 use crate::rebuild::{
-    RebuildEnd, RebuildOptions, RebuildOutcome, Seen, Sighting, read_header, rebuild, rebuild_with,
+    RebuildEnd, RebuildOptions, RebuildOutcome, Restorer, read_header, rebuild, rebuild_with,
     validate_header,
 };
 use crate::{BlockKey, Geometry, L2Error};
@@ -306,7 +306,7 @@ impl<D: BlockDevice> L2Device<D> {
         Ok((l2, outcome))
     }
 
-    /// [`L2Device::open`] with a streaming rebuild ([`rebuild_with`]): `visit` meets every
+    /// [`L2Device::open`] with a streaming rebuild ([`rebuild_with`]): `restorer` meets every
     /// entry of the log newest first and keeps what it wants; the writer keeps no record
     /// index (as after [`L2Device::set_track_records`]`(false)`), so nothing per entry is
     /// held here. What the engine opens its cache devices with.
@@ -314,10 +314,10 @@ impl<D: BlockDevice> L2Device<D> {
         dev: D,
         expect: Option<(u64, u64)>,
         options: &mut RebuildOptions<'_>,
-        visit: &mut dyn FnMut(Sighting<'_>) -> Seen,
+        restorer: &mut dyn Restorer,
     ) -> Result<(Self, RebuildEnd), L2Error> {
         let (header, geo) = Self::read_valid_header(&dev, expect)?;
-        let end = rebuild_with(&dev, &header, options, visit);
+        let end = rebuild_with(&dev, &header, options, restorer);
         let mut l2 = Self::resume(dev, geo, &header, &end.blocks);
         l2.track_records = false;
         Ok((l2, end))

@@ -59,8 +59,8 @@ pub use larch_format::{ArcState, Compression, ContentType, EntryKind, LogEntryPh
 pub use read::{CopyRef, ReadError, read_copy, read_verified, verify_copy};
 pub use rebuild::{
     BlockError, HeaderRead, ProgressFn, RebuildEnd, RebuildOptions, RebuildOutcome,
-    RebuildProgress, RebuildStats, RestoredEntry, Seen, Sighting, StopReason, ValidBlock, WalkEnd,
-    read_header, rebuild, rebuild_with, validate_header, walk_log,
+    RebuildProgress, RebuildStats, RestoredEntry, Restorer, Seen, Sighting, StopReason, ValidBlock,
+    WalkEnd, read_header, rebuild, rebuild_with, validate_header, walk_log,
 };
 
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};

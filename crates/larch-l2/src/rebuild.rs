@@ -204,9 +204,9 @@ pub struct WalkEnd {
 /// Stops at the first structure that fails a check.
 ///
 /// With `prefetch` and two chains, two helper threads each follow one chain (read,
-/// verify, decode, then follow `prev_lbp`), so two block reads are in flight while
-/// `visit` runs; the walk still accepts blocks strictly in sequence order and applies
-/// every check itself. With one chain the next address is only known after the current
+/// verify, decode, check the entries, then follow `prev_lbp`), so two block reads are in
+/// flight while `visit` runs; the walk still accepts blocks strictly in sequence order
+/// and checks each pointer against the walk so far itself. With one chain the next address is only known after the current
 /// block is decoded, so reads cannot overlap: that is what the interleaved chains buy.
 pub fn walk_log(
     dev: &dyn BlockDevice,
@@ -246,11 +246,14 @@ pub fn walk_log(
 
 /// What a chain follower hands to the walk.
 enum ChainMsg {
-    /// A block it read (or failed to read).
-    Block(LogBlockPtrPhys, Result<LogBlockPhys, BlockError>),
+    /// A block it read and checked (or failed to).
+    Block(LogBlockPtrPhys, Result<Checked, BlockError>),
     /// The chain ended here.
     End(StopReason),
 }
+
+/// A decoded block whose entries passed [`Walker::check_block`], with their positions.
+type Checked = (LogBlockPhys, Vec<Option<u64>>);
 
 struct Walker {
     geo: Geometry,
@@ -300,19 +303,19 @@ impl Walker {
         }
     }
 
-    /// Checks a block read for `ptr` in walk order, advancing the cursor when it is
-    /// accepted.
+    /// Checks a block read for `ptr` in walk order (its pointer against the walk so far;
+    /// its contents were checked by [`Walker::read_checked`]), advancing the cursor when
+    /// it is accepted.
     fn accept(
         &self,
         cursor: &mut Cursor,
         ptr: LogBlockPtrPhys,
-        result: Result<LogBlockPhys, BlockError>,
+        result: Result<Checked, BlockError>,
     ) -> Result<ValidBlock, StopReason> {
         let invalid = |error| StopReason::Invalid { ptr, error };
         self.check_ptr(&ptr, cursor.expected_seq, cursor.limit_pos)
             .map_err(|why| invalid(BlockError::BadPointer(why)))?;
-        let block = result.map_err(invalid)?;
-        let entry_pos = self.check_block(&ptr, &block).map_err(invalid)?;
+        let (block, entry_pos) = result.map_err(invalid)?;
         cursor.expected_seq = ptr.sequence - 1;
         cursor.limit_pos = ptr.block_pos;
         Ok(ValidBlock {
@@ -360,7 +363,7 @@ impl Walker {
             }
             // Never read where the pointer cannot be: the error would hide why.
             let result = match self.check_ptr(&cur, cursor.expected_seq, cursor.limit_pos) {
-                Ok(()) => read_block(dev, &self.geo, &cur),
+                Ok(()) => self.read_checked(dev, &cur),
                 Err(why) => Err(BlockError::BadPointer(why)),
             };
             let valid = match self.accept(&mut cursor, cur, result) {
@@ -398,10 +401,10 @@ impl Walker {
             }
             // Only the bounds here; the walk checks sequence and order on receipt.
             let result = match self.check_ptr(&ptr, ptr.sequence, self.header.write_hand_pos) {
-                Ok(()) => read_block(dev, &self.geo, &ptr),
+                Ok(()) => self.read_checked(dev, &ptr),
                 Err(why) => Err(BlockError::BadPointer(why)),
             };
-            let next = result.as_ref().ok().map(|block| block.prev);
+            let next = result.as_ref().ok().map(|(block, _)| block.prev);
             if tx.send(ChainMsg::Block(ptr, result)).is_err() {
                 return;
             }
@@ -486,6 +489,18 @@ impl Walker {
             ));
         }
         Ok(())
+    }
+
+    /// Reads, verifies and decodes the block `ptr` points at, and checks its entries
+    /// ([`Walker::check_block`]): the work a chain follower does off the walk's thread.
+    fn read_checked(
+        &self,
+        dev: &dyn BlockDevice,
+        ptr: &LogBlockPtrPhys,
+    ) -> Result<Checked, BlockError> {
+        let block = read_block(dev, &self.geo, ptr)?;
+        let entry_pos = self.check_block(ptr, &block)?;
+        Ok((block, entry_pos))
     }
 
     /// Checks a decoded block's entries against the ring and the block's payload range,
@@ -653,6 +668,28 @@ pub enum Seen {
     Again,
 }
 
+/// What a streaming rebuild ([`rebuild_with`]) hands the log's entries to. Any
+/// `FnMut(Sighting) -> Seen` closure is one.
+pub trait Restorer {
+    /// One entry, newest first: whether it is the first of its key.
+    fn sight(&mut self, sighting: Sighting<'_>) -> Seen;
+
+    /// The entries of one accepted log block, newest first: pushes one answer per entry
+    /// onto `seen` (empty on entry), in the order of `sightings`. The default asks
+    /// [`Restorer::sight`] for each in turn. An implementation may decide them in another
+    /// order (grouped for its memory's sake, say) as long as the entries of one key are
+    /// decided in the order given, since the first of a key is the newest.
+    fn sight_block(&mut self, sightings: &[Sighting<'_>], seen: &mut Vec<Seen>) {
+        seen.extend(sightings.iter().map(|s| self.sight(*s)));
+    }
+}
+
+impl<F: FnMut(Sighting<'_>) -> Seen> Restorer for F {
+    fn sight(&mut self, sighting: Sighting<'_>) -> Seen {
+        self(sighting)
+    }
+}
+
 /// Rebuild counters (OpenZFS `l2_rebuild_*` names; the last five are larch's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RebuildStats {
@@ -743,7 +780,7 @@ pub fn rebuild(
 ) -> RebuildOutcome {
     let mut entries = Vec::new();
     let mut seen: HashSet<BlockKey> = HashSet::new();
-    let end = rebuild_with(dev, header, options, &mut |sighting| {
+    let end = rebuild_with(dev, header, options, &mut |sighting: Sighting<'_>| {
         if !seen.insert(sighting.key()) {
             return Seen::Again;
         }
@@ -764,21 +801,22 @@ pub fn rebuild(
 }
 
 /// The streaming rebuild: walks the log of a device whose header was validated with
-/// [`validate_header`] and hands `visit` every entry newest first as its block is
-/// accepted, data entries whose record lies behind the evict hand excepted (counted as
-/// evicted). The visitor keeps the set of keys it has met and answers whether this is
-/// the first entry of its key ([`Seen::First`]: a data entry is restored, a tombstone
-/// hides the key from then on) or not ([`Seen::Again`]: superseded). Nothing per entry is
-/// kept here, so the caller decides what a restored entry costs in memory.
+/// [`validate_header`] and hands `restorer` every entry newest first, a block at a time
+/// as each is accepted, data entries whose record lies behind the evict hand excepted
+/// (counted as evicted). The restorer keeps the set of keys it has met and answers for
+/// each entry whether it is the first of its key ([`Seen::First`]: a data entry is
+/// restored, a tombstone hides the key from then on) or not ([`Seen::Again`]:
+/// superseded). Nothing per entry is kept here, so the caller decides what a restored
+/// entry costs in memory.
 ///
 /// The counters, the progress callback, `max_entries` (checked after each block, against
 /// the data entries restored so far) and cancellation behave as in [`rebuild`], which is
-/// this function with a collecting visitor.
+/// this function with a collecting closure.
 pub fn rebuild_with(
     dev: &dyn BlockDevice,
     header: &DevHeaderPhys,
     options: &mut RebuildOptions<'_>,
-    visit: &mut dyn FnMut(Sighting<'_>) -> Seen,
+    restorer: &mut dyn Restorer,
 ) -> RebuildEnd {
     let geo = Walker::new(header).geo;
     let floor_pos = header.evict_hand_pos.saturating_sub(geo.ring_bytes());
@@ -789,10 +827,14 @@ pub fn rebuild_with(
         ..RebuildProgress::default()
     };
     let mut hit_limit = false;
+    let mut seen = Vec::new();
     let mut on_block = |valid: ValidBlock| {
+        // The block's entries borrow it, so this buffer lives for one block.
+        let mut sightings = Vec::with_capacity(valid.block.entries.len());
         blocks.push(valid.ptr);
         stats.l2_rebuild_log_blks += 1;
         // Newest first: the last entry of the block was appended last.
+        sightings.clear();
         for (entry, pos) in valid.block.entries.iter().zip(&valid.entry_pos).rev() {
             if let Some(pos) = *pos
                 && pos < floor_pos
@@ -800,12 +842,25 @@ pub fn rebuild_with(
                 stats.l2_rebuild_evicted += 1;
                 continue;
             }
-            let ring_pos = *pos;
-            if visit(Sighting { entry, ring_pos }) == Seen::Again {
+            sightings.push(Sighting {
+                entry,
+                ring_pos: *pos,
+            });
+        }
+        seen.clear();
+        restorer.sight_block(&sightings, &mut seen);
+        assert_eq!(
+            seen.len(),
+            sightings.len(),
+            "the restorer answered {} of {} entries",
+            seen.len(),
+            sightings.len()
+        );
+        for (sighting, seen) in sightings.iter().zip(&seen) {
+            if *seen == Seen::Again {
                 stats.l2_rebuild_superseded += 1;
-                continue;
-            }
-            if ring_pos.is_some() {
+            } else if sighting.ring_pos.is_some() {
+                let entry = sighting.entry;
                 stats.l2_rebuild_bufs += 1;
                 stats.l2_rebuild_size += u64::from(entry.logical_size);
                 stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));

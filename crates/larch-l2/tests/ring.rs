@@ -826,20 +826,25 @@ fn streaming_rebuild_agrees_with_the_collecting_one() {
         prefetch: true,
         ..RebuildOptions::default()
     };
-    let (l2, end) = L2Device::open_with(dev, Some((POOL, DEVICE)), &mut options, &mut |s| {
-        if let Some(pos) = s.ring_pos {
-            assert!(pos < last_pos, "position {pos} after {last_pos}");
-            last_pos = pos;
-        }
-        if !seen.insert(s.key()) {
-            return larch_l2::Seen::Again;
-        }
-        match s.ring_pos {
-            Some(ring_pos) => streamed.push((s.key(), s.entry.generation, ring_pos)),
-            None => tombstones_first += 1,
-        }
-        larch_l2::Seen::First
-    })
+    let (l2, end) = L2Device::open_with(
+        dev,
+        Some((POOL, DEVICE)),
+        &mut options,
+        &mut |s: larch_l2::Sighting<'_>| {
+            if let Some(pos) = s.ring_pos {
+                assert!(pos < last_pos, "position {pos} after {last_pos}");
+                last_pos = pos;
+            }
+            if !seen.insert(s.key()) {
+                return larch_l2::Seen::Again;
+            }
+            match s.ring_pos {
+                Some(ring_pos) => streamed.push((s.key(), s.entry.generation, ring_pos)),
+                None => tombstones_first += 1,
+            }
+            larch_l2::Seen::First
+        },
+    )
     .unwrap();
     assert!(end.stop.is_clean(), "{:?}", end.stop);
     assert_eq!(end.stats, collected.stats);

@@ -152,6 +152,18 @@ pub struct Copy {
     pub flags: u8,
 }
 
+/// What [`DeviceIndex::push_front_new`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushFront {
+    /// The copy is indexed.
+    Indexed,
+    /// The key was in the index already; nothing changed.
+    Present,
+    /// The position does not fit (forwards, too far back, unaligned) or the key is too
+    /// wide; nothing changed.
+    Refused,
+}
+
 /// Index of the copies on one cache device (of one engine shard).
 pub struct DeviceIndex {
     chunks: VecDeque<Box<[Entry]>>,
@@ -348,25 +360,62 @@ impl DeviceIndex {
     /// the index. Once built, the index takes newer copies at the back with
     /// [`DeviceIndex::push`] as usual.
     pub fn push_front(&mut self, key: u64, ring_pos: u64, checksum: u64, flags: u8) -> bool {
+        debug_assert!(self.find(key).is_none(), "key {key:#x} indexed twice");
+        self.push_front_new(key, ring_pos, checksum, flags) == PushFront::Indexed
+    }
+
+    /// [`DeviceIndex::push_front`] of a key that may be in the index already, in one
+    /// lookup: [`PushFront::Present`] (nothing changes) if it is.
+    pub fn push_front_new(
+        &mut self,
+        key: u64,
+        ring_pos: u64,
+        checksum: u64,
+        flags: u8,
+    ) -> PushFront {
         let pos = ring_pos >> self.sector_shift;
         if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
-            return false;
+            return self.refused_unless_present(key);
         }
         if self.len > 0 {
             let front = self.full_pos(self.at(0));
             if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
-                return false;
+                return self.refused_unless_present(key);
             }
-        } else {
-            self.newest_pos = pos;
         }
-        debug_assert!(self.find(key).is_none(), "key {key:#x} indexed twice");
         let entry = Entry::new(
             key,
             pos,
             checksum,
             flags & (READ | MFU | PREFETCH | METADATA),
         );
+        // The sequence number the entry gets: one before the front's.
+        let seq = self.front_seq.wrapping_sub(1) as u32;
+        let Self {
+            table,
+            chunks,
+            head,
+            front_seq,
+            ..
+        } = self;
+        let (head, front) = (*head, *front_seq as u32);
+        let at = |s: u32| {
+            let slot = head + s.wrapping_sub(front) as usize;
+            chunks[slot / CHUNK][slot % CHUNK]
+        };
+        match table.entry(
+            hash_key(key),
+            |&s| at(s).key() == key,
+            |&s| hash_key(at(s).key()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => return PushFront::Present,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(seq);
+            }
+        }
+        if self.len == 0 {
+            self.newest_pos = pos;
+        }
         if self.head == 0 {
             let chunk = self
                 .spare
@@ -379,6 +428,20 @@ impl DeviceIndex {
         self.len += 1;
         self.front_seq = self.front_seq.wrapping_sub(1);
         self.chunks[0][self.head] = entry;
+        PushFront::Indexed
+    }
+
+    fn refused_unless_present(&self, key: u64) -> PushFront {
+        if self.contains(key) {
+            PushFront::Present
+        } else {
+            PushFront::Refused
+        }
+    }
+
+    /// Makes room in the hash table for `additional` more keys (a rebuild that knows how
+    /// many entries its log holds grows the table once instead of doubling it).
+    pub fn reserve(&mut self, additional: usize) {
         let Self {
             table,
             chunks,
@@ -386,12 +449,11 @@ impl DeviceIndex {
             front_seq,
             ..
         } = self;
-        let (head, front_seq) = (*head, *front_seq as u32);
-        table.insert_unique(hash_key(key), front_seq, |&s| {
-            let slot = head + s.wrapping_sub(front_seq) as usize;
+        let (head, front) = (*head, *front_seq as u32);
+        table.reserve(additional, |&s| {
+            let slot = head + s.wrapping_sub(front) as usize;
             hash_key(chunks[slot / CHUNK][slot % CHUNK].key())
         });
-        true
     }
 
     /// Removes `key`'s entry, readable or bad (the block was overwritten, or its device
