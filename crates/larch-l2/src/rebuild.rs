@@ -673,15 +673,6 @@ pub enum Seen {
 pub trait Restorer {
     /// One entry, newest first: whether it is the first of its key.
     fn sight(&mut self, sighting: Sighting<'_>) -> Seen;
-
-    /// The entries of one accepted log block, newest first: pushes one answer per entry
-    /// onto `seen` (empty on entry), in the order of `sightings`. The default asks
-    /// [`Restorer::sight`] for each in turn. An implementation may decide them in another
-    /// order (grouped for its memory's sake, say) as long as the entries of one key are
-    /// decided in the order given, since the first of a key is the newest.
-    fn sight_block(&mut self, sightings: &[Sighting<'_>], seen: &mut Vec<Seen>) {
-        seen.extend(sightings.iter().map(|s| self.sight(*s)));
-    }
 }
 
 impl<F: FnMut(Sighting<'_>) -> Seen> Restorer for F {
@@ -801,8 +792,8 @@ pub fn rebuild(
 }
 
 /// The streaming rebuild: walks the log of a device whose header was validated with
-/// [`validate_header`] and hands `restorer` every entry newest first, a block at a time
-/// as each is accepted, data entries whose record lies behind the evict hand excepted
+/// [`validate_header`] and hands `restorer` every entry newest first, as each block is
+/// accepted, data entries whose record lies behind the evict hand excepted
 /// (counted as evicted). The restorer keeps the set of keys it has met and answers for
 /// each entry whether it is the first of its key ([`Seen::First`]: a data entry is
 /// restored, a tombstone hides the key from then on) or not ([`Seen::Again`]:
@@ -827,14 +818,10 @@ pub fn rebuild_with(
         ..RebuildProgress::default()
     };
     let mut hit_limit = false;
-    let mut seen = Vec::new();
     let mut on_block = |valid: ValidBlock| {
-        // The block's entries borrow it, so this buffer lives for one block.
-        let mut sightings = Vec::with_capacity(valid.block.entries.len());
         blocks.push(valid.ptr);
         stats.l2_rebuild_log_blks += 1;
         // Newest first: the last entry of the block was appended last.
-        sightings.clear();
         for (entry, pos) in valid.block.entries.iter().zip(&valid.entry_pos).rev() {
             if let Some(pos) = *pos
                 && pos < floor_pos
@@ -842,25 +829,12 @@ pub fn rebuild_with(
                 stats.l2_rebuild_evicted += 1;
                 continue;
             }
-            sightings.push(Sighting {
-                entry,
-                ring_pos: *pos,
-            });
-        }
-        seen.clear();
-        restorer.sight_block(&sightings, &mut seen);
-        assert_eq!(
-            seen.len(),
-            sightings.len(),
-            "the restorer answered {} of {} entries",
-            seen.len(),
-            sightings.len()
-        );
-        for (sighting, seen) in sightings.iter().zip(&seen) {
-            if *seen == Seen::Again {
+            let ring_pos = *pos;
+            if restorer.sight(Sighting { entry, ring_pos }) == Seen::Again {
                 stats.l2_rebuild_superseded += 1;
-            } else if sighting.ring_pos.is_some() {
-                let entry = sighting.entry;
+                continue;
+            }
+            if ring_pos.is_some() {
                 stats.l2_rebuild_bufs += 1;
                 stats.l2_rebuild_size += u64::from(entry.logical_size);
                 stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));

@@ -431,6 +431,119 @@ impl DeviceIndex {
         PushFront::Indexed
     }
 
+    /// Prepends an older copy like [`DeviceIndex::push_front`], but leaves it out of the
+    /// hash table until [`DeviceIndex::index_unindexed`]: a rebuild appends millions of
+    /// entries in ring order (sequential memory) and fills the table once at the end, in
+    /// the table's own order, instead of one random lookup per entry. Until then the
+    /// index must be used for nothing but more of these pushes. False (nothing done) if
+    /// the position does not fit or the key is too wide, as for `push_front`.
+    pub fn push_front_unindexed(
+        &mut self,
+        key: u64,
+        ring_pos: u64,
+        checksum: u64,
+        flags: u8,
+    ) -> bool {
+        let pos = ring_pos >> self.sector_shift;
+        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+            return false;
+        }
+        if self.len > 0 {
+            let front = self.full_pos(self.at(0));
+            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
+                return false;
+            }
+        } else {
+            self.newest_pos = pos;
+        }
+        let entry = Entry::new(
+            key,
+            pos,
+            checksum,
+            flags & (READ | MFU | PREFETCH | METADATA),
+        );
+        if self.head == 0 {
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| vec![Entry::default(); CHUNK].into_boxed_slice());
+            self.chunks.push_front(chunk);
+            self.head = CHUNK;
+        }
+        self.head -= 1;
+        self.len += 1;
+        self.front_seq = self.front_seq.wrapping_sub(1);
+        self.chunks[0][self.head] = entry;
+        true
+    }
+
+    /// Puts every entry of an index built by [`DeviceIndex::push_front_unindexed`] into
+    /// the hash table. Where a key is in the queue twice, the newer entry (nearer the
+    /// back) is indexed and the older marked dead; `duplicate` is called with the key
+    /// and the older copy. The entries go in grouped by the part of the table they land in, so the
+    /// table is written nearly in order (a few kilobytes at a time) rather than at random.
+    pub fn index_unindexed(&mut self, mut duplicate: impl FnMut(u64, Copy)) {
+        assert!(
+            self.table.is_empty(),
+            "{} keys indexed before the bulk insert",
+            self.table.len()
+        );
+        self.reserve(self.len);
+        // hashbrown's bucket is the hash's low bits under its bucket mask.
+        let buckets = (self.table.capacity() * 8 / 7).next_power_of_two().max(1);
+        let bucket_bits = buckets.trailing_zeros();
+        let group_bits = bucket_bits.min(12);
+        let group_of =
+            |hash: u64| ((hash & (buckets as u64 - 1)) >> (bucket_bits - group_bits)) as usize;
+        // A stable counting sort of (key, place in the queue) by group, newest first, so
+        // that the first of a key to be inserted is its newest entry.
+        let mut counts = vec![0usize; (1 << group_bits) + 1];
+        for i in 0..self.len {
+            counts[group_of(hash_key(self.at(i).key())) + 1] += 1;
+        }
+        for g in 1..counts.len() {
+            counts[g] += counts[g - 1];
+        }
+        let mut order = vec![(0u64, 0u32); self.len];
+        for i in (0..self.len).rev() {
+            let key = self.at(i).key();
+            let slot = &mut counts[group_of(hash_key(key))];
+            order[*slot] = (key, i as u32);
+            *slot += 1;
+        }
+        for (key, i) in order {
+            let i = i as usize;
+            let seq = self.front_seq.wrapping_add(i as u64) as u32;
+            let Self {
+                table,
+                chunks,
+                head,
+                front_seq,
+                ..
+            } = self;
+            let (head, front) = (*head, *front_seq as u32);
+            let at = |s: u32| {
+                let slot = head + s.wrapping_sub(front) as usize;
+                chunks[slot / CHUNK][slot % CHUNK]
+            };
+            let entry = table.entry(
+                hash_key(key),
+                |&s| at(s).key() == key,
+                |&s| hash_key(at(s).key()),
+            );
+            match entry {
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(seq);
+                }
+                hashbrown::hash_table::Entry::Occupied(_) => {
+                    let copy = self.copy_of(self.at(i));
+                    self.at_mut(i).set_flag(DEAD);
+                    duplicate(key, copy);
+                }
+            }
+        }
+    }
+
     fn refused_unless_present(&self, key: u64) -> PushFront {
         if self.contains(key) {
             PushFront::Present
@@ -717,6 +830,12 @@ impl Tally {
         self.by_type[type_of(flags)] += bytes;
     }
 
+    /// Copies counted.
+    #[cfg(test)]
+    pub(crate) fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
     /// Uncounts a copy counted with [`Tally::add`].
     pub(crate) fn sub(&mut self, flags: u8, psize: u32) {
         let bytes = u64::from(psize);
@@ -888,6 +1007,56 @@ mod tests {
         front.evict_below(100 * 4096, |_, _| gone += 1);
         assert_eq!(gone, 102, "blocks 0..100 and the two at position 0");
         front.check();
+    }
+
+    /// An index queued without its table and then built in bulk holds what one built
+    /// entry by entry holds; of two entries of a key the newer (nearer the back) wins.
+    #[test]
+    fn index_unindexed_builds_the_table_push_front_builds() {
+        let mut bulk = DeviceIndex::new(0, 1 << 30, 512).expect("valid");
+        let mut single = DeviceIndex::new(0, 1 << 30, 512).expect("valid");
+        let mut rng = 0x2545_f491u64;
+        let mut pos = 1u64 << 29;
+        let mut seen = std::collections::HashSet::new();
+        let mut dups = 0;
+        for _ in 0..(5 * CHUNK) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = pack_key(1, rng % 4000);
+            pos -= 512 * (1 + rng % 3);
+            assert!(bulk.push_front_unindexed(key, pos, key ^ pos, MFU));
+            if seen.insert(key) {
+                assert!(single.push_front(key, pos, key ^ pos, MFU));
+            } else {
+                dups += 1;
+            }
+        }
+        assert!(dups > 100, "the test needs duplicates: {dups}");
+        assert!(
+            !bulk.push_front_unindexed(pack_key(1, 1), pos + 512, 0, 0),
+            "forwards"
+        );
+        let mut reported = Vec::new();
+        bulk.index_unindexed(|key, copy| reported.push((key, copy.ring_pos)));
+        bulk.check();
+        assert_eq!(reported.len(), dups);
+        assert_eq!(bulk.live(), single.live());
+        for key in &seen {
+            assert_eq!(bulk.get(*key), single.get(*key), "key {key:#x}");
+        }
+        for (key, ring_pos) in reported {
+            let kept = bulk.get(key).expect("the newer copy is indexed");
+            assert!(
+                kept.ring_pos > ring_pos,
+                "{key:#x}: {} kept over {ring_pos}",
+                kept.ring_pos
+            );
+        }
+        // Then it takes newer copies at the back and evicts at the front as usual.
+        assert!(bulk.push(pack_key(2, 0), 1 << 29, 1, 0));
+        bulk.evict_below(pos + 512 * 100, |_, _| {});
+        bulk.check();
     }
 
     #[test]

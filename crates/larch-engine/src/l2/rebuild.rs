@@ -5,12 +5,19 @@
 //!
 //! The rebuild streams: each entry goes into the index as the walk delivers it, newest
 //! first, so nothing per entry is held besides the index itself. The per-shard indexes
-//! ([`DeviceIndex`]) are built privately, in reverse ring order
-//! ([`DeviceIndex::push_front`]), and serve as the set of keys already met for every
-//! entry they hold; a compact set of 64-bit index keys remembers the keys met but not
-//! indexed (tombstones, and copies the index does not take). Only the end holds the gate:
-//! it drops the copies of blocks written meanwhile, attaches the indexes and installs the
-//! writer, as one step for every write (rule 3).
+//! ([`DeviceIndex`]) are built privately, in reverse ring order, and at first without
+//! their hash tables ([`DeviceIndex::push_front_unindexed`]): appending 20-byte entries
+//! is sequential memory, where a table lookup per entry is a cache miss or two (8M
+//! entries: about 1 s of CPU). The tables are filled once, at the end, in their own
+//! order ([`DeviceIndex::index_unindexed`]), which is also where two data copies of a
+//! block are found (the newer stays, the older is dead and counted as superseded). A
+//! compact set of 64-bit index keys holds the keys met but not indexed (tombstones, and
+//! copies the index does not take), so that their older copies are superseded at once;
+//! a copy the index does not take waits for the tables to learn whether a newer copy of
+//! its block is indexed, and is tombstoned if not. When the index's cap is reached the
+//! tables are built there and then, and every later entry is looked up as it comes. Only
+//! the end holds the gate: it drops the copies of blocks written meanwhile, attaches the
+//! indexes and installs the writer, as one step for every write (rule 3).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -65,8 +72,6 @@ struct Restore<'e> {
     /// Volumes by guid, as first looked up (a volume added during the rebuild is foreign
     /// to it: its copies are tombstoned, which is always safe).
     volumes: HashMap<u64, Option<Arc<VolumeEntry>>>,
-    /// A block's known entries, by shard (kept between blocks).
-    scratch: Vec<(usize, Block)>,
     /// The volume looked up last (a log holds long runs of one volume's blocks).
     last_volume: (Option<u64>, Option<Arc<VolumeEntry>>),
     /// Tombstones not yet queued.
@@ -79,6 +84,48 @@ struct Restore<'e> {
     cap_bytes: u64,
     over_cap: bool,
     met_count: u64,
+    /// The tables are not built yet: indexable copies only go into the queues.
+    deferred: bool,
+    /// Copies met while deferred that the index did not take.
+    pending: Vec<Pending>,
+    /// Entries the walk counted as restored that turned out superseded.
+    undone: Undone,
+    geometry: Geometry,
+}
+
+/// A copy met while the tables were not built that the index did not take.
+struct Pending {
+    key: larch_l2::BlockKey,
+    generation: u64,
+    ik: u64,
+    shard: u8,
+    logical_size: u32,
+    physical_size: u32,
+}
+
+/// Restored entries to take back from the walk's counters: they were superseded by a
+/// newer copy, which only the built tables could tell.
+#[derive(Clone, Copy, Debug, Default)]
+struct Undone {
+    entries: u64,
+    size: u64,
+    asize: u64,
+}
+
+impl Undone {
+    fn count(&mut self, logical_size: u32, physical_size: u32, geometry: &Geometry) {
+        self.entries += 1;
+        self.size += u64::from(logical_size);
+        self.asize += geometry.asize(u64::from(physical_size));
+    }
+
+    /// Moves them from restored to superseded.
+    fn correct(&self, stats: &mut larch_l2::RebuildStats) {
+        stats.l2_rebuild_bufs -= self.entries;
+        stats.l2_rebuild_size -= self.size;
+        stats.l2_rebuild_asize -= self.asize;
+        stats.l2_rebuild_superseded += self.entries;
+    }
 }
 
 impl<'e> Restore<'e> {
@@ -115,7 +162,6 @@ impl<'e> Restore<'e> {
             met: KeySet::default(),
             met_foreign: HashSet::new(),
             volumes: HashMap::new(),
-            scratch: Vec::new(),
             last_volume: (None, None),
             tombstones: Vec::new(),
             tally: Tally::default(),
@@ -123,6 +169,10 @@ impl<'e> Restore<'e> {
             cap_bytes,
             over_cap: false,
             met_count: 0,
+            deferred: true,
+            pending: Vec::new(),
+            undone: Undone::default(),
+            geometry: *geometry,
         }
     }
 
@@ -150,6 +200,9 @@ impl<'e> Restore<'e> {
             return Seen::Again;
         }
         let shard = usize::from(block.shard);
+        if self.deferred {
+            return self.sight_deferred(sighting, block, ik, shard);
+        }
         let Some(ring_pos) = sighting.ring_pos else {
             // A tombstone: it hides the key's older copies.
             if self.shards[shard].contains(ik) {
@@ -186,6 +239,77 @@ impl<'e> Restore<'e> {
         self.met.insert(ik);
         self.tombstone(sighting.key(), e.generation);
         Seen::First
+    }
+
+    /// An entry of a known block while the index's tables are not built: an indexable
+    /// copy goes into the queue (its duplicates are found when the tables are built); any
+    /// other key is remembered as met, and a copy the index does not take waits to learn
+    /// whether a newer copy of its block is indexed (then it is superseded) or not (then
+    /// it is tombstoned).
+    fn sight_deferred(
+        &mut self,
+        sighting: Sighting<'_>,
+        block: &Block,
+        ik: u64,
+        shard: usize,
+    ) -> Seen {
+        let e = sighting.entry;
+        let Some(ring_pos) = sighting.ring_pos else {
+            self.met.insert(ik);
+            return Seen::First;
+        };
+        if self.indexable(block, e) {
+            let flags = flags_of(
+                e.arc_state == ArcState::Mfu,
+                e.prefetch,
+                e.content == ContentType::Metadata,
+            );
+            if self.shards[shard].push_front_unindexed(ik, ring_pos, e.data_checksum, flags) {
+                self.tally.add(flags, block.psize);
+                return Seen::First;
+            }
+        }
+        self.met.insert(ik);
+        self.pending.push(Pending {
+            key: sighting.key(),
+            generation: e.generation,
+            ik,
+            shard: block.shard,
+            logical_size: e.logical_size,
+            physical_size: e.physical_size,
+        });
+        Seen::First
+    }
+
+    /// Builds the index's hash tables from the queues (once): duplicates found there
+    /// are dead and counted as superseded, and the copies not indexed meanwhile are
+    /// superseded by a newer indexed copy of their block or tombstoned. From then on
+    /// every entry is looked up as it comes.
+    fn build_tables(&mut self) {
+        if !self.deferred {
+            return;
+        }
+        self.deferred = false;
+        let engine = self.engine;
+        let geometry = self.geometry;
+        let mut undone = Undone::default();
+        let mut tally = self.tally;
+        for index in &mut self.shards {
+            index.index_unindexed(|key, copy| {
+                let psize = engine.psize_of(key);
+                tally.sub(copy.flags, psize);
+                undone.count(psize, psize, &geometry);
+            });
+        }
+        self.tally = tally;
+        for p in std::mem::take(&mut self.pending) {
+            if self.shards[usize::from(p.shard)].contains(p.ik) {
+                undone.count(p.logical_size, p.physical_size, &geometry);
+            } else {
+                self.tombstone(p.key, p.generation);
+            }
+        }
+        self.undone = undone;
     }
 
     /// What the engine knows of a logged block: its key, size and staleness, if its
@@ -268,12 +392,15 @@ impl<'e> Restore<'e> {
             + engine.l2_index_bytes_building(Some(self.device.index));
         if all >= self.cap_bytes {
             self.over_cap = true;
+            // The entries met from now on are looked up, not queued.
+            self.build_tables();
         }
     }
 
     /// Under the gate: drops the copies of blocks written since the rebuild began (their
     /// tombstones are queued), attaches the indexes and publishes their counters.
     fn attach(mut self) {
+        self.build_tables();
         let written = self.engine.coherence.written_during_rebuild();
         // The generation that superseded a copy is not known here, only that it is at
         // most the newest one issued; a tombstone hides every older entry of its key
@@ -310,37 +437,6 @@ impl larch_l2::Restorer for Restore<'_> {
             Some(block) => self.sight_known(sighting, &block),
             None => self.sight_foreign(sighting),
         }
-    }
-
-    /// A block's entries shard by shard (in their order within each shard, and all the
-    /// entries of a key are in one shard): the lookups of one shard's part of the index
-    /// stay within a sixteenth of its memory, so they miss the TLB less, and each group
-    /// is looked up once before it is decided, so the CPU overlaps the cache misses of
-    /// independent lookups instead of waiting for them one at a time.
-    fn sight_block(&mut self, sightings: &[Sighting<'_>], seen: &mut Vec<Seen>) {
-        seen.resize(sightings.len(), Seen::Again);
-        let mut known = std::mem::take(&mut self.scratch);
-        known.clear();
-        for (i, sighting) in sightings.iter().enumerate() {
-            let e = sighting.entry;
-            match self.block_of(e.volume_guid, e.block_number) {
-                Some(block) => known.push((i, block)),
-                None => seen[i] = self.sight_foreign(*sighting),
-            }
-        }
-        known.sort_by_key(|(_, block)| block.shard);
-        for group in known.chunk_by(|a, b| a.1.shard == b.1.shard) {
-            let index = &self.shards[usize::from(group[0].1.shard)];
-            let present = group
-                .iter()
-                .filter(|(_, block)| index.contains(index_key(&block.key)))
-                .count();
-            std::hint::black_box(present);
-            for (i, block) in group {
-                seen[*i] = self.sight_known(sightings[*i], block);
-            }
-        }
-        self.scratch = known;
     }
 }
 
@@ -385,7 +481,7 @@ impl Engine {
             &mut options,
             &mut restore,
         );
-        let (writer, end) = match opened {
+        let (writer, mut end) = match opened {
             Ok(pair) => pair,
             Err(err) => {
                 device.rebuild_index_bytes.store(0, Ordering::Relaxed);
@@ -404,6 +500,9 @@ impl Engine {
             return;
         }
         let _ = device.geometry.set(geometry);
+        // The tables are built before the gate is taken: that is most of the indexing.
+        restore.build_tables();
+        restore.undone.correct(&mut end.stats);
         {
             // Under the gate: no write changes a generation while the index goes in, and
             // the writer is installed before any write can find an entry (rule 3).
@@ -540,7 +639,8 @@ mod tests {
     }
 
     /// Newest first: the first entry of a key wins, a tombstone hides older copies, copies
-    /// the index cannot take are tombstoned, and the index holds exactly the winners.
+    /// the index cannot take are tombstoned, and the index holds exactly the winners
+    /// (once its tables are built).
     #[test]
     fn the_newest_entry_of_each_key_is_indexed_and_the_rest_tombstoned() {
         let engine = engine_with_volume(1000);
@@ -551,7 +651,8 @@ mod tests {
         let tomb = LogEntryPhys::tombstone(VOLUME, 2, 8);
         assert_eq!(sight(&mut restore, &tomb), Seen::First);
         assert_eq!(sight(&mut restore, &data(2, 7, pos(1))), Seen::Again);
-        assert_eq!(sight(&mut restore, &data(1, 6, pos(2))), Seen::Again);
+        // Two data copies: only the built tables tell (see the next test).
+        assert_eq!(sight(&mut restore, &data(1, 6, pos(2))), Seen::First);
         let compressed = LogEntryPhys {
             compression: Compression::Lz4,
             physical_size: 100,
@@ -567,6 +668,7 @@ mod tests {
         assert_eq!(sight(&mut restore, &foreign), Seen::Again);
         assert_eq!(sight(&mut restore, &data(1000, 3, pos(6))), Seen::First);
         assert_eq!(sight(&mut restore, &data(5, 2, pos(7))), Seen::First);
+        restore.build_tables();
 
         assert_eq!(built(&restore, 1).map(|c| c.ring_pos), Some(pos(0)));
         assert_eq!(built(&restore, 1).map(|c| c.checksum), Some(1 ^ (9 << 32)));
@@ -589,6 +691,54 @@ mod tests {
             tombstoned,
             vec![(VOLUME, 3), (VOLUME, 1000), (VOLUME + 1, 4)]
         );
+        engine.shutdown();
+    }
+
+    /// Two data copies of a block with no tombstone between them: the walk answers both
+    /// as first while the tables are not built; building them keeps the newer, marks the
+    /// older dead and takes it back from the counters. An older copy the index would not
+    /// take is superseded by the newer indexed one, not tombstoned (a tombstone would hide
+    /// the indexed copy at the next restart).
+    #[test]
+    fn duplicates_found_when_the_tables_are_built_are_superseded() {
+        let engine = engine_with_volume(100);
+        let (device, geometry) = device();
+        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let pos = |n: u64| (100 - n) * BLOCK;
+        assert_eq!(sight(&mut restore, &data(1, 9, pos(0))), Seen::First);
+        assert_eq!(sight(&mut restore, &data(2, 9, pos(1))), Seen::First);
+        assert_eq!(sight(&mut restore, &data(1, 8, pos(2))), Seen::First);
+        let compressed = LogEntryPhys {
+            compression: Compression::Lz4,
+            physical_size: 100,
+            ..data(2, 7, pos(3))
+        };
+        assert_eq!(sight(&mut restore, &compressed), Seen::First);
+        assert_eq!(sight(&mut restore, &data(2, 6, pos(4))), Seen::Again);
+        restore.build_tables();
+        assert_eq!(built(&restore, 1).map(|c| c.ring_pos), Some(pos(0)));
+        assert_eq!(built(&restore, 2).map(|c| c.ring_pos), Some(pos(1)));
+        let live: usize = restore.shards.iter().map(DeviceIndex::live).sum();
+        let queued: usize = restore.shards.iter().map(DeviceIndex::len).sum();
+        assert_eq!(
+            (live, queued),
+            (2, 3),
+            "the older copy of 1 is dead in place"
+        );
+        restore.shards.iter().for_each(DeviceIndex::check);
+        assert!(restore.tombstones.is_empty(), "{:?}", restore.tombstones);
+        let mut stats = larch_l2::RebuildStats {
+            l2_rebuild_bufs: 4,
+            l2_rebuild_size: 3 * BLOCK + 512,
+            l2_rebuild_asize: 4 * BLOCK,
+            ..Default::default()
+        };
+        restore.undone.correct(&mut stats);
+        assert_eq!(stats.l2_rebuild_bufs, 2);
+        assert_eq!(stats.l2_rebuild_superseded, 2);
+        assert_eq!(stats.l2_rebuild_size, BLOCK + 512);
+        assert_eq!(stats.l2_rebuild_asize, 2 * BLOCK);
+        assert_eq!(restore.tally.blocks(), 2);
         engine.shutdown();
     }
 
