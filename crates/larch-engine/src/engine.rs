@@ -210,6 +210,13 @@ impl Engine {
         self.next_generation.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The newest generation issued so far.
+    pub(crate) fn newest_generation(&self) -> u64 {
+        self.next_generation
+            .load(Ordering::Relaxed)
+            .saturating_sub(1)
+    }
+
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
     }

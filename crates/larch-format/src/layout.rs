@@ -269,6 +269,7 @@ pub const LAYOUTS: &[StructLayout] = &[
 
 /// Reads a little-endian integer field of up to 8 bytes. `buf` must hold the field;
 /// callers check the buffer length once before decoding.
+#[inline]
 pub(crate) fn get(buf: &[u8], f: FieldLayout) -> u64 {
     let mut raw = [0u8; 8];
     raw[..f.size].copy_from_slice(&buf[f.offset..f.offset + f.size]);
@@ -276,6 +277,7 @@ pub(crate) fn get(buf: &[u8], f: FieldLayout) -> u64 {
 }
 
 /// Writes a little-endian integer field of up to 8 bytes.
+#[inline]
 pub(crate) fn put(buf: &mut [u8], f: FieldLayout, value: u64) {
     debug_assert!(
         f.size == 8 || value >> (8 * f.size) == 0,
@@ -287,11 +289,13 @@ pub(crate) fn put(buf: &mut [u8], f: FieldLayout, value: u64) {
 }
 
 /// The bytes of a field.
+#[inline]
 pub(crate) fn bytes(buf: &[u8], f: FieldLayout) -> &[u8] {
     &buf[f.offset..f.offset + f.size]
 }
 
 /// The bytes of a field, mutable.
+#[inline]
 pub(crate) fn bytes_mut(buf: &mut [u8], f: FieldLayout) -> &mut [u8] {
     &mut buf[f.offset..f.offset + f.size]
 }

@@ -19,6 +19,7 @@ const _: () = assert!(log_entry::SIZE == 64 && log_block_ptr::SIZE == 64);
 
 const FLAG_PREFETCH: u8 = 1;
 
+#[inline]
 fn reserved_zero(
     buf: &[u8],
     what: &'static str,

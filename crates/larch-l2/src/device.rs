@@ -11,7 +11,10 @@ use larch_format::{
 use larch_io::{AlignedBuf, BlockDevice};
 use larch_policy::ring::RingSpace;
 
-use crate::rebuild::{RebuildOptions, RebuildOutcome, read_header, rebuild, validate_header};
+use crate::rebuild::{
+    RebuildEnd, RebuildOptions, RebuildOutcome, Restorer, read_header, rebuild, rebuild_with,
+    validate_header,
+};
 use crate::{BlockKey, Geometry, L2Error};
 
 /// How to format a new cache device.
@@ -283,10 +286,55 @@ impl<D: BlockDevice> L2Device<D> {
         expect: Option<(u64, u64)>,
         options: &mut RebuildOptions<'_>,
     ) -> Result<(Self, RebuildOutcome), L2Error> {
-        let read = read_header(&dev)?;
-        let geo = validate_header(&read.header, dev.len_bytes(), expect)?;
-        let header = read.header;
+        let (header, geo) = Self::read_valid_header(&dev, expect)?;
         let outcome = rebuild(&dev, &header, options);
+        let mut l2 = Self::resume(dev, geo, &header, &outcome.blocks);
+        for restored in &outcome.entries {
+            let e = &restored.entry;
+            l2.index.insert(
+                restored.ring_pos,
+                IndexedRecord {
+                    key: BlockKey {
+                        volume_guid: e.volume_guid,
+                        block_number: e.block_number,
+                    },
+                    generation: e.generation,
+                    asize: geo.asize(u64::from(e.physical_size)),
+                },
+            );
+        }
+        Ok((l2, outcome))
+    }
+
+    /// [`L2Device::open`] with a streaming rebuild ([`rebuild_with`]): `restorer` meets every
+    /// entry of the log newest first and keeps what it wants; the writer keeps no record
+    /// index (as after [`L2Device::set_track_records`]`(false)`), so nothing per entry is
+    /// held here. What the engine opens its cache devices with.
+    pub fn open_with(
+        dev: D,
+        expect: Option<(u64, u64)>,
+        options: &mut RebuildOptions<'_>,
+        restorer: &mut dyn Restorer,
+    ) -> Result<(Self, RebuildEnd), L2Error> {
+        let (header, geo) = Self::read_valid_header(&dev, expect)?;
+        let end = rebuild_with(&dev, &header, options, restorer);
+        let mut l2 = Self::resume(dev, geo, &header, &end.blocks);
+        l2.track_records = false;
+        Ok((l2, end))
+    }
+
+    fn read_valid_header(
+        dev: &D,
+        expect: Option<(u64, u64)>,
+    ) -> Result<(DevHeaderPhys, Geometry), L2Error> {
+        let read = read_header(dev)?;
+        let geo = validate_header(&read.header, dev.len_bytes(), expect)?;
+        Ok((read.header, geo))
+    }
+
+    /// A writer that resumes after `header`, whose rebuild accepted `blocks` (newest
+    /// first).
+    fn resume(dev: D, geo: Geometry, header: &DevHeaderPhys, blocks: &[LogBlockPtrPhys]) -> Self {
         let mut l2 = Self::empty(
             dev,
             geo,
@@ -304,25 +352,11 @@ impl<D: BlockDevice> L2Device<D> {
         l2.header_sequence = header.sequence;
         l2.log_sequence = header.newest[0].sequence;
         l2.newest = header.newest;
-        for ptr in outcome.blocks.iter().rev() {
+        for ptr in blocks.iter().rev() {
             l2.live_blocks.push_back(*ptr);
             l2.live_block_bytes += ptr.asize(geo.sector_bytes);
         }
-        for restored in &outcome.entries {
-            let e = &restored.entry;
-            l2.index.insert(
-                restored.ring_pos,
-                IndexedRecord {
-                    key: BlockKey {
-                        volume_guid: e.volume_guid,
-                        block_number: e.block_number,
-                    },
-                    generation: e.generation,
-                    asize: geo.asize(u64::from(e.physical_size)),
-                },
-            );
-        }
-        Ok((l2, outcome))
+        l2
     }
 
     fn empty(dev: D, geo: Geometry, pool_guid: u64, device_guid: u64, epb: usize) -> Self {

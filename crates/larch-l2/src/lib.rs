@@ -58,9 +58,9 @@ pub use device::{
 pub use larch_format::{ArcState, Compression, ContentType, EntryKind, LogEntryPhys};
 pub use read::{CopyRef, ReadError, read_copy, read_verified, verify_copy};
 pub use rebuild::{
-    BlockError, HeaderRead, ProgressFn, RebuildOptions, RebuildOutcome, RebuildProgress,
-    RebuildStats, RestoredEntry, StopReason, ValidBlock, WalkEnd, read_header, rebuild,
-    validate_header, walk_log,
+    BlockError, HeaderRead, ProgressFn, RebuildEnd, RebuildOptions, RebuildOutcome,
+    RebuildProgress, RebuildStats, RestoredEntry, Restorer, Seen, Sighting, StopReason, ValidBlock,
+    WalkEnd, read_header, rebuild, rebuild_with, validate_header, walk_log,
 };
 
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};

@@ -10,7 +10,7 @@ use larch_format::{
 };
 use larch_io::{AlignedBuf, BlockDevice, IoError};
 
-use crate::{Geometry, L2Error};
+use crate::{BlockKey, Geometry, L2Error};
 
 /// The header a reader chose, and what the other slot held.
 #[derive(Clone, Debug)]
@@ -204,9 +204,9 @@ pub struct WalkEnd {
 /// Stops at the first structure that fails a check.
 ///
 /// With `prefetch` and two chains, two helper threads each follow one chain (read,
-/// verify, decode, then follow `prev_lbp`), so two block reads are in flight while
-/// `visit` runs; the walk still accepts blocks strictly in sequence order and applies
-/// every check itself. With one chain the next address is only known after the current
+/// verify, decode, check the entries, then follow `prev_lbp`), so two block reads are in
+/// flight while `visit` runs; the walk still accepts blocks strictly in sequence order
+/// and checks each pointer against the walk so far itself. With one chain the next address is only known after the current
 /// block is decoded, so reads cannot overlap: that is what the interleaved chains buy.
 pub fn walk_log(
     dev: &dyn BlockDevice,
@@ -246,11 +246,14 @@ pub fn walk_log(
 
 /// What a chain follower hands to the walk.
 enum ChainMsg {
-    /// A block it read (or failed to read).
-    Block(LogBlockPtrPhys, Result<LogBlockPhys, BlockError>),
+    /// A block it read and checked (or failed to).
+    Block(LogBlockPtrPhys, Result<Checked, BlockError>),
     /// The chain ended here.
     End(StopReason),
 }
+
+/// A decoded block whose entries passed [`Walker::check_block`], with their positions.
+type Checked = (LogBlockPhys, Vec<Option<u64>>);
 
 struct Walker {
     geo: Geometry,
@@ -300,19 +303,19 @@ impl Walker {
         }
     }
 
-    /// Checks a block read for `ptr` in walk order, advancing the cursor when it is
-    /// accepted.
+    /// Checks a block read for `ptr` in walk order (its pointer against the walk so far;
+    /// its contents were checked by [`Walker::read_checked`]), advancing the cursor when
+    /// it is accepted.
     fn accept(
         &self,
         cursor: &mut Cursor,
         ptr: LogBlockPtrPhys,
-        result: Result<LogBlockPhys, BlockError>,
+        result: Result<Checked, BlockError>,
     ) -> Result<ValidBlock, StopReason> {
         let invalid = |error| StopReason::Invalid { ptr, error };
         self.check_ptr(&ptr, cursor.expected_seq, cursor.limit_pos)
             .map_err(|why| invalid(BlockError::BadPointer(why)))?;
-        let block = result.map_err(invalid)?;
-        let entry_pos = self.check_block(&ptr, &block).map_err(invalid)?;
+        let (block, entry_pos) = result.map_err(invalid)?;
         cursor.expected_seq = ptr.sequence - 1;
         cursor.limit_pos = ptr.block_pos;
         Ok(ValidBlock {
@@ -360,7 +363,7 @@ impl Walker {
             }
             // Never read where the pointer cannot be: the error would hide why.
             let result = match self.check_ptr(&cur, cursor.expected_seq, cursor.limit_pos) {
-                Ok(()) => read_block(dev, &self.geo, &cur),
+                Ok(()) => self.read_checked(dev, &cur),
                 Err(why) => Err(BlockError::BadPointer(why)),
             };
             let valid = match self.accept(&mut cursor, cur, result) {
@@ -398,10 +401,10 @@ impl Walker {
             }
             // Only the bounds here; the walk checks sequence and order on receipt.
             let result = match self.check_ptr(&ptr, ptr.sequence, self.header.write_hand_pos) {
-                Ok(()) => read_block(dev, &self.geo, &ptr),
+                Ok(()) => self.read_checked(dev, &ptr),
                 Err(why) => Err(BlockError::BadPointer(why)),
             };
-            let next = result.as_ref().ok().map(|block| block.prev);
+            let next = result.as_ref().ok().map(|(block, _)| block.prev);
             if tx.send(ChainMsg::Block(ptr, result)).is_err() {
                 return;
             }
@@ -486,6 +489,18 @@ impl Walker {
             ));
         }
         Ok(())
+    }
+
+    /// Reads, verifies and decodes the block `ptr` points at, and checks its entries
+    /// ([`Walker::check_block`]): the work a chain follower does off the walk's thread.
+    fn read_checked(
+        &self,
+        dev: &dyn BlockDevice,
+        ptr: &LogBlockPtrPhys,
+    ) -> Result<Checked, BlockError> {
+        let block = read_block(dev, &self.geo, ptr)?;
+        let entry_pos = self.check_block(ptr, &block)?;
+        Ok((block, entry_pos))
     }
 
     /// Checks a decoded block's entries against the ring and the block's payload range,
@@ -622,6 +637,50 @@ pub struct RestoredEntry {
     pub ring_pos: u64,
 }
 
+/// One entry of the log as a streaming rebuild ([`rebuild_with`]) meets it, newest
+/// first: a data entry whose record lies above the evict floor, or a tombstone.
+#[derive(Clone, Copy, Debug)]
+pub struct Sighting<'a> {
+    /// The entry as it was logged.
+    pub entry: &'a LogEntryPhys,
+    /// Ring position of its record; `None` for a tombstone.
+    pub ring_pos: Option<u64>,
+}
+
+impl Sighting<'_> {
+    /// The block the entry is about.
+    pub fn key(&self) -> BlockKey {
+        BlockKey {
+            volume_guid: self.entry.volume_guid,
+            block_number: self.entry.block_number,
+        }
+    }
+}
+
+/// What the visitor of [`rebuild_with`] answers for a [`Sighting`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The first entry of its key in the walk: it is the live one (a data entry is
+    /// restored, a tombstone hides every older entry of the key). The visitor remembers
+    /// the key from now on.
+    First,
+    /// A newer entry or tombstone of the key came before: this one is superseded.
+    Again,
+}
+
+/// What a streaming rebuild ([`rebuild_with`]) hands the log's entries to. Any
+/// `FnMut(Sighting) -> Seen` closure is one.
+pub trait Restorer {
+    /// One entry, newest first: whether it is the first of its key.
+    fn sight(&mut self, sighting: Sighting<'_>) -> Seen;
+}
+
+impl<F: FnMut(Sighting<'_>) -> Seen> Restorer for F {
+    fn sight(&mut self, sighting: Sighting<'_>) -> Seen {
+        self(sighting)
+    }
+}
+
 /// Rebuild counters (OpenZFS `l2_rebuild_*` names; the last five are larch's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RebuildStats {
@@ -677,6 +736,17 @@ impl RebuildStats {
     }
 }
 
+/// How a streaming rebuild ([`rebuild_with`]) ended.
+#[derive(Debug)]
+pub struct RebuildEnd {
+    /// Accepted log blocks, newest first (64 bytes each: one per ~1000 entries).
+    pub blocks: Vec<LogBlockPtrPhys>,
+    /// Why the walk stopped.
+    pub stop: StopReason,
+    /// Counters.
+    pub stats: RebuildStats,
+}
+
 /// What a rebuild found.
 #[derive(Debug)]
 pub struct RebuildOutcome {
@@ -691,51 +761,87 @@ pub struct RebuildOutcome {
 }
 
 /// Rebuilds the live entries of a device whose header was validated with
-/// [`validate_header`].
+/// [`validate_header`], collecting them: [`rebuild_with`] with a set of the keys seen and
+/// a vector of the entries restored (about 100 bytes per entry while it runs). Tools and
+/// tests use it; the engine streams instead.
 pub fn rebuild(
     dev: &dyn BlockDevice,
     header: &DevHeaderPhys,
     options: &mut RebuildOptions<'_>,
 ) -> RebuildOutcome {
+    let mut entries = Vec::new();
+    let mut seen: HashSet<BlockKey> = HashSet::new();
+    let end = rebuild_with(dev, header, options, &mut |sighting: Sighting<'_>| {
+        if !seen.insert(sighting.key()) {
+            return Seen::Again;
+        }
+        if let Some(ring_pos) = sighting.ring_pos {
+            entries.push(RestoredEntry {
+                entry: *sighting.entry,
+                ring_pos,
+            });
+        }
+        Seen::First
+    });
+    RebuildOutcome {
+        entries,
+        blocks: end.blocks,
+        stop: end.stop,
+        stats: end.stats,
+    }
+}
+
+/// The streaming rebuild: walks the log of a device whose header was validated with
+/// [`validate_header`] and hands `restorer` every entry newest first, as each block is
+/// accepted, data entries whose record lies behind the evict hand excepted
+/// (counted as evicted). The restorer keeps the set of keys it has met and answers for
+/// each entry whether it is the first of its key ([`Seen::First`]: a data entry is
+/// restored, a tombstone hides the key from then on) or not ([`Seen::Again`]:
+/// superseded). Nothing per entry is kept here, so the caller decides what a restored
+/// entry costs in memory.
+///
+/// The counters, the progress callback, `max_entries` (checked after each block, against
+/// the data entries restored so far) and cancellation behave as in [`rebuild`], which is
+/// this function with a collecting closure.
+pub fn rebuild_with(
+    dev: &dyn BlockDevice,
+    header: &DevHeaderPhys,
+    options: &mut RebuildOptions<'_>,
+    restorer: &mut dyn Restorer,
+) -> RebuildEnd {
     let geo = Walker::new(header).geo;
     let floor_pos = header.evict_hand_pos.saturating_sub(geo.ring_bytes());
     let mut stats = RebuildStats::default();
-    let mut entries = Vec::new();
-    let mut blocks = Vec::new();
-    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut blocks = Vec::with_capacity(header.log_block_count.min(1 << 16) as usize);
     let mut progress = RebuildProgress {
         ring_bytes_total: header.write_hand_pos - floor_pos.min(header.write_hand_pos),
         ..RebuildProgress::default()
     };
     let mut hit_limit = false;
-    let mut visit = |valid: ValidBlock| {
+    let mut on_block = |valid: ValidBlock| {
         blocks.push(valid.ptr);
         stats.l2_rebuild_log_blks += 1;
         // Newest first: the last entry of the block was appended last.
         for (entry, pos) in valid.block.entries.iter().zip(&valid.entry_pos).rev() {
-            let key = (entry.volume_guid, entry.block_number);
             if let Some(pos) = *pos
                 && pos < floor_pos
             {
                 stats.l2_rebuild_evicted += 1;
                 continue;
             }
-            if !seen.insert(key) {
+            let ring_pos = *pos;
+            if restorer.sight(Sighting { entry, ring_pos }) == Seen::Again {
                 stats.l2_rebuild_superseded += 1;
                 continue;
             }
-            if let Some(ring_pos) = *pos {
+            if ring_pos.is_some() {
                 stats.l2_rebuild_bufs += 1;
                 stats.l2_rebuild_size += u64::from(entry.logical_size);
                 stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));
-                entries.push(RestoredEntry {
-                    entry: *entry,
-                    ring_pos,
-                });
             }
         }
         progress.log_blocks += 1;
-        progress.entries = entries.len() as u64;
+        progress.entries = stats.l2_rebuild_bufs;
         progress.ring_bytes_walked = header.write_hand_pos.saturating_sub(valid.ptr.block_pos);
         if let Some(limit) = options.max_entries
             && progress.entries >= limit
@@ -748,7 +854,7 @@ pub fn rebuild(
             None => ControlFlow::Continue(()),
         }
     };
-    let end = walk_log(dev, header, options.prefetch, &mut visit);
+    let end = walk_log(dev, header, options.prefetch, &mut on_block);
     let mut stop = end.reason;
     if hit_limit {
         stop = StopReason::EntryLimit;
@@ -765,8 +871,7 @@ pub fn rebuild(
         },
         StopReason::EntryLimit | StopReason::Cancelled => {}
     }
-    RebuildOutcome {
-        entries,
+    RebuildEnd {
         blocks,
         stop,
         stats,

@@ -71,7 +71,7 @@ impl Engine {
     /// One feed of at most `budget_bytes` to `device`: choose (the policy), copy, write,
     /// index. Returns the bytes of data written.
     pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
-        if self.arc.l2_index_bytes() >= self.l2_index_cap() {
+        if self.l2_index_bytes_all() >= self.l2_index_cap() {
             // OpenZFS `l2arc_hdr_limit_reached`: no feed while the index is at its cap.
             self.stats
                 .l2_hdr_limit_skips

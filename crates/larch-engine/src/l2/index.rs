@@ -152,6 +152,18 @@ pub struct Copy {
     pub flags: u8,
 }
 
+/// What [`DeviceIndex::push_front_new`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushFront {
+    /// The copy is indexed.
+    Indexed,
+    /// The key was in the index already; nothing changed.
+    Present,
+    /// The position does not fit (forwards, too far back, unaligned) or the key is too
+    /// wide; nothing changed.
+    Refused,
+}
+
 /// Index of the copies on one cache device (of one engine shard).
 pub struct DeviceIndex {
     chunks: VecDeque<Box<[Entry]>>,
@@ -341,6 +353,222 @@ impl DeviceIndex {
         true
     }
 
+    /// Prepends an older copy at ring position `ring_pos` (bytes): what a rebuild does,
+    /// since it walks the log newest first. Positions must not go forwards (not past the
+    /// front entry's), must stay within 2^33 sectors of the newest entry, and must be
+    /// sector-aligned; returns false (nothing indexed) otherwise. The key must not be in
+    /// the index. Once built, the index takes newer copies at the back with
+    /// [`DeviceIndex::push`] as usual.
+    pub fn push_front(&mut self, key: u64, ring_pos: u64, checksum: u64, flags: u8) -> bool {
+        debug_assert!(self.find(key).is_none(), "key {key:#x} indexed twice");
+        self.push_front_new(key, ring_pos, checksum, flags) == PushFront::Indexed
+    }
+
+    /// [`DeviceIndex::push_front`] of a key that may be in the index already, in one
+    /// lookup: [`PushFront::Present`] (nothing changes) if it is.
+    pub fn push_front_new(
+        &mut self,
+        key: u64,
+        ring_pos: u64,
+        checksum: u64,
+        flags: u8,
+    ) -> PushFront {
+        let pos = ring_pos >> self.sector_shift;
+        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+            return self.refused_unless_present(key);
+        }
+        if self.len > 0 {
+            let front = self.full_pos(self.at(0));
+            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
+                return self.refused_unless_present(key);
+            }
+        }
+        let entry = Entry::new(
+            key,
+            pos,
+            checksum,
+            flags & (READ | MFU | PREFETCH | METADATA),
+        );
+        // The sequence number the entry gets: one before the front's.
+        let seq = self.front_seq.wrapping_sub(1) as u32;
+        let Self {
+            table,
+            chunks,
+            head,
+            front_seq,
+            ..
+        } = self;
+        let (head, front) = (*head, *front_seq as u32);
+        let at = |s: u32| {
+            let slot = head + s.wrapping_sub(front) as usize;
+            chunks[slot / CHUNK][slot % CHUNK]
+        };
+        match table.entry(
+            hash_key(key),
+            |&s| at(s).key() == key,
+            |&s| hash_key(at(s).key()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => return PushFront::Present,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(seq);
+            }
+        }
+        if self.len == 0 {
+            self.newest_pos = pos;
+        }
+        if self.head == 0 {
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| vec![Entry::default(); CHUNK].into_boxed_slice());
+            self.chunks.push_front(chunk);
+            self.head = CHUNK;
+        }
+        self.head -= 1;
+        self.len += 1;
+        self.front_seq = self.front_seq.wrapping_sub(1);
+        self.chunks[0][self.head] = entry;
+        PushFront::Indexed
+    }
+
+    /// Prepends an older copy like [`DeviceIndex::push_front`], but leaves it out of the
+    /// hash table until [`DeviceIndex::index_unindexed`]: a rebuild appends millions of
+    /// entries in ring order (sequential memory) and fills the table once at the end, in
+    /// the table's own order, instead of one random lookup per entry. Until then the
+    /// index must be used for nothing but more of these pushes. False (nothing done) if
+    /// the position does not fit or the key is too wide, as for `push_front`.
+    pub fn push_front_unindexed(
+        &mut self,
+        key: u64,
+        ring_pos: u64,
+        checksum: u64,
+        flags: u8,
+    ) -> bool {
+        let pos = ring_pos >> self.sector_shift;
+        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+            return false;
+        }
+        if self.len > 0 {
+            let front = self.full_pos(self.at(0));
+            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
+                return false;
+            }
+        } else {
+            self.newest_pos = pos;
+        }
+        let entry = Entry::new(
+            key,
+            pos,
+            checksum,
+            flags & (READ | MFU | PREFETCH | METADATA),
+        );
+        if self.head == 0 {
+            let chunk = self
+                .spare
+                .take()
+                .unwrap_or_else(|| vec![Entry::default(); CHUNK].into_boxed_slice());
+            self.chunks.push_front(chunk);
+            self.head = CHUNK;
+        }
+        self.head -= 1;
+        self.len += 1;
+        self.front_seq = self.front_seq.wrapping_sub(1);
+        self.chunks[0][self.head] = entry;
+        true
+    }
+
+    /// Puts every entry of an index built by [`DeviceIndex::push_front_unindexed`] into
+    /// the hash table. Where a key is in the queue twice, the newer entry (nearer the
+    /// back) is indexed and the older marked dead; `duplicate` is called with the key
+    /// and the older copy. The entries go in grouped by the part of the table they land in, so the
+    /// table is written nearly in order (a few kilobytes at a time) rather than at random.
+    pub fn index_unindexed(&mut self, mut duplicate: impl FnMut(u64, Copy)) {
+        assert!(
+            self.table.is_empty(),
+            "{} keys indexed before the bulk insert",
+            self.table.len()
+        );
+        self.reserve(self.len);
+        // hashbrown's bucket is the hash's low bits under its bucket mask.
+        let buckets = (self.table.capacity() * 8 / 7).next_power_of_two().max(1);
+        let bucket_bits = buckets.trailing_zeros();
+        let group_bits = bucket_bits.min(12);
+        let group_of =
+            |hash: u64| ((hash & (buckets as u64 - 1)) >> (bucket_bits - group_bits)) as usize;
+        // A stable counting sort of (key, place in the queue) by group, newest first, so
+        // that the first of a key to be inserted is its newest entry.
+        let mut counts = vec![0usize; (1 << group_bits) + 1];
+        for i in 0..self.len {
+            counts[group_of(hash_key(self.at(i).key())) + 1] += 1;
+        }
+        for g in 1..counts.len() {
+            counts[g] += counts[g - 1];
+        }
+        let mut order = vec![(0u64, 0u32); self.len];
+        for i in (0..self.len).rev() {
+            let key = self.at(i).key();
+            let slot = &mut counts[group_of(hash_key(key))];
+            order[*slot] = (key, i as u32);
+            *slot += 1;
+        }
+        for (key, i) in order {
+            let i = i as usize;
+            let seq = self.front_seq.wrapping_add(i as u64) as u32;
+            let Self {
+                table,
+                chunks,
+                head,
+                front_seq,
+                ..
+            } = self;
+            let (head, front) = (*head, *front_seq as u32);
+            let at = |s: u32| {
+                let slot = head + s.wrapping_sub(front) as usize;
+                chunks[slot / CHUNK][slot % CHUNK]
+            };
+            let entry = table.entry(
+                hash_key(key),
+                |&s| at(s).key() == key,
+                |&s| hash_key(at(s).key()),
+            );
+            match entry {
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(seq);
+                }
+                hashbrown::hash_table::Entry::Occupied(_) => {
+                    let copy = self.copy_of(self.at(i));
+                    self.at_mut(i).set_flag(DEAD);
+                    duplicate(key, copy);
+                }
+            }
+        }
+    }
+
+    fn refused_unless_present(&self, key: u64) -> PushFront {
+        if self.contains(key) {
+            PushFront::Present
+        } else {
+            PushFront::Refused
+        }
+    }
+
+    /// Makes room in the hash table for `additional` more keys (a rebuild that knows how
+    /// many entries its log holds grows the table once instead of doubling it).
+    pub fn reserve(&mut self, additional: usize) {
+        let Self {
+            table,
+            chunks,
+            head,
+            front_seq,
+            ..
+        } = self;
+        let (head, front) = (*head, *front_seq as u32);
+        table.reserve(additional, |&s| {
+            let slot = head + s.wrapping_sub(front) as usize;
+            hash_key(chunks[slot / CHUNK][slot % CHUNK].key())
+        });
+    }
+
     /// Removes `key`'s entry, readable or bad (the block was overwritten, or its device
     /// goes): it leaves the table at once and its queue slot is marked dead. Returns what
     /// it was.
@@ -434,6 +662,30 @@ impl DeviceIndex {
             }
         }
         assert_eq!(live, self.table.len(), "table and queue disagree");
+    }
+}
+
+/// A set of index keys (8 bytes and a control byte per slot): what a rebuild remembers
+/// of the keys it met but did not index.
+#[derive(Default)]
+pub(crate) struct KeySet {
+    table: HashTable<u64>,
+}
+
+impl KeySet {
+    /// Adds `key`; false if it was there.
+    pub(crate) fn insert(&mut self, key: u64) -> bool {
+        let hash = hash_key(key);
+        if self.table.find(hash, |&k| k == key).is_some() {
+            return false;
+        }
+        self.table.insert_unique(hash, key, |&k| hash_key(k));
+        true
+    }
+
+    /// Whether `key` is in the set.
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        self.table.find(hash_key(key), |&k| k == key).is_some()
     }
 }
 
@@ -531,33 +783,95 @@ impl ShardL2 {
     }
 }
 
+/// Which of the by-state counters a copy counts in: 0 prefetch, 1 MFU, 2 MRU.
+fn state_of(flags: u8) -> usize {
+    if flags & PREFETCH != 0 {
+        0
+    } else if flags & MFU != 0 {
+        1
+    } else {
+        2
+    }
+}
+
+/// Which of the by-type counters a copy counts in: 0 metadata, 1 data.
+fn type_of(flags: u8) -> usize {
+    usize::from(flags & METADATA == 0)
+}
+
 /// Adds (`add`) or removes a copy of `psize` bytes in the L2 size counters.
 pub(crate) fn account(copy: &Copy, psize: u32, stats: &EngineStats, add: bool) {
-    let update = |counter: &AtomicU64, bytes: u64| {
-        if add {
-            counter.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            counter.fetch_sub(bytes, Ordering::Relaxed);
+    let mut tally = Tally::default();
+    tally.add(copy.flags, psize);
+    if add {
+        tally.apply(stats);
+    } else {
+        tally.withdraw(stats);
+    }
+}
+
+/// The L2 size counters of many copies, summed before they are applied at once (a
+/// rebuild indexes millions of copies and publishes them when it attaches its index).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tally {
+    blocks: u64,
+    bytes: u64,
+    by_state: [u64; 3],
+    by_type: [u64; 2],
+}
+
+impl Tally {
+    /// Counts a copy with index flags `flags` of `psize` bytes.
+    pub(crate) fn add(&mut self, flags: u8, psize: u32) {
+        let bytes = u64::from(psize);
+        self.blocks += 1;
+        self.bytes += bytes;
+        self.by_state[state_of(flags)] += bytes;
+        self.by_type[type_of(flags)] += bytes;
+    }
+
+    /// Copies counted.
+    #[cfg(test)]
+    pub(crate) fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// Uncounts a copy counted with [`Tally::add`].
+    pub(crate) fn sub(&mut self, flags: u8, psize: u32) {
+        let bytes = u64::from(psize);
+        self.blocks -= 1;
+        self.bytes -= bytes;
+        self.by_state[state_of(flags)] -= bytes;
+        self.by_type[type_of(flags)] -= bytes;
+    }
+
+    /// Adds the tally to the engine's counters.
+    pub(crate) fn apply(&self, stats: &EngineStats) {
+        self.update(stats, |counter, v| counter.fetch_add(v, Ordering::Relaxed));
+    }
+
+    /// Takes the tally off the engine's counters.
+    fn withdraw(&self, stats: &EngineStats) {
+        self.update(stats, |counter, v| counter.fetch_sub(v, Ordering::Relaxed));
+    }
+
+    fn update(&self, stats: &EngineStats, op: impl Fn(&AtomicU64, u64) -> u64) {
+        op(&stats.l2_size, self.bytes);
+        op(&stats.l2_asize, self.bytes);
+        op(&stats.l2_blocks, self.blocks);
+        let by_state = [
+            &stats.l2_prefetch_asize,
+            &stats.l2_mfu_asize,
+            &stats.l2_mru_asize,
+        ];
+        for (counter, v) in by_state.into_iter().zip(self.by_state) {
+            op(counter, v);
         }
-    };
-    let asize = u64::from(psize);
-    update(&stats.l2_size, asize);
-    update(&stats.l2_asize, asize);
-    update(&stats.l2_blocks, 1);
-    let by_state = if copy.flags & PREFETCH != 0 {
-        &stats.l2_prefetch_asize
-    } else if copy.flags & MFU != 0 {
-        &stats.l2_mfu_asize
-    } else {
-        &stats.l2_mru_asize
-    };
-    update(by_state, asize);
-    let by_type = if copy.flags & METADATA != 0 {
-        &stats.l2_bufc_metadata_asize
-    } else {
-        &stats.l2_bufc_data_asize
-    };
-    update(by_type, asize);
+        let by_type = [&stats.l2_bufc_metadata_asize, &stats.l2_bufc_data_asize];
+        for (counter, v) in by_type.into_iter().zip(self.by_type) {
+            op(counter, v);
+        }
+    }
 }
 
 /// Index flags of a copy fed or restored with these properties.
@@ -656,6 +970,168 @@ mod tests {
         assert!(DeviceIndex::new(0, 1 << 50, 512).is_none());
         assert!(DeviceIndex::new(0, 1 << 40, 3).is_none());
         ix.check();
+    }
+
+    #[test]
+    fn push_front_builds_the_same_index_as_push() {
+        let mut back = index();
+        let mut front = index();
+        for i in 0..5000u64 {
+            assert!(back.push(pack_key(2, i), i * 4096, i, MFU));
+        }
+        for i in (0..5000u64).rev() {
+            assert!(front.push_front(pack_key(2, i), i * 4096, i, MFU));
+        }
+        front.check();
+        assert_eq!((front.len(), front.live()), (back.len(), back.live()));
+        for i in 0..5000u64 {
+            assert_eq!(
+                front.get(pack_key(2, i)),
+                back.get(pack_key(2, i)),
+                "block {i}"
+            );
+        }
+        // Equal positions are allowed (the ring writes nothing at one position twice, but
+        // the index does not need to know); forwards and unaligned ones are not.
+        assert!(front.push_front(pack_key(3, 0), 0, 7, 0));
+        assert!(!front.push_front(pack_key(3, 1), 4096, 7, 0), "forwards");
+        assert!(front.push_front(pack_key(3, 1), 0, 7, 0), "equal again");
+        let mut fresh = index();
+        assert!(!fresh.push_front(pack_key(3, 2), 513, 0, 0), "unaligned");
+        assert!(!fresh.push_front(1 << 60, 0, 0, 0), "key too wide");
+        front.check();
+        // Newer copies then go to the back, and the evict hand pops the front.
+        assert!(front.push(pack_key(4, 0), 5000 * 4096, 1, 0));
+        assert!(!front.push(pack_key(4, 1), 4999 * 4096, 1, 0), "backwards");
+        let mut gone = 0;
+        front.evict_below(100 * 4096, |_, _| gone += 1);
+        assert_eq!(gone, 102, "blocks 0..100 and the two at position 0");
+        front.check();
+    }
+
+    /// An index queued without its table and then built in bulk holds what one built
+    /// entry by entry holds; of two entries of a key the newer (nearer the back) wins.
+    #[test]
+    fn index_unindexed_builds_the_table_push_front_builds() {
+        let mut bulk = DeviceIndex::new(0, 1 << 30, 512).expect("valid");
+        let mut single = DeviceIndex::new(0, 1 << 30, 512).expect("valid");
+        let mut rng = 0x2545_f491u64;
+        let mut pos = 1u64 << 29;
+        let mut seen = std::collections::HashSet::new();
+        let mut dups = 0;
+        for _ in 0..(5 * CHUNK) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = pack_key(1, rng % 4000);
+            pos -= 512 * (1 + rng % 3);
+            assert!(bulk.push_front_unindexed(key, pos, key ^ pos, MFU));
+            if seen.insert(key) {
+                assert!(single.push_front(key, pos, key ^ pos, MFU));
+            } else {
+                dups += 1;
+            }
+        }
+        assert!(dups > 100, "the test needs duplicates: {dups}");
+        assert!(
+            !bulk.push_front_unindexed(pack_key(1, 1), pos + 512, 0, 0),
+            "forwards"
+        );
+        let mut reported = Vec::new();
+        bulk.index_unindexed(|key, copy| reported.push((key, copy.ring_pos)));
+        bulk.check();
+        assert_eq!(reported.len(), dups);
+        assert_eq!(bulk.live(), single.live());
+        for key in &seen {
+            assert_eq!(bulk.get(*key), single.get(*key), "key {key:#x}");
+        }
+        for (key, ring_pos) in reported {
+            let kept = bulk.get(key).expect("the newer copy is indexed");
+            assert!(
+                kept.ring_pos > ring_pos,
+                "{key:#x}: {} kept over {ring_pos}",
+                kept.ring_pos
+            );
+        }
+        // Then it takes newer copies at the back and evicts at the front as usual.
+        assert!(bulk.push(pack_key(2, 0), 1 << 29, 1, 0));
+        bulk.evict_below(pos + 512 * 100, |_, _| {});
+        bulk.check();
+    }
+
+    #[test]
+    fn push_front_refuses_a_span_the_position_field_cannot_hold() {
+        let mut ix = DeviceIndex::new(0, 1 << 40, 512).expect("valid");
+        let newest = 1u64 << 42;
+        assert!(ix.push_front(pack_key(0, 0), newest, 0, 0));
+        let limit = newest - (1u64 << (POS_BITS - 1)) * 512;
+        assert!(!ix.push_front(pack_key(0, 1), limit, 0, 0));
+        assert!(ix.push_front(pack_key(0, 1), limit + 512, 0, 0));
+        assert_eq!(
+            ix.get(pack_key(0, 1)).map(|c| c.ring_pos),
+            Some(limit + 512)
+        );
+        ix.check();
+    }
+
+    /// A rebuild's order against a model: copies arrive newest first (positions falling),
+    /// some keys twice (the older one is refused by the caller, as a rebuild does), then
+    /// the built index serves removals, newer pushes and evictions like one built by
+    /// `push`; chunk boundaries are crossed in both directions.
+    #[test]
+    fn push_front_against_a_model() {
+        use std::collections::BTreeMap;
+        let ring = 1u64 << 30;
+        let mut ix = DeviceIndex::new(0, ring, 512).expect("valid");
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut rng = 0x9e37_79b9u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Newest first, from the middle of the second lap downwards.
+        let mut pos = ring + (ring / 2);
+        for _ in 0..(3 * CHUNK + 17) {
+            let key = pack_key(1, next() % 5000);
+            pos -= 512 * (1 + next() % 4);
+            if model.contains_key(&key) {
+                continue;
+            }
+            assert!(ix.push_front(key, pos, key ^ pos, 0));
+            model.insert(key, pos);
+        }
+        ix.check();
+        assert_eq!(ix.live(), model.len());
+        let mut pos = ring + (ring / 2);
+        for step in 0..20_000u64 {
+            let key = pack_key(1, next() % 5000);
+            match step % 3 {
+                0 => assert_eq!(ix.remove(key).map(|c| c.ring_pos), model.remove(&key)),
+                _ => {
+                    if let Some(old) = ix.remove(key) {
+                        assert_eq!(model.remove(&key), Some(old.ring_pos));
+                    }
+                    assert!(ix.push(key, pos, key ^ pos, 0));
+                    model.insert(key, pos);
+                    pos += 512;
+                }
+            }
+            let floor = pos.saturating_sub(ring / 256);
+            ix.evict_below(floor, |k, c| {
+                assert_eq!(model.remove(&k), Some(c.ring_pos), "evicted copy in model");
+            });
+            if step % 1009 == 0 {
+                ix.check();
+            }
+        }
+        ix.check();
+        for (key, p) in &model {
+            let c = ix.get(*key).expect("model copy indexed");
+            assert_eq!((c.ring_pos, c.checksum), (*p, key ^ p));
+        }
+        assert_eq!(ix.live(), model.len());
     }
 
     /// Many laps of a small ring: positions wrap the position field, sequence numbers

@@ -101,6 +101,8 @@ pub struct CacheDevice {
     rebuild: RankedMutex<Option<RebuildStats>>,
     rebuild_entries: AtomicU64,
     rebuild_permille: AtomicU64,
+    /// DRAM of the index its rebuild is building, not attached yet (for the cap).
+    rebuild_index_bytes: AtomicU64,
     /// I/O counters of this device.
     pub io: DeviceIo,
 }
@@ -135,6 +137,7 @@ impl CacheDevice {
             rebuild: RankedMutex::leaf(None),
             rebuild_entries: AtomicU64::new(0),
             rebuild_permille: AtomicU64::new(0),
+            rebuild_index_bytes: AtomicU64::new(0),
             io: DeviceIo::default(),
         }
     }
@@ -522,6 +525,22 @@ impl Engine {
     pub(crate) fn l2_index_cap(&self) -> u64 {
         let percent = self.tunables.l2arc_meta_percent();
         (self.tunables.zfs_arc_max().saturating_mul(percent) / 100).max(L2_INDEX_MIN_CAP)
+    }
+
+    /// DRAM held by the L2 index with the indexes that rebuilds are building (what the
+    /// cap, [`Engine::l2_index_cap`], bounds).
+    pub(crate) fn l2_index_bytes_all(&self) -> u64 {
+        self.arc.l2_index_bytes() + self.l2_index_bytes_building(None)
+    }
+
+    /// DRAM of the indexes that rebuilds are building, but device `except`'s.
+    pub(crate) fn l2_index_bytes_building(&self, except: Option<u16>) -> u64 {
+        self.l2
+            .all()
+            .iter()
+            .filter(|d| Some(d.index) != except)
+            .map(|d| d.rebuild_index_bytes.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The cache devices.

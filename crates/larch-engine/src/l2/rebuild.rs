@@ -2,23 +2,456 @@
 //! thread: volumes serve (cold) meanwhile, and the device is neither read nor fed until
 //! its rebuild ended. `larch_l2` walks and validates the log; this module puts what it
 //! restored into the index under the coherence rules (see [`crate::coherence`], rule 3).
+//!
+//! The rebuild streams: each entry goes into the index as the walk delivers it, newest
+//! first, so nothing per entry is held besides the index itself. The per-shard indexes
+//! ([`DeviceIndex`]) are built privately, in reverse ring order, and at first without
+//! their hash tables ([`DeviceIndex::push_front_unindexed`]): appending 20-byte entries
+//! is sequential memory, where a table lookup per entry is a cache miss or two (8M
+//! entries: about 1 s of CPU). The tables are filled once, at the end, in their own
+//! order ([`DeviceIndex::index_unindexed`]), which is also where two data copies of a
+//! block are found (the newer stays, the older is dead and counted as superseded). A
+//! compact set of 64-bit index keys holds the keys met but not indexed (tombstones, and
+//! copies the index does not take), so that their older copies are superseded at once;
+//! a copy the index does not take waits for the tables to learn whether a newer copy of
+//! its block is indexed, and is tombstoned if not. When the index's cap is reached the
+//! tables are built there and then, and every later entry is looked up as it comes. Only
+//! the end holds the gate: it drops the copies of blocks written meanwhile, attaches the
+//! indexes and installs the writer, as one step for every write (rule 3).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use larch_l2::{ArcState, Compression, ContentType, L2Device, RebuildOptions};
+use larch_l2::{
+    ArcState, Compression, ContentType, Geometry, L2Device, RebuildOptions, Seen, Sighting,
+};
 use larch_policy::BlockKey;
+use larch_policy::shards::shard_of;
 
-use super::index::{self, flags_of};
+use super::index::{self, DeviceIndex, KeySet, PushFront, Tally, flags_of};
 use super::{CacheDevice, DeviceState};
+use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
 use crate::engine::Engine;
+use crate::volumes::VolumeEntry;
+
+/// Entries met between two looks at the index's memory cap.
+const CAP_CHECK_ENTRIES: u64 = 16384;
+
+/// What an indexed entry costs, about: its 20 bytes and its share of the hash table.
+const INDEX_BYTES_PER_ENTRY: u64 = 28;
+
+/// Tombstones gathered before they are queued in one go.
+const TOMBSTONE_BATCH: usize = 1024;
+
+/// What the engine knows of a block a log entry names.
+struct Block {
+    key: BlockKey,
+    /// The engine shard of the key.
+    shard: u8,
+    /// The block's size (the last block of a volume may be short).
+    psize: u32,
+    /// An object-store block that another node committed since this node took over.
+    stale: bool,
+}
+
+/// A device's index while its rebuild builds it, not yet attached to the shards.
+struct Restore<'e> {
+    engine: &'e Engine,
+    device: &'e CacheDevice,
+    /// One index per engine shard, built newest first.
+    shards: Vec<DeviceIndex>,
+    /// Index keys met in the log but not in `shards`: tombstones, and copies the index
+    /// did not take (over the cap, stale, not a whole uncompressed block, on another
+    /// device). A key in neither has not been met yet.
+    met: KeySet,
+    /// Keys met that have no index key: a volume this engine does not know (when first
+    /// asked), a block past its volume's end. Their copies are all tombstoned.
+    met_foreign: HashSet<larch_l2::BlockKey>,
+    /// Volumes by guid, as first looked up (a volume added during the rebuild is foreign
+    /// to it: its copies are tombstoned, which is always safe).
+    volumes: HashMap<u64, Option<Arc<VolumeEntry>>>,
+    /// The volume looked up last (a log holds long runs of one volume's blocks).
+    last_volume: (Option<u64>, Option<Arc<VolumeEntry>>),
+    /// Tombstones not yet queued.
+    tombstones: Vec<Tombstone>,
+    /// The L2 size counters of the copies indexed, published when the index is attached.
+    tally: Tally,
+    /// Whether another device had an index when the rebuild began: a copy also indexed
+    /// there is not indexed twice.
+    others: bool,
+    cap_bytes: u64,
+    over_cap: bool,
+    met_count: u64,
+    /// The tables are not built yet: indexable copies only go into the queues.
+    deferred: bool,
+    /// Copies met while deferred that the index did not take.
+    pending: Vec<Pending>,
+    /// Entries the walk counted as restored that turned out superseded.
+    undone: Undone,
+    geometry: Geometry,
+}
+
+/// A copy met while the tables were not built that the index did not take.
+struct Pending {
+    key: larch_l2::BlockKey,
+    generation: u64,
+    ik: u64,
+    shard: u8,
+    logical_size: u32,
+    physical_size: u32,
+}
+
+/// Restored entries to take back from the walk's counters: they were superseded by a
+/// newer copy, which only the built tables could tell.
+#[derive(Clone, Copy, Debug, Default)]
+struct Undone {
+    entries: u64,
+    size: u64,
+    asize: u64,
+}
+
+impl Undone {
+    fn count(&mut self, logical_size: u32, physical_size: u32, geometry: &Geometry) {
+        self.entries += 1;
+        self.size += u64::from(logical_size);
+        self.asize += geometry.asize(u64::from(physical_size));
+    }
+
+    /// Moves them from restored to superseded.
+    fn correct(&self, stats: &mut larch_l2::RebuildStats) {
+        stats.l2_rebuild_bufs -= self.entries;
+        stats.l2_rebuild_size -= self.size;
+        stats.l2_rebuild_asize -= self.asize;
+        stats.l2_rebuild_superseded += self.entries;
+    }
+}
+
+impl<'e> Restore<'e> {
+    /// A rebuild's index for `device`, whose log holds at most `logged` entries: each
+    /// shard's table is sized once for its share of them, as far as the cap allows.
+    fn new(
+        engine: &'e Engine,
+        device: &'e CacheDevice,
+        geometry: &Geometry,
+        logged: u64,
+    ) -> Restore<'e> {
+        let cap_bytes = engine.l2_index_cap();
+        let room = cap_bytes.saturating_sub(engine.l2_index_bytes_all()) / INDEX_BYTES_PER_ENTRY;
+        // A little over the even share: the shards' shares differ by a fraction of one.
+        let per_shard = logged.min(room) / SHARDS as u64;
+        let per_shard = (per_shard + per_shard / 64) as usize;
+        let shards = (0..SHARDS)
+            .map(|_| {
+                let mut index =
+                    index::fresh_index(geometry).expect("the geometry fits, checked before");
+                index.reserve(per_shard);
+                index
+            })
+            .collect();
+        let others = engine
+            .l2
+            .all()
+            .iter()
+            .any(|d| d.index != device.index && d.state() == DeviceState::Online);
+        Restore {
+            engine,
+            device,
+            shards,
+            met: KeySet::default(),
+            met_foreign: HashSet::new(),
+            volumes: HashMap::new(),
+            last_volume: (None, None),
+            tombstones: Vec::new(),
+            tally: Tally::default(),
+            others,
+            cap_bytes,
+            over_cap: false,
+            met_count: 0,
+            deferred: true,
+            pending: Vec::new(),
+            undone: Undone::default(),
+            geometry: *geometry,
+        }
+    }
+
+    /// An entry of a block this engine has no key for: its copies are tombstoned.
+    fn sight_foreign(&mut self, sighting: Sighting<'_>) -> Seen {
+        if !self.met_foreign.insert(sighting.key()) {
+            return Seen::Again;
+        }
+        if sighting.ring_pos.is_some() {
+            self.tombstone(sighting.key(), sighting.entry.generation);
+        }
+        Seen::First
+    }
+
+    /// An entry of a known block. One lookup in the index for the common case (a key met
+    /// for the first time and indexed).
+    fn sight_known(&mut self, sighting: Sighting<'_>, block: &Block) -> Seen {
+        self.met_count += 1;
+        if !self.over_cap && self.met_count.is_multiple_of(CAP_CHECK_ENTRIES) {
+            self.check_cap();
+        }
+        let e = sighting.entry;
+        let ik = index_key(&block.key);
+        if self.met.contains(ik) {
+            return Seen::Again;
+        }
+        let shard = usize::from(block.shard);
+        if self.deferred {
+            return self.sight_deferred(sighting, block, ik, shard);
+        }
+        let Some(ring_pos) = sighting.ring_pos else {
+            // A tombstone: it hides the key's older copies.
+            if self.shards[shard].contains(ik) {
+                return Seen::Again;
+            }
+            self.met.insert(ik);
+            return Seen::First;
+        };
+        if self.indexable(block, e) {
+            let flags = flags_of(
+                e.arc_state == ArcState::Mfu,
+                e.prefetch,
+                e.content == ContentType::Metadata,
+            );
+            match self.shards[shard].push_front_new(ik, ring_pos, e.data_checksum, flags) {
+                PushFront::Indexed => {
+                    self.tally.add(flags, block.psize);
+                    return Seen::First;
+                }
+                PushFront::Present => return Seen::Again,
+                PushFront::Refused => {}
+            }
+        } else if self.shards[shard].contains(ik) {
+            return Seen::Again;
+        }
+        // A copy the index does not take is tombstoned: only indexed copies are
+        // tombstoned when their block is overwritten later (rule 0).
+        if self.over_cap {
+            self.engine
+                .stats
+                .l2_rebuild_lowmem
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.met.insert(ik);
+        self.tombstone(sighting.key(), e.generation);
+        Seen::First
+    }
+
+    /// An entry of a known block while the index's tables are not built: an indexable
+    /// copy goes into the queue (its duplicates are found when the tables are built); any
+    /// other key is remembered as met, and a copy the index does not take waits to learn
+    /// whether a newer copy of its block is indexed (then it is superseded) or not (then
+    /// it is tombstoned).
+    fn sight_deferred(
+        &mut self,
+        sighting: Sighting<'_>,
+        block: &Block,
+        ik: u64,
+        shard: usize,
+    ) -> Seen {
+        let e = sighting.entry;
+        let Some(ring_pos) = sighting.ring_pos else {
+            self.met.insert(ik);
+            return Seen::First;
+        };
+        if self.indexable(block, e) {
+            let flags = flags_of(
+                e.arc_state == ArcState::Mfu,
+                e.prefetch,
+                e.content == ContentType::Metadata,
+            );
+            if self.shards[shard].push_front_unindexed(ik, ring_pos, e.data_checksum, flags) {
+                self.tally.add(flags, block.psize);
+                return Seen::First;
+            }
+        }
+        self.met.insert(ik);
+        self.pending.push(Pending {
+            key: sighting.key(),
+            generation: e.generation,
+            ik,
+            shard: block.shard,
+            logical_size: e.logical_size,
+            physical_size: e.physical_size,
+        });
+        Seen::First
+    }
+
+    /// Builds the index's hash tables from the queues (once): duplicates found there
+    /// are dead and counted as superseded, and the copies not indexed meanwhile are
+    /// superseded by a newer indexed copy of their block or tombstoned. From then on
+    /// every entry is looked up as it comes.
+    fn build_tables(&mut self) {
+        if !self.deferred {
+            return;
+        }
+        self.deferred = false;
+        let engine = self.engine;
+        let geometry = self.geometry;
+        let mut undone = Undone::default();
+        let mut tally = self.tally;
+        for index in &mut self.shards {
+            index.index_unindexed(|key, copy| {
+                let psize = engine.psize_of(key);
+                tally.sub(copy.flags, psize);
+                undone.count(psize, psize, &geometry);
+            });
+        }
+        self.tally = tally;
+        for p in std::mem::take(&mut self.pending) {
+            if self.shards[usize::from(p.shard)].contains(p.ik) {
+                undone.count(p.logical_size, p.physical_size, &geometry);
+            } else {
+                self.tombstone(p.key, p.generation);
+            }
+        }
+        self.undone = undone;
+    }
+
+    /// What the engine knows of a logged block: its key, size and staleness, if its
+    /// volume is known (as first asked) and the block lies inside it.
+    fn block_of(&mut self, guid: u64, block: u64) -> Option<Block> {
+        if self.last_volume.0 != Some(guid) {
+            let volumes = &self.engine.volumes;
+            let volume = self
+                .volumes
+                .entry(guid)
+                .or_insert_with(|| volumes.by_guid(guid))
+                .clone();
+            self.last_volume = (Some(guid), volume);
+        }
+        let volume = self.last_volume.1.as_ref()?;
+        let key = volume.info.key(block);
+        (block < volume.info.blocks()).then(|| Block {
+            key,
+            shard: shard_of(&key) as u8,
+            psize: volume.info.block_len(block) as u32,
+            // A copy of an object-store block that another node committed since.
+            stale: volume.backing.cached_copy_stale(block),
+        })
+    }
+
+    /// Whether the index takes this copy, its key aside: not over the cap, current, a
+    /// whole uncompressed block, and not indexed on another device already.
+    fn indexable(&self, block: &Block, e: &larch_l2::LogEntryPhys) -> bool {
+        !self.over_cap
+            && !block.stale
+            && e.compression == Compression::Off
+            && e.logical_size == e.physical_size
+            && block.psize == e.physical_size
+            && !(self.others
+                && self
+                    .engine
+                    .arc
+                    .shard(&block.key)
+                    .l2
+                    .contains(index_key(&block.key)))
+    }
+
+    /// Queues (in batches) a tombstone for a copy that is not indexed: only indexed
+    /// copies are tombstoned when their block is overwritten later (rule 0).
+    fn tombstone(&mut self, key: larch_l2::BlockKey, generation: u64) {
+        self.tombstones.push(Tombstone { key, generation });
+        if self.tombstones.len() >= TOMBSTONE_BATCH {
+            self.queue_tombstones();
+        }
+    }
+
+    fn queue_tombstones(&mut self) {
+        let stats = &self.engine.stats;
+        stats
+            .l2_tombstones
+            .fetch_add(self.tombstones.len() as u64, Ordering::Relaxed);
+        for tombstone in self.tombstones.drain(..) {
+            self.engine
+                .coherence
+                .queue_tombstone(self.device.index, tombstone);
+        }
+    }
+
+    /// Bytes the index being built holds.
+    fn index_bytes(&self) -> u64 {
+        self.shards.iter().map(DeviceIndex::dram_bytes).sum()
+    }
+
+    /// Stops indexing once the L2 index of every device, this one's as built so far
+    /// included, reaches the cap: the entries met from then on (older ones) are
+    /// tombstoned.
+    fn check_cap(&mut self) {
+        let own = self.index_bytes();
+        self.device
+            .rebuild_index_bytes
+            .store(own, Ordering::Relaxed);
+        let engine = self.engine;
+        let all = own
+            + engine.arc.l2_index_bytes()
+            + engine.l2_index_bytes_building(Some(self.device.index));
+        if all >= self.cap_bytes {
+            self.over_cap = true;
+            // The entries met from now on are looked up, not queued.
+            self.build_tables();
+        }
+    }
+
+    /// Under the gate: drops the copies of blocks written since the rebuild began (their
+    /// tombstones are queued), attaches the indexes and publishes their counters.
+    fn attach(mut self) {
+        self.build_tables();
+        let written = self.engine.coherence.written_during_rebuild();
+        // The generation that superseded a copy is not known here, only that it is at
+        // most the newest one issued; a tombstone hides every older entry of its key
+        // whatever its generation.
+        let generation = self.engine.newest_generation();
+        for key in written {
+            let Some(volume) = self.engine.volumes.get(key.volume as u16) else {
+                continue;
+            };
+            let shard = &mut self.shards[shard_of(&key)];
+            if let Some(copy) = shard.remove(index_key(&key)) {
+                self.tally
+                    .sub(copy.flags, volume.info.block_len(key.block) as u32);
+                let on_disk = larch_l2::BlockKey {
+                    volume_guid: volume.info.guid,
+                    block_number: key.block,
+                };
+                self.tombstone(on_disk, generation);
+            }
+        }
+        self.queue_tombstones();
+        for (mut shard, index) in self.engine.arc.shards().zip(self.shards) {
+            shard.l2.attach(self.device.index, index);
+        }
+        self.device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+        self.tally.apply(&self.engine.stats);
+    }
+}
+
+impl larch_l2::Restorer for Restore<'_> {
+    fn sight(&mut self, sighting: Sighting<'_>) -> Seen {
+        let e = sighting.entry;
+        match self.block_of(e.volume_guid, e.block_number) {
+            Some(block) => self.sight_known(sighting, &block),
+            None => self.sight_foreign(sighting),
+        }
+    }
+}
 
 impl Engine {
     /// Opens a device's log, restores its live entries into the L2 index, and puts it
     /// online. Entries of blocks written since the rebuild began, and entries past the
     /// index's memory cap, are tombstoned instead, in the commit that ends the rebuild.
     pub(crate) fn rebuild_device(&self, device: &Arc<CacheDevice>, pool_guid: u64) {
+        let (geometry, header) = match self.rebuild_geometry(device, pool_guid) {
+            Ok(found) => found,
+            Err(why) => {
+                self.end_rebuild_faulted(device, why);
+                return;
+            }
+        };
         let progress_device = Arc::clone(device);
         let mut progress = move |p: &larch_l2::RebuildProgress| {
             progress_device
@@ -38,98 +471,45 @@ impl Engine {
             max_entries: None,
             progress: Some(&mut progress),
         };
-        let opened = L2Device::open(
+        let logged = header
+            .log_block_count
+            .saturating_mul(u64::from(header.entries_per_block));
+        let mut restore = Restore::new(self, device, &geometry, logged);
+        let opened = L2Device::open_with(
             Arc::clone(device.dev()),
             Some((pool_guid, device.guid)),
             &mut options,
+            &mut restore,
         );
-        let (mut writer, outcome) = match opened {
+        let (writer, mut end) = match opened {
             Ok(pair) => pair,
             Err(err) => {
+                device.rebuild_index_bytes.store(0, Ordering::Relaxed);
                 self.end_rebuild_faulted(device, format!("rebuild failed: {err}"));
                 return;
             }
         };
-        let geometry = writer.geometry();
-        writer.set_track_records(false);
-        if let Err(why) = index::fresh_index(&geometry) {
+        if writer.geometry() != geometry {
+            device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+            let why = format!(
+                "the ring changed during the rebuild: {:?}, then {:?}",
+                geometry,
+                writer.geometry()
+            );
             self.end_rebuild_faulted(device, why);
             return;
         }
         let _ = device.geometry.set(geometry);
-        // The index takes copies in ring order.
-        let mut order: Vec<&larch_l2::RestoredEntry> = outcome.entries.iter().collect();
-        order.sort_unstable_by_key(|r| r.ring_pos);
-        let cap = self.l2_index_cap();
+        // The tables are built before the gate is taken: that is most of the indexing.
+        restore.build_tables();
+        restore.undone.correct(&mut end.stats);
         {
-            // Under the gate: no write changes a generation while entries go in, and the
-            // writer is installed before any write can find an entry (rule 3).
+            // Under the gate: no write changes a generation while the index goes in, and
+            // the writer is installed before any write can find an entry (rule 3).
             let _gate = self.coherence.gate();
-            let written = self.coherence.written_during_rebuild();
-            for mut shard in self.arc.shards() {
-                shard.l2.attach(
-                    device.index,
-                    index::fresh_index(&geometry).expect("the geometry fits, checked above"),
-                );
-            }
-            let mut over_cap = false;
-            for (n, restored) in order.into_iter().enumerate() {
-                let e = &restored.entry;
-                if n % 16384 == 0 && !over_cap && self.arc.l2_index_bytes() >= cap {
-                    over_cap = true;
-                }
-                let slot = self.volumes.slot_of(e.volume_guid);
-                let key = slot.map(|slot| BlockKey::new(u64::from(slot), e.block_number));
-                // A copy of an object-store block that another node committed since is
-                // stale: not indexed (so tombstoned, as below).
-                let psize = slot
-                    .and_then(|slot| self.volumes.get(slot))
-                    .filter(|v| !v.backing.cached_copy_stale(e.block_number))
-                    .map(|v| v.info.block_len(e.block_number) as u32);
-                // A copy the index cannot hold is tombstoned: only indexed copies are
-                // tombstoned when their block is overwritten later.
-                let mut indexed = false;
-                if over_cap {
-                    self.stats.l2_rebuild_lowmem.fetch_add(1, Ordering::Relaxed);
-                } else if let (Some(key), Some(psize)) = (key, psize)
-                    && !written.contains(&key)
-                    && e.compression == Compression::Off
-                    && e.logical_size == e.physical_size
-                    && psize == e.physical_size
-                {
-                    let mut shard = self.arc.shard(&key);
-                    let index_key = crate::arc::index_key(&key);
-                    if !shard.l2.contains(index_key) {
-                        let flags = flags_of(
-                            e.arc_state == ArcState::Mfu,
-                            e.prefetch,
-                            e.content == ContentType::Metadata,
-                        );
-                        if let Some(d) = shard.l2.device_mut(device.index)
-                            && d.push(index_key, restored.ring_pos, e.data_checksum, flags)
-                        {
-                            indexed = true;
-                            let copy = d.get(index_key).expect("just pushed");
-                            index::account(&copy, psize, &self.stats, true);
-                        }
-                    }
-                }
-                if !indexed {
-                    self.coherence.queue_tombstone(
-                        device.index,
-                        Tombstone {
-                            key: larch_l2::BlockKey {
-                                volume_guid: e.volume_guid,
-                                block_number: e.block_number,
-                            },
-                            generation: e.generation,
-                        },
-                    );
-                    self.stats.l2_tombstones.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            restore.attach();
             *device.writer() = Some(writer);
-            *device.rebuild.lock() = Some(outcome.stats);
+            *device.rebuild.lock() = Some(end.stats);
             device.set_state(DeviceState::Online);
             self.coherence.rebuild_ended();
         }
@@ -146,6 +526,30 @@ impl Engine {
         }
     }
 
+    /// The ring geometry of a device about to be rebuilt and the header it was added with
+    /// (the walk reads and checks it again), or why its index cannot be built.
+    fn rebuild_geometry(
+        &self,
+        device: &CacheDevice,
+        pool_guid: u64,
+    ) -> Result<(Geometry, larch_format::DevHeaderPhys), String> {
+        let dev = device.dev();
+        let known = *device.known_header.lock();
+        let header = match known {
+            Some(header) => header,
+            None => {
+                larch_l2::read_header(&**dev)
+                    .map_err(|e| format!("rebuild failed: {e}"))?
+                    .header
+            }
+        };
+        let geometry =
+            larch_l2::validate_header(&header, dev.len_bytes(), Some((pool_guid, device.guid)))
+                .map_err(|e| format!("rebuild failed: {e}"))?;
+        index::fresh_index(&geometry)?;
+        Ok((geometry, header))
+    }
+
     /// A rebuild that could not finish: the device is faulted and its log emptied, since
     /// writes made meanwhile were not tombstoned on it (rule 4).
     pub(crate) fn end_rebuild_faulted(&self, device: &CacheDevice, why: String) {
@@ -156,5 +560,354 @@ impl Engine {
             }
         }
         self.coherence.rebuild_ended();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use larch_io::{BlockDevice, MemDevice};
+    use larch_l2::{CreateOptions, LogEntryPhys, Record};
+
+    use super::*;
+    use crate::backing::{BackingStore, LatencyModel};
+    use crate::volumes::VolumeSpec;
+
+    const POOL: u64 = 0x5ca1_0001;
+    const DEVICE: u64 = 0x5ca1_0002;
+    const VOLUME: u64 = 0x5ca1_0003;
+    const BLOCK: u64 = 512;
+
+    /// An engine with one volume of `blocks` blocks of 512 bytes, in memory.
+    fn engine_with_volume(blocks: u64) -> Arc<Engine> {
+        let engine = Engine::new(64 << 20);
+        let dev = Arc::new(MemDevice::new(blocks * BLOCK));
+        let store = BackingStore::on_device("volume", dev, LatencyModel::default());
+        engine
+            .add_volume(VolumeSpec::new(VOLUME, BLOCK as u32), Arc::new(store))
+            .expect("one volume");
+        engine
+    }
+
+    fn data(block: u64, generation: u64, ring_pos: u64) -> LogEntryPhys {
+        LogEntryPhys {
+            kind: larch_l2::EntryKind::Data,
+            volume_guid: VOLUME,
+            block_number: block,
+            generation,
+            daddr: 8192 + ring_pos,
+            data_checksum: block ^ (generation << 32),
+            logical_size: BLOCK as u32,
+            physical_size: BLOCK as u32,
+            compression: Compression::Off,
+            content: ContentType::Data,
+            arc_state: ArcState::Mru,
+            prefetch: false,
+        }
+    }
+
+    fn key(block: u64) -> BlockKey {
+        BlockKey::new(0, block)
+    }
+
+    /// The copy of `block` in the index being built.
+    fn built(restore: &Restore<'_>, block: u64) -> Option<index::Copy> {
+        restore.shards[shard_of(&key(block))].get(index_key(&key(block)))
+    }
+
+    /// The copy of `block` in the engine's attached index of device 0.
+    fn attached(engine: &Engine, block: u64) -> Option<index::Copy> {
+        let mut shard = engine.arc.shard(&key(block));
+        shard.l2.device_mut(0)?.get(index_key(&key(block)))
+    }
+
+    /// A cache device the engine does not know of (no I/O reaches it), and a geometry.
+    fn device() -> (CacheDevice, Geometry) {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(0));
+        let device = CacheDevice::new(0, Path::new("mem"), DEVICE, dev, None);
+        (
+            device,
+            Geometry::for_device(64 << 20, BLOCK).expect("geometry"),
+        )
+    }
+
+    fn sight(restore: &mut Restore<'_>, entry: &LogEntryPhys) -> Seen {
+        let ring_pos = (entry.kind == larch_l2::EntryKind::Data).then(|| entry.daddr - 8192);
+        larch_l2::Restorer::sight(restore, Sighting { entry, ring_pos })
+    }
+
+    /// Newest first: the first entry of a key wins, a tombstone hides older copies, copies
+    /// the index cannot take are tombstoned, and the index holds exactly the winners
+    /// (once its tables are built).
+    #[test]
+    fn the_newest_entry_of_each_key_is_indexed_and_the_rest_tombstoned() {
+        let engine = engine_with_volume(1000);
+        let (device, geometry) = device();
+        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let pos = |n: u64| (1000 - n) * BLOCK;
+        assert_eq!(sight(&mut restore, &data(1, 9, pos(0))), Seen::First);
+        let tomb = LogEntryPhys::tombstone(VOLUME, 2, 8);
+        assert_eq!(sight(&mut restore, &tomb), Seen::First);
+        assert_eq!(sight(&mut restore, &data(2, 7, pos(1))), Seen::Again);
+        // Two data copies: only the built tables tell (see the next test).
+        assert_eq!(sight(&mut restore, &data(1, 6, pos(2))), Seen::First);
+        let compressed = LogEntryPhys {
+            compression: Compression::Lz4,
+            physical_size: 100,
+            ..data(3, 5, pos(3))
+        };
+        assert_eq!(sight(&mut restore, &compressed), Seen::First);
+        assert_eq!(sight(&mut restore, &data(3, 4, pos(4))), Seen::Again);
+        let foreign = LogEntryPhys {
+            volume_guid: VOLUME + 1,
+            ..data(4, 3, pos(5))
+        };
+        assert_eq!(sight(&mut restore, &foreign), Seen::First);
+        assert_eq!(sight(&mut restore, &foreign), Seen::Again);
+        assert_eq!(sight(&mut restore, &data(1000, 3, pos(6))), Seen::First);
+        assert_eq!(sight(&mut restore, &data(5, 2, pos(7))), Seen::First);
+        restore.build_tables();
+
+        assert_eq!(built(&restore, 1).map(|c| c.ring_pos), Some(pos(0)));
+        assert_eq!(built(&restore, 1).map(|c| c.checksum), Some(1 ^ (9 << 32)));
+        assert_eq!(built(&restore, 5).map(|c| c.ring_pos), Some(pos(7)));
+        for hidden in [2, 3, 4] {
+            assert!(built(&restore, hidden).is_none(), "block {hidden}");
+        }
+        let live: usize = restore.shards.iter().map(DeviceIndex::live).sum();
+        assert_eq!(live, 2);
+        restore.shards.iter().for_each(DeviceIndex::check);
+        // Tombstoned: the compressed copy, the foreign volume's, the block past the end;
+        // not the tombstone's own key, nor superseded copies.
+        let mut tombstoned: Vec<(u64, u64)> = restore
+            .tombstones
+            .iter()
+            .map(|t| (t.key.volume_guid, t.key.block_number))
+            .collect();
+        tombstoned.sort_unstable();
+        assert_eq!(
+            tombstoned,
+            vec![(VOLUME, 3), (VOLUME, 1000), (VOLUME + 1, 4)]
+        );
+        engine.shutdown();
+    }
+
+    /// Two data copies of a block with no tombstone between them: the walk answers both
+    /// as first while the tables are not built; building them keeps the newer, marks the
+    /// older dead and takes it back from the counters. An older copy the index would not
+    /// take is superseded by the newer indexed one, not tombstoned (a tombstone would hide
+    /// the indexed copy at the next restart).
+    #[test]
+    fn duplicates_found_when_the_tables_are_built_are_superseded() {
+        let engine = engine_with_volume(100);
+        let (device, geometry) = device();
+        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let pos = |n: u64| (100 - n) * BLOCK;
+        assert_eq!(sight(&mut restore, &data(1, 9, pos(0))), Seen::First);
+        assert_eq!(sight(&mut restore, &data(2, 9, pos(1))), Seen::First);
+        assert_eq!(sight(&mut restore, &data(1, 8, pos(2))), Seen::First);
+        let compressed = LogEntryPhys {
+            compression: Compression::Lz4,
+            physical_size: 100,
+            ..data(2, 7, pos(3))
+        };
+        assert_eq!(sight(&mut restore, &compressed), Seen::First);
+        assert_eq!(sight(&mut restore, &data(2, 6, pos(4))), Seen::Again);
+        restore.build_tables();
+        assert_eq!(built(&restore, 1).map(|c| c.ring_pos), Some(pos(0)));
+        assert_eq!(built(&restore, 2).map(|c| c.ring_pos), Some(pos(1)));
+        let live: usize = restore.shards.iter().map(DeviceIndex::live).sum();
+        let queued: usize = restore.shards.iter().map(DeviceIndex::len).sum();
+        assert_eq!(
+            (live, queued),
+            (2, 3),
+            "the older copy of 1 is dead in place"
+        );
+        restore.shards.iter().for_each(DeviceIndex::check);
+        assert!(restore.tombstones.is_empty(), "{:?}", restore.tombstones);
+        let mut stats = larch_l2::RebuildStats {
+            l2_rebuild_bufs: 4,
+            l2_rebuild_size: 3 * BLOCK + 512,
+            l2_rebuild_asize: 4 * BLOCK,
+            ..Default::default()
+        };
+        restore.undone.correct(&mut stats);
+        assert_eq!(stats.l2_rebuild_bufs, 2);
+        assert_eq!(stats.l2_rebuild_superseded, 2);
+        assert_eq!(stats.l2_rebuild_size, BLOCK + 512);
+        assert_eq!(stats.l2_rebuild_asize, 2 * BLOCK);
+        assert_eq!(restore.tally.blocks(), 2);
+        engine.shutdown();
+    }
+
+    /// The cap is looked at every `CAP_CHECK_ENTRIES` entries; from the first look that
+    /// finds it reached, the (older) entries met are tombstoned and counted as lowmem.
+    #[test]
+    fn the_cap_reached_mid_walk_keeps_the_newest_entries() {
+        let blocks = 2 * CAP_CHECK_ENTRIES;
+        let engine = engine_with_volume(blocks);
+        let (device, geometry) = device();
+        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        restore.cap_bytes = 1;
+        for n in 0..blocks {
+            let block = (n * 7919) % blocks;
+            assert_eq!(
+                sight(&mut restore, &data(block, 1, (blocks - n) * BLOCK)),
+                Seen::First
+            );
+        }
+        let indexed = CAP_CHECK_ENTRIES - 1;
+        let live: u64 = restore.shards.iter().map(|s| s.live() as u64).sum();
+        assert_eq!(live, indexed);
+        assert_eq!(
+            engine.stats.l2_rebuild_lowmem.load(Ordering::Relaxed),
+            blocks - indexed
+        );
+        assert_eq!(
+            (restore.tombstones.len() + engine.coherence.queued_tombstones()) as u64,
+            blocks - indexed
+        );
+        for n in [0, indexed - 1] {
+            let block = (n * 7919) % blocks;
+            assert!(built(&restore, block).is_some(), "entry {n} is indexed");
+        }
+        for n in [indexed, blocks - 1] {
+            let block = (n * 7919) % blocks;
+            assert!(built(&restore, block).is_none(), "entry {n} is not");
+        }
+        restore.shards.iter().for_each(DeviceIndex::check);
+        engine.shutdown();
+    }
+
+    /// Blocks written while the walk ran leave the index when it is attached, with a
+    /// tombstone each; the rest is attached and counted.
+    #[test]
+    fn keys_written_during_the_rebuild_are_tombstoned_at_attach() {
+        let engine = engine_with_volume(100);
+        let (device, geometry) = device();
+        engine.coherence.rebuild_began();
+        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        for block in 0..10 {
+            sight(&mut restore, &data(block, 1, (100 - block) * BLOCK));
+        }
+        {
+            let _gate = engine.coherence.gate();
+            engine.coherence.note_write(key(3));
+            engine.coherence.note_write(key(50));
+        }
+        let generation = engine.fresh_generation();
+        {
+            let _gate = engine.coherence.gate();
+            restore.attach();
+            engine.coherence.rebuild_ended();
+        }
+        assert!(attached(&engine, 3).is_none());
+        assert_eq!(attached(&engine, 4).map(|c| c.ring_pos), Some(96 * BLOCK));
+        assert_eq!(engine.stats.l2_blocks.load(Ordering::Relaxed), 9);
+        assert_eq!(engine.stats.l2_size.load(Ordering::Relaxed), 9 * BLOCK);
+        let queued = engine.coherence.take_tombstones(0);
+        assert_eq!(queued.len(), 1, "{queued:?}");
+        assert_eq!(queued[0].key.block_number, 3);
+        assert!(queued[0].generation >= generation);
+        engine.shutdown();
+    }
+
+    /// Through the engine: a log of many small blocks where a block is cached twice (in
+    /// different log blocks) and another is tombstoned; the rebuild indexes the newest
+    /// copies only, and its end commits the tombstones of what it did not index.
+    #[test]
+    fn a_device_rebuilt_through_the_engine_restores_the_newest_copies() {
+        let engine = engine_with_volume(64);
+        let dev = Arc::new(MemDevice::new(4 << 20));
+        let options = CreateOptions {
+            pool_guid: POOL,
+            device_guid: DEVICE,
+            sector_bytes: BLOCK,
+            entries_per_block: 4,
+            chain_count: 2,
+        };
+        let mut l2 = L2Device::create(Arc::clone(&dev), &options).expect("create");
+        let bytes = |block: u64, generation: u64| vec![(block + 16 * generation) as u8; 512];
+        let write = |l2: &mut L2Device<Arc<MemDevice>>, blocks: &[u64], generation: u64| {
+            let payloads: Vec<Vec<u8>> = blocks.iter().map(|&b| bytes(b, generation)).collect();
+            let records: Vec<Record<'_>> = blocks
+                .iter()
+                .zip(&payloads)
+                .map(|(&block, payload)| Record {
+                    key: larch_l2::BlockKey {
+                        volume_guid: VOLUME,
+                        block_number: block,
+                    },
+                    generation,
+                    bytes: payload,
+                    logical_size: BLOCK as u32,
+                    compression: Compression::Off,
+                    content: ContentType::Data,
+                    arc_state: ArcState::Mfu,
+                    prefetch: false,
+                })
+                .collect();
+            l2.write_batch(&records).expect("batch");
+        };
+        write(&mut l2, &(0..20).collect::<Vec<_>>(), 1);
+        write(&mut l2, &[5, 30, 31], 2);
+        let key7 = larch_l2::BlockKey {
+            volume_guid: VOLUME,
+            block_number: 7,
+        };
+        l2.tombstone(key7, 3).expect("tombstone");
+        write(&mut l2, &[32], 4);
+        l2.commit_log().expect("commit");
+        drop(l2);
+
+        let device = engine
+            .add_cache_device_on(
+                Arc::clone(&dev) as Arc<dyn BlockDevice>,
+                Path::new("mem"),
+                POOL,
+                DEVICE,
+                false,
+            )
+            .expect("add");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while device.state() == DeviceState::Rebuilding {
+            assert!(Instant::now() < deadline, "the rebuild did not end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(device.state(), DeviceState::Online);
+        let stats = device.rebuild_stats().expect("stats");
+        assert_eq!(stats.l2_rebuild_success, 1);
+        assert_eq!(
+            stats.l2_rebuild_bufs, 22,
+            "blocks 0..20 but 7, and 30, 31, 32"
+        );
+        assert_eq!(stats.l2_rebuild_superseded, 2, "the old copies of 5 and 7");
+        let checksum =
+            |block: u64, generation: u64| larch_format::checksum(&bytes(block, generation));
+        assert_eq!(
+            attached(&engine, 5).map(|c| c.checksum),
+            Some(checksum(5, 2))
+        );
+        assert_eq!(
+            attached(&engine, 6).map(|c| c.checksum),
+            Some(checksum(6, 1))
+        );
+        assert!(attached(&engine, 7).is_none());
+        assert_eq!(engine.stats.l2_blocks.load(Ordering::Relaxed), 22);
+        // What the log says now agrees with the index.
+        let header = larch_l2::read_header(&*dev).expect("header").header;
+        let outcome = larch_l2::rebuild(&*dev, &header, &mut RebuildOptions::default());
+        let mut logged: Vec<u64> = outcome
+            .entries
+            .iter()
+            .map(|r| r.entry.block_number)
+            .collect();
+        logged.sort_unstable();
+        let mut want: Vec<u64> = (0..20).filter(|&b| b != 7).chain([30, 31, 32]).collect();
+        want.sort_unstable();
+        assert_eq!(logged, want);
+        engine.shutdown();
     }
 }
