@@ -373,16 +373,9 @@ impl DeviceIndex {
         checksum: u64,
         flags: u8,
     ) -> PushFront {
-        let pos = ring_pos >> self.sector_shift;
-        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+        let Some(pos) = self.front_pos(key, ring_pos) else {
             return self.refused_unless_present(key);
-        }
-        if self.len > 0 {
-            let front = self.full_pos(self.at(0));
-            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
-                return self.refused_unless_present(key);
-            }
-        }
+        };
         let entry = Entry::new(
             key,
             pos,
@@ -413,6 +406,30 @@ impl DeviceIndex {
                 vacant.insert(seq);
             }
         }
+        self.prepend(pos, entry);
+        PushFront::Indexed
+    }
+
+    /// The sector position of an older copy of `key` at `ring_pos` (bytes), if it may go
+    /// in front of the queue: sector-aligned, a key that fits, not past the front entry's
+    /// position and within 2^33 sectors of the newest.
+    fn front_pos(&self, key: u64, ring_pos: u64) -> Option<u64> {
+        let pos = ring_pos >> self.sector_shift;
+        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+            return None;
+        }
+        if self.len > 0 {
+            let front = self.full_pos(self.at(0));
+            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
+                return None;
+            }
+        }
+        Some(pos)
+    }
+
+    /// Puts `entry`, at sector position `pos`, in front of the queue under the sequence
+    /// number before the front's (the hash table is the caller's business).
+    fn prepend(&mut self, pos: u64, entry: Entry) {
         if self.len == 0 {
             self.newest_pos = pos;
         }
@@ -428,7 +445,6 @@ impl DeviceIndex {
         self.len += 1;
         self.front_seq = self.front_seq.wrapping_sub(1);
         self.chunks[0][self.head] = entry;
-        PushFront::Indexed
     }
 
     /// Prepends an older copy like [`DeviceIndex::push_front`], but leaves it out of the
@@ -444,36 +460,16 @@ impl DeviceIndex {
         checksum: u64,
         flags: u8,
     ) -> bool {
-        let pos = ring_pos >> self.sector_shift;
-        if ring_pos & ((1 << self.sector_shift) - 1) != 0 || key >> KEY_BITS != 0 {
+        let Some(pos) = self.front_pos(key, ring_pos) else {
             return false;
-        }
-        if self.len > 0 {
-            let front = self.full_pos(self.at(0));
-            if pos > front || self.newest_pos - pos >= 1 << (POS_BITS - 1) {
-                return false;
-            }
-        } else {
-            self.newest_pos = pos;
-        }
+        };
         let entry = Entry::new(
             key,
             pos,
             checksum,
             flags & (READ | MFU | PREFETCH | METADATA),
         );
-        if self.head == 0 {
-            let chunk = self
-                .spare
-                .take()
-                .unwrap_or_else(|| vec![Entry::default(); CHUNK].into_boxed_slice());
-            self.chunks.push_front(chunk);
-            self.head = CHUNK;
-        }
-        self.head -= 1;
-        self.len += 1;
-        self.front_seq = self.front_seq.wrapping_sub(1);
-        self.chunks[0][self.head] = entry;
+        self.prepend(pos, entry);
         true
     }
 

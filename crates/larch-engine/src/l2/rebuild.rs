@@ -45,6 +45,15 @@ const INDEX_BYTES_PER_ENTRY: u64 = 28;
 /// Tombstones gathered before they are queued in one go.
 const TOMBSTONE_BATCH: usize = 1024;
 
+/// The index flags of a logged copy: MFU, prefetch, metadata as the feed recorded them.
+fn entry_flags(e: &larch_l2::LogEntryPhys) -> u8 {
+    flags_of(
+        e.arc_state == ArcState::Mfu,
+        e.prefetch,
+        e.content == ContentType::Metadata,
+    )
+}
+
 /// What the engine knows of a block a log entry names.
 struct Block {
     key: BlockKey,
@@ -212,11 +221,7 @@ impl<'e> Restore<'e> {
             return Seen::First;
         };
         if self.indexable(block, e) {
-            let flags = flags_of(
-                e.arc_state == ArcState::Mfu,
-                e.prefetch,
-                e.content == ContentType::Metadata,
-            );
+            let flags = entry_flags(e);
             match self.shards[shard].push_front_new(ik, ring_pos, e.data_checksum, flags) {
                 PushFront::Indexed => {
                     self.tally.add(flags, block.psize);
@@ -259,11 +264,7 @@ impl<'e> Restore<'e> {
             return Seen::First;
         };
         if self.indexable(block, e) {
-            let flags = flags_of(
-                e.arc_state == ArcState::Mfu,
-                e.prefetch,
-                e.content == ContentType::Metadata,
-            );
+            let flags = entry_flags(e);
             if self.shards[shard].push_front_unindexed(ik, ring_pos, e.data_checksum, flags) {
                 self.tally.add(flags, block.psize);
                 return Seen::First;
