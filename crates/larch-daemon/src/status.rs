@@ -170,6 +170,7 @@ mod tests {
                 "sync",
                 "write_failure",
                 "backing",
+                "backing_write_mode",
                 "backing_reads",
                 "backing_read_bytes",
                 "backing_writes",
