@@ -184,6 +184,9 @@ pub struct SimCache {
     dirty_bytes: u64,
     syncing_bytes: u64,
     sync_done_ns: Nanos,
+    /// When the last delayed write was let go: the next waits its delay after it, so the
+    /// delay paces all writers together (OpenZFS `dp_last_wakeup`, as the engine does).
+    last_wakeup_ns: Nanos,
     dirty_max: u64,
 }
 
@@ -253,6 +256,7 @@ impl SimCache {
             dirty_bytes: 0,
             syncing_bytes: 0,
             sync_done_ns: 0,
+            last_wakeup_ns: 0,
             dirty_max,
         }
     }
@@ -452,8 +456,9 @@ impl SimCache {
         );
         if delay > 0 {
             self.counters.throttled += 1;
+            at = at.max(self.last_wakeup_ns + delay);
+            self.last_wakeup_ns = at;
         }
-        at += delay;
         for block in first..first + count {
             let generation = self.writes.entry(block).or_insert(0);
             *generation += 1;
