@@ -207,7 +207,7 @@ impl FileMedia {
             let len = (middle - done).min(DIRECT_CHUNK_BYTES);
             let at = offset + (head + done) as u64;
             let chunk = parts_range(parts, head + done, len);
-            if let Err(err) = self.write_direct(direct, &chunk, len, at, stats) {
+            if let Err(err) = self.write_direct(direct, &chunk, at, stats) {
                 if err.raw_os_error() != Some(libc::EINVAL) {
                     return Err(err);
                 }
@@ -230,13 +230,12 @@ impl FileMedia {
         Ok(middle as u64)
     }
 
-    /// One `O_DIRECT` write of `len` aligned bytes (`chunk`'s) at the aligned `offset`,
-    /// through a kept aligned buffer.
+    /// One `O_DIRECT` write of `chunk`'s bytes (a multiple of the alignment, at most
+    /// [`DIRECT_CHUNK_BYTES`]) at the aligned `offset`, through a kept aligned buffer.
     fn write_direct(
         &self,
         direct: &File,
         chunk: &[&[u8]],
-        len: usize,
         offset: u64,
         stats: &BackingStats,
     ) -> io::Result<()> {
@@ -254,10 +253,10 @@ impl FileMedia {
             }
             None => AlignedBuf::zeroed(DIRECT_CHUNK_BYTES),
         };
-        let mut at = 0;
+        let mut len = 0;
         for part in chunk {
-            buf[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
+            buf[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
         }
         let result = direct.write_all_at(&buf[..len], offset);
         let mut kept = self.bounce.lock();
@@ -643,8 +642,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A file of `len` 0xee bytes in a directory of its own (tests run in parallel, and
+    /// one of them removes its directory when it ends).
     fn scratch_file(name: &str, len: usize) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("larch-backing-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "larch-backing-{}-{}",
+            std::process::id(),
+            name.trim_end_matches(".img")
+        ));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join(name);
         std::fs::write(&path, vec![0xeeu8; len]).expect("file");
@@ -701,6 +706,15 @@ mod tests {
         );
     }
 
+    /// Removes the directories of scratch files.
+    fn remove_scratch(paths: &[&Path]) {
+        for path in paths {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
     fn pattern(seed: u8, n: usize) -> Vec<u8> {
         (0..n).map(|i| seed ^ (i % 251) as u8).collect()
     }
@@ -751,6 +765,7 @@ mod tests {
             store2.stats.direct_write_bytes.load(Ordering::Relaxed),
             (DIRECT_CHUNK_BYTES + 3 * 4096) as u64
         );
+        remove_scratch(&[&path, &path2]);
     }
 
     #[test]
@@ -776,6 +791,7 @@ mod tests {
             "{mode}"
         );
         // Not tried at all: buffered from the start, and said so.
+        let refused = path;
         let path = scratch_file("plain.img", len);
         let plain =
             BackingStore::open_with(&path, false, LatencyModel::default(), false).expect("open");
@@ -793,5 +809,6 @@ mod tests {
         // Read-only stores are never written.
         let ro = BackingStore::open(&path, true, LatencyModel::default()).expect("open");
         assert_eq!(ro.write_mode(), None);
+        remove_scratch(&[&path, &refused]);
     }
 }
