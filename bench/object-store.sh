@@ -639,6 +639,9 @@ s3b_phase() { # NAME
         -v n="$ios" 'BEGIN { printf "%.1f", 100 * g / n }')
     log "    reads: ${R["$name|$round|store"]}% GETs"
 }
+first_reads() { # cached|uncached: the two blocks a restart's first reads ask for
+    if [ "$1" = cached ]; then echo "$X1 $X2"; else echo "$TAIL1 $TAIL2"; fi
+}
 ttfb() { # LABEL KIND TARGET T0 FIRST AGAIN STATS
     local label=$1
     shift
@@ -676,11 +679,8 @@ for round in $(seq "$ROUNDS"); do
             phase "s3backer restart: first read of a $what block"
             t0=$(date +%s.%N)
             s3b_mount "$WORK/s3b-cache"
-            if [ "$what" = cached ]; then
-                ttfb "s3backer-$what" file "$MNT/file" "$t0" "$X1" "$X2" "$MNT/stats"
-            else
-                ttfb "s3backer-$what" file "$MNT/file" "$t0" "$TAIL1" "$TAIL2" "$MNT/stats"
-            fi
+            read -r B1 B2 < <(first_reads "$what")
+            ttfb "s3backer-$what" file "$MNT/file" "$t0" "$B1" "$B2" "$MNT/stats"
         done
     fi
     s3b_umount
@@ -698,11 +698,8 @@ for round in $(seq "$ROUNDS"); do
             phase "larch restart: first read of a $what block"
             t0=$(date +%s.%N)
             larch_start "$POOL_A"
-            if [ "$what" = cached ]; then
-                ttfb "larch-$what" nbd "$(uri rr)" "$t0" "$X1" "$X2" "http://127.0.0.1:$HTTP_PORT/metrics"
-            else
-                ttfb "larch-$what" nbd "$(uri rr)" "$t0" "$TAIL1" "$TAIL2" "http://127.0.0.1:$HTTP_PORT/metrics"
-            fi
+            read -r B1 B2 < <(first_reads "$what")
+            ttfb "larch-$what" nbd "$(uri rr)" "$t0" "$B1" "$B2" "http://127.0.0.1:$HTTP_PORT/metrics"
             larch_stop
         done
     fi
