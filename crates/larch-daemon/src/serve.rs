@@ -167,7 +167,9 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         max_connections_per_address: options.max_connections_per_client,
         ..ServerLimits::default()
     };
-    let server = Server::with_security(limits, exports, options.security.clone())?;
+    // Each NBD connection is served on a thread of its own (docs/nbd.md).
+    let server = Server::with_security(limits, exports, options.security.clone())?
+        .with_connection_threads(true);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -248,6 +250,10 @@ async fn serve(
     pool: Arc<Pool>,
     options: &ServeOptions,
 ) -> anyhow::Result<Option<String>> {
+    // Connection threads end with their connections: the engine's blocking I/O and
+    // prefetch run here.
+    pool.engine
+        .run_background_on(tokio::runtime::Handle::current());
     let listeners = bind_nbd(&pool, options).await?;
     let token = client::new_token();
     let recorder = match options.history_max_bytes {

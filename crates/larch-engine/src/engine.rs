@@ -59,6 +59,8 @@ pub struct Engine {
     syncer_done: AtomicBool,
     /// The feeder threads.
     pub(crate) threads: RankedMutex<Vec<JoinHandle<()>>>,
+    /// The runtime blocking I/O and prefetch run on, when set ([`Engine::run_background_on`]).
+    background: std::sync::OnceLock<tokio::runtime::Handle>,
     /// Faults tests inject.
     #[cfg(feature = "fault-injection")]
     pub(crate) faults: Faults,
@@ -73,6 +75,45 @@ pub(crate) struct Faults {
 }
 
 impl Engine {
+    /// Runs the engine's blocking I/O (backing-store reads and writes, cache-device reads
+    /// without io_uring) and its prefetch reads on `runtime` from now on, whichever
+    /// runtime the request came from. The daemon serves each NBD connection on a runtime
+    /// of its own that ends with the connection: a prefetch must outlive it, and one
+    /// shared blocking pool keeps the thread count bounded. Without it (or after a second
+    /// call, which changes nothing) they run on the caller's runtime.
+    pub fn run_background_on(&self, runtime: tokio::runtime::Handle) {
+        let _ = self.background.set(runtime);
+    }
+
+    /// The runtime set by [`Engine::run_background_on`].
+    pub(crate) fn background_runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.background.get()
+    }
+
+    /// Runs `work` on the blocking pool (see [`Engine::run_background_on`]).
+    pub(crate) fn spawn_blocking<F, R>(&self, work: F) -> tokio::task::JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        match self.background.get() {
+            Some(runtime) => runtime.spawn_blocking(work),
+            None => tokio::task::spawn_blocking(work),
+        }
+    }
+
+    /// Runs `task` in the background (see [`Engine::run_background_on`]).
+    pub(crate) fn spawn_background<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.background.get() {
+            Some(runtime) => runtime.spawn(task),
+            None => tokio::spawn(task),
+        }
+    }
+
     /// An engine whose ARC holds at most `arc_max_bytes` of data (`zfs_arc_max`), with its
     /// TXG syncer and its ARC size control thread (limits set at runtime, memory
     /// pressure), which stop with [`Engine::shutdown`].
@@ -105,6 +146,7 @@ impl Engine {
             syncer: RankedMutex::leaf(None),
             syncer_done: AtomicBool::new(false),
             threads: RankedMutex::leaf(Vec::new()),
+            background: std::sync::OnceLock::new(),
             #[cfg(feature = "fault-injection")]
             faults: Faults::default(),
         });

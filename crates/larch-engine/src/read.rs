@@ -29,10 +29,15 @@ pub enum Served {
     Backing,
 }
 
+/// A read's bytes (`None`: the backing store failed) and where they came from.
+type ReadOutcome = (Option<Bytes>, Served);
+
 /// A read of a block from a cache device or the backing store that other readers of the
 /// same block wait for instead of issuing their own.
 pub(crate) struct InFlight {
-    result: RankedMutex<Option<(Option<Bytes>, Served)>>,
+    /// `Some(None)`: the reader leading it gave up (its client went away) before the read
+    /// ended; a waiter then reads the block itself.
+    result: RankedMutex<Option<Option<ReadOutcome>>>,
     done: tokio::sync::Notify,
     /// A write overtook this read: its data must not be installed in the cache.
     invalidated: AtomicBool,
@@ -57,11 +62,17 @@ impl InFlight {
     }
 
     fn complete(&self, data: Option<Bytes>, served: Served) {
-        *self.result.lock() = Some((data, served));
+        *self.result.lock() = Some(Some((data, served)));
         self.done.notify_waiters();
     }
 
-    async fn wait(&self) -> (Option<Bytes>, Served) {
+    fn abandon(&self) {
+        *self.result.lock() = Some(None);
+        self.done.notify_waiters();
+    }
+
+    /// The read's outcome, or `None` when its leader gave up.
+    async fn wait(&self) -> Option<ReadOutcome> {
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
@@ -98,22 +109,34 @@ impl Engine {
             return (None, Served::Arc);
         }
         let key = info.key(block);
-        let access = self.arc.access_of(info, key, 0, prefetch);
-        let lookup = self
-            .arc
-            .shard(&key)
-            .lookup(access, || self.fresh_generation());
-        let (flight, generation, l2) = match lookup {
-            Lookup::Hit(buf) => return (Some(buf), Served::Arc),
-            Lookup::Wait(flight) => {
-                self.stats.iohits.fetch_add(1, Ordering::Relaxed);
-                return flight.wait().await;
+        let (flight, generation, l2) = loop {
+            let access = self.arc.access_of(info, key, 0, prefetch);
+            let lookup = self
+                .arc
+                .shard(&key)
+                .lookup(access, || self.fresh_generation());
+            match lookup {
+                Lookup::Hit(buf) => return (Some(buf), Served::Arc),
+                Lookup::Wait(flight) => {
+                    self.stats.iohits.fetch_add(1, Ordering::Relaxed);
+                    if let Some(result) = flight.wait().await {
+                        return result;
+                    }
+                    // Its leader gave up: look again (and maybe lead).
+                }
+                Lookup::Lead {
+                    flight,
+                    generation,
+                    l2,
+                } => break (flight, generation, l2),
             }
-            Lookup::Lead {
-                flight,
-                generation,
-                l2,
-            } => (flight, generation, l2),
+        };
+        // Should this future be dropped before the read ends (its client went away), the
+        // flight leaves the table and its waiters read the block themselves.
+        let leading = Leading {
+            engine: self,
+            key,
+            flight: &flight,
         };
         let psize = info.block_len(block);
         let mut data = None;
@@ -136,6 +159,7 @@ impl Engine {
             data = self.read_backing(vol, block, psize).await;
             served = Served::Backing;
         }
+        std::mem::forget(leading);
         let access = self.arc.access_of(info, key, generation, prefetch);
         self.arc
             .shard(&key)
@@ -154,7 +178,7 @@ impl Engine {
     ) -> Option<Bytes> {
         self.stats.backing_reads.fetch_add(1, Ordering::Relaxed);
         let vol = Arc::clone(vol);
-        tokio::task::spawn_blocking(move || {
+        self.spawn_blocking(move || {
             let mut buf = vec![0u8; psize];
             vol.backing
                 .read_at(&mut buf, vol.info.offset_of(block))
@@ -164,5 +188,23 @@ impl Engine {
         .await
         .ok()
         .flatten()
+    }
+}
+
+/// A read led by a future that may be dropped before it ends (see
+/// [`Engine::read_block_served`]); forgotten once the read is finished.
+struct Leading<'a> {
+    engine: &'a Engine,
+    key: larch_policy::BlockKey,
+    flight: &'a Arc<InFlight>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.engine
+            .arc
+            .shard(&self.key)
+            .abandon_read(&self.key, self.flight);
+        self.flight.abandon();
     }
 }

@@ -242,9 +242,10 @@ impl Volume {
         let entry = Arc::clone(&self.entry);
         // The stripes stay held until the blocks are dirty in the ARC, so a block's
         // writes enter the cache (and their TXGs) in the order they were merged.
-        let result =
-            tokio::task::spawn_blocking(move || engine.write_blocks(&entry, &new_blocks, fua))
-                .await;
+        let result = self
+            .engine
+            .spawn_blocking(move || engine.write_blocks(&entry, &new_blocks, fua))
+            .await;
         drop(guards);
         match result {
             Ok(Ok(())) => Ok(()),
@@ -271,7 +272,11 @@ impl Volume {
         }
         let engine = Arc::clone(&self.engine);
         let entry = Arc::clone(&self.entry);
-        match tokio::task::spawn_blocking(move || engine.flush_writes(&entry)).await {
+        match self
+            .engine
+            .spawn_blocking(move || engine.flush_writes(&entry))
+            .await
+        {
             Ok(Ok(())) => Ok(()),
             Ok(Err(why)) => Err(VolumeError::Io(why)),
             Err(err) => Err(VolumeError::Io(err.to_string())),
@@ -323,7 +328,7 @@ impl Volume {
         for block in range.start..range.end.min(self.entry.info.blocks()) {
             let engine = Arc::clone(&self.engine);
             let entry = Arc::clone(&self.entry);
-            tokio::spawn(async move {
+            self.engine.spawn_background(async move {
                 engine.read_block(&entry, block, true).await;
             });
         }

@@ -484,3 +484,53 @@ fn overwrites_of_cached_blocks_never_wait_for_a_stuck_cache_device() {
     s.engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader that leads a miss and is dropped before the read ends (its client went away,
+/// its connection's runtime shut down) must not leave the block's read pending: others
+/// waiting for it, and later readers of the block, read it themselves. (Before, they
+/// waited for ever.)
+#[test]
+fn a_read_whose_leader_is_dropped_is_read_again_by_the_others() {
+    let dir = scratch("abandoned-read");
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 64);
+    let slow = LatencyModel {
+        read_min_us: 200_000,
+        read_max_us: 200_000,
+        ..LatencyModel::default()
+    };
+    let s = Setup::with_latency(&backing, 4 << 20, slow);
+    let engine = Arc::clone(&s.engine);
+    let vol = Arc::clone(&s.vol);
+    s.runtime.block_on(async {
+        // The leader starts the backing-store read; a second reader waits for it.
+        let leader = tokio::spawn({
+            let (engine, vol) = (Arc::clone(&engine), Arc::clone(&vol));
+            async move { engine.read_block(&vol, 7, false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let waiter = tokio::spawn({
+            let (engine, vol) = (Arc::clone(&engine), Arc::clone(&vol));
+            async move { engine.read_block(&vol, 7, false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        leader.abort();
+        assert!(leader.await.unwrap_err().is_cancelled());
+        let waited = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was not left waiting for the abandoned read")
+            .unwrap()
+            .expect("backing store read");
+        assert_eq!(waited[..], contents(7, 0)[..]);
+        // A later reader too.
+        let later =
+            tokio::time::timeout(Duration::from_secs(10), engine.read_block(&vol, 7, false))
+                .await
+                .expect("a later reader was not left waiting")
+                .expect("backing store read");
+        assert_eq!(later[..], contents(7, 0)[..]);
+    });
+    s.engine.shutdown();
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

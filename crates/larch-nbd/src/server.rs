@@ -190,6 +190,8 @@ struct Inner<E> {
     payload_budget: Arc<Semaphore>,
     shutdown_tx: watch::Sender<bool>,
     spinners: Arc<Spinners>,
+    /// Whether each connection gets a thread of its own ([`Server::with_connection_threads`]).
+    connection_threads: bool,
 }
 
 /// An NBD server for exports of type `E`. Cheap to clone; clones share state.
@@ -317,8 +319,24 @@ impl<E: Export> Server<E> {
                 payload_budget: Arc::new(Semaphore::new(budget_units)),
                 shutdown_tx,
                 spinners: Arc::new(Spinners::new()),
+                connection_threads: false,
             }),
         })
+    }
+
+    /// Serves each accepted connection on a thread of its own (a single-threaded tokio
+    /// runtime) instead of the runtime that accepts. On a machine with few cores, many
+    /// clients at queue depth 1 wake the server thread of their own connection directly,
+    /// as the kernel wakes a blocked reader, rather than through a shared runtime's
+    /// reactor and the hand-off between its workers (measured: BENCHMARKS.md, "connection
+    /// threads"). Bulk transfers still run on the accepting runtime, so that several use
+    /// several cores. Connections from [`Server::serve_stream`] stay on the caller's
+    /// runtime. Call before the server is cloned or serving.
+    pub fn with_connection_threads(mut self, on: bool) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.connection_threads = on;
+        }
+        self
     }
 
     /// Begins a graceful shutdown (idempotent). [`Server::serve`] returns once every
@@ -384,16 +402,66 @@ impl<E: Export> Server<E> {
             return;
         };
         let server = self.clone();
-        tokio::spawn(async move {
-            match server.serve_connection(conn, address, spin_fd).await {
-                Ok(()) => {}
-                // A client hanging up is its right, not an error worth a log line.
-                Err(ConnectionError::Io(err)) if is_hang_up(&err) => {}
-                Err(err) => eprintln!("larch-nbd: connection closed: {err}"),
+        if !self.inner.connection_threads {
+            tokio::spawn(async move {
+                server.serve_and_log(conn, address, spin_fd, None).await;
+                drop(slot);
+                drop(permit);
+            });
+            return;
+        }
+        // The socket leaves this runtime's reactor and joins the new thread's.
+        let detached = match conn::Detached::of(conn) {
+            Ok(detached) => detached,
+            Err(err) => {
+                eprintln!("larch-nbd: refusing connection: {err}");
+                return;
             }
-            drop(slot);
-            drop(permit);
-        });
+        };
+        let accepting = tokio::runtime::Handle::current();
+        let spawned = std::thread::Builder::new()
+            .name("larch-nbd-conn".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(async move {
+                        match detached.attach() {
+                            Ok(conn) => {
+                                server
+                                    .serve_and_log(conn, address, spin_fd, Some(accepting))
+                                    .await
+                            }
+                            Err(err) => eprintln!("larch-nbd: connection dropped: {err}"),
+                        }
+                    }),
+                    Err(err) => eprintln!("larch-nbd: connection dropped: no runtime: {err}"),
+                }
+                drop(slot);
+                drop(permit);
+            });
+        if let Err(err) = spawned {
+            // The closure (and with it the connection, its slot and permit) is dropped.
+            eprintln!("larch-nbd: refusing connection: no thread for it: {err}");
+        }
+    }
+
+    /// Serves one connection to its end and logs why it ended, unless the client simply
+    /// hung up (its right, not an error worth a log line). `bulk`: the runtime bulk
+    /// transfers run on (`None`: this one).
+    async fn serve_and_log(
+        &self,
+        conn: Conn,
+        address: Option<IpAddr>,
+        spin_fd: Option<RawFd>,
+        bulk: Option<tokio::runtime::Handle>,
+    ) {
+        match self.serve_connection(conn, address, spin_fd, bulk).await {
+            Ok(()) => {}
+            Err(ConnectionError::Io(err)) if is_hang_up(&err) => {}
+            Err(err) => eprintln!("larch-nbd: connection closed: {err}"),
+        }
     }
 
     /// Serves one already-connected stream (for example stdin/stdout) to its end.
@@ -403,16 +471,17 @@ impl<E: Export> Server<E> {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let conn = Conn::Split(Box::new(reader), Box::new(writer));
-        self.serve_connection(conn, None, None).await
+        self.serve_connection(conn, None, None, None).await
     }
 
     /// [`Server::serve_stream`]; `spin_fd` is the socket's descriptor when the reader is a
-    /// socket (see [`Spin`]).
+    /// socket (see [`Spin`]); `bulk` the runtime bulk transfers run on (`None`: this one).
     async fn serve_connection(
         &self,
         conn: Conn,
         address: Option<IpAddr>,
         spin_fd: Option<RawFd>,
+        bulk: Option<tokio::runtime::Handle>,
     ) -> Result<(), ConnectionError> {
         let reader = BufReader::with_capacity(NEGOTIATION_BUFFER_BYTES, conn);
         let mut shutdown_rx = self.inner.shutdown_tx.subscribe();
@@ -431,7 +500,7 @@ impl<E: Export> Server<E> {
         // bounded moment before the read finds it.
         let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners)));
         let reader = BufReader::with_capacity(128 * 1024, reader);
-        self.transmit(reader, writer, negotiated, shutdown_rx, spin)
+        self.transmit(reader, writer, negotiated, shutdown_rx, spin, bulk)
             .await
     }
 
@@ -547,6 +616,7 @@ impl<E: Export> Server<E> {
         negotiated: Negotiated,
         mut shutdown_rx: watch::Receiver<bool>,
         mut spin: Option<Spin>,
+        bulk: Option<tokio::runtime::Handle>,
     ) -> Result<(), ConnectionError>
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -727,12 +797,16 @@ impl<E: Export> Server<E> {
                     let export = Arc::clone(&export);
                     let structured = ctx.structured_replies;
                     let cookie = hdr.cookie;
-                    let task = tokio::spawn(async move {
+                    let work = async move {
                         let frame = execute(&*export, request, cookie, payload, structured).await;
                         // The payload's share of the budget returns once it is handled.
                         drop(permit);
                         frame
-                    });
+                    };
+                    let task = match &bulk {
+                        Some(runtime) => runtime.spawn(work),
+                        None => tokio::spawn(work),
+                    };
                     inflight.push(Box::pin(async move {
                         task.await
                             .unwrap_or_else(|_| error_frame(cookie, Errno::Io, structured))

@@ -8,7 +8,7 @@ use larch_nbd::mem::MemExport;
 use larch_nbd::proto::{IHAVEOPT, chunk, cmd, cmd_flag, opt, rep};
 use larch_nbd::transmission::RequestHeader;
 use larch_nbd::{NamedExport, Server, ServerError, ServerLimits};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 
 fn server(exports: Vec<(&str, Arc<MemExport>)>) -> Server<MemExport> {
     let exports = exports
@@ -33,7 +33,7 @@ fn connect(server: &Server<MemExport>) -> DuplexStream {
     client
 }
 
-async fn send_option(s: &mut DuplexStream, option: u32, data: &[u8]) {
+async fn send_option<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, option: u32, data: &[u8]) {
     let mut v = IHAVEOPT.to_be_bytes().to_vec();
     v.extend_from_slice(&option.to_be_bytes());
     v.extend_from_slice(&(data.len() as u32).to_be_bytes());
@@ -41,7 +41,7 @@ async fn send_option(s: &mut DuplexStream, option: u32, data: &[u8]) {
     s.write_all(&v).await.unwrap();
 }
 
-async fn read_option_reply(s: &mut DuplexStream) -> (u32, Vec<u8>) {
+async fn read_option_reply<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u32, Vec<u8>) {
     let mut h = [0u8; 20];
     s.read_exact(&mut h).await.unwrap();
     let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
@@ -50,7 +50,7 @@ async fn read_option_reply(s: &mut DuplexStream) -> (u32, Vec<u8>) {
 }
 
 /// Greeting, flags, optionally structured replies + base:allocation, then GO "".
-async fn handshake(s: &mut DuplexStream, structured: bool) {
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, structured: bool) {
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting).await.unwrap();
     assert_eq!(&greeting[..8], b"NBDMAGIC");
@@ -77,8 +77,8 @@ async fn handshake(s: &mut DuplexStream, structured: bool) {
     }
 }
 
-async fn request(
-    s: &mut DuplexStream,
+async fn request<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
     flags: u16,
     command: u16,
     cookie: u64,
@@ -96,7 +96,7 @@ async fn request(
 }
 
 /// Reads one simple reply: (error, cookie).
-async fn simple(s: &mut DuplexStream) -> (u32, u64) {
+async fn simple<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u32, u64) {
     let mut h = [0u8; 16];
     s.read_exact(&mut h).await.unwrap();
     assert_eq!(&h[0..4], &0x6744_6698u32.to_be_bytes());
@@ -107,7 +107,7 @@ async fn simple(s: &mut DuplexStream) -> (u32, u64) {
 }
 
 /// Reads one structured chunk: (flags, type, cookie, payload).
-async fn chunk(s: &mut DuplexStream) -> (u16, u16, u64, Vec<u8>) {
+async fn chunk<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u16, u16, u64, Vec<u8>) {
     let mut h = [0u8; 20];
     s.read_exact(&mut h).await.unwrap();
     assert_eq!(&h[0..4], &0x668e_33efu32.to_be_bytes());
@@ -390,4 +390,99 @@ async fn write_payloads_in_flight_stay_within_the_budget() {
     }
     drop(sender.await.unwrap());
     server.shutdown();
+}
+
+/// Threads of this process named `name`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// With connection threads, every accepted connection is served on a thread of its own
+/// (they are there while the clients are connected, gone once they left), small and bulk
+/// requests work on them, and shutdown still waits for every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_threads_serve_each_connection_and_end_with_it() {
+    let dir = std::env::temp_dir().join(format!("larch-nbd-conn-threads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nbd.sock");
+    let export = Arc::new(MemExport::new(4 << 20));
+    let srv = server(vec![("", Arc::clone(&export))]).with_connection_threads(true);
+    let listener = larch_nbd::Listener::Unix(tokio::net::UnixListener::bind(&path).unwrap());
+    let serving = tokio::spawn({
+        let srv = srv.clone();
+        async move { srv.serve(listener).await }
+    });
+    assert_eq!(threads_named("larch-nbd-conn"), 0);
+    const CLIENTS: u64 = 6;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+        handshake(&mut s, false).await;
+        clients.push(s);
+    }
+    assert_eq!(
+        threads_named("larch-nbd-conn"),
+        CLIENTS as usize,
+        "a thread per connection"
+    );
+    for (i, s) in clients.iter_mut().enumerate() {
+        let i = i as u64;
+        // A small write and a bulk one (spawned on the accepting runtime), then both back.
+        request(s, cmd_flag::FUA, cmd::WRITE, 1, i * 512 * 1024, 4096).await;
+        s.write_all(&[i as u8 + 1; 4096]).await.unwrap();
+        assert_eq!(simple(s).await, (0, 1));
+        request(s, 0, cmd::WRITE, 2, i * 512 * 1024 + 65536, 256 * 1024).await;
+        s.write_all(&vec![i as u8 + 101; 256 * 1024]).await.unwrap();
+        assert_eq!(simple(s).await, (0, 2));
+        request(s, 0, cmd::READ, 3, i * 512 * 1024, 4096).await;
+        assert_eq!(simple(s).await, (0, 3));
+        let mut small = vec![0u8; 4096];
+        s.read_exact(&mut small).await.unwrap();
+        assert!(small.iter().all(|&b| b == i as u8 + 1));
+        request(s, 0, cmd::READ, 4, i * 512 * 1024 + 65536, 256 * 1024).await;
+        assert_eq!(simple(s).await, (0, 4));
+        let mut bulk = vec![0u8; 256 * 1024];
+        s.read_exact(&mut bulk).await.unwrap();
+        assert!(bulk.iter().all(|&b| b == i as u8 + 101));
+    }
+    // Half the clients leave; their threads end.
+    for mut s in clients.drain(..CLIENTS as usize / 2) {
+        request(&mut s, 0, cmd::DISC, 9, 0, 0).await;
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while threads_named("larch-nbd-conn") != clients.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "threads of closed connections ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Shutdown closes the others, and serve returns once they have.
+    srv.shutdown();
+    for mut s in clients {
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returned after shutdown")
+        .unwrap()
+        .unwrap();
+    while threads_named("larch-nbd-conn") != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every connection thread ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let snapshot = export.snapshot();
+    assert_eq!(snapshot[(CLIENTS - 1) as usize * 512 * 1024], CLIENTS as u8);
+    let _ = std::fs::remove_dir_all(&dir);
 }

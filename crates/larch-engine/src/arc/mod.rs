@@ -193,6 +193,17 @@ impl Shard {
         }
     }
 
+    /// Forgets the read `flight` whose leader gave up before it ended.
+    pub(crate) fn abandon_read(&mut self, key: &BlockKey, flight: &Arc<InFlight>) {
+        if self
+            .inflight
+            .get(key)
+            .is_some_and(|f| Arc::ptr_eq(f, flight))
+        {
+            self.inflight.remove(key);
+        }
+    }
+
     /// Ends the read `flight` led: it leaves the in-flight table and, unless a write
     /// overtook it or the block is buffered already, its bytes enter the ARC.
     pub(crate) fn finish_read(

@@ -15,7 +15,7 @@ pub mod uring;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use larch_format::DevHeaderPhys;
@@ -238,6 +238,8 @@ pub(crate) struct CacheDevices {
     list: RankedRwLock<Vec<Arc<CacheDevice>>>,
     /// The io_uring cache-device reads go through, once the first one set it up.
     uring: RankedRwLock<UringState>,
+    /// Whether a thread's own ring ([`uring::local_reader`]) has served a read.
+    local_rings_used: AtomicBool,
 }
 
 impl CacheDevices {
@@ -245,6 +247,7 @@ impl CacheDevices {
         CacheDevices {
             list: RankedRwLock::leaf(Vec::new()),
             uring: RankedRwLock::leaf(UringState::Untried),
+            local_rings_used: AtomicBool::new(false),
         }
     }
 
@@ -283,11 +286,26 @@ impl CacheDevices {
     }
 
     /// The io_uring reader, set up on first use; `None` when switched off or unavailable.
-    pub(crate) fn uring_reader(&self, enabled: bool) -> Option<Arc<UringReader>> {
+    /// A thread running a single-threaded runtime (the daemon's connection threads) reads
+    /// through a ring of its own ([`uring::local_reader`]), other threads through the
+    /// shared one, whose reaper runs on `runtime` (the engine's background runtime, if
+    /// set: it outlives every connection) or else the current one.
+    pub(crate) fn uring_reader(
+        &self,
+        enabled: bool,
+        runtime: Option<&tokio::runtime::Handle>,
+    ) -> Option<Arc<UringReader>> {
         if !enabled {
             return None;
         }
-        // The common case under a shared lock: every L2 hit comes here.
+        // Without deferred completions here (kernels before 6.1), the shared ring serves.
+        if let Some(Ok(reader)) = uring::local_reader() {
+            if !self.local_rings_used.load(Ordering::Relaxed) {
+                self.local_rings_used.store(true, Ordering::Relaxed);
+            }
+            return Some(reader);
+        }
+        // Other threads: the shared ring, found under a shared lock.
         if let Some(settled) = self.uring.read().settled() {
             return settled;
         }
@@ -297,7 +315,7 @@ impl CacheDevices {
             return settled;
         }
         // Untried, or its runtime ended (a new one serves now): set up again.
-        match UringReader::new() {
+        match UringReader::shared(runtime) {
             Ok(reader) => {
                 *state = UringState::Ready(Arc::clone(&reader));
                 Some(reader)
@@ -315,6 +333,9 @@ impl CacheDevices {
             UringState::Unavailable(why) => format!("threads (io_uring unavailable: {why})"),
             _ if !enabled => "threads".into(),
             UringState::Ready(_) => "io_uring".into(),
+            UringState::Untried if self.local_rings_used.load(Ordering::Relaxed) => {
+                "io_uring".into()
+            }
             UringState::Untried => "io_uring (not used yet)".into(),
         }
     }

@@ -88,7 +88,10 @@ impl Engine {
         copy.check_range(geometry)?;
         let size = copy.size_bytes as usize;
         let len = copy.read_len(geometry);
-        if let Some(reader) = self.l2.uring_reader(self.tunables.l2arc_io_uring()) {
+        let reader = self
+            .l2
+            .uring_reader(self.tunables.l2arc_io_uring(), self.background_runtime());
+        if let Some(reader) = reader {
             match reader.read(device.dev(), copy.daddr, len).await {
                 Ok(Some(bytes)) => {
                     larch_l2::verify_copy(copy, &bytes)?;
@@ -106,18 +109,17 @@ impl Engine {
             }
         }
         let (device, geometry, copy) = (Arc::clone(device), *geometry, *copy);
-        let read = tokio::task::spawn_blocking(move || {
-            larch_l2::read_copy(&**device.dev(), &geometry, &copy)
-        })
-        .await
-        .map_err(|e| {
-            ReadError::Io(IoError::Os {
-                op: "read",
-                offset_bytes: copy.daddr,
-                len_bytes: len as u64,
-                source: std::io::Error::other(e.to_string()),
-            })
-        })??;
+        let read = self
+            .spawn_blocking(move || larch_l2::read_copy(&**device.dev(), &geometry, &copy))
+            .await
+            .map_err(|e| {
+                ReadError::Io(IoError::Os {
+                    op: "read",
+                    offset_bytes: copy.daddr,
+                    len_bytes: len as u64,
+                    source: std::io::Error::other(e.to_string()),
+                })
+            })??;
         Ok(Bytes::from_owner(read).slice(..size))
     }
 

@@ -7,6 +7,16 @@
 //! path this replaces handed every L2 hit to a pool thread and back (two futex wake-ups
 //! and two context switches per read).
 //!
+//! Two kinds of ring ([`UringReader::shared`], [`UringReader::local`]). A shared ring
+//! takes reads from every worker of a multi-threaded runtime: the kernel runs each
+//! completion on the thread that submitted the read (an interrupt or a wake-up of that
+//! thread), which then signals the eventfd, whose wake-up may land on yet another worker.
+//! A thread that runs a runtime of its own (the daemon serves each NBD connection on one)
+//! gets a local ring, set up like fio's (`SINGLE_ISSUER | DEFER_TASKRUN`): the kernel
+//! queues its completions until that thread asks for them, the eventfd wakes that same
+//! thread, and the read's submission, completion and reply stay on one thread, with no
+//! interrupt of a running thread. [`local_reader`] keeps one per thread.
+//!
 //! Safety of the buffers: each read's buffer lives in the reader's slot table from
 //! submission until its completion is reaped, whether or not the waiting task is still
 //! there. Dropping the reader waits for every read in flight first.
@@ -30,7 +40,7 @@ pub const URING_DEPTH: u32 = 256;
 /// buffer.
 type Completion = (i32, AlignedBuf);
 
-/// Most bytes of read buffers kept for reuse (per reader): a few hundred reads' worth is
+/// Most bytes of read buffers kept for reuse (by all rings together): a few hundred reads' worth is
 /// enough to absorb the churn of a hit rate in the hundreds of thousands per second.
 const POOL_MAX_BYTES: usize = 4 << 20;
 
@@ -87,6 +97,10 @@ impl BufPool {
     }
 }
 
+/// The one pool every ring's reads take their buffers from and give them back to, so that
+/// a ring per connection thread keeps no more than [`POOL_MAX_BYTES`] in all.
+static SHARED_POOL: std::sync::LazyLock<Arc<BufPool>> = std::sync::LazyLock::new(Arc::default);
+
 /// A read's bytes, owned by the `Bytes` handed out: the buffer goes back to its reader's
 /// pool when the last reference is dropped.
 struct PooledBuf {
@@ -119,6 +133,8 @@ struct Inner {
     ring: IoUring,
     slots: Vec<Option<Pending>>,
     free: Vec<u32>,
+    /// A local ring: completions wait in the kernel until this thread asks for them.
+    deferred: bool,
 }
 
 impl Inner {
@@ -126,8 +142,15 @@ impl Inner {
         self.slots.len() - self.free.len()
     }
 
-    /// Takes every posted completion out of the queue and frees its slot.
+    /// Takes every posted completion out of the queue and frees its slot. A local ring
+    /// first has the kernel post the completions it holds for this thread (a system call
+    /// only when the ring's flag says some wait).
     fn reap(&mut self) -> Vec<(Pending, i32)> {
+        if self.deferred && self.ring.submission().taskrun() {
+            // Submits nothing (the queue is empty between calls); an error leaves the
+            // completions for the next call.
+            let _ = self.ring.submit();
+        }
         let mut done = Vec::new();
         for cqe in self.ring.completion() {
             let Ok(index) = u32::try_from(cqe.user_data()) else {
@@ -163,14 +186,41 @@ impl Drop for AliveGuard {
 }
 
 impl UringReader {
-    /// Sets up a ring of [`URING_DEPTH`] entries and spawns its reaper on the current tokio
-    /// runtime. Fails outside a runtime, or where io_uring is unavailable (old kernels,
+    /// A shared ring of [`URING_DEPTH`] entries, with its reaper spawned on `runtime` (the
+    /// current one if `None`), which must outlive the reads: any thread may submit.
+    /// Fails outside a runtime, or where io_uring is unavailable (old kernels,
     /// `kernel.io_uring_disabled`, seccomp filters).
-    pub fn new() -> io::Result<Arc<UringReader>> {
-        let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    pub fn shared(runtime: Option<&tokio::runtime::Handle>) -> io::Result<Arc<UringReader>> {
         let ring = IoUring::builder()
             .setup_cqsize(URING_DEPTH * 2)
             .build(URING_DEPTH)?;
+        let handle = match runtime {
+            Some(handle) => handle.clone(),
+            None => tokio::runtime::Handle::try_current().map_err(io::Error::other)?,
+        };
+        UringReader::with_ring(ring, false, handle)
+    }
+
+    /// A ring for this thread alone, whose reaper runs on the current runtime: only for a
+    /// single-threaded runtime, so that every submission and every reap happen on this
+    /// thread (the kernel refuses the others). Fails as [`UringReader::shared`] does, and
+    /// on kernels older than 6.1 (no `DEFER_TASKRUN`).
+    pub fn local() -> io::Result<Arc<UringReader>> {
+        let ring = IoUring::builder()
+            .setup_cqsize(URING_DEPTH * 2)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(URING_DEPTH)?;
+        let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        UringReader::with_ring(ring, true, handle)
+    }
+
+    fn with_ring(
+        ring: IoUring,
+        deferred: bool,
+        handle: tokio::runtime::Handle,
+    ) -> io::Result<Arc<UringReader>> {
         // SAFETY: eventfd returns a new descriptor or -1; it is checked before use.
         let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if raw < 0 {
@@ -196,9 +246,10 @@ impl UringReader {
                 ring,
                 slots: (0..URING_DEPTH).map(|_| None).collect(),
                 free: (0..URING_DEPTH).rev().collect(),
+                deferred,
             }),
             event: Arc::clone(&event),
-            pool: Arc::default(),
+            pool: Arc::clone(&SHARED_POOL),
             alive: Arc::clone(&alive),
         });
         handle.spawn(reap_forever(
@@ -347,6 +398,8 @@ impl Drop for UringReader {
         let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
         // The kernel may still write into buffers of reads in flight: wait for them all.
         while inner.in_flight() > 0 {
+            // (A local ring's completions are posted by this wait: the reader lives on
+            // the thread that owns it.)
             match inner.ring.submit_and_wait(1) {
                 Ok(_) => drop(inner.reap()),
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
@@ -392,9 +445,97 @@ async fn reap_forever(event: Arc<AsyncFd<OwnedFd>>, reader: Weak<UringReader>, _
     }
 }
 
+thread_local! {
+    /// This thread's local ring ([`local_reader`]).
+    static LOCAL: std::cell::RefCell<Option<Arc<UringReader>>> =
+        const { std::cell::RefCell::new(None) };
+    /// Setting a local ring up failed on this thread: not tried again.
+    static LOCAL_REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The local ring of this thread, set up on first use (again if its runtime ended), when
+/// the current runtime is single-threaded; `None` on other runtimes (use a shared ring).
+/// `Some(Err)`: io_uring with deferred completions is unavailable here (then `None` on
+/// this thread from now on).
+pub fn local_reader() -> Option<io::Result<Arc<UringReader>>> {
+    let flavor = tokio::runtime::Handle::try_current().ok()?.runtime_flavor();
+    if flavor != tokio::runtime::RuntimeFlavor::CurrentThread || LOCAL_REFUSED.get() {
+        return None;
+    }
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        if let Some(reader) = local.as_ref().filter(|r| r.is_alive()) {
+            return Some(Ok(Arc::clone(reader)));
+        }
+        // The old reader (if its runtime ended) waits for its reads as it drops.
+        *local = None;
+        match UringReader::local() {
+            Ok(reader) => {
+                *local = Some(Arc::clone(&reader));
+                Some(Ok(reader))
+            }
+            Err(err) => {
+                LOCAL_REFUSED.set(true);
+                Some(Err(err))
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local ring's completion wakes its own thread through the eventfd, and the read
+    /// returns the file's bytes (the kernel holds such completions until asked: if the
+    /// eventfd stayed quiet, the read would wait for ever and the test time out).
+    #[test]
+    fn a_local_ring_reads_and_its_thread_is_woken() {
+        let dir = std::env::temp_dir().join(format!("larch-uring-local-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("dev");
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let device: Arc<dyn BlockDevice> = Arc::new(
+                larch_io::FileDevice::open(&path, &larch_io::FileOptions::default()).unwrap(),
+            );
+            let reader = match local_reader() {
+                Some(Ok(reader)) => reader,
+                Some(Err(err)) => {
+                    panic!("io_uring with deferred completions is unavailable: {err}")
+                }
+                None => panic!("a current-thread runtime gets a local ring"),
+            };
+            assert!(reader.inner.lock().unwrap().deferred);
+            let again = local_reader().unwrap().unwrap();
+            assert!(Arc::ptr_eq(&reader, &again), "one ring per thread");
+            for round in 0..50u64 {
+                let offset = (round * 4096) % (60 * 1024);
+                let read = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    reader.read(&device, offset, 4096),
+                )
+                .await
+                .expect("the completion woke the thread")
+                .unwrap()
+                .expect("submitted");
+                assert_eq!(&read[..], &data[offset as usize..offset as usize + 4096]);
+            }
+        });
+        // A multi-threaded runtime gets none: its tasks move between threads.
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        multi.block_on(async { assert!(local_reader().is_none()) });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn read_buffers_come_back_to_the_pool_up_to_its_cap() {

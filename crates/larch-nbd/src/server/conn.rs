@@ -164,3 +164,30 @@ pub(super) async fn accept(listener: &Listener) -> io::Result<(Conn, Option<IpAd
         }
     }
 }
+
+/// An accepted socket out of its runtime's reactor, on its way to a connection thread.
+pub(super) enum Detached {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Detached {
+    /// Takes an accepted socket out of the current runtime (it stays non-blocking).
+    pub(super) fn of(conn: Conn) -> io::Result<Detached> {
+        match conn {
+            Conn::Tcp(s) => s.into_std().map(Detached::Tcp),
+            Conn::Unix(s) => s.into_std().map(Detached::Unix),
+            Conn::Split(..) | Conn::Tls(_) => Err(io::Error::other(
+                "only an accepted socket can move to a connection thread",
+            )),
+        }
+    }
+
+    /// The socket in the current runtime's reactor (call on the connection's runtime).
+    pub(super) fn attach(self) -> io::Result<Conn> {
+        match self {
+            Detached::Tcp(s) => TcpStream::from_std(s).map(Conn::Tcp),
+            Detached::Unix(s) => UnixStream::from_std(s).map(Conn::Unix),
+        }
+    }
+}
