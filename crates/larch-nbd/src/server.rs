@@ -1,7 +1,9 @@
 //! The async server: listeners, connections, and the request pipeline over an [`Export`].
 //!
-//! One connection is one task. It negotiates, then loops over three kinds of event:
-//! a request arrived (it is read, validated, and its export future joins the in-flight
+//! One connection is one task: on the runtime that accepted it, or, with
+//! [`Server::with_connection_threads`], on a thread of its own running a single-threaded
+//! runtime (the socket moves to that runtime's reactor). It negotiates, then loops over
+//! three kinds of event: a request arrived (it is read, validated, and its export future joins the in-flight
 //! set), requests completed (their replies join the output queue), or the socket can take
 //! more output (one `writev` of every queued reply). The task polls the in-flight futures
 //! itself rather than spawning a task per request: on a machine with few cores the
@@ -28,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -191,7 +194,7 @@ struct Inner<E> {
     shutdown_tx: watch::Sender<bool>,
     spinners: Arc<Spinners>,
     /// Whether each connection gets a thread of its own ([`Server::with_connection_threads`]).
-    connection_threads: bool,
+    connection_threads: AtomicBool,
 }
 
 /// An NBD server for exports of type `E`. Cheap to clone; clones share state.
@@ -319,7 +322,7 @@ impl<E: Export> Server<E> {
                 payload_budget: Arc::new(Semaphore::new(budget_units)),
                 shutdown_tx,
                 spinners: Arc::new(Spinners::new()),
-                connection_threads: false,
+                connection_threads: AtomicBool::new(false),
             }),
         })
     }
@@ -328,14 +331,12 @@ impl<E: Export> Server<E> {
     /// runtime) instead of the runtime that accepts. On a machine with few cores, many
     /// clients at queue depth 1 wake the server thread of their own connection directly,
     /// as the kernel wakes a blocked reader, rather than through a shared runtime's
-    /// reactor and the hand-off between its workers (measured: BENCHMARKS.md, "connection
-    /// threads"). Bulk transfers still run on the accepting runtime, so that several use
-    /// several cores. Connections from [`Server::serve_stream`] stay on the caller's
-    /// runtime. Call before the server is cloned or serving.
-    pub fn with_connection_threads(mut self, on: bool) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.connection_threads = on;
-        }
+    /// reactor and the hand-off between its workers (measured: BENCHMARKS.md, "Issue 18: a
+    /// thread per connection"). Bulk transfers still run on the accepting runtime, so that
+    /// several use several cores. Connections from [`Server::serve_stream`] stay on the
+    /// caller's runtime. Applies to connections accepted from then on (clones included).
+    pub fn with_connection_threads(self, on: bool) -> Self {
+        self.inner.connection_threads.store(on, Ordering::Relaxed);
         self
     }
 
@@ -402,7 +403,7 @@ impl<E: Export> Server<E> {
             return;
         };
         let server = self.clone();
-        if !self.inner.connection_threads {
+        if !self.inner.connection_threads.load(Ordering::Relaxed) {
             tokio::spawn(async move {
                 server.serve_and_log(conn, address, spin_fd, None).await;
                 drop(slot);
