@@ -448,8 +448,11 @@ class Runner:
         self._prewarm(workload, system, records)
         jobs = list(scale.scaling_jobs)
         for n in jobs:
+            # fresh: the hit ratios of this point only (else the first point's counted the
+            # prewarm's misses, written to status.json after the point began).
             record = self._fio(workload, system, dict(workload.job, numjobs=n), workload.region_bytes(scale),
-                               self._timed(scale.scaling_runtime_s), label="jobs=%d" % n, matches=["jobs=%d" % n],
-                               report=True, default=n == jobs[-1], series=systems.label(system.name))
+                               self._timed(scale.scaling_runtime_s), fresh=True, label="jobs=%d" % n,
+                               matches=["jobs=%d" % n], report=True, default=n == jobs[-1],
+                               series=systems.label(system.name))
             record["x"] = n
             records.append(record)
