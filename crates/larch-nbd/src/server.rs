@@ -43,7 +43,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 mod conn;
 mod queues;
 mod spin;
-use conn::{AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves};
+use conn::{
+    AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves, is_transient_accept_error,
+};
 use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output};
 use spin::{Spin, Spinners};
 use tokio::time::Instant;
@@ -411,40 +413,14 @@ impl<E: Export> Server<E> {
             });
             return;
         }
-        // The socket leaves this runtime's reactor and joins the new thread's.
-        let detached = match conn::Detached::of(conn) {
-            Ok(detached) => detached,
-            Err(err) => {
-                eprintln!("larch-nbd: refusing connection: {err}");
-                return;
-            }
-        };
         let accepting = tokio::runtime::Handle::current();
-        let spawned = std::thread::Builder::new()
-            .name("larch-nbd-conn".into())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime.block_on(async move {
-                        match detached.attach() {
-                            Ok(conn) => {
-                                server
-                                    .serve_and_log(conn, address, spin_fd, Some(accepting))
-                                    .await
-                            }
-                            Err(err) => eprintln!("larch-nbd: connection dropped: {err}"),
-                        }
-                    }),
-                    Err(err) => eprintln!("larch-nbd: connection dropped: no runtime: {err}"),
-                }
-                drop(slot);
-                drop(permit);
-            });
-        if let Err(err) = spawned {
-            // The closure (and with it the connection, its slot and permit) is dropped.
-            eprintln!("larch-nbd: refusing connection: no thread for it: {err}");
+        let threaded = conn::serve_on_thread(conn, (slot, permit), move |conn| async move {
+            server
+                .serve_and_log(conn, address, spin_fd, Some(accepting))
+                .await
+        });
+        if let Err(err) = threaded {
+            eprintln!("larch-nbd: refusing connection: {err}");
         }
     }
 
@@ -869,18 +845,6 @@ fn is_bulk(request: &Request) -> bool {
         }
         _ => false,
     }
-}
-
-fn is_transient_accept_error(err: &io::Error) -> bool {
-    matches!(
-        err.raw_os_error(),
-        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)
-    ) || matches!(
-        err.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    )
 }
 
 fn is_hang_up(err: &io::Error) -> bool {

@@ -299,7 +299,7 @@ impl CacheDevices {
             return None;
         }
         // Without deferred completions here (kernels before 6.1), the shared ring serves.
-        if let Some(Ok(reader)) = uring::local_reader() {
+        if let Some(reader) = uring::local_reader() {
             if !self.local_rings_used.load(Ordering::Relaxed) {
                 self.local_rings_used.store(true, Ordering::Relaxed);
             }

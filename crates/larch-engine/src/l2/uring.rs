@@ -174,6 +174,8 @@ pub struct UringReader {
     /// Cleared when the reaper task ends (its runtime shut down): reads must then take the
     /// blocking path, as nothing would answer them.
     alive: Arc<AtomicBool>,
+    /// The runtime the reaper runs on.
+    runtime: tokio::runtime::Id,
 }
 
 /// Clears the reader's `alive` flag when the reaper task is dropped.
@@ -251,6 +253,7 @@ impl UringReader {
             event: Arc::clone(&event),
             pool: Arc::clone(&SHARED_POOL),
             alive: Arc::clone(&alive),
+            runtime: handle.id(),
         });
         handle.spawn(reap_forever(
             event,
@@ -454,29 +457,36 @@ thread_local! {
 }
 
 /// The local ring of this thread, set up on first use (again if its runtime ended), when
-/// the current runtime is single-threaded; `None` on other runtimes (use a shared ring).
-/// `Some(Err)`: io_uring with deferred completions is unavailable here (then `None` on
-/// this thread from now on).
-pub fn local_reader() -> Option<io::Result<Arc<UringReader>>> {
-    let flavor = tokio::runtime::Handle::try_current().ok()?.runtime_flavor();
-    if flavor != tokio::runtime::RuntimeFlavor::CurrentThread || LOCAL_REFUSED.get() {
+/// the current runtime is single-threaded; `None` on other runtimes (use a shared ring),
+/// and on a thread where setting one up failed (kernels before 6.1: no `DEFER_TASKRUN`).
+pub fn local_reader() -> Option<Arc<UringReader>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread
+        || LOCAL_REFUSED.get()
+    {
         return None;
     }
     LOCAL.with(|local| {
         let mut local = local.borrow_mut();
-        if let Some(reader) = local.as_ref().filter(|r| r.is_alive()) {
-            return Some(Ok(Arc::clone(reader)));
+        // Only a ring whose reaper runs on the runtime driving this thread now: a thread may
+        // run another runtime while its ring's still exists, undriven.
+        if let Some(reader) = local
+            .as_ref()
+            .filter(|r| r.is_alive() && r.runtime == runtime.id())
+        {
+            return Some(Arc::clone(reader));
         }
-        // The old reader (if its runtime ended) waits for its reads as it drops.
+        // The old reader (its runtime ended or is not this one) waits for its reads as it
+        // drops, if nothing else holds it.
         *local = None;
         match UringReader::local() {
             Ok(reader) => {
                 *local = Some(Arc::clone(&reader));
-                Some(Ok(reader))
+                Some(reader)
             }
-            Err(err) => {
+            Err(_) => {
                 LOCAL_REFUSED.set(true);
-                Some(Err(err))
+                None
             }
         }
     })
@@ -504,15 +514,11 @@ mod tests {
             let device: Arc<dyn BlockDevice> = Arc::new(
                 larch_io::FileDevice::open(&path, &larch_io::FileOptions::default()).unwrap(),
             );
-            let reader = match local_reader() {
-                Some(Ok(reader)) => reader,
-                Some(Err(err)) => {
-                    panic!("io_uring with deferred completions is unavailable: {err}")
-                }
-                None => panic!("a current-thread runtime gets a local ring"),
-            };
+            let reader = local_reader().expect(
+                "a current-thread runtime gets a local ring (io_uring with deferred completions)",
+            );
             assert!(reader.inner.lock().unwrap().deferred);
-            let again = local_reader().unwrap().unwrap();
+            let again = local_reader().unwrap();
             assert!(Arc::ptr_eq(&reader, &again), "one ring per thread");
             for round in 0..50u64 {
                 let offset = (round * 4096) % (60 * 1024);

@@ -165,15 +165,62 @@ pub(super) async fn accept(listener: &Listener) -> io::Result<(Conn, Option<IpAd
     }
 }
 
+/// Whether an accept failed for a reason that passes (out of descriptors or memory for a
+/// moment, a client gone before it was accepted): the listener keeps going.
+pub(super) fn is_transient_accept_error(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)
+    ) || matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// Serves an accepted connection on a thread of its own running a single-threaded runtime
+/// ([`Server::with_connection_threads`]): the socket leaves the current runtime's reactor
+/// for the new thread's, where `serve` gets it back. `held` (what the connection holds:
+/// its slot, its permit) is dropped when the thread ends. Fails when no thread can be
+/// started (the connection and `held` are then dropped).
+pub(super) fn serve_on_thread<S, F, H>(conn: Conn, held: H, serve: S) -> io::Result<()>
+where
+    S: FnOnce(Conn) -> F + Send + 'static,
+    F: std::future::Future<Output = ()>,
+    H: Send + 'static,
+{
+    let detached = Detached::of(conn)?;
+    std::thread::Builder::new()
+        .name("larch-nbd-conn".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(async move {
+                    match detached.attach() {
+                        Ok(conn) => serve(conn).await,
+                        Err(err) => eprintln!("larch-nbd: connection dropped: {err}"),
+                    }
+                }),
+                Err(err) => eprintln!("larch-nbd: connection dropped: no runtime: {err}"),
+            }
+            drop(held);
+        })
+        .map(drop)
+        .map_err(|err| io::Error::new(err.kind(), format!("no thread for it: {err}")))
+}
+
 /// An accepted socket out of its runtime's reactor, on its way to a connection thread.
-pub(super) enum Detached {
+enum Detached {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
 }
 
 impl Detached {
     /// Takes an accepted socket out of the current runtime (it stays non-blocking).
-    pub(super) fn of(conn: Conn) -> io::Result<Detached> {
+    fn of(conn: Conn) -> io::Result<Detached> {
         match conn {
             Conn::Tcp(s) => s.into_std().map(Detached::Tcp),
             Conn::Unix(s) => s.into_std().map(Detached::Unix),
@@ -184,7 +231,7 @@ impl Detached {
     }
 
     /// The socket in the current runtime's reactor (call on the connection's runtime).
-    pub(super) fn attach(self) -> io::Result<Conn> {
+    fn attach(self) -> io::Result<Conn> {
         match self {
             Detached::Tcp(s) => TcpStream::from_std(s).map(Conn::Tcp),
             Detached::Unix(s) => UnixStream::from_std(s).map(Conn::Unix),
