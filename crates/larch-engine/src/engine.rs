@@ -61,6 +61,8 @@ pub struct Engine {
     pub(crate) threads: RankedMutex<Vec<JoinHandle<()>>>,
     /// The runtime blocking I/O and prefetch run on, when set ([`Engine::run_background_on`]).
     background: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Partial-write merges waiting for a merge thread (`txg::partial`).
+    pub(crate) merge_queue: crate::txg::MergeQueue,
     /// Faults tests inject.
     #[cfg(feature = "fault-injection")]
     pub(crate) faults: Faults,
@@ -147,6 +149,7 @@ impl Engine {
             syncer_done: AtomicBool::new(false),
             threads: RankedMutex::leaf(Vec::new()),
             background: std::sync::OnceLock::new(),
+            merge_queue: crate::txg::MergeQueue::default(),
             #[cfg(feature = "fault-injection")]
             faults: Faults::default(),
         });
@@ -291,6 +294,9 @@ impl Engine {
     /// Syncs what is dirty, stops the feeders and commits every cache device's log (with
     /// its queued tombstones), so a restart comes back warm.
     pub fn shutdown(&self) {
+        // Partial writes acknowledged and not merged yet join the TXGs first.
+        self.merge_all_partials();
+        self.merge_queue.stop();
         self.shutdown.store(true, Ordering::Release);
         {
             let _guard = self.wake.0.lock();
@@ -402,6 +408,7 @@ impl Engine {
         out.extend(named(vec![
             ("dirty_bytes", dirty),
             ("dirty_data_max", self.dirty_max()),
+            ("write_partial_pending", self.pending_partials()),
             ("txg_open", open),
             ("txg_synced", synced),
             ("l2_hdr_size", self.arc.l2_index_bytes()),

@@ -44,8 +44,10 @@
 //! 5. one ARC shard — policy, buffers, in-flight reads, L2 index. The hit path takes
 //!    this one lock and nothing else.
 //! 6. the coherence sets — the feed watch, the rebuild watch, the tombstone queues.
-//! 7. the TXG state — shared by writers and the syncer; never held across I/O.
-//! 8. leaves — the device list, the volume table, the log device slot, the io_uring
+//! 7. a volume's pending partial writes — writes smaller than a block waiting for the
+//!    block's read; a writer reserves its dirty bytes (the TXG state) while holding it.
+//! 8. the TXG state — shared by writers and the syncer; never held across I/O.
+//! 9. leaves — the device list, the volume table, the log device slot, the io_uring
 //!    state, fault notes, thread handles: nothing else is taken while one is held.
 //!
 //! The `Volume`'s write stripes (async mutexes per block) come before all of them: a

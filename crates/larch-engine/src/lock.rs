@@ -27,11 +27,13 @@ pub(crate) enum Rank {
     Shard = 5,
     /// The coherence sets: feed watch, rebuild watch, tombstone queues.
     Coherence = 6,
+    /// A volume's partial-block writes waiting for their block's read (`txg::partial`).
+    Partials = 7,
     /// The TXG state shared by writers and the syncer.
-    Txg = 7,
+    Txg = 8,
     /// Everything that takes no other lock while held: tables, fault notes, handles.
     #[default]
-    Leaf = 8,
+    Leaf = 9,
 }
 
 #[cfg(debug_assertions)]

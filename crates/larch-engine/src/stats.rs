@@ -116,6 +116,9 @@ stats! {
         dmu_tx_delay: Counter, "writes the throttle delayed";
         dmu_tx_delay_us: Counter in Micros, "total throttle delay";
         dmu_tx_dirty_over_max: Counter, "writes that waited at the dirty limit";
+        write_partial_deferred: Counter, "async writes smaller than a block acknowledged before the block was read (larch's)";
+        write_partial_merges: Counter, "blocks read (or covered) and merged with the partial writes waiting for them (larch's)";
+        write_partial_errors: Counter, "merges whose block read failed, failing the volume (larch's)";
         zil_commit_count: Counter, "sync writes and FLUSHes made durable through the log device";
         zil_itx_count: Counter, "records written to the log device";
         zil_itx_copied_bytes: Counter in Bytes, "bytes of record data written to the log device";
@@ -125,9 +128,16 @@ stats! {
 
 /// Stats the engine computes when asked, rather than counts.
 pub const COMPUTED: &[StatDef] = &[
-    gauge("dirty_bytes", "bytes dirty in the open and the syncing TXG")
+    gauge(
+        "dirty_bytes",
+        "bytes dirty in the open and the syncing TXG, and held by partial writes waiting for their merge",
+    )
         .measured_in(StatUnit::Bytes),
     gauge("dirty_data_max", "the dirty limit in force").measured_in(StatUnit::Bytes),
+    gauge(
+        "write_partial_pending",
+        "blocks with partial writes waiting for their merge (larch's)",
+    ),
     gauge("txg_open", "the open TXG"),
     gauge("txg_synced", "the newest TXG on the backing stores"),
     gauge("l2_hdr_size", "DRAM held by the L2 index").measured_in(StatUnit::Bytes),

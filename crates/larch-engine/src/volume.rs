@@ -17,6 +17,7 @@ use crate::engine::Engine;
 use crate::latency::LatencyHistogram;
 use crate::lock::RankedMutex;
 use crate::read::Served;
+use crate::txg::Offer;
 use crate::volumes::{VolumeEntry, VolumeInfo};
 use larch_policy::prefetch::Prefetcher;
 
@@ -180,9 +181,10 @@ impl Volume {
             .map(drop)
     }
 
-    /// Writes `data` at `offset`: whole blocks are copied into buffers of their own,
-    /// partial ones merged with the block's current contents first (read-modify-write
-    /// through the cache). `fua`: acknowledged once durable.
+    /// Writes `data` at `offset`: whole blocks are copied into buffers of their own;
+    /// partial ones are merged with the block's current contents, at once when the block
+    /// is in the ARC, otherwise (async writes) by a merge after the acknowledgement (see
+    /// `txg::partial`). `fua`: acknowledged once durable.
     pub async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), VolumeError> {
         if self.read_only() {
             return Err(VolumeError::ReadOnly);
@@ -203,6 +205,9 @@ impl Volume {
 
     /// The body of [`Volume::write`] once the request is checked.
     async fn write_blocks(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), VolumeError> {
+        if let Some(why) = self.entry.failure() {
+            return Err(VolumeError::Io(why));
+        }
         let info = self.entry.info;
         let bs = u64::from(info.block_bytes);
         let blocks = self.blocks_of(offset, data.len() as u64);
@@ -216,29 +221,59 @@ impl Volume {
         for stripe in stripes {
             guards.push(self.stripes[stripe].lock().await);
         }
+        let may_defer = !self.engine.write_is_sync(&self.entry, fua);
         let end = offset + data.len() as u64;
         let mut new_blocks: Vec<(u64, BlockBuf)> = Vec::new();
+        let mut deferred = false;
         for block in blocks {
             let start = block * bs;
             let len = info.block_len(block) as u64;
             let (from, to) = (offset.max(start), end.min(start + len));
             let piece = &data[(from - offset) as usize..(to - offset) as usize];
-            if from == start && to == start + len {
-                new_blocks.push((block, BlockBuf::copy_from(piece)));
-                continue;
+            let at = (from - start) as usize;
+            loop {
+                match self
+                    .engine
+                    .offer_piece(&self.entry, block, at, piece, may_defer)
+                {
+                    Offer::Pending => deferred = true,
+                    Offer::Wait(done) => {
+                        self.engine.wait_partial(&self.entry, block, done).await;
+                        continue;
+                    }
+                    Offer::Direct if piece.len() as u64 == len => {
+                        new_blocks.push((block, BlockBuf::copy_from(piece)));
+                    }
+                    Offer::Direct => {
+                        let current = self
+                            .engine
+                            .read_block(&self.entry, block, false)
+                            .await
+                            .ok_or_else(|| {
+                                VolumeError::Io(format!(
+                                    "reading block {block} to merge a partial write"
+                                ))
+                            })?;
+                        let mut merged = current.to_vec();
+                        merged[at..at + piece.len()].copy_from_slice(piece);
+                        new_blocks.push((block, BlockBuf::from_vec(merged)));
+                    }
+                }
+                break;
             }
-            let current = self
-                .engine
-                .read_block(&self.entry, block, false)
-                .await
-                .ok_or_else(|| {
-                    VolumeError::Io(format!("reading block {block} to merge a partial write"))
-                })?;
-            let mut merged = current.to_vec();
-            merged[(from - start) as usize..(to - start) as usize].copy_from_slice(piece);
-            new_blocks.push((block, BlockBuf::from_vec(merged)));
         }
         let engine = Arc::clone(&self.engine);
+        if new_blocks.is_empty() {
+            // Every piece waits for its merge; its bytes are dirty already.
+            drop(guards);
+            if deferred && engine.throttle_due() {
+                let _ = self
+                    .engine
+                    .spawn_blocking(move || engine.throttle_reserved())
+                    .await;
+            }
+            return Ok(());
+        }
         let entry = Arc::clone(&self.entry);
         // The stripes stay held until the blocks are dirty in the ARC, so a block's
         // writes enter the cache (and their TXGs) in the order they were merged.
@@ -270,6 +305,8 @@ impl Volume {
         if let Some(why) = self.entry.backing.unusable() {
             return Err(VolumeError::Io(why));
         }
+        // Partial writes acknowledged before the FLUSH join the TXGs (and the log) first.
+        self.engine.settle_all_partials(&self.entry).await;
         let engine = Arc::clone(&self.engine);
         let entry = Arc::clone(&self.entry);
         match self
@@ -344,6 +381,10 @@ impl Volume {
         prefetch: bool,
     ) -> Result<(Vec<Bytes>, Served), VolumeError> {
         let blocks = self.blocks_of(offset, length);
+        // A partial write acknowledged before this read is seen by it.
+        self.engine
+            .settle_partials(&self.entry, blocks.clone())
+            .await;
         let failed =
             |block: u64| VolumeError::Io(format!("reading block {block} from the backing store"));
         if blocks.start() == blocks.end() {

@@ -132,6 +132,8 @@ pub struct VolumeEntry {
     pub backing: Arc<BackingStore>,
     /// Why its writes fail, once its backing store failed a TXG.
     failure: RankedMutex<Option<String>>,
+    /// Its partial-block writes waiting for their block's read.
+    pub(crate) partials: crate::txg::Partials,
 }
 
 impl VolumeEntry {
@@ -203,6 +205,7 @@ impl Volumes {
             info,
             backing,
             failure: RankedMutex::leaf(None),
+            partials: crate::txg::Partials::default(),
         });
         table.by_slot.push(Arc::clone(&entry));
         table.by_guid.insert(spec.guid, slot);

@@ -4,6 +4,9 @@
 //! contract reads back, and nothing reads back older (from the ARC, the L2ARC or the
 //! backing store). Half the rounds run with a log device (SLOG), half without; every
 //! fourth round removes the log device (`larch log remove`) under load before the kill.
+//! Rounds 2-3 of every four serve a volume of 16K blocks, so that every 4K write is a
+//! partial-block write (acknowledged before its block is read, `txg::partial`), and the
+//! four connections' writes share volume blocks.
 //!
 //! `LARCH_CRASH_ITERATIONS` sets the rounds (default 20; `scripts/test` runs 100).
 
@@ -93,8 +96,9 @@ fn python(mode: &str, uri: &str, dir: &Path, seed: u64) -> Command {
     cmd
 }
 
-/// A pool of one 2 MiB volume in 4K blocks, a cache device, and (`slog`) a log device.
-fn make_pool(state: &Path, slog: bool) {
+/// A pool of one 2 MiB volume in `volblocksize` blocks, a cache device, and (`slog`) a
+/// log device.
+fn make_pool(state: &Path, slog: bool, volblocksize: &str) {
     let dir = state.to_str().expect("utf-8 path");
     run_ok(&[
         "pool",
@@ -115,7 +119,11 @@ fn make_pool(state: &Path, slog: bool) {
         "--size",
         "2M",
         "--volblocksize",
-        "4K",
+        volblocksize,
+        // Reads that take a while keep partial writes pending long enough for FLUSHes
+        // and the kill to land while they are.
+        "--read-latency-ms",
+        "2",
         "--state-dir",
         dir,
     ]);
@@ -175,7 +183,9 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         let slog = round % 2 == 1;
         let state = top.join(format!("round-{round}"));
         std::fs::create_dir_all(&state).expect("round dir");
-        make_pool(&state, slog);
+        // Writes of 4K: whole blocks, or a quarter of one (partial-block writes).
+        let volblocksize = if (round / 2) % 2 == 1 { "16K" } else { "4K" };
+        make_pool(&state, slog, volblocksize);
         let logs = state.join("durable");
         std::fs::create_dir_all(&logs).expect("durable dir");
         let seed = round + 1;
@@ -208,7 +218,7 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         let report = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "round {round} (log device: {slog}, removed under load: {remove_log}, killed after {run_ms} ms): {report}{}",
+            "round {round} (volblocksize {volblocksize}, log device: {slog}, removed under load: {remove_log}, killed after {run_ms} ms): {report}{}",
             String::from_utf8_lossy(&out.stderr)
         );
         durable_blocks += report

@@ -328,6 +328,11 @@ impl ArcCache {
         self.shards[shard_of(key)].lock()
     }
 
+    /// Whether `key`'s bytes are in DRAM (dirty blocks always are).
+    pub(crate) fn holds(&self, key: &BlockKey) -> bool {
+        self.shard(key).buf(key).is_some()
+    }
+
     /// Every shard, one at a time.
     pub(crate) fn shards(&self) -> impl Iterator<Item = RankedGuard<'_, Shard>> {
         self.shards.iter().map(|s| s.lock())

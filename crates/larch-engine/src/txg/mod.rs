@@ -27,6 +27,7 @@
 //! The **write throttle** ([`throttle`]) delays writers as dirty data approaches the
 //! limit and blocks them at it.
 
+mod partial;
 mod syncer;
 mod throttle;
 pub(crate) mod zil;
@@ -40,6 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use larch_policy::BlockKey;
 
+pub(crate) use partial::{MergeQueue, Offer, Partials};
 pub use zil::{CommittedSink, LogHandle};
 
 use crate::arc::{BlockBuf, index_key};
@@ -76,7 +78,8 @@ struct TxgInner {
     open_since: Instant,
     /// TXGs up to this one are on the backing stores.
     synced_txg: u64,
-    /// Bytes dirty in the open and the syncing TXG.
+    /// Bytes dirty in the open and the syncing TXG, and those reserved by partial writes
+    /// waiting for their merge ([`partial`]).
     dirty_bytes: u64,
     /// A waiter asked for the open TXG to sync now.
     sync_requested: bool,
@@ -190,12 +193,7 @@ impl Engine {
         let bytes: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
         self.throttle(bytes);
         let (txg, seq) = self.make_dirty(vol, blocks);
-        let sync = match vol.info.sync {
-            SyncMode::Disabled => false,
-            SyncMode::Always => true,
-            SyncMode::Standard => sync,
-        };
-        if !sync {
+        if !self.write_is_sync(vol, sync) {
             return Ok(());
         }
         if let Some(seq) = seq
@@ -333,6 +331,42 @@ impl Engine {
             inner = self.txg.wait(inner, Duration::from_millis(100));
         }
         Ok(())
+    }
+
+    /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
+    /// sees them; [`Engine::release_dirty`] gives them back once it is merged).
+    fn reserve_dirty(&self, bytes: u64) {
+        self.txg.lock().dirty_bytes += bytes;
+    }
+
+    /// Gives back bytes [`Engine::reserve_dirty`] counted, and wakes throttled writers.
+    fn release_dirty(&self, bytes: u64) {
+        let mut inner = self.txg.lock();
+        inner.dirty_bytes -= bytes;
+        drop(inner);
+        self.txg.changed.notify_all();
+    }
+
+    /// Whether a write now would be delayed by the throttle (dirty bytes past
+    /// `zfs_delay_min_dirty_percent` of the limit).
+    pub(crate) fn throttle_due(&self) -> bool {
+        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
+        self.txg.lock().dirty_bytes > self.dirty_max() / 100 * min_percent
+    }
+
+    /// Throttles a write whose bytes are counted as dirty already (a partial write that
+    /// reserved them). Blocking.
+    pub(crate) fn throttle_reserved(&self) {
+        self.throttle(0);
+    }
+
+    /// Whether writes to `vol` with FUA set to `fua` are acknowledged only once durable.
+    pub(crate) fn write_is_sync(&self, vol: &VolumeEntry, fua: bool) -> bool {
+        match vol.info.sync {
+            SyncMode::Disabled => false,
+            SyncMode::Always => true,
+            SyncMode::Standard => fua,
+        }
     }
 
     /// Dirty bytes, open TXG, synced TXG (for stats).

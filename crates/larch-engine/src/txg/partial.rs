@@ -1,0 +1,574 @@
+//! Writes smaller than a block, acknowledged before the block is read.
+//!
+//! A write that covers only part of a block must be merged with the rest of the block's
+//! bytes before the block can be dirty in the ARC. When the block is in the ARC that
+//! merge is a copy; when it is not, the bytes are on the backing store (a block that is
+//! not in the ARC is clean: dirty blocks cannot be evicted), and reading them first made
+//! every such write wait a whole backing-store read: 4K writes into 8K blocks over a
+//! store of 8 ms reads could not pass 32 / 8 ms = 4,000 a second with 32 in flight,
+//! 0.6x of what the store itself takes (issue 18).
+//!
+//! An **async** partial write of a block that is not in the ARC is instead kept as a
+//! *pending partial* of its volume: its bytes and where they go in the block. It is
+//! acknowledged at once, throttled like any write (its bytes, and the block it will
+//! become, count as dirty). A merge then reads the block from the backing store (on the
+//! engine's merge threads, at most [`MERGE_THREADS`]), lays every pending write of the block over it in
+//! the order they came, and makes the block dirty through the ordinary write path
+//! (ARC, open TXG, tombstones, a log record); only then does the pending partial go away.
+//! Writes whose pieces cover the whole block need no read at all.
+//!
+//! Until then:
+//! - more writes of the block join it (in order; a whole-block write too), while it waits
+//!   and while its block is read; once its bytes are being laid over the block (a copy,
+//!   no I/O), a writer waits for that to end;
+//! - a **read** of the block waits for the merge (and starts it, if it is still queued),
+//!   so it sees every write acknowledged before it;
+//! - a **sync** write (FUA, `sync=always`) of the block waits for the merge, then merges
+//!   through the ARC as before, and is made durable as any sync write;
+//! - a **FLUSH** waits for every pending partial of the volume first;
+//! - the engine's **shutdown** merges whatever is left before its last TXG sync.
+//!
+//! A block whose read fails (after [`READ_ATTEMPTS`] tries) cannot take the writes that
+//! were acknowledged for it: the volume is marked failed, as when a TXG fails, and every
+//! later write and FLUSH of it gets EIO. An async write acknowledged before a crash may
+//! be lost either way until a FLUSH (or the TXG) made it durable; that does not change.
+//!
+//! Lock order: a volume's pending table ranks below the TXG lock (a writer reserves its
+//! dirty bytes while holding it) and above the ARC shards (the ARC is looked at before
+//! the table is taken, never while it is held).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::arc::BlockBuf;
+use crate::engine::Engine;
+use crate::lock::{Rank, RankedMutex};
+use crate::volumes::VolumeEntry;
+
+/// Merge threads at most, over all volumes, so block reads for merges in flight at
+/// once: like the syncer's 32 writes in flight, enough to keep a slow or remote store
+/// busy (4K writes into 8K blocks at 6,000 a second over 8 ms reads need ~50). They are
+/// threads of their own, not the async runtime's blocking pool: a pool full of writers
+/// waiting at the dirty limit must not keep out the merges that would free it.
+pub(crate) const MERGE_THREADS: usize = 64;
+
+/// A merge thread with nothing to do for this long ends.
+const MERGE_THREAD_IDLE: Duration = Duration::from_secs(10);
+
+/// Tries of a merge's block read before the volume is failed.
+pub(crate) const READ_ATTEMPTS: u32 = 3;
+
+/// One write's piece of a block.
+struct Piece {
+    /// Where it starts in the block.
+    at: usize,
+    bytes: Bytes,
+}
+
+/// Where a pending partial is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for a merge to start.
+    Queued,
+    /// Its block is being read; writes still join it.
+    Reading,
+    /// Its pieces are being laid over the block and made dirty; writers wait.
+    Applying,
+}
+
+/// The writes of one block waiting for its merge.
+struct Pending {
+    stage: Stage,
+    pieces: Vec<Piece>,
+    /// Dirty bytes reserved for it (released when it is merged).
+    reserved: u64,
+    /// Set to `true` once it is merged (or failed) and gone from the table.
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+/// A volume's pending partial writes, by block.
+pub(crate) struct Partials {
+    table: RankedMutex<HashMap<u64, Pending>>,
+    /// Entries in the table: lets reads and whole-block writes skip the lock when 0.
+    count: AtomicUsize,
+}
+
+impl Default for Partials {
+    fn default() -> Partials {
+        Partials {
+            table: RankedMutex::new(Rank::Partials, HashMap::new()),
+            count: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for Partials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Partials({})", self.count.load(Ordering::Relaxed))
+    }
+}
+
+impl Partials {
+    /// Blocks with writes waiting for their merge.
+    pub(crate) fn len(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The completion of `block`'s pending partial, if it has one.
+    fn waiter(&self, block: u64) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.table.lock().get(&block).map(|p| p.done.subscribe())
+    }
+}
+
+/// What became of a write's piece of one block ([`Engine::offer_piece`]).
+pub(crate) enum Offer {
+    /// It joined the block's pending partial (a new one, or one already there): the
+    /// write may be acknowledged.
+    Pending,
+    /// The block's pending partial is being merged (or the write is sync): wait for it
+    /// ([`Engine::wait_partial`]) and offer the piece again.
+    Wait(tokio::sync::watch::Receiver<bool>),
+    /// Write it as before: whole, or merged with the block from the ARC.
+    Direct,
+}
+
+/// The merges waiting for a merge thread, and the threads.
+#[derive(Default)]
+pub(crate) struct MergeQueue {
+    state: RankedMutex<QueueState>,
+    work: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<(Arc<VolumeEntry>, u64)>,
+    threads: usize,
+    idle: usize,
+    stopping: bool,
+}
+
+impl MergeQueue {
+    /// Ends the merge threads once the queue is empty (engine shutdown).
+    pub(crate) fn stop(&self) {
+        self.state.lock().stopping = true;
+        self.work.notify_all();
+    }
+}
+
+/// A merge thread: merges queued blocks until it has been idle for
+/// [`MERGE_THREAD_IDLE`], or the engine stops or is gone.
+fn merge_thread(engine: Weak<Engine>) {
+    while let Some((engine, vol, block)) = next_merge(&engine) {
+        engine.merge_partial(&vol, block);
+    }
+}
+
+/// The next queued merge, or `None` when the thread is to end (it is counted out).
+fn next_merge(engine: &Weak<Engine>) -> Option<(Arc<Engine>, Arc<VolumeEntry>, u64)> {
+    let strong = engine.upgrade()?;
+    let queue = &strong.merge_queue;
+    let mut state = queue.state.lock();
+    let idle_since = Instant::now();
+    loop {
+        if let Some((vol, block)) = state.jobs.pop_front() {
+            drop(state);
+            return Some((strong, vol, block));
+        }
+        if state.stopping || idle_since.elapsed() >= MERGE_THREAD_IDLE {
+            state.threads -= 1;
+            return None;
+        }
+        state.idle += 1;
+        state = state.wait_timeout(&queue.work, MERGE_THREAD_IDLE);
+        state.idle -= 1;
+    }
+}
+
+/// Whether `pieces` together cover `0..len`.
+fn covers(pieces: &[Piece], len: usize) -> bool {
+    let mut spans: Vec<(usize, usize)> = pieces
+        .iter()
+        .map(|p| (p.at, p.at + p.bytes.len()))
+        .collect();
+    spans.sort_unstable();
+    let mut reached = 0;
+    for (from, to) in spans {
+        if from > reached {
+            return false;
+        }
+        reached = reached.max(to);
+    }
+    reached >= len
+}
+
+impl Engine {
+    /// Offers one block's piece of a write (`bytes` at `at` in `block`; `may_defer`:
+    /// the write is async). See the module documentation for what each answer means.
+    pub(crate) fn offer_piece(
+        self: &Arc<Self>,
+        vol: &Arc<VolumeEntry>,
+        block: u64,
+        at: usize,
+        bytes: &[u8],
+        may_defer: bool,
+    ) -> Offer {
+        let len = vol.info.block_len(block);
+        let whole = at == 0 && bytes.len() == len;
+        let partials = &vol.partials;
+        if (whole || !may_defer) && partials.len() == 0 {
+            return Offer::Direct;
+        }
+        // Looked at before the table is taken (lock order). Should the block leave the
+        // ARC before the merge below reads it, the merge reads the store: slower, not
+        // wrong. Should it enter, it entered clean, with the store's bytes.
+        let cached = !whole && may_defer && self.arc.holds(&vol.info.key(block));
+        let mut table = partials.table.lock();
+        if let Some(pending) = table.get_mut(&block) {
+            if pending.stage == Stage::Applying || !may_defer {
+                return Offer::Wait(pending.done.subscribe());
+            }
+            pending.pieces.push(Piece {
+                at,
+                bytes: Bytes::copy_from_slice(bytes),
+            });
+            pending.reserved += bytes.len() as u64;
+            self.reserve_dirty(bytes.len() as u64);
+            self.write_stats
+                .write_partial_deferred
+                .fetch_add(1, Ordering::Relaxed);
+            return Offer::Pending;
+        }
+        if whole || !may_defer || cached {
+            return Offer::Direct;
+        }
+        let reserved = (len + bytes.len()) as u64;
+        table.insert(
+            block,
+            Pending {
+                stage: Stage::Queued,
+                pieces: vec![Piece {
+                    at,
+                    bytes: Bytes::copy_from_slice(bytes),
+                }],
+                reserved,
+                done: tokio::sync::watch::Sender::new(false),
+            },
+        );
+        partials.count.fetch_add(1, Ordering::SeqCst);
+        self.reserve_dirty(reserved);
+        drop(table);
+        self.write_stats
+            .write_partial_deferred
+            .fetch_add(1, Ordering::Relaxed);
+        self.queue_merge(vol, block);
+        Offer::Pending
+    }
+
+    /// Queues `block`'s merge for the merge threads, starting one if none is idle.
+    fn queue_merge(self: &Arc<Self>, vol: &Arc<VolumeEntry>, block: u64) {
+        let queue = &self.merge_queue;
+        let mut state = queue.state.lock();
+        state.jobs.push_back((Arc::clone(vol), block));
+        if state.idle > 0 || state.threads >= MERGE_THREADS || state.stopping {
+            drop(state);
+            queue.work.notify_one();
+            return;
+        }
+        state.threads += 1;
+        drop(state);
+        let engine = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("larch-merge".into())
+            .spawn(move || merge_thread(engine));
+        if started.is_err() {
+            // No thread: the job waits for another one, a reader, a FLUSH or shutdown.
+            self.merge_queue.state.lock().threads -= 1;
+        }
+    }
+
+    /// Waits until the pending partial `done` belongs to is merged, merging it on the
+    /// blocking pool now if no merge has taken it yet (a reader must not wait behind the
+    /// queue).
+    pub(crate) async fn wait_partial(
+        self: &Arc<Self>,
+        vol: &Arc<VolumeEntry>,
+        block: u64,
+        mut done: tokio::sync::watch::Receiver<bool>,
+    ) {
+        if !*done.borrow() {
+            let engine = Arc::clone(self);
+            let vol = Arc::clone(vol);
+            let _ = self
+                .spawn_blocking(move || engine.merge_partial(&vol, block))
+                .await;
+        }
+        // An error means the sender is gone, which happens only once it is done.
+        let _ = done.wait_for(|merged| *merged).await;
+    }
+
+    /// Waits for the pending partials of `blocks` (a read of them must see them).
+    pub(crate) async fn settle_partials(
+        self: &Arc<Self>,
+        vol: &Arc<VolumeEntry>,
+        blocks: std::ops::RangeInclusive<u64>,
+    ) {
+        if vol.partials.len() == 0 {
+            return;
+        }
+        for block in blocks {
+            if let Some(done) = vol.partials.waiter(block) {
+                self.wait_partial(vol, block, done).await;
+            }
+        }
+    }
+
+    /// Waits for every pending partial of `vol` there is now (a FLUSH).
+    pub(crate) async fn settle_all_partials(self: &Arc<Self>, vol: &Arc<VolumeEntry>) {
+        if vol.partials.len() == 0 {
+            return;
+        }
+        let waiting: Vec<_> = vol
+            .partials
+            .table
+            .lock()
+            .iter()
+            .map(|(block, p)| (*block, p.done.subscribe()))
+            .collect();
+        for (block, done) in waiting {
+            self.wait_partial(vol, block, done).await;
+        }
+    }
+
+    /// Merges `block`'s pending partial, if it has one no merge took yet: reads the
+    /// block unless its pieces cover it, lays the pieces over it, makes it dirty, and
+    /// removes the pending partial. Blocking.
+    pub(crate) fn merge_partial(&self, vol: &VolumeEntry, block: u64) {
+        let len = vol.info.block_len(block);
+        let covered = {
+            let mut table = vol.partials.table.lock();
+            let Some(pending) = table.get_mut(&block) else {
+                return;
+            };
+            if pending.stage != Stage::Queued {
+                return;
+            }
+            pending.stage = Stage::Reading;
+            covers(&pending.pieces, len)
+        };
+        let mut buf = vec![0u8; len];
+        let read = if covered {
+            Ok(())
+        } else {
+            self.read_for_merge(vol, block, &mut buf)
+        };
+        let pieces = {
+            let mut table = vol.partials.table.lock();
+            let pending = table
+                .get_mut(&block)
+                .expect("only its merge removes a pending partial");
+            pending.stage = Stage::Applying;
+            std::mem::take(&mut pending.pieces)
+        };
+        match read {
+            Ok(()) => {
+                for piece in &pieces {
+                    buf[piece.at..piece.at + piece.bytes.len()].copy_from_slice(&piece.bytes);
+                }
+                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))]);
+                self.write_stats
+                    .write_partial_merges
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                let why = format!(
+                    "backing store {} failed reading block {block} to merge {} partial \
+                     write(s) acknowledged before the read: {err}",
+                    vol.backing.path().display(),
+                    pieces.len()
+                );
+                eprintln!("larch: {why}");
+                vol.fail(&why);
+                self.write_stats
+                    .write_partial_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut table = vol.partials.table.lock();
+        let pending = table
+            .remove(&block)
+            .expect("only its merge removes a pending partial");
+        vol.partials.count.fetch_sub(1, Ordering::SeqCst);
+        self.release_dirty(pending.reserved);
+        drop(table);
+        pending.done.send_replace(true);
+    }
+
+    /// Reads a block from its backing store for a merge, trying [`READ_ATTEMPTS`] times.
+    fn read_for_merge(&self, vol: &VolumeEntry, block: u64, buf: &mut [u8]) -> Result<(), String> {
+        let mut last = String::new();
+        for attempt in 0..READ_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(50 << attempt));
+            }
+            self.stats.backing_reads.fetch_add(1, Ordering::Relaxed);
+            match vol.backing.read_at(buf, vol.info.offset_of(block)) {
+                Ok(()) => return Ok(()),
+                Err(err) => last = err.to_string(),
+            }
+        }
+        Err(last)
+    }
+
+    /// Merges every pending partial of every volume, and waits for merges other threads
+    /// are running (at shutdown, before the last TXG sync: a merge queued on a runtime
+    /// that has ended would otherwise never run). Blocking.
+    pub(crate) fn merge_all_partials(&self) {
+        for vol in self.volumes.all() {
+            let blocks: Vec<u64> = vol.partials.table.lock().keys().copied().collect();
+            for block in blocks {
+                self.merge_partial(&vol, block);
+            }
+            // Merges another thread took: their reads are in flight. A read that never
+            // returns must not hold the shutdown for ever.
+            let mut waited = Duration::ZERO;
+            while vol.partials.len() > 0 && waited < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(5));
+                waited += Duration::from_millis(5);
+            }
+            if vol.partials.len() > 0 {
+                eprintln!(
+                    "larch: volume {:#x}: {} partial-block merges did not end within 60 s of \
+                     the shutdown; their writes are lost",
+                    vol.info.guid,
+                    vol.partials.len()
+                );
+            }
+        }
+    }
+
+    /// Blocks with writes waiting for their merge, over every volume.
+    pub(crate) fn pending_partials(&self) -> u64 {
+        self.volumes
+            .all()
+            .iter()
+            .map(|v| v.partials.len() as u64)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backing::{BackingStore, LatencyModel};
+    use crate::volume::Volume;
+    use crate::volumes::VolumeSpec;
+    use larch_io::{BlockDevice, MemDevice};
+
+    const BLOCK: usize = 8192;
+
+    fn piece(at: usize, len: usize) -> Piece {
+        Piece {
+            at,
+            bytes: Bytes::from(vec![1u8; len]),
+        }
+    }
+
+    #[test]
+    fn pieces_cover_a_block_only_without_gaps() {
+        assert!(covers(&[piece(0, 8192)], 8192));
+        assert!(covers(&[piece(4096, 4096), piece(0, 4096)], 8192));
+        assert!(covers(&[piece(0, 5000), piece(4096, 4096)], 8192));
+        assert!(!covers(&[piece(0, 4096)], 8192));
+        assert!(!covers(&[piece(0, 4000), piece(4096, 4096)], 8192));
+        assert!(!covers(&[piece(1, 8191)], 8192));
+        assert!(!covers(&[], 8192));
+        // A short last block.
+        assert!(covers(&[piece(0, 100)], 100));
+    }
+
+    /// An engine whose merge threads never start (merges run only when a reader, a
+    /// FLUSH or the shutdown runs them), a volume of 16 blocks of 8K filled with 0xee.
+    fn setup() -> (Arc<Engine>, Arc<MemDevice>, Volume) {
+        let engine = Engine::new(16 << 20);
+        engine.merge_queue.stop();
+        let device = Arc::new(MemDevice::from_bytes(vec![0xee; 16 * BLOCK]));
+        let store = BackingStore::on_device(
+            "mem",
+            device.clone() as Arc<dyn BlockDevice>,
+            LatencyModel::default(),
+        );
+        let entry = engine
+            .add_volume(VolumeSpec::new(0x5a, BLOCK as u32), Arc::new(store))
+            .unwrap();
+        let volume = Volume::new("v".into(), entry, Arc::clone(&engine));
+        (engine, device, volume)
+    }
+
+    fn stat(engine: &Engine, name: &str) -> u64 {
+        engine
+            .arcstats()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap()
+    }
+
+    fn on_device(device: &MemDevice, block: usize) -> Vec<u8> {
+        device.snapshot()[block * BLOCK..(block + 1) * BLOCK].to_vec()
+    }
+
+    #[test]
+    fn pieces_that_cover_a_block_need_no_read_and_a_whole_block_write_joins_in_order() {
+        let (engine, device, volume) = setup();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            // Block 2: two halves, nothing else.
+            volume
+                .write(2 * 8192 + 4096, &[5; 4096], false)
+                .await
+                .unwrap();
+            volume.write(2 * 8192, &[6; 4096], false).await.unwrap();
+            // Block 3: a piece, a whole-block write, a piece: the last two win.
+            volume.write(3 * 8192, &[7; 100], false).await.unwrap();
+            volume.write(3 * 8192, &[8; BLOCK], false).await.unwrap();
+            volume
+                .write(3 * 8192 + 200, &[9; 100], false)
+                .await
+                .unwrap();
+        });
+        assert_eq!(stat(&engine, "write_partial_deferred"), 5);
+        assert_eq!(stat(&engine, "write_partial_pending"), 2);
+        rt.block_on(volume.flush()).unwrap();
+        assert_eq!(stat(&engine, "backing_reads"), 0, "no block was read");
+        assert_eq!(stat(&engine, "write_partial_merges"), 2);
+        let mut want = vec![6u8; 4096];
+        want.extend([5u8; 4096]);
+        assert!(on_device(&device, 2) == want);
+        let mut want = vec![8u8; BLOCK];
+        want[200..300].fill(9);
+        assert!(on_device(&device, 3) == want);
+        engine.shutdown();
+    }
+
+    #[test]
+    fn shutdown_merges_partial_writes_no_merge_took() {
+        let (engine, device, volume) = setup();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(volume.write(5 * 8192 + 10, &[1; 20], false))
+            .unwrap();
+        assert_eq!(stat(&engine, "write_partial_pending"), 1);
+        assert_eq!(stat(&engine, "backing_reads"), 0);
+        engine.shutdown();
+        let mut want = vec![0xee; BLOCK];
+        want[10..30].fill(1);
+        assert!(
+            on_device(&device, 5) == want,
+            "merged and synced at shutdown"
+        );
+        assert_eq!(stat(&engine, "write_partial_pending"), 0);
+    }
+}
