@@ -12,10 +12,11 @@
 //! *pending partial* of its volume: its bytes and where they go in the block. It is
 //! acknowledged at once, throttled like any write (its bytes, and the block it will
 //! become, count as dirty). A merge then reads the block from the backing store (on the
-//! engine's merge threads, at most [`MERGE_THREADS`]), lays every pending write of the block over it in
-//! the order they came, and makes the block dirty through the ordinary write path
-//! (ARC, open TXG, tombstones, a log record); only then does the pending partial go away.
-//! Writes whose pieces cover the whole block need no read at all.
+//! engine's merge threads, at most [`MERGE_THREADS`], [`MERGE_GRACE`] after the first
+//! write), lays every pending write of the block over it in the order they came, and
+//! makes the block dirty through the ordinary write path (ARC, open TXG, tombstones, a
+//! log record); only then does the pending partial go away. Writes whose pieces cover
+//! the whole block by then need no read at all.
 //!
 //! Until then:
 //! - more writes of the block join it (in order; a whole-block write too), while it waits
@@ -58,6 +59,12 @@ pub(crate) const MERGE_THREADS: usize = 64;
 
 /// A merge thread with nothing to do for this long ends.
 const MERGE_THREAD_IDLE: Duration = Duration::from_secs(10);
+
+/// A merge starts no sooner than this after its block's first pending write, so that a
+/// stream of writes smaller than the block (a file system's 4K writes into 128K blocks)
+/// can cover it first and no read is needed. Nobody waits for it: a read, a sync write,
+/// a FLUSH or the shutdown that needs the block merges it at once.
+const MERGE_GRACE: Duration = Duration::from_millis(5);
 
 /// Tries of a merge's block read before the volume is failed.
 pub(crate) const READ_ATTEMPTS: u32 = 3;
@@ -143,11 +150,21 @@ pub(crate) struct MergeQueue {
     work: Condvar,
 }
 
+/// A queued merge: of `block` of `vol`, not before `due`.
+struct Job {
+    vol: Arc<VolumeEntry>,
+    block: u64,
+    due: Instant,
+}
+
 #[derive(Default)]
 struct QueueState {
-    jobs: VecDeque<(Arc<VolumeEntry>, u64)>,
+    jobs: VecDeque<Job>,
     threads: usize,
+    /// Threads waiting for a job (or for the first job's time).
     idle: usize,
+    /// One idle thread waits for the first job's time; the others wait to be woken.
+    timer: bool,
     stopping: bool,
 }
 
@@ -167,23 +184,45 @@ fn merge_thread(engine: Weak<Engine>) {
     }
 }
 
-/// The next queued merge, or `None` when the thread is to end (it is counted out).
+/// The next merge that is due (at once when the engine stops), or `None` when the thread
+/// is to end (it is counted out). Jobs are due in the order they were queued: one idle
+/// thread sleeps until the first is, the others until they are woken, so that a job's
+/// time wakes one thread, not all of them.
 fn next_merge(engine: &Weak<Engine>) -> Option<(Arc<Engine>, Arc<VolumeEntry>, u64)> {
     let strong = engine.upgrade()?;
     let queue = &strong.merge_queue;
     let mut state = queue.state.lock();
-    let idle_since = Instant::now();
+    let mut idle_since = Instant::now();
     loop {
-        if let Some((vol, block)) = state.jobs.pop_front() {
-            drop(state);
-            return Some((strong, vol, block));
-        }
-        if state.stopping || idle_since.elapsed() >= MERGE_THREAD_IDLE {
+        let now = Instant::now();
+        let mut wait = MERGE_THREAD_IDLE;
+        if let Some(due) = state.jobs.front().map(|job| job.due) {
+            if due <= now || state.stopping {
+                let job = state.jobs.pop_front().expect("a first job");
+                if !state.jobs.is_empty() {
+                    // Someone must wait for the next one's time.
+                    queue.work.notify_one();
+                }
+                drop(state);
+                return Some((strong, job.vol, job.block));
+            }
+            idle_since = now;
+            if !state.timer {
+                state.timer = true;
+                state.idle += 1;
+                state = state.wait_timeout(&queue.work, due - now);
+                state.idle -= 1;
+                state.timer = false;
+                continue;
+            }
+        } else if state.stopping || idle_since.elapsed() >= MERGE_THREAD_IDLE {
             state.threads -= 1;
             return None;
+        } else {
+            wait = MERGE_THREAD_IDLE - idle_since.elapsed();
         }
         state.idle += 1;
-        state = state.wait_timeout(&queue.work, MERGE_THREAD_IDLE);
+        state = state.wait_timeout(&queue.work, wait);
         state.idle -= 1;
     }
 }
@@ -268,12 +307,18 @@ impl Engine {
         Offer::Pending
     }
 
-    /// Queues `block`'s merge for the merge threads, starting one if none is idle.
+    /// Queues `block`'s merge for the merge threads, due [`MERGE_GRACE`] from now, and
+    /// starts a thread when more merges wait than threads do.
     fn queue_merge(self: &Arc<Self>, vol: &Arc<VolumeEntry>, block: u64) {
         let queue = &self.merge_queue;
         let mut state = queue.state.lock();
-        state.jobs.push_back((Arc::clone(vol), block));
-        if state.idle > 0 || state.threads >= MERGE_THREADS || state.stopping {
+        state.jobs.push_back(Job {
+            vol: Arc::clone(vol),
+            block,
+            due: Instant::now() + MERGE_GRACE,
+        });
+        let start = state.jobs.len() > state.idle && state.threads < MERGE_THREADS;
+        if !start || state.stopping {
             drop(state);
             queue.work.notify_one();
             return;
