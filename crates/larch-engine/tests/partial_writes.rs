@@ -256,6 +256,9 @@ fn shutdown_waits_for_a_merge_whose_read_is_in_flight() {
     )
     .expect("write");
     assert_eq!(s.stat("write_partial_pending"), 1);
+    // Past the merge's 5 ms grace, a merge thread has taken it and waits at the shut
+    // device (had it not, the shutdown merges it itself, and the test still holds).
+    std::thread::sleep(Duration::from_millis(50));
     let opener = {
         let device = Arc::clone(&s.device);
         std::thread::spawn(move || {
@@ -293,6 +296,31 @@ fn a_merge_whose_read_fails_fails_the_volume_instead_of_losing_writes_silently()
     let later = rt.block_on(s.volume.write(7 * BLOCK as u64, &piece(BLOCK, 2), false));
     assert!(matches!(later, Err(VolumeError::Io(_))), "{later:?}");
     assert_eq!(s.engine.txg_state().0, 0, "nothing reserved is left");
+    s.engine.shutdown();
+}
+
+#[test]
+fn with_write_partial_defer_off_a_partial_write_reads_its_block_first() {
+    let s = Setup::new();
+    let rt = runtime();
+    s.engine.tunables.set("write_partial_defer", "0").unwrap();
+    let block = 9u64;
+    rt.block_on(
+        s.volume
+            .write(block * BLOCK as u64 + 7, &piece(70, 3), false),
+    )
+    .expect("write");
+    assert_eq!(s.stat("write_partial_deferred"), 0);
+    assert_eq!(s.stat("write_partial_pending"), 0);
+    assert_eq!(
+        s.stat("backing_reads"),
+        1,
+        "read before the acknowledgement"
+    );
+    let mut want = old(block);
+    want[7..77].copy_from_slice(&piece(70, 3));
+    let seen = rt.block_on(read(&s.volume, block * BLOCK as u64, BLOCK as u32));
+    assert!(seen == want);
     s.engine.shutdown();
 }
 

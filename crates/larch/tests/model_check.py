@@ -38,6 +38,13 @@ def first_difference(a, b):
 
 
 def worker(uri, model, lo, hi, seed, ops, errors):
+    try:
+        requests(uri, model, lo, hi, seed, ops, errors)
+    except Exception as e:  # noqa: BLE001 - any failure of a request is a failure of the run
+        errors.append("connection for %d..%d: %r" % (lo, hi, e))
+
+
+def requests(uri, model, lo, hi, seed, ops, errors):
     rng = random.Random(seed)
     h = connect(uri)
     try:

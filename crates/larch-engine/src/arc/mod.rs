@@ -333,6 +333,11 @@ impl ArcCache {
         self.shard(key).buf(key).is_some()
     }
 
+    /// `key`'s bytes if they are in DRAM, without counting an access.
+    pub(crate) fn buf_of(&self, key: &BlockKey) -> Option<Bytes> {
+        self.shard(key).buf(key).cloned()
+    }
+
     /// Every shard, one at a time.
     pub(crate) fn shards(&self) -> impl Iterator<Item = RankedGuard<'_, Shard>> {
         self.shards.iter().map(|s| s.lock())

@@ -247,6 +247,8 @@ fn covers(pieces: &[Piece], len: usize) -> bool {
 impl Engine {
     /// Offers one block's piece of a write (`bytes` at `at` in `block`; `may_defer`:
     /// the write is async). See the module documentation for what each answer means.
+    /// The caller holds the block's write stripe (`Volume`), so no other writer offers a
+    /// piece of the block meanwhile.
     pub(crate) fn offer_piece(
         self: &Arc<Self>,
         vol: &Arc<VolumeEntry>,
@@ -261,31 +263,39 @@ impl Engine {
         if (whole || !may_defer) && partials.len() == 0 {
             return Offer::Direct;
         }
-        // Looked at before the table is taken (lock order). Should the block leave the
-        // ARC before the merge below reads it, the merge reads the store: slower, not
-        // wrong. Should it enter, it entered clean, with the store's bytes.
-        let cached = !whole && may_defer && self.arc.holds(&vol.info.key(block));
-        let mut table = partials.table.lock();
-        if let Some(pending) = table.get_mut(&block) {
-            if pending.stage == Stage::Applying || !may_defer {
-                return Offer::Wait(pending.done.subscribe());
+        {
+            let mut table = partials.table.lock();
+            if let Some(pending) = table.get_mut(&block) {
+                if pending.stage == Stage::Applying || !may_defer {
+                    return Offer::Wait(pending.done.subscribe());
+                }
+                pending.pieces.push(Piece {
+                    at,
+                    bytes: Bytes::copy_from_slice(bytes),
+                });
+                pending.reserved += bytes.len() as u64;
+                self.reserve_dirty(bytes.len() as u64);
+                self.write_stats
+                    .write_partial_deferred
+                    .fetch_add(1, Ordering::Relaxed);
+                return Offer::Pending;
             }
-            pending.pieces.push(Piece {
-                at,
-                bytes: Bytes::copy_from_slice(bytes),
-            });
-            pending.reserved += bytes.len() as u64;
-            self.reserve_dirty(bytes.len() as u64);
-            self.write_stats
-                .write_partial_deferred
-                .fetch_add(1, Ordering::Relaxed);
-            return Offer::Pending;
         }
-        if whole || !may_defer || cached {
+        // The block has no pending partial. The ARC is looked at only now, after the
+        // table (its lock may not be taken under the table's): a pending partial leaves
+        // the table only once its block is dirty in the ARC, so a block whose merge just
+        // ended is seen as cached here and merged from the ARC's newest bytes, never
+        // pended again over the store's older ones.
+        if whole
+            || !may_defer
+            || !self.tunables.write_partial_defer()
+            || self.arc.holds(&vol.info.key(block))
+        {
             return Offer::Direct;
         }
         let reserved = (len + bytes.len()) as u64;
-        table.insert(
+        let mut table = partials.table.lock();
+        let earlier = table.insert(
             block,
             Pending {
                 stage: Stage::Queued,
@@ -296,6 +306,10 @@ impl Engine {
                 reserved,
                 done: tokio::sync::watch::Sender::new(false),
             },
+        );
+        debug_assert!(
+            earlier.is_none(),
+            "only the stripe's holder adds block {block}"
         );
         partials.count.fetch_add(1, Ordering::SeqCst);
         self.reserve_dirty(reserved);
@@ -405,7 +419,13 @@ impl Engine {
             covers(&pending.pieces, len)
         };
         let mut buf = vec![0u8; len];
+        let key = vol.info.key(block);
         let read = if covered {
+            Ok(())
+        } else if let Some(cached) = self.arc.buf_of(&key) {
+            // In the ARC after all (a read or prefetch brought it in, with the store's
+            // bytes, since the pending partial was made): those bytes, no read.
+            buf.copy_from_slice(&cached);
             Ok(())
         } else {
             self.read_for_merge(vol, block, &mut buf)
@@ -596,6 +616,41 @@ mod tests {
         let mut want = vec![8u8; BLOCK];
         want[200..300].fill(9);
         assert!(on_device(&device, 3) == want);
+        engine.shutdown();
+    }
+
+    /// A pending partial made while its block is dirty in the ARC (a writer that looked
+    /// at the ARC just before the block's previous merge ended, had it looked before the
+    /// table) merges over the ARC's bytes, not the store's older ones.
+    #[test]
+    fn a_merge_over_a_block_dirty_in_the_arc_starts_from_the_arc() {
+        let (engine, device, volume) = setup();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            volume.write(4 * 8192, &[1; 100], false).await.unwrap();
+            // A read merges it: dirty in the ARC, not on the store yet.
+            let seen = volume.read(4 * 8192, 200).await.unwrap().concat();
+            assert!(seen[..100] == [1; 100] && seen[100..] == [0xee; 100]);
+        });
+        assert!(on_device(&device, 4) == vec![0xee; BLOCK], "not synced yet");
+        let entry = Arc::clone(volume.entry());
+        entry.partials.table.lock().insert(
+            4,
+            Pending {
+                stage: Stage::Queued,
+                pieces: vec![Piece {
+                    at: 50,
+                    bytes: Bytes::from(vec![2u8; 100]),
+                }],
+                reserved: 0,
+                done: tokio::sync::watch::Sender::new(false),
+            },
+        );
+        entry.partials.count.fetch_add(1, Ordering::SeqCst);
+        engine.merge_partial(&entry, 4);
+        let seen = rt.block_on(volume.read(4 * 8192, 200)).unwrap().concat();
+        assert!(seen[..50] == [1; 50], "the first write's bytes survive");
+        assert!(seen[50..150] == [2; 100] && seen[150..] == [0xee; 50]);
         engine.shutdown();
     }
 
