@@ -231,35 +231,34 @@ impl Volume {
             let (from, to) = (offset.max(start), end.min(start + len));
             let piece = &data[(from - offset) as usize..(to - offset) as usize];
             let at = (from - start) as usize;
-            loop {
+            let offer = loop {
                 match self
                     .engine
                     .offer_piece(&self.entry, block, at, piece, may_defer)
                 {
-                    Offer::Pending => deferred = true,
-                    Offer::Wait(done) => {
-                        self.engine.wait_partial(&self.entry, block, done).await;
-                        continue;
-                    }
-                    Offer::Direct if piece.len() as u64 == len => {
-                        new_blocks.push((block, BlockBuf::copy_from(piece)));
-                    }
-                    Offer::Direct => {
-                        let current = self
-                            .engine
-                            .read_block(&self.entry, block, false)
-                            .await
-                            .ok_or_else(|| {
-                                VolumeError::Io(format!(
-                                    "reading block {block} to merge a partial write"
-                                ))
-                            })?;
-                        let mut merged = current.to_vec();
-                        merged[at..at + piece.len()].copy_from_slice(piece);
-                        new_blocks.push((block, BlockBuf::from_vec(merged)));
-                    }
+                    Offer::Wait(done) => self.engine.wait_partial(&self.entry, block, done).await,
+                    offer => break offer,
                 }
-                break;
+            };
+            match offer {
+                Offer::Pending => deferred = true,
+                Offer::Direct if piece.len() as u64 == len => {
+                    new_blocks.push((block, BlockBuf::copy_from(piece)));
+                }
+                _ => {
+                    let current = self
+                        .engine
+                        .read_block(&self.entry, block, false)
+                        .await
+                        .ok_or_else(|| {
+                            VolumeError::Io(format!(
+                                "reading block {block} to merge a partial write"
+                            ))
+                        })?;
+                    let mut merged = current.to_vec();
+                    merged[at..at + piece.len()].copy_from_slice(piece);
+                    new_blocks.push((block, BlockBuf::from_vec(merged)));
+                }
             }
         }
         let engine = Arc::clone(&self.engine);

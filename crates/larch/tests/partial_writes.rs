@@ -8,82 +8,14 @@
 //! volume must read back as the model: a clean shutdown keeps every acknowledged write.
 
 mod common;
-use common::{pattern, scratch};
+use common::{Daemon, pattern, run_ok, scratch};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 const PYTHON: &str = "/usr/bin/python3";
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/model_check.py");
 const VOLUME_BYTES: usize = 4 << 20;
-
-fn larch() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_larch"))
-}
-
-fn run_ok(args: &[&str]) {
-    let out = larch().args(args).output().expect("run larch");
-    assert!(
-        out.status.success(),
-        "larch {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A running `larch serve`, killed if the test fails while it runs.
-struct Daemon {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(state: &Path) -> Daemon {
-        let socket = state.join("nbd.sock");
-        let _ = std::fs::remove_file(&socket);
-        let child = larch()
-            .args(["serve", "--http", "off", "--state-dir"])
-            .arg(state)
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start larch serve");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "the NBD socket never appeared");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon {
-            child: Some(child),
-            socket,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///vol0?socket={}", self.socket.display())
-    }
-
-    /// SIGTERM, and the exit status must be success.
-    fn stop(mut self) {
-        let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let status = child.wait().expect("wait for larch serve");
-        assert!(status.success(), "larch serve exited with {status}");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 fn python(args: &[&str]) -> (bool, String) {
     let out = Command::new(PYTHON)
@@ -169,10 +101,11 @@ fn writes_of_every_size_read_back_as_written_and_survive_a_clean_restart() {
     ]);
     run_ok(&["set", "--state-dir", &dir, "zfs_txg_timeout=1"]);
 
-    let daemon = Daemon::start(&state);
+    let daemon = Daemon::start(&state, "off");
     let (ok, report) = python(&["run", &daemon.uri(), image.to_str().unwrap(), "7", "4000"]);
     assert!(ok, "during the run: {report}");
-    daemon.stop();
+    let status = daemon.stop();
+    assert!(status.success(), "larch serve exited with {status}");
     let deferred = last_stat(&state, "write_partial_deferred");
     assert!(
         deferred > 100,
@@ -180,10 +113,11 @@ fn writes_of_every_size_read_back_as_written_and_survive_a_clean_restart() {
     );
     assert_eq!(last_stat(&state, "write_partial_pending"), 0);
 
-    let daemon = Daemon::start(&state);
+    let daemon = Daemon::start(&state, "off");
     let model = format!("{}.new", image.display());
     let (ok, report) = python(&["check", &daemon.uri(), &model]);
     assert!(ok, "after the restart: {report}");
-    daemon.stop();
+    let status = daemon.stop();
+    assert!(status.success(), "larch serve exited with {status}");
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -11,79 +11,17 @@
 //! `LARCH_CRASH_ITERATIONS` sets the rounds (default 20; `scripts/test` runs 100).
 
 mod common;
-use common::scratch;
+use common::{Daemon, run_ok, scratch};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const PYTHON: &str = "/usr/bin/python3";
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/write_crash.py");
 const CONNS: u32 = 4;
 const BLOCK_BYTES: u64 = 4096;
 const BLOCKS: u64 = 512;
-
-fn larch() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_larch"))
-}
-
-fn run_ok(args: &[&str]) {
-    let out = larch().args(args).output().expect("run larch");
-    assert!(
-        out.status.success(),
-        "larch {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(state: &Path) -> Daemon {
-        let socket = state.join("nbd.sock");
-        let _ = std::fs::remove_file(&socket);
-        let child = larch()
-            .args(["serve", "--http", "127.0.0.1:0", "--state-dir"])
-            .arg(state)
-            .arg("--socket")
-            .arg(&socket)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start larch serve");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "the NBD socket never appeared");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child, socket }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///vol0?socket={}", self.socket.display())
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn python(mode: &str, uri: &str, dir: &Path, seed: u64) -> Command {
     let mut cmd = Command::new(PYTHON);
@@ -189,7 +127,7 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         let logs = state.join("durable");
         std::fs::create_dir_all(&logs).expect("durable dir");
         let seed = round + 1;
-        let daemon = Daemon::start(&state);
+        let daemon = Daemon::start(&state, "127.0.0.1:0");
         let mut writer = python("write", &daemon.uri(), &logs, seed)
             .stdout(Stdio::null())
             .spawn()
@@ -211,7 +149,7 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         }
         daemon.kill9();
         let _ = writer.wait();
-        let daemon = Daemon::start(&state);
+        let daemon = Daemon::start(&state, "127.0.0.1:0");
         let out = python("check", &daemon.uri(), &logs, seed)
             .output()
             .expect("run the checker");
@@ -226,7 +164,7 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
             .find_map(|part| part.strip_suffix(" with durable writes"))
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or_else(|| panic!("the checker's report: {report}"));
-        daemon.stop();
+        let _ = daemon.stop();
         let _ = std::fs::remove_dir_all(&state);
     }
     let _ = std::fs::remove_dir_all(&top);

@@ -328,12 +328,8 @@ impl ArcCache {
         self.shards[shard_of(key)].lock()
     }
 
-    /// Whether `key`'s bytes are in DRAM (dirty blocks always are).
-    pub(crate) fn holds(&self, key: &BlockKey) -> bool {
-        self.shard(key).buf(key).is_some()
-    }
-
-    /// `key`'s bytes if they are in DRAM, without counting an access.
+    /// `key`'s bytes if they are in DRAM (dirty blocks always are), without counting an
+    /// access.
     pub(crate) fn buf_of(&self, key: &BlockKey) -> Option<Bytes> {
         self.shard(key).buf(key).cloned()
     }

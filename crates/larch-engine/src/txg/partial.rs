@@ -289,7 +289,7 @@ impl Engine {
         if whole
             || !may_defer
             || !self.tunables.write_partial_defer()
-            || self.arc.holds(&vol.info.key(block))
+            || self.arc.buf_of(&vol.info.key(block)).is_some()
         {
             return Offer::Direct;
         }

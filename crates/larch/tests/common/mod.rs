@@ -61,3 +61,91 @@ pub fn http_get(addr: &str, path: &str) -> String {
     stream.read_to_string(&mut out).unwrap();
     out
 }
+
+/// The `larch` binary under test, as a command. Not every test binary uses it.
+#[allow(dead_code)]
+pub fn larch() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_larch"))
+}
+
+/// Runs `larch ARGS` and fails the test, with its stderr, unless it succeeds. Not every
+/// test binary uses it.
+#[allow(dead_code)]
+pub fn run_ok(args: &[&str]) {
+    let out = larch().args(args).output().expect("run larch");
+    assert!(
+        out.status.success(),
+        "larch {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A running `larch serve` of the pool in a state directory, on `STATE/nbd.sock`; killed
+/// if the test fails while it runs (a daemon left behind would keep the test binary's
+/// output open, and the run would hang instead of failing). Not every test binary uses it.
+#[allow(dead_code)]
+pub struct Daemon {
+    child: Option<std::process::Child>,
+    socket: std::path::PathBuf,
+}
+
+#[allow(dead_code)]
+impl Daemon {
+    /// Starts `larch serve --http HTTP` on the pool in `state`; returns once its NBD
+    /// socket exists.
+    pub fn start(state: &std::path::Path, http: &str) -> Daemon {
+        use std::process::Stdio;
+        use std::time::{Duration, Instant};
+        let socket = state.join("nbd.sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = larch()
+            .args(["serve", "--http", http, "--state-dir"])
+            .arg(state)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start larch serve");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "the NBD socket never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child: Some(child),
+            socket,
+        }
+    }
+
+    /// The NBD URI of the pool's volume `vol0`.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///vol0?socket={}", self.socket.display())
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and its exit status once it exited.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        child.wait().expect("wait for larch serve")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
