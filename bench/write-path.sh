@@ -4,8 +4,9 @@
 #     a log device, the backing store slowed to a disk's figures (injected 5 ms per write);
 #  2. async write throughput against fio on the same backing file directly (O_DIRECT),
 #     qemu-nbd writing that file with O_DIRECT (the NBD path's own limit) and the engine
-#     alone (examples/write_path: the syncer with no socket in the way), and the TXG sync
-#     time; the three are run in turns, ROUNDS times (default 2);
+#     alone (examples/write_path: the syncer with no socket in the way), nbdkit's null
+#     plugin (a server that stores nothing: the NBD path's ceiling on this machine), and
+#     the TXG sync time; the three are run in turns, ROUNDS times (default 2);
 #  3. "do no harm": 4K random write IOPS with a cache device vs without.
 #
 #   bench/write-path.sh [SECONDS] [SECTIONS]   (default 20 s per run, sections 123)
@@ -93,6 +94,15 @@ for _ in $(seq "${ROUNDS:-2}"); do
         --time_based --runtime="$secs" --output-format=json --rw=write --bs=1M --iodepth=8 > "$work/fio.json"
     kill "$qpid"; wait "$qpid" 2>/dev/null || true
     report "qemu-nbd on the backing file (O_DIRECT, io_uring), seq 1M, QD8" "$work/fio.json" /nonexistent
+    # The NBD path's own ceiling on this machine: a server that stores nothing.
+    nbdkit --exit-with-parent -f -U "$work/null.sock" null 4G 2>>"$work/serve.log" &
+    npid=$!
+    for _ in $(seq 50); do [ -S "$work/null.sock" ] && break; sleep 0.1; done
+    fio --name=w --ioengine=nbd --uri="nbd+unix:///?socket=$work/null.sock" --size=4G \
+        --time_based --runtime="$secs" --output-format=json --rw=write --bs=1M --iodepth=8 > "$work/fio.json"
+    kill "$npid"; wait "$npid" 2>/dev/null || true
+    rm -f "$work/null.sock"
+    report "nbdkit null (stores nothing: the NBD path alone), seq 1M, QD8" "$work/fio.json" /nonexistent
     engine=$PWD/target/release/examples/write_path
     if [ -x "$engine" ]; then
         echo "| engine alone (examples/write_path, 2 writer threads, 128K blocks): $("$engine" "$work/engine.img" "$secs" 128 2 | sed -n 1p) |"

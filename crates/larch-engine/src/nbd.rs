@@ -61,6 +61,16 @@ impl Export for Volume {
         Ok(Volume::write(self, offset, &data, fua).await?)
     }
 
+    fn write_chunk_bytes(&self) -> u32 {
+        self.info().block_bytes
+    }
+
+    async fn write_chunks(&self, offset: u64, chunks: Vec<Bytes>, fua: bool) -> ExportResult<()> {
+        // One buffer per block from the server: whole blocks become their ARC buffers
+        // with no copy; the pieces of partial ones are merged as in `write`.
+        Ok(Volume::write_chunks(self, offset, &chunks, fua).await?)
+    }
+
     async fn flush(&self) -> ExportResult<()> {
         Ok(Volume::flush(self).await?)
     }

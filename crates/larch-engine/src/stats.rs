@@ -112,14 +112,14 @@ stats! {
         txg_last_sync_bytes: Gauge in Bytes, "bytes the last TXG wrote";
         txg_blocks_written: Counter, "blocks written by TXG syncs";
         txg_sync_waits: Counter, "sync writes and FLUSHes made durable by syncing a TXG (no usable log device)";
-        txg_sync_errors: Counter, "failed TXG syncs (backing-store write or flush errors)";
+        txg_sync_errors: Counter, "volumes whose TXG failed (a backing-store write or flush error, or tombstones that could not be made durable)";
         dmu_tx_delay: Counter, "writes the throttle delayed";
         dmu_tx_delay_us: Counter in Micros, "total throttle delay";
         dmu_tx_dirty_over_max: Counter, "writes that waited at the dirty limit";
-        write_partial_deferred: Counter, "async writes smaller than a block acknowledged before the block was read (larch's)";
+        write_partial_deferred: Counter, "pieces of async writes that joined a pending partial write, acknowledged before their block was read (larch's)";
         write_partial_merges: Counter, "blocks read (or covered) and merged with the partial writes waiting for them (larch's)";
         write_partial_errors: Counter, "merges whose block read failed, failing the volume (larch's)";
-        zil_commit_count: Counter, "sync writes and FLUSHes made durable through the log device";
+        zil_commit_count: Counter, "group commits to the log device (each makes every waiting sync write and FLUSH durable)";
         zil_itx_count: Counter, "records written to the log device";
         zil_itx_copied_bytes: Counter in Bytes, "bytes of record data written to the log device";
         zil_commit_us: Counter in Micros, "total time of log commits";

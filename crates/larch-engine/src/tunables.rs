@@ -165,7 +165,7 @@ tunables! {
     zfetch_max_distance: Size = 8 * M, 0, 256 * M;
         "most bytes read ahead of a sequential stream (at most 1/8 of zfs_arc_max)"
     write_partial_defer: Flag = 1, 0, 1;
-        "acknowledge async writes of part of a block not in the ARC before the block is read (larch's); 0: read it first, so async writes reach the backing store in the order they were acknowledged, as ZFS's TXGs keep them"
+        "acknowledge async writes of part of a block not in the ARC before the block is read (larch's); 0: read the block first, as ZFS does"
     mrc_sample: Flag = 1, 0, 1;
         "sample block accesses for the miss-ratio curves of larch advise and the Analytics page (larch's)"
 }

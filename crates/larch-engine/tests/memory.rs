@@ -1,6 +1,7 @@
 //! `zfs_arc_max` bounds the memory the cache holds, whatever the requests look like
 //! (issue 14, defect 1). Every heap allocation of this test binary is counted, so the
-//! check is on memory actually held, not on the ARC's own accounting.
+//! check is on memory actually held, not on the ARC's own accounting. The tests take
+//! turns ([`SERIAL`]): the count is the whole process's.
 //!
 //! The pattern is the one that broke it: large NBD writes, each followed, while still
 //! cached, by two reads of its first block far enough apart to promote that block to MFU;
@@ -21,6 +22,15 @@ use larch_nbd::Export;
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// The most bytes live at once since it was last reset.
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// One test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn counted(size: usize) {
+    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
 
 // SAFETY: forwards to the system allocator and only counts.
 unsafe impl GlobalAlloc for Counting {
@@ -28,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            counted(layout.size());
         }
         p
     }
@@ -41,7 +51,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            counted(layout.size());
         }
         p
     }
@@ -50,7 +60,7 @@ unsafe impl GlobalAlloc for Counting {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            LIVE.fetch_add(new_size, Ordering::Relaxed);
+            counted(new_size);
         }
         p
     }
@@ -67,6 +77,7 @@ const WRITE_BYTES: usize = 4 * MIB;
 
 #[test]
 fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir: PathBuf =
         std::env::temp_dir().join(format!("larch-engine-memory-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -146,6 +157,93 @@ fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
         "ARC size {}",
         stats["size"]
     );
+    engine.shutdown();
+    drop(runtime);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A WRITE_ZEROES or a CACHE carries no payload, so a client can ask for up to 4 GiB with
+/// one: the volume works through it in pieces, and the heap's peak stays near
+/// `zfs_arc_max` (before, a WRITE_ZEROES allocated its whole length twice, as zeroes and
+/// as dirty blocks past the dirty limit, and a CACHE held every block it read until it
+/// returned).
+#[test]
+fn large_write_zeroes_and_cache_requests_do_not_grow_the_heap_with_their_length() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const ZEROED: u64 = 256 * MIB as u64;
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("larch-engine-memory-zeroes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vol.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(2 * ZEROED)
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = Engine::new(ARC_MAX as u64);
+    let store = BackingStore::open(&path, false, LatencyModel::default()).unwrap();
+    let entry = engine
+        .add_volume(VolumeSpec::new(2, BLOCK), Arc::new(store))
+        .unwrap();
+    let volume = Volume::new("vol".into(), entry, Arc::clone(&engine));
+    let bound = ARC_MAX + 16 * MIB;
+    let peak_of = |what: &str, work: &dyn Fn()| {
+        let before = LIVE.load(Ordering::Relaxed);
+        PEAK.store(before, Ordering::Relaxed);
+        work();
+        let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+        eprintln!(
+            "{what} of {} MiB: heap peak {:.1} MiB above before",
+            ZEROED >> 20,
+            peak as f64 / MIB as f64
+        );
+        assert!(
+            peak <= bound,
+            "{what} of {} MiB raised the heap by {:.1} MiB at its peak (bound {} MiB)",
+            ZEROED >> 20,
+            peak as f64 / MIB as f64,
+            bound / MIB
+        );
+    };
+    // Data first, so that the zeroes change something a read can check.
+    runtime.block_on(async {
+        Export::write(&volume, MIB as u64, Bytes::from(vec![7u8; MIB]), false)
+            .await
+            .unwrap();
+        Export::flush(&volume).await.unwrap();
+    });
+    peak_of("WRITE_ZEROES", &|| {
+        runtime.block_on(async {
+            let flags = larch_nbd::ZeroFlags {
+                may_trim: false,
+                fast_only: false,
+                fua: true,
+            };
+            Export::write_zeroes(&volume, 0, ZEROED as u32, flags)
+                .await
+                .unwrap();
+        })
+    });
+    let back = runtime
+        .block_on(Export::read(&volume, MIB as u64, BLOCK))
+        .unwrap();
+    assert!(
+        back.segments.iter().all(|s| match s {
+            larch_nbd::ReadSegment::Data(d) => d.iter().all(|&b| b == 0),
+            larch_nbd::ReadSegment::Zeroes(_) => true,
+        }),
+        "the zeroes reached the data written before them"
+    );
+    peak_of("CACHE", &|| {
+        runtime.block_on(async {
+            Export::cache(&volume, ZEROED, ZEROED as u32).await.unwrap();
+        })
+    });
     engine.shutdown();
     drop(runtime);
     let _ = std::fs::remove_dir_all(&dir);

@@ -343,3 +343,50 @@ fn a_partial_write_of_a_cached_block_is_merged_at_once() {
     assert!(seen == want);
     s.engine.shutdown();
 }
+
+/// A write whose client went away (its future dropped, as the NBD server drops a dead
+/// connection's requests) while its merged block waits in the throttle still holds the
+/// block's write lock until that block is dirty: a later write of the same block, which
+/// is acknowledged, is merged on top of it instead of being overwritten by bytes merged
+/// before it. The first write is held in the throttle's delay (100 ms), and the second
+/// has no delay, so without the lock it would land first and be lost.
+#[test]
+fn a_dropped_write_still_holding_its_merged_block_cannot_overwrite_a_later_write() {
+    let s = Setup::new();
+    let rt = runtime();
+    let t = &s.engine.tunables;
+    t.set("zfs_txg_timeout", "600").unwrap();
+    rt.block_on(async {
+        // Block 0 cached (so that partial writes of it merge at once); 256 KiB dirty.
+        read(&s.volume, 0, 8).await;
+        for b in 10..42u64 {
+            s.volume
+                .write(b * BLOCK as u64, &piece(BLOCK, b as u8), false)
+                .await
+                .unwrap();
+        }
+    });
+    // Every write is now delayed 100 ms (1% of a 1 MiB dirty limit is passed, and the
+    // scale is at its largest).
+    t.set("zfs_dirty_data_max", "1M").unwrap();
+    t.set("zfs_dirty_data_sync_percent", "100").unwrap();
+    t.set("zfs_delay_min_dirty_percent", "1").unwrap();
+    t.set("zfs_delay_scale", "1000000000").unwrap();
+    let first = piece(4096, 1);
+    let second = piece(4096, 2);
+    rt.block_on(async {
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(20), s.volume.write(0, &first, false)).await;
+        assert!(dropped.is_err(), "the first write was held in the throttle");
+        t.set("zfs_delay_scale", "0").unwrap();
+        s.volume.write(4096, &second, false).await.unwrap();
+    });
+    // The dropped write's blocking step has ended by now, whichever way it went.
+    std::thread::sleep(Duration::from_millis(300));
+    let block = rt.block_on(read(&s.volume, 0, BLOCK as u32));
+    assert!(
+        block[4096..] == second[..],
+        "the acknowledged second write was overwritten by the dropped first one's block"
+    );
+    s.engine.shutdown();
+}

@@ -283,6 +283,29 @@ pub trait Export: Send + Sync + 'static {
         fua: bool,
     ) -> impl Future<Output = ExportResult<()>> + Send;
 
+    /// Where the export would have a WRITE's payload cut (its block size), or 0 (the
+    /// default) for one buffer. When not 0, the server reads each payload into one buffer
+    /// per piece between multiples of it (each buffer an allocation of its own, filled
+    /// straight from the socket when the piece is large) and calls
+    /// [`Export::write_chunks`] instead of [`Export::write`], so an export that keeps
+    /// whole blocks can keep those buffers without copying them.
+    fn write_chunk_bytes(&self) -> u32 {
+        0
+    }
+
+    /// Writes `chunks`, one after the other, at `offset`: a payload cut as
+    /// [`Export::write_chunk_bytes`] asks (the first chunk ends at the first multiple of
+    /// it after `offset`, every other but the last is that long). With `fua`, durable
+    /// before returning. The default joins them and calls [`Export::write`].
+    fn write_chunks(
+        &self,
+        offset: u64,
+        chunks: Vec<Bytes>,
+        fua: bool,
+    ) -> impl Future<Output = ExportResult<()>> + Send {
+        async move { self.write(offset, joined(chunks), fua).await }
+    }
+
     /// Makes every write that completed before this call durable (on every connection
     /// when `features().multi_conn`).
     fn flush(&self) -> impl Future<Output = ExportResult<()>> + Send {
@@ -332,5 +355,13 @@ pub trait Export: Send + Sync + 'static {
                 flags: 0,
             }])
         }
+    }
+}
+
+/// `chunks` as one buffer: the only one as it is, several copied into one.
+pub(crate) fn joined(chunks: Vec<Bytes>) -> Bytes {
+    match <[Bytes; 1]>::try_from(chunks) {
+        Ok([one]) => one,
+        Err(chunks) => Bytes::from(chunks.concat()),
     }
 }

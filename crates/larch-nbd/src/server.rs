@@ -604,6 +604,7 @@ impl<E: Export> Server<E> {
         let export = Arc::clone(&self.inner.exports[negotiated.export_index].export);
         let mut features = info.features;
         features.read_only |= negotiated.read_only;
+        let chunk_bytes = export.write_chunk_bytes();
         let ctx = TransmissionContext {
             size_bytes: info.size_bytes,
             features,
@@ -744,7 +745,7 @@ impl<E: Export> Server<E> {
             };
             let payload = if head.len > 0 {
                 let read = tokio::select! {
-                    read = read_payload(&mut reader, head.len) => read,
+                    read = read_payload(&mut reader, head.len, head.hdr.offset, chunk_bytes) => read,
                     () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
                 };
                 match read {
@@ -899,20 +900,58 @@ async fn read_head<R: AsyncRead + Unpin>(
     })
 }
 
-/// Reads a WRITE payload of `len` bytes.
+/// A payload piece at least this large is read from the socket into its own buffer,
+/// past the connection's read buffer (one copy, not two, for the bytes of large blocks).
+const DIRECT_READ_BYTES: usize = 64 << 10;
+
+/// Reads a WRITE payload of `len` bytes for `offset`: one buffer, or with `chunk` not
+/// 0, one buffer per piece between multiples of `chunk` (see
+/// [`Export::write_chunk_bytes`]). The rest of a piece of [`DIRECT_READ_BYTES`] or more
+/// is read from the socket straight into its buffer (the reader's buffer is passed by);
+/// smaller ones are copied out of the reader's buffer.
 async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     len: u32,
-) -> Result<Bytes, ConnectionError> {
-    // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
-    let mut data = BytesMut::with_capacity(len as usize);
-    while data.len() < len as usize {
-        let want = len as usize - data.len();
-        if (&mut *reader).take(want as u64).read_buf(&mut data).await? == 0 {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    offset: u64,
+    chunk: u32,
+) -> Result<Vec<Bytes>, ConnectionError> {
+    let mut chunks = Vec::with_capacity(match chunk {
+        0 => 1,
+        chunk => (len / chunk) as usize + 2,
+    });
+    let end = offset + u64::from(len);
+    let mut at = offset;
+    while at < end {
+        let piece = match u64::from(chunk) {
+            0 => end - at,
+            chunk => ((at / chunk + 1) * chunk).min(end) - at,
+        } as usize;
+        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
+        let mut data = BytesMut::with_capacity(piece);
+        // What the reader holds already (it read ahead past the header), then the rest:
+        // a large rest straight from the socket, a small one through the reader's buffer.
+        let held = reader.buffer().len().min(piece);
+        data.extend_from_slice(&reader.buffer()[..held]);
+        reader.consume(held);
+        while data.len() < piece {
+            let want = piece - data.len();
+            let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
+                reader
+                    .get_mut()
+                    .take(want as u64)
+                    .read_buf(&mut data)
+                    .await?
+            } else {
+                (&mut *reader).take(want as u64).read_buf(&mut data).await?
+            };
+            if read == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            }
         }
+        chunks.push(data.freeze());
+        at += piece as u64;
     }
-    Ok(data.freeze())
+    Ok(chunks)
 }
 
 /// Runs one validated request against the export and builds its reply.
@@ -920,7 +959,7 @@ async fn execute<E: Export>(
     export: &E,
     request: Request,
     cookie: u64,
-    payload: Option<Bytes>,
+    payload: Option<Vec<Bytes>>,
     structured: bool,
 ) -> Frame {
     match request {
@@ -945,7 +984,14 @@ async fn execute<E: Export>(
         } => {
             let result = match payload {
                 _ if length == 0 => Ok(()),
-                Some(data) => export.write(offset, data, fua).await,
+                Some(chunks) if export.write_chunk_bytes() != 0 => {
+                    export.write_chunks(offset, chunks, fua).await
+                }
+                Some(chunks) => {
+                    export
+                        .write(offset, crate::export::joined(chunks), fua)
+                        .await
+                }
                 None => Err(Errno::Inval),
             };
             status_frame(cookie, result)

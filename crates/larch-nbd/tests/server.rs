@@ -486,3 +486,130 @@ async fn connection_threads_serve_each_connection_and_end_with_it() {
     assert_eq!(snapshot[(CLIENTS - 1) as usize * 512 * 1024], CLIENTS as u8);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An export that asks for its payloads cut every `chunk` bytes and records the cuts.
+struct Chunked {
+    inner: MemExport,
+    chunk: u32,
+    cuts: std::sync::Mutex<Vec<Vec<usize>>>,
+}
+
+impl larch_nbd::Export for Chunked {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn features(&self) -> larch_nbd::Features {
+        self.inner.features()
+    }
+    async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
+        self.inner.read(offset, length).await
+    }
+    async fn write(
+        &self,
+        offset: u64,
+        data: bytes::Bytes,
+        fua: bool,
+    ) -> larch_nbd::ExportResult<()> {
+        self.cuts.lock().unwrap().push(vec![data.len()]);
+        self.inner.write(offset, data, fua).await
+    }
+    fn write_chunk_bytes(&self) -> u32 {
+        self.chunk
+    }
+    async fn write_chunks(
+        &self,
+        offset: u64,
+        chunks: Vec<bytes::Bytes>,
+        fua: bool,
+    ) -> larch_nbd::ExportResult<()> {
+        self.cuts
+            .lock()
+            .unwrap()
+            .push(chunks.iter().map(|c| c.len()).collect());
+        self.inner
+            .write(offset, bytes::Bytes::from(chunks.concat()), fua)
+            .await
+    }
+}
+
+/// An export that asks for it gets each WRITE payload cut at multiples of its chunk size
+/// from the start of the export (small pieces through the connection's read buffer, large
+/// ones straight from the socket), the bytes in order; one that does not gets one buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_payloads_are_cut_where_the_export_asks() {
+    for (chunk, offset, length, want) in [
+        // Small pieces, the first and last partial.
+        (4096u32, 1000u64, 10_000u32, vec![3096usize, 4096, 2808]),
+        // Large pieces (read past the buffer), aligned.
+        (256 << 10, 0, 1 << 20, vec![256 << 10; 4]),
+        // Large pieces, the write inside one.
+        (256 << 10, 5, 100, vec![100]),
+        // Large pieces, unaligned at both ends.
+        (
+            128 << 10,
+            7 << 10,
+            300 << 10,
+            vec![121 << 10, 128 << 10, 51 << 10],
+        ),
+        // No cutting.
+        (0, 1000, 10_000, vec![10_000]),
+    ] {
+        let export = Arc::new(Chunked {
+            inner: MemExport::new(4 << 20),
+            chunk,
+            cuts: Default::default(),
+        });
+        let server = Server::new(
+            ServerLimits::default(),
+            vec![NamedExport {
+                name: String::new(),
+                description: String::new(),
+                export: Arc::clone(&export),
+            }],
+        )
+        .unwrap();
+        let (mut client, served) = tokio::io::duplex(64 << 10);
+        let serving = server.clone();
+        tokio::spawn(async move {
+            let (r, w) = tokio::io::split(served);
+            let _ = serving.serve_stream(r, w).await;
+        });
+        handshake(&mut client, false).await;
+        let payload: Vec<u8> = (0..length).map(|i| (i % 251) as u8).collect();
+        // Two writes back to back, so that the second's header and payload can sit in the
+        // connection's read buffer behind the first's.
+        let (mut rx, mut tx) = tokio::io::split(client);
+        let sent = payload.clone();
+        let sender = tokio::spawn(async move {
+            for cookie in 0..2u64 {
+                let h = RequestHeader {
+                    flags: 0,
+                    command: cmd::WRITE,
+                    cookie,
+                    offset: offset + cookie * (2 << 20),
+                    length,
+                };
+                tx.write_all(&h.encode()).await.unwrap();
+                tx.write_all(&sent).await.unwrap();
+            }
+            tx
+        });
+        for _ in 0..2 {
+            let mut h = [0u8; 16];
+            rx.read_exact(&mut h).await.unwrap();
+            assert_eq!(u32::from_be_bytes(h[4..8].try_into().unwrap()), 0);
+        }
+        drop(sender.await.unwrap());
+        let cuts = export.cuts.lock().unwrap().clone();
+        assert_eq!(cuts, vec![want.clone(), want.clone()], "chunk {chunk}");
+        let data = export.inner.snapshot();
+        for cookie in 0..2u64 {
+            let at = (offset + cookie * (2 << 20)) as usize;
+            assert!(
+                data[at..at + length as usize] == payload[..],
+                "chunk {chunk}: the bytes of write {cookie}"
+            );
+        }
+        server.shutdown();
+    }
+}

@@ -47,6 +47,13 @@ impl BlockBuf {
         BlockBuf(Bytes::copy_from_slice(bytes))
     }
 
+    /// `bytes` as they are, no copy. They must be a buffer of their own, not a slice of a
+    /// larger one: the ARC counts a block's length, and a slice would keep the whole
+    /// buffer alive (BENCHMARKS.md, "Issue 14": the heap past `zfs_arc_max`).
+    pub(crate) fn from_own_bytes(bytes: Bytes) -> BlockBuf {
+        BlockBuf(bytes)
+    }
+
     /// The bytes of `vec`, its spare capacity given back first.
     pub fn from_vec(mut vec: Vec<u8>) -> BlockBuf {
         vec.shrink_to_fit();

@@ -9,9 +9,9 @@
 //! 1. commits the tombstones of the cache-device copies this TXG's writes superseded
 //!    (queued when the writes arrived; see [`crate::coherence`], rule 2);
 //! 2. writes the TXG's blocks to the backing stores (contiguous runs in one write) and
-//!    fdatasyncs every store it wrote;
-//! 3. records the TXG as committed in the intent log, which frees the log's space;
-//! 4. marks the blocks clean: they move to MRU and may be fed to cache devices.
+//!    fdatasyncs every store it wrote; as each store's fdatasync returns, that volume's
+//!    blocks are marked clean: they move to MRU and may be fed to cache devices;
+//! 3. records the TXG as committed in the intent log, which frees the log's space.
 //!
 //! Closing a TXG is instantaneous (writers put their blocks in the open TXG under the
 //! same lock that closes it), so the quiescing state lasts no time; only one TXG syncs at

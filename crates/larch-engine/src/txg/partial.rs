@@ -289,6 +289,9 @@ impl Engine {
         if whole
             || !may_defer
             || !self.tunables.write_partial_defer()
+            // A failed volume acknowledges no more writes (a writer that waited out a merge
+            // whose read failed gets here): the direct path returns its error.
+            || vol.failure().is_some()
             || self.arc.buf_of(&vol.info.key(block)).is_some()
         {
             return Offer::Direct;

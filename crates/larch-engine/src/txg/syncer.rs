@@ -1,6 +1,6 @@
 //! The syncer: one thread that closes the open TXG and writes it to the backing stores,
 //! after making the tombstones of the copies it supersedes durable (see the parent
-//! module's steps 1-4 and [`crate::coherence`], rule 2).
+//! module's steps 1-3 and [`crate::coherence`], rule 2).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ impl Engine {
         }
     }
 
-    /// Syncs one closed TXG (steps 1-4 of the module comment).
+    /// Syncs one closed TXG (steps 1-3 of the module comment).
     fn sync_txg(&self, txg: u64, blocks: &HashMap<BlockKey, DirtyBlock>) -> Result<(), String> {
         let started = Instant::now();
         let mut by_volume: HashMap<u16, Vec<(u64, &DirtyBlock)>> = HashMap::new();
@@ -114,7 +114,7 @@ impl Engine {
                     continue;
                 }
             }
-            // 4. Clean: the blocks may now be evicted and fed.
+            // Clean (the end of step 2): the blocks may now be evicted and fed.
             let now = self.arc.now_ms();
             for (block, dirty) in &list {
                 let key = vol.info.key(*block);
