@@ -75,19 +75,21 @@ const BLOCK: u32 = 16 << 10;
 const WRITES: usize = 16;
 const WRITE_BYTES: usize = 4 * MIB;
 
-#[test]
-fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("larch-engine-memory-{}", std::process::id()));
+/// A volume of `bytes` on a sparse file (so the backing store's bytes are not on the
+/// heap), an engine with `ARC_MAX`, and a runtime to drive them; the directory is the
+/// caller's to remove.
+fn sparse_volume(
+    name: &str,
+    bytes: u64,
+) -> (PathBuf, tokio::runtime::Runtime, Arc<Engine>, Volume) {
+    let dir =
+        std::env::temp_dir().join(format!("larch-engine-memory-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    // A sparse file: the backing store's bytes are not on the heap.
     let path = dir.join("vol.img");
-    let volume_bytes = (WRITES * WRITE_BYTES + 64 * MIB) as u64;
     std::fs::File::create(&path)
         .unwrap()
-        .set_len(volume_bytes)
+        .set_len(bytes)
         .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -100,6 +102,14 @@ fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
         .add_volume(VolumeSpec::new(1, BLOCK), Arc::new(store))
         .unwrap();
     let volume = Volume::new("vol".into(), entry, Arc::clone(&engine));
+    (dir, runtime, engine, volume)
+}
+
+#[test]
+fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (dir, runtime, engine, volume) =
+        sparse_volume("mfu", (WRITES * WRITE_BYTES + 64 * MIB) as u64);
     let baseline = LIVE.load(Ordering::Relaxed);
 
     runtime.block_on(async {
@@ -171,26 +181,7 @@ fn the_heap_stays_within_zfs_arc_max_under_large_writes_kept_in_mfu() {
 fn large_write_zeroes_and_cache_requests_do_not_grow_the_heap_with_their_length() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const ZEROED: u64 = 256 * MIB as u64;
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("larch-engine-memory-zeroes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vol.img");
-    std::fs::File::create(&path)
-        .unwrap()
-        .set_len(2 * ZEROED)
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let engine = Engine::new(ARC_MAX as u64);
-    let store = BackingStore::open(&path, false, LatencyModel::default()).unwrap();
-    let entry = engine
-        .add_volume(VolumeSpec::new(2, BLOCK), Arc::new(store))
-        .unwrap();
-    let volume = Volume::new("vol".into(), entry, Arc::clone(&engine));
+    let (dir, runtime, engine, volume) = sparse_volume("zeroes", 2 * ZEROED);
     let bound = ARC_MAX + 16 * MIB;
     let peak_of = |what: &str, work: &dyn Fn()| {
         let before = LIVE.load(Ordering::Relaxed);
