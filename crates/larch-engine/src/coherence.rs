@@ -46,7 +46,21 @@
 //!    open formats the device instead of rebuilding it; if that fails too, the TXG fails
 //!    (its volumes get EIO) rather than write the backing stores.
 //! 5. A cache device added at runtime after any write is formatted, never rebuilt: its
-//!    log could hold copies those writes superseded without tombstones.
+//!    log could hold copies those writes superseded without tombstones. So is one that a
+//!    start could not open (missing, unreadable): the pool records it before serving
+//!    (rule 4's record), and formats it when it is back, provided its header is this
+//!    pool's device's (anything else at its path is left alone).
+//! 6. A rebuild whose walk stops before the end of the log (a block that cannot be read
+//!    or checked) faults the device and empties its log: the entries behind that block
+//!    were neither indexed nor tombstoned, and a later walk that could read it would bring
+//!    them back. A device removed while it rebuilds stays removed: the rebuild's end
+//!    attaches nothing and installs no writer.
+//!
+//! Known hole (found by a review, not fixed yet): when step 2 empties a log during a
+//! rebuild, the commit that ends the rebuild writes headers that point into the old log
+//! again before every tombstone of rule 3 is on the device (a header that moves the evict
+//! hand goes first, and tombstones over 1,022 are committed a block at a time), so a
+//! power cut in that window can bring back a copy that a write superseded.
 //!
 //! The cost: one log commit (a small write and a flush) per cache device per TXG that
 //! superseded copies on it; writes themselves do no cache-device I/O (they queue
@@ -189,6 +203,12 @@ impl Coherence {
     /// index is never reused, so its state starts fresh.
     pub(crate) fn rebuild_began(&self) {
         self.rebuilds.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Rebuilds running now.
+    #[cfg(test)]
+    pub(crate) fn rebuilds_running(&self) -> usize {
+        self.rebuilds.load(Ordering::Acquire)
     }
 
     /// A rebuild ended (indexed, failed or cancelled). The last one forgets the blocks

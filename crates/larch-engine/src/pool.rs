@@ -453,6 +453,23 @@ pub fn headers_are_blank(path: &Path) -> bool {
         .is_ok_and(|()| buf.iter().all(|&b| b == 0))
 }
 
+/// Whether the device at `path` has a valid header of this pool's cache device
+/// `device_guid` (so that formatting it destroys nothing but that device's cache).
+fn header_is_ours(path: &Path, pool_guid: u64, device_guid: u64) -> bool {
+    use larch_io::BlockDevice;
+    let Ok(dev) = larch_io::FileDevice::open(path, &larch_io::FileOptions::default()) else {
+        return false;
+    };
+    larch_l2::read_header(&dev).is_ok_and(|read| {
+        larch_l2::validate_header(
+            &read.header,
+            dev.len_bytes(),
+            Some((pool_guid, device_guid)),
+        )
+        .is_ok()
+    })
+}
+
 /// The file in a state directory that records the last committed TXG when the log
 /// device could not (see `Engine::set_committed_txg_sink`).
 pub const COMMITTED_TXG_FILE: &str = "committed-txg";
@@ -606,21 +623,43 @@ impl Pool {
         }));
         let mut refused_devices = Vec::new();
         let mut formatted = Vec::new();
+        let mut missed = Vec::new();
         for d in &config.cache_devices {
             let path = resolve(state_dir, &d.path);
             let distrust = distrusted.contains(&d.guid);
-            let create = format_cache || distrust || headers_are_blank(&path);
+            let blank = headers_are_blank(&path);
+            if distrust && !blank && !format_cache && !header_is_ours(&path, config.guid, d.guid) {
+                // Its log must not be rebuilt, and what is at its path now is not this
+                // pool's device (a renamed disk, another pool's): formatting it could
+                // destroy someone's data. Left out until the device itself is back.
+                refused_devices.push(format!(
+                    "{}: cache device {:#x} is to be formatted (its log missed writes), but                      the device there now does not carry its header; not touched",
+                    path.display(),
+                    d.guid
+                ));
+                continue;
+            }
+            let create = format_cache || distrust || blank;
             match engine.add_cache_device(&path, config.guid, d.guid, create) {
                 Ok(_) if distrust => formatted.push(d.guid),
                 Ok(_) => {}
-                Err(err) => refused_devices.push(err.to_string()),
+                Err(err) => {
+                    refused_devices.push(err.to_string());
+                    // The pool goes on without it, and its writes from now on tombstone
+                    // none of its copies: its log must not be rebuilt when it comes back.
+                    if !distrust {
+                        missed.push(d.guid);
+                    }
+                }
             }
         }
-        if !formatted.is_empty() {
-            let left: Vec<u64> = distrusted
+        if !formatted.is_empty() || !missed.is_empty() {
+            let mut left: Vec<u64> = distrusted
                 .into_iter()
                 .filter(|g| !formatted.contains(g))
                 .collect();
+            left.extend(missed);
+            // Written before any volume is served: no write happens before the record.
             write_distrusted(state_dir, &left)?;
         }
         Ok(Pool {

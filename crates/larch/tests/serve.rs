@@ -938,3 +938,39 @@ fn fio_verifies_while_l2_hits_rise_and_backing_reads_fall() {
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A cache device missing when the pool starts misses the writes made while it is gone
+/// (nothing tombstones its copies): when it is back, its log must not be rebuilt, or its
+/// copies of those blocks, older than the backing store's, would be served. The pool
+/// records it at the start it missed, and formats it when it is back.
+#[test]
+fn a_cache_device_missing_at_a_start_is_formatted_not_rebuilt_when_it_is_back() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch("serve");
+    let state = dir.join("pool");
+    let first = pattern(16 << 20, 21);
+    let daemon = Daemon::start(&state);
+    write_image(&daemon, &dir, &first);
+    warm_l2(&daemon, "8M", 256);
+    daemon.stop();
+    let cache = state.join("cache0.img");
+    let aside = dir.join("cache0.aside");
+    std::fs::rename(&cache, &aside).unwrap();
+    let daemon = Daemon::start(&state);
+    let second = pattern(16 << 20, 22);
+    write_image(&daemon, &dir, &second);
+    let stderr = daemon.stop();
+    assert!(stderr.contains("cache device not used"), "{stderr}");
+    std::fs::rename(&aside, &cache).unwrap();
+    let daemon = Daemon::start(&state);
+    daemon.wait_for(
+        |s| s["cache_devices"][0]["state"] == "online",
+        "the cache device back online",
+    );
+    assert!(
+        read_image(&daemon, &dir) == second,
+        "a cache device that missed writes while it was gone served its older copies"
+    );
+    daemon.stop();
+}

@@ -501,6 +501,19 @@ impl Engine {
             return;
         }
         let _ = device.geometry.set(geometry);
+        if !end.stop.is_clean() {
+            // A log block that could not be read or checked ends the walk early: the
+            // entries behind it were neither indexed nor tombstoned, and the writer would
+            // chain its next blocks onto them, so a later rebuild that reads that block
+            // could serve copies written over meanwhile. The device's log is not kept
+            // (rule 4: faulted and emptied; `larch cache add` takes it back empty).
+            // The walk's counters still tell what it met (`l2_rebuild_cksum_lb_errors`...).
+            *device.rebuild.lock() = Some(end.stats);
+            device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+            let why = format!("rebuild stopped before the end of its log: {:?}", end.stop);
+            self.end_rebuild_faulted(device, why);
+            return;
+        }
         // The tables are built before the gate is taken: that is most of the indexing.
         restore.build_tables();
         restore.undone.correct(&mut end.stats);
@@ -508,6 +521,13 @@ impl Engine {
             // Under the gate: no write changes a generation while the index goes in, and
             // the writer is installed before any write can find an entry (rule 3).
             let _gate = self.coherence.gate();
+            if device.state() != DeviceState::Rebuilding {
+                // Removed (or faulted) while it was rebuilding: its log was emptied then,
+                // and it must not come back to life with the rebuilt index and writer.
+                device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+                self.coherence.rebuild_ended();
+                return;
+            }
             restore.attach();
             *device.writer() = Some(writer);
             *device.rebuild.lock() = Some(end.stats);
@@ -818,9 +838,14 @@ mod tests {
     /// Through the engine: a log of many small blocks where a block is cached twice (in
     /// different log blocks) and another is tombstoned; the rebuild indexes the newest
     /// copies only, and its end commits the tombstones of what it did not index.
-    #[test]
-    fn a_device_rebuilt_through_the_engine_restores_the_newest_copies() {
-        let engine = engine_with_volume(64);
+    /// Block `block`'s bytes at `generation`, as the logged devices below hold them.
+    fn bytes(block: u64, generation: u64) -> Vec<u8> {
+        vec![(block + 16 * generation) as u8; 512]
+    }
+
+    /// A device of 4 MiB with a log of small blocks (4 entries each): blocks 0-19 at
+    /// generation 1, then 5, 30 and 31 at 2, a tombstone of 7, and 32 at 4.
+    fn logged_device() -> Arc<MemDevice> {
         let dev = Arc::new(MemDevice::new(4 << 20));
         let options = CreateOptions {
             pool_guid: POOL,
@@ -830,7 +855,6 @@ mod tests {
             chain_count: 2,
         };
         let mut l2 = L2Device::create(Arc::clone(&dev), &options).expect("create");
-        let bytes = |block: u64, generation: u64| vec![(block + 16 * generation) as u8; 512];
         let write = |l2: &mut L2Device<Arc<MemDevice>>, blocks: &[u64], generation: u64| {
             let payloads: Vec<Vec<u8>> = blocks.iter().map(|&b| bytes(b, generation)).collect();
             let records: Vec<Record<'_>> = blocks
@@ -862,6 +886,13 @@ mod tests {
         write(&mut l2, &[32], 4);
         l2.commit_log().expect("commit");
         drop(l2);
+        dev
+    }
+
+    #[test]
+    fn a_device_rebuilt_through_the_engine_restores_the_newest_copies() {
+        let engine = engine_with_volume(64);
+        let dev = logged_device();
 
         let device = engine
             .add_cache_device_on(
@@ -910,5 +941,127 @@ mod tests {
         want.sort_unstable();
         assert_eq!(logged, want);
         engine.shutdown();
+    }
+
+    /// A device whose reads past its header slots fail from the `fail_from`-th on, and
+    /// wait while `held`.
+    struct Rigged {
+        inner: Arc<MemDevice>,
+        reads: std::sync::atomic::AtomicUsize,
+        fail_from: usize,
+        held: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+    }
+
+    impl Rigged {
+        fn new(inner: Arc<MemDevice>, fail_from: usize, held: bool) -> Arc<Rigged> {
+            Arc::new(Rigged {
+                inner,
+                reads: Default::default(),
+                fail_from,
+                held: std::sync::Mutex::new(held),
+                opened: Default::default(),
+            })
+        }
+
+        fn open(&self) {
+            *self.held.lock().unwrap() = false;
+            self.opened.notify_all();
+        }
+    }
+
+    impl BlockDevice for Rigged {
+        fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
+            if offset_bytes >= 2 * larch_format::HEADER_SLOT_BYTES {
+                let mut held = self.held.lock().unwrap();
+                while *held {
+                    held = self.opened.wait(held).unwrap();
+                }
+                drop(held);
+                if self.reads.fetch_add(1, Ordering::SeqCst) >= self.fail_from {
+                    return Err(larch_io::IoError::Os {
+                        op: "read",
+                        offset_bytes,
+                        len_bytes: buf.len() as u64,
+                        source: std::io::Error::other("injected read error"),
+                    });
+                }
+            }
+            self.inner.read_at(buf, offset_bytes)
+        }
+        fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
+            self.inner.write_at(buf, offset_bytes)
+        }
+        fn flush(&self) -> Result<(), larch_io::IoError> {
+            self.inner.flush()
+        }
+        fn len_bytes(&self) -> u64 {
+            self.inner.len_bytes()
+        }
+        fn alignment_bytes(&self) -> u64 {
+            self.inner.alignment_bytes()
+        }
+    }
+
+    fn add(engine: &Arc<Engine>, dev: Arc<Rigged>) -> Arc<CacheDevice> {
+        engine
+            .add_cache_device_on(
+                dev as Arc<dyn BlockDevice>,
+                Path::new("mem"),
+                POOL,
+                DEVICE,
+                false,
+            )
+            .expect("add")
+    }
+
+    fn wait_for_rebuilds(engine: &Engine) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while engine.coherence.rebuilds_running() > 0 {
+            assert!(Instant::now() < deadline, "the rebuild did not end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A log block that cannot be read ends the walk before the end of the log: the
+    /// entries behind it were neither indexed nor tombstoned, so the log is not kept (a
+    /// later walk that could read that block would bring back copies overwritten
+    /// meanwhile): the device is faulted and its log emptied.
+    #[test]
+    fn a_walk_cut_short_by_a_read_error_faults_the_device_instead_of_keeping_its_log() {
+        let engine = engine_with_volume(64);
+        let dev = Rigged::new(logged_device(), 2, false);
+        let device = add(&engine, Arc::clone(&dev));
+        wait_for_rebuilds(&engine);
+        assert_eq!(device.state(), DeviceState::Faulted);
+        assert!(
+            device
+                .rebuild_stats()
+                .is_some_and(|s| s.l2_rebuild_io_errors > 0),
+            "the walk's counters say what stopped it"
+        );
+        assert!(attached(&engine, 32).is_none(), "nothing of it is served");
+        let header = larch_l2::read_header(&*dev.inner).expect("header").header;
+        let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
+        assert!(outcome.entries.is_empty(), "its log was emptied");
+    }
+
+    /// A device removed while its index is being rebuilt stays removed: the rebuild's end
+    /// neither attaches its index nor puts it back online.
+    #[test]
+    fn a_device_removed_while_it_rebuilds_stays_removed() {
+        let engine = engine_with_volume(64);
+        let dev = Rigged::new(logged_device(), usize::MAX, true);
+        let device = add(&engine, Arc::clone(&dev));
+        assert_eq!(device.state(), DeviceState::Rebuilding);
+        assert!(engine.remove_cache_device(device.index));
+        dev.open();
+        wait_for_rebuilds(&engine);
+        assert_eq!(device.state(), DeviceState::Removed);
+        assert!(device.writer().is_none(), "no writer was installed");
+        assert!(attached(&engine, 32).is_none(), "no index was attached");
+        let header = larch_l2::read_header(&*dev.inner).expect("header").header;
+        let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
+        assert!(outcome.entries.is_empty(), "its log stays emptied");
     }
 }
