@@ -56,11 +56,13 @@
 //!    them back. A device removed while it rebuilds stays removed: the rebuild's end
 //!    attaches nothing and installs no writer.
 //!
-//! Known hole (found by a review, not fixed yet): when step 2 empties a log during a
-//! rebuild, the commit that ends the rebuild writes headers that point into the old log
-//! again before every tombstone of rule 3 is on the device (a header that moves the evict
-//! hand goes first, and tombstones over 1,022 are committed a block at a time), so a
-//! power cut in that window can bring back a copy that a write superseded.
+//! 7. When step 2 emptied a log during a rebuild, the writer the rebuild installs writes
+//!    headers that point at no log ([`larch_l2::L2Device::hide_log`]) until the commit
+//!    that ends the rebuild has put every tombstone of rule 3 on the device; only then
+//!    does a header point at the log again. Before, the first of those headers (one that
+//!    moved the evict hand, or the commit of the first full block of tombstones) pointed
+//!    at the old log while copies that writes had superseded were still untombstoned in
+//!    it: a power cut there brought them back (found by a review).
 //!
 //! The cost: one log commit (a small write and a flush) per cache device per TXG that
 //! superseded copies on it; writes themselves do no cache-device I/O (they queue
@@ -264,6 +266,11 @@ impl Coherence {
         self.device(index, |d| {
             !std::mem::replace(&mut d.forgotten_in_rebuild, true)
         })
+    }
+
+    /// Whether a TXG emptied device `index`'s log during its rebuild.
+    pub(crate) fn log_forgotten_in_rebuild(&self, index: u16) -> bool {
+        self.device(index, |d| d.forgotten_in_rebuild)
     }
 
     /// Where rule 4 records a log it could not empty on the device.

@@ -239,6 +239,8 @@ pub struct L2Device<D: BlockDevice> {
     track_records: bool,
     stats: L2Stats,
     poisoned: bool,
+    /// The headers it writes point at no log ([`L2Device::hide_log`]).
+    log_hidden: bool,
 }
 
 impl<D: BlockDevice> L2Device<D> {
@@ -379,6 +381,7 @@ impl<D: BlockDevice> L2Device<D> {
             track_records: true,
             stats: L2Stats::default(),
             poisoned: false,
+            log_hidden: false,
         }
     }
 
@@ -460,6 +463,32 @@ impl<D: BlockDevice> L2Device<D> {
         self.stats.tombstones += 1;
         if self.open_entries.len() >= self.entries_per_block {
             self.commit_log()?;
+        }
+        Ok(())
+    }
+
+    /// From now on, every header it writes points at no log block, as
+    /// [`forget_log_after`]'s does, until [`L2Device::reveal_log`]: its log blocks still
+    /// go to the ring and chain as before, but a crash meanwhile leaves the device with an
+    /// empty log. For a writer whose log was emptied on the device while it was being
+    /// opened (the engine's rebuild, when a TXG wrote the backing stores meanwhile): its
+    /// log may hold copies those writes superseded until the tombstones it is about to
+    /// commit are all on the device, and every header before then (one that moves the
+    /// evict hand, or the commit of each full block of tombstones) must not bring it back.
+    pub fn hide_log(&mut self) {
+        self.log_hidden = true;
+    }
+
+    /// Commits the open log block, then writes a header that points at the log again
+    /// (see [`L2Device::hide_log`]): from then on a rebuild finds every block it wrote.
+    pub fn reveal_log(&mut self) -> Result<(), L2Error> {
+        self.commit_log()?;
+        if self.log_hidden {
+            self.log_hidden = false;
+            if let Err(err) = self.write_header() {
+                self.poisoned = true;
+                return Err(err);
+            }
         }
         Ok(())
     }
@@ -728,6 +757,18 @@ impl<D: BlockDevice> L2Device<D> {
 
     /// The header describing the current durable state.
     pub fn header(&self) -> DevHeaderPhys {
+        if self.log_hidden {
+            return DevHeaderPhys {
+                newest: [LogBlockPtrPhys::NULL; 2],
+                log_block_count: 0,
+                log_block_bytes: 0,
+                ..self.visible_header()
+            };
+        }
+        self.visible_header()
+    }
+
+    fn visible_header(&self) -> DevHeaderPhys {
         DevHeaderPhys {
             version: VERSION,
             flags: if self.space.first_sweep() {

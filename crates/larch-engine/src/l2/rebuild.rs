@@ -529,7 +529,17 @@ impl Engine {
                 return;
             }
             restore.attach();
-            *device.writer() = Some(writer);
+            let mut writer = writer;
+            let mut slot = device.writer();
+            // Under the writer's lock, where a TXG empties the log of a device still
+            // rebuilding (rule 2): if one did, the headers this writer writes point at
+            // no log until the tombstones that make its log right again are all on the
+            // device (revealed below).
+            if self.coherence.log_forgotten_in_rebuild(device.index) {
+                writer.hide_log();
+            }
+            *slot = Some(writer);
+            drop(slot);
             *device.rebuild.lock() = Some(end.stats);
             device.set_state(DeviceState::Online);
             self.coherence.rebuild_ended();
@@ -539,7 +549,13 @@ impl Engine {
         // commits them the same way). Under `feed_io`, so that no TXG writes a backing
         // store between a failed commit and the device's log being emptied.
         let _io = self.coherence.feed_io();
-        if let Err(err) = self.commit_device_log(device) {
+        let committed = self.commit_device_log(device).and_then(|()| {
+            device
+                .writer()
+                .as_mut()
+                .map_or(Ok(()), |l2| l2.reveal_log())
+        });
+        if let Err(err) = committed {
             let why = format!("tombstone write after rebuild failed: {err}");
             if let Err(why) = self.fault_device(device, why) {
                 eprintln!("larch: {why}");
@@ -951,6 +967,10 @@ mod tests {
         fail_from: usize,
         held: std::sync::Mutex<bool>,
         opened: std::sync::Condvar,
+        /// The device as a crash right after each header write would leave it.
+        at_headers: std::sync::Mutex<Vec<Vec<u8>>>,
+        /// Reads that waited while `held`.
+        waited: std::sync::atomic::AtomicUsize,
     }
 
     impl Rigged {
@@ -961,6 +981,8 @@ mod tests {
                 fail_from,
                 held: std::sync::Mutex::new(held),
                 opened: Default::default(),
+                at_headers: Default::default(),
+                waited: Default::default(),
             })
         }
 
@@ -974,6 +996,9 @@ mod tests {
         fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
             if offset_bytes >= 2 * larch_format::HEADER_SLOT_BYTES {
                 let mut held = self.held.lock().unwrap();
+                if *held {
+                    self.waited.fetch_add(1, Ordering::SeqCst);
+                }
                 while *held {
                     held = self.opened.wait(held).unwrap();
                 }
@@ -990,7 +1015,11 @@ mod tests {
             self.inner.read_at(buf, offset_bytes)
         }
         fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), larch_io::IoError> {
-            self.inner.write_at(buf, offset_bytes)
+            self.inner.write_at(buf, offset_bytes)?;
+            if offset_bytes < 2 * larch_format::HEADER_SLOT_BYTES {
+                self.at_headers.lock().unwrap().push(self.inner.snapshot());
+            }
+            Ok(())
         }
         fn flush(&self) -> Result<(), larch_io::IoError> {
             self.inner.flush()
@@ -1063,5 +1092,73 @@ mod tests {
         let header = larch_l2::read_header(&*dev.inner).expect("header").header;
         let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
         assert!(outcome.entries.is_empty(), "its log stays emptied");
+    }
+
+    /// Writes during a rebuild make a TXG empty the device's log before it writes the
+    /// backing store; the rebuild's end then tombstones the restored copies of those
+    /// blocks, in several log blocks here (4 entries each). No header written from then
+    /// on may point at a log that still holds one of those copies: a crash right after
+    /// any of them (checked on the device as each left it) must restore none.
+    #[test]
+    fn no_header_brings_back_an_emptied_log_before_its_tombstones_are_on_the_device() {
+        let engine = engine_with_volume(64);
+        let dev = Rigged::new(logged_device(), usize::MAX, true);
+        let device = add(&engine, Arc::clone(&dev));
+        assert_eq!(device.state(), DeviceState::Rebuilding);
+        // The walk has read the header and waits for its first log block.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while dev.waited.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the walk never reached the log");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let vol = engine.volumes.get(0).expect("the volume");
+        let written: Vec<u64> = (0..14).collect();
+        for &b in &written {
+            // Sync writes: each waits for its TXG, which empties the log first (rule 2).
+            engine
+                .write_blocks(
+                    &vol,
+                    &[(b, crate::arc::BlockBuf::from_vec(vec![0xab; 512]))],
+                    true,
+                )
+                .expect("write");
+        }
+        let before_end = dev.at_headers.lock().unwrap().len();
+        assert!(before_end >= 1, "a TXG emptied the log during the rebuild");
+        dev.open();
+        wait_for_rebuilds(&engine);
+        assert_eq!(device.state(), DeviceState::Online);
+        // The shutdown waits for the rebuild's thread, whose end commit follows the
+        // attach, and commits the log once more (that header is checked too).
+        engine.shutdown();
+        let snapshots = dev.at_headers.lock().unwrap().clone();
+        assert!(
+            snapshots.len() > before_end + 1,
+            "the rebuild's end wrote several headers: {before_end} then {}",
+            snapshots.len()
+        );
+        for (i, snapshot) in snapshots.iter().enumerate() {
+            let crashed = MemDevice::from_bytes(snapshot.clone());
+            let header = larch_l2::read_header(&crashed).expect("header").header;
+            let outcome = larch_l2::rebuild(&crashed, &header, &mut RebuildOptions::default());
+            let stale: Vec<u64> = outcome
+                .entries
+                .iter()
+                .map(|r| r.entry.block_number)
+                .filter(|b| written.contains(b))
+                .collect();
+            assert!(
+                stale.is_empty(),
+                "a crash after header write {i} of {} would restore copies of blocks written since: {stale:?}",
+                snapshots.len()
+            );
+        }
+        // And the log is back once its tombstones are: the copies not written over.
+        let header = larch_l2::read_header(&*dev.inner).expect("header").header;
+        let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
+        assert!(
+            outcome.entries.iter().any(|r| r.entry.block_number == 30),
+            "the log was revealed at the end"
+        );
     }
 }
