@@ -13,7 +13,10 @@
 //! replies go out in completion order; an export that does real device I/O parks its
 //! future on that I/O (a blocking pool, io_uring) and the connection keeps serving.
 //! The in-flight count is capped: at the cap the task stops reading, which pushes back
-//! on the client through the socket.
+//! on the client through the socket. WRITE payloads and READ replies take their size
+//! from one budget shared by all connections before they run, and a client that stops
+//! halfway through a request, or stops reading its replies, is cut off after
+//! [`ServerLimits::stall_timeout`] so that it cannot keep its share.
 //!
 //! TLS and access ([`Server::with_security`]): the handshake runs on the whole stream
 //! (a `Conn`, in `server/conn.rs` with the per-address count), so that when the negotiation accepts `STARTTLS` the stream becomes rustls's
@@ -46,7 +49,7 @@ mod spin;
 use conn::{
     AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves, is_transient_accept_error,
 };
-use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output};
+use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output, Reply};
 use spin::{Spin, Spinners};
 use tokio::time::Instant;
 
@@ -77,16 +80,30 @@ pub struct ServerLimits {
     pub max_connections_per_address: usize,
     /// Requests in flight per connection; the connection stops reading at this count.
     pub max_inflight_per_connection: usize,
-    /// Bytes of WRITE payloads the server holds at once, over all connections: a
-    /// connection waits (reading nothing more, answering what completes) before reading a
-    /// payload that does not fit. This bounds the memory clients can make the server hold,
-    /// whatever their number, depth and request sizes. At least `max_request_bytes`.
+    /// Bytes of WRITE payloads and READ replies the server holds at once, over all
+    /// connections. A WRITE's payload counts from before it is read until the export has
+    /// handled it; a READ's length counts from before the export runs it until its reply
+    /// has been written to the socket. A connection whose next request does not fit waits
+    /// (reading nothing more, answering what completes) until it does. This bounds the
+    /// memory clients can make the server hold, whatever their number, depth and request
+    /// sizes. The budget counts in 4 KiB units and must hold one request of
+    /// `max_request_bytes` rounded up to them.
     pub max_payload_bytes_in_flight: u64,
     /// How long a connection may stay open after shutdown began.
     pub shutdown_grace: Duration,
     /// How long a client may take from connecting to the end of negotiation; an idle
     /// client would otherwise hold a connection slot for ever.
     pub handshake_timeout: Duration,
+    /// How long a connection may go without progress in the middle of a request or with
+    /// replies queued: once a request's first byte has arrived, each read of the rest of
+    /// its header and of its payload must return some bytes within it, and queued replies
+    /// must move some bytes into the socket within it (flushes and the final close too).
+    /// Otherwise the connection is closed: a client that stops halfway would hold its
+    /// share of the payload budget, and with it every other client's WRITEs and READs,
+    /// for ever.
+    /// It bounds each read, not a whole request, so a large payload on a slow link is
+    /// fine. The default, 30 s, is the Linux nbd client's own request timeout.
+    pub stall_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -100,6 +117,7 @@ impl Default for ServerLimits {
             max_payload_bytes_in_flight: 256 << 20,
             shutdown_grace: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -251,14 +269,21 @@ impl<E: Export> Server<E> {
         {
             return Err(ServerError::BadLimit("limit too large"));
         }
-        if limits.max_payload_bytes_in_flight < u64::from(limits.max_request_bytes) {
-            return Err(ServerError::BadLimit(
-                "max_payload_bytes_in_flight must be at least max_request_bytes",
-            ));
-        }
+        // Compared in the budget's units, not in bytes: a request takes its length rounded
+        // up to them and the budget holds its size rounded down, and tokio's semaphore
+        // serves the oldest waiter first, so a request the whole budget cannot hold would
+        // stop every connection's WRITEs and READs for ever.
         let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS >> 1);
+        if budget_units < budget_units_of(limits.max_request_bytes) as usize {
+            return Err(ServerError::BadLimit(
+                "max_payload_bytes_in_flight must hold max_request_bytes rounded up to 4 KiB",
+            ));
+        }
+        if limits.stall_timeout.is_zero() {
+            return Err(ServerError::BadLimit("stall_timeout must be positive"));
+        }
         let mut names = HashSet::new();
         let mut infos = Vec::with_capacity(exports.len());
         for e in &exports {
@@ -280,7 +305,11 @@ impl<E: Export> Server<E> {
             // a multiple of the minimum and no smaller than the preferred size.
             let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
             sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
-            sizes.preferred_bytes = sizes.preferred_bytes.min(sizes.maximum_bytes);
+            // The spec (and qemu) want the preferred size a power of two: round it down.
+            // The minimum is a power of two no larger than the maximum, so this never
+            // goes below it.
+            let preferred = sizes.preferred_bytes.min(sizes.maximum_bytes);
+            sizes.preferred_bytes = (1u32 << preferred.ilog2()).max(sizes.minimum_bytes);
             infos.push(ExportInfo {
                 name: e.name.clone(),
                 description: e.description.clone(),
@@ -615,11 +644,15 @@ impl<E: Export> Server<E> {
         let mut inflight = InFlight::default();
         let mut out = Output::default();
         let budget = Arc::clone(&self.inner.payload_budget);
-        // A request whose WRITE payload waits for the payload budget.
+        // A request whose WRITE payload or READ reply waits for the payload budget.
         let mut pending: Option<PendingPayload> = None;
         let mut reading = true;
         let mut result: Result<(), ConnectionError> = Ok(());
         let mut deadline: Option<Instant> = None;
+        // While replies are queued: when the socket must have taken some of them. A
+        // client that stops reading would otherwise keep the connection, and the budget
+        // its READ replies hold, for ever.
+        let mut write_by: Option<Instant> = None;
         loop {
             if deadline.is_none() && *shutdown_rx.borrow_and_update() {
                 deadline = Some(Instant::now() + limits.shutdown_grace);
@@ -627,12 +660,20 @@ impl<E: Export> Server<E> {
             if !reading && inflight.is_empty() && out.is_empty() {
                 break;
             }
+            if out.is_empty() {
+                write_by = None;
+            } else if write_by.is_none() {
+                write_by = Some(Instant::now() + limits.stall_timeout);
+            }
             let can_read = reading
                 && pending.is_none()
                 && inflight.len() < limits.max_inflight_per_connection
-                && out.len_bytes() < OUTPUT_HIGH_WATER_BYTES;
-            let wanted_units = pending.as_ref().map_or(0, |p| budget_units(p.len));
+                && out.held_bytes() < OUTPUT_HIGH_WATER_BYTES;
+            let wanted_units = pending
+                .as_ref()
+                .map_or(0, |p| budget_units_of(p.budget_bytes()));
             let grace_end = deadline.unwrap_or_else(far_future);
+            let stall_end = write_by.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
             let idle = inflight.is_empty() && out.is_empty();
@@ -672,6 +713,9 @@ impl<E: Export> Server<E> {
                     () = tokio::time::sleep_until(grace_end), if deadline.is_some() => {
                         Event::GraceOver
                     }
+                    () = tokio::time::sleep_until(stall_end), if write_by.is_some() => {
+                        Event::WriteStalled
+                    }
                 }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
@@ -684,13 +728,23 @@ impl<E: Export> Server<E> {
                 }
                 Event::Wrote(Ok(n)) => {
                     out.advance(n);
+                    write_by = None;
                     // Sockets need no flush (it returns at once); a buffered writer
-                    // such as stdout does, or the reply would sit in its buffer.
-                    if out.is_empty()
-                        && let Err(err) = writer.flush().await
-                    {
-                        result = Err(err.into());
-                        break;
+                    // such as stdout does, or the reply would sit in its buffer. A TLS
+                    // stream's flush waits until the socket takes every record, so it is
+                    // bounded like a write.
+                    if out.is_empty() {
+                        match tokio::time::timeout(limits.stall_timeout, writer.flush()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(err)) => {
+                                result = Err(err.into());
+                                break;
+                            }
+                            Err(_) => {
+                                result = Err(stalled("flushing replies", limits.stall_timeout));
+                                break;
+                            }
+                        }
                     }
                 }
                 Event::Wrote(Err(err)) => {
@@ -706,10 +760,16 @@ impl<E: Export> Server<E> {
                 Event::Budget(permit) => budget_ready = permit,
                 Event::Shutdown => {}
                 Event::GraceOver => break,
+                Event::WriteStalled => {
+                    result = Err(stalled("writing replies", limits.stall_timeout));
+                    break;
+                }
             }
-            // The next request: one whose payload the budget now admits, or a new one.
-            // Reading the rest of a request is not cancel-safe; only the grace deadline
-            // may interrupt it, and then the connection closes anyway.
+            // The next request: one the budget now admits, or a new one. Reading the rest
+            // of a request is not cancel-safe; only the grace deadline may interrupt it,
+            // and then the connection closes anyway. A client that stops sending midway
+            // is cut off after the stall timeout, finishing nothing more: it may hold
+            // budget that other connections wait for.
             let (head, permit) = if let Some(permit) = budget_ready {
                 let head = pending
                     .take()
@@ -717,21 +777,26 @@ impl<E: Export> Server<E> {
                 (head, Some(permit))
             } else if request_ready {
                 let read = tokio::select! {
-                    read = read_head(&mut reader, &ctx, limits.max_request_bytes) => read,
+                    read = read_head(&mut reader, &ctx, &limits) => read,
                     () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
                 };
                 match read {
-                    Ok(head) if head.len == 0 => (head, None),
+                    Ok(head) if head.budget_bytes() == 0 => (head, None),
                     Ok(head) => {
-                        match Arc::clone(&budget).try_acquire_many_owned(budget_units(head.len)) {
+                        let units = budget_units_of(head.budget_bytes());
+                        match Arc::clone(&budget).try_acquire_many_owned(units) {
                             Ok(permit) => (head, Some(permit)),
                             Err(_) => {
                                 // Over budget: answer what completes, read nothing more
-                                // until the payload fits.
+                                // until the request fits.
                                 pending = Some(head);
                                 continue;
                             }
                         }
+                    }
+                    Err(err) if is_stall(&err) => {
+                        result = Err(err);
+                        break;
                     }
                     Err(err) => {
                         // Out of sync or cut off: finish what is in flight, read no more.
@@ -745,11 +810,21 @@ impl<E: Export> Server<E> {
             };
             let payload = if head.len > 0 {
                 let read = tokio::select! {
-                    read = read_payload(&mut reader, head.len, head.hdr.offset, chunk_bytes) => read,
+                    read = read_payload(
+                        &mut reader,
+                        head.len,
+                        head.hdr.offset,
+                        chunk_bytes,
+                        limits.stall_timeout,
+                    ) => read,
                     () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
                 };
                 match read {
                     Ok(data) => Some(data),
+                    Err(err) if is_stall(&err) => {
+                        result = Err(err);
+                        break;
+                    }
                     Err(err) => {
                         reading = false;
                         result = Err(err);
@@ -765,7 +840,7 @@ impl<E: Export> Server<E> {
                 continue;
             }
             if deadline.is_some() {
-                out.push(reply_error(&hdr, Errno::Shutdown, &ctx));
+                out.push(reply_error(&hdr, Errno::Shutdown, &ctx), None);
                 continue;
             }
             match checked {
@@ -776,35 +851,33 @@ impl<E: Export> Server<E> {
                     let structured = ctx.structured_replies;
                     let cookie = hdr.cookie;
                     let work = async move {
-                        let frame = execute(&*export, request, cookie, payload, structured).await;
-                        // The payload's share of the budget returns once it is handled.
-                        drop(permit);
-                        frame
+                        run(&*export, request, cookie, payload, structured, permit).await
                     };
                     let task = match &bulk {
                         Some(runtime) => runtime.spawn(work),
                         None => tokio::spawn(work),
                     };
                     inflight.push(Box::pin(async move {
-                        task.await
-                            .unwrap_or_else(|_| error_frame(cookie, Errno::Io, structured))
+                        task.await.unwrap_or_else(|_| Reply {
+                            frame: error_frame(cookie, Errno::Io, structured),
+                            budget: None,
+                        })
                     }));
                 }
                 Ok(request) => {
                     let structured = ctx.structured_replies;
                     let export = Arc::clone(&export);
                     inflight.push(Box::pin(async move {
-                        let frame =
-                            execute(&*export, request, hdr.cookie, payload, structured).await;
-                        drop(permit);
-                        frame
+                        run(&*export, request, hdr.cookie, payload, structured, permit).await
                     }));
                 }
-                Err(errno) => out.push(reply_error(&hdr, errno, &ctx)),
+                Err(errno) => out.push(reply_error(&hdr, errno, &ctx), None),
             }
         }
-        // Best effort: the client may already be gone.
-        let _ = writer.shutdown().await;
+        // Best effort: the client may already be gone, or may read nothing more (a TLS
+        // close waits for the socket to take its alert), so it is bounded too.
+        let close_within = limits.stall_timeout.min(limits.shutdown_grace);
+        let _ = tokio::time::timeout(close_within, writer.shutdown()).await;
         result
     }
 }
@@ -818,13 +891,15 @@ enum Event {
     Budget(Option<OwnedSemaphorePermit>),
     Shutdown,
     GraceOver,
+    /// Queued replies made no progress into the socket for the stall timeout.
+    WriteStalled,
 }
 
 /// The payload budget counts in units of this many bytes.
 const BUDGET_UNIT_BYTES: u64 = 4096;
 
-/// Budget units a payload of `len` bytes takes.
-fn budget_units(len: u32) -> u32 {
+/// Budget units a payload or reply of `len` bytes takes.
+fn budget_units_of(len: u32) -> u32 {
     u32::try_from(u64::from(len).div_ceil(BUDGET_UNIT_BYTES)).unwrap_or(u32::MAX)
 }
 
@@ -834,6 +909,18 @@ struct PendingPayload {
     hdr: RequestHeader,
     checked: Result<Request, Errno>,
     len: u32,
+}
+
+impl PendingPayload {
+    /// Bytes of the payload budget the request needs before it runs: its WRITE payload,
+    /// or the data of its READ reply (a valid READ: an invalid one is answered with an
+    /// error of a few bytes).
+    fn budget_bytes(&self) -> u32 {
+        match self.checked {
+            Ok(Request::Read { length, .. }) => length,
+            _ => self.len,
+        }
+    }
 }
 
 /// READ and WRITE requests at least this large run as tasks of their own.
@@ -855,6 +942,33 @@ fn is_hang_up(err: &io::Error) -> bool {
     )
 }
 
+/// The error that ends a connection whose client stopped sending a request or reading
+/// replies midway (see [`ServerLimits::stall_timeout`]).
+fn stalled(doing: &str, after: Duration) -> ConnectionError {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no progress {doing} for {after:?}"),
+    )
+    .into()
+}
+
+/// Whether a read failed because the client stopped sending midway: the connection then
+/// ends at once rather than finishing what is in flight.
+fn is_stall(err: &ConnectionError) -> bool {
+    matches!(err, ConnectionError::Io(err) if err.kind() == io::ErrorKind::TimedOut)
+}
+
+/// One read of part of a request, which must bring something within `stall`.
+async fn within<T>(
+    stall: Duration,
+    read: impl std::future::Future<Output = io::Result<T>>,
+) -> Result<T, ConnectionError> {
+    match tokio::time::timeout(stall, read).await {
+        Ok(read) => Ok(read?),
+        Err(_) => Err(stalled("reading a request", stall)),
+    }
+}
+
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
@@ -871,27 +985,36 @@ fn reply_error(hdr: &RequestHeader, errno: Errno, ctx: &TransmissionContext) -> 
 /// Reads one request header. A WRITE payload that will not be used (an invalid request,
 /// or one over the size limit) is consumed and discarded here, without buffering; the
 /// payload of a valid one is left in the socket (`len`) for [`read_payload`], once the
-/// payload budget admits it.
+/// payload budget admits it. Each read must bring something within the stall timeout.
 async fn read_head<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     ctx: &TransmissionContext,
-    max_request_bytes: u32,
+    limits: &ServerLimits,
 ) -> Result<PendingPayload, ConnectionError> {
+    let stall = limits.stall_timeout;
     let mut head = [0u8; REQUEST_HEADER_LEN_BYTES];
-    reader.read_exact(&mut head).await?;
+    let mut filled = 0;
+    while filled < head.len() {
+        match within(stall, reader.read(&mut head[filled..])).await? {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            n => filled += n,
+        }
+    }
     let hdr = RequestHeader::parse(&head)?;
     let checked = transmission::validate(&hdr, ctx);
     let len = hdr.payload_len_bytes();
-    if len == 0 || (checked.is_ok() && len <= max_request_bytes) {
+    if len == 0 || (checked.is_ok() && len <= limits.max_request_bytes) {
         return Ok(PendingPayload { hdr, checked, len });
     }
-    let discarded = tokio::io::copy(
-        &mut (&mut *reader).take(u64::from(len)),
-        &mut tokio::io::sink(),
-    )
-    .await?;
-    if discarded < u64::from(len) {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    let mut left = u64::from(len);
+    while left > 0 {
+        let held = within(stall, reader.fill_buf()).await?.len() as u64;
+        if held == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
+        let dropped = held.min(left);
+        reader.consume(dropped as usize);
+        left -= dropped;
     }
     Ok(PendingPayload {
         hdr,
@@ -908,12 +1031,14 @@ const DIRECT_READ_BYTES: usize = 64 << 10;
 /// 0, one buffer per piece between multiples of `chunk` (see
 /// [`Export::write_chunk_bytes`]). The rest of a piece of [`DIRECT_READ_BYTES`] or more
 /// is read from the socket straight into its buffer (the reader's buffer is passed by);
-/// smaller ones are copied out of the reader's buffer.
+/// smaller ones are copied out of the reader's buffer. Each read must bring something
+/// within `stall`.
 async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     len: u32,
     offset: u64,
     chunk: u32,
+    stall: Duration,
 ) -> Result<Vec<Bytes>, ConnectionError> {
     let mut chunks = Vec::with_capacity(match chunk {
         0 => 1,
@@ -936,13 +1061,11 @@ async fn read_payload<R: AsyncRead + Unpin>(
         while data.len() < piece {
             let want = piece - data.len();
             let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
-                reader
-                    .get_mut()
-                    .take(want as u64)
-                    .read_buf(&mut data)
-                    .await?
+                let mut direct = reader.get_mut().take(want as u64);
+                within(stall, direct.read_buf(&mut data)).await?
             } else {
-                (&mut *reader).take(want as u64).read_buf(&mut data).await?
+                let mut buffered = (&mut *reader).take(want as u64);
+                within(stall, buffered.read_buf(&mut data)).await?
             };
             if read == 0 {
                 return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
@@ -952,6 +1075,28 @@ async fn read_payload<R: AsyncRead + Unpin>(
         at += piece as u64;
     }
     Ok(chunks)
+}
+
+/// Runs one validated request and returns its reply with what it still holds of the
+/// payload budget (`permit`): a WRITE's share returns once the export has handled the
+/// payload, a READ's stays with its reply until the socket has taken it.
+async fn run<E: Export>(
+    export: &E,
+    request: Request,
+    cookie: u64,
+    payload: Option<Vec<Bytes>>,
+    structured: bool,
+    permit: Option<OwnedSemaphorePermit>,
+) -> Reply {
+    let frame = execute(export, request, cookie, payload, structured).await;
+    let budget = match request {
+        Request::Read { .. } => permit,
+        _ => {
+            drop(permit);
+            None
+        }
+    };
+    Reply { frame, budget }
 }
 
 /// Runs one validated request against the export and builds its reply.

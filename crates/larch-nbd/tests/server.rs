@@ -1,13 +1,15 @@
 //! The server over in-memory streams with `MemExport`: handshake, pipelined requests,
-//! structured and simple replies, DISC, shutdown, and construction errors.
+//! structured and simple replies, DISC, shutdown, construction errors, the payload
+//! budget, and clients that stall.
 
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use larch_nbd::mem::MemExport;
 use larch_nbd::proto::{IHAVEOPT, chunk, cmd, cmd_flag, opt, rep};
 use larch_nbd::transmission::RequestHeader;
-use larch_nbd::{NamedExport, Server, ServerError, ServerLimits};
+use larch_nbd::{ConnectionError, Export, NamedExport, Server, ServerError, ServerLimits};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 
 fn server(exports: Vec<(&str, Arc<MemExport>)>) -> Server<MemExport> {
@@ -20,6 +22,48 @@ fn server(exports: Vec<(&str, Arc<MemExport>)>) -> Server<MemExport> {
         })
         .collect();
     Server::new(ServerLimits::default(), exports).expect("valid server")
+}
+
+/// A server of one export, the default one.
+fn server_of<E: Export>(limits: ServerLimits, export: Arc<E>) -> Server<E> {
+    let export = NamedExport {
+        name: String::new(),
+        description: String::new(),
+        export,
+    };
+    Server::new(limits, vec![export]).expect("valid server")
+}
+
+/// Connects a client stream of `buffer_bytes` to the server; the server side runs in a
+/// task whose result tells how the connection ended.
+fn serve_one<E: Export>(
+    server: &Server<E>,
+    buffer_bytes: usize,
+) -> (
+    DuplexStream,
+    tokio::task::JoinHandle<Result<(), ConnectionError>>,
+) {
+    let (client, served) = tokio::io::duplex(buffer_bytes);
+    let server = server.clone();
+    let serving = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(served);
+        server.serve_stream(r, w).await
+    });
+    (client, serving)
+}
+
+/// Waits (at most 10 s) for a connection to end, and checks that it ended timed out.
+async fn ends_timed_out(what: &str, serving: tokio::task::JoinHandle<Result<(), ConnectionError>>) {
+    let ended = tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the connection is still open after 10 s"))
+        .unwrap();
+    match ended {
+        Err(ConnectionError::Io(err)) => {
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{what}: {err}");
+        }
+        other => panic!("{what}: the connection ended with {other:?}"),
+    }
 }
 
 /// Connects a client stream to the server; the server side runs in a task.
@@ -272,16 +316,39 @@ fn construction_errors() {
     assert!(matches!(typo, Err(ServerError::UnknownExportInRules(n)) if n == "typo"));
 }
 
-/// An export whose writes wait for the test to let them through, counting how many it
-/// holds at once.
-struct HeldWrites {
+/// An export whose reads and writes wait for the test to let them through, counting how
+/// many it holds at once and how many it has been given.
+struct Held {
     inner: MemExport,
     open: tokio::sync::Semaphore,
     holding: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    given: std::sync::atomic::AtomicUsize,
 }
 
-impl larch_nbd::Export for HeldWrites {
+impl Held {
+    fn new(inner: MemExport) -> Held {
+        Held {
+            inner,
+            open: tokio::sync::Semaphore::new(0),
+            holding: Default::default(),
+            most: Default::default(),
+            given: Default::default(),
+        }
+    }
+
+    /// Waits for the test to let one request through.
+    async fn gate(&self) {
+        use std::sync::atomic::Ordering;
+        self.given.fetch_add(1, Ordering::SeqCst);
+        let now = self.holding.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.open.acquire().await.unwrap().forget();
+        self.holding.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl larch_nbd::Export for Held {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }
@@ -289,6 +356,7 @@ impl larch_nbd::Export for HeldWrites {
         self.inner.features()
     }
     async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
+        self.gate().await;
         self.inner.read(offset, length).await
     }
     async fn write(
@@ -297,11 +365,7 @@ impl larch_nbd::Export for HeldWrites {
         data: bytes::Bytes,
         fua: bool,
     ) -> larch_nbd::ExportResult<()> {
-        use std::sync::atomic::Ordering;
-        let now = self.holding.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        self.open.acquire().await.unwrap().forget();
-        self.holding.fetch_sub(1, Ordering::SeqCst);
+        self.gate().await;
         self.inner.write(offset, data, fua).await
     }
 }
@@ -313,12 +377,7 @@ impl larch_nbd::Export for HeldWrites {
 async fn write_payloads_in_flight_stay_within_the_budget() {
     use std::sync::atomic::Ordering;
     const MIB: u32 = 1 << 20;
-    let export = Arc::new(HeldWrites {
-        inner: MemExport::new(8 << 20),
-        open: tokio::sync::Semaphore::new(0),
-        holding: Default::default(),
-        most: Default::default(),
-    });
+    let export = Arc::new(Held::new(MemExport::new(8 << 20)));
     let limits = ServerLimits {
         max_request_bytes: MIB,
         max_payload_bytes_in_flight: u64::from(MIB),
@@ -612,4 +671,236 @@ async fn write_payloads_are_cut_where_the_export_asks() {
         }
         server.shutdown();
     }
+}
+
+/// A WRITE header as a client sends it.
+fn write_header(cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+    let h = RequestHeader {
+        flags: 0,
+        command: cmd::WRITE,
+        cookie,
+        offset,
+        length,
+    };
+    h.encode().to_vec()
+}
+
+/// A client that stops sending partway through a request is disconnected, timed out,
+/// after the stall timeout: in a header, in a payload it holds budget for, or in an
+/// oversize payload being discarded. The budget the stalled payload held is free again:
+/// another connection's WRITE of the whole budget then completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_sending_midway_is_disconnected() {
+    const MIB: u32 = 1 << 20;
+    let limits = ServerLimits {
+        max_request_bytes: MIB,
+        max_payload_bytes_in_flight: u64::from(MIB),
+        stall_timeout: Duration::from_millis(200),
+        ..ServerLimits::default()
+    };
+    let export = Arc::new(MemExport::new(4 << 20));
+    let srv = server_of(limits, Arc::clone(&export));
+    let half = |len: u32| vec![7u8; len as usize / 2];
+    let cases = [
+        (
+            "27 of a header's 28 bytes",
+            write_header(1, 0, 4096)[..27].to_vec(),
+        ),
+        (
+            "half a payload",
+            [write_header(1, 0, MIB), half(MIB)].concat(),
+        ),
+        (
+            "half an oversize payload",
+            [write_header(1, 0, 2 * MIB), half(2 * MIB)].concat(),
+        ),
+    ];
+    for (what, sent) in cases {
+        let (mut client, serving) = serve_one(&srv, 64 << 10);
+        handshake(&mut client, false).await;
+        // The server reads all of it (the payload parts into its buffers), then waits.
+        client.write_all(&sent).await.unwrap();
+        ends_timed_out(what, serving).await;
+        // Held until the server gave up: a client gone would be an end of stream.
+        drop(client);
+    }
+    let (mut client, _serving) = serve_one(&srv, 64 << 10);
+    let whole_budget = async {
+        handshake(&mut client, false).await;
+        client
+            .write_all(&write_header(2, MIB.into(), MIB))
+            .await
+            .unwrap();
+        client.write_all(&vec![9u8; MIB as usize]).await.unwrap();
+        simple(&mut client).await
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(10), whole_budget)
+        .await
+        .expect("a WRITE of the whole budget waits for ever: a stalled client kept it");
+    assert_eq!(reply, (0, 2));
+    assert!(
+        export.snapshot()[MIB as usize..2 * MIB as usize]
+            .iter()
+            .all(|&b| b == 9)
+    );
+}
+
+/// READ replies count against the payload budget until the socket has taken them: with
+/// room for one maximum-size request, four maximum-size READs pipelined by a client that
+/// reads no reply reach the export one at a time, only the first before the client
+/// reads (the others wait for its reply to leave, not merely to be built), and all
+/// complete once it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_replies_stay_within_the_budget() {
+    use std::sync::atomic::Ordering;
+    const MIB: u32 = 1 << 20;
+    let data: Vec<u8> = (0..4 * MIB).map(|i| (i / MIB) as u8 + 1).collect();
+    let export = Arc::new(Held::new(MemExport::from_vec(data, false)));
+    let limits = ServerLimits {
+        max_request_bytes: MIB,
+        max_payload_bytes_in_flight: u64::from(MIB),
+        ..ServerLimits::default()
+    };
+    let srv = server_of(limits, Arc::clone(&export));
+    // The stream holds a small part of one reply: replies wait in the server.
+    let (mut client, _serving) = serve_one(&srv, 64 << 10);
+    handshake(&mut client, false).await;
+    for i in 0..4u64 {
+        request(&mut client, 0, cmd::READ, i, i * u64::from(MIB), MIB).await;
+    }
+    // Let the server start what it can, then release the reads one by one.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        export.open.add_permits(1);
+    }
+    assert_eq!(
+        export.given.load(Ordering::SeqCst),
+        1,
+        "READs ran while the first one's reply still waited for the socket"
+    );
+    let mut cookies = Vec::new();
+    for _ in 0..4 {
+        let (err, cookie) = simple(&mut client).await;
+        assert_eq!(err, 0, "read {cookie} failed");
+        let mut got = vec![0u8; MIB as usize];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|&b| b == cookie as u8 + 1), "read {cookie}");
+        cookies.push(cookie);
+    }
+    cookies.sort_unstable();
+    assert_eq!(cookies, vec![0, 1, 2, 3]);
+    assert_eq!(
+        export.most.load(Ordering::SeqCst),
+        1,
+        "the export ran more READs at once than the budget holds replies"
+    );
+    srv.shutdown();
+}
+
+/// A client that stops reading its replies is disconnected, timed out, after the stall
+/// timeout: its queued replies would otherwise hold memory (and, for READs, payload
+/// budget) for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_replies_is_disconnected() {
+    let limits = ServerLimits {
+        stall_timeout: Duration::from_millis(200),
+        ..ServerLimits::default()
+    };
+    let srv = server_of(limits, Arc::new(MemExport::new(4 << 20)));
+    let (mut client, serving) = serve_one(&srv, 64 << 10);
+    handshake(&mut client, false).await;
+    // A reply 16 times larger than the stream holds, never read.
+    request(&mut client, 0, cmd::READ, 1, 0, 1 << 20).await;
+    ends_timed_out("a client reading nothing", serving).await;
+    drop(client);
+}
+
+/// The payload budget must hold a request of the largest size in its own 4 KiB units, not
+/// only in bytes: a budget of 1,000,000 bytes is 244 units and a 1,000,000-byte request
+/// needs 245, which would wait for ever (and every request queued behind it).
+#[test]
+fn the_budget_must_hold_the_largest_request_in_its_units() {
+    let limits = |budget_bytes| ServerLimits {
+        max_request_bytes: 1_000_000,
+        max_payload_bytes_in_flight: budget_bytes,
+        ..ServerLimits::default()
+    };
+    assert!(matches!(
+        Server::<MemExport>::new(limits(1_000_000), vec![]),
+        Err(ServerError::BadLimit(_))
+    ));
+    assert!(Server::<MemExport>::new(limits(245 * 4096), vec![]).is_ok());
+}
+
+/// An export that prefers blocks larger than a server's request cap.
+struct LargePreferred(MemExport);
+
+impl larch_nbd::Export for LargePreferred {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn block_sizes(&self) -> larch_nbd::BlockSizes {
+        larch_nbd::BlockSizes {
+            minimum_bytes: 512,
+            preferred_bytes: 1 << 20,
+            maximum_bytes: 32 << 20,
+        }
+    }
+    fn features(&self) -> larch_nbd::Features {
+        self.0.features()
+    }
+    async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
+        self.0.read(offset, length).await
+    }
+    async fn write(
+        &self,
+        offset: u64,
+        data: bytes::Bytes,
+        fua: bool,
+    ) -> larch_nbd::ExportResult<()> {
+        self.0.write(offset, data, fua).await
+    }
+}
+
+/// The block sizes of `NBD_INFO_BLOCK_SIZE` in the answer to GO: (minimum, preferred,
+/// maximum).
+async fn block_sizes_of_go<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u32, u32, u32) {
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).await.unwrap();
+    s.write_all(&3u32.to_be_bytes()).await.unwrap();
+    send_option(s, opt::GO, &[0, 0, 0, 0, 0, 0]).await;
+    let mut sizes = None;
+    loop {
+        let (ty, data) = read_option_reply(s).await;
+        if ty == rep::ACK {
+            break;
+        }
+        assert_eq!(ty, rep::INFO);
+        if u16::from_be_bytes([data[0], data[1]]) == larch_nbd::proto::info::BLOCK_SIZE {
+            let word = |at: usize| u32::from_be_bytes(data[at..at + 4].try_into().unwrap());
+            sizes = Some((word(2), word(6), word(10)));
+        }
+    }
+    sizes.expect("NBD_INFO_BLOCK_SIZE is always sent")
+}
+
+/// A request cap that is not a power of two, below the export's preferred block size,
+/// still leaves a preferred size that is a power of two (the spec requires one; qemu
+/// refuses others), within the advertised maximum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preferred_block_size_stays_a_power_of_two() {
+    let limits = ServerLimits {
+        max_request_bytes: 100_000,
+        ..ServerLimits::default()
+    };
+    let srv = server_of(limits, Arc::new(LargePreferred(MemExport::new(1 << 20))));
+    let (mut client, _serving) = serve_one(&srv, 64 << 10);
+    let (minimum, preferred, maximum) = block_sizes_of_go(&mut client).await;
+    assert_eq!(minimum, 512);
+    assert_eq!(maximum, 100_000 - 100_000 % 512);
+    assert_eq!(
+        preferred,
+        64 << 10,
+        "the largest power of two within the maximum"
+    );
 }

@@ -84,6 +84,10 @@ pub struct ServeFileOptions {
     /// Seconds a client may take to finish the handshake.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub handshake_timeout: f64,
+    /// Seconds a client may go without progress in the middle of a request, or without
+    /// reading replies it has queued, before it is disconnected.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub stall_timeout: f64,
     /// Where file I/O runs: `inline` on the network threads (fast when the file is in
     /// memory), `threads` on a blocking pool (a slow disk then stalls no other request),
     /// or `auto`: inline on tmpfs/ramfs, page-cache hits inline (`RWF_NOWAIT`) and the
@@ -122,10 +126,11 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
         max_option_bytes: u32::try_from(parse_size(&args.max_option_size)?)
             .context("--max-option-size too large")?,
         max_request_bytes,
-        // The payload budget holds at least one request of the largest size.
+        // The payload budget holds at least one request of the largest size, in its 4 KiB
+        // units.
         max_payload_bytes_in_flight: ServerLimits::default()
             .max_payload_bytes_in_flight
-            .max(u64::from(max_request_bytes)),
+            .max(u64::from(max_request_bytes).next_multiple_of(4096)),
         max_connections: args.max_connections,
         max_connections_per_address: args.security.max_connections_per_client,
         max_inflight_per_connection: args.max_inflight,
@@ -133,6 +138,8 @@ pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
             .context("--shutdown-grace")?,
         handshake_timeout: Duration::try_from_secs_f64(args.handshake_timeout)
             .context("--handshake-timeout")?,
+        stall_timeout: Duration::try_from_secs_f64(args.stall_timeout)
+            .context("--stall-timeout")?,
     };
     let security = args.security.security()?;
     let export = FileExport::open(&path, args.read_only, min_block, args.io)?;

@@ -9,15 +9,30 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::transmission::Frame;
 
-/// Stop reading requests while this much reply data waits for the socket.
+/// Stop reading requests while this much reply data waits for the socket (see
+/// [`Output::held_bytes`]).
 pub(super) const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
+/// What a queued part costs beyond its bytes: its handle in the queue (32 bytes) and,
+/// for the small replies most parts are, the allocation behind it with the allocator's
+/// own overhead. Counted so that many small replies stop reading too (a million simple
+/// replies are 16 MiB of bytes but several times that in memory).
+pub(super) const PART_OVERHEAD_BYTES: usize = 64;
 /// Most buffers handed to one `writev`.
 pub(super) const MAX_IOSLICES: usize = 256;
 
-pub(super) type RequestFuture<'a> = Pin<Box<dyn Future<Output = Frame> + Send + 'a>>;
+/// A finished request's reply and, for a READ, its share of the payload budget, which
+/// returns only once the reply's bytes are in the socket: until then the server holds
+/// them.
+pub(super) struct Reply {
+    pub(super) frame: Frame,
+    pub(super) budget: Option<OwnedSemaphorePermit>,
+}
+
+pub(super) type RequestFuture<'a> = Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
 
 /// The requests of one connection that are running. The connection task polls them
 /// itself instead of spawning a task each: a request that completes at once (a cache
@@ -27,7 +42,7 @@ pub(super) type RequestFuture<'a> = Pin<Box<dyn Future<Output = Frame> + Send + 
 #[derive(Default)]
 pub(super) struct InFlight<'a> {
     running: FuturesUnordered<RequestFuture<'a>>,
-    done: Vec<Frame>,
+    done: Vec<Reply>,
 }
 
 impl<'a> InFlight<'a> {
@@ -48,8 +63,8 @@ impl<'a> InFlight<'a> {
     /// lost.
     pub(super) fn completions(&mut self) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
-            while let Poll::Ready(Some(frame)) = self.running.poll_next_unpin(cx) {
-                self.done.push(frame);
+            while let Poll::Ready(Some(reply)) = self.running.poll_next_unpin(cx) {
+                self.done.push(reply);
             }
             if self.done.is_empty() {
                 Poll::Pending
@@ -60,8 +75,8 @@ impl<'a> InFlight<'a> {
     }
 
     pub(super) fn drain_done(&mut self, out: &mut Output) {
-        for frame in self.done.drain(..) {
-            out.push(frame);
+        for reply in self.done.drain(..) {
+            out.push(reply.frame, reply.budget);
         }
     }
 }
@@ -72,15 +87,28 @@ impl<'a> InFlight<'a> {
 pub(super) struct Output {
     parts: VecDeque<Bytes>,
     len_bytes: usize,
+    /// Bytes ever queued: where the last queued reply ends in the connection's stream.
+    queued_end: u64,
+    /// The budget shares of queued READ replies, each with where its reply ends in the
+    /// stream; given back as the socket takes the bytes up to there.
+    held: VecDeque<(u64, OwnedSemaphorePermit)>,
 }
 
 impl Output {
-    pub(super) fn push(&mut self, frame: Frame) {
+    /// Queues a reply; `budget` (a READ's share of the payload budget) is given back once
+    /// the socket has taken the reply's last byte.
+    pub(super) fn push(&mut self, frame: Frame, budget: Option<OwnedSemaphorePermit>) {
         for part in frame.parts {
             if !part.is_empty() {
                 self.len_bytes += part.len();
+                self.queued_end += part.len() as u64;
                 self.parts.push_back(part);
             }
+        }
+        if let Some(permit) = budget
+            && self.len_bytes > 0
+        {
+            self.held.push_back((self.queued_end, permit));
         }
     }
 
@@ -88,8 +116,9 @@ impl Output {
         self.parts.is_empty()
     }
 
-    pub(super) fn len_bytes(&self) -> usize {
-        self.len_bytes
+    /// What the queue costs in memory: its bytes and an estimate of each part's overhead.
+    pub(super) fn held_bytes(&self) -> usize {
+        self.len_bytes + self.parts.len() * PART_OVERHEAD_BYTES
     }
 
     pub(super) fn fill_slices<'s>(&'s self, slices: &mut [IoSlice<'s>]) -> usize {
@@ -101,9 +130,18 @@ impl Output {
         n
     }
 
-    /// Drops `n` written bytes from the front.
+    /// Drops `n` written bytes from the front, and gives back the budget of the replies
+    /// now wholly written.
     pub(super) fn advance(&mut self, mut n: usize) {
         self.len_bytes -= n;
+        let written_end = self.queued_end - self.len_bytes as u64;
+        while self
+            .held
+            .front()
+            .is_some_and(|(end, _)| *end <= written_end)
+        {
+            self.held.pop_front();
+        }
         while n > 0 {
             let Some(front) = self.parts.front_mut() else {
                 return;
@@ -116,5 +154,50 @@ impl Output {
                 n = 0;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// A READ reply's budget share stays held while any of its bytes wait, whatever
+    /// queued before it, and returns with its last byte.
+    #[test]
+    fn a_read_replys_budget_returns_with_its_last_byte() {
+        let budget = Arc::new(Semaphore::new(10));
+        let mut out = Output::default();
+        out.push(Frame::single(vec![0u8; 100]), None);
+        let share = Arc::clone(&budget).try_acquire_many_owned(4).unwrap();
+        let read_reply = Frame {
+            parts: vec![Bytes::from(vec![1u8; 16]), Bytes::from(vec![2u8; 50])],
+        };
+        out.push(read_reply, Some(share));
+        out.advance(100);
+        assert_eq!(
+            budget.available_permits(),
+            6,
+            "the READ reply is not written"
+        );
+        out.advance(65);
+        assert_eq!(budget.available_permits(), 6, "one byte of it still waits");
+        out.advance(1);
+        assert_eq!(budget.available_permits(), 10);
+        assert!(out.is_empty());
+    }
+
+    /// Small replies count for more than their bytes, so that a flood of them stops the
+    /// connection reading before they take far more memory than the high-water mark.
+    #[test]
+    fn queued_parts_count_their_overhead() {
+        let mut out = Output::default();
+        for _ in 0..1000 {
+            out.push(Frame::single(vec![0u8; 16]), None);
+        }
+        assert_eq!(out.held_bytes(), 1000 * (16 + PART_OVERHEAD_BYTES));
     }
 }
