@@ -649,10 +649,15 @@ impl<E: Export> Server<E> {
         let mut reading = true;
         let mut result: Result<(), ConnectionError> = Ok(());
         let mut deadline: Option<Instant> = None;
-        // While replies are queued: when the socket must have taken some of them. A
-        // client that stops reading would otherwise keep the connection, and the budget
-        // its READ replies hold, for ever.
-        let mut write_by: Option<Instant> = None;
+        // While replies are queued, the socket must take some of them every stall
+        // timeout: a client that stops reading would otherwise keep the connection, and
+        // the budget its READ replies hold, for ever. `progress` is when the queue last
+        // moved (or filled from empty); one timer, moved only when it fires, checks it,
+        // so a reply costs no timer registration.
+        let mut progress = Instant::now();
+        let mut queued = false;
+        let stall_check = tokio::time::sleep_until(progress + limits.stall_timeout);
+        tokio::pin!(stall_check);
         loop {
             if deadline.is_none() && *shutdown_rx.borrow_and_update() {
                 deadline = Some(Instant::now() + limits.shutdown_grace);
@@ -661,9 +666,10 @@ impl<E: Export> Server<E> {
                 break;
             }
             if out.is_empty() {
-                write_by = None;
-            } else if write_by.is_none() {
-                write_by = Some(Instant::now() + limits.stall_timeout);
+                queued = false;
+            } else if !queued {
+                queued = true;
+                progress = Instant::now();
             }
             let can_read = reading
                 && pending.is_none()
@@ -673,7 +679,6 @@ impl<E: Export> Server<E> {
                 .as_ref()
                 .map_or(0, |p| budget_units_of(p.budget_bytes()));
             let grace_end = deadline.unwrap_or_else(far_future);
-            let stall_end = write_by.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
             let idle = inflight.is_empty() && out.is_empty();
@@ -713,9 +718,7 @@ impl<E: Export> Server<E> {
                     () = tokio::time::sleep_until(grace_end), if deadline.is_some() => {
                         Event::GraceOver
                     }
-                    () = tokio::time::sleep_until(stall_end), if write_by.is_some() => {
-                        Event::WriteStalled
-                    }
+                    () = &mut stall_check, if queued => Event::StallCheck,
                 }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
@@ -728,7 +731,7 @@ impl<E: Export> Server<E> {
                 }
                 Event::Wrote(Ok(n)) => {
                     out.advance(n);
-                    write_by = None;
+                    progress = Instant::now();
                     // Sockets need no flush (it returns at once); a buffered writer
                     // such as stdout does, or the reply would sit in its buffer. A TLS
                     // stream's flush waits until the socket takes every record, so it is
@@ -760,9 +763,12 @@ impl<E: Export> Server<E> {
                 Event::Budget(permit) => budget_ready = permit,
                 Event::Shutdown => {}
                 Event::GraceOver => break,
-                Event::WriteStalled => {
-                    result = Err(stalled("writing replies", limits.stall_timeout));
-                    break;
+                Event::StallCheck => {
+                    if progress.elapsed() >= limits.stall_timeout {
+                        result = Err(stalled("writing replies", limits.stall_timeout));
+                        break;
+                    }
+                    stall_check.as_mut().reset(progress + limits.stall_timeout);
                 }
             }
             // The next request: one the budget now admits, or a new one. Reading the rest
@@ -891,8 +897,8 @@ enum Event {
     Budget(Option<OwnedSemaphorePermit>),
     Shutdown,
     GraceOver,
-    /// Queued replies made no progress into the socket for the stall timeout.
-    WriteStalled,
+    /// Time to check that queued replies moved into the socket within the stall timeout.
+    StallCheck,
 }
 
 /// The payload budget counts in units of this many bytes.
@@ -913,11 +919,14 @@ struct PendingPayload {
 
 impl PendingPayload {
     /// Bytes of the payload budget the request needs before it runs: its WRITE payload,
-    /// or the data of its READ reply (a valid READ: an invalid one is answered with an
-    /// error of a few bytes).
+    /// or the data of a valid READ's reply of [`BULK_REQUEST_BYTES`] or more (an invalid
+    /// one is answered with an error of a few bytes). Smaller READs skip the shared budget,
+    /// which would cost every cache hit two contended atomic operations: a connection
+    /// holds at most `max_inflight_per_connection` of them (8 MiB at the defaults).
     fn budget_bytes(&self) -> u32 {
         match self.checked {
-            Ok(Request::Read { length, .. }) => length,
+            Ok(Request::Read { length, .. }) if length >= BULK_REQUEST_BYTES => length,
+            Ok(Request::Read { .. }) => 0,
             _ => self.len,
         }
     }
