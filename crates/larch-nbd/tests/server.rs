@@ -383,21 +383,8 @@ async fn write_payloads_in_flight_stay_within_the_budget() {
         max_payload_bytes_in_flight: u64::from(MIB),
         ..ServerLimits::default()
     };
-    let server = Server::new(
-        limits,
-        vec![NamedExport {
-            name: String::new(),
-            description: String::new(),
-            export: Arc::clone(&export),
-        }],
-    )
-    .unwrap();
-    let (mut client, served) = tokio::io::duplex(64 << 10);
-    let serving = server.clone();
-    tokio::spawn(async move {
-        let (r, w) = tokio::io::split(served);
-        let _ = serving.serve_stream(r, w).await;
-    });
+    let server = server_of(limits, Arc::clone(&export));
+    let (mut client, _serving) = serve_one(&server, 64 << 10);
     handshake(&mut client, false).await;
     let (mut rx, mut tx) = tokio::io::split(client);
     let sender = tokio::spawn(async move {
@@ -618,21 +605,8 @@ async fn write_payloads_are_cut_where_the_export_asks() {
             chunk,
             cuts: Default::default(),
         });
-        let server = Server::new(
-            ServerLimits::default(),
-            vec![NamedExport {
-                name: String::new(),
-                description: String::new(),
-                export: Arc::clone(&export),
-            }],
-        )
-        .unwrap();
-        let (mut client, served) = tokio::io::duplex(64 << 10);
-        let serving = server.clone();
-        tokio::spawn(async move {
-            let (r, w) = tokio::io::split(served);
-            let _ = serving.serve_stream(r, w).await;
-        });
+        let server = server_of(ServerLimits::default(), Arc::clone(&export));
+        let (mut client, _serving) = serve_one(&server, 64 << 10);
         handshake(&mut client, false).await;
         let payload: Vec<u8> = (0..length).map(|i| (i % 251) as u8).collect();
         // Two writes back to back, so that the second's header and payload can sit in the
