@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
@@ -45,11 +44,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 mod conn;
 mod queues;
+mod request;
 mod spin;
 use conn::{
     AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves, is_transient_accept_error,
 };
 use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output, Reply};
+use request::{
+    PendingPayload, is_bulk, is_stall, read_head, read_payload, reply_error, run, stalled,
+};
 use spin::{Spin, Spinners};
 use tokio::time::Instant;
 
@@ -58,12 +61,8 @@ use crate::export::{Errno, Export};
 use crate::handshake::{
     self, ExportInfo, Negotiated, Negotiation, NegotiationError, NegotiationLimits, Step, TlsMode,
 };
-use crate::proto::{BASE_ALLOCATION_ID, REQUEST_HEADER_LEN_BYTES};
 use crate::tls::TlsSettings;
-use crate::transmission::{
-    self, BadRequestMagic, Frame, Request, RequestHeader, TransmissionContext, block_status_frame,
-    error_frame, read_frame, status_frame, wire_extents,
-};
+use crate::transmission::{BadRequestMagic, TransmissionContext, error_frame};
 
 /// Limits of one server, each configurable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -909,41 +908,6 @@ fn budget_units_of(len: u32) -> u32 {
     u32::try_from(u64::from(len).div_ceil(BUDGET_UNIT_BYTES)).unwrap_or(u32::MAX)
 }
 
-/// A request whose header was read; its WRITE payload (`len` bytes, 0 for none) is still
-/// in the socket.
-struct PendingPayload {
-    hdr: RequestHeader,
-    checked: Result<Request, Errno>,
-    len: u32,
-}
-
-impl PendingPayload {
-    /// Bytes of the payload budget the request needs before it runs: its WRITE payload,
-    /// or the data of a valid READ's reply of [`BULK_REQUEST_BYTES`] or more (an invalid
-    /// one is answered with an error of a few bytes). Smaller READs skip the shared budget,
-    /// which would cost every cache hit two contended atomic operations: a connection
-    /// holds at most `max_inflight_per_connection` of them (8 MiB at the defaults).
-    fn budget_bytes(&self) -> u32 {
-        match self.checked {
-            Ok(Request::Read { length, .. }) if length >= BULK_REQUEST_BYTES => length,
-            Ok(Request::Read { .. }) => 0,
-            _ => self.len,
-        }
-    }
-}
-
-/// READ and WRITE requests at least this large run as tasks of their own.
-const BULK_REQUEST_BYTES: u32 = 64 * 1024;
-
-fn is_bulk(request: &Request) -> bool {
-    match *request {
-        Request::Read { length, .. } | Request::Write { length, .. } => {
-            length >= BULK_REQUEST_BYTES
-        }
-        _ => false,
-    }
-}
-
 fn is_hang_up(err: &io::Error) -> bool {
     matches!(
         err.kind(),
@@ -951,250 +915,6 @@ fn is_hang_up(err: &io::Error) -> bool {
     )
 }
 
-/// The error that ends a connection whose client stopped sending a request or reading
-/// replies midway (see [`ServerLimits::stall_timeout`]).
-fn stalled(doing: &str, after: Duration) -> ConnectionError {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        format!("no progress {doing} for {after:?}"),
-    )
-    .into()
-}
-
-/// Whether a read failed because the client stopped sending midway: the connection then
-/// ends at once rather than finishing what is in flight.
-fn is_stall(err: &ConnectionError) -> bool {
-    matches!(err, ConnectionError::Io(err) if err.kind() == io::ErrorKind::TimedOut)
-}
-
-/// One read of part of a request, which must bring something within `stall`.
-async fn within<T>(
-    stall: Duration,
-    read: impl std::future::Future<Output = io::Result<T>>,
-) -> Result<T, ConnectionError> {
-    match tokio::time::timeout(stall, read).await {
-        Ok(read) => Ok(read?),
-        Err(_) => Err(stalled("reading a request", stall)),
-    }
-}
-
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
-}
-
-/// The error reply for a request, in the form its command needs.
-fn reply_error(hdr: &RequestHeader, errno: Errno, ctx: &TransmissionContext) -> Frame {
-    use crate::proto::cmd;
-    match hdr.command {
-        cmd::READ | cmd::BLOCK_STATUS => error_frame(hdr.cookie, errno, ctx.structured_replies),
-        _ => status_frame(hdr.cookie, Err(errno)),
-    }
-}
-
-/// Reads one request header. A WRITE payload that will not be used (an invalid request,
-/// or one over the size limit) is consumed and discarded here, without buffering; the
-/// payload of a valid one is left in the socket (`len`) for [`read_payload`], once the
-/// payload budget admits it. Each read must bring something within the stall timeout.
-async fn read_head<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    ctx: &TransmissionContext,
-    limits: &ServerLimits,
-) -> Result<PendingPayload, ConnectionError> {
-    let stall = limits.stall_timeout;
-    let mut head = [0u8; REQUEST_HEADER_LEN_BYTES];
-    let mut filled = 0;
-    while filled < head.len() {
-        match within(stall, reader.read(&mut head[filled..])).await? {
-            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-            n => filled += n,
-        }
-    }
-    let hdr = RequestHeader::parse(&head)?;
-    let checked = transmission::validate(&hdr, ctx);
-    let len = hdr.payload_len_bytes();
-    if len == 0 || (checked.is_ok() && len <= limits.max_request_bytes) {
-        return Ok(PendingPayload { hdr, checked, len });
-    }
-    let mut left = u64::from(len);
-    while left > 0 {
-        let held = within(stall, reader.fill_buf()).await?.len() as u64;
-        if held == 0 {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-        }
-        let dropped = held.min(left);
-        reader.consume(dropped as usize);
-        left -= dropped;
-    }
-    Ok(PendingPayload {
-        hdr,
-        checked: checked.and(Err(Errno::Inval)),
-        len: 0,
-    })
-}
-
-/// A payload piece at least this large is read from the socket into its own buffer,
-/// past the connection's read buffer (one copy, not two, for the bytes of large blocks).
-const DIRECT_READ_BYTES: usize = 64 << 10;
-
-/// Reads a WRITE payload of `len` bytes for `offset`: one buffer, or with `chunk` not
-/// 0, one buffer per piece between multiples of `chunk` (see
-/// [`Export::write_chunk_bytes`]). The rest of a piece of [`DIRECT_READ_BYTES`] or more
-/// is read from the socket straight into its buffer (the reader's buffer is passed by);
-/// smaller ones are copied out of the reader's buffer. Each read must bring something
-/// within `stall`.
-async fn read_payload<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    len: u32,
-    offset: u64,
-    chunk: u32,
-    stall: Duration,
-) -> Result<Vec<Bytes>, ConnectionError> {
-    let mut chunks = Vec::with_capacity(match chunk {
-        0 => 1,
-        chunk => (len / chunk) as usize + 2,
-    });
-    let end = offset + u64::from(len);
-    let mut at = offset;
-    while at < end {
-        let piece = match u64::from(chunk) {
-            0 => end - at,
-            chunk => ((at / chunk + 1) * chunk).min(end) - at,
-        } as usize;
-        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
-        let mut data = BytesMut::with_capacity(piece);
-        // What the reader holds already (it read ahead past the header), then the rest:
-        // a large rest straight from the socket, a small one through the reader's buffer.
-        let held = reader.buffer().len().min(piece);
-        data.extend_from_slice(&reader.buffer()[..held]);
-        reader.consume(held);
-        while data.len() < piece {
-            let want = piece - data.len();
-            let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
-                let mut direct = reader.get_mut().take(want as u64);
-                within(stall, direct.read_buf(&mut data)).await?
-            } else {
-                let mut buffered = (&mut *reader).take(want as u64);
-                within(stall, buffered.read_buf(&mut data)).await?
-            };
-            if read == 0 {
-                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-            }
-        }
-        chunks.push(data.freeze());
-        at += piece as u64;
-    }
-    Ok(chunks)
-}
-
-/// Runs one validated request and returns its reply with what it still holds of the
-/// payload budget (`permit`): a WRITE's share returns once the export has handled the
-/// payload, a READ's stays with its reply until the socket has taken it.
-async fn run<E: Export>(
-    export: &E,
-    request: Request,
-    cookie: u64,
-    payload: Option<Vec<Bytes>>,
-    structured: bool,
-    permit: Option<OwnedSemaphorePermit>,
-) -> Reply {
-    let frame = execute(export, request, cookie, payload, structured).await;
-    let budget = match request {
-        Request::Read { .. } => permit,
-        _ => {
-            drop(permit);
-            None
-        }
-    };
-    Reply { frame, budget }
-}
-
-/// Runs one validated request against the export and builds its reply.
-async fn execute<E: Export>(
-    export: &E,
-    request: Request,
-    cookie: u64,
-    payload: Option<Vec<Bytes>>,
-    structured: bool,
-) -> Frame {
-    match request {
-        Request::Read { offset, length, df } => {
-            if length == 0 {
-                return read_frame(cookie, offset, Default::default(), structured, df);
-            }
-            match export.read(offset, length).await {
-                Ok(data) if data.len_bytes() == length as usize => {
-                    read_frame(cookie, offset, data, structured, df)
-                }
-                // An export that returns the wrong length is buggy; the client must not
-                // receive a malformed reply because of it.
-                Ok(_) => error_frame(cookie, Errno::Io, structured),
-                Err(errno) => error_frame(cookie, errno, structured),
-            }
-        }
-        Request::Write {
-            offset,
-            length,
-            fua,
-        } => {
-            let result = match payload {
-                _ if length == 0 => Ok(()),
-                Some(chunks) if export.write_chunk_bytes() != 0 => {
-                    export.write_chunks(offset, chunks, fua).await
-                }
-                Some(chunks) => {
-                    export
-                        .write(offset, crate::export::joined(chunks), fua)
-                        .await
-                }
-                None => Err(Errno::Inval),
-            };
-            status_frame(cookie, result)
-        }
-        Request::Flush => status_frame(cookie, export.flush().await),
-        Request::Trim {
-            offset,
-            length,
-            fua,
-        } => {
-            let result = if length == 0 {
-                Ok(())
-            } else {
-                export.trim(offset, length, fua).await
-            };
-            status_frame(cookie, result)
-        }
-        Request::WriteZeroes {
-            offset,
-            length,
-            flags,
-        } => {
-            let result = if length == 0 {
-                Ok(())
-            } else {
-                export.write_zeroes(offset, length, flags).await
-            };
-            status_frame(cookie, result)
-        }
-        Request::Cache { offset, length } => {
-            let result = if length == 0 || !export.features().cache {
-                Ok(())
-            } else {
-                export.cache(offset, length).await
-            };
-            status_frame(cookie, result)
-        }
-        Request::BlockStatus {
-            offset,
-            length,
-            req_one,
-        } => match export.block_status(offset, length).await {
-            Ok(extents) => match wire_extents(&extents, length, req_one) {
-                Some(wire) => block_status_frame(cookie, BASE_ALLOCATION_ID, &wire),
-                None => error_frame(cookie, Errno::Io, structured),
-            },
-            Err(errno) => error_frame(cookie, errno, structured),
-        },
-        // The connection task handles DISC itself.
-        Request::Disc => status_frame(cookie, Ok(())),
-    }
 }
