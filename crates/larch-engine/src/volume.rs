@@ -211,14 +211,9 @@ impl Volume {
             return Ok(());
         }
         self.check_range(offset, u64::from(length))?;
-        let bs = u64::from(self.entry.info.block_bytes);
-        let step = CACHE_STEP_BYTES.max(bs);
         let end = offset + u64::from(length);
-        let mut at = offset;
-        while at < end {
-            let next = ((at / bs) * bs + step).min(end);
-            self.read_blocks(at, next - at, true).await?;
-            at = next;
+        for (from, to) in self.steps(offset, end, CACHE_STEP_BYTES) {
+            self.read_blocks(from, to - from, true).await?;
         }
         Ok(())
     }
@@ -273,22 +268,50 @@ impl Volume {
         data: Source<'_>,
         fua: bool,
     ) -> Result<(), VolumeError> {
+        let length = data.len() as u64;
+        self.write_checked(offset, length, self.write_blocks(offset, data, fua))
+            .await
+    }
+
+    /// Checks a client's write of `length` bytes at `offset` (read-only, range), then
+    /// runs `body` (a future: none of it runs before the checks) and counts the write in
+    /// the front end's figures.
+    async fn write_checked(
+        &self,
+        offset: u64,
+        length: u64,
+        body: impl std::future::Future<Output = Result<(), VolumeError>>,
+    ) -> Result<(), VolumeError> {
         if self.read_only() {
             return Err(VolumeError::ReadOnly);
         }
-        let length = data.len() as u64;
         if length == 0 {
             return Ok(());
         }
         self.check_range(offset, length)?;
         let started = Instant::now();
         self.note_access(offset, length, true, false);
-        self.write_blocks(offset, data, fua).await?;
+        body.await?;
         self.frontend.write.record(started.elapsed());
         self.frontend
             .write_bytes
             .fetch_add(length, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `offset..end` cut into steps of at most `max` bytes (at least one block) that end
+    /// on block boundaries, so that no block is in two of them.
+    fn steps(&self, offset: u64, end: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
+        let bs = u64::from(self.entry.info.block_bytes);
+        let max = max.max(bs);
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let from = at;
+                at = ((from / bs) * bs + max).min(end);
+                (from, at)
+            })
+        })
     }
 
     /// The body of [`Volume::write`] once the request is checked.
@@ -416,40 +439,22 @@ impl Volume {
         length: u32,
         fua: bool,
     ) -> Result<(), VolumeError> {
-        if self.read_only() {
-            return Err(VolumeError::ReadOnly);
-        }
-        if length == 0 {
-            return Ok(());
-        }
-        self.check_range(offset, u64::from(length))?;
-        let started = Instant::now();
-        self.note_access(offset, u64::from(length), true, false);
-        let bs = u64::from(self.entry.info.block_bytes);
-        let piece_max = ZEROES_BYTES.max(bs);
-        let zeroes = vec![0u8; piece_max.min(u64::from(length)) as usize];
-        let end = offset + u64::from(length);
-        let mut at = offset;
-        while at < end {
-            // Pieces end on block boundaries, so no block is written twice.
-            let next = ((at / bs) * bs + piece_max).min(end);
-            let whole_request = at == offset && next == end;
-            self.write_blocks(
-                at,
-                Source::Slice(&zeroes[..(next - at) as usize]),
-                fua && whole_request,
-            )
-            .await?;
-            if fua && !whole_request && next == end {
-                self.flush().await?;
+        let length = u64::from(length);
+        let body = async {
+            let bs = u64::from(self.entry.info.block_bytes);
+            let zeroes = vec![0u8; ZEROES_BYTES.max(bs).min(length) as usize];
+            let end = offset + length;
+            for (from, to) in self.steps(offset, end, ZEROES_BYTES) {
+                let whole_request = from == offset && to == end;
+                let piece = Source::Slice(&zeroes[..(to - from) as usize]);
+                self.write_blocks(from, piece, fua && whole_request).await?;
+                if fua && !whole_request && to == end {
+                    self.flush().await?;
+                }
             }
-            at = next;
-        }
-        self.frontend.write.record(started.elapsed());
-        self.frontend
-            .write_bytes
-            .fetch_add(u64::from(length), Ordering::Relaxed);
-        Ok(())
+            Ok(())
+        };
+        self.write_checked(offset, length, body).await
     }
 
     /// Makes every write acknowledged so far durable.

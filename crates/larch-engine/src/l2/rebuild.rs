@@ -18,6 +18,10 @@
 //! tables are built there and then, and every later entry is looked up as it comes. Only
 //! the end holds the gate: it drops the copies of blocks written meanwhile, attaches the
 //! indexes and installs the writer, as one step for every write (rule 3).
+//!
+//! One file: the rebuild is one flow, from the walk to the commit that ends it; about
+//! half of the file is its tests, which drive whole rebuilds through devices that fail,
+//! hold or record their I/O.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
