@@ -3,8 +3,10 @@
 could pin memory the ARC does not count (issue 14, defect 1).
 
   bench/memory.py [--larch PATH] [--pattern write-then-mfu|stream|all] [--scale N]
+                  [--volblocksize 16K]
 
-Each pattern runs a fresh pool with --arc-max 64M and a 16K-block volume over a Unix
+Each pattern runs a fresh pool with --arc-max 64M and a 16K-block volume (--volblocksize
+to change; blocks of 64K and more are kept in page-aligned buffers) over a Unix
 socket, through libnbd's Python binding (python3-libnbd), and prints the daemon's
 VmRSS and VmHWM next to what `larch status` says the ARC holds:
 
@@ -54,13 +56,13 @@ def run(cmd, **kw):
 
 
 class Pool:
-    def __init__(self, larch, work, volume_bytes):
+    def __init__(self, larch, work, volume_bytes, volblocksize):
         self.larch = larch
         self.state = os.path.join(work, "pool")
         self.sock = os.path.join(work, "nbd.sock")
         run([larch, "pool", "create", "mem", "--state-dir", self.state, "--arc-max", "64M"])
         run([larch, "volume", "add", "vol0", "--backing", os.path.join(work, "vol.img"),
-             "--size", str(volume_bytes), "--volblocksize", "16K", "--state-dir", self.state])
+             "--size", str(volume_bytes), "--volblocksize", volblocksize, "--state-dir", self.state])
         self.proc = subprocess.Popen(
             [larch, "serve", "--state-dir", self.state, "--socket", self.sock, "--http", "off"],
             stderr=subprocess.DEVNULL)
@@ -124,6 +126,7 @@ def main():
                                                    "target", "release", "larch"))
     ap.add_argument("--pattern", default="all", choices=["all", *PATTERNS])
     ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--volblocksize", default="16K")
     args = ap.parse_args()
     names = list(PATTERNS) if args.pattern == "all" else [args.pattern]
     print("| pattern | ARC size (status) | ARC headers | L2 index | VmRSS after | VmHWM (peak) | trims |")
@@ -132,7 +135,7 @@ def main():
         body, volume = PATTERNS[name]
         work = tempfile.mkdtemp(prefix="larch-mem.")
         try:
-            pool = Pool(os.path.abspath(args.larch), work, volume(args.scale))
+            pool = Pool(os.path.abspath(args.larch), work, volume(args.scale), args.volblocksize)
             body(pool, args.scale)
             size, l2hdr, hdr, trims = pool.arc_size()
             mem = rss_kib(pool.proc.pid)

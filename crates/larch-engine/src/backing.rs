@@ -5,9 +5,11 @@
 //! flush (one commit per TXG).
 //!
 //! A file or block device is written by the syncer with `O_DIRECT` (a second handle on
-//! the same file): a TXG's runs are copied into aligned buffers kept for the next TXG and
-//! go to the device without passing through the page cache, so the disk's bandwidth is
-//! not halved by the kernel's copy and its writeback (issue 18). Reads, the log replay's
+//! the same file): a TXG's runs go to the device without passing through the page cache,
+//! so the disk's bandwidth is not halved by the kernel's copy and its writeback (issue
+//! 18). Blocks whose buffers are page-aligned whole pages (the NBD server reads payload
+//! pieces of 64 KiB and more into such) are written from their own buffers; the others are
+//! copied into aligned buffers kept for the next TXG. Reads, the log replay's
 //! writes and the unaligned ends of a run (a volume's short last block, blocks smaller
 //! than the alignment) keep the buffered handle; the two never share a page, since the
 //! direct part of a run is whole pages. A file system that refuses `O_DIRECT` (at open or
@@ -202,12 +204,30 @@ impl FileMedia {
         if head > 0 {
             pwritev_all(&self.file, &parts_range(parts, 0, head), offset)?;
         }
+        let align = direct_align() as usize;
         let mut done = 0;
         while done < middle {
-            let len = (middle - done).min(DIRECT_CHUNK_BYTES);
             let at = offset + (head + done) as u64;
-            let chunk = parts_range(parts, head + done, len);
-            if let Err(err) = self.write_direct(direct, &chunk, at, stats) {
+            // Parts in page-aligned buffers of whole pages (large WRITE payloads are read
+            // into such, see `larch_nbd`'s `read_payload`) go as they are, in one write;
+            // anything else is copied into a kept aligned buffer first.
+            let rest = parts_range(parts, head + done, middle - done);
+            let aligned = rest
+                .iter()
+                .take(IOV_MAX)
+                .take_while(|p| {
+                    (p.as_ptr() as usize).is_multiple_of(align) && p.len().is_multiple_of(align)
+                })
+                .count();
+            let (len, written) = if aligned > 0 {
+                let len = rest[..aligned].iter().map(|p| p.len()).sum();
+                (len, self.write_direct_parts(direct, &rest[..aligned], at))
+            } else {
+                let len = (middle - done).min(DIRECT_CHUNK_BYTES);
+                let chunk = parts_range(parts, head + done, len);
+                (len, self.write_direct(direct, &chunk, at, stats))
+            };
+            if let Err(err) = written {
                 if err.raw_os_error() != Some(libc::EINVAL) {
                     return Err(err);
                 }
@@ -228,6 +248,16 @@ impl FileMedia {
             pwritev_all(&self.file, &tail, offset + (head + middle) as u64)?;
         }
         Ok(middle as u64)
+    }
+
+    /// One `O_DIRECT` write of `parts` as they are: each one's address and length are
+    /// multiples of the alignment, and so is `offset`.
+    fn write_direct_parts(&self, direct: &File, parts: &[&[u8]], offset: u64) -> io::Result<()> {
+        #[cfg(test)]
+        if self.refuse_direct_writes {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        pwritev_all(direct, parts, offset)
     }
 
     /// One `O_DIRECT` write of `chunk`'s bytes (a multiple of the alignment, at most
@@ -731,13 +761,16 @@ mod tests {
         let mut model = vec![0xeeu8; len];
         let store = BackingStore::open(&path, false, LatencyModel::default()).expect("open");
         assert_eq!(store.write_mode().as_deref(), Some("O_DIRECT"));
-        let whole = vec![pattern(1, 8192), pattern(2, 8192)];
+        // Off the page by 8 bytes: copied through the kept aligned buffer.
+        let backing = pattern(1, 16384 + 8);
+        let off = 8 + usize::from((backing[8..].as_ptr() as usize).is_multiple_of(4096));
+        let whole_refs = vec![&backing[off..off + 8192], &backing[off + 8192..off + 16384]];
         let small: Vec<Vec<u8>> = (0..24).map(|i| pattern(10 + i as u8, 512)).collect();
         let short = vec![pattern(40, 1024)];
         let tail = vec![pattern(50, 4096 + 1536)];
         let cases = vec![
             // Whole 8K blocks, page-aligned: all direct.
-            (8192, refs(&whole)),
+            (8192, whole_refs),
             // 512-byte blocks from 1536 to 13824: a head, two whole pages, a tail.
             (1536, refs(&small)),
             // Less than a page.
@@ -766,6 +799,50 @@ mod tests {
             (DIRECT_CHUNK_BYTES + 3 * 4096) as u64
         );
         remove_scratch(&[&path, &path2]);
+    }
+
+    #[test]
+    fn page_aligned_buffers_are_written_as_they_are() {
+        let len = 4 << 20;
+        let path = scratch_file("zero-copy.img", len);
+        let mut model = vec![0xeeu8; len];
+        let store = BackingStore::open(&path, false, LatencyModel::default()).expect("open");
+        let aligned = |seed: u8, n: usize| {
+            let mut buf = AlignedBuf::zeroed(n);
+            buf.copy_from_slice(&pattern(seed, n));
+            buf
+        };
+        // Eight 128K blocks in aligned buffers: one write, no copy.
+        let blocks: Vec<AlignedBuf> = (0..8).map(|i| aligned(i, 128 << 10)).collect();
+        let block_refs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+        write_and_compare(&store, &path, &mut model, &[(1 << 20, block_refs)]);
+        assert_eq!(
+            store.stats.direct_write_bytes.load(Ordering::Relaxed),
+            1 << 20
+        );
+        assert_eq!(
+            store.stats.direct_buffer_bytes.load(Ordering::Relaxed),
+            0,
+            "no aligned buffer was needed"
+        );
+        // Aligned, off the page, aligned again, then a short tail; and a run whose head
+        // is off the page (its first part's direct middle starts inside it).
+        let off_page = pattern(77, 8192 + 1);
+        let tail = pattern(78, 1000);
+        let mixed: Vec<&[u8]> = vec![
+            &blocks[0][..65536],
+            &off_page[1..],
+            &blocks[1][..65536],
+            &tail,
+        ];
+        let headed: Vec<&[u8]> = vec![&blocks[2][..8192], &blocks[3][..]];
+        write_and_compare(
+            &store,
+            &path,
+            &mut model,
+            &[(2 << 20, mixed), ((3 << 20) + 512, headed)],
+        );
+        remove_scratch(&[&path]);
     }
 
     #[test]

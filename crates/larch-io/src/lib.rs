@@ -19,7 +19,7 @@ mod faulty;
 mod file;
 mod mem;
 
-pub use aligned::AlignedBuf;
+pub use aligned::{AlignedBuf, BUF_ALIGN_BYTES};
 pub use faulty::{CrashMode, FaultyDevice, FaultyStats};
 pub use file::{FileDevice, FileOptions};
 pub use mem::MemDevice;

@@ -5,7 +5,9 @@
 use std::io;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::buf::UninitSlice;
+use bytes::{BufMut, Bytes, BytesMut};
+use larch_io::{AlignedBuf, BUF_ALIGN_BYTES};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -138,8 +140,9 @@ pub(super) const DIRECT_READ_BYTES: usize = 64 << 10;
 /// 0, one buffer per piece between multiples of `chunk` (see
 /// [`Export::write_chunk_bytes`]). The rest of a piece of [`DIRECT_READ_BYTES`] or more
 /// is read from the socket straight into its buffer (the reader's buffer is passed by);
-/// smaller ones are copied out of the reader's buffer. Each read must bring something
-/// within `stall`.
+/// smaller ones are copied out of the reader's buffer. A piece of [`DIRECT_READ_BYTES`]
+/// or more that is whole pages gets a page-aligned buffer, which a store writing with
+/// `O_DIRECT` can write as it is. Each read must bring something within `stall`.
 pub(super) async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     len: u32,
@@ -158,30 +161,92 @@ pub(super) async fn read_payload<R: AsyncRead + Unpin>(
             0 => end - at,
             chunk => ((at / chunk + 1) * chunk).min(end) - at,
         } as usize;
-        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
-        let mut data = BytesMut::with_capacity(piece);
-        // What the reader holds already (it read ahead past the header), then the rest:
-        // a large rest straight from the socket, a small one through the reader's buffer.
-        let held = reader.buffer().len().min(piece);
-        data.extend_from_slice(&reader.buffer()[..held]);
-        reader.consume(held);
-        while data.len() < piece {
-            let want = piece - data.len();
-            let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
-                let mut direct = reader.get_mut().take(want as u64);
-                within(stall, direct.read_buf(&mut data)).await?
-            } else {
-                let mut buffered = (&mut *reader).take(want as u64);
-                within(stall, buffered.read_buf(&mut data)).await?
-            };
-            if read == 0 {
-                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-            }
-        }
-        chunks.push(data.freeze());
+        let bytes = if piece >= DIRECT_READ_BYTES && piece.is_multiple_of(BUF_ALIGN_BYTES) {
+            let mut data = AlignedFill::new(piece);
+            fill(reader, &mut data, piece, stall).await?;
+            data.into_bytes()
+        } else {
+            // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
+            let mut data = BytesMut::with_capacity(piece);
+            fill(reader, &mut data, piece, stall).await?;
+            data.freeze()
+        };
+        chunks.push(bytes);
         at += piece as u64;
     }
     Ok(chunks)
+}
+
+/// Reads `piece` bytes into `data`: what the reader holds already (it read ahead past the
+/// header), then the rest, a large rest straight from the socket, a small one through the
+/// reader's buffer.
+async fn fill<R: AsyncRead + Unpin, B: BufMut>(
+    reader: &mut BufReader<R>,
+    data: &mut B,
+    piece: usize,
+    stall: Duration,
+) -> Result<(), ConnectionError> {
+    let held = reader.buffer().len().min(piece);
+    data.put_slice(&reader.buffer()[..held]);
+    reader.consume(held);
+    let mut got = held;
+    while got < piece {
+        let want = piece - got;
+        let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
+            let mut direct = reader.get_mut().take(want as u64);
+            within(stall, direct.read_buf(data)).await?
+        } else {
+            let mut buffered = (&mut *reader).take(want as u64);
+            within(stall, buffered.read_buf(data)).await?
+        };
+        if read == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
+        got += read;
+    }
+    Ok(())
+}
+
+/// A page-aligned buffer being filled from the socket: the bytes written so far are the
+/// first `filled`; the rest is uninitialised and never read.
+struct AlignedFill {
+    buf: AlignedBuf,
+    filled: usize,
+}
+
+impl AlignedFill {
+    fn new(len: usize) -> AlignedFill {
+        // SAFETY: nothing reads the buffer before it is full: `BufMut` hands out only the
+        // unfilled part as uninitialised memory, and `into_bytes` requires it full.
+        let buf = unsafe { AlignedBuf::uninit(len) };
+        AlignedFill { buf, filled: 0 }
+    }
+
+    /// The filled buffer as `Bytes`, no copy.
+    fn into_bytes(self) -> Bytes {
+        assert_eq!(self.filled, self.buf.len(), "payload buffer not filled");
+        Bytes::from_owner(self.buf)
+    }
+}
+
+// SAFETY: `chunk_mut` is the unfilled tail of the allocation, and `advance_mut` only
+// counts bytes the caller has written into it (checked against the length).
+unsafe impl BufMut for AlignedFill {
+    fn remaining_mut(&self) -> usize {
+        self.buf.len() - self.filled
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        assert!(cnt <= self.remaining_mut(), "advance past the buffer's end");
+        self.filled += cnt;
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        let left = self.remaining_mut();
+        // SAFETY: `filled <= len`, so the tail `[filled, len)` lies in the allocation, and
+        // `&mut self` makes this the only access to it.
+        unsafe { UninitSlice::from_raw_parts_mut(self.buf.as_mut_ptr().add(self.filled), left) }
+    }
 }
 
 /// Runs one validated request and returns its reply with what it still holds of the
