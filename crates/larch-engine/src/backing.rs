@@ -414,6 +414,12 @@ impl BackingStore {
             .is_some_and(|vol| vol.discards_log_record(txg))
     }
 
+    /// The TXG up to which this volume's log records are dropped at every replay (0 for a
+    /// file): TXG numbers must stay above it.
+    pub fn log_discard_through(&self) -> u64 {
+        self.object().map_or(0, |vol| vol.log_discard_through())
+    }
+
     /// Records durably that this volume's log records up to `txg` were dropped (see
     /// [`larch_object::ObjectVolume::note_log_discarded`]); nothing for a file.
     pub fn note_log_discarded(&self, txg: u64) -> io::Result<()> {

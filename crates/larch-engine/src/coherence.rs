@@ -36,17 +36,19 @@
 //!    rebuilt device writes, so a log emptied by step 2 comes back only with those
 //!    tombstones in it. The restored entries are indexed, the tombstones queued and the
 //!    writer installed under one hold of the gate, so a write is either seen by the
-//!    rebuild or finds the copy in the index. An intent-log replay marks the blocks it
-//!    rewrote as written (their tombstones may never have been durable), and the log
-//!    keeps those records until every rebuild has ended, so a crash during the rebuild
-//!    replays and marks them again.
+//!    rebuild or finds the copy in the index. An intent-log replay that applied records
+//!    counts as writes before any rebuild (rule 5): no device is rebuilt in that run. (The
+//!    log does not keep a synced TXG's records for a rebuild: replayed again after a
+//!    crash, they would overwrite newer bytes, acknowledged ones too; a review found
+//!    that.)
 //! 4. When a device's tombstones cannot be made durable, the device is faulted and its
 //!    log emptied. If even that fails, the pool records in its state directory that the
 //!    device's log is not to be trusted ([`Coherence::set_distrust_sink`]) and the next
 //!    open formats the device instead of rebuilding it; if that fails too, the TXG fails
 //!    (its volumes get EIO) rather than write the backing stores.
-//! 5. A cache device added at runtime after any write is formatted, never rebuilt: its
-//!    log could hold copies those writes superseded without tombstones. So is one that a
+//! 5. A cache device added after any write (at runtime, or at open after an intent-log
+//!    replay that applied records) is formatted, never rebuilt: its log could hold copies
+//!    those writes superseded without tombstones. So is one that a
 //!    start could not open (missing, unreadable): the pool records it before serving
 //!    (rule 4's record), and formats it when it is back, provided its header is this
 //!    pool's device's (anything else at its path is left alone).
@@ -186,11 +188,6 @@ impl Coherence {
         }
     }
 
-    /// A replay rewrote `key` on its backing store before the rebuilds began (rule 3).
-    pub(crate) fn note_replayed(&self, key: BlockKey) {
-        self.rebuild_written.lock().insert(key);
-    }
-
     /// Whether any write was accepted since start (rule 5).
     pub(crate) fn writes_seen(&self) -> bool {
         self.writes_seen.load(Ordering::Acquire)
@@ -219,11 +216,6 @@ impl Coherence {
         if self.rebuilds.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.rebuild_written.lock().clear();
         }
-    }
-
-    /// Whether a rebuild is still running.
-    pub(crate) fn rebuilding(&self) -> bool {
-        self.rebuilds.load(Ordering::Acquire) > 0
     }
 
     /// The blocks written (or replayed) since the rebuilds began.

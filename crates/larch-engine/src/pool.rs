@@ -476,12 +476,17 @@ pub const COMMITTED_TXG_FILE: &str = "committed-txg";
 
 fn read_committed_txg(state_dir: &Path) -> io::Result<u64> {
     match fs::read_to_string(state_dir.join(COMMITTED_TXG_FILE)) {
-        Ok(text) => text.trim().parse().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{COMMITTED_TXG_FILE}: {text:?} is not a TXG number"),
-            )
-        }),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&txg| txg <= larch_format::zil::ZIL_COUNTER_MAX)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{COMMITTED_TXG_FILE}: {text:?} is not a TXG number"),
+                )
+            }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(e),
     }
@@ -586,8 +591,8 @@ impl Pool {
         }
         // The pool's own record of the committed TXG (written when the log device cannot
         // record it), then the intent log, replayed before anything is served or any
-        // cache device is rebuilt (its replayed blocks' copies are tombstoned by the
-        // rebuild).
+        // cache device is added (after a replay that applied records, they are formatted:
+        // their copies of the replayed blocks may be older).
         let floor = read_committed_txg(state_dir)?;
         let sink_dir = state_dir.to_path_buf();
         engine.set_committed_txg_sink(

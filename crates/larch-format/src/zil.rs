@@ -435,6 +435,9 @@ impl ZilHeaderPhys {
         if h.tail_pos > ZIL_COUNTER_MAX {
             return Err(bad(w, "tail_pos", h.tail_pos));
         }
+        if h.committed_txg > ZIL_COUNTER_MAX {
+            return Err(bad(w, "committed_txg", h.committed_txg));
+        }
         Ok(h)
     }
 }
@@ -541,6 +544,9 @@ impl ZilBlockPhys {
         }
         if b.epoch == 0 {
             return Err(bad(w, "epoch", 0));
+        }
+        if b.committed_txg > ZIL_COUNTER_MAX {
+            return Err(bad(w, "committed_txg", b.committed_txg));
         }
         Ok(b)
     }
@@ -681,11 +687,19 @@ impl ZilRecordPhys {
         if length > ZIL_RECORD_MAX_DATA_BYTES {
             return Err(bad(w, "length", u64::from(length)));
         }
+        let txg = get(buf, record::TXG);
+        if txg == 0 || txg > ZIL_COUNTER_MAX {
+            return Err(bad(w, "txg", txg));
+        }
+        let offset_bytes = get(buf, record::OFFSET_BYTES);
+        if offset_bytes > ZIL_COUNTER_MAX {
+            return Err(bad(w, "offset_bytes", offset_bytes));
+        }
         Ok(Self {
             kind,
-            txg: get(buf, record::TXG),
+            txg,
             volume_id: get(buf, record::VOLUME_ID),
-            offset_bytes: get(buf, record::OFFSET_BYTES),
+            offset_bytes,
             length,
             data_checksum: get(buf, record::DATA_CHECKSUM),
         })

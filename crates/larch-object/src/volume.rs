@@ -422,6 +422,11 @@ impl ObjectVolume {
         self.discard_log || txg <= self.local.lock().expect("local lock").log_discard_through
     }
 
+    /// The TXG up to which this node's log records of the volume are never replayed.
+    pub fn log_discard_through(&self) -> u64 {
+        self.local.lock().expect("local lock").log_discard_through
+    }
+
     /// Records, durably and before anything else can commit, that the intent log's records
     /// of this volume up to `txg` were dropped, so that no later run replays them (the log
     /// keeps them until a later TXG commits, and this node's next commit makes the volume

@@ -319,6 +319,24 @@ impl<D: BlockDevice> LogDevice<D> {
     /// header damaged in both slots, a resized device. An I/O error fails the open
     /// rather than ending the replay early.
     pub fn open(dev: D, pool_guid: u64) -> Result<(Self, Replay), LogError> {
+        Self::open_checked(dev, pool_guid, None)
+    }
+
+    /// [`LogDevice::open`], refusing (before writing anything) a device whose header
+    /// names another device guid than `device_guid`.
+    pub fn open_device(
+        dev: D,
+        pool_guid: u64,
+        device_guid: u64,
+    ) -> Result<(Self, Replay), LogError> {
+        Self::open_checked(dev, pool_guid, Some(device_guid))
+    }
+
+    fn open_checked(
+        dev: D,
+        pool_guid: u64,
+        device_guid: Option<u64>,
+    ) -> Result<(Self, Replay), LogError> {
         let slots = walk::read_slots(&dev)?;
         let chosen = walk::choose_header(&slots)?;
         let found = chosen.header;
@@ -326,6 +344,14 @@ impl<D: BlockDevice> LogDevice<D> {
             return Err(LogError::ForeignPool {
                 expected: pool_guid,
                 found: found.pool_guid,
+            });
+        }
+        if let Some(expected) = device_guid
+            && found.device_guid != expected
+        {
+            return Err(LogError::ForeignDevice {
+                expected,
+                found: found.device_guid,
             });
         }
         let geometry = walk::check_geometry(&found, dev.len_bytes())?;

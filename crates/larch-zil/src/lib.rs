@@ -217,6 +217,14 @@ pub enum LogError {
         /// The pool named by the device.
         found: u64,
     },
+    /// The log device is another device of the pool than the one expected.
+    #[error("log device guid {found:#018x}, the pool expects {expected:#018x}")]
+    ForeignDevice {
+        /// The device guid the pool expects.
+        expected: u64,
+        /// The device guid the header names.
+        found: u64,
+    },
     /// A header slot holds a log header of a format version this build does not read.
     #[error("log device format version {found} is not supported (this build reads {ZIL_VERSION})")]
     UnsupportedVersion {

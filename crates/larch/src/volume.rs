@@ -83,6 +83,9 @@ pub enum VolumeCommand {
         state_dir: PathBuf,
     },
     /// Remove a volume from the pool (its backing data is left alone).
+    ///
+    /// Refused while the pool is served, and while its log device holds acknowledged
+    /// writes not yet replayed (after a crash): start and stop the pool once first.
     Remove {
         /// The volume's name.
         name: String,
@@ -224,11 +227,45 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             if config.volumes.len() == before {
                 bail!("the pool has no volume {name}");
             }
+            // Not while the pool is served (its log may take records of the volume), and
+            // not while the log holds writes a restart must replay: a replay that finds
+            // records of a volume the pool no longer has cannot put them anywhere.
+            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
+            for log in &config.log_devices {
+                let path = if log.path.is_absolute() {
+                    log.path.clone()
+                } else {
+                    state_dir.join(&log.path)
+                };
+                let pending = unreplayed_log_records(&path);
+                if pending > 0 {
+                    bail!(
+                        "the log device {} holds {pending} acknowledged writes not yet \
+                         replayed (the pool was not stopped cleanly): start the pool once \
+                         (`larch serve`, then stop it) so they reach their volumes, then \
+                         remove {name}",
+                        path.display()
+                    );
+                }
+            }
             save(&config, &state_dir)?;
             println!("removed volume {name} (its data is untouched)");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records a log device holds for the next replay (0 when it cannot be read: then the
+/// next `larch serve` stops on the log device anyway, whatever the volumes are).
+fn unreplayed_log_records(path: &std::path::Path) -> u64 {
+    let options = larch_io::FileOptions {
+        read_only: true,
+        ..larch_io::FileOptions::default()
+    };
+    larch_io::FileDevice::open(path, &options)
+        .ok()
+        .and_then(|dev| larch_zil::describe(&dev).ok())
+        .map_or(0, |log| log.records_to_replay)
 }
 
 /// Creates the object-store volume at `url`, or adopts the one there: returns its size,

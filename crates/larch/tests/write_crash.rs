@@ -173,3 +173,58 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
         "no write became durable in any round: the test checked nothing"
     );
 }
+
+/// `larch volume remove` refuses while the pool is served, and while the log device holds
+/// acknowledged writes a restart must replay (after a kill -9): a replay that finds
+/// records of a volume the pool no longer has cannot put them anywhere, and the pool
+/// would not open (a reviewer's finding). After a clean start and stop it succeeds.
+#[test]
+fn a_volume_cannot_be_removed_while_the_log_holds_its_writes() {
+    let state = scratch("volume-remove-log");
+    make_pool(&state, true, "4K");
+    let dir = state.to_str().expect("utf-8");
+    // TXGs that do not sync on their own: the FUA writes stay in the log only.
+    run_ok(&["set", "--state-dir", dir, "zfs_txg_timeout=600"]);
+    let remove = || {
+        common::larch()
+            .args(["volume", "remove", "vol0", "--state-dir", dir])
+            .output()
+            .expect("run larch")
+    };
+    let daemon = Daemon::start(&state, "off");
+    let out = remove();
+    assert!(!out.status.success(), "removed while served");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("open in another process"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let write = Command::new(PYTHON)
+        .arg("-c")
+        .arg(
+            "import nbd, sys\n\
+             h = nbd.NBD()\n\
+             h.connect_uri(sys.argv[1])\n\
+             for i in range(8):\n    h.pwrite(bytes([i + 1]) * 4096, i * 4096, nbd.CMD_FLAG_FUA)\n\
+             h.shutdown()\n",
+        )
+        .arg(daemon.uri())
+        .status()
+        .expect("run python3");
+    assert!(write.success(), "FUA writes failed");
+    daemon.kill9();
+    let out = remove();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "removed with unreplayed log records");
+    assert!(stderr.contains("not yet replayed"), "{stderr}");
+    // A clean start (replay) and stop, then the removal goes through.
+    let daemon = Daemon::start(&state, "off");
+    assert!(daemon.stop().success());
+    let out = remove();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -198,31 +198,44 @@ impl Engine {
         true
     }
 
-    /// Step 3 of a TXG sync: the log may forget `txg`, unless a rebuild still has to
-    /// tombstone copies of blocks that replay rewrote (see [`crate::coherence`], rule 3).
-    /// A volume whose store failed does not hold the TXG back: replaying its records later
-    /// would also replay the other volumes' records over their newer bytes (that volume is
-    /// failed: its writes and FLUSHes get EIO from now on).
+    /// Step 3 of a TXG sync: the log may forget `txg`. A volume whose store failed does
+    /// not hold the TXG back: replaying its records later would also replay the other
+    /// volumes' records over their newer bytes (that volume is failed: its writes and
+    /// FLUSHes get EIO from now on).
+    ///
+    /// The log never keeps a synced TXG's records for a later replay: a replay would put
+    /// them over whatever later TXGs wrote to the same blocks, acknowledged or not. (A
+    /// replay that applied records is followed by no cache-device rebuild in that run, so
+    /// no rebuild needs them: the devices are formatted, [`crate::coherence`] rule 5.)
     pub(super) fn txg_committed(&self, txg: u64) {
-        if self.coherence.rebuilding() {
+        let Some(log) = self.log_device() else {
             return;
-        }
-        if let Some(log) = self.log_device()
-            && let Err(err) = log.device.txg_committed(txg)
-        {
-            // The log cannot record it (failed, poisoned): the pool must, or a restart
-            // would replay these records over newer bytes.
-            log.fail(format!("log header update failed: {err}"));
-            if let Err(why) = self.record_committed_elsewhere(txg) {
-                eprintln!("larch: {why}");
+        };
+        let Err(err) = log.device.txg_committed(txg) else {
+            return;
+        };
+        // The log cannot record it (failed, poisoned): the pool must, or a restart
+        // would replay these records over newer bytes.
+        log.fail(format!("log header update failed: {err}"));
+        if let Err(why) = self.record_committed_elsewhere(txg) {
+            // Recorded nowhere: a restart replays this TXG's records, which is harmless
+            // only while nothing newer reaches the stores. Every volume fails (its writes
+            // and FLUSHes get EIO from now on), as a TXG whose tombstones cannot be made
+            // durable does (rule 4): this TXG's bytes are on the stores already.
+            let why = format!("the committed TXG {txg} could not be recorded: {why}");
+            eprintln!("larch: {why}");
+            for vol in self.volumes.all() {
+                vol.fail(&why);
             }
         }
     }
 
     /// Attaches the pool's log device. `create` formats it; otherwise its log is replayed
     /// first: every record newer than the last committed TXG is written to its volume's
-    /// backing store (which is then flushed), its blocks' cache-device copies are
-    /// tombstoned by the rebuild that follows, and TXG numbers continue after the log's.
+    /// backing store (which is then flushed), the cache devices added after a replay that
+    /// applied records are formatted rather than rebuilt (their copies of the replayed
+    /// blocks may be older; [`crate::coherence`] rule 5), and TXG numbers continue after
+    /// the log's.
     /// Call it after the volumes are registered and before cache devices are added.
     /// Returns the records replayed.
     pub fn attach_log(
@@ -253,14 +266,8 @@ impl Engine {
                 larch_zil::LogDevice::create(dev, pool_guid, device_guid).map_err(|e| named(&e))?;
             (device, 0)
         } else {
-            let (device, replay) =
-                larch_zil::LogDevice::open(dev, pool_guid).map_err(|e| named(&e))?;
-            if device.device_guid() != device_guid {
-                return Err(named(&format!(
-                    "log device guid {:#x}, the pool expects {device_guid:#x}",
-                    device.device_guid()
-                )));
-            }
+            let (device, replay) = larch_zil::LogDevice::open_device(dev, pool_guid, device_guid)
+                .map_err(|e| named(&e))?;
             let replayed = self.replay_log(&replay)?;
             let next = replay
                 .committed_txg
@@ -293,10 +300,18 @@ impl Engine {
 
     /// The committed TXG the pool recorded outside the log device (its state directory),
     /// and where to record later ones when the log device cannot take them (a failed or
-    /// removed log). Call before [`Engine::attach_log`]: replay skips records of TXGs up to
-    /// the floor, which the backing stores hold (possibly with newer data on top).
+    /// removed log). Call after the volumes are registered and before
+    /// [`Engine::attach_log`]: replay skips records of TXGs up to the floor, which the
+    /// backing stores hold (possibly with newer data on top).
     pub fn set_committed_txg_sink(&self, floor: u64, sink: CommittedSink) {
         self.committed.floor.store(floor, Ordering::Release);
+        // TXG numbers continue above the floor, and above every object volume's discarded
+        // records, whatever log device is attached later (a blank one, or none): a record
+        // numbered at or below either would be skipped by the next replay.
+        let above = (self.volumes.all().iter())
+            .map(|v| v.backing.log_discard_through())
+            .fold(floor, u64::max);
+        self.txg.start_at(above.saturating_add(1));
         *self.committed.sink.lock() = Some(sink);
     }
 
@@ -339,20 +354,16 @@ impl Engine {
                 continue;
             }
             applied += 1;
-            let end = record.offset_bytes + record.data.len() as u64;
-            if end > vol.backing.size_bytes() {
+            let end = record.offset_bytes.checked_add(record.data.len() as u64);
+            if end.is_none_or(|end| end > vol.backing.size_bytes()) {
                 return Err(io::Error::other(format!(
-                    "an intent-log record of volume {:#x} ends at {end}, past its size",
-                    record.volume_id
+                    "an intent-log record of volume {:#x} ({} bytes at {}) ends past its size",
+                    record.volume_id,
+                    record.data.len(),
+                    record.offset_bytes
                 )));
             }
             vol.backing.write_at(&record.data, record.offset_bytes)?;
-            if !record.data.is_empty() {
-                let block_bytes = u64::from(vol.info.block_bytes);
-                for block in record.offset_bytes / block_bytes..=(end - 1) / block_bytes {
-                    self.coherence.note_replayed(vol.info.key(block));
-                }
-            }
             touched.insert(record.volume_id, vol);
         }
         for vol in touched.values() {
@@ -382,9 +393,6 @@ impl Engine {
         log.draining.store(true, Ordering::Release);
         let txg = self.txg.lock().open_txg;
         let _ = self.wait_synced_quiet(txg);
-        while self.coherence.rebuilding() && !self.is_shutting_down() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
         let synced = self.txg.lock().synced_txg;
         if let Err(err) = log.device.txg_committed(synced) {
             log.fail(format!("log header update at removal failed: {err}"));

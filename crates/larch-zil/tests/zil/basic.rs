@@ -478,6 +478,16 @@ fn open_refuses_devices_that_are_not_this_pools_log() {
         }
         other => panic!("expected ForeignPool, got {other}"),
     }
+    // Another device of the same pool: refused before anything is written to it.
+    let before = dev.snapshot();
+    match LogDevice::open_device(dev.clone(), POOL + 1, DEV + 1) {
+        Err(LogError::ForeignDevice { expected, found }) => {
+            assert_eq!((expected, found), (DEV + 1, DEV));
+        }
+        Err(other) => panic!("expected ForeignDevice, got {other}"),
+        Ok(_) => panic!("another device's log was opened"),
+    }
+    assert!(dev.snapshot() == before, "the refused device was written");
     // A larger device than the header describes is refused, not misread.
     let mut image = dev.snapshot();
     image.extend_from_slice(&[0; 8192]);
