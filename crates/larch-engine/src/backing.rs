@@ -439,11 +439,10 @@ impl BackingStore {
         let total: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
         match &self.media {
             Media::Object(vol) => {
-                self.stats
-                    .writes
-                    .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+                let count = blocks.len() as u64;
+                vol.stage_blocks(blocks)?;
+                self.stats.writes.fetch_add(count, Ordering::Relaxed);
                 self.stats.write_bytes.fetch_add(total, Ordering::Relaxed);
-                vol.stage_blocks(blocks);
             }
             _ => {
                 for (block, data) in &blocks {

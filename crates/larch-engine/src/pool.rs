@@ -163,6 +163,9 @@ fn open_object_backing(
     });
     let options = larch_object::Options {
         lease: settings.lease(),
+        // The engine reads and writes the volume in its volblocksize: a root that says
+        // otherwise (a pool.json edited, or another volume at that address) is refused.
+        block_bytes: Some(v.volblocksize),
         ..larch_object::Options::default()
     };
     let vol = larch_object::ObjectVolume::open(

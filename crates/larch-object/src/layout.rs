@@ -35,8 +35,20 @@ pub const TRAILER_BYTES: usize = 40;
 /// Largest volume accepted (1 PiB).
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 
-/// Largest root or map page accepted (a root names at most a few thousand pages).
+/// Largest root or map page body accepted (a root names at most a few thousand pages).
 const MAX_ENVELOPE_BODY: u64 = 64 << 20;
+
+/// Largest root object accepted, header included: a reader refuses a larger one before
+/// reading its body.
+pub const MAX_ROOT_BYTES: u64 = ENVELOPE_HEADER as u64 + MAX_ENVELOPE_BODY;
+
+/// Bytes of a map page object (header and [`PAGE_OBJECTS`] 16-byte entries): a reader
+/// refuses an object of another size before reading its body.
+pub const PAGE_BYTES: u64 = ENVELOPE_HEADER as u64 + PAGE_OBJECTS * 16;
+
+/// Largest data object accepted, counting its blocks without their trailers (what
+/// `--object-size` sets): one PUT each, and a commit holds a few dozen in memory.
+pub const MAX_OBJECT_BYTES: u64 = 64 << 20;
 
 const ENVELOPE_MAGIC: [u8; 8] = *b"LARCHOBJ";
 const ENVELOPE_VERSION: u32 = 1;
@@ -217,9 +229,12 @@ impl Root {
         if !(512..=(1 << 20)).contains(&self.block_bytes) || !self.block_bytes.is_power_of_two() {
             return Err(format!("block size {} is not allowed", self.block_bytes));
         }
-        if self.object_blocks == 0 || u64::from(self.object_blocks) * self.record_bytes() > 1 << 30
-        {
-            return Err(format!("{} blocks per object", self.object_blocks));
+        let object_bytes = u64::from(self.object_blocks) * u64::from(self.block_bytes);
+        if self.object_blocks == 0 || object_bytes > MAX_OBJECT_BYTES {
+            return Err(format!(
+                "{} blocks per object ({object_bytes} bytes, at most {MAX_OBJECT_BYTES})",
+                self.object_blocks
+            ));
         }
         if self.size_bytes == 0 || self.size_bytes > MAX_VOLUME_BYTES {
             return Err(format!(
@@ -227,6 +242,8 @@ impl Root {
                 self.size_bytes
             ));
         }
+        // Pages in range and strictly ascending: a root names at most the pages the
+        // volume's size needs, so the map it loads is bounded by the size too.
         let pages = self.objects().div_ceil(PAGE_OBJECTS);
         if self
             .pages
@@ -260,6 +277,28 @@ impl Root {
     pub fn blocks_of(&self, object: u64) -> std::ops::Range<u64> {
         let first = object * u64::from(self.object_blocks);
         first..(first + u64::from(self.object_blocks)).min(self.blocks())
+    }
+
+    /// Bytes of data object `object` on the store (its records, trailers included).
+    pub fn object_bytes(&self, object: u64) -> u64 {
+        let blocks = self.blocks_of(object);
+        (blocks.end - blocks.start) * self.record_bytes()
+    }
+
+    /// Bytes of block `block` that lie inside the volume: the block size, less for a
+    /// short last block (0 past the end).
+    pub fn block_len(&self, block: u64) -> u64 {
+        let bs = u64::from(self.block_bytes);
+        self.size_bytes
+            .saturating_sub(block.saturating_mul(bs))
+            .min(bs)
+    }
+
+    /// Whether `len` bytes are what a writer may give for block `block`: a whole block, or
+    /// for a short last block just its bytes inside the volume (the rest is zeros).
+    pub fn block_len_fits(&self, block: u64, len: usize) -> bool {
+        let inside = self.block_len(block);
+        inside > 0 && (len as u64 == u64::from(self.block_bytes) || len as u64 == inside)
     }
 }
 
@@ -381,31 +420,44 @@ fn record_checksum(data: &[u8], head: &[u8]) -> u64 {
     hasher.digest()
 }
 
-/// Builds the bytes of a data object: for each block of `blocks` (in order, each a whole
-/// block of `block_bytes`; a short last block is padded with zeros) its record, sealed
-/// for `volume` and commit `seq`.
+/// Builds the bytes of a data object of the volume `root` describes: for each block of
+/// `blocks` (in order) its record, sealed for the volume and commit `seq`. Each block must
+/// be whole, except that a short last block may be just its bytes inside the volume (then
+/// padded with zeros); a block of any other length, or past the volume's end, is an error:
+/// padding or cutting it would store bytes no one wrote.
 pub fn build_object<'a>(
     blocks: impl Iterator<Item = (u64, &'a [u8])>,
-    block_bytes: usize,
-    volume: u64,
+    root: &Root,
     seq: u64,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, LayoutError> {
+    let block_bytes = root.block_bytes as usize;
     let mut out = Vec::new();
     for (block, data) in blocks {
+        if !root.block_len_fits(block, data.len()) {
+            return Err(LayoutError::Record {
+                block,
+                why: format!(
+                    "{} bytes given, the volume's blocks are {block_bytes} ({} inside the \
+                     volume)",
+                    data.len(),
+                    root.block_len(block)
+                ),
+            });
+        }
         let start = out.len();
-        out.extend_from_slice(&data[..data.len().min(block_bytes)]);
+        out.extend_from_slice(data);
         out.resize(start + block_bytes, 0);
         let mut head = [0u8; 32];
         head[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
         head[4..6].copy_from_slice(&RECORD_VERSION.to_le_bytes());
-        head[8..16].copy_from_slice(&volume.to_le_bytes());
+        head[8..16].copy_from_slice(&root.volume.to_le_bytes());
         head[16..24].copy_from_slice(&block.to_le_bytes());
         head[24..32].copy_from_slice(&seq.to_le_bytes());
         let sum = record_checksum(&out[start..start + block_bytes], &head);
         out.extend_from_slice(&head);
         out.extend_from_slice(&sum.to_le_bytes());
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -454,9 +506,11 @@ mod tests {
 
     #[test]
     fn records_verify_only_as_what_the_map_says() {
+        // Block 11 is the volume's last, 100 bytes of it inside the volume.
+        let root = Root::new(5, 11 * 4096 + 100, 4096, 128);
         let a = vec![1u8; 4096];
         let short = [2u8; 100];
-        let obj = build_object([(10, &a[..]), (11, &short[..])].into_iter(), 4096, 5, 3);
+        let obj = build_object([(10, &a[..]), (11, &short[..])].into_iter(), &root, 3).unwrap();
         let rec = 4096 + TRAILER_BYTES;
         assert_eq!(obj.len(), 2 * rec);
         assert_eq!(verify_record(&obj[..rec], 4096, 5, 10, 3).unwrap(), &a[..]);
@@ -472,6 +526,49 @@ mod tests {
         let err = verify_record(&flipped, 4096, 5, 10, 3).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         assert!(verify_record(&obj[..rec - 1], 4096, 5, 10, 3).is_err());
+    }
+
+    #[test]
+    fn blocks_of_another_size_are_refused_not_padded() {
+        let root = Root::new(5, 11 * 4096 + 100, 4096, 128);
+        let build = |block: u64, len: usize| {
+            let data = vec![1u8; len];
+            build_object([(block, &data[..])].into_iter(), &root, 3)
+        };
+        assert!(build(10, 4096).is_ok() && build(11, 4096).is_ok() && build(11, 100).is_ok());
+        // A block of another volume's block size, cut or padded, would be stored as bytes
+        // no one wrote.
+        for (block, len) in [(10, 8192), (10, 2048), (10, 100), (11, 99), (11, 8192)] {
+            let err = build(block, len)
+                .err()
+                .unwrap_or_else(|| panic!("block {block}: {len} bytes accepted"));
+            assert!(
+                err.to_string().contains(&format!("{len} bytes given")),
+                "{block}/{len}: {err}"
+            );
+        }
+        // Past the end.
+        assert!(build(12, 4096).is_err());
+    }
+
+    #[test]
+    fn objects_over_64_mib_are_refused() {
+        let largest = Root::new(7, 1 << 40, 4096, (MAX_OBJECT_BYTES / 4096) as u32);
+        assert_eq!(Root::decode(&largest.encode()).unwrap(), largest);
+        let larger = Root::new(7, 1 << 40, 4096, (MAX_OBJECT_BYTES / 4096) as u32 + 1);
+        let err = Root::decode(&larger.encode()).unwrap_err();
+        assert!(err.to_string().contains("blocks per object"), "{err}");
+        // A root naming more pages than its size needs (here one) is refused as well.
+        let mut crowded = Root::new(7, 1 << 30, 4096, 256);
+        let page = |page| PageRef {
+            page,
+            version: Version { seq: 1, token: 1 },
+            checksum: 0,
+        };
+        crowded.pages = vec![page(0), page(1)];
+        assert!(Root::decode(&crowded.encode()).is_err());
+        crowded.pages = vec![page(0), page(0)];
+        assert!(Root::decode(&crowded.encode()).is_err());
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! is written conditionally (`If-Match`) — the one atomic step, so a crash at any point
 //! leaves the previous commit or this one, never a mix. The root also holds the **lease**
 //! (owner, fencing token, end): one node writes a volume at a time, and a node whose lease
-//! another took finds out at its next root write (the precondition fails) and stops.
+//! another took finds out at its next root write (the write fails, and the root it reads
+//! back carries another node's token) and stops.
 //!
 //! The design, its failure cases and its costs: `docs/object-store.md`.
 

@@ -21,7 +21,8 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjPath;
 use object_store::{
-    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult, UpdateVersion,
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult,
+    UpdateVersion,
 };
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,9 @@ pub struct Options {
     pub skew: Duration,
     /// Objects uploaded (or read for a read-modify-write) at once during a commit.
     pub uploads: usize,
+    /// The block size the caller reads and writes in (the engine's `volblocksize`): a
+    /// volume whose root says otherwise is refused at open. `None`: the root's.
+    pub block_bytes: Option<u32>,
 }
 
 impl Default for Options {
@@ -45,6 +49,7 @@ impl Default for Options {
             lease: Duration::from_secs(60),
             skew: Duration::from_secs(5),
             uploads: 16,
+            block_bytes: None,
         }
     }
 }
@@ -63,6 +68,11 @@ pub struct LocalState {
     /// this run or any later one, however the log keeps them.
     #[serde(default)]
     pub log_discard_through: u64,
+    /// The token of the last run that was about to commit, recorded before its first root
+    /// write that commits: a commit by this token is this node's own even when the run
+    /// died before it could record `token` (0: none).
+    #[serde(default)]
+    pub pending_token: u64,
 }
 
 /// Where a volume writes its [`LocalState`] after each commit (durably: it decides what a
@@ -109,6 +119,25 @@ struct RootState {
     etag: UpdateVersion,
 }
 
+/// How a root write ended when it did not fail.
+enum RootWrite {
+    /// The root on the store is the one given.
+    Written,
+    /// The root on the store is another write of this run's whose answer was lost (a
+    /// renewal or a commit that landed after all): `state` and the map now follow it, and
+    /// the caller builds its write again on top of it.
+    Rebase,
+}
+
+/// What a commit that reached the store superseded.
+struct Committed {
+    seq: u64,
+    /// The data objects it wrote, each with the version it replaced.
+    old: Vec<(u64, Version)>,
+    /// The map pages it replaced.
+    superseded_pages: Vec<layout::PageRef>,
+}
+
 /// The map of data objects to the commits that wrote them, page by page (pages never
 /// written are absent: their objects read as zeros). Memory grows with the pages written,
 /// not with the volume's size.
@@ -143,8 +172,14 @@ pub struct ObjectVolume {
     node: String,
     token: u64,
     options: Options,
+    /// The sequence number the next commit attempt takes. It only goes up, even when an
+    /// attempt fails: a failed root write may have landed (or its PUTs may land late), so
+    /// no name an attempt used is ever written again. Its lock makes commits one at a
+    /// time, so that `state` is locked only around root writes and renewals go on while
+    /// a commit uploads.
+    next_seq: Mutex<u64>,
     state: Mutex<RootState>,
-    /// The last commit, readable while a commit holds `state` (reports read it).
+    /// The last commit, readable without `state` (reports read it).
     committed_seq: AtomicU64,
     map: RwLock<Map>,
     staged: Mutex<BTreeMap<u64, Bytes>>,
@@ -164,6 +199,8 @@ pub struct ObjectVolume {
     local: Mutex<LocalState>,
     /// Deletions running in the background (a clean stop waits for them).
     cleanups: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// This run no longer writes the volume (released, lost to another node, or dropped):
+    /// the renewals and the collection of garbage stop.
     stop: Arc<AtomicBool>,
     /// The counters.
     pub stats: Arc<ObjectStats>,
@@ -247,6 +284,48 @@ async fn put_if_match(
     }
 }
 
+/// Why [`get_whole`] did not return an object.
+enum WholeGetError {
+    /// The store's error.
+    Store(object_store::Error),
+    /// The object's size (from the reply's headers) is not one the reader accepts.
+    Size(u64),
+}
+
+impl WholeGetError {
+    /// The error to report for object `what`, `expected` saying what size was accepted.
+    fn into_io(self, what: &str, expected: &str) -> io::Error {
+        match self {
+            WholeGetError::Store(err) => store_error(what, err),
+            WholeGetError::Size(size) => io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{what}: {size} bytes, expected {expected} (not read)"),
+            ),
+        }
+    }
+}
+
+/// Reads the object at `path` whole if its size is in `sizes`. The size comes with the
+/// reply's headers, so an object of another size is refused before its body is read: a
+/// damaged or hostile store cannot make this node buffer more than a valid object.
+async fn get_whole(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjPath,
+    sizes: std::ops::RangeInclusive<u64>,
+) -> Result<(Bytes, ObjectMeta), WholeGetError> {
+    let result = store.get(path).await.map_err(WholeGetError::Store)?;
+    if !sizes.contains(&result.meta.size) {
+        return Err(WholeGetError::Size(result.meta.size));
+    }
+    let meta = result.meta.clone();
+    let bytes = result.bytes().await.map_err(WholeGetError::Store)?;
+    // A body longer or shorter than its headers said is refused as well.
+    if bytes.len() as u64 != meta.size {
+        return Err(WholeGetError::Size(bytes.len() as u64));
+    }
+    Ok((bytes, meta))
+}
+
 /// Reads the root under `prefix`: `None` when there is none.
 fn read_root(
     handle: &tokio::runtime::Handle,
@@ -257,18 +336,15 @@ fn read_root(
     let store = Arc::clone(store);
     let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));
     let got = run_on(handle, async move {
-        let result = store.get(&path).await?;
-        let meta = result.meta.clone();
-        let bytes = result.bytes().await?;
-        Ok::<_, object_store::Error>((bytes, meta))
+        get_whole(&store, &path, 0..=layout::MAX_ROOT_BYTES).await
     });
     let (bytes, meta) = match got {
         Ok(found) => found,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(WholeGetError::Store(object_store::Error::NotFound { .. })) => return Ok(None),
         Err(err) => {
-            return Err(store_error(
+            return Err(err.into_io(
                 &format!("{display}: reading {}", layout::ROOT_NAME),
-                err,
+                &format!("at most {}", layout::MAX_ROOT_BYTES),
             ));
         }
     };
@@ -332,8 +408,9 @@ pub fn create(
 
 impl ObjectVolume {
     /// Opens the volume under `prefix` for node `node`: reads its root and map, takes the
-    /// lease (refused while another node holds a live one), and starts renewing it.
-    /// `local` is what this node recorded about the volume last time.
+    /// lease (refused while another node holds a live one, or when the root's block size
+    /// is not `options.block_bytes`), and starts renewing it. `local` is what this node
+    /// recorded about the volume last time.
     pub fn open(
         store: Arc<dyn ObjectStore>,
         prefix: &str,
@@ -353,8 +430,16 @@ impl ObjectVolume {
         let (root, etag, started) = acquire(&handle, &store, &prefix, display, node, options)?;
         let token = root.lease.token;
         // Caches and log of this node are trustworthy only if no other node committed
-        // since this node's last run that committed.
-        let foreign = root.commit_seq > 0 && root.committed_by != local.token;
+        // since this node's last run that committed. That run is known by the token it
+        // recorded after its last commit or, when it died between a commit's root write
+        // and that record, by the token it recorded as pending before.
+        let own = root.committed_by == local.token || root.committed_by == local.pending_token;
+        let foreign = root.commit_seq > 0 && !own;
+        let mut local = local;
+        if root.commit_seq > 0 && own {
+            local.token = root.committed_by;
+            local.seen_seq = local.seen_seq.max(root.commit_seq);
+        }
         let map = load_map(&handle, &store, &prefix, display, &root)?;
         let volume = Arc::new(ObjectVolume {
             store,
@@ -366,6 +451,7 @@ impl ObjectVolume {
             node: node.to_string(),
             token,
             options,
+            next_seq: Mutex::new(root.commit_seq + 1),
             committed_seq: AtomicU64::new(root.commit_seq),
             state: Mutex::new(RootState { root, etag }),
             map: RwLock::new(map),
@@ -594,8 +680,27 @@ impl ObjectVolume {
     }
 
     /// Stages whole blocks for the next commit (the last block of the volume may be
-    /// short). Reads see them at once; [`ObjectVolume::flush`] makes them durable.
-    pub fn stage_blocks(&self, blocks: impl IntoIterator<Item = (u64, Bytes)>) {
+    /// short). Reads see them at once; [`ObjectVolume::flush`] makes them durable. A block
+    /// of another length than the volume's blocks, or past its end, is refused (and then
+    /// none of `blocks` is staged): storing it would cut or pad bytes someone wrote.
+    pub fn stage_blocks(&self, blocks: impl IntoIterator<Item = (u64, Bytes)>) -> io::Result<()> {
+        let blocks: Vec<(u64, Bytes)> = blocks.into_iter().collect();
+        if let Some((block, data)) = blocks
+            .iter()
+            .find(|(block, data)| !self.geometry.block_len_fits(*block, data.len()))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: block {block}: {} bytes given, the volume's blocks are {} ({} of it \
+                     inside the volume)",
+                    self.display,
+                    data.len(),
+                    self.block_bytes(),
+                    self.geometry.block_len(*block)
+                ),
+            ));
+        }
         let mut staged = self.staged.lock().expect("staged lock");
         for (block, data) in blocks {
             let bytes = data.len() as u64;
@@ -606,6 +711,7 @@ impl ObjectVolume {
             }
             self.stats.staged_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Writes `data` at `offset` (any alignment): partial blocks are merged with their
@@ -623,7 +729,7 @@ impl ObjectVolume {
                 whole[from..to].copy_from_slice(src);
                 Bytes::from(whole)
             };
-            self.stage_blocks([(block, merged)]);
+            self.stage_blocks([(block, merged)])?;
         }
         Ok(())
     }
@@ -637,109 +743,29 @@ impl ObjectVolume {
         }
         self.check_usable()?;
         let started = Instant::now();
-        let mut state = self.state.lock().expect("state lock");
-        let seq = state.root.commit_seq + 1;
-        let version = Version {
-            seq,
-            token: self.token,
-        };
-        // 1. The data objects, each whole, in parallel (bounded).
-        let per_object = u64::from(self.geometry.object_blocks);
-        let mut objects: BTreeMap<u64, Vec<(u64, Bytes)>> = BTreeMap::new();
-        for (block, data) in &staged {
-            objects
-                .entry(block / per_object)
-                .or_default()
-                .push((*block, data.clone()));
-        }
-        let old: Vec<(u64, Version)> = {
-            let map = self.map.read().expect("map lock");
-            objects.keys().map(|&o| (o, map.get(o))).collect()
-        };
-        let uploads = objects.into_iter().zip(old.iter().map(|(_, v)| *v));
-        let jobs: Vec<_> = uploads
-            .map(|((object, blocks), previous)| {
-                self.upload_object(object, blocks, previous, version)
-            })
-            .collect();
-        let limit = self.options.uploads.max(1);
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(jobs)
-                .buffer_unordered(limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            // An object this node's map names may be gone because another node took the
-            // volume and committed: then that is the reason to give.
-            return Err(self.lost_to_another(&state).unwrap_or(err));
-        }
-        // 2. The map pages that changed, each a new object.
-        let mut pages: BTreeMap<u64, Vec<Version>> = BTreeMap::new();
-        {
-            let map = self.map.read().expect("map lock");
-            for &(object, _) in &old {
-                let page = object / PAGE_OBJECTS;
-                let entries = pages
-                    .entry(page)
-                    .or_insert_with(|| match map.pages.get(&page) {
-                        Some(entries) => entries.to_vec(),
-                        None => vec![Version::default(); PAGE_OBJECTS as usize],
-                    });
-                entries[(object % PAGE_OBJECTS) as usize] = version;
+        let mut next_seq = self.next_seq.lock().expect("next_seq lock");
+        self.save_pending_token()?;
+        // An attempt is built again when the root turns out to be a late write of this
+        // run's own; a few times in a row would mean the store keeps answering falsely.
+        let mut attempts = 0;
+        let done = loop {
+            attempts += 1;
+            if let Some(done) = self.commit(&staged, &mut next_seq)? {
+                break done;
             }
-        }
-        let mut refs = Vec::new();
-        let mut page_jobs = Vec::new();
-        for (&page, entries) in &pages {
-            let sealed = layout::encode_page(entries);
-            refs.push(layout::PageRef {
-                page,
-                version,
-                checksum: layout::page_checksum(&sealed),
-            });
-            page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
-        }
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(page_jobs)
-                .buffer_unordered(limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            return Err(self.lost_to_another(&state).unwrap_or(err));
-        }
-        // 3. The commit point: the root, conditional on the version this node last wrote.
-        let mut root = state.root.clone();
-        let superseded_pages: Vec<layout::PageRef> = root
-            .pages
-            .iter()
-            .filter(|p| pages.contains_key(&p.page))
-            .copied()
-            .collect();
-        root.pages.retain(|p| !pages.contains_key(&p.page));
-        root.pages.extend(refs);
-        root.pages.sort_unstable_by_key(|p| p.page);
-        root.commit_seq = seq;
-        root.committed_by = self.token;
-        root.committed_ms = now_ms();
-        let lease_started = Instant::now();
-        root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
-        self.write_root(&mut state, root)?;
-        self.committed_seq.store(seq, Ordering::Release);
-        *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
-        // Committed: the map, the local record, the staged blocks, the counters.
-        {
-            let mut map = self.map.write().expect("map lock");
-            for (page, entries) in pages {
-                map.pages.insert(page, entries.into_boxed_slice());
+            if attempts == 3 {
+                return Err(io::Error::other(format!(
+                    "{}: the root kept changing under this node's own commits",
+                    self.display
+                )));
             }
-        }
-        drop(state);
+        };
+        drop(next_seq);
+        // Committed: the local record, the staged blocks, the counters.
         {
             let mut local = self.local.lock().expect("local lock");
             local.token = self.token;
-            local.seen_seq = seq;
+            local.seen_seq = done.seq;
             (self.sink)(&local)?;
         }
         let mut committed = 0u64;
@@ -764,18 +790,169 @@ impl ObjectVolume {
         s.last_commit_us
             .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         // 4. What the commit superseded is garbage now.
-        let mut garbage: Vec<String> = old
+        let mut garbage: Vec<String> = done
+            .old
             .iter()
             .filter(|(_, v)| v.exists())
             .map(|&(o, v)| layout::data_name(o, v))
             .collect();
         garbage.extend(
-            superseded_pages
+            done.superseded_pages
                 .iter()
                 .map(|p| layout::page_name(p.page, p.version)),
         );
         self.delete_later(garbage);
         Ok(())
+    }
+
+    /// Records durably, before this run's first commit, that commits by this run's token
+    /// are this node's: a crash between a commit's root write and the record made after it
+    /// must not make the next run take its own commit for another node's (and drop its
+    /// intent log).
+    fn save_pending_token(&self) -> io::Result<()> {
+        let mut local = self.local.lock().expect("local lock");
+        if local.pending_token == self.token {
+            return Ok(());
+        }
+        let next = LocalState {
+            pending_token: self.token,
+            ..*local
+        };
+        (self.sink)(&next)?;
+        *local = next;
+        Ok(())
+    }
+
+    /// One attempt at committing `staged`, numbered from `next_seq`. `None`: the root
+    /// turned out to be another write of this run's (one whose answer was lost), which
+    /// `state` and the map now follow; the commit must be built again on top of it.
+    fn commit(
+        &self,
+        staged: &BTreeMap<u64, Bytes>,
+        next_seq: &mut u64,
+    ) -> io::Result<Option<Committed>> {
+        let per_object = u64::from(self.geometry.object_blocks);
+        let mut objects: BTreeMap<u64, Vec<(u64, Bytes)>> = BTreeMap::new();
+        for (block, data) in staged {
+            objects
+                .entry(block / per_object)
+                .or_default()
+                .push((*block, data.clone()));
+        }
+        // The base: the last commit, what the map says of the objects this commit writes,
+        // and the pages it changes, read together (a renewal that finds a late commit of
+        // this run's changes the root and the map under `state`).
+        let (base_seq, old, mut pages) = {
+            let state = self.state.lock().expect("state lock");
+            let map = self.map.read().expect("map lock");
+            let old: Vec<(u64, Version)> = objects.keys().map(|&o| (o, map.get(o))).collect();
+            let mut pages: BTreeMap<u64, Vec<Version>> = BTreeMap::new();
+            for &(object, _) in &old {
+                let page = object / PAGE_OBJECTS;
+                pages
+                    .entry(page)
+                    .or_insert_with(|| match map.pages.get(&page) {
+                        Some(entries) => entries.to_vec(),
+                        None => vec![Version::default(); PAGE_OBJECTS as usize],
+                    });
+            }
+            (state.root.commit_seq, old, pages)
+        };
+        // Never a number this run used before: an earlier attempt that failed may have
+        // landed, or its uploads may still land, under its names.
+        let seq = (*next_seq).max(base_seq + 1);
+        *next_seq = seq + 1;
+        let version = Version {
+            seq,
+            token: self.token,
+        };
+        for &(object, _) in &old {
+            let entries = pages.get_mut(&(object / PAGE_OBJECTS)).expect("its page");
+            entries[(object % PAGE_OBJECTS) as usize] = version;
+        }
+        // 1. The data objects, each whole, in parallel (bounded).
+        let jobs: Vec<_> = objects
+            .into_iter()
+            .zip(old.iter().map(|(_, v)| *v))
+            .map(|((object, blocks), previous)| {
+                self.upload_object(object, blocks, previous, version)
+            })
+            .collect();
+        let limit = self.options.uploads.max(1);
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        if let Err(err) = written {
+            // An object this node's map names may be gone because another node took the
+            // volume and committed: then that is the reason to give.
+            return Err(self.lost_to_another().unwrap_or(err));
+        }
+        // 2. The map pages that changed, each a new object.
+        let mut refs = Vec::new();
+        let mut page_jobs = Vec::new();
+        for (&page, entries) in &pages {
+            let sealed = layout::encode_page(entries);
+            refs.push(layout::PageRef {
+                page,
+                version,
+                checksum: layout::page_checksum(&sealed),
+            });
+            page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
+        }
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(page_jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        if let Err(err) = written {
+            return Err(self.lost_to_another().unwrap_or(err));
+        }
+        // 3. The commit point: the root, conditional on the version this node last wrote.
+        // `state` is held from here on only: renewals went on during the uploads.
+        let mut state = self.state.lock().expect("state lock");
+        for _ in 0..3 {
+            if state.root.commit_seq != base_seq {
+                // A late commit of this run's was found meanwhile: the base moved.
+                return Ok(None);
+            }
+            let mut root = state.root.clone();
+            let superseded_pages: Vec<layout::PageRef> = root
+                .pages
+                .iter()
+                .filter(|p| pages.contains_key(&p.page))
+                .copied()
+                .collect();
+            root.pages.retain(|p| !pages.contains_key(&p.page));
+            root.pages.extend(refs.iter().copied());
+            root.pages.sort_unstable_by_key(|p| p.page);
+            root.commit_seq = seq;
+            root.committed_by = self.token;
+            root.committed_ms = now_ms();
+            let lease_started = Instant::now();
+            root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
+            match self.write_root(&mut state, root)? {
+                // A renewal of this run's landed unanswered: the same base with a newer
+                // lease, so only the root is written again.
+                RootWrite::Rebase => continue,
+                RootWrite::Written => {}
+            }
+            self.committed_seq.store(seq, Ordering::Release);
+            *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
+            let mut map = self.map.write().expect("map lock");
+            for (page, entries) in pages {
+                map.pages.insert(page, entries.into_boxed_slice());
+            }
+            return Ok(Some(Committed {
+                seq,
+                old,
+                superseded_pages,
+            }));
+        }
+        Ok(None)
     }
 
     /// The future that writes data object `object` for commit `version`: the blocks given,
@@ -797,39 +974,27 @@ impl ObjectVolume {
         let display = self.display.clone();
         let bs = self.block_bytes() as usize;
         let rec = self.geometry.record_bytes() as usize;
+        let object_bytes = self.geometry.object_bytes(object);
+        let geometry = self.geometry.clone();
         let volume = self.geometry.volume;
         let stats = self.stats_handle();
         async move {
             let mut base: Option<Bytes> = None;
             if !covered && previous.exists() {
-                let got = async {
-                    let result = store.get(&old_path).await?;
-                    result.bytes().await
-                }
-                .await
-                .map_err(|e| {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    store_error(
-                        &format!("{display}/{}", layout::data_name(object, previous)),
-                        e,
-                    )
-                })?;
                 stats.gets.fetch_add(1, Ordering::Relaxed);
+                let (got, _) = get_whole(&store, &old_path, object_bytes..=object_bytes)
+                    .await
+                    .map_err(|e| {
+                        stats.errors.fetch_add(1, Ordering::Relaxed);
+                        e.into_io(
+                            &format!("{display}/{}", layout::data_name(object, previous)),
+                            &object_bytes.to_string(),
+                        )
+                    })?;
                 stats
                     .get_bytes
                     .fetch_add(got.len() as u64, Ordering::Relaxed);
                 stats.objects_merged.fetch_add(1, Ordering::Relaxed);
-                if got.len() != rec * (range.end - range.start) as usize {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "{display}/{}: {} bytes, expected {}",
-                            layout::data_name(object, previous),
-                            got.len(),
-                            rec * (range.end - range.start) as usize
-                        ),
-                    ));
-                }
                 base = Some(got);
             }
             let mut given = blocks.into_iter().peekable();
@@ -859,10 +1024,15 @@ impl ObjectVolume {
             }
             let body = layout::build_object(
                 parts.iter().map(|(b, d)| (*b, &d[..])),
-                bs,
-                volume,
+                &geometry,
                 version.seq,
-            );
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{display}/{new_name}: {e}"),
+                )
+            })?;
             let len = body.len() as u64;
             store
                 .put_opts(&new_path, PutPayload::from(body), PutOptions::default())
@@ -908,68 +1078,128 @@ impl ObjectVolume {
         Arc::clone(&self.stats)
     }
 
-    /// Writes `root` conditionally on the version in `state`. Another node's write in
-    /// between (the precondition fails) means this node lost the volume, unless the root
-    /// on the store is this node's own write whose answer was lost.
-    fn write_root(&self, state: &mut RootState, root: Root) -> io::Result<()> {
+    /// Writes `root` conditionally on the version in `state`.
+    ///
+    /// A failed write is not taken at its word: a conditional PUT whose answer was lost (a
+    /// timeout, a dropped connection) may have landed, and a 412 may answer the retry of
+    /// one that landed. So the root is read back. This write: written. Another node's
+    /// (another token): this node lost the volume. Another write of this run's (a renewal
+    /// or commit that landed unanswered): `state` and the map follow it, and the caller
+    /// builds its write again on top of it. Unchanged after an error: the error.
+    fn write_root(&self, state: &mut RootState, root: Root) -> io::Result<RootWrite> {
         let store = Arc::clone(&self.store);
         let path = self.path(layout::ROOT_NAME);
         let bytes = root.encode();
         let len = bytes.len() as u64;
         let etag = state.etag.clone();
         let put = self.run(async move { put_if_match(&store, &path, bytes, etag).await });
-        match put {
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+        let failed = match put {
             Ok(PutResult { e_tag, version, .. }) => {
-                self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
                 state.root = root;
                 state.etag = UpdateVersion { e_tag, version };
-                Ok(())
+                return Ok(RootWrite::Written);
             }
-            Err(object_store::Error::Precondition { .. }) => {
-                // Was it our own write, answered too late?
-                if let Some((now, etag)) =
-                    read_root(&self.handle, &self.store, &self.prefix, &self.display)?
-                    && now == root
-                {
-                    state.root = now;
-                    state.etag = etag;
-                    return Ok(());
-                }
-                let why = format!(
-                    "{}: another node wrote the volume's root: this node (token {}) no longer \
-                     holds its lease and stops serving it",
-                    self.display, self.token
-                );
-                *self.lost.lock().expect("lost lock") = Some(why.clone());
-                Err(io::Error::other(why))
-            }
-            Err(err) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                Err(store_error(
-                    &format!("{}/{}", self.display, layout::ROOT_NAME),
-                    err,
-                ))
-            }
+            Err(err) => err,
+        };
+        let refused = matches!(failed, object_store::Error::Precondition { .. });
+        if !refused {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
+        let what = format!("{}/{}", self.display, layout::ROOT_NAME);
+        let (now, etag) = match read_root(&self.handle, &self.store, &self.prefix, &self.display) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return Err(self.fence(format!(
+                    "{what}: the volume's root is gone: this node (token {}) stops serving it",
+                    self.token
+                )));
+            }
+            Err(read) => {
+                return Err(io::Error::new(
+                    read.kind(),
+                    format!("{what}: {failed}; reading it back to see whether it landed: {read}"),
+                ));
+            }
+        };
+        if now.lease.token != self.token {
+            return Err(self.fence(format!(
+                "{}: node {} (token {}) wrote the volume's root: this node (token {}) no longer \
+                 holds its lease and stops serving it",
+                self.display, now.lease.owner, now.lease.token, self.token
+            )));
+        }
+        if now == root {
+            state.root = now;
+            state.etag = etag;
+            return Ok(RootWrite::Written);
+        }
+        if !refused && now == state.root {
+            // It did not land, as far as the store shows now (if it lands later, the next
+            // write finds it and rebases).
+            return Err(store_error(&what, failed));
+        }
+        self.adopt(state, now, etag)?;
+        Ok(RootWrite::Rebase)
+    }
+
+    /// Makes `state` follow `now`, a root of this run's whose write was not answered; the
+    /// map too when it is another commit. That commit's pages and objects are on the store:
+    /// this run never writes a name twice, and deletes its own objects only once a later
+    /// commit of its own has superseded them (which it cannot have: that commit's write
+    /// would have been conditional on the root `now` replaced).
+    fn adopt(&self, state: &mut RootState, now: Root, etag: UpdateVersion) -> io::Result<()> {
+        if now.commit_seq != state.root.commit_seq || now.pages != state.root.pages {
+            let map = load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
+            *self.map.write().expect("map lock") = map;
+            self.committed_seq.store(now.commit_seq, Ordering::Release);
+        }
+        state.root = now;
+        state.etag = etag;
+        Ok(())
+    }
+
+    /// Marks the volume lost (every request gets EIO from now on, and the renewals and
+    /// the collection of garbage stop); returns the error to give.
+    fn fence(&self, why: String) -> io::Error {
+        *self.lost.lock().expect("lost lock") = Some(why.clone());
+        self.stop.store(true, Ordering::Release);
+        io::Error::other(why)
     }
 
     /// Whether the root on the store is no longer the one this node last wrote: another
     /// node took the volume. Marks the volume lost and returns the error to give.
-    fn lost_to_another(&self, state: &RootState) -> Option<io::Error> {
+    fn lost_to_another(&self) -> Option<io::Error> {
         let (now, _) = read_root(&self.handle, &self.store, &self.prefix, &self.display)
             .ok()
             .flatten()?;
         if now.lease.token == self.token {
             return None;
         }
-        let why = format!(
+        Some(self.fence(format!(
             "{}: node {} took the volume (token {}): this node (token {}) no longer holds its \
              lease and stops serving it",
-            self.display, now.lease.owner, now.lease.token, state.root.lease.token
-        );
-        *self.lost.lock().expect("lost lock") = Some(why.clone());
-        Some(io::Error::other(why))
+            self.display, now.lease.owner, now.lease.token, self.token
+        )))
+    }
+
+    /// Writes the root that `change` makes of the current one, again on top of a write of
+    /// this run's found unanswered (a few times at most). Returns when the write started.
+    fn rewrite_root(&self, change: impl Fn(&mut Root)) -> io::Result<Instant> {
+        let mut state = self.state.lock().expect("state lock");
+        for _ in 0..3 {
+            let mut root = state.root.clone();
+            change(&mut root);
+            let started = Instant::now();
+            if let RootWrite::Written = self.write_root(&mut state, root)? {
+                return Ok(started);
+            }
+        }
+        Err(io::Error::other(format!(
+            "{}: the root kept changing under this node's own writes",
+            self.display
+        )))
     }
 
     /// Renews the lease (a root write that changes only its end).
@@ -977,11 +1207,8 @@ impl ObjectVolume {
         if self.lost.lock().expect("lost lock").is_some() {
             return Ok(());
         }
-        let mut state = self.state.lock().expect("state lock");
-        let mut root = state.root.clone();
-        let started = Instant::now();
-        root.lease.expires_ms = now_ms() + self.options.lease.as_millis() as u64;
-        self.write_root(&mut state, root)?;
+        let lease_ms = self.options.lease.as_millis() as u64;
+        let started = self.rewrite_root(|root| root.lease.expires_ms = now_ms() + lease_ms)?;
         *self.lease_until.lock().expect("lease lock") = started + self.options.lease;
         self.stats.renewals.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -999,11 +1226,11 @@ impl ObjectVolume {
         if self.lost.lock().expect("lost lock").is_some() {
             return Ok(());
         }
-        let mut state = self.state.lock().expect("state lock");
-        let mut root = state.root.clone();
-        root.lease.owner.clear();
-        root.lease.expires_ms = 0;
-        self.write_root(&mut state, root)
+        self.rewrite_root(|root| {
+            root.lease.owner.clear();
+            root.lease.expires_ms = 0;
+        })?;
+        Ok(())
     }
 
     /// Deletes `names` in the background (best effort: an object left behind is deleted
@@ -1025,9 +1252,16 @@ impl ObjectVolume {
         self.keep(task);
     }
 
-    /// Deletes, in the background, every data object and map page that the root does not
-    /// name: uploads of commits that never happened (a crash, a fenced node) and objects
-    /// superseded but not yet deleted.
+    /// Deletes, in the background, every data object and map page of an earlier run (a
+    /// smaller token) that the root at this open does not name: uploads of commits that
+    /// never happened (a crash, a fenced node) and objects superseded but not yet deleted.
+    ///
+    /// Why that is safe even after this node loses the volume: every later owner has a
+    /// larger token, and every later root names only what this root names or objects
+    /// written since, by this token or a larger one. An object with a smaller token that
+    /// this root does not name is therefore named by no root ever again. Objects of this
+    /// run's token (uploads in flight) or larger (a later owner's) are never touched, and
+    /// the collection stops when this run stops writing the volume.
     fn collect_garbage(&self) {
         let named: HashSet<String> = {
             let state = self.state.lock().expect("state lock");
@@ -1051,6 +1285,7 @@ impl ObjectVolume {
         let prefix = self.prefix.clone();
         let stats = self.stats_handle();
         let token = self.token;
+        let stop = Arc::clone(&self.stop);
         let task = self.handle.spawn(async move {
             for dir in ["data", "map"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
@@ -1059,15 +1294,17 @@ impl ObjectVolume {
                 while let Some(Ok(meta)) = found.next().await {
                     let full = meta.location.to_string();
                     let name = full.strip_prefix(&prefix).unwrap_or(&full);
-                    // Uploads of this run's commits in flight are not garbage.
                     if let Some((_, _, v)) = layout::parse_name(name)
-                        && v.token != token
+                        && v.token < token
                         && !named.contains(name)
                     {
                         doomed.push(meta.location);
                     }
                 }
                 for path in doomed {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
                     if store.delete(&path).await.is_ok() {
                         stats.garbage_deleted.fetch_add(1, Ordering::Relaxed);
                         stats.deletes.fetch_add(1, Ordering::Relaxed);
@@ -1121,6 +1358,20 @@ fn acquire(
                 ),
             ));
         };
+        // Before the lease is taken: a volume the caller cannot use is left as it is.
+        if let Some(expected) = options.block_bytes
+            && root.block_bytes != expected
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{display}: the volume's blocks are {} bytes, but it is opened for \
+                     {expected}-byte blocks (the pool's volblocksize): refused, since every \
+                     block would be cut or padded",
+                    root.block_bytes
+                ),
+            ));
+        }
         let now = now_ms();
         let lease = &root.lease;
         let expired = now
@@ -1189,10 +1440,13 @@ fn load_map(
             let display = display.to_string();
             let p = *p;
             async move {
-                let bytes = async { store.get(&path).await?.bytes().await }
+                let (bytes, _) = get_whole(&store, &path, layout::PAGE_BYTES..=layout::PAGE_BYTES)
                     .await
                     .map_err(|e| {
-                        store_error(&format!("{display}/{name} (named by the root)"), e)
+                        e.into_io(
+                            &format!("{display}/{name} (named by the root)"),
+                            &layout::PAGE_BYTES.to_string(),
+                        )
                     })?;
                 let entries = layout::decode_page(&bytes, p.checksum).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))

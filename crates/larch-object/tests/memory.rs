@@ -2,15 +2,20 @@
 //! gateway tests in crates/larch/tests/object_store.rs run the same paths over HTTP).
 
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use larch_object::layout::{self, Root};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use larch_object::layout::{self, Root, Version};
 use larch_object::{LocalState, ObjectVolume, Options};
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
 
 const BS: usize = 4096;
 
@@ -33,6 +38,197 @@ fn names(store: &Arc<dyn ObjectStore>) -> Vec<String> {
         out.sort();
         out
     })
+}
+
+/// What [`Faulty`] does to the requests that pass through it.
+#[derive(Debug, Default)]
+struct Faults {
+    /// Root PUTs still to be applied with their answer lost: the store writes the root,
+    /// the caller gets an error (what a timeout after the request went out looks like).
+    lose_root_replies: AtomicUsize,
+    /// Root PUTs still to be answered with an error at once and applied 200 ms later (a
+    /// request delayed in the network past its timeout and the caller's look at the root).
+    land_root_late: AtomicUsize,
+    /// Listings wait while this is set.
+    hold_listings: AtomicBool,
+    /// How long each PUT of a data object takes, ms.
+    data_put_delay_ms: AtomicU64,
+    /// Objects whose body a whole-object GET started to read.
+    bodies_read: Mutex<Vec<String>>,
+}
+
+/// Takes one from `count` if it is not 0: whether there was one.
+fn take_one(count: &AtomicUsize) -> bool {
+    count
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl Faults {
+    fn body_read(&self, name: &str) -> bool {
+        self.bodies_read.lock().unwrap().iter().any(|n| n == name)
+    }
+}
+
+/// A store in front of another that injects faults real stores and networks cause.
+#[derive(Debug)]
+struct Faulty {
+    inner: Arc<dyn ObjectStore>,
+    faults: Arc<Faults>,
+}
+
+impl std::fmt::Display for Faulty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Faulty({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Faulty {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let name = location.to_string();
+        let delay = self.faults.data_put_delay_ms.load(Ordering::Relaxed);
+        if name.contains("/data/") && delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let root = name.ends_with(layout::ROOT_NAME);
+        if root && take_one(&self.faults.land_root_late) {
+            let (inner, location) = (Arc::clone(&self.inner), location.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = inner.put_opts(&location, payload, opts).await;
+            });
+            return Err(object_store::Error::Generic {
+                store: "Faulty",
+                source: "no answer (timed out); the request is still on its way".into(),
+            });
+        }
+        let put = self.inner.put_opts(location, payload, opts).await?;
+        if root && take_one(&self.faults.lose_root_replies) {
+            return Err(object_store::Error::Generic {
+                store: "Faulty",
+                source: "the answer was lost (timed out)".into(),
+            });
+        }
+        Ok(put)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let whole = options.range.is_none() && !options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        if !whole {
+            return Ok(result);
+        }
+        // The body is handed on as it is read, and the read noted.
+        let (meta, range) = (result.meta.clone(), result.range.clone());
+        let (attributes, extensions) = (result.attributes.clone(), result.extensions.clone());
+        let faults = Arc::clone(&self.faults);
+        let name = location.to_string();
+        let body = result.into_stream().inspect(move |_| {
+            let mut read = faults.bodies_read.lock().unwrap();
+            if !read.contains(&name) {
+                read.push(name.clone());
+            }
+        });
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(body.boxed()),
+            meta,
+            range,
+            attributes,
+            extensions,
+        })
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let inner = Arc::clone(&self.inner);
+        let faults = Arc::clone(&self.faults);
+        let prefix = prefix.cloned();
+        // The listing starts (and the store is looked at) only once the hold is lifted.
+        stream::once(async move {
+            while faults.hold_listings.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            inner.list(prefix.as_ref())
+        })
+        .flatten()
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// `memory` behind a [`Faulty`] of its own.
+fn faulty(memory: &Arc<dyn ObjectStore>) -> (Arc<dyn ObjectStore>, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let store = Faulty {
+        inner: Arc::clone(memory),
+        faults: Arc::clone(&faults),
+    };
+    (Arc::new(store), faults)
+}
+
+/// Reads `name` from `store` directly.
+fn get(store: &Arc<dyn ObjectStore>, name: &str) -> Bytes {
+    let (s, p) = (Arc::clone(store), Path::from(name));
+    rt().block_on(async move { s.get(&p).await.unwrap().bytes().await.unwrap() })
+}
+
+/// Writes `bytes` as `name` on `store` directly.
+fn put(store: &Arc<dyn ObjectStore>, name: &str, bytes: Vec<u8>) {
+    let (s, p) = (Arc::clone(store), Path::from(name));
+    rt().block_on(async move { s.put(&p, PutPayload::from(bytes)).await.unwrap() });
+}
+
+/// Makes the root's lease look long expired (what an operator's forced takeover does),
+/// behind the back of the node that holds it.
+fn expire_lease(store: &Arc<dyn ObjectStore>) {
+    let mut root = Root::decode(&get(store, "vols/a/larch-volume")).unwrap();
+    root.lease.expires_ms = 1;
+    put(store, "vols/a/larch-volume", root.encode());
+}
+
+/// Waits (up to 10 s) until `done` holds.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 struct Node {
@@ -84,6 +280,7 @@ fn short_lease() -> Options {
         lease: Duration::from_millis(400),
         skew: Duration::from_millis(100),
         uploads: 4,
+        ..Options::default()
     }
 }
 
@@ -158,7 +355,8 @@ fn an_upload_without_its_commit_is_invisible_and_collected() {
         "vols/a/{}",
         layout::data_name(0, layout::Version { seq: 2, token })
     );
-    let body = layout::build_object((0..4u64).map(|b| (b, &[2u8; BS][..])), BS, 0x1234, 2);
+    let geometry = Root::new(0x1234, 16 * BS as u64, BS as u32, 4);
+    let body = layout::build_object((0..4u64).map(|b| (b, &[2u8; BS][..])), &geometry, 2).unwrap();
     let s = Arc::clone(&store);
     let p = Path::from(orphan.clone());
     rt().block_on(async move { s.put(&p, PutPayload::from(body)).await.unwrap() });
@@ -328,4 +526,324 @@ fn a_fenced_node_cannot_commit_or_read() {
     vb.read_at(&mut buf, 0).unwrap();
     assert_eq!(buf, vec![2u8; BS], "the fenced node's write never landed");
     vb.release().unwrap();
+}
+
+/// A store of `size` bytes in objects of `object_blocks` blocks: the store itself, and
+/// the same behind a [`Faulty`].
+fn faulty_volume(
+    size: u64,
+    object_blocks: u32,
+) -> (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>, Arc<Faults>) {
+    let memory = new_volume(size, object_blocks);
+    let (store, faults) = faulty(&memory);
+    (memory, store, faults)
+}
+
+fn read_block(vol: &ObjectVolume, block: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; BS];
+    vol.read_at(&mut buf, block * BS as u64).unwrap();
+    buf
+}
+
+#[test]
+fn a_commit_whose_root_landed_unanswered_is_neither_lost_nor_overwritten() {
+    // Objects 0 and 1 (blocks 0-3, 4-7) share map page 0.
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    faults.lose_root_replies.store(1, Ordering::Relaxed);
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    let first = vol.flush();
+    vol.write_at(&[2u8; BS], 4 * BS as u64).unwrap();
+    let second = vol.flush();
+    drop(vol); // a crash: no release
+    // Had the second commit reused the first one's names, the page the landed root names
+    // would hold other entries now (and object 0 other bytes under commit 1's name).
+    let vol = node
+        .open(&store, Options::default())
+        .unwrap_or_else(|e| panic!("reopen: {e} (commits: {first:?}, {second:?})"));
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
+    assert_eq!(read_block(&vol, 4), vec![2u8; BS]);
+    assert!(first.is_ok() && second.is_ok(), "{first:?}, {second:?}");
+    vol.release().unwrap();
+}
+
+#[test]
+fn a_commit_that_lands_after_its_failure_is_built_upon() {
+    let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    faults.land_root_late.store(1, Ordering::Relaxed);
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    let err = vol.flush().unwrap_err();
+    assert!(err.to_string().contains("still on its way"), "{err}");
+    let root = || Root::decode(&get(&memory, "vols/a/larch-volume")).unwrap();
+    wait_for("the late root write", || root().commit_seq == 1);
+    // The next commit finds that root, builds on it, and never writes a name it used: the
+    // objects and the page the late root names stay as they were.
+    vol.write_at(&[2u8; BS], 4 * BS as u64).unwrap();
+    vol.flush().unwrap();
+    assert!(vol.commit_seq() > 1, "{}", vol.commit_seq());
+    assert_eq!(root().commit_seq, vol.commit_seq());
+    drop(vol); // a crash: no release
+    let vol = node.open(&store, Options::default()).unwrap();
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
+    assert_eq!(read_block(&vol, 4), vec![2u8; BS]);
+    vol.release().unwrap();
+}
+
+#[test]
+fn a_renewal_that_landed_unanswered_keeps_the_lease() {
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, short_lease()).unwrap();
+    faults.lose_root_replies.store(1, Ordering::Relaxed);
+    wait_for("the lost reply", || {
+        faults.lose_root_replies.load(Ordering::Relaxed) == 0
+    });
+    // Several renewals later the node still holds the volume (it read the root back and
+    // found its own renewal there, not another node's write).
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(vol.unusable(), None);
+    vol.write_at(&[3u8; BS], 0).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(read_block(&vol, 0), vec![3u8; BS]);
+    vol.release().unwrap();
+}
+
+#[test]
+fn the_collection_of_garbage_never_deletes_a_later_owners_objects() {
+    let memory = new_volume(16 * BS as u64, 4);
+    // A run before A's (token 1), and an upload of it that no root names: garbage.
+    let z = Node::new("node-z");
+    let vz = z.open(&memory, Options::default()).unwrap();
+    assert_eq!(vz.token(), 1);
+    vz.release().unwrap();
+    drop(vz);
+    let orphan = format!(
+        "vols/a/{}",
+        layout::page_name(
+            0,
+            Version {
+                seq: 0xffff,
+                token: 1
+            }
+        )
+    );
+    put(&memory, &orphan, vec![0u8; 64]);
+    // A opens; its collection lists the store only once B has taken over and committed.
+    let long = Options {
+        lease: Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let (store_a, faults_a) = faulty(&memory);
+    faults_a.hold_listings.store(true, Ordering::Relaxed);
+    let va = Node::new("node-a").open(&store_a, long).unwrap();
+    expire_lease(&memory);
+    // B's own collection never runs: only A's may delete anything.
+    let (store_b, faults_b) = faulty(&memory);
+    faults_b.hold_listings.store(true, Ordering::Relaxed);
+    let vb = Node::new("node-b").open(&store_b, long).unwrap();
+    assert!(vb.token() > va.token());
+    vb.write_at(&[2u8; 8 * BS], 0).unwrap();
+    vb.flush().unwrap();
+    let suffix = format!("-{:016x}", vb.token());
+    let b_objects: Vec<String> = names(&memory)
+        .into_iter()
+        .filter(|n| n.ends_with(&suffix))
+        .collect();
+    assert_eq!(
+        b_objects.len(),
+        3,
+        "two data objects and a page: {b_objects:?}"
+    );
+    faults_a.hold_listings.store(false, Ordering::Relaxed);
+    // The orphan sorts after B's page: once it is gone, A's collection has passed B's
+    // objects.
+    wait_for("A's collection", || !names(&memory).contains(&orphan));
+    let left = names(&memory);
+    for name in &b_objects {
+        assert!(left.contains(name), "{name} deleted; left: {left:?}");
+    }
+    assert_eq!(read_block(&vb, 0), vec![2u8; BS]);
+    drop(va);
+    drop(vb);
+}
+
+#[test]
+fn a_node_that_stopped_collects_no_garbage() {
+    let memory = new_volume(16 * BS as u64, 4);
+    let z = Node::new("node-z");
+    z.open(&memory, Options::default())
+        .unwrap()
+        .release()
+        .unwrap();
+    let orphan = format!(
+        "vols/a/{}",
+        layout::page_name(0, Version { seq: 9, token: 1 })
+    );
+    put(&memory, &orphan, vec![0u8; 64]);
+    let (store, faults) = faulty(&memory);
+    faults.hold_listings.store(true, Ordering::Relaxed);
+    let vol = Node::new("node-a")
+        .open(&store, Options::default())
+        .unwrap();
+    // The collection lists the store only once the node is releasing the volume.
+    let lift = {
+        let faults = Arc::clone(&faults);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            faults.hold_listings.store(false, Ordering::Relaxed);
+        })
+    };
+    vol.release().unwrap();
+    lift.join().unwrap();
+    assert!(
+        names(&memory).contains(&orphan),
+        "deleted after the release"
+    );
+    assert_eq!(vol.stats.garbage_deleted.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_volume_of_another_block_size_is_refused() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x1234, 1 << 20, 8192, 4);
+    larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+    let node = Node::new("a");
+    let expecting = |block_bytes| Options {
+        block_bytes: Some(block_bytes),
+        ..Options::default()
+    };
+    let err = node.open(&store, expecting(16384)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        err.to_string().contains("8192") && err.to_string().contains("16384"),
+        "{err}"
+    );
+    // Refused before the lease was taken: another node opens it at once.
+    let vol = Node::new("b").open(&store, expecting(8192)).unwrap();
+    // Blocks of the wrong length are refused, not cut or padded, and none is staged.
+    let whole = Bytes::from(vec![1u8; 8192]);
+    for len in [16384, 4096, 100] {
+        let wrong = Bytes::from(vec![9u8; len]);
+        let err = vol
+            .stage_blocks([(0, whole.clone()), (1, wrong)])
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    }
+    let mut buf = vec![1u8; 8192];
+    vol.read_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "nothing was staged");
+    vol.release().unwrap();
+}
+
+#[test]
+fn oversized_objects_are_refused_unread() {
+    let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    vol.write_at(&[1u8; 8 * BS], 0).unwrap();
+    vol.flush().unwrap();
+    let listed = names(&memory);
+    let find = |part: &str| listed.iter().find(|n| n.contains(part)).unwrap().clone();
+    let (data, page) = (find("/data/000000000000-"), find("/map/"));
+    let grow = |name: &str| {
+        let mut bytes = get(&memory, name).to_vec();
+        bytes.extend_from_slice(&vec![0u8; 1 << 20]);
+        put(&memory, name, bytes);
+    };
+    // A commit that must merge data object 0 refuses it by its size alone.
+    grow(&data);
+    vol.write_at(&[2u8; BS], 0).unwrap();
+    let err = vol.flush().unwrap_err();
+    assert!(err.to_string().contains("not read"), "{err}");
+    assert!(!faults.body_read(&data), "the oversized object was read");
+    drop(vol);
+    // So does an open for a map page.
+    grow(&page);
+    let err = node.open(&store, Options::default()).unwrap_err();
+    assert!(
+        err.to_string().contains(&page[7..]) && err.to_string().contains("not read"),
+        "{err}"
+    );
+    assert!(!faults.body_read(&page), "the oversized page was read");
+}
+
+#[test]
+fn a_crash_before_the_state_is_saved_keeps_the_commit_this_nodes_own() {
+    let store = new_volume(16 * BS as u64, 4);
+    // The sink keeps the first state it is given and then "crashes": every later save
+    // fails, as if the process had died before it.
+    let saved: Arc<Mutex<Option<LocalState>>> = Arc::default();
+    let sink_saved = Arc::clone(&saved);
+    let open = |local: LocalState, sink: larch_object::StateSink| {
+        ObjectVolume::open(
+            Arc::clone(&store),
+            "vols/a",
+            "mem://vols/a",
+            "node-a",
+            local,
+            Options::default(),
+            sink,
+        )
+        .unwrap()
+    };
+    let vol = open(
+        LocalState::default(),
+        Box::new(move |state| {
+            let mut saved = sink_saved.lock().unwrap();
+            if saved.is_some() {
+                return Err(io::Error::other("killed"));
+            }
+            *saved = Some(*state);
+            Ok(())
+        }),
+    );
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    let err = vol.flush().unwrap_err();
+    assert!(err.to_string().contains("killed"), "{err}");
+    assert_eq!(vol.commit_seq(), 1, "the root was written before the crash");
+    let token = vol.token();
+    drop(vol); // no release
+    let local = saved
+        .lock()
+        .unwrap()
+        .expect("a state saved before the commit");
+    assert_eq!((local.token, local.pending_token), (0, token));
+    let vol = open(local, Box::new(|_| Ok(())));
+    assert!(
+        !vol.discards_log_record(1),
+        "the node's own commit taken for another node's: its intent log would be dropped"
+    );
+    assert!(!vol.cached_copy_stale(0));
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
+    vol.release().unwrap();
+}
+
+#[test]
+fn renewals_go_on_during_a_long_commit() {
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    // Renewed every 250 ms; a commit takes 3 s.
+    let options = Options {
+        lease: Duration::from_secs(1),
+        skew: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let vol = node.open(&store, options).unwrap();
+    vol.write_at(&[1u8; 4 * BS], 0).unwrap();
+    faults.data_put_delay_ms.store(3000, Ordering::Relaxed);
+    let renewed = vol.stats.renewals.load(Ordering::Relaxed);
+    let committing = Arc::clone(&vol);
+    let commit = std::thread::spawn(move || committing.flush());
+    while !commit.is_finished() {
+        assert_eq!(vol.unusable(), None, "the lease lapsed during the commit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    commit.join().unwrap().unwrap();
+    assert!(vol.stats.renewals.load(Ordering::Relaxed) >= renewed + 4);
+    faults.data_put_delay_ms.store(0, Ordering::Relaxed);
+    assert_eq!(read_block(&vol, 3), vec![1u8; BS]);
+    vol.release().unwrap();
 }
