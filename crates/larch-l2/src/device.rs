@@ -454,6 +454,17 @@ impl<D: BlockDevice> L2Device<D> {
     /// Call [`L2Device::commit_log`] to make it durable before overwriting the block on
     /// the backing store.
     pub fn tombstone(&mut self, key: BlockKey, generation: u64) -> Result<(), L2Error> {
+        self.tombstone_with(key, generation, |_| {})
+    }
+
+    /// [`L2Device::tombstone`] that tells `before_overwrite` the evict floor before a
+    /// commit it makes overwrites anything (as [`L2Device::write_batch_with`] does).
+    pub fn tombstone_with(
+        &mut self,
+        key: BlockKey,
+        generation: u64,
+        before_overwrite: impl FnOnce(u64),
+    ) -> Result<(), L2Error> {
         self.ensure_usable()?;
         self.open_entries.push(LogEntryPhys::tombstone(
             key.volume_guid,
@@ -462,7 +473,7 @@ impl<D: BlockDevice> L2Device<D> {
         ));
         self.stats.tombstones += 1;
         if self.open_entries.len() >= self.entries_per_block {
-            self.commit_log()?;
+            self.commit_log_with(before_overwrite)?;
         }
         Ok(())
     }
@@ -497,12 +508,22 @@ impl<D: BlockDevice> L2Device<D> {
     /// tombstones before a TXG), flushes it and rewrites the header. Returns whether a
     /// block was written.
     pub fn commit_log(&mut self) -> Result<bool, L2Error> {
+        self.commit_log_with(|_| {})
+    }
+
+    /// [`L2Device::commit_log`] that tells `before_overwrite` the evict floor once a
+    /// moved evict hand is durable and before the log block is written (a log block can
+    /// need space too): a caller drops its index entries below it, as for a batch.
+    pub fn commit_log_with(&mut self, before_overwrite: impl FnOnce(u64)) -> Result<bool, L2Error> {
         self.ensure_usable()?;
         if self.open_entries.is_empty() {
             return Ok(false);
         }
         let plan = self.plan(&[], true)?;
-        self.execute(&[], plan)?;
+        if let Err(err) = self.execute_inner(&[], plan, before_overwrite) {
+            self.poisoned = true;
+            return Err(err);
+        }
         Ok(true)
     }
 
@@ -641,14 +662,6 @@ impl<D: BlockDevice> L2Device<D> {
             pos,
             bytes: encoded.bytes,
         });
-    }
-
-    fn execute(&mut self, records: &[Record<'_>], plan: Plan) -> Result<BatchOutcome, L2Error> {
-        let result = self.execute_inner(records, plan, |_| {});
-        if result.is_err() {
-            self.poisoned = true;
-        }
-        result
     }
 
     fn execute_inner(

@@ -239,6 +239,47 @@ fn evict_hand_reports_each_overwritten_record_once() {
     }
 }
 
+/// A log commit that needs space moves the evict hand like a batch does, and tells its
+/// caller the new floor before it overwrites anything: the engine drops its index entries
+/// there (before, commits of tombstones alone moved the hand silently, and the engine's
+/// index kept entries for overwritten records until the next feed).
+#[test]
+fn log_commits_that_move_the_evict_hand_report_the_floor_first() {
+    let dev = MemDevice::new(SMALL_DEVICE_BYTES);
+    let mut l2 = L2Device::create(dev, &small_options(8, 1)).unwrap();
+    let mut rng = Rng(11);
+    let mut generation = 0;
+    // Fill the ring until the evict hand has moved at least once.
+    while l2.evict_floor() == 0 {
+        fill(&mut l2, &mut rng, 1, 64, &mut generation);
+    }
+    let mut moved = 0;
+    let mut reported = Vec::new();
+    for i in 0..4000u64 {
+        let before = l2.evict_floor();
+        let mut floor_seen = None;
+        if i % 3 == 0 {
+            l2.tombstone_with(key(i % 64), generation + i, |floor| {
+                floor_seen = Some(floor)
+            })
+            .unwrap();
+        } else {
+            l2.tombstone(key(i % 64), generation + i).unwrap();
+            l2.commit_log_with(|floor| floor_seen = Some(floor))
+                .unwrap();
+        }
+        if l2.evict_floor() > before {
+            moved += 1;
+            // The floor was reported, and it was the new one.
+            assert_eq!(floor_seen, Some(l2.evict_floor()), "commit {i}");
+            reported.push(l2.evict_floor());
+        }
+        l2.check_invariants();
+    }
+    assert!(moved > 0, "no log commit moved the evict hand");
+    assert!(reported.windows(2).all(|w| w[0] < w[1]));
+}
+
 #[test]
 fn tombstones_hide_older_entries_of_the_same_block() {
     let dev = Arc::new(MemDevice::new(SMALL_DEVICE_BYTES));

@@ -51,7 +51,9 @@ impl Engine {
                 behind,
             );
             self.sleep_unless_shutdown(Duration::from_millis(pace.wait_ms));
-            if self.is_shutting_down() {
+            // A removed device never comes back (a later add is a new device with a
+            // feeder of its own): its feeder ends.
+            if self.is_shutting_down() || device.state() == DeviceState::Removed {
                 break;
             }
             wrote_bytes = match device.state() {
@@ -107,9 +109,9 @@ impl Engine {
             let evict = |floor: u64| self.evict_below(device.index, floor);
             // The log is committed with the batch, so that a crash loses at most the
             // feed in flight (an open log block would otherwise wait for 1022 entries).
-            let result = CacheDevice::append_tombstones(l2, &queued)
+            let result = CacheDevice::append_tombstones(l2, &queued, evict)
                 .and_then(|()| l2.write_batch_with(&records, evict))
-                .and_then(|outcome| l2.commit_log().map(|_| outcome));
+                .and_then(|outcome| l2.commit_log_with(evict).map(|_| outcome));
             match result {
                 Ok(outcome) => outcome,
                 Err(err) if !l2.is_poisoned() => {
@@ -199,7 +201,7 @@ impl Engine {
 
     /// Drops device `index`'s entries below ring position `floor`: the evict hand passed
     /// them.
-    fn evict_below(&self, device: u16, floor: u64) {
+    pub(crate) fn evict_below(&self, device: u16, floor: u64) {
         for mut shard in self.arc.shards() {
             if let Some(d) = shard.l2.device_mut(device) {
                 d.evict_below(floor, |index_key, copy| {

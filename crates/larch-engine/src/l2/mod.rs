@@ -200,14 +200,16 @@ impl CacheDevice {
     }
 
     /// Appends `tombstones` to the writer's open log block (committed with the writer's
-    /// next commit; a full block commits itself).
+    /// next commit; a full block commits itself, telling `evict` the evict floor before
+    /// it overwrites anything, so the caller drops the index entries the hand passed).
     pub(crate) fn append_tombstones(
         writer: &mut Writer,
         tombstones: &[Tombstone],
+        evict: impl Fn(u64) + Copy,
     ) -> Result<(), larch_l2::L2Error> {
         tombstones
             .iter()
-            .try_for_each(|t| writer.tombstone(t.key, t.generation))
+            .try_for_each(|t| writer.tombstone_with(t.key, t.generation, evict))
     }
 }
 
@@ -451,7 +453,10 @@ impl Engine {
                 return Err(named(&err));
             }
         };
-        self.threads.lock().push(handle);
+        let mut threads = self.threads.lock();
+        // Feeders of removed devices have ended: their handles need no join.
+        threads.retain(|t| !t.is_finished());
+        threads.push(handle);
         Ok(device)
     }
 
@@ -582,7 +587,8 @@ impl Engine {
             return Ok(());
         };
         let queued = self.coherence.take_tombstones(device.index);
-        CacheDevice::append_tombstones(l2, &queued)?;
-        l2.commit_log().map(drop)
+        let evict = |floor: u64| self.evict_below(device.index, floor);
+        CacheDevice::append_tombstones(l2, &queued, evict)?;
+        l2.commit_log_with(evict).map(drop)
     }
 }

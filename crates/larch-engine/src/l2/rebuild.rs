@@ -1096,6 +1096,15 @@ mod tests {
         let header = larch_l2::read_header(&*dev.inner).expect("header").header;
         let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
         assert!(outcome.entries.is_empty(), "its log stays emptied");
+        // Its feeder thread ends (it held the last reference beside the pool's and ours).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while Arc::strong_count(&device) > 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the removed device's feeder thread still runs"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Writes during a rebuild make a TXG empty the device's log before it writes the

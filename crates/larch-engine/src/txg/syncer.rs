@@ -174,9 +174,12 @@ impl Engine {
         match (writer.as_mut(), device.state()) {
             (Some(l2), _) => {
                 let queued = self.coherence.take_tombstones(device.index);
-                let committed = CacheDevice::append_tombstones(l2, &queued).and_then(|()| {
+                // A commit that needs space moves the evict hand: the index entries it
+                // passes go before their space is overwritten, as in a feed.
+                let evict = |floor: u64| self.evict_below(device.index, floor);
+                let committed = CacheDevice::append_tombstones(l2, &queued, evict).and_then(|()| {
                     if l2.open_entries() > 0 {
-                        l2.commit_log().map(drop)
+                        l2.commit_log_with(evict).map(drop)
                     } else {
                         Ok(())
                     }
