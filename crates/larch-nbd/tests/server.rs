@@ -533,11 +533,13 @@ async fn connection_threads_serve_each_connection_and_end_with_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An export that asks for its payloads cut every `chunk` bytes and records the cuts.
+/// An export that asks for its payloads cut every `chunk` bytes and records the cuts,
+/// and which pieces came in page-aligned buffers.
 struct Chunked {
     inner: MemExport,
     chunk: u32,
     cuts: std::sync::Mutex<Vec<Vec<usize>>>,
+    aligned: std::sync::Mutex<Vec<Vec<bool>>>,
 }
 
 impl larch_nbd::Export for Chunked {
@@ -572,6 +574,12 @@ impl larch_nbd::Export for Chunked {
             .lock()
             .unwrap()
             .push(chunks.iter().map(|c| c.len()).collect());
+        self.aligned.lock().unwrap().push(
+            chunks
+                .iter()
+                .map(|c| (c.as_ptr() as usize).is_multiple_of(4096))
+                .collect(),
+        );
         self.inner
             .write(offset, bytes::Bytes::from(chunks.concat()), fua)
             .await
@@ -604,6 +612,7 @@ async fn write_payloads_are_cut_where_the_export_asks() {
             inner: MemExport::new(4 << 20),
             chunk,
             cuts: Default::default(),
+            aligned: Default::default(),
         });
         let server = server_of(ServerLimits::default(), Arc::clone(&export));
         let (mut client, _serving) = serve_one(&server, 64 << 10);
@@ -635,6 +644,17 @@ async fn write_payloads_are_cut_where_the_export_asks() {
         drop(sender.await.unwrap());
         let cuts = export.cuts.lock().unwrap().clone();
         assert_eq!(cuts, vec![want.clone(), want.clone()], "chunk {chunk}");
+        if chunk != 0 {
+            // Pieces of 64 KiB or more in whole pages come page-aligned (a store writing
+            // with O_DIRECT writes them as they are); the rest may lie anywhere.
+            for aligned in export.aligned.lock().unwrap().iter() {
+                for (len, aligned) in want.iter().zip(aligned) {
+                    if *len >= 64 << 10 && len.is_multiple_of(4096) {
+                        assert!(aligned, "a {len}-byte piece is not page-aligned");
+                    }
+                }
+            }
+        }
         let data = export.inner.snapshot();
         for cookie in 0..2u64 {
             let at = (offset + cookie * (2 << 20)) as usize;
