@@ -8,7 +8,7 @@
 //! the same file): a TXG's runs go to the device without passing through the page cache,
 //! so the disk's bandwidth is not halved by the kernel's copy and its writeback (issue
 //! 18). Blocks whose buffers are page-aligned whole pages (the NBD server reads payload
-//! pieces of 64 KiB and more into such) are written from their own buffers; the others are
+//! pieces of 16 KiB and more into such) are written from their own buffers; the others are
 //! copied into aligned buffers kept for the next TXG. Reads, the log replay's
 //! writes and the unaligned ends of a run (a volume's short last block, blocks smaller
 //! than the alignment) keep the buffered handle; the two never share a page, since the

@@ -594,6 +594,8 @@ async fn write_payloads_are_cut_where_the_export_asks() {
     for (chunk, offset, length, want) in [
         // Small pieces, the first and last partial.
         (4096u32, 1000u64, 10_000u32, vec![3096usize, 4096, 2808]),
+        // 16K pieces (through the read buffer, into page-aligned buffers).
+        (16 << 10, 0, 64 << 10, vec![16 << 10; 4]),
         // Large pieces (read past the buffer), aligned.
         (256 << 10, 0, 1 << 20, vec![256 << 10; 4]),
         // Large pieces, the write inside one.
@@ -645,11 +647,11 @@ async fn write_payloads_are_cut_where_the_export_asks() {
         let cuts = export.cuts.lock().unwrap().clone();
         assert_eq!(cuts, vec![want.clone(), want.clone()], "chunk {chunk}");
         if chunk != 0 {
-            // Pieces of 64 KiB or more in whole pages come page-aligned (a store writing
+            // Pieces of 16 KiB or more in whole pages come page-aligned (a store writing
             // with O_DIRECT writes them as they are); the rest may lie anywhere.
             for aligned in export.aligned.lock().unwrap().iter() {
                 for (len, aligned) in want.iter().zip(aligned) {
-                    if *len >= 64 << 10 && len.is_multiple_of(4096) {
+                    if *len >= 16 << 10 && len.is_multiple_of(4096) {
                         assert!(aligned, "a {len}-byte piece is not page-aligned");
                     }
                 }

@@ -136,11 +136,17 @@ pub(super) async fn read_head<R: AsyncRead + Unpin>(
 /// past the connection's read buffer (one copy, not two, for the bytes of large blocks).
 pub(super) const DIRECT_READ_BYTES: usize = 64 << 10;
 
+/// A payload piece at least this large that is whole pages is read into a page-aligned
+/// buffer (see [`read_payload`]): whole blocks of 16K volumes (the default) and larger.
+/// Smaller blocks keep ordinary allocations: the alignment could waste up to half of an
+/// 8K block's memory.
+pub(super) const ALIGNED_PIECE_BYTES: usize = 16 << 10;
+
 /// Reads a WRITE payload of `len` bytes for `offset`: one buffer, or with `chunk` not
 /// 0, one buffer per piece between multiples of `chunk` (see
 /// [`Export::write_chunk_bytes`]). The rest of a piece of [`DIRECT_READ_BYTES`] or more
 /// is read from the socket straight into its buffer (the reader's buffer is passed by);
-/// smaller ones are copied out of the reader's buffer. A piece of [`DIRECT_READ_BYTES`]
+/// smaller ones are copied out of the reader's buffer. A piece of [`ALIGNED_PIECE_BYTES`]
 /// or more that is whole pages gets a page-aligned buffer, which a store writing with
 /// `O_DIRECT` can write as it is. Each read must bring something within `stall`.
 pub(super) async fn read_payload<R: AsyncRead + Unpin>(
@@ -161,7 +167,7 @@ pub(super) async fn read_payload<R: AsyncRead + Unpin>(
             0 => end - at,
             chunk => ((at / chunk + 1) * chunk).min(end) - at,
         } as usize;
-        let bytes = if piece >= DIRECT_READ_BYTES && piece.is_multiple_of(BUF_ALIGN_BYTES) {
+        let bytes = if piece >= ALIGNED_PIECE_BYTES && piece.is_multiple_of(BUF_ALIGN_BYTES) {
             let mut data = AlignedFill::new(piece);
             fill(reader, &mut data, piece, stall).await?;
             data.into_bytes()
