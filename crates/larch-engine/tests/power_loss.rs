@@ -656,15 +656,26 @@ fn a_txg_synced_during_a_rebuild_is_not_replayed_over_newer_writes() {
     drop(opened);
 
     // 3. Restart: block 0 holds version 2.
-    let machine = Machine::from_images(&images);
+    restart_and_check(
+        &images,
+        seed,
+        "after a TXG synced during a rebuild",
+        &versions,
+    );
+}
+
+/// Opens a machine from `images` (replay, rebuild) and checks it as [`check`] does,
+/// failing the test on the first violation.
+fn restart_and_check(images: &Images, seed: u64, what: &str, versions: &Versions) {
+    let machine = Machine::from_images(images);
     let opened = machine.open(false);
     wait_rebuilt(opened.cache.as_ref());
     let result = check(
         seed,
-        "after a TXG synced during a rebuild",
+        what,
         &opened,
-        &versions,
-        &runtime,
+        versions,
+        &runtime(),
         &mut Checked::default(),
     );
     opened.engine.shutdown();
@@ -677,7 +688,6 @@ fn a_txg_synced_during_a_rebuild_is_not_replayed_over_newer_writes() {
 /// included (a reviewer's finding).
 #[test]
 fn a_new_log_device_numbers_its_records_above_the_pools_committed_txg() {
-    let runtime = runtime();
     let seed = 0xf100;
     let machine = Machine::new(true, false);
     machine.floor.store(1000, Ordering::SeqCst);
@@ -692,18 +702,12 @@ fn a_new_log_device_numbers_its_records_above_the_pools_committed_txg() {
     let images = machine.cut(seed);
     opened.engine.shutdown();
     drop(opened);
-    let machine = Machine::from_images(&images);
-    let opened = machine.open(false);
-    let result = check(
+    restart_and_check(
+        &images,
         seed,
         "after a cut with a new log device",
-        &opened,
         &versions,
-        &runtime,
-        &mut Checked::default(),
     );
-    opened.engine.shutdown();
-    result.unwrap_or_else(|why| panic!("{why}"));
 }
 
 /// The checks above catch what a missing tombstone commit breaks: with the commit skipped,
