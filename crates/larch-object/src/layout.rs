@@ -35,6 +35,11 @@ pub const TRAILER_BYTES: usize = 40;
 /// Largest volume accepted (1 PiB).
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 
+/// Commit sequence numbers and fencing tokens a root may carry are below this (2^62): each
+/// is one more than the last, so an honest store never comes near it, and one more than
+/// any number read can never wrap.
+pub const COUNTER_LIMIT: u64 = 1 << 62;
+
 /// Largest root or map page body accepted (a root names at most a few thousand pages).
 const MAX_ENVELOPE_BODY: u64 = 64 << 20;
 
@@ -241,6 +246,17 @@ impl Root {
                 "size {} (at most {MAX_VOLUME_BYTES})",
                 self.size_bytes
             ));
+        }
+        // The next commit and the next owner's token are one more than these: a store
+        // that names a number near u64::MAX must not make that addition wrap.
+        for (what, n) in [
+            ("commit sequence number", self.commit_seq),
+            ("committing token", self.committed_by),
+            ("lease token", self.lease.token),
+        ] {
+            if n >= COUNTER_LIMIT {
+                return Err(format!("{what} {n} (must be below 2^62)"));
+            }
         }
         // Pages in range and strictly ascending: a root names at most the pages the
         // volume's size needs, so the map it loads is bounded by the size too.
@@ -569,6 +585,29 @@ mod tests {
         assert!(Root::decode(&crowded.encode()).is_err());
         crowded.pages = vec![page(0), page(0)];
         assert!(Root::decode(&crowded.encode()).is_err());
+    }
+
+    #[test]
+    fn counters_from_2_62_up_are_refused() {
+        let largest = COUNTER_LIMIT - 1;
+        let mut root = Root::new(7, 1 << 30, 4096, 256);
+        root.commit_seq = largest;
+        root.committed_by = largest;
+        root.lease.token = largest;
+        assert_eq!(Root::decode(&root.encode()).unwrap(), root);
+        let fields: [fn(&mut Root) -> &mut u64; 3] = [
+            |r| &mut r.commit_seq,
+            |r| &mut r.committed_by,
+            |r| &mut r.lease.token,
+        ];
+        for field in fields {
+            for n in [COUNTER_LIMIT, u64::MAX] {
+                let mut bad = root.clone();
+                *field(&mut bad) = n;
+                let err = Root::decode(&bad.encode()).unwrap_err();
+                assert!(err.to_string().contains("below 2^62"), "{n}: {err}");
+            }
+        }
     }
 
     #[test]

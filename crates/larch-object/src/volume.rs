@@ -41,6 +41,12 @@ pub struct Options {
     /// The block size the caller reads and writes in (the engine's `volblocksize`): a
     /// volume whose root says otherwise is refused at open. `None`: the root's.
     pub block_bytes: Option<u32>,
+    /// The volume's size as the caller knows it: a volume whose root says otherwise is
+    /// refused at open, before its map is read (a root's size bounds the map pages it may
+    /// name, so a damaged or hostile one could otherwise make the open read and hold far
+    /// more than the volume needs). `None`: the root's (the engine keeps no size of its
+    /// own: `larch volume add` adopts the store's).
+    pub size_bytes: Option<u64>,
 }
 
 impl Default for Options {
@@ -50,6 +56,7 @@ impl Default for Options {
             skew: Duration::from_secs(5),
             uploads: 16,
             block_bytes: None,
+            size_bytes: None,
         }
     }
 }
@@ -204,6 +211,10 @@ pub struct ObjectVolume {
     stop: Arc<AtomicBool>,
     /// The counters.
     pub stats: Arc<ObjectStats>,
+    /// Run once by the next flush before it takes the commit lock: lets a test stop a flush
+    /// there, where a thread can be preempted, while other threads write and commit.
+    #[cfg(test)]
+    before_commit_lock: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl std::fmt::Debug for ObjectVolume {
@@ -451,6 +462,7 @@ impl ObjectVolume {
             node: node.to_string(),
             token,
             options,
+            // Cannot wrap: Root::check keeps the store's commit_seq below 2^62.
             next_seq: Mutex::new(root.commit_seq + 1),
             committed_seq: AtomicU64::new(root.commit_seq),
             state: Mutex::new(RootState { root, etag }),
@@ -465,6 +477,8 @@ impl ObjectVolume {
             cleanups: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
+            #[cfg(test)]
+            before_commit_lock: Mutex::new(None),
         });
         volume.collect_garbage();
         spawn_renewer(&volume);
@@ -538,9 +552,10 @@ impl ObjectVolume {
     }
 
     /// Why this node may not serve the volume now, if it may not: another node took the
-    /// lease, or the lease lapsed because the store did not answer renewals.
+    /// lease, this node released it, or the lease lapsed because the store did not answer
+    /// renewals.
     pub fn unusable(&self) -> Option<String> {
-        if let Some(why) = self.lost.lock().expect("lost lock").clone() {
+        if let Some(why) = self.stop_reason() {
             return Some(why);
         }
         if Instant::now() >= *self.lease_until.lock().expect("lease lock") {
@@ -551,6 +566,20 @@ impl ObjectVolume {
             ));
         }
         None
+    }
+
+    /// Why this run no longer writes (or reads) the volume, once it stopped: another node
+    /// took it, or this node released it.
+    fn stop_reason(&self) -> Option<String> {
+        if let Some(why) = self.lost.lock().expect("lost lock").clone() {
+            return Some(why);
+        }
+        self.stop.load(Ordering::Acquire).then(|| {
+            format!(
+                "{}: this node released the volume's lease and serves it no more",
+                self.display
+            )
+        })
     }
 
     fn check_usable(&self) -> io::Result<()> {
@@ -735,15 +764,25 @@ impl ObjectVolume {
     }
 
     /// Makes every staged block durable: one commit (see the module comment). Nothing
-    /// staged: nothing to do.
+    /// staged: nothing to do. Fails once the volume was released or lost.
     pub fn flush(&self) -> io::Result<()> {
+        #[cfg(test)]
+        {
+            let hook = self.before_commit_lock.lock().expect("hook lock").take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        // The staged blocks are copied only under the commit lock. A copy taken before it
+        // may be older than the copy of a flush that takes the lock first, and committed
+        // after that one it would bring back bytes already overwritten and acknowledged.
+        let mut next_seq = self.next_seq.lock().expect("next_seq lock");
         let staged: BTreeMap<u64, Bytes> = self.staged.lock().expect("staged lock").clone();
         if staged.is_empty() {
             return Ok(());
         }
         self.check_usable()?;
         let started = Instant::now();
-        let mut next_seq = self.next_seq.lock().expect("next_seq lock");
         self.save_pending_token()?;
         // An attempt is built again when the root turns out to be a late write of this
         // run's own; a few times in a row would mean the store keeps answering falsely.
@@ -760,8 +799,9 @@ impl ObjectVolume {
                 )));
             }
         };
-        drop(next_seq);
-        // Committed: the local record, the staged blocks, the counters.
+        // Committed: the local record, the staged blocks, the counters. The first two
+        // still under the commit lock, so that the next commit neither uploads these
+        // blocks again nor has its record overwritten by this older one.
         {
             let mut local = self.local.lock().expect("local lock");
             local.token = self.token;
@@ -784,6 +824,7 @@ impl ObjectVolume {
                 committed += data.len() as u64;
             }
         }
+        drop(next_seq);
         let s = &self.stats;
         s.commits.fetch_add(1, Ordering::Relaxed);
         s.committed_bytes.fetch_add(committed, Ordering::Relaxed);
@@ -859,8 +900,16 @@ impl ObjectVolume {
             (state.root.commit_seq, old, pages)
         };
         // Never a number this run used before: an earlier attempt that failed may have
-        // landed, or its uploads may still land, under its names.
+        // landed, or its uploads may still land, under its names. No addition wraps:
+        // `base_seq` is below 2^62 (this run's numbers, or a root Root::check passed), and
+        // `next_seq` never passes the limit, checked here before it moves.
         let seq = (*next_seq).max(base_seq + 1);
+        if seq >= layout::COUNTER_LIMIT {
+            return Err(io::Error::other(format!(
+                "{}: the volume's commit sequence numbers are used up (the next is 2^62)",
+                self.display
+            )));
+        }
         *next_seq = seq + 1;
         let version = Version {
             seq,
@@ -915,6 +964,11 @@ impl ObjectVolume {
         // `state` is held from here on only: renewals went on during the uploads.
         let mut state = self.state.lock().expect("state lock");
         for _ in 0..3 {
+            // Nothing is committed once the run stopped: after a release, another node may
+            // own the volume, and this node must not extend a lease it gave up.
+            if let Some(why) = self.stop_reason() {
+                return Err(io::Error::other(why));
+            }
             if state.root.commit_seq != base_seq {
                 // A late commit of this run's was found meanwhile: the base moved.
                 return Ok(None);
@@ -1150,6 +1204,21 @@ impl ObjectVolume {
     /// commit of its own has superseded them (which it cannot have: that commit's write
     /// would have been conditional on the root `now` replaced).
     fn adopt(&self, state: &mut RootState, now: Root, etag: UpdateVersion) -> io::Result<()> {
+        // This run's commits only go up, and `state` holds the last one it knows landed: a
+        // root of this run's with an older commit is a stale read (a store answering from
+        // a lagging replica or cache), not a write that landed since. Taken as the base, it
+        // would turn the map back and serve older bytes than acknowledged ones.
+        if now.commit_seq < state.root.commit_seq {
+            return Err(io::Error::other(format!(
+                "{}/{}: read back an older root of this node's (commit {}, token {}) than the \
+                 one it knows landed (commit {}): a stale read from the store, not used",
+                self.display,
+                layout::ROOT_NAME,
+                now.commit_seq,
+                self.token,
+                state.root.commit_seq
+            )));
+        }
         if now.commit_seq != state.root.commit_seq || now.pages != state.root.pages {
             let map = load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
             *self.map.write().expect("map lock") = map;
@@ -1186,13 +1255,16 @@ impl ObjectVolume {
 
     /// Writes the root that `change` makes of the current one, again on top of a write of
     /// this run's found unanswered (a few times at most). Returns when the write started.
-    fn rewrite_root(&self, change: impl Fn(&mut Root)) -> io::Result<Instant> {
-        let mut state = self.state.lock().expect("state lock");
+    fn rewrite_root(
+        &self,
+        state: &mut RootState,
+        change: impl Fn(&mut Root),
+    ) -> io::Result<Instant> {
         for _ in 0..3 {
             let mut root = state.root.clone();
             change(&mut root);
             let started = Instant::now();
-            if let RootWrite::Written = self.write_root(&mut state, root)? {
+            if let RootWrite::Written = self.write_root(state, root)? {
                 return Ok(started);
             }
         }
@@ -1204,29 +1276,41 @@ impl ObjectVolume {
 
     /// Renews the lease (a root write that changes only its end).
     fn renew(&self) -> io::Result<()> {
-        if self.lost.lock().expect("lost lock").is_some() {
+        let mut state = self.state.lock().expect("state lock");
+        // Looked at under `state`: a release sets `stop` before it takes `state` for its
+        // own root write, so no renewal lands after that write and extends the lease again.
+        if self.stop.load(Ordering::Acquire) {
             return Ok(());
         }
         let lease_ms = self.options.lease.as_millis() as u64;
-        let started = self.rewrite_root(|root| root.lease.expires_ms = now_ms() + lease_ms)?;
+        let started = self.rewrite_root(&mut state, |root| {
+            root.lease.expires_ms = now_ms() + lease_ms
+        })?;
         *self.lease_until.lock().expect("lease lock") = started + self.options.lease;
         self.stats.renewals.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Gives the lease up (a clean stop): another node may take the volume at once. Waits
-    /// (up to 30 s) for the deletions of superseded objects still running first.
+    /// Gives the lease up (a clean stop): another node may take the volume at once. A
+    /// commit in flight ends first, and none is made after (flushes fail from then on,
+    /// as reads and writes do); then it waits (up to 30 s) for the deletions of superseded
+    /// objects still running.
     pub fn release(&self) -> io::Result<()> {
+        // The commit lock orders this root write after every commit's: without it, a commit
+        // in flight would write its root after this one and extend the lease this run just
+        // gave up, and its flush would report a commit made after the release.
+        let _commits = self.next_seq.lock().expect("next_seq lock");
         self.stop.store(true, Ordering::Release);
         let running: Vec<_> = std::mem::take(&mut *self.cleanups.lock().expect("cleanups lock"));
         self.run(async move {
             let all = futures_util::future::join_all(running);
             let _ = tokio::time::timeout(Duration::from_secs(30), all).await;
         });
+        let mut state = self.state.lock().expect("state lock");
         if self.lost.lock().expect("lost lock").is_some() {
             return Ok(());
         }
-        self.rewrite_root(|root| {
+        self.rewrite_root(&mut state, |root| {
             root.lease.owner.clear();
             root.lease.expires_ms = 0;
         })?;
@@ -1372,6 +1456,18 @@ fn acquire(
                 ),
             ));
         }
+        if let Some(expected) = options.size_bytes
+            && root.size_bytes != expected
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{display}: the volume's root says {} bytes, but it is opened as a volume \
+                     of {expected} bytes: refused before its map is read",
+                    root.size_bytes
+                ),
+            ));
+        }
         let now = now_ms();
         let lease = &root.lease;
         let expired = now
@@ -1387,15 +1483,28 @@ fn acquire(
                      when that node stops or loses the store)",
                     lease.owner,
                     lease.token,
-                    (lease.expires_ms + options.skew.as_millis() as u64).saturating_sub(now) / 1000
+                    lease
+                        .expires_ms
+                        .saturating_add(options.skew.as_millis() as u64)
+                        .saturating_sub(now)
+                        / 1000
                         + 1
                 ),
+            ));
+        }
+        // Both are below 2^62 (Root::check), so this cannot wrap; a token that reaches the
+        // limit would make the root unreadable to every node, this one included.
+        let token = lease.token.max(root.committed_by) + 1;
+        if token >= layout::COUNTER_LIMIT {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{display}: the volume's fencing tokens are used up (the next is 2^62)"),
             ));
         }
         let mut mine = root.clone();
         mine.lease = layout::Lease {
             owner: node.to_string(),
-            token: lease.token.max(root.committed_by) + 1,
+            token,
             expires_ms: now + options.lease.as_millis() as u64,
             duration_ms: options.lease.as_millis() as u64,
         };
@@ -1492,4 +1601,62 @@ fn spawn_renewer(volume: &Arc<ObjectVolume>) {
             }
         })
         .expect("spawn the lease thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    const BS: usize = 4096;
+
+    fn open(store: &Arc<dyn ObjectStore>) -> Arc<ObjectVolume> {
+        ObjectVolume::open(
+            Arc::clone(store),
+            "vols/a",
+            "mem://vols/a",
+            "node-a",
+            LocalState::default(),
+            Options::default(),
+            Box::new(|_| Ok(())),
+        )
+        .unwrap()
+    }
+
+    /// The byte every byte of `block` is (`None`: they differ).
+    fn block_byte(vol: &ObjectVolume, block: u64) -> Option<u8> {
+        let mut buf = vec![0u8; BS];
+        vol.read_at(&mut buf, block * BS as u64).unwrap();
+        buf.iter().all(|&b| b == buf[0]).then_some(buf[0])
+    }
+
+    #[test]
+    fn a_flush_held_up_before_the_commit_lock_never_rolls_back_a_later_one() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let root = Root::new(0x1234, 16 * BS as u64, BS as u32, 4);
+        create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+        let vol = open(&store);
+        // Flush A stops before the commit lock (a preempted thread) until told to go on.
+        let (arrived, on_arrival) = std::sync::mpsc::channel();
+        let (go, on_go) = std::sync::mpsc::channel::<()>();
+        *vol.before_commit_lock.lock().unwrap() = Some(Box::new(move || {
+            arrived.send(()).unwrap();
+            on_go.recv().unwrap();
+        }));
+        vol.write_at(&[1u8; BS], 0).unwrap();
+        let a = {
+            let vol = Arc::clone(&vol);
+            std::thread::spawn(move || vol.flush())
+        };
+        on_arrival.recv().unwrap();
+        // Meanwhile the block is written again and flush B commits (acknowledges) it.
+        vol.write_at(&[2u8; BS], 0).unwrap();
+        vol.flush().unwrap();
+        go.send(()).unwrap();
+        a.join().unwrap().unwrap();
+        assert_eq!(block_byte(&vol, 0), Some(2), "B's bytes rolled back");
+        vol.release().unwrap();
+        drop(vol);
+        assert_eq!(block_byte(&open(&store), 0), Some(2), "on the store");
+    }
 }

@@ -49,10 +49,17 @@ struct Faults {
     /// Root PUTs still to be answered with an error at once and applied 200 ms later (a
     /// request delayed in the network past its timeout and the caller's look at the root).
     land_root_late: AtomicUsize,
+    /// Root PUTs still to be answered with an error at once and never applied.
+    fail_root_puts: AtomicUsize,
+    /// While set, GETs of the root are answered with the object at this path instead (a
+    /// replica or cache lagging behind the writes it acknowledged).
+    stale_root: Mutex<Option<Path>>,
     /// Listings wait while this is set.
     hold_listings: AtomicBool,
     /// How long each PUT of a data object takes, ms.
     data_put_delay_ms: AtomicU64,
+    /// PUTs of data objects started.
+    data_puts: AtomicUsize,
     /// Objects whose body a whole-object GET started to read.
     bodies_read: Mutex<Vec<String>>,
 }
@@ -92,11 +99,20 @@ impl ObjectStore for Faulty {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let name = location.to_string();
-        let delay = self.faults.data_put_delay_ms.load(Ordering::Relaxed);
-        if name.contains("/data/") && delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+        if name.contains("/data/") {
+            self.faults.data_puts.fetch_add(1, Ordering::Relaxed);
+            let delay = self.faults.data_put_delay_ms.load(Ordering::Relaxed);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
         }
         let root = name.ends_with(layout::ROOT_NAME);
+        if root && take_one(&self.faults.fail_root_puts) {
+            return Err(object_store::Error::Generic {
+                store: "Faulty",
+                source: "refused (503) and not retried".into(),
+            });
+        }
         if root && take_one(&self.faults.land_root_late) {
             let (inner, location) = (Arc::clone(&self.inner), location.clone());
             tokio::spawn(async move {
@@ -132,6 +148,12 @@ impl ObjectStore for Faulty {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         let whole = options.range.is_none() && !options.head;
+        let stale = self.faults.stale_root.lock().unwrap().clone();
+        let location = match stale {
+            Some(stale) if location.to_string().ends_with(layout::ROOT_NAME) => stale,
+            _ => location.clone(),
+        };
+        let location = &location;
         let result = self.inner.get_opts(location, options).await?;
         if !whole {
             return Ok(result);
@@ -845,5 +867,124 @@ fn renewals_go_on_during_a_long_commit() {
     assert!(vol.stats.renewals.load(Ordering::Relaxed) >= renewed + 4);
     faults.data_put_delay_ms.store(0, Ordering::Relaxed);
     assert_eq!(read_block(&vol, 3), vec![1u8; BS]);
+    vol.release().unwrap();
+}
+
+#[test]
+fn a_stale_root_read_back_never_turns_the_volume_back() {
+    let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    // The root as this run first wrote it (its lease, no commit): what a lagging replica
+    // answers later.
+    put(
+        &memory,
+        "stale/larch-volume",
+        get(&memory, "vols/a/larch-volume").to_vec(),
+    );
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.commit_seq(), 1);
+    // The next commit's root write fails unapplied, and the read-back gets the old root.
+    faults.fail_root_puts.store(1, Ordering::Relaxed);
+    *faults.stale_root.lock().unwrap() = Some(Path::from("stale/larch-volume"));
+    vol.write_at(&[2u8; BS], 4 * BS as u64).unwrap();
+    let failed = vol.flush();
+    *faults.stale_root.lock().unwrap() = None;
+    assert_eq!(vol.commit_seq(), 1, "went back to the stale root's commit");
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS], "commit 1's block");
+    let err = failed.unwrap_err();
+    assert!(err.to_string().contains("stale read"), "{err}");
+    // Once the store answers truly again, the next commit builds on commit 1.
+    vol.flush().unwrap();
+    assert!(vol.commit_seq() > 1);
+    drop(vol); // a crash: no release
+    let vol = node.open(&store, Options::default()).unwrap();
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
+    assert_eq!(read_block(&vol, 4), vec![2u8; BS]);
+    vol.release().unwrap();
+}
+
+#[test]
+fn a_root_with_numbers_that_would_wrap_is_refused_at_open() {
+    let store = new_volume(16 * BS as u64, 4);
+    let fresh = get(&store, "vols/a/larch-volume").to_vec();
+    let fields: [fn(&mut Root) -> &mut u64; 3] = [
+        |r| &mut r.commit_seq,
+        |r| &mut r.committed_by,
+        |r| &mut r.lease.token,
+    ];
+    for field in fields {
+        for n in [u64::MAX, (1 << 62) + 1] {
+            let mut root = Root::decode(&fresh).unwrap();
+            *field(&mut root) = n;
+            put(&store, "vols/a/larch-volume", root.encode());
+            let err = Node::new("a").open(&store, Options::default()).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{n}: {err}");
+            assert!(
+                err.to_string().contains("larch-volume") && err.to_string().contains("2^62"),
+                "{n}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_release_waits_for_the_commit_in_flight_and_ends_the_writes() {
+    let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let vol = Node::new("a").open(&store, Options::default()).unwrap();
+    vol.write_at(&[1u8; 4 * BS], 0).unwrap();
+    faults.data_put_delay_ms.store(1000, Ordering::Relaxed);
+    let committing = Arc::clone(&vol);
+    let commit = std::thread::spawn(move || committing.flush());
+    wait_for("the commit's upload", || {
+        faults.data_puts.load(Ordering::Relaxed) > 0
+    });
+    vol.release().unwrap();
+    let root = || Root::decode(&get(&memory, "vols/a/larch-volume")).unwrap();
+    let released = root();
+    let flushed = commit.join().unwrap();
+    assert!(
+        released.lease.owner.is_empty() && released.lease.expires_ms == 0,
+        "{released:?}"
+    );
+    assert_eq!(root(), released, "the root was written after the release");
+    // The release waited for the commit: it is in the root the release wrote.
+    flushed.unwrap();
+    assert_eq!(released.commit_seq, 1);
+    // Nothing is committed after the release.
+    faults.data_put_delay_ms.store(0, Ordering::Relaxed);
+    vol.stage_blocks([(4, Bytes::from(vec![2u8; BS]))]).unwrap();
+    let err = vol.flush().unwrap_err();
+    assert!(err.to_string().contains("released"), "{err}");
+    assert_eq!(root(), released, "a flush after the release wrote the root");
+}
+
+#[test]
+fn a_volume_of_another_size_is_refused_before_its_map_is_read() {
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    vol.flush().unwrap();
+    vol.release().unwrap();
+    drop(vol);
+    faults.bodies_read.lock().unwrap().clear();
+    let sized = |size_bytes| Options {
+        size_bytes: Some(size_bytes),
+        ..Options::default()
+    };
+    let err = node.open(&store, sized(32 * BS as u64)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        err.to_string().contains(&(16 * BS).to_string())
+            && err.to_string().contains(&(32 * BS).to_string()),
+        "{err}"
+    );
+    let read = faults.bodies_read.lock().unwrap().clone();
+    assert!(read.iter().all(|n| !n.contains("/map/")), "{read:?}");
+    // Refused before the lease was taken: another node opens it at once.
+    let vol = Node::new("b").open(&store, sized(16 * BS as u64)).unwrap();
+    assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
     vol.release().unwrap();
 }
