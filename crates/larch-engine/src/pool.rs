@@ -104,6 +104,13 @@ pub struct VolumeConfig {
     /// profile files at each start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<larch_object::s3::Settings>,
+    /// For a volume on an object store: its size in bytes as `larch volume add` created
+    /// or adopted it. A root that names another size is refused at open, before any of
+    /// its map is read (a hostile root could otherwise make this node load a map of its
+    /// choosing). Absent in pools configured before it was recorded: then the root's own
+    /// size is trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_size_bytes: Option<u64>,
 }
 
 impl VolumeConfig {
@@ -166,6 +173,7 @@ fn open_object_backing(
         // The engine reads and writes the volume in its volblocksize: a root that says
         // otherwise (a pool.json edited, or another volume at that address) is refused.
         block_bytes: Some(v.volblocksize),
+        size_bytes: v.object_size_bytes,
         ..larch_object::Options::default()
     };
     let vol = larch_object::ObjectVolume::open(
@@ -379,6 +387,7 @@ pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig>
             latency: LatencyModel::default(),
             sync: SyncMode::Standard,
             s3: None,
+            object_size_bytes: None,
         }],
         cache_devices: vec![CacheDeviceConfig {
             path: cache,

@@ -162,6 +162,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 },
                 sync,
                 s3: None,
+                object_size_bytes: None,
             };
             if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
                 if s3_lease_secs < 2 || s3_stall_secs == 0 || s3_stall_secs >= s3_lease_secs {
@@ -187,6 +188,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 let (size, block_bytes, created) =
                     object_volume(url, &settings, size, volume.volblocksize, object_size)?;
                 volume.volblocksize = block_bytes;
+                volume.object_size_bytes = Some(size);
                 volume.s3 = Some(settings);
                 config.volumes.push(volume);
                 config.validate().map_err(anyhow::Error::msg)?;

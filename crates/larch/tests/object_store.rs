@@ -524,6 +524,26 @@ fn round_trip_restart_and_warm_l2(gw: &Gateway) {
         "4M",
         Some("64M"),
     );
+    // The size the volume was created with is recorded, and a start whose pool says
+    // another size refuses the root before reading its map.
+    let config_path = state.join("pool.json");
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    let mut edited: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(
+        edited["volumes"][0]["object_size_bytes"],
+        32 << 20,
+        "{config}"
+    );
+    edited["volumes"][0]["object_size_bytes"] = (64u64 << 20).into();
+    std::fs::write(&config_path, edited.to_string()).unwrap();
+    let refused = Daemon::try_start(gw, &state)
+        .err()
+        .expect("a start with the wrong size");
+    assert!(
+        refused.contains("refused before its map is read"),
+        "{refused}"
+    );
+    std::fs::write(&config_path, &config).unwrap();
     let daemon = Daemon::start(gw, &state);
     let image = state.join("in.img");
     std::fs::write(&image, common::pattern(24 << 20, 19)).unwrap();
