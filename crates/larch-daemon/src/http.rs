@@ -393,7 +393,8 @@ async fn set_tunable(ctx: Arc<Context>, peer: Peer, headers: HeaderMap, body: Bo
     match change(&ctx, set, false).await {
         Ok(_) => {
             let views = tunable_views(&ctx.pool);
-            match views.into_iter().find(|v| v.name == request.name) {
+            // The assignment ignores spaces around the name; so does its answer.
+            match views.into_iter().find(|v| v.name == request.name.trim()) {
                 Some(view) => json(&view),
                 None => api_error(
                     StatusCode::BAD_REQUEST,
@@ -436,13 +437,14 @@ impl Params {
     }
 
     fn ids(&self) -> Result<Vec<String>, Refusal> {
-        let ids: Vec<String> = self
-            .get("ids")
-            .unwrap_or("")
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
+        // Each id once: an answer has a column per id, and a list of one id repeated
+        // thousands of times (it fits a request head) would make it as many times larger.
+        let mut ids: Vec<String> = Vec::new();
+        for id in self.get("ids").unwrap_or("").split(',') {
+            if !id.is_empty() && !ids.iter().any(|seen| seen == id) {
+                ids.push(id.to_string());
+            }
+        }
         if ids.is_empty() {
             return Err(Refusal::bad(
                 "expected a comma-separated list of series ids",

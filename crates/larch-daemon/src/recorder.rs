@@ -191,7 +191,7 @@ impl Range {
             return Err(bad("from", "the range is empty: `from` is not before `to`"));
         }
         let step = match step {
-            None if from + SECONDS_KEPT as u64 >= now => 1,
+            None if from.saturating_add(SECONDS_KEPT as u64) >= now => 1,
             None => 60,
             Some("1") => 1,
             Some("60") => 60,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use larch_l2::RebuildStats;
 
-use crate::arc::{ArcCache, ArcSizer, SHARDS, TRIM_INTERVAL, release_free_memory, sizing_limits};
+use crate::arc::{ArcCache, ArcSizer, TRIM_INTERVAL, release_free_memory, sizing_limits};
 use crate::backing::BackingStore;
 use crate::coherence::{Coherence, DistrustSink};
 use crate::l2::CacheDevices;
@@ -120,8 +120,7 @@ impl Engine {
     /// TXG syncer and its ARC size control thread (limits set at runtime, memory
     /// pressure), which stop with [`Engine::shutdown`].
     pub fn new(arc_max_bytes: u64) -> Arc<Engine> {
-        let tunables = Tunables::default();
-        tunables.store("zfs_arc_max", arc_max_bytes.max(SHARDS as u64));
+        let tunables = crate::tunables::starting(arc_max_bytes);
         let limits = sizing_limits(&tunables);
         // Generations only need to differ from those of older copies of the same block.
         // Starting from the wall clock in µs keeps them above any earlier run's.

@@ -20,7 +20,6 @@ use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
 use crate::l2::DeviceState;
 use crate::pool::{CONFIG_FILE, CacheDeviceConfig, Pool, PoolConfig, new_guid};
 use crate::tunables;
-use crate::tunables::Tunables;
 
 /// Why a change was not made. Each kind has its HTTP status: 400, 409, 500.
 #[derive(Debug, thiserror::Error)]
@@ -106,15 +105,9 @@ pub fn set_tunables(
         .iter()
         .map(|a| parse_assignment(a))
         .collect::<Result<Vec<_>, _>>()?;
-    // The checks depend on the name and value only, so a scratch set is as good as the
-    // running one and leaves it untouched when a later value is refused.
-    let scratch = Tunables::default();
-    for (name, value) in &parsed {
-        tunables::set(&scratch, name, value).map_err(ManageError::Invalid)?;
-    }
     let _guard = target.lock();
     let dir = target.state_dir();
-    target.load()?;
+    let config = target.load()?;
     let io = |e: std::io::Error| {
         ManageError::Io(format!(
             "{}: {e}",
@@ -122,15 +115,37 @@ pub fn set_tunables(
         ))
     };
     let mut saved = tunables::load(dir).map_err(io)?;
+    // Tried first on a copy of the values the change applies to (the running pool's, or
+    // what a start would have: pool.json's ARC size, then tunables.json), so that a
+    // refused value, or two ARC limits that contradict each other or the pool's, change
+    // nothing anywhere.
+    let scratch = match target {
+        Target::Running(pool) => tunables::scratch_copy(&pool.engine.tunables),
+        Target::Files(_) => {
+            let start = tunables::starting(config.arc_max_bytes);
+            tunables::apply(&start, &saved);
+            start
+        }
+    };
+    if let Some((_, why)) = tunables::apply_in_turn(&scratch, &parsed)
+        .into_iter()
+        .next()
+    {
+        return Err(ManageError::Invalid(why));
+    }
     for (name, value) in &parsed {
         saved.insert(name.clone(), value.clone());
     }
     tunables::save(dir, &saved).map_err(io)?;
-    if let Target::Running(pool) = target {
-        for (name, value) in &parsed {
-            tunables::set(&pool.engine.tunables, name, value)
-                .unwrap_or_else(|e| panic!("{name}={value} passed the check, then: {e}"));
-        }
+    if let Target::Running(pool) = target
+        && let Some((_, why)) = tunables::apply_in_turn(&pool.engine.tunables, &parsed)
+            .into_iter()
+            .next()
+    {
+        // Not reached: the copy took the same values under the same lock.
+        return Err(ManageError::Invalid(format!(
+            "saved, but the running pool refused it: {why}"
+        )));
     }
     Ok(saved)
 }
@@ -171,6 +186,18 @@ pub fn add_cache_device(
             "{} is the backing store of volume {}",
             path.display(),
             v.name
+        )));
+    }
+    // Formatting the pool's own log as a cache device would lose the acknowledged sync
+    // writes it holds (--force included: this is never what the user means).
+    if config
+        .log_devices
+        .iter()
+        .any(|l| same_file(dir, &l.path, path))
+    {
+        return Err(ManageError::Refused(format!(
+            "{} is the pool's log device",
+            path.display()
         )));
     }
     match fs::metadata(path) {
@@ -305,21 +332,27 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
         }
         zero_headers(path)?;
     }
+    // The configuration names the device before the running pool acknowledges a single
+    // sync write from it: a crash in between must find it at the next start (blank, so it
+    // is formatted then), not forget a device that holds acknowledged writes.
     let guid = new_guid();
-    if let Target::Running(pool) = target {
-        pool.engine
-            .attach_log(path, config.guid, guid, true)
-            .map_err(|e| ManageError::Refused(format!("{} cannot be used: {e}", path.display())))?;
-    }
     config.log_devices.push(crate::pool::LogDeviceConfig {
         path: path.to_path_buf(),
         guid,
     });
-    if let Err(err) = save(dir, &config) {
-        if let Target::Running(pool) = target {
-            pool.engine.detach_log();
-        }
-        return Err(err);
+    save(dir, &config)?;
+    if let Target::Running(pool) = target
+        && let Err(e) = pool.engine.attach_log(path, config.guid, guid, true)
+    {
+        let why = format!("{} cannot be used: {e}", path.display());
+        config.log_devices.pop();
+        return Err(match save(dir, &config) {
+            Ok(()) => ManageError::Refused(why),
+            Err(err) => ManageError::Refused(format!(
+                "{why}; and the pool's configuration, which names it now, could not be \
+                 restored: {err}"
+            )),
+        });
     }
     Ok(format!("log device {} added", path.display()))
 }
@@ -508,6 +541,45 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The ARC limits are checked against the pool's own values, not the built-in
+    /// defaults, in either order; a refused change saves and applies nothing, and a
+    /// running pool does not panic on it (a reviewer's finding: `zfs_arc_min` above a
+    /// small pool's `zfs_arc_max` passed the check, was saved, then panicked).
+    #[test]
+    fn arc_limits_are_checked_against_the_pools_own_values() {
+        let dir = demo("arc-limits"); // zfs_arc_max 1 MiB
+        let files = Target::Files(&dir);
+        let set = |target, list: &[&str]| {
+            let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+            set_tunables(target, &list)
+        };
+        let err = set(files, &["zfs_arc_min=128M"]).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Invalid(ref m) if m.contains("above zfs_arc_max")),
+            "{err}"
+        );
+        assert!(tunables::load(&dir).unwrap().is_empty());
+        // Both raised in one change, the minimum first: the order does not matter.
+        set(files, &["zfs_arc_min=32M", "zfs_arc_max=64M"]).unwrap();
+        let pool = Pool::open(&dir, true).unwrap();
+        let running = Target::Running(&pool);
+        assert_eq!(pool.engine.tunables.zfs_arc_max(), 64 << 20);
+        let before = tunables::load(&dir).unwrap();
+        let err = set(running, &["l2arc_write_max=3M", "zfs_arc_min=128M"]).unwrap_err();
+        assert!(matches!(err, ManageError::Invalid(_)), "{err}");
+        assert_eq!(
+            tunables::load(&dir).unwrap(),
+            before,
+            "a refused change was saved"
+        );
+        assert_ne!(pool.engine.tunables.l2arc_write_max(), 3 << 20);
+        // Both lowered below the old minimum, the maximum first: taken as well.
+        set(running, &["zfs_arc_max=8M", "zfs_arc_min=4M"]).unwrap();
+        assert_eq!(pool.engine.tunables.zfs_arc_min(), 4 << 20);
+        pool.close().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_new_volume_may_not_use_a_device_or_a_writable_volume_s_backing_store() {
         let dir = fs::canonicalize(demo("backing")).unwrap();
@@ -576,6 +648,41 @@ mod tests {
         assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
         let err = remove_cache_device(running, &foreign).unwrap_err();
         assert!(matches!(err, ManageError::Refused(_)), "{err}");
+        pool.close().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The pool's log device is never taken as a cache device, not even with force (it
+    /// would be formatted under the acknowledged sync writes it holds; a reviewer's
+    /// finding); a log device the engine cannot use leaves no trace in pool.json.
+    #[test]
+    fn a_log_device_is_never_formatted_as_a_cache_device() {
+        let dir = demo("log-as-cache");
+        let pool = Pool::open(&dir, true).unwrap();
+        let running = Target::Running(&pool);
+        let dir = fs::canonicalize(&dir).unwrap();
+        // Too small for a log: refused by the engine, and pool.json is as it was.
+        let tiny = dir.join("tiny.img");
+        fs::write(&tiny, vec![0u8; 4096]).unwrap();
+        let err = add_log_device(running, &tiny, false).unwrap_err();
+        assert!(matches!(err, ManageError::Refused(_)), "{err}");
+        assert!(PoolConfig::load(&dir).unwrap().log_devices.is_empty());
+        let log = dir.join("log.img");
+        fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+        add_log_device(running, &log, false).unwrap();
+        assert_eq!(PoolConfig::load(&dir).unwrap().log_devices.len(), 1);
+        for force in [false, true] {
+            let err = add_cache_device(running, &log, force).unwrap_err();
+            assert!(
+                matches!(err, ManageError::Refused(ref m) if m.contains("log device")),
+                "{err}"
+            );
+        }
+        assert!(
+            pool.engine.log_report().is_some(),
+            "the log is still in use"
+        );
+        assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
         pool.close().unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }

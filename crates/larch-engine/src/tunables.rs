@@ -316,12 +316,53 @@ pub fn save(state_dir: &Path, saved: &BTreeMap<String, String>) -> io::Result<()
     crate::pool::write_state_file(state_dir, TUNABLES_FILE, text.as_bytes())
 }
 
+/// The tunables an engine of `arc_max_bytes` starts with, before saved ones apply: the
+/// defaults, with `zfs_arc_max` the pool's ARC size.
+pub fn starting(arc_max_bytes: u64) -> Tunables {
+    let tunables = Tunables::default();
+    tunables.store("zfs_arc_max", arc_max_bytes.max(crate::arc::SHARDS as u64));
+    tunables
+}
+
 /// Applies saved tunables; returns the ones refused, with reasons.
 pub fn apply(tunables: &Tunables, saved: &BTreeMap<String, String>) -> Vec<String> {
-    saved
+    let list: Vec<(String, String)> = saved
         .iter()
-        .filter_map(|(name, value)| tunables.set(name, value).err())
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    apply_in_turn(tunables, &list)
+        .into_iter()
+        .map(|(_, why)| why)
         .collect()
+}
+
+/// Sets each `(name, value)`; returns the names refused, with reasons. The two ARC limits
+/// are checked against each other, so one of them can be refused only because the other
+/// comes later (`zfs_arc_min` raised above the old `zfs_arc_max` before that is raised):
+/// what is refused is tried once more after the rest, which settles any order.
+pub fn apply_in_turn(tunables: &Tunables, list: &[(String, String)]) -> Vec<(String, String)> {
+    let refused: Vec<&(String, String)> = list
+        .iter()
+        .filter(|(name, value)| tunables.set(name, value).is_err())
+        .collect();
+    refused
+        .into_iter()
+        .filter_map(|(name, value)| {
+            tunables
+                .set(name, value)
+                .err()
+                .map(|why| (name.clone(), why))
+        })
+        .collect()
+}
+
+/// A copy of `tunables`' current values, to try changes on.
+pub fn scratch_copy(tunables: &Tunables) -> Tunables {
+    let copy = Tunables::default();
+    for (name, value) in tunables.values() {
+        copy.store(&name, value);
+    }
+    copy
 }
 
 #[cfg(test)]

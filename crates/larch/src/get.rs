@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use larch_daemon::client;
-use larch_engine::{PoolConfig, Tunables, tunables};
+use larch_engine::{PoolConfig, tunables};
 use serde_json::json;
 
 /// Arguments of `larch get`.
@@ -37,20 +37,25 @@ struct Row {
     source: &'static str,
 }
 
-/// The numeric values `tunables.json` sets; entries that would be refused are reported
-/// and left out (the daemon refuses them too).
-fn saved_values(saved: &BTreeMap<String, String>) -> BTreeMap<String, u64> {
-    let scratch = Tunables::default();
-    let mut values = BTreeMap::new();
-    for (name, value) in saved {
-        match tunables::set(&scratch, name, value) {
-            Ok(()) => {
-                values.insert(name.clone(), tunables::values(&scratch)[name]);
-            }
-            Err(err) => eprintln!("larch get: tunables.json: {err}"),
-        }
+/// The numeric values `tunables.json` sets, applied as a start of the pool (ARC size
+/// `arc_max_bytes`) applies them; entries that would be refused are reported and left
+/// out (the daemon refuses them too).
+fn saved_values(saved: &BTreeMap<String, String>, arc_max_bytes: u64) -> BTreeMap<String, u64> {
+    let scratch = tunables::starting(arc_max_bytes);
+    let list: Vec<(String, String)> = saved
+        .iter()
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let refused = tunables::apply_in_turn(&scratch, &list);
+    for (_, why) in &refused {
+        eprintln!("larch get: tunables.json: {why}");
     }
-    values
+    let now = tunables::values(&scratch);
+    saved
+        .keys()
+        .filter(|name| !refused.iter().any(|(r, _)| r == *name))
+        .filter_map(|name| now.get(name).map(|v| (name.clone(), *v)))
+        .collect()
 }
 
 /// A row of `larch get`. `pool_default` replaces the built-in default where the pool
@@ -89,7 +94,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.names.iter().map(String::as_str).collect()
     };
-    let file = saved_values(&tunables::load(&args.state_dir)?);
+    let file = saved_values(&tunables::load(&args.state_dir)?, config.arc_max_bytes);
     let running = match client::find(&args.state_dir) {
         Some(daemon) => Some(daemon.tunables()?),
         None => None,

@@ -875,6 +875,17 @@ fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
     assert!(clipped["clipped"].is_string(), "{clipped}");
     let csv = daemon.get("/api/v1/export?ids=arc/hits,arc/size&from=-60&format=csv");
     assert!(csv.starts_with("time,arc/hits,arc/size\n"), "{csv}");
+    // An id named again is one column: a repeated id cannot multiply the answer.
+    let repeated = format!(
+        "/api/v1/export?ids=arc/hits{}&from=-60&format=csv",
+        ",arc/hits".repeat(500)
+    );
+    let csv = daemon.get(&repeated);
+    assert!(
+        csv.starts_with("time,arc/hits\n"),
+        "{}",
+        &csv[..csv.len().min(200)]
+    );
     // The switch: without the token, refused; with it, L2 reads stop, and resume.
     let switch = |value: &str, token: &str| {
         http(
@@ -908,6 +919,15 @@ fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
         "{events}"
     );
     assert_eq!(switch("1", &token).0, 200);
+    // Spaces around the name are ignored by the change and by its answer alike.
+    let (code, body) = http(
+        &daemon.addr,
+        "POST",
+        "/api/v1/tunables",
+        &token,
+        b"{\"name\": \" l2arc_enabled \", \"value\": \"1\"}",
+    );
+    assert_eq!(code, 200, "{body}");
     let mut rounds = 0;
     loop {
         fio_randread(&daemon, 2);
