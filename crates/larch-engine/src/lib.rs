@@ -79,8 +79,8 @@ pub use engine::Engine;
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
-    CacheDeviceConfig, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig, create_demo,
-    is_object_url, new_guid, node_name, write_private_state_file, write_state_file,
+    CacheDeviceConfig, ConfigLock, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig,
+    create_demo, is_object_url, new_guid, node_name, write_private_state_file, write_state_file,
 };
 pub use report::PoolReport;
 pub use stats::{EngineStats, WriteStats};

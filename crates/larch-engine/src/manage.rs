@@ -18,7 +18,7 @@ use std::sync::MutexGuard;
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
 
 use crate::l2::DeviceState;
-use crate::pool::{CONFIG_FILE, CacheDeviceConfig, Pool, PoolConfig, new_guid};
+use crate::pool::{CONFIG_FILE, CacheDeviceConfig, ConfigLock, Pool, PoolConfig, new_guid};
 use crate::tunables;
 
 /// Why a change was not made. Each kind has its HTTP status: 400, 409, 500.
@@ -54,9 +54,11 @@ impl Target<'_> {
         }
     }
 
-    /// Serialises changes to a running pool (see [`Pool::config_lock`]).
-    fn lock(&self) -> Option<MutexGuard<'_, ()>> {
-        match self {
+    /// Serialises changes: within a running pool (see [`Pool::config_lock`]), and between
+    /// processes through the state directory's [`ConfigLock`] (two CLI commands on a
+    /// stopped pool, or one beside the daemon).
+    fn lock(&self) -> Result<(Option<MutexGuard<'_, ()>>, ConfigLock), ManageError> {
+        let inner = match self {
             Target::Files(_) => None,
             // The lock guards no data, so a panic while it was held leaves nothing broken.
             Target::Running(pool) => Some(
@@ -64,7 +66,18 @@ impl Target<'_> {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             ),
-        }
+        };
+        let files = ConfigLock::acquire(self.state_dir()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                // No pool there: the same error as loading it gives.
+                self.load()
+                    .err()
+                    .unwrap_or_else(|| ManageError::Io(e.to_string()))
+            } else {
+                ManageError::Io(e.to_string())
+            }
+        })?;
+        Ok((inner, files))
     }
 
     fn load(&self) -> Result<PoolConfig, ManageError> {
@@ -105,7 +118,7 @@ pub fn set_tunables(
         .iter()
         .map(|a| parse_assignment(a))
         .collect::<Result<Vec<_>, _>>()?;
-    let _guard = target.lock();
+    let _guard = target.lock()?;
     let dir = target.state_dir();
     let config = target.load()?;
     let io = |e: std::io::Error| {
@@ -164,7 +177,7 @@ pub fn add_cache_device(
             path.display()
         )));
     }
-    let _guard = target.lock();
+    let _guard = target.lock()?;
     let dir = target.state_dir();
     let mut config = target.load()?;
     if config
@@ -257,7 +270,7 @@ pub fn remove_cache_device(target: Target<'_>, path: &Path) -> Result<String, Ma
             path.display()
         )));
     }
-    let _guard = target.lock();
+    let _guard = target.lock()?;
     let dir = target.state_dir();
     let mut config = target.load()?;
     let Some(at) = config
@@ -294,7 +307,7 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
             path.display()
         )));
     }
-    let _guard = target.lock();
+    let _guard = target.lock()?;
     let dir = target.state_dir();
     let mut config = target.load()?;
     if let Some(l) = config.log_devices.first() {
@@ -362,7 +375,7 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
 /// crash can leave acknowledged sync writes only on a device the pool forgot. For a
 /// stopped pool, records the device still holds are not replayed at the next start.
 pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
-    let _guard = target.lock();
+    let _guard = target.lock()?;
     let dir = target.state_dir();
     let mut config = target.load()?;
     let Some(removed) = config.log_devices.pop() else {
@@ -649,6 +662,30 @@ mod tests {
         let err = remove_cache_device(running, &foreign).unwrap_err();
         assert!(matches!(err, ManageError::Refused(_)), "{err}");
         pool.close().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Changes to a stopped pool's files from several processes at once lose none of
+    /// each other's (each reads, changes and saves pool.json under the configuration
+    /// lock; threads stand for the processes here: the lock is an flock of its own file
+    /// descriptor, which threads do not share).
+    #[test]
+    fn changes_at_once_to_the_files_lose_nothing() {
+        let dir = fs::canonicalize(demo("at-once")).unwrap();
+        let paths: Vec<PathBuf> = (0..8).map(|i| dir.join(format!("c{i}.img"))).collect();
+        for path in &paths {
+            fs::write(path, vec![0u8; 4 << 20]).unwrap();
+        }
+        std::thread::scope(|scope| {
+            for path in &paths {
+                let dir = &dir;
+                scope.spawn(move || add_cache_device(Target::Files(dir), path, false).unwrap());
+            }
+        });
+        assert_eq!(
+            PoolConfig::load(&dir).unwrap().cache_devices.len(),
+            1 + paths.len()
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

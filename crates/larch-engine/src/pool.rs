@@ -21,6 +21,54 @@ pub const CONFIG_FILE: &str = "pool.json";
 /// Name of the file a process locks while it has the pool open.
 pub const LOCK_FILE: &str = "pool.lock";
 
+/// Name of the file whose lock serialises changes to a pool's configuration files
+/// (`pool.json`, `tunables.json`): by the CLI on the files, and by the daemon.
+pub const CONFIG_LOCK_FILE: &str = "config.lock";
+
+/// A hold of [`CONFIG_LOCK_FILE`] (an exclusive `flock`, waited for): a change reads the
+/// configuration, changes it and saves it under it, so two changes at once (two CLI
+/// commands on a stopped pool, or one beside the daemon's) cannot lose one another or
+/// write the same temporary file. Dropped, it is released; the kernel releases it when its
+/// holder dies.
+#[derive(Debug)]
+pub struct ConfigLock {
+    _file: fs::File,
+}
+
+impl ConfigLock {
+    /// Waits for and takes the configuration lock of the pool in `state_dir` (which must
+    /// hold a pool: no lock file is made elsewhere).
+    pub fn acquire(state_dir: &Path) -> io::Result<ConfigLock> {
+        if !state_dir.join(CONFIG_FILE).exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no {CONFIG_FILE} in {}", state_dir.display()),
+            ));
+        }
+        let path = state_dir.join(CONFIG_LOCK_FILE);
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns; it only changes lock state.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(ConfigLock { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("locking {}: {err}", path.display()),
+                ));
+            }
+        }
+    }
+}
+
 /// One process's hold of a pool: an exclusive `flock` on [`LOCK_FILE`] in its state
 /// directory, which also records the holder's pid for the message a second process gets.
 /// Two processes serving one pool would write the same cache devices, log and backing

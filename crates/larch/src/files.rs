@@ -9,13 +9,22 @@ use larch_engine::PoolConfig;
 
 /// The pool of `state_dir`, or an error that says how to create one.
 pub fn load(state_dir: &Path) -> anyhow::Result<PoolConfig> {
-    PoolConfig::load(state_dir).with_context(|| {
-        format!(
-            "no pool in {} (create one with `larch pool create NAME --state-dir {}`)",
-            state_dir.display(),
-            state_dir.display()
-        )
-    })
+    PoolConfig::load(state_dir).with_context(|| no_pool(state_dir))
+}
+
+/// The pool of `state_dir` with its configuration lock held, for a change that saves it
+/// again (see [`larch_engine::ConfigLock`]): hold the lock until the save.
+pub fn load_locked(state_dir: &Path) -> anyhow::Result<(PoolConfig, larch_engine::ConfigLock)> {
+    let lock = larch_engine::ConfigLock::acquire(state_dir).with_context(|| no_pool(state_dir))?;
+    Ok((load(state_dir)?, lock))
+}
+
+fn no_pool(state_dir: &Path) -> String {
+    format!(
+        "no pool in {} (create one with `larch pool create NAME --state-dir {}`)",
+        state_dir.display(),
+        state_dir.display()
+    )
 }
 
 /// Saves `config` in `state_dir` once it validates.

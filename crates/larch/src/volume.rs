@@ -8,7 +8,7 @@ use anyhow::bail;
 use larch_engine::units::parse_size;
 use larch_engine::{CacheMode, LatencyModel, SyncMode, VolumeConfig, new_guid};
 
-use crate::files::{absolute, create_file, load, save};
+use crate::files::{absolute, create_file, load_locked, save};
 
 /// `larch volume ...`
 #[derive(clap::Subcommand)]
@@ -135,7 +135,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             sync,
             state_dir,
         } => {
-            let mut config = load(&state_dir)?;
+            let (mut config, _config_lock) = load_locked(&state_dir)?;
             if config.volumes.iter().any(|v| v.name == name) {
                 bail!("the pool already has a volume {name}");
             }
@@ -223,7 +223,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             println!("added volume {name} (served from the next `larch serve` start)");
         }
         VolumeCommand::Remove { name, state_dir } => {
-            let mut config = load(&state_dir)?;
+            let (mut config, _config_lock) = load_locked(&state_dir)?;
             let before = config.volumes.len();
             config.volumes.retain(|v| v.name != name);
             if config.volumes.len() == before {
