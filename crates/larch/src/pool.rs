@@ -72,12 +72,19 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             }
             // Not under a daemon that has the pool open.
             let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
+            // Everything the pool kept here, so that a new pool in this directory starts
+            // with none of it (an old analytics history, a record that a cache device must
+            // be formatted, a committed TXG). TLS certificates stay: clients may trust them.
             for file in [
                 "pool.json",
                 "tunables.json",
                 "status.json",
                 "history",
                 "committed-txg",
+                "l2-format",
+                "analytics.bin",
+                "daemon.json",
+                "config.lock",
             ] {
                 let _ = std::fs::remove_file(state_dir.join(file));
             }

@@ -228,3 +228,37 @@ fn a_volume_cannot_be_removed_while_the_log_holds_its_writes() {
     );
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// `larch pool destroy` removes every state file the pool kept, so that a new pool made in
+/// the directory starts with none of the old one's (its analytics history, a record that
+/// a cache device must be formatted, its committed TXG); volume and device data stay.
+#[test]
+fn a_destroyed_pool_leaves_no_state_for_the_next_one() {
+    let state = scratch("destroy");
+    make_pool(&state, true, "4K");
+    let dir = state.to_str().expect("utf-8");
+    let daemon = Daemon::start(&state, "127.0.0.1:0");
+    assert!(daemon.stop().success());
+    // What a pool can leave besides pool.json (some only after failures).
+    for (file, text) in [("committed-txg", "7\n"), ("l2-format", "[1]\n")] {
+        std::fs::write(state.join(file), text).unwrap();
+    }
+    run_ok(&["pool", "destroy", "--state-dir", dir, "--force"]);
+    for file in [
+        "pool.json",
+        "tunables.json",
+        "status.json",
+        "history",
+        "committed-txg",
+        "l2-format",
+        "analytics.bin",
+        "daemon.json",
+        "config.lock",
+    ] {
+        assert!(!state.join(file).exists(), "{file} is left after destroy");
+    }
+    for data in ["vol0.img", "cache.img", "log.img"] {
+        assert!(state.join(data).exists(), "{data} was removed");
+    }
+    let _ = std::fs::remove_dir_all(&state);
+}
