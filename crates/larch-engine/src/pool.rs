@@ -46,13 +46,7 @@ impl ConfigLock {
             ));
         }
         let path = state_dir.join(CONFIG_LOCK_FILE);
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let file = open_lock_file(&path)?;
         loop {
             // SAFETY: flock on a descriptor this function owns; it only changes lock state.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
@@ -67,6 +61,17 @@ impl ConfigLock {
             }
         }
     }
+}
+
+/// Opens (creating it if need be, never truncating it) the file a lock is taken on.
+fn open_lock_file(path: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
 /// One process's hold of a pool: an exclusive `flock` on [`LOCK_FILE`] in its state
@@ -86,13 +91,7 @@ impl PoolLock {
     /// when another process has it open.
     pub fn acquire(state_dir: &Path) -> io::Result<PoolLock> {
         let path = state_dir.join(LOCK_FILE);
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let mut file = open_lock_file(&path)?;
         // SAFETY: flock on a descriptor this function owns; it only changes lock state.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = io::Error::last_os_error();
