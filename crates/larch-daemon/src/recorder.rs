@@ -13,6 +13,10 @@
 //! go first (a range asked for beyond what is kept is then clipped and says so). The
 //! history is saved in the state directory with a magic, version and checksum, and read
 //! back at start so curves continue across a restart; the restart is an event.
+//!
+//! One file, because the recording, the queries and the saved form all walk the same
+//! sample layout (one value per catalog series, sparse histograms): split apart, each part
+//! would have to know that layout anyway. About a fifth of it is tests.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
