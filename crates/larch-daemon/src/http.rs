@@ -22,7 +22,8 @@
 //!
 //! No request stops or stalls the daemon: a head must arrive within
 //! [`REQUEST_TIMEOUT`] and fit in 16 KiB (hyper's limits), a body within the same time
-//! and [`MAX_BODY_BYTES`], and at most [`MAX_CONNECTIONS`] connections are served at once
+//! and [`MAX_BODY_BYTES`], an answer's writes may wait at most [`WRITE_STALL_TIMEOUT`] for
+//! the peer to take any of it, and at most [`MAX_CONNECTIONS`] connections are served at once
 //! (more wait in the kernel's backlog). When accepting fails (out of file descriptors,
 //! most likely, which a burst of NBD clients can cause), the server waits before trying
 //! again, 10 ms doubling to 1 s, rather than retry at once and pin a core.
@@ -58,7 +59,9 @@ use crate::status::StatusReport;
 use crate::{history, metrics};
 
 mod remote;
+mod stall;
 pub use remote::{RemoteAuth, serve_remote};
+pub use stall::WRITE_STALL_TIMEOUT;
 
 /// Longest request body accepted (management requests are a few short lines).
 pub const MAX_BODY_BYTES: usize = 64 << 10;
@@ -889,7 +892,8 @@ fn routes() -> Router<Arc<Context>> {
         .fallback(|| async { text(StatusCode::NOT_FOUND, "not found") })
 }
 
-/// Serves one connection with hyper: heads within [`REQUEST_TIMEOUT`], keep-alive.
+/// Serves one connection with hyper: heads within [`REQUEST_TIMEOUT`], keep-alive, and
+/// closed when the peer takes nothing of an answer for [`WRITE_STALL_TIMEOUT`].
 async fn connection(
     router: Router,
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -901,7 +905,10 @@ async fn connection(
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(REQUEST_TIMEOUT)
         .max_buf_size(16 << 10)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(stall::StallGuard::new(stream)),
+            service,
+        );
     let _ = served.await;
 }
 
@@ -1124,6 +1131,34 @@ mod tests {
         ] {
             assert!(!local_host(host), "{host} accepted");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_loses_its_connection() {
+        let demo = DemoPool::new("http-stall");
+        let ctx = Arc::new(Context {
+            pool: Arc::clone(&demo.pool),
+            token: "token".to_string(),
+            addr: "127.0.0.1:1".to_string(),
+            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
+            live: broadcast::channel(4).0,
+            live_streams: AtomicUsize::new(0),
+        });
+        // A pipe of 64 bytes: the answer to /metrics cannot fit, and the client reads none.
+        let (mut client, stream) = tokio::io::duplex(64);
+        let served = tokio::spawn(connection(
+            router(ctx),
+            stream,
+            SocketAddr::from(([127, 0, 0, 1], 40000)),
+        ));
+        client
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::timeout(WRITE_STALL_TIMEOUT * 2, served)
+            .await
+            .expect("the connection is closed once its writes stall")
+            .unwrap();
     }
 
     #[tokio::test]
