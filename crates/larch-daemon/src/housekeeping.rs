@@ -42,6 +42,10 @@ pub(crate) struct History {
     pub(crate) recorder: Arc<Mutex<Recorder>>,
     /// Listeners of `/api/v1/live`.
     pub(crate) live: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Held while the history is saved: the file is written outside the recorder's lock,
+    /// and the periodic save and the one at a clean stop must not write it at once, nor
+    /// an older copy after a newer one.
+    pub(crate) saving: Arc<Mutex<()>>,
 }
 
 /// Seconds between saves of the history (it is also saved at a clean stop).
@@ -97,16 +101,22 @@ impl Housekeeper {
         self.announce(pool, devices);
         self.write_status(pool, &status);
         if let Some(history) = &self.history {
-            let live = {
+            let save = self.tick.is_multiple_of(HISTORY_SAVE_SECS);
+            // Taken before the recorder, so that copies are written in the order taken.
+            let saving = save.then(|| history.saving.lock().expect("history save lock"));
+            let (live, snapshot) = {
                 let mut recorder = history.recorder.lock().expect("recorder lock");
                 let live = recorder.record(crate::unix_time_secs(), &status.pool);
-                if self.tick.is_multiple_of(HISTORY_SAVE_SECS)
-                    && let Err(err) = recorder.save(&pool.state_dir)
-                {
-                    eprintln!("larch serve: saving the history: {err}");
-                }
-                live
+                (live, save.then(|| recorder.snapshot()))
             };
+            // Encoded, compressed and written with the recorder free: API handlers and
+            // the next tick do not wait for zstd or the disk.
+            if let Some(snapshot) = snapshot
+                && let Err(err) = snapshot.save(&pool.state_dir)
+            {
+                eprintln!("larch serve: saving the history: {err}");
+            }
+            drop(saving);
             if history.live.receiver_count() > 0
                 && let Ok(json) = serde_json::to_string(&live)
             {

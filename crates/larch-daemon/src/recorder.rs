@@ -879,21 +879,19 @@ impl Recorder {
 
     /// Saves the history in `state_dir` (owner-only, atomically).
     pub fn save(&self, state_dir: &Path) -> io::Result<()> {
-        let saved = Saved {
+        self.snapshot().save(state_dir)
+    }
+
+    /// A copy of the history to save: taken under the recorder's lock (a copy of the
+    /// samples), encoded, compressed and written after it is released.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(Saved {
             series: self.series.clone(),
             heats: self.heats.clone(),
             seconds: self.seconds.iter().map(SavedSample::of).collect(),
             minutes: self.minutes.iter().map(SavedSample::of).collect(),
             events: self.events.iter().cloned().collect(),
-        };
-        let json = serde_json::to_vec(&saved)?;
-        let payload = zstd::encode_all(json.as_slice(), 3)?;
-        let mut file = Vec::with_capacity(payload.len() + 16);
-        file.extend_from_slice(FILE_MAGIC);
-        file.extend_from_slice(&FILE_VERSION.to_le_bytes());
-        file.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-        file.extend_from_slice(&payload);
-        larch_engine::write_private_state_file(state_dir, HISTORY_FILE, &file)
+        })
     }
 
     /// The history saved in `state_dir`, with a restart event at `now`; an empty one if
@@ -957,6 +955,26 @@ impl Recorder {
             .rev()
             .collect();
         self.keep_within_bound();
+    }
+}
+
+/// A copy of the history, to be saved without holding the recorder ([`Recorder::snapshot`]).
+pub struct Snapshot(Saved);
+
+impl Snapshot {
+    /// Saves the copy in `state_dir` (owner-only, atomically). Two saves into one directory
+    /// must not run at once: they write the same temporary file.
+    pub fn save(self, state_dir: &Path) -> io::Result<()> {
+        let json = serde_json::to_vec(&self.0)?;
+        drop(self);
+        let payload = zstd::encode_all(json.as_slice(), 3)?;
+        drop(json);
+        let mut file = Vec::with_capacity(payload.len() + 16);
+        file.extend_from_slice(FILE_MAGIC);
+        file.extend_from_slice(&FILE_VERSION.to_le_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        file.extend_from_slice(&payload);
+        larch_engine::write_private_state_file(state_dir, HISTORY_FILE, &file)
     }
 }
 

@@ -343,9 +343,11 @@ async fn serve(
             remote.url
         );
     }
+    let saving = Arc::new(Mutex::new(()));
     let history = options.history_max_bytes.map(|_| History {
         recorder: Arc::clone(&recorder),
         live,
+        saving: Arc::clone(&saving),
     });
     let keeper = Housekeeper::new(
         &pool,
@@ -378,7 +380,11 @@ async fn serve(
         let recorder = Arc::clone(&recorder);
         let state_dir = pool.state_dir.clone();
         let saved = tokio::task::spawn_blocking(move || {
-            recorder.lock().expect("recorder lock").save(&state_dir)
+            // A periodic save may still be writing (aborting the keeper does not stop a
+            // tick that runs): this one waits for it, and is written last.
+            let _saving = saving.lock().expect("history save lock");
+            let snapshot = recorder.lock().expect("recorder lock").snapshot();
+            snapshot.save(&state_dir)
         })
         .await;
         if let Ok(Err(err)) = saved {
