@@ -51,6 +51,7 @@ fn seed000_small(l2: bool) -> SimConfig {
         tunables,
         switch: Vec::new(),
         prewarm: false,
+        time_scale: 1,
     }
 }
 
@@ -248,6 +249,58 @@ fn configurations_that_cannot_run_name_the_field() {
             Box::new(|c| c.switch = vec![(999 * SECOND_NS, false)]),
             "switch[0]",
         ),
+        // The sampler is defined below 1 only; at 1.2 it used to panic.
+        (
+            Box::new(|c| c.workload.pattern = Pattern::Zipf { theta: 1.2 }),
+            "workload.zipf",
+        ),
+        // A skewed pattern over one block used to panic in the generator.
+        (
+            Box::new(|c| {
+                c.workload.pattern = Pattern::Zipf { theta: 0.9 };
+                c.workload.ads_bytes = 8192;
+            }),
+            "workload.ads",
+        ),
+        (
+            Box::new(|c| {
+                c.workload.pattern = Pattern::Scan {
+                    hot_bytes: 4096,
+                    scan_share: 0.5,
+                };
+                c.workload.ads_bytes = 8192;
+            }),
+            "workload.ads",
+        ),
+        // Every hit at the same instant, for ever: the run used to never end.
+        (
+            Box::new(|c| {
+                c.clients = Clients::Closed {
+                    threads: 4,
+                    think_ns: 0,
+                };
+                c.frontend_ns = 0;
+            }),
+            "clients.think",
+        ),
+        // No interval would close: an all-zero summary.
+        (Box::new(|c| c.step_s = 121), "step"),
+        (
+            Box::new(|c| {
+                c.caches = (0..257)
+                    .map(|_| CacheDevice {
+                        spec: "readzilla".to_string(),
+                        capacity_bytes: Some(MIB),
+                    })
+                    .collect()
+            }),
+            "caches",
+        ),
+        // Reads past the disk's end were clamped to it, where seeks cost nothing.
+        (
+            Box::new(|c| c.primary = "hdd:capacity=8G".to_string()),
+            "volume",
+        ),
     ];
     for (change, field) in cases {
         let mut cfg = base.clone();
@@ -318,4 +371,35 @@ fn a_trace_with_times_is_replayed_on_its_own_clock() {
     let hits: f64 = out.series["arc/hits"].iter().sum();
     assert_eq!(hits, 270.0);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reads_just_under_a_millisecond_count_as_under_one() {
+    // Every read misses (the data set is far larger than the ARC) and takes 900 us on a
+    // RAM-like primary: all of them are under 1 ms, though the heat map's bucket that
+    // holds 900 us ends above 1 ms.
+    let mut cfg = seed000_small(false);
+    cfg.primary = "ram:latency_us=900".to_string();
+    cfg.arc_max_bytes = 2 * MIB;
+    cfg.frontend_ns = 0;
+    cfg.duration_ns = 20 * SECOND_NS;
+    let out = run(&cfg);
+    let w = &out.summary.steady;
+    assert!(w.arc_hit_ratio < 0.05, "{w:?}");
+    assert!(w.reads_under_1ms > 0.99, "{w:?}");
+}
+
+#[test]
+fn the_first_minute_is_a_minute_of_full_size_time_at_any_scale() {
+    let mut cfg = seed000_small(true);
+    cfg.duration_ns = 600 * SECOND_NS;
+    let scaled = cfg.scaled(10).expect("scales");
+    assert_eq!(scaled.time_scale, 10);
+    let mut out = run(&scaled);
+    out.rescale(10);
+    let first = &out.summary.first_minute;
+    assert_eq!((first.from_s, first.to_s), (0, 60), "{first:?}");
+    // The steady state: the last tenth of the run (60 of 600 s) in full-size time.
+    let steady = &out.summary.steady;
+    assert_eq!((steady.from_s, steady.to_s), (540, 600), "{steady:?}");
 }

@@ -58,8 +58,8 @@ pub struct RunArgs {
     /// Block size of the volume (volblocksize, record size).
     #[arg(long, value_name = "SIZE")]
     pub block: Option<String>,
-    /// Where requests land: uniform, zipf[:THETA], gaussian[:SIGMA], exponential[:MEAN],
-    /// sequential, scan:HOT:SHARE, trace:FILE.
+    /// Where requests land: uniform, zipf[:THETA] (0 < THETA < 1, default 0.9),
+    /// gaussian[:SIGMA], exponential[:MEAN], sequential, scan:HOT:SHARE, trace:FILE.
     #[arg(long, value_name = "PATTERN")]
     pub workload: Option<String>,
     /// The active data set (the part of the volume the workload touches).
@@ -255,6 +255,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
         tunables: tunables.clone(),
         switch: Vec::new(),
         prewarm: false,
+        time_scale: 1,
     };
     // Seed 002: 512 GB of DRAM, 4 x 1.6 TB NVMe, 142 disks in 71 mirrors, 12 clients
     // with 16 threads each over 12 LUNs (1.2 TiB of active data), caches preconditioned
@@ -290,6 +291,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
         tunables,
         switch: Vec::new(),
         prewarm: true,
+        time_scale: 1,
     };
     Ok(match name {
         "seed000" => seed000,
@@ -456,8 +458,15 @@ fn set_tunable(
         .map_err(|e| anyhow!("{field}: {e}"))
 }
 
+/// Which keys a configuration file gave that the command line's defaults depend on.
+#[derive(Default)]
+struct FileGave {
+    duration: bool,
+    step: bool,
+}
+
 /// Applies a configuration file's keys.
-fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<()> {
+fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<FileGave> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let file: FileConfig = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
@@ -530,6 +539,10 @@ fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<()> {
     if let Some(c) = &file.clients {
         apply_clients(cfg, c.threads, c.think.as_deref(), c.rate, &f("clients"))?;
     }
+    let gave = FileGave {
+        duration: file.duration.is_some(),
+        step: file.step.is_some(),
+    };
     if let Some(table) = &file.tunables {
         for (name, value) in table {
             let text = match value {
@@ -549,7 +562,7 @@ fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<()> {
             )?;
         }
     }
-    Ok(())
+    Ok(gave)
 }
 
 fn apply_clients(
@@ -583,16 +596,22 @@ fn apply_clients(
 /// The configuration a command line asks for: preset, then file, then flags.
 pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     let mut cfg = base(args)?;
-    if let Some(path) = &args.config {
-        apply_file(&mut cfg, path)?;
-    }
+    let file = match &args.config {
+        Some(path) => apply_file(&mut cfg, path)?,
+        None => FileGave::default(),
+    };
     if let Some(v) = &args.duration {
         cfg.duration_ns = time("--duration", v)?;
     }
+    // A duration chosen by the user (flag or file) picks the step unless one was chosen
+    // too: 1 s up to an hour, at least a minute beyond (a month of 1 s steps would be
+    // millions of samples).
+    let chose_duration = args.duration.is_some() || file.duration;
     cfg.step_s = match &args.step {
         Some(v) => (time("--step", v)? / SECOND_NS).max(1),
-        None if args.duration.is_some() && cfg.duration_ns <= 3600 * SECOND_NS => 1,
-        None if args.duration.is_some() => cfg.step_s.max(60),
+        None if file.step => cfg.step_s,
+        None if chose_duration && cfg.duration_ns <= 3600 * SECOND_NS => 1,
+        None if chose_duration => cfg.step_s.max(60),
         None => cfg.step_s,
     };
     if let Some(v) = &args.arc {
@@ -636,13 +655,16 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     if let Some(v) = args.volumes {
         cfg.workload.volumes = v;
     }
-    apply_clients(
-        &mut cfg,
-        args.threads,
-        args.think.as_deref(),
-        args.rate,
-        "--threads",
-    )?;
+    // Only flags that were given change the clients: a file's `rate` stays open-loop.
+    if args.threads.is_some() || args.think.is_some() || args.rate.is_some() {
+        apply_clients(
+            &mut cfg,
+            args.threads,
+            args.think.as_deref(),
+            args.rate,
+            "--threads",
+        )?;
+    }
     if let Some(v) = &args.frontend {
         cfg.frontend_ns = time("--frontend", v)?;
     }
@@ -748,7 +770,13 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
         },
         100.0 * cfg.workload.read_fraction
     );
-    t += &w("first minute", &s.first_minute);
+    // A step (times the scale) longer than a minute makes the first window longer too.
+    let first = &s.first_minute;
+    let first_name = match first.to_s.saturating_sub(first.from_s) {
+        0 | 60 => "first minute".to_string(),
+        span => format!("first {}", secs(Some(span))),
+    };
+    t += &w(&first_name, first);
     t += &w("steady", &s.steady);
     t += &format!(
         "warm-up       ARC at 90% of its size after {}; L2ARC at 50% / 90% of its final {} after {} / {}; IOPS at 50% / 90% of steady after {} / {}\n",
@@ -952,5 +980,36 @@ mod tests {
             let err = configure(&args).unwrap_err().to_string();
             assert!(err.contains(words), "{words:?} not in {err:?}");
         }
+    }
+
+    #[test]
+    fn a_files_clients_and_duration_hold_unless_flags_change_them() {
+        let dir = std::env::temp_dir().join(format!("larch-sim-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pool.toml");
+        std::fs::write(&path, "duration = \"30d\"\n[clients]\nrate = 500\n").unwrap();
+        let from_file = RunArgs {
+            config: Some(path.clone()),
+            ..RunArgs::default()
+        };
+        let cfg = configure(&from_file).unwrap();
+        // The rate used to become one closed-loop client with no think time.
+        assert_eq!(cfg.clients, Clients::Open { rate: 500.0 });
+        // A month at the preset's 1 s step would be 2.6 million samples.
+        assert_eq!(cfg.duration_ns, 30 * 86_400 * SECOND_NS);
+        assert_eq!(cfg.step_s, 60);
+        let flags = RunArgs {
+            threads: Some(8),
+            step: Some("5m".into()),
+            ..from_file
+        };
+        let cfg = configure(&flags).unwrap();
+        assert!(
+            matches!(cfg.clients, Clients::Closed { threads: 8, .. }),
+            "{:?}",
+            cfg.clients
+        );
+        assert_eq!(cfg.step_s, 300);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
-use larch_sim::device::{self, streaming_read_bytes_per_s};
+use larch_sim::device::{self, DeviceSpec, streaming_read_bytes_per_s};
 use larch_sim::sim::{self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, Summary};
 use serde::Serialize;
 
@@ -82,10 +82,17 @@ fn run_scaled(cfg: &SimConfig, scale: u64) -> anyhow::Result<Summary> {
     Ok(out.summary)
 }
 
-/// Bytes per second the primary storage, or `count` cache devices of `spec`, stream.
+/// Bytes per second the primary storage, or `count` cache devices of `spec`, stream: 1 MiB
+/// reads, 32 outstanding, or two per disk of a pool of more (consecutive reads land on
+/// consecutive vdevs, so 32 would leave the disks of a larger pool idle).
 fn bandwidth(spec: &str, count: u32) -> anyhow::Result<f64> {
-    let mut dev = device::parse_spec(spec, 1).map_err(|e| anyhow!("{spec}: {e}"))?;
-    Ok(f64::from(count) * streaming_read_bytes_per_s(dev.as_mut(), 0, 1 << 20, 32))
+    let parsed = DeviceSpec::parse(spec).map_err(|e| anyhow!("{spec}: {e}"))?;
+    let depth = match &parsed {
+        DeviceSpec::Disks { count: disks, .. } => (2 * *disks as usize).max(32),
+        _ => 32,
+    };
+    let mut dev = parsed.build(1).map_err(|e| anyhow!("{spec}: {e}"))?;
+    Ok(f64::from(count) * streaming_read_bytes_per_s(dev.as_mut(), 0, 1 << 20, depth))
 }
 
 fn pct(x: f64) -> String {
@@ -511,4 +518,24 @@ fn counts_max(candidates: &[Candidate]) -> u32 {
         .max()
         .unwrap_or(1)
         .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_of_many_disks_streams_from_all_of_them() {
+        let one = bandwidth("hdd", 1).unwrap();
+        let many = bandwidth("128xhdd", 1).unwrap();
+        // 32 reads in flight kept at most 32 of the 128 disks busy.
+        assert!(many > 100.0 * one, "{many} against {one} for one disk");
+    }
+
+    #[test]
+    fn a_device_that_takes_no_time_still_gets_a_finite_rate() {
+        // Used to loop for ever: no read ever ended after the probe's second.
+        let rate = bandwidth("ram:latency_us=0", 1).unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate}");
+    }
 }

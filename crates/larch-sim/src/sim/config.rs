@@ -327,7 +327,18 @@ pub struct SimConfig {
     /// caches "to be fully warm before measurement"): the ARC holds what it can, the cache
     /// devices the rest, as far as they hold it.
     pub prewarm: bool,
+    /// The full size's multiple of this configuration: 1, or `n` once [`SimConfig::scaled`]
+    /// divided it by `n` (every virtual second then stands for `n`; the summary's first
+    /// minute and steady state are taken in full-size time).
+    pub time_scale: u64,
 }
+
+/// Cache devices a simulation models at most (an index entry names its device in a byte).
+pub const MAX_CACHE_DEVICES: usize = 256;
+
+/// The shortest time from a closed-loop client's reply to its next request (think time
+/// plus front-end time) that a run accepts.
+const MIN_CLIENT_TURN_NS: u64 = 1_000;
 
 /// A configuration that cannot run, naming the field at fault.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -360,6 +371,15 @@ impl SimConfig {
         }
         if self.step_s == 0 {
             return bad("step", "must be at least one second".to_string());
+        }
+        if self.step_s.saturating_mul(1_000_000_000) > self.duration_ns {
+            return bad(
+                "step",
+                format!(
+                    "{} s, longer than the run: no sample would be taken",
+                    self.step_s
+                ),
+            );
         }
         if self.arc_max_bytes < 1 << 20 {
             return bad(
@@ -416,11 +436,22 @@ impl SimConfig {
                 format!("a fraction from 0 to 1, got {}", w.read_fraction),
             );
         }
+        let skewed = matches!(w.pattern, Pattern::Zipf { .. } | Pattern::Scan { .. });
+        if skewed && w.ads_bytes / u64::from(self.block_bytes) < 2 {
+            return bad(
+                "workload.ads",
+                format!(
+                    "a skewed pattern needs at least two blocks ({} bytes)",
+                    2 * u64::from(self.block_bytes)
+                ),
+            );
+        }
         match &w.pattern {
-            Pattern::Zipf { theta } if !(*theta > 0.0 && *theta < 10.0) => {
+            Pattern::Zipf { theta } if !(*theta > 0.0 && *theta < 1.0) => {
+                // The sampler (Gray et al.'s, as YCSB uses) is defined for 0 < theta < 1.
                 return bad(
                     "workload.zipf",
-                    format!("theta between 0 and 10, got {theta}"),
+                    format!("theta above 0 and below 1 (0.9 is common), got {theta}"),
                 );
             }
             Pattern::Gaussian { sigma } if !(*sigma > 0.0 && *sigma <= 10.0) => {
@@ -458,7 +489,31 @@ impl SimConfig {
             Clients::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
                 return bad("clients.rate", format!("a positive rate, got {rate}"));
             }
+            // A cache hit costs no virtual time: with neither think time nor front-end
+            // time, a closed-loop client whose reads all hit would ask again at the same
+            // instant for ever, and the run would never end.
+            Clients::Closed { think_ns, .. }
+                if think_ns.saturating_add(self.frontend_ns) < MIN_CLIENT_TURN_NS =>
+            {
+                return bad(
+                    "clients.think",
+                    format!(
+                        "think time plus front-end time must be at least 1 us for \
+                         closed-loop clients, got {} ns",
+                        think_ns.saturating_add(self.frontend_ns)
+                    ),
+                );
+            }
             _ => {}
+        }
+        if self.caches.len() > MAX_CACHE_DEVICES {
+            return bad(
+                "caches",
+                format!(
+                    "at most {MAX_CACHE_DEVICES} cache devices, got {}",
+                    self.caches.len()
+                ),
+            );
         }
         if self.primary.trim().is_empty() {
             return bad("primary", "no primary storage".to_string());
@@ -546,6 +601,7 @@ impl SimConfig {
             *at /= n;
         }
         c.name = format!("{} (at 1/{n} scale)", c.name);
+        c.time_scale = c.time_scale.saturating_mul(n);
         Ok(c)
     }
 }

@@ -134,6 +134,20 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
             field: "primary".to_string(),
             source,
         })?;
+    // A volume beyond the primary storage's end would have its reads clamped to the
+    // last sector, where seeks cost nothing.
+    if cfg.volume_bytes > primary.capacity_bytes() {
+        return Err(ConfigError::new(
+            "volume",
+            format!(
+                "{} bytes, larger than the primary storage ({}, {} bytes)",
+                cfg.volume_bytes,
+                primary.describe(),
+                primary.capacity_bytes()
+            ),
+        )
+        .into());
+    }
     let mut caches = Vec::new();
     for (i, c) in cfg.caches.iter().enumerate() {
         let model =
@@ -199,14 +213,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         block_ios,
         ..
     } = run;
-    Ok(rec.finish(
-        cfg.name.clone(),
-        config_text,
-        cfg.step_s,
-        &cache,
-        cfg.workload.ads_bytes,
-        block_ios,
-    ))
+    Ok(rec.finish(cfg, config_text, &cache, block_ios))
 }
 
 impl Run<'_> {

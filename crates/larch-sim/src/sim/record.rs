@@ -281,6 +281,9 @@ pub struct Recorder {
     requests: u64,
     latency_sum_ns: Vec<f64>,
     latency_count: Vec<u64>,
+    /// Reads of each interval answered within 1 ms, counted from their exact latency
+    /// (the heat maps' buckets do not end at 1 ms).
+    reads_under_1ms: Vec<u64>,
 }
 
 impl Recorder {
@@ -397,7 +400,8 @@ impl Recorder {
         );
         def(
             "sim/openzfs_hdr_bytes".to_string(),
-            "DRAM OpenZFS's headers would take".to_string(),
+            "DRAM OpenZFS's headers would take (at most: blocks also in the ARC counted twice)"
+                .to_string(),
             "bytes",
             "gauge",
         );
@@ -447,6 +451,7 @@ impl Recorder {
             requests: 0,
             latency_sum_ns: Vec::new(),
             latency_count: Vec::new(),
+            reads_under_1ms: Vec::new(),
         }
     }
 
@@ -476,9 +481,13 @@ impl Recorder {
         if self.latency_sum_ns.len() <= k {
             self.latency_sum_ns.resize(k + 1, 0.0);
             self.latency_count.resize(k + 1, 0);
+            self.reads_under_1ms.resize(k + 1, 0);
         }
         self.latency_sum_ns[k] += latency_ns as f64;
         self.latency_count[k] += 1;
+        if !write && latency_ns <= 1_000_000 {
+            self.reads_under_1ms[k] += 1;
+        }
     }
 
     /// The device I/Os the cache did since the last call.
@@ -636,20 +645,17 @@ impl Recorder {
             }
             f64::INFINITY
         };
-        let under_1ms: u64 = hist
+        // These grow only when a request arrives: intervals past their end had none.
+        let within = |len: usize| from.min(len)..to.min(len);
+        let under_1ms: u64 = self.reads_under_1ms[within(self.reads_under_1ms.len())]
             .iter()
-            .enumerate()
-            .filter(|(b, _)| buckets::upper_ns(*b).is_some_and(|ns| ns <= 1_000_000))
-            .map(|(_, n)| n)
             .sum();
-        let count: u64 = self
-            .latency_count
-            .get(from..to)
-            .map_or(0, |c| c.iter().sum());
-        let lsum: f64 = self
-            .latency_sum_ns
-            .get(from..to)
-            .map_or(0.0, |c| c.iter().sum());
+        let count: u64 = self.latency_count[within(self.latency_count.len())]
+            .iter()
+            .sum();
+        let lsum: f64 = self.latency_sum_ns[within(self.latency_sum_ns.len())]
+            .iter()
+            .sum();
         Window {
             from_s: self.times[from] - step_s,
             to_s: self.times[to - 1],
@@ -702,19 +708,23 @@ impl Recorder {
         })
     }
 
-    /// The output: series, heat maps and the summary.
+    /// The output of the run of `cfg` (`config` is its text): series, heat maps and the
+    /// summary.
     pub fn finish(
         self,
-        name: String,
+        cfg: &super::SimConfig,
         config: String,
-        step_s: u64,
         cache: &SimCache,
-        ads_bytes: u64,
         block_ios: u64,
     ) -> SimOutput {
+        let (name, step_s, time_scale) = (cfg.name.clone(), cfg.step_s, cfg.time_scale);
+        let ads_bytes = cfg.workload.ads_bytes;
         let n = self.times.len();
-        let per_minute = (60 / step_s.max(1)).max(1) as usize;
-        let steady_len = (n / 10).clamp(1.min(n), (600 / step_s.max(1)).max(1) as usize);
+        // Windows in full-size time: an interval stands for step_s x time_scale seconds
+        // (a window is at least one interval, which may be longer than the minute).
+        let full_step = step_s.max(1).saturating_mul(time_scale.max(1));
+        let per_minute = (60 / full_step).max(1) as usize;
+        let steady_len = (n / 10).clamp(1.min(n), (600 / full_step).max(1) as usize);
         let steady = self.window(n - steady_len.min(n), n, step_s);
         let first_minute = self.window(0, per_minute.min(n), step_s);
         let sizes = cache.arc_sizes();
