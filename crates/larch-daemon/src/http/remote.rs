@@ -83,10 +83,27 @@ fn without_token(uri: &axum::http::Uri) -> String {
         .split('&')
         .filter(|pair| !pair.is_empty() && !pair.starts_with("token="))
         .collect();
+    // One leading slash: a path of `//host/...` (or `/\host`) in `Location` is an address
+    // on another host, where browsers would follow it.
+    let path = format!("/{}", uri.path().trim_start_matches(['/', '\\']));
     if rest.is_empty() {
-        uri.path().to_string()
+        path
     } else {
-        format!("{}?{}", uri.path(), rest.join("&"))
+        format!("{path}?{}", rest.join("&"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_redirect_stays_on_this_host() {
+        let at = |uri: &str| without_token(&uri.parse::<axum::http::Uri>().unwrap());
+        assert_eq!(at("/api/v1/catalog?token=abc"), "/api/v1/catalog");
+        assert_eq!(at("/?a=1&token=abc&b=2"), "/?a=1&b=2");
+        assert_eq!(at("//evil.example/x?token=abc"), "/evil.example/x");
+        assert_eq!(at("/\\evil.example?token=abc"), "/evil.example");
     }
 }
 
