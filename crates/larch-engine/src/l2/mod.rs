@@ -235,9 +235,20 @@ impl UringState {
     }
 }
 
+/// Cache devices one engine can add in its life: a removed device keeps its index (and
+/// its place in the list, with its open file) until the pool closes, and indexes are 16
+/// bits wide.
+const MAX_DEVICES_ADDED: usize = u16::MAX as usize;
+
+/// Why an add was refused once [`MAX_DEVICES_ADDED`] were added.
+const TOO_MANY_DEVICES: &str =
+    "65,535 cache devices were added since the pool was opened: restart the daemon to add more";
+
 /// The cache devices of an engine.
 pub(crate) struct CacheDevices {
     list: RankedRwLock<Vec<Arc<CacheDevice>>>,
+    /// Devices the list takes at most ([`MAX_DEVICES_ADDED`]; fewer in tests).
+    max_added: usize,
     /// The io_uring cache-device reads go through, once the first one set it up.
     uring: RankedRwLock<UringState>,
     /// Whether a thread's own ring ([`uring::local_reader`]) has served a read.
@@ -248,6 +259,7 @@ impl CacheDevices {
     pub(crate) fn new() -> CacheDevices {
         CacheDevices {
             list: RankedRwLock::leaf(Vec::new()),
+            max_added: MAX_DEVICES_ADDED,
             uring: RankedRwLock::leaf(UringState::Untried),
             local_rings_used: AtomicBool::new(false),
         }
@@ -271,20 +283,28 @@ impl CacheDevices {
             .any(|d| matches!(d.state(), DeviceState::Online | DeviceState::Rebuilding))
     }
 
+    /// Whether another device can be added: indexes are never reused while the pool is
+    /// open (a removed device keeps its place), and they are 16 bits wide.
+    fn has_room(&self) -> bool {
+        self.list.read().len() < self.max_added
+    }
+
     /// Adds a device to the list under the next index: rebuilding when `writer` is
-    /// `None`, online with it otherwise.
+    /// `None`, online with it otherwise. `None` when the list is full ([`MAX_DEVICES_ADDED`]).
     fn push(
         &self,
         path: &Path,
         guid: u64,
         dev: Arc<dyn BlockDevice>,
         writer: Option<Writer>,
-    ) -> Arc<CacheDevice> {
+    ) -> Option<Arc<CacheDevice>> {
         let mut list = self.list.write();
-        let index = list.len() as u16;
+        let index = u16::try_from(list.len())
+            .ok()
+            .filter(|&i| usize::from(i) < self.max_added)?;
         let device = Arc::new(CacheDevice::new(index, path, guid, dev, writer));
         list.push(Arc::clone(&device));
-        device
+        Some(device)
     }
 
     /// The io_uring reader, set up on first use; `None` when switched off or unavailable.
@@ -369,6 +389,10 @@ impl Engine {
         create: bool,
     ) -> io::Result<Arc<CacheDevice>> {
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
+        let full = || named(&TOO_MANY_DEVICES);
+        if !self.l2.has_room() {
+            return Err(full());
+        }
         let t = &self.tunables;
         // Whether the device's log may be rebuilt is decided under the gate, where writes
         // change generations: a write came either before (then the device is formatted,
@@ -405,7 +429,10 @@ impl Engine {
                     return Err(named(&why));
                 }
             };
-            let device = self.l2.push(path, device_guid, dev, None);
+            let Some(device) = self.l2.push(path, device_guid, dev, None) else {
+                self.coherence.rebuild_ended();
+                return Err(full());
+            };
             *device.known_header.lock() = Some(header);
             device
         } else {
@@ -420,7 +447,10 @@ impl Engine {
             index::fresh_index(&geometry).map_err(|e| named(&e))?;
             // Online from the start: until its index is attached below, nothing finds a
             // copy on it and nothing feeds it (its feeder starts after).
-            let device = self.l2.push(path, device_guid, dev, Some(writer));
+            let device = self
+                .l2
+                .push(path, device_guid, dev, Some(writer))
+                .ok_or_else(full)?;
             for mut shard in self.arc.shards() {
                 let fresh =
                     index::fresh_index(&geometry).expect("the geometry fits, checked above");
@@ -590,5 +620,28 @@ impl Engine {
         let evict = |floor: u64| self.evict_below(device.index, floor);
         CacheDevice::append_tombstones(l2, &queued, evict)?;
         l2.commit_log_with(evict).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indexes_are_never_reused_and_a_full_list_refuses_more() {
+        let mut devices = CacheDevices::new();
+        devices.max_added = 2;
+        let dev = || -> Arc<dyn BlockDevice> { Arc::new(larch_io::MemDevice::new(1 << 20)) };
+        let path = Path::new("/dev/null");
+        assert!(devices.has_room());
+        let first = devices.push(path, 1, dev(), None).expect("room");
+        first.set_state(DeviceState::Removed);
+        let second = devices.push(path, 2, dev(), None).expect("room");
+        assert_eq!((first.index, second.index), (0, 1));
+        assert!(!devices.has_room());
+        // Before, the index was the list's length cast to 16 bits: the 65,537th device
+        // took index 0 again, and the entries of both.
+        assert!(devices.push(path, 3, dev(), None).is_none());
+        assert_eq!(devices.all().len(), 2);
     }
 }
