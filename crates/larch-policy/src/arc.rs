@@ -968,6 +968,18 @@ impl Arc {
     fn evict(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
         self.flush_uncached(now_ms, actions);
         if self.size() > self.c {
+            // Uncached blocks (a volume with primarycache=none or metadata) are dropped
+            // first, whatever their age: they must not take the room of cached ones, nor
+            // escape the bound because the targeted steps never look at their lists.
+            for t in [DATA, META] {
+                let over = self.size().saturating_sub(self.c);
+                if over == 0 {
+                    break;
+                }
+                self.evict_list(State::Uncached, t, over, now_ms, actions);
+            }
+        }
+        if self.size() > self.c {
             match self.cfg.mode {
                 ArcMode::OpenZfs => self.evict_openzfs(now_ms, actions),
                 ArcMode::Paper => {
@@ -1033,7 +1045,9 @@ impl Arc {
     /// If the targeted steps left the cache over `c` (their lists were empty, held or young),
     /// evicts from any list, so the size bound holds after every operation.
     fn fall_back_evict(&mut self, now_ms: u64, actions: &mut Vec<Action>) {
-        const ORDER: [(State, usize); 4] = [
+        const ORDER: [(State, usize); 6] = [
+            (State::Uncached, DATA),
+            (State::Uncached, META),
             (State::Mru, DATA),
             (State::Mfu, DATA),
             (State::Mru, META),

@@ -286,6 +286,30 @@ fn uncached_blocks_leave_with_their_last_hold() {
 }
 
 #[test]
+fn uncached_blocks_go_first_and_never_push_the_size_past_the_limit() {
+    // Blocks 0..6 are cached (read twice: MFU); then a stream of uncached reads, all
+    // within the same millisecond (too young for the timed flush), ten times the ARC.
+    let mut arc = arc_of_blocks(8);
+    for b in 0..6 {
+        access(&mut arc, read(b, 0));
+        access(&mut arc, read(b, 100));
+    }
+    for b in 0..80 {
+        let a = Access {
+            uncached: true,
+            ..read(1000 + b, 200)
+        };
+        access(&mut arc, a);
+        // Before, uncached blocks were not among the lists eviction takes from: the
+        // cached blocks went first, and then the size passed zfs_arc_max.
+        assert!(arc.size() <= arc.c(), "{} > {} after {b}", arc.size(), arc.c());
+    }
+    for b in 0..6 {
+        assert_eq!(state(&arc, b), Some(State::Mfu), "cached block {b}");
+    }
+}
+
+#[test]
 fn dirty_and_held_blocks_are_never_evicted() {
     let mut arc = arc_of_blocks(4);
     let mut actions = Vec::new();
