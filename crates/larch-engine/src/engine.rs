@@ -408,6 +408,7 @@ impl Engine {
             ("dirty_bytes", dirty),
             ("dirty_data_max", self.dirty_max()),
             ("write_partial_pending", self.pending_partials()),
+            ("zil_itx_pending", self.log_pending_records()),
             ("txg_open", open),
             ("txg_synced", synced),
             ("l2_hdr_size", self.arc.l2_index_bytes()),

@@ -138,6 +138,10 @@ pub const COMPUTED: &[StatDef] = &[
         "write_partial_pending",
         "blocks with partial writes waiting for their merge (larch's)",
     ),
+    gauge(
+        "zil_itx_pending",
+        "writes waiting for a sync write or FLUSH to put them in the log: at most one per block of the open and the syncing TXG (larch's)",
+    ),
     gauge("txg_open", "the open TXG"),
     gauge("txg_synced", "the newest TXG on the backing stores"),
     gauge("l2_hdr_size", "DRAM held by the L2 index").measured_in(StatUnit::Bytes),

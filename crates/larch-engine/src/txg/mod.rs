@@ -64,9 +64,62 @@ struct DirtyBlock {
 #[derive(Clone)]
 struct PendingRecord {
     txg: u64,
+    key: BlockKey,
     volume_guid: u64,
     offset: u64,
     data: Bytes,
+}
+
+/// The writes not in the log yet, in the order they came, with each block's newest record
+/// of the open TXG found by key. A block written again in the same TXG before its record
+/// reached the log has that record's bytes replaced, not a second record: records only
+/// ever hold whole blocks, so the newest bytes at the older place replay to the same end,
+/// and the superseded buffers are not kept alive (a block rewritten a million times
+/// between two FLUSHes would otherwise pin a million buffers no count or limit sees).
+#[derive(Default)]
+struct PendingLog {
+    records: Vec<PendingRecord>,
+    /// Where each block's newest record is in `records`.
+    newest: HashMap<BlockKey, usize>,
+}
+
+impl PendingLog {
+    /// Adds `record`, or puts its bytes in the block's record of the same TXG.
+    fn push(&mut self, record: PendingRecord) {
+        if let Some(&at) = self.newest.get(&record.key)
+            && let Some(older) = self.records.get_mut(at)
+            && older.txg == record.txg
+            && older.key == record.key
+        {
+            older.data = record.data;
+            return;
+        }
+        self.newest.insert(record.key, self.records.len());
+        self.records.push(record);
+    }
+
+    /// Takes every record, in order.
+    fn take(&mut self) -> Vec<PendingRecord> {
+        self.newest.clear();
+        std::mem::take(&mut self.records)
+    }
+
+    /// Keeps the records of TXGs after `synced` (the others' blocks are on the stores).
+    fn keep_after(&mut self, synced: u64) {
+        self.records.retain(|r| r.txg > synced);
+        self.newest.clear();
+        for (at, r) in self.records.iter().enumerate() {
+            self.newest.insert(r.key, at);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.take();
+    }
+
+    fn len(&self) -> usize {
+        self.records.len()
+    }
 }
 
 /// What the syncer and the writers share.
@@ -84,7 +137,7 @@ struct TxgInner {
     /// A waiter asked for the open TXG to sync now.
     sync_requested: bool,
     /// Writes not in the log yet (only kept while a log device is attached).
-    pending: Vec<PendingRecord>,
+    pending: PendingLog,
     /// Sequence number of the next pending record.
     next_seq: u64,
     /// Every record up to this one is durable (in the log, or its TXG synced).
@@ -117,7 +170,7 @@ impl Txg {
                     synced_txg: first_txg.max(1) - 1,
                     dirty_bytes: 0,
                     sync_requested: false,
-                    pending: Vec::new(),
+                    pending: PendingLog::default(),
                     next_seq: 1,
                     durable_seq: 0,
                     log_busy: false,
@@ -258,6 +311,7 @@ impl Engine {
                 last_seq = Some(seq);
                 inner.pending.push(PendingRecord {
                     txg,
+                    key,
                     volume_guid: vol.info.guid,
                     offset: vol.info.offset_of(*block),
                     data: data.bytes().clone(),
@@ -367,6 +421,11 @@ impl Engine {
             SyncMode::Always => true,
             SyncMode::Standard => fua,
         }
+    }
+
+    /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).
+    pub(crate) fn log_pending_records(&self) -> u64 {
+        self.txg.lock().pending.len() as u64
     }
 
     /// Dirty bytes, open TXG, synced TXG (for stats).

@@ -47,7 +47,7 @@ impl Engine {
             inner.dirty_bytes -= bytes;
             inner.synced_txg = txg;
             let synced = inner.synced_txg;
-            inner.pending.retain(|r| r.txg > synced);
+            inner.pending.keep_after(synced);
             if let Err(why) = result {
                 // The failed volumes are marked; their waiters see it.
                 eprintln!("larch: TXG {txg}: {why}");

@@ -116,7 +116,7 @@ impl Engine {
         }
         inner.log_busy = true;
         let synced = inner.synced_txg;
-        let mut group = std::mem::take(&mut inner.pending);
+        let mut group = inner.pending.take();
         let upto = inner.next_seq - 1;
         drop(inner);
         group.retain(|r| r.txg > synced);
