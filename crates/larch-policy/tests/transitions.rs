@@ -302,7 +302,12 @@ fn uncached_blocks_go_first_and_never_push_the_size_past_the_limit() {
         access(&mut arc, a);
         // Before, uncached blocks were not among the lists eviction takes from: the
         // cached blocks went first, and then the size passed zfs_arc_max.
-        assert!(arc.size() <= arc.c(), "{} > {} after {b}", arc.size(), arc.c());
+        assert!(
+            arc.size() <= arc.c(),
+            "{} > {} after {b}",
+            arc.size(),
+            arc.c()
+        );
     }
     for b in 0..6 {
         assert_eq!(state(&arc, b), Some(State::Mfu), "cached block {b}");

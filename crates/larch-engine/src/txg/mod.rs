@@ -245,7 +245,7 @@ impl Engine {
         }
         let bytes: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
         self.throttle(bytes);
-        let (txg, seq) = self.make_dirty(vol, blocks);
+        let (txg, seq) = self.make_dirty(vol, blocks, bytes);
         if !self.write_is_sync(vol, sync) {
             return Ok(());
         }
@@ -280,9 +280,16 @@ impl Engine {
 
     /// Dirties blocks (see [`Engine::write_blocks`]) and returns the TXG they joined and,
     /// with a log device attached, the sequence number of their last pending record.
-    fn make_dirty(&self, vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> (u64, Option<u64>) {
+    /// `reserved` bytes of them were counted as dirty already (by the throttle).
+    fn make_dirty(
+        &self,
+        vol: &VolumeEntry,
+        blocks: &[(u64, BlockBuf)],
+        reserved: u64,
+    ) -> (u64, Option<u64>) {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.txg.lock();
+        inner.dirty_bytes -= reserved;
         // Decided under the TXG lock, which the log device's attach takes too.
         let keep_pending = self.log_is_usable();
         let txg = inner.open_txg;

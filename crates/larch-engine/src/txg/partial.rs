@@ -446,7 +446,9 @@ impl Engine {
                 for piece in &pieces {
                     buf[piece.at..piece.at + piece.bytes.len()].copy_from_slice(&piece.bytes);
                 }
-                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))]);
+                // The pending partial's reservation covers the block until it is
+                // released below: counted twice for that moment, never not at all.
+                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], 0);
                 self.write_stats
                     .write_partial_merges
                     .fetch_add(1, Ordering::Relaxed);

@@ -17,7 +17,11 @@ use crate::engine::Engine;
 
 impl Engine {
     /// Delays a writer of `bytes` as the dirty data approaches the limit; blocks it at
-    /// the limit until a sync frees room.
+    /// the limit until a sync frees room. The bytes are counted as dirty from here on
+    /// (reserved under the same lock hold as the check), and the caller must hand them to
+    /// [`Engine::make_dirty`] as reserved: before, writers that passed the check together
+    /// all added their bytes after it, and dirty data passed the limit by as much as the
+    /// writes in flight (OpenZFS reserves too, `dsl_dir_tempreserve_space`).
     pub(super) fn throttle(&self, bytes: u64) {
         let max = self.dirty_max();
         let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
@@ -38,6 +42,7 @@ impl Engine {
             }
         }
         let dirty = inner.dirty_bytes;
+        inner.dirty_bytes += bytes;
         let delay = Duration::from_nanos(write_delay_ns(dirty, min, max, scale));
         if delay.is_zero() {
             return;
