@@ -43,13 +43,18 @@ pub struct ReplayConfig {
     pub check_every_accesses: u64,
 }
 
+/// Most blocks one record may touch before it counts as malformed (8 GiB of 8K blocks),
+/// in a replay and in `larch sim run` alike.
+pub const MAX_BLOCKS_PER_RECORD: u64 = 1 << 20;
+
 impl ReplayConfig {
-    /// Defaults for `block_size_bytes`: writes are accesses, at most 2^20 blocks a record.
+    /// Defaults for `block_size_bytes`: writes are accesses, at most
+    /// [`MAX_BLOCKS_PER_RECORD`] blocks a record.
     pub fn new(block_size_bytes: u32) -> ReplayConfig {
         ReplayConfig {
             block_size_bytes,
             writes: WriteMode::Access,
-            max_blocks_per_record: 1 << 20,
+            max_blocks_per_record: MAX_BLOCKS_PER_RECORD,
             check_every_accesses: 0,
         }
     }

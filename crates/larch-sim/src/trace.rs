@@ -319,7 +319,9 @@ impl TraceReader {
         self.line_number
     }
 
-    fn parse_error(&self, message: impl Into<String>) -> TraceError {
+    /// An error about the record last read, naming the file and the record's line (or
+    /// number): for what a reader of the records finds wrong with one.
+    pub fn parse_error(&self, message: impl Into<String>) -> TraceError {
         TraceError::Parse {
             path: self.path.clone(),
             line: self.line_number,

@@ -403,3 +403,60 @@ fn the_first_minute_is_a_minute_of_full_size_time_at_any_scale() {
     let steady = &out.summary.steady;
     assert_eq!((steady.from_s, steady.to_s), (540, 600), "{steady:?}");
 }
+
+/// A scratch directory of this test process.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("larch-sim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn traced(path: &std::path::Path) -> SimConfig {
+    let mut cfg = seed000_small(false);
+    cfg.workload.pattern = Pattern::Trace {
+        path: path.to_path_buf(),
+        format: None,
+    };
+    cfg.duration_ns = 20 * SECOND_NS;
+    cfg
+}
+
+#[test]
+fn an_object_trace_with_hashed_ids_reads_each_object_once() {
+    // 2000 objects of one block, each read once, with ids spread over 64 bits as
+    // oracleGeneral's hashed ids are: nothing is read twice, so nothing hits.
+    let dir = scratch("objects");
+    let path = dir.join("objects.oracleGeneral");
+    let mut ids = larch_sim::SplitMix64::new(5);
+    let mut bytes = Vec::new();
+    for i in 0..2000u32 {
+        bytes.extend_from_slice(&(i / 200).to_le_bytes());
+        bytes.extend_from_slice(&ids.next_u64().to_le_bytes());
+        bytes.extend_from_slice(&8192u32.to_le_bytes());
+        bytes.extend_from_slice(&(-1i64).to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let out = run(&traced(&path));
+    assert_eq!(out.summary.requests, 2000);
+    let hits: f64 = out.series["arc/hits"].iter().sum();
+    assert!(hits <= 10.0, "{hits} hits of 2000 objects read once");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_traced_request_across_a_block_boundary_reads_both_blocks() {
+    // 8K blocks; 6K..10K ends block 0 and starts block 1; then each block alone, both hits.
+    let dir = scratch("boundary");
+    let path = dir.join("boundary.csv");
+    std::fs::write(
+        &path,
+        "time,offset,size,op\n0,6144,4096,R\n1000000,0,8192,R\n2000000,8192,8192,R\n",
+    )
+    .unwrap();
+    let out = run(&traced(&path));
+    assert_eq!(out.summary.requests, 3);
+    assert_eq!(out.summary.block_ios, 4);
+    let hits: f64 = out.series["arc/hits"].iter().sum();
+    assert_eq!(hits, 2.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,8 @@
 use std::f64::consts::TAU;
 
 use super::config::{Pattern, Workload};
-use crate::trace::{Extent, Op, TraceError, TraceReader};
+use crate::replay::MAX_BLOCKS_PER_RECORD;
+use crate::trace::{Extent, Op, Record, TraceError, TraceReader};
 use crate::workload::{SplitMix64, Zipf};
 
 /// One request of the workload.
@@ -26,6 +27,73 @@ pub struct Request {
 /// a permutation whenever n is not a multiple of P), so the hottest blocks are not
 /// neighbours and do not look sequential.
 const SCATTER: u64 = 2_654_435_761;
+
+/// Where a trace record lands on the simulated volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    first_block: u64,
+    blocks: u64,
+    /// It covers part of a block: a write of it reads the block first.
+    partial: bool,
+}
+
+/// Places one trace record on a simulated volume of `volume_blocks` blocks of
+/// `block_bytes`.
+///
+/// A byte range, and a text trace's block number, is an address: it touches the blocks
+/// `larch sim replay` splits it into ([`Record::blocks`]), so neighbours stay neighbours and
+/// the prefetcher sees the trace's streams. Volume `v` of the trace starts `v` × [`SCATTER`]
+/// blocks in, and addresses past the end fold back modulo the volume's size, block by block,
+/// so a block lands at one place whichever request reads it; a request that would run over
+/// the end is moved back to end there.
+///
+/// An object of its own size (oracleGeneral) is a name, not an address: traces carry ids
+/// hashed over 64 bits, and an object of several blocks placed at its id would overlap the
+/// objects of the next ids. It goes to one of the volume's slots of its own size, chosen by
+/// a hash of its id and volume, so two objects share blocks only when their hashes meet,
+/// about as often as their footprint is a share of the volume: close to a replay, where
+/// each object is a block of its own.
+fn place(record: &Record, block_bytes: u64, volume_blocks: u64) -> Result<Placement, String> {
+    let volume_blocks = volume_blocks.max(1);
+    if let Extent::Object {
+        id,
+        size_bytes: Some(size),
+    } = record.extent
+    {
+        let blocks = u64::from(size)
+            .div_ceil(block_bytes)
+            .clamp(1, volume_blocks);
+        let slots = volume_blocks / blocks;
+        let hash = SplitMix64::new(id ^ record.volume.rotate_left(32)).next_u64();
+        let slot = ((u128::from(hash) * u128::from(slots)) >> 64) as u64;
+        return Ok(Placement {
+            first_block: slot * blocks,
+            blocks,
+            partial: false,
+        });
+    }
+    let block_size = u32::try_from(block_bytes).map_err(|_| "block size above 4 GiB")?;
+    let (first, count, _) = record.blocks(block_size, MAX_BLOCKS_PER_RECORD)?;
+    let blocks = count.min(volume_blocks);
+    let folded = (u128::from(record.volume) * u128::from(SCATTER) + u128::from(first))
+        % u128::from(volume_blocks);
+    let partial = match record.extent {
+        // `Record::blocks` has checked that the range ends within 2^64 bytes.
+        Extent::Bytes {
+            offset_bytes,
+            length_bytes,
+        } => {
+            !offset_bytes.is_multiple_of(block_bytes)
+                || !(offset_bytes + length_bytes.max(1)).is_multiple_of(block_bytes)
+        }
+        Extent::Object { .. } => false,
+    };
+    Ok(Placement {
+        first_block: (folded as u64).min(volume_blocks - blocks),
+        blocks,
+        partial,
+    })
+}
 
 /// What produces requests.
 enum Source {
@@ -199,31 +267,18 @@ impl Generator {
         let Some(record) = reader.next().transpose()? else {
             return Ok(None);
         };
-        let (first_byte, len) = match record.extent {
-            Extent::Bytes {
-                offset_bytes,
-                length_bytes,
-            } => (offset_bytes, length_bytes.max(1)),
-            Extent::Object { id, size_bytes } => (
-                id.saturating_mul(self.block_bytes),
-                size_bytes.map_or(self.block_bytes, u64::from),
-            ),
-        };
-        // A trace's volumes and addresses fold into the simulated volume.
-        let blocks = len.div_ceil(self.block_bytes).clamp(1, self.volume_blocks);
-        let first_block = (first_byte / self.block_bytes + record.volume.wrapping_mul(SCATTER))
-            % (self.volume_blocks - blocks + 1);
+        let placed = place(&record, self.block_bytes, self.volume_blocks)
+            .map_err(|message| reader.parse_error(message))?;
         let write = record.op == Op::Write;
-        let partial = write && (first_byte % self.block_bytes != 0 || len % self.block_bytes != 0);
         let at_ms = record.time_ms.map(|t| {
             let first = *first_ms.get_or_insert(t);
             t.saturating_sub(first)
         });
         Ok(Some(Request {
-            first_block,
-            blocks,
+            first_block: placed.first_block,
+            blocks: placed.blocks,
             write,
-            partial,
+            partial: write && placed.partial,
             at_ms,
         }))
     }
@@ -231,5 +286,96 @@ impl Generator {
     /// A uniform draw in [0, 1), for arrival times.
     pub fn uniform(&mut self) -> f64 {
         self.rng.next_f64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn bytes(volume: u64, offset_bytes: u64, length_bytes: u64) -> Record {
+        Record {
+            time_ms: None,
+            volume,
+            op: Op::Read,
+            extent: Extent::Bytes {
+                offset_bytes,
+                length_bytes,
+            },
+        }
+    }
+
+    fn object(id: u64, size_bytes: u32) -> Record {
+        Record {
+            time_ms: Some(0),
+            volume: 0,
+            op: Op::Read,
+            extent: Extent::Object {
+                id,
+                size_bytes: Some(size_bytes),
+            },
+        }
+    }
+
+    #[test]
+    fn a_request_across_a_block_boundary_reads_both_blocks() {
+        // 8K blocks: 6K..10K is the end of block 0 and the start of block 1.
+        let p = place(&bytes(0, 6 << 10, 4 << 10), 8192, 1 << 20).unwrap();
+        assert_eq!((p.first_block, p.blocks, p.partial), (0, 2, true));
+        let p = place(&bytes(0, 8192, 16384), 8192, 1 << 20).unwrap();
+        assert_eq!((p.first_block, p.blocks, p.partial), (1, 2, false));
+    }
+
+    #[test]
+    fn a_block_lands_in_one_place_whatever_reads_it() {
+        // Volume 3 starts past the end of a 1000-block volume and folds; block 10 of it is
+        // the same block when read alone and as the first of three.
+        let one = place(&bytes(3, 10 * 8192, 8192), 8192, 1000).unwrap();
+        let three = place(&bytes(3, 10 * 8192, 3 * 8192), 8192, 1000).unwrap();
+        assert_eq!(one.first_block, three.first_block);
+        assert_eq!(three.blocks, 3);
+        // Past the end, a request is moved back to end there.
+        let last = place(&bytes(0, 999 * 8192, 2 * 8192), 8192, 1000).unwrap();
+        assert_eq!((last.first_block, last.blocks), (998, 2));
+    }
+
+    #[test]
+    fn hashed_object_ids_each_get_their_own_place() {
+        // oracleGeneral ids are 64-bit hashes: 1000 of them, each one block, over a million
+        // blocks, land in nearly 1000 places (a meeting of two hashes is allowed).
+        let mut ids = SplitMix64::new(9);
+        let firsts: HashSet<u64> = (0..1000)
+            .map(|_| place(&object(ids.next_u64(), 8192), 8192, 1 << 20).unwrap())
+            .inspect(|p| assert_eq!(p.blocks, 1))
+            .map(|p| p.first_block)
+            .collect();
+        assert!(firsts.len() >= 995, "{} places", firsts.len());
+    }
+
+    #[test]
+    fn objects_larger_than_a_block_do_not_overlap_their_neighbours() {
+        // Consecutive ids of 32K objects on 8K blocks: four blocks each, none shared.
+        let mut owner = std::collections::HashMap::new();
+        for id in 0..200u64 {
+            let p = place(&object(id, 32 << 10), 8192, 1 << 20).unwrap();
+            assert_eq!(p.blocks, 4);
+            assert!(p.first_block + p.blocks <= 1 << 20);
+            for b in p.first_block..p.first_block + p.blocks {
+                if let Some(other) = owner.insert(b, id) {
+                    panic!("objects {other} and {id} share block {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn absurd_records_are_errors_not_panics() {
+        assert!(place(&bytes(0, u64::MAX - 10, 100), 8192, 1 << 20).is_err());
+        assert!(place(&bytes(0, 0, 1 << 50), 8192, 1 << 20).is_err());
+        let p = place(&bytes(u64::MAX, u64::MAX - 8192, 8192), 8192, 1 << 20).unwrap();
+        assert!(p.first_block < 1 << 20);
+        let p = place(&object(u64::MAX, u32::MAX), 8192, 4).unwrap();
+        assert_eq!((p.first_block, p.blocks), (0, 4));
     }
 }
