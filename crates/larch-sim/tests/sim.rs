@@ -366,7 +366,11 @@ fn a_trace_with_times_is_replayed_on_its_own_clock() {
         reads[..6].iter().all(|&r| (45.0..=55.0).contains(&r)),
         "{reads:?}"
     );
-    assert!(reads[7..].iter().all(|&r| r == 0.0), "{reads:?}");
+    // The run ends with the interval in which the trace ended, not at its duration.
+    assert_eq!(reads.len(), 6, "{reads:?}");
+    let trace = out.summary.trace.as_ref().unwrap();
+    assert!(trace.ended && trace.next_line.is_none(), "{trace:?}");
+    assert_eq!((trace.records, trace.last_line), (300, 301));
     // 30 distinct blocks: 30 misses, 270 hits.
     let hits: f64 = out.series["arc/hits"].iter().sum();
     assert_eq!(hits, 270.0);
@@ -458,5 +462,58 @@ fn a_traced_request_across_a_block_boundary_reads_both_blocks() {
     assert_eq!(out.summary.block_ios, 4);
     let hits: f64 = out.series["arc/hits"].iter().sum();
     assert_eq!(hits, 2.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_trace_record_far_ahead_is_named_when_the_run_ends_before_it() {
+    // Two records, one 31 years ahead, two more that the clock (which never goes
+    // backwards) holds behind it: the run ends at its duration, naming the record.
+    let dir = scratch("far");
+    let path = dir.join("far.csv");
+    let text = "time,offset,size,op\n0,0,8192,R\n1000000,8192,8192,R\n\
+                1000000000000000,16384,8192,R\n2000000,24576,8192,R\n3000000,0,8192,R\n";
+    std::fs::write(&path, text).unwrap();
+    let out = run(&traced(&path));
+    assert_eq!(out.summary.virtual_seconds, 20.0);
+    let trace = out.summary.trace.as_ref().unwrap();
+    assert_eq!((trace.records, trace.last_line, trace.ended), (2, 3, false));
+    assert_eq!(trace.next_line, Some(4));
+    assert_eq!(trace.next_at_s, Some(1e9));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_trace_time_past_the_simulators_clock_is_an_error_naming_its_line() {
+    // 2^64 ns is 584 years; a record 3,000 years after the first cannot be replayed.
+    let dir = scratch("overflow");
+    let path = dir.join("overflow.csv");
+    let text = "time,offset,size,op\n0,0,8192,R\n100000000000000000,8192,8192,R\n";
+    std::fs::write(&path, text).unwrap();
+    let err = sim::run(&traced(&path), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("overflow.csv:3") && err.contains("584 years"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_run_ends_with_its_trace() {
+    // A trace of three seconds in a run of twenty: the steady state is the trace's end,
+    // not seventeen idle seconds.
+    let dir = scratch("short");
+    let path = dir.join("short.csv");
+    let mut text = String::from("time,offset,size,op\n");
+    for i in 0..300u64 {
+        text += &format!("{},{},8192,R\n", i * 10_000, (i % 30) * 8192);
+    }
+    std::fs::write(&path, text).unwrap();
+    let out = run(&traced(&path));
+    assert_eq!(out.summary.virtual_seconds, 3.0);
+    assert!(out.summary.steady.iops > 50.0, "{:?}", out.summary.steady);
+    assert!(out.summary.trace.as_ref().unwrap().ended);
     let _ = std::fs::remove_dir_all(&dir);
 }

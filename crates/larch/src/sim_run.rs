@@ -723,6 +723,24 @@ fn ms(us: f64) -> String {
     }
 }
 
+/// How far the trace was replayed, as a line of the summary.
+fn trace_text(trace: &sim::TraceProgress) -> String {
+    let how_far = if trace.ended {
+        "to its end".to_string()
+    } else if let (Some(line), Some(at_s)) = (trace.next_line, trace.next_at_s) {
+        format!(
+            "the run ended before line {line}, {} after the first record (--duration replays more)",
+            larch_daemon::advise::span(at_s)
+        )
+    } else {
+        "the run ended before the trace did (--duration replays more)".to_string()
+    };
+    format!(
+        "trace         {} records replayed, to line {}; {how_far}\n",
+        trace.records, trace.last_line
+    )
+}
+
 /// The summary as text.
 pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
     let s = &out.summary;
@@ -770,6 +788,9 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
         },
         100.0 * cfg.workload.read_fraction
     );
+    if let Some(trace) = &s.trace {
+        t += &trace_text(trace);
+    }
     // A step (times the scale) longer than a minute makes the first window longer too.
     let first = &s.first_minute;
     let first_name = match first.to_s.saturating_sub(first.from_s) {

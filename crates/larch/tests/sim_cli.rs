@@ -394,6 +394,40 @@ fn sim_run_writes_its_outputs_and_refuses_what_cannot_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `larch sim run` of a trace says how far the replay got, and names the record a run
+/// ended before: here one 31 years ahead of the others, which holds back the rest.
+#[test]
+fn sim_run_names_the_trace_record_it_ended_before() {
+    let dir = scratch_dir();
+    let trace = dir.join("far.csv");
+    write_file(
+        &trace,
+        b"time,offset,size,op\n0,0,8192,R\n1000000,8192,8192,R\n\
+          1000000000000000,16384,8192,R\n2000000,24576,8192,R\n",
+    );
+    let workload = format!("trace:{}", trace.display());
+    let out = larch(&[
+        "sim",
+        "run",
+        "--workload",
+        &workload,
+        "--duration",
+        "10s",
+        "--quiet",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("2 records replayed, to line 3; the run ended before line 4"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `larch size`: a table of candidates simulated, the cold run, and advice; bad input
 /// refused.
 #[test]

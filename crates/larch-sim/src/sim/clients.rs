@@ -4,6 +4,7 @@
 use std::f64::consts::TAU;
 
 use super::config::{Pattern, Workload};
+use crate::device::Nanos;
 use crate::replay::MAX_BLOCKS_PER_RECORD;
 use crate::trace::{Extent, Op, Record, TraceError, TraceReader};
 use crate::workload::{SplitMix64, Zipf};
@@ -19,8 +20,11 @@ pub struct Request {
     pub write: bool,
     /// A write that covers only part of a block (read-modify-write).
     pub partial: bool,
-    /// When it arrives, ms from the start, for traces with times.
-    pub at_ms: Option<u64>,
+    /// When it arrives, ns after the trace's first record, for traces with times.
+    pub at_ns: Option<Nanos>,
+    /// The trace record it comes from: its line (or number, in a binary trace); 0 for a
+    /// synthetic workload.
+    pub line: u64,
 }
 
 /// A prime that scatters Zipf ranks over the data set (rank r goes to block r × P mod n,
@@ -256,7 +260,8 @@ impl Generator {
             blocks: count,
             write,
             partial,
-            at_ms: None,
+            at_ns: None,
+            line: 0,
         }))
     }
 
@@ -270,16 +275,28 @@ impl Generator {
         let placed = place(&record, self.block_bytes, self.volume_blocks)
             .map_err(|message| reader.parse_error(message))?;
         let write = record.op == Op::Write;
-        let at_ms = record.time_ms.map(|t| {
-            let first = *first_ms.get_or_insert(t);
-            t.saturating_sub(first)
-        });
+        let at_ns = match record.time_ms {
+            None => None,
+            Some(t) => {
+                // Times count from the first record's; one earlier than that is at 0, and
+                // one earlier than the record before it is issued when its turn comes.
+                let after_ms = t.saturating_sub(*first_ms.get_or_insert(t));
+                let at_ns = after_ms.checked_mul(1_000_000).ok_or_else(|| {
+                    reader.parse_error(format!(
+                        "time {t} ms is {after_ms} ms after the first record's, past the \
+                         simulator's clock (584 years)"
+                    ))
+                })?;
+                Some(at_ns)
+            }
+        };
         Ok(Some(Request {
             first_block: placed.first_block,
             blocks: placed.blocks,
             write,
             partial: write && placed.partial,
-            at_ms,
+            at_ns,
+            line: TraceReader::position(reader),
         }))
     }
 

@@ -32,7 +32,7 @@ pub use config::{
     CacheDevice, Clients, ConfigError, Pattern, SECOND_NS, SimConfig, SimTunables, TUNABLE_NAMES,
     Workload,
 };
-pub use record::{SimOutput, Summary, Window};
+pub use record::{SimOutput, Summary, TraceProgress, Window};
 
 use self::cache::SimCache;
 use self::clients::{Generator, Request};
@@ -124,6 +124,8 @@ struct Run<'a> {
     block_ios: u64,
     traced: bool,
     pending: Option<Request>,
+    /// How far the trace has come, for a trace workload.
+    trace: Option<TraceProgress>,
 }
 
 /// Runs `cfg` to its end; `progress` is called once per virtual minute.
@@ -203,6 +205,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         block_ios: 0,
         traced: false,
         pending: None,
+        trace: matches!(cfg.workload.pattern, Pattern::Trace { .. }).then(TraceProgress::default),
     };
     run.start()?;
     run.events(progress)?;
@@ -211,9 +214,17 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         rec,
         cache,
         block_ios,
+        pending,
+        mut trace,
         ..
     } = run;
-    Ok(rec.finish(cfg, config_text, &cache, block_ios))
+    if let (Some(t), Some(next)) = (&mut trace, pending) {
+        t.next_line = Some(next.line);
+        t.next_at_s = next.at_ns.map(|ns| ns as f64 / SECOND_NS as f64);
+    }
+    let mut out = rec.finish(cfg, config_text, &cache, block_ios);
+    out.summary.trace = trace;
+    Ok(out)
 }
 
 impl Run<'_> {
@@ -224,14 +235,12 @@ impl Run<'_> {
         if let Pattern::Trace { .. } = cfg.workload.pattern {
             // A trace with times arrives on its own clock; one without is replayed as
             // fast as the clients go.
-            if let Some(first) = self.requests.next(0)? {
-                if let Some(at_ms) = first.at_ms {
+            if let Some(first) = self.next_request(0)? {
+                if let Some(at_ns) = first.at_ns {
                     self.traced = true;
-                    self.pending = Some(first);
-                    self.queue.push(at_ms * 1_000_000, Event::Arrival);
-                } else {
-                    self.pending = Some(first);
+                    self.queue.push(at_ns, Event::Arrival);
                 }
+                self.pending = Some(first);
             }
         }
         if !self.traced {
@@ -292,6 +301,11 @@ impl Run<'_> {
             match event {
                 Event::Sample => {
                     self.rec.sample(now, &mut self.cache);
+                    if self.trace.as_ref().is_some_and(|t| t.ended) {
+                        // The run ends with the interval in which its trace ended: what
+                        // follows would be idle, and would be taken for the steady state.
+                        break;
+                    }
                     self.cache.expire_inflight(now);
                     if now >= next_progress {
                         next_progress += 60 * SECOND_NS;
@@ -312,7 +326,7 @@ impl Run<'_> {
                 Event::Client(c) => {
                     let request = match self.pending.take() {
                         Some(r) => Some(r),
-                        None => self.requests.next(c)?,
+                        None => self.next_request(c)?,
                     };
                     let Some(request) = request else {
                         continue; // the trace ended: this client stops
@@ -327,17 +341,22 @@ impl Run<'_> {
                 Event::Arrival => {
                     let request = match self.pending.take() {
                         Some(r) => Some(r),
-                        None => self.requests.next(0)?,
+                        None => self.next_request(0)?,
                     };
                     let Some(request) = request else {
                         continue;
                     };
                     self.request(now, &request);
                     if self.traced {
-                        if let Some(next) = self.requests.next(0)? {
-                            let at = next.at_ms.unwrap_or(0) * 1_000_000;
+                        if let Some(next) = self.next_request(0)? {
+                            // Time never goes backwards: a record earlier than the one
+                            // before it arrives now, as the replay's clock keeps the
+                            // largest time seen. One far ahead waits for its time, and the
+                            // records after it with it: the summary names it if the run
+                            // ends first.
+                            let at = next.at_ns.unwrap_or(0).max(now);
                             self.pending = Some(next);
-                            self.queue.push(at.max(now), Event::Arrival);
+                            self.queue.push(at, Event::Arrival);
                         }
                     } else {
                         let gap = self.interarrival();
@@ -371,6 +390,15 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The next request of client `c`; for a trace, counts what it reads and notes its end.
+    fn next_request(&mut self, c: u32) -> Result<Option<Request>, SimError> {
+        let next = self.requests.next(c)?;
+        if let Some(t) = &mut self.trace {
+            t.ended |= next.is_none();
+        }
+        Ok(next)
+    }
+
     /// Starts a TXG sync if one can start.
     fn sync(&mut self, now: Nanos) {
         if let Some((done, blocks)) = self.cache.start_sync(now) {
@@ -384,6 +412,10 @@ impl Run<'_> {
     /// Serves one request at `now`; returns its latency (the front end's time included).
     fn request(&mut self, now: Nanos, r: &Request) -> Nanos {
         self.block_ios += r.blocks;
+        if let Some(t) = &mut self.trace {
+            t.records += 1;
+            t.last_line = r.line;
+        }
         let bytes = r.blocks * u64::from(self.cfg.block_bytes);
         let (done, source) = if r.write {
             let done = self.cache.write(now, r.first_block, r.blocks, r.partial);

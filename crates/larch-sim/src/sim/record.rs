@@ -137,6 +137,26 @@ pub struct Summary {
     pub cache_busy: f64,
     /// Mean share of the time the primary storage's disks (or channels) were busy.
     pub primary_busy: f64,
+    /// How far a trace workload was replayed (`None` for a synthetic one).
+    pub trace: Option<TraceProgress>,
+}
+
+/// How far a trace was replayed. A run ends at its duration or with the interval in which
+/// its trace ended, whichever comes first; when the duration comes first, the record it
+/// came before is named, so that one with a time far ahead of the others (which holds back
+/// every record after it, as the clock never goes backwards) does not end a replay unseen.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TraceProgress {
+    /// Records replayed (each one client request).
+    pub records: u64,
+    /// The line (or number, in a binary trace) of the last one.
+    pub last_line: u64,
+    /// The trace ended within the run.
+    pub ended: bool,
+    /// For a timed trace the run ended before: the line of the next record.
+    pub next_line: Option<u64>,
+    /// And its time, seconds after the first record's.
+    pub next_at_s: Option<f64>,
 }
 
 /// The output of a run: the summary, and what the Analytics page shows.
@@ -765,6 +785,7 @@ impl Recorder {
             scale: 1,
             cache_busy: busy_share(cache.devices.iter().flat_map(|d| d.model.stats()), run_ns),
             primary_busy: busy_share(cache.primary.stats(), run_ns),
+            trace: None,
         };
         let series = self
             .defs
