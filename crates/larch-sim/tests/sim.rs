@@ -517,3 +517,14 @@ fn a_run_ends_with_its_trace() {
     assert!(out.summary.trace.as_ref().unwrap().ended);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_trace_is_neither_scaled_nor_prewarmed() {
+    let mut cfg = traced(std::path::Path::new("any.csv"));
+    let err = cfg.scaled(2).unwrap_err();
+    assert_eq!(err.field, "scale", "{err}");
+    assert_eq!(cfg.scaled(1).unwrap(), cfg);
+    cfg.prewarm = true;
+    let err = cfg.validate().unwrap_err();
+    assert_eq!(err.field, "prewarm", "{err}");
+}

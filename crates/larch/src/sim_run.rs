@@ -97,7 +97,8 @@ pub struct RunArgs {
     /// The seed presets use openzfs.
     #[arg(long, value_name = "larch|openzfs")]
     pub feed: Option<String>,
-    /// Start with the caches full of the active data set.
+    /// Start with the caches full of the active data set (synthetic workloads: a trace
+    /// starts cold, and a preset's prewarming is dropped for one).
     #[arg(long)]
     pub prewarm: bool,
     /// The seed of every random choice.
@@ -106,6 +107,7 @@ pub struct RunArgs {
     /// Run at 1/N of the pool's sizes (ARC, cache devices, disks, data set) and show the
     /// result as the full pool: N times faster, with the same hit ratios and rates for
     /// random workloads, and warm-up times multiplied back (docs/simulator.md, "Scale").
+    /// Not for a trace, which runs at full size.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub scale: u64,
     /// Write the output (series, heat maps, summary) as JSON to FILE.
@@ -698,6 +700,10 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     }
     if args.prewarm {
         cfg.prewarm = true;
+    } else if matches!(cfg.workload.pattern, Pattern::Trace { .. }) {
+        // A preset (or file) prewarms with its synthetic data set; a trace's blocks are
+        // not known before it is replayed. Asked for on the command line, it is refused.
+        cfg.prewarm = false;
     }
     if let Some(seed) = args.seed {
         cfg.seed = seed;

@@ -3,6 +3,8 @@
 //! candidates (L2ARC sizes × device counts, each prewarmed, as seed 002 measured), one cold
 //! run of the configuration asked for (its warm-up), and prints seed 002's key ratios, the
 //! header DRAM, the predicted hit ratios, IOPS and latencies, and advice in the seeds' terms.
+//! A trace workload runs at full size, and each candidate replays it from cold: nothing
+//! knows its blocks before the replay, and its addresses and times do not scale.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -29,10 +31,12 @@ pub struct SizeArgs {
     /// Cache-device counts to try (default: 1, 2, 4, 8 and the count asked for).
     #[arg(long, value_delimiter = ',', value_name = "N,...")]
     pub device_counts: Vec<u32>,
-    /// Virtual time each prewarmed candidate runs (its steady state).
+    /// Virtual time each prewarmed candidate runs (its steady state). Not for a trace, which
+    /// each candidate replays from cold to its end or --warm-for.
     #[arg(long, value_name = "TIME", default_value = "60s")]
     pub measure: String,
-    /// Virtual time of the cold run of the configuration asked for (default: 48h).
+    /// Virtual time of the cold run of the configuration asked for, and of each candidate's
+    /// replay of a trace (default: 48h).
     #[arg(long, value_name = "TIME")]
     pub warm_for: Option<String>,
 }
@@ -67,13 +71,21 @@ struct Report {
     advice: Vec<String>,
 }
 
+/// The active data set a run is scaled down to at most, unless a scale is given.
+const AUTO_SCALE_ADS_BYTES: u64 = 4 << 30;
+
 /// A scale at which the active data set is at most 4 GiB, unless one is given: hit ratios
-/// and steady states are the full pool's (docs/simulator.md, "Scale").
+/// and steady states are the full pool's (docs/simulator.md, "Scale"). A trace runs at full
+/// size: its addresses and times do not shrink ([`SimConfig::scaled`] refuses to).
 fn auto_scale(cfg: &SimConfig, asked: u64) -> u64 {
-    if asked > 1 {
+    if asked > 1 || is_trace(cfg) {
         return asked;
     }
-    (cfg.workload.ads_bytes / (4 << 30)).max(1)
+    cfg.workload.ads_bytes.div_ceil(AUTO_SCALE_ADS_BYTES).max(1)
+}
+
+fn is_trace(cfg: &SimConfig) -> bool {
+    matches!(cfg.workload.pattern, Pattern::Trace { .. })
 }
 
 fn run_scaled(cfg: &SimConfig, scale: u64) -> anyhow::Result<Summary> {
@@ -170,7 +182,14 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
     }
     let measure =
         crate::sim_run::parse_duration(&args.measure).map_err(|e| anyhow!("--measure: {e}"))?;
+    let warm_for = match &args.warm_for {
+        Some(t) => crate::sim_run::parse_duration(t).map_err(|e| anyhow!("--warm-for: {e}"))?,
+        None => 48 * 3600 * SECOND_NS,
+    };
     let scale = auto_scale(&base, args.run.scale);
+    // Refused here, before any run, when it cannot be (a trace asked to scale).
+    base.scaled(scale)?;
+    let traced = is_trace(&base);
     base.step_s = 1;
     let primary_bw = bandwidth(&base.primary, 1)?;
     let one_device_bw = bandwidth(&spec, 1)?;
@@ -181,10 +200,20 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
         let counts_here: &[u32] = if l2 == 0 { &[0] } else { &counts };
         for &n in counts_here {
             let mut cfg = base.clone();
-            cfg.prewarm = true;
-            // Scaling divides the time too; a steady state is measured for `measure`
-            // whatever the scale.
-            cfg.duration_ns = measure.saturating_mul(scale);
+            if traced {
+                // A trace's blocks are not known before it is replayed: each candidate
+                // replays it from cold, to its end (or --warm-for), and its steady state
+                // is the end of the trace. The step stays a second: the run ends with the
+                // interval in which the trace ended, and a longer one would count the
+                // idle rest of that interval in its rates.
+                cfg.prewarm = false;
+                cfg.duration_ns = warm_for;
+            } else {
+                cfg.prewarm = true;
+                // Scaling divides the time too; a steady state is measured for `measure`
+                // whatever the scale.
+                cfg.duration_ns = measure.saturating_mul(scale);
+            }
             cfg.switch.clear();
             cfg.caches = (0..n)
                 .map(|_| CacheDevice {
@@ -216,11 +245,10 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
     // The configuration asked for, from cold: how long it takes to warm.
     let mut cold = base.clone();
     cold.prewarm = false;
-    cold.duration_ns = match &args.warm_for {
-        Some(t) => crate::sim_run::parse_duration(t).map_err(|e| anyhow!("--warm-for: {e}"))?,
-        None => 48 * 3600 * SECOND_NS,
-    };
-    cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
+    cold.duration_ns = warm_for;
+    if !traced {
+        cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
+    }
     if !quiet {
         eprintln!("larch size: the configuration asked for, from cold");
     }
@@ -273,10 +301,16 @@ fn text(
         100.0 * cfg.workload.read_fraction,
         format_size(u64::from(cfg.block_bytes)),
     );
+    let traced = is_trace(cfg);
     t += &format!(
-        "pool       ARC {}, primary {}, cache devices {spec}; simulated at 1/{scale} scale in {:.0} s\n\n",
+        "pool       ARC {}, primary {}, cache devices {spec}; simulated {} in {:.0} s\n\n",
         format_size(cfg.arc_max_bytes),
         cfg.primary,
+        if traced {
+            "at full size (a trace does not scale)".to_string()
+        } else {
+            format!("at 1/{scale} scale")
+        },
         started.elapsed().as_secs_f64()
     );
     t += &format!(
@@ -334,7 +368,11 @@ fn text(
             format_size(c.openzfs_dram_bytes),
         );
     }
-    t += "\n(each row prewarmed, as seed 002 measured; ADS/cache is seed 002's key ratio 1, L2bw/pri its ratio 2;\n DRAM is larch's ARC headers and L2 index, OpenZFS what its headers would take)\n\n";
+    t += if traced {
+        "\n(each row replays the trace from cold, to its end or --warm-for, its figures the trace's end: a trace's\n blocks are not known before it is replayed, so nothing is prewarmed; ADS/cache is seed 002's key ratio 1,\n L2bw/pri its ratio 2; DRAM is larch's ARC headers and L2 index, OpenZFS what its headers would take)\n\n"
+    } else {
+        "\n(each row prewarmed, as seed 002 measured; ADS/cache is seed 002's key ratio 1, L2bw/pri its ratio 2;\n DRAM is larch's ARC headers and L2 index, OpenZFS what its headers would take)\n\n"
+    };
     let at = |s: Option<u64>| s.map_or("not within the run".to_string(), |s| duration(s as f64));
     t += &format!(
         "from cold  the configuration asked for: ARC warm after {}, L2ARC at 50% / 90% of {} after {} / {}, IOPS at 90% of steady after {}\n\n",
@@ -523,6 +561,32 @@ fn counts_max(candidates: &[Candidate]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_scale_keeps_the_data_set_within_4_gib_and_leaves_a_trace_whole() {
+        let mut cfg = crate::sim_run::preset("small").unwrap();
+        let gib = 1u64 << 30;
+        for (ads, scale) in [
+            (3 * gib, 1),
+            (4 * gib, 1),
+            (4 * gib + 8192, 2),
+            (8 * gib - 8192, 2),
+            (8 * gib, 2),
+            (8 * gib + 8192, 3),
+        ] {
+            cfg.workload.ads_bytes = ads;
+            assert_eq!(auto_scale(&cfg, 1), scale, "{ads} bytes");
+            let scaled = cfg.scaled(scale).unwrap();
+            assert!(scaled.workload.ads_bytes <= 4 * gib, "{ads} bytes");
+        }
+        assert_eq!(auto_scale(&cfg, 5), 5);
+        cfg.workload.pattern = Pattern::Trace {
+            path: "t.csv".into(),
+            format: None,
+        };
+        cfg.workload.ads_bytes = 100 * gib;
+        assert_eq!(auto_scale(&cfg, 1), 1);
+    }
 
     #[test]
     fn a_pool_of_many_disks_streams_from_all_of_them() {

@@ -428,6 +428,86 @@ fn sim_run_names_the_trace_record_it_ended_before() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace runs at full size and from cold, in `larch sim run` and `larch size` alike:
+/// `--scale` and `--prewarm` are refused for one, a preset's or file's prewarming is
+/// dropped, and `larch size` does not scale it down on its own.
+#[test]
+fn a_trace_runs_at_full_size_and_cold() {
+    let dir = scratch_dir();
+    // 2000 blocks read once each, untimed: a cold cache without prefetch hits none of
+    // them, one prewarmed with the first blocks of the volume would.
+    let trace = dir.join("once.csv");
+    let mut text = String::from("offset,size,op\n");
+    for b in 0..2000u64 {
+        text += &format!("{},8192,R\n", b * 8192);
+    }
+    write_file(&trace, text.as_bytes());
+    let workload = format!("trace:{}", trace.display());
+    for (args, words) in [
+        (vec!["sim", "run", "--scale", "2"], vec!["scale", "trace"]),
+        (vec!["sim", "run", "--prewarm"], vec!["prewarm", "trace"]),
+        (vec!["size", "--scale", "2"], vec!["scale", "trace"]),
+    ] {
+        let mut all = args.clone();
+        all.extend(["--workload", &workload, "--quiet"]);
+        let out = larch(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+        }
+    }
+
+    let toml = dir.join("warm.toml");
+    write_file(&toml, b"prewarm = true\n");
+    let summary = larch_json(&[
+        "sim",
+        "run",
+        "--config",
+        toml.to_str().unwrap(),
+        "--workload",
+        &workload,
+        "--block",
+        "8K",
+        "--set",
+        "zfs_prefetch_disable=1",
+        "--quiet",
+        "--json",
+    ]);
+    assert_eq!(summary["requests"], 2000, "{summary}");
+    assert_eq!(summary["trace"]["ended"], true, "{summary}");
+    assert_eq!(summary["first_minute"]["arc_hit_ratio"], 0.0, "{summary}");
+
+    // An active data set of 9 GiB scaled to 1/2 before; a trace stays whole.
+    let out = larch(&[
+        "size",
+        "--workload",
+        &workload,
+        "--ads",
+        "9G",
+        "--block",
+        "8K",
+        "--l2-sizes",
+        "0,1G",
+        "--device-counts",
+        "1",
+        "--quiet",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for words in [
+        "simulated at full size (a trace does not scale)",
+        "each row replays the trace from cold",
+    ] {
+        assert!(text.contains(words), "{words:?} not in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `larch size`: a table of candidates simulated, the cold run, and advice; bad input
 /// refused.
 #[test]

@@ -325,7 +325,8 @@ pub struct SimConfig {
     pub switch: Vec<(u64, bool)>,
     /// Start with the caches full of the active data set (seed 002 preconditioned its
     /// caches "to be fully warm before measurement"): the ARC holds what it can, the cache
-    /// devices the rest, as far as they hold it.
+    /// devices the rest, as far as they hold it. Synthetic workloads only: a trace's blocks
+    /// are not known before it is replayed, and a trace starts cold.
     pub prewarm: bool,
     /// The full size's multiple of this configuration: 1, or `n` once [`SimConfig::scaled`]
     /// divided it by `n` (every virtual second then stands for `n`; the summary's first
@@ -363,7 +364,7 @@ impl ConfigError {
 impl SimConfig {
     /// Refuses what cannot run: zero sizes and devices where they are needed, fractions
     /// outside 0..=1, an active data set larger than the volume, an ARC and index larger
-    /// than the memory allowed.
+    /// than the memory allowed, a trace prewarmed.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field: &str, why: String| Err(ConfigError::new(field, why));
         if self.duration_ns == 0 {
@@ -444,6 +445,14 @@ impl SimConfig {
                     "a skewed pattern needs at least two blocks ({} bytes)",
                     2 * u64::from(self.block_bytes)
                 ),
+            );
+        }
+        if self.prewarm && matches!(w.pattern, Pattern::Trace { .. }) {
+            // Prewarming fills the caches with the first blocks of the volume, which are
+            // not the trace's: its hits would be made up.
+            return bad(
+                "prewarm",
+                "a trace starts cold: its blocks are not known before it is replayed".to_string(),
             );
         }
         match &w.pattern {
@@ -569,9 +578,22 @@ impl SimConfig {
     /// full size (for random workloads, whose reuse scales with the data set), and
     /// everything that fills the caches happens `n` times sooner: a run of T seconds
     /// shows what the full pool does in n × T. Switch flips move to 1/n of their times.
+    ///
+    /// A trace is refused: its addresses and times are its own, so a volume 1/n the size
+    /// would fold its blocks onto each other (more hits than the trace has) and a run 1/n
+    /// as long would replay 1/n of it, shown as the whole.
     pub fn scaled(&self, n: u64) -> Result<SimConfig, ConfigError> {
         if n <= 1 {
             return Ok(self.clone());
+        }
+        if let Pattern::Trace { .. } = self.workload.pattern {
+            return Err(ConfigError::new(
+                "scale",
+                format!(
+                    "a trace runs at full size, not at 1/{n}: its addresses and times \
+                     are its own and do not shrink with the pool"
+                ),
+            ));
         }
         let mut c = self.clone();
         let div = |bytes: u64| (bytes / n).max(1);
