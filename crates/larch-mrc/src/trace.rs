@@ -11,16 +11,26 @@ use crate::Access;
 /// Most blocks one record may touch.
 pub const MAX_BLOCKS_PER_RECORD: u64 = 1 << 20;
 
+/// What reading a trace found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRead {
+    /// Records read.
+    pub records: u64,
+    /// Some record had a time. When none had, the accesses' clock is the simulator's tick
+    /// per record, not the trace's: rates from it are fiction.
+    pub timed: bool,
+}
+
 /// Reads a trace and calls `each` with every block access, in order, split into blocks
 /// of `block_size_bytes`; a trace without times advances by the simulator's tick per
 /// record. A request continuing where the previous one of its volume ended is
-/// sequential. Returns the records read; a malformed record is an error naming it.
+/// sequential. A malformed record is an error naming it.
 pub fn for_each_access(
     path: &Path,
     format: Option<Format>,
     block_size_bytes: u32,
     mut each: impl FnMut(&Access),
-) -> Result<u64, String> {
+) -> Result<TraceRead, String> {
     let mut reader = TraceReader::open(path, format).map_err(|e| e.to_string())?;
     let mut origin: Option<u64> = None;
     let mut now_ms = 0u64;
@@ -54,5 +64,8 @@ pub fn for_each_access(
             });
         }
     }
-    Ok(records)
+    Ok(TraceRead {
+        records,
+        timed: reader.any_timed(),
+    })
 }

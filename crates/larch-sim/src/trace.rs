@@ -289,6 +289,7 @@ pub struct TraceReader {
     line: String,
     csv: Option<CsvLayout>,
     record: Vec<u8>,
+    timed: bool,
 }
 
 impl TraceReader {
@@ -306,12 +307,20 @@ impl TraceReader {
             line: String::new(),
             csv: None,
             record: Vec::new(),
+            timed: false,
         })
     }
 
     /// The format being read.
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// Whether a record read so far had a time. A format says only whether its records may
+    /// have one (a CSV trace has times only if it has a time column), so what a trace's
+    /// times are worth is known from its records.
+    pub fn any_timed(&self) -> bool {
+        self.timed
     }
 
     /// The line (text formats) or record (binary formats) last read, 1-based.
@@ -332,11 +341,13 @@ impl TraceReader {
     /// Reads the next record: `Ok(None)` at the end; `Err` for an I/O error or a malformed
     /// record (the reader stays usable: the next call continues after the bad one).
     pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
-        match self.format {
+        let record = match self.format {
             Format::OracleGeneral => self.next_binary(24),
             Format::Vscsi => self.next_binary(32),
             _ => self.next_line(),
-        }
+        }?;
+        self.timed |= record.is_some_and(|r| r.time_ms.is_some());
+        Ok(record)
     }
 
     fn next_binary(&mut self, size: usize) -> Result<Option<Record>, TraceError> {
@@ -814,6 +825,7 @@ mod tests {
             line: String::new(),
             csv: None,
             record: Vec::new(),
+            timed: false,
         }
     }
 
@@ -886,6 +898,18 @@ mod tests {
         );
         assert_eq!(reader.next_record().unwrap().unwrap().op, Op::Write);
         assert!(reader.next_record().is_err(), "command 0x12 is not I/O");
+    }
+
+    #[test]
+    fn the_reader_tells_whether_any_record_had_a_time() {
+        // A CSV trace with a header but no time column is untimed, whatever its format.
+        let mut reader = reader_over(b"offset,size,op\n0,4096,R\n4096,4096,R\n", Format::Csv);
+        while reader.next_record().unwrap().is_some() {}
+        assert!(!reader.any_timed());
+        let mut reader = reader_over(b"time,offset,size,op\n5,0,4096,R\n", Format::Csv);
+        assert!(!reader.any_timed(), "nothing read yet");
+        reader.next_record().unwrap();
+        assert!(reader.any_timed());
     }
 
     #[test]

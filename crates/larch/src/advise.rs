@@ -126,6 +126,11 @@ fn from_daemon(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::
     serde_json::from_str(&body).context("the daemon's /api/v1/advise")
 }
 
+/// What `larch advise --trace` says of a trace whose records have no times.
+const UNTIMED: &str = "untimed trace: its records have no times, so no rates are reported \
+                       (reads/s, miss bytes/s, and the warm-up that follows from them); its \
+                       time windows (working set, the last 10 min) count a record as a second";
+
 fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::Result<Advice> {
     let path = args.trace.as_ref().expect("trace mode");
     let arc = arc.ok_or_else(|| anyhow!("--trace needs --arc: the ARC the pool would have"))?;
@@ -141,8 +146,7 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
     let started = Instant::now();
     let mut last_note = Instant::now();
     let (mut reads, mut first_ms, mut last_ms) = (0u64, None, 0u64);
-    let mut timed = false;
-    let records = larch_mrc::trace::for_each_access(path, args.format, block as u32, |a| {
+    let read = larch_mrc::trace::for_each_access(path, args.format, block as u32, |a| {
         sampler.offer(a);
         reads += u64::from(!a.write);
         first_ms.get_or_insert(a.now_ms);
@@ -157,16 +161,14 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
         }
     })
     .map_err(|e| anyhow!(e))?;
-    if records == 0 {
+    if read.records == 0 {
         bail!("{}: no records", path.display());
     }
-    let format = match args.format {
-        Some(f) => f,
-        None => larch_sim::trace::detect_format(path).map_err(|e| anyhow!("{e}"))?,
-    };
-    if !matches!(format, larch_sim::Format::Text | larch_sim::Format::Lis) {
-        timed = true;
-    }
+    // A trace without times (a text or lis trace, a CSV without a time column) is read on
+    // the simulator's clock of a second per record: reads per second, miss bytes per
+    // second and the warm-up that follows from them would be that clock's, not the
+    // workload's.
+    let timed = read.timed;
     let curves = larch_engine::mrc::curves_of(&sampler, last_ms);
     let ram = advise::device_read_us("ram", block).map_err(|e| anyhow!(e))?;
     let miss =
@@ -196,6 +198,9 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
     };
     let mut advice = advise::advise(&curves, &today, Some((&device, l2_read)));
     advice.asked = l2.map(|l2| advise::predict(&curves, &today, arc, l2, Some(l2_read)));
+    if !timed {
+        advice.lines.insert(0, UNTIMED.to_string());
+    }
     Ok(advice)
 }
 

@@ -508,6 +508,44 @@ fn a_trace_runs_at_full_size_and_cold() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A CSV trace without a time column has no clock: `larch advise` reports no rates for it
+/// (it counted a second per record as if the trace said so) and says it is untimed.
+#[test]
+fn advise_reports_no_rates_for_an_untimed_trace() {
+    let dir = scratch_dir();
+    let trace = dir.join("untimed.csv");
+    let timed = loop_trace(2048, 20);
+    let mut text = String::from("offset,size,op\n");
+    for line in timed.lines().skip(1) {
+        let (_, rest) = line.split_once(',').unwrap();
+        text += rest;
+        text += "\n";
+    }
+    write_file(&trace, text.as_bytes());
+    let a = advise_json(&trace, &["--arc", "8M", "--l2", "24M"]);
+    assert!(a["too_young"].is_null(), "{a}");
+    assert_eq!(a["today"]["read_iops"], 0.0, "{}", a["today"]);
+    assert_eq!(a["today"]["miss_bytes_per_s"], 0.0, "{}", a["today"]);
+    assert!(a["asked"]["warm_s"].is_null(), "{}", a["asked"]);
+    assert!(
+        a["what_if"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["warm_s"].is_null())
+    );
+    assert!(
+        a["lines"][0].as_str().unwrap().starts_with("untimed trace"),
+        "{a}"
+    );
+    // The curves are the same as the timed trace's: an ARC that holds the loop hits.
+    assert!(hit(&a["curves"]["arc"], 32 << 20) > 0.9, "{}", a["curves"]);
+    let out = larch(&["advise", "--trace", trace.to_str().unwrap(), "--arc", "8M"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("- untimed trace"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `larch size`: a table of candidates simulated, the cold run, and advice; bad input
 /// refused.
 #[test]
@@ -656,6 +694,11 @@ fn advise_reads_a_trace_draws_its_curves_and_sizes_an_l2arc() {
         text.contains("(today)") && text.contains("would serve"),
         "{text}"
     );
+
+    // Its records are 1 ms apart: 1000 reads a second, and no word of being untimed.
+    let iops = a["today"]["read_iops"].as_f64().unwrap();
+    assert!((990.0..=1010.0).contains(&iops), "{iops}");
+    assert!(!lines.contains("untimed"), "{lines}");
 
     // Too short a trace says so instead of guessing.
     let short = dir.join("short.csv");
