@@ -41,6 +41,8 @@ pub(crate) struct InFlight {
     done: tokio::sync::Notify,
     /// A write overtook this read: its data must not be installed in the cache.
     invalidated: AtomicBool,
+    /// A demand read joined it (it may be a prefetch's).
+    demand_joined: AtomicBool,
 }
 
 impl InFlight {
@@ -49,7 +51,17 @@ impl InFlight {
             result: RankedMutex::leaf(None),
             done: tokio::sync::Notify::new(),
             invalidated: AtomicBool::new(false),
+            demand_joined: AtomicBool::new(false),
         }
+    }
+
+    /// A demand read waits for this one.
+    pub(crate) fn join_demand(&self) {
+        self.demand_joined.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn demand_joined(&self) -> bool {
+        self.demand_joined.load(Ordering::Relaxed)
     }
 
     /// A write changed the block: the bytes being read are older than the cache's.

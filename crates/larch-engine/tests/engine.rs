@@ -613,3 +613,39 @@ fn a_read_whose_leader_is_dropped_is_read_again_by_the_others() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A demand read that joins a prefetch still reading makes the block a demand block, as
+/// OpenZFS's `arc_access` on an I/O hit does: before, it stayed flagged as an unused
+/// prefetch (protected from eviction, kept off cache devices by `l2arc_noprefetch`) and
+/// the client's next read counted as consuming the prefetch (an ARC review's finding).
+#[test]
+fn a_demand_read_joining_a_prefetch_makes_the_block_a_demand_block() {
+    let dir = scratch("joined-prefetch");
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 64);
+    let slow = LatencyModel {
+        read_min_us: 100_000,
+        read_max_us: 100_000,
+        ..LatencyModel::default()
+    };
+    let s = Setup::with_latency(&backing, 4 << 20, slow);
+    let engine = Arc::clone(&s.engine);
+    let vol = Arc::clone(&s.vol);
+    s.runtime.block_on(async {
+        let prefetch = tokio::spawn({
+            let (engine, vol) = (Arc::clone(&engine), Arc::clone(&vol));
+            async move { engine.read_block(&vol, 9, true).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let demand = engine.read_block(&vol, 9, false).await.expect("read");
+        assert_eq!(demand[..], contents(9, 0)[..]);
+        prefetch.await.unwrap().expect("prefetch");
+    });
+    assert_eq!(s.stat("iohits"), 1);
+    assert_eq!(s.stat("demand_iohit_predictive_prefetch"), 1);
+    s.read(9);
+    assert_eq!(s.stat("demand_hit_predictive_prefetch"), 0);
+    s.engine.shutdown();
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

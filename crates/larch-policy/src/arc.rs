@@ -17,8 +17,9 @@ use crate::{Access, Action, ArcStats, BlockKey, BufType, HitCounters, Outcome, P
 /// Which balancing the ARC uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArcMode {
-    /// OpenZFS 2.2+: `meta`/`pd`/`pm` fractions, ghost lists bounded by half the rest,
-    /// `ARC_MINTIME` before MRU → MFU. The default.
+    /// OpenZFS 2.2+: `meta`/`pd`/`pm` fractions, `ARC_MINTIME` before MRU → MFU; ghost
+    /// bounds, weights and damping as [`ArcConfig`] sets them (the default configuration
+    /// takes the paper's; [`ArcConfig::openzfs`] OpenZFS's).
     OpenZfs,
     /// The FAST'03 paper's algorithm with its single target `p`, for validation.
     Paper,
@@ -386,13 +387,33 @@ impl Arc {
         if was_prefetch && !access.prefetch {
             h.flags &= !FLAG_PREFETCH;
             self.stats.demand_hit_predictive_prefetch += 1;
-        } else if !was_prefetch && access.prefetch {
+        } else if !was_prefetch && access.prefetch && h.state != State::Anon {
+            // A dirty block holds a write's bytes, not a prefetch's: once synced it must
+            // not be taken for an unused prefetch (protected from eviction, kept off cache
+            // devices by l2arc_noprefetch).
             h.flags |= FLAG_PREFETCH;
         }
-        if access.l2cache {
+        // As OpenZFS: only a block the ARC may keep may go to a cache device.
+        if access.l2cache && !access.uncached {
             h.flags |= FLAG_L2CACHE;
         }
         was_prefetch
+    }
+
+    /// A demand read joined the read in flight of `key`, a prefetch, which has now brought
+    /// the block in: as OpenZFS's `arc_access` on an I/O hit, the block is a demand block
+    /// from now on (no longer protected as a young prefetch, fed to cache devices under
+    /// `l2arc_noprefetch`, and its next read a plain hit). Counted in
+    /// `demand_iohit_predictive_prefetch`, not as a hit: the caller counts I/O hits.
+    pub fn demand_joined(&mut self, key: &BlockKey) {
+        let Some(id) = self.slab.lookup(key) else {
+            return;
+        };
+        let h = self.slab.get_mut(id);
+        if h.has(FLAG_PREFETCH) && h.state.is_resident() {
+            h.flags &= !FLAG_PREFETCH;
+            self.stats.demand_iohit_predictive_prefetch += 1;
+        }
     }
 
     fn hit(&mut self, id: u32, access: &Access, actions: &mut Vec<Action>) -> Outcome {
@@ -500,11 +521,10 @@ impl Arc {
         if access.prefetch {
             flags |= FLAG_PREFETCH;
         }
-        if access.l2cache {
-            flags |= FLAG_L2CACHE;
-        }
         if access.uncached {
             flags |= FLAG_UNCACHED;
+        } else if access.l2cache {
+            flags |= FLAG_L2CACHE;
         }
         let id = self.slab.alloc(Header::detached(
             access.key,
@@ -1341,6 +1361,10 @@ impl Arc {
             (
                 "demand_hit_predictive_prefetch",
                 s.demand_hit_predictive_prefetch,
+            ),
+            (
+                "demand_iohit_predictive_prefetch",
+                s.demand_iohit_predictive_prefetch,
             ),
             ("stale_drops", s.stale_drops),
             ("hash_elements", self.slab.live() as u64),

@@ -14,8 +14,11 @@
 //! counted in bytes instead of pages; it exists to validate larch against the paper's
 //! published hit ratios.
 //!
-//! **OpenZFS 2.2+** ([`ArcMode::OpenZfs`], the default) changes it in ways that matter for a
-//! storage cache, and larch follows them:
+//! **OpenZFS 2.2+** ([`ArcMode::OpenZfs`]) changes it in ways that matter for a storage
+//! cache, and larch follows them (the default configuration, [`ArcConfig::new`], takes two
+//! changes from the paper: ghost lists bounded like its directory and ghost hits weighted
+//! by its learning rate, undamped; [`ArcConfig::openzfs`] is OpenZFS's balancing exactly;
+//! docs/arc.md, "Balancing: three modes"):
 //! 1. Blocks have variable sizes and a type, data or metadata. Instead of one `p` there are
 //!    three fractions (fixed point, 2^32 = 100%): `meta` (metadata share of `c`), `pd` (MRU
 //!    share of data) and `pm` (MRU share of metadata). Ghost hits are accumulated in bytes
@@ -29,7 +32,8 @@
 //!    after the previous access, so a burst of reads of one block is not "frequency". A
 //!    block read by a prefetch is not promoted by the demand read that consumes it; a ghost
 //!    hit on a prefetched block returns it to MRU, not MFU. Prefetched blocks younger than
-//!    `arc_min_prefetch_ms` (1 s) are not evicted (`evict_skip`).
+//!    `arc_min_prefetch_ms` (1 s) are passed over by eviction (`evict_skip`) while the ARC
+//!    is within `c_max`.
 //! 4. Dirty blocks (state `anon`) and blocks held by a caller are on no list and are never
 //!    evicted. `c` moves between `c_min` and `c_max`: it grows as the cache fills and
 //!    shrinks on memory pressure; both are operations here ([`Arc::grow`], [`Arc::shrink`]).

@@ -41,6 +41,8 @@ pub struct ArcStats {
     pub predictive_prefetch: u64,
     /// Demand reads that found a completed prefetch.
     pub demand_hit_predictive_prefetch: u64,
+    /// Demand reads that joined a prefetch still reading ([`crate::Arc::demand_joined`]).
+    pub demand_iohit_predictive_prefetch: u64,
     /// Ghost and L2-only headers destroyed.
     pub deleted: u64,
     /// Headers passed over by eviction (prefetched blocks younger than `arc_min_prefetch_ms`).
@@ -188,6 +190,10 @@ const KSTATS: &[KstatDef] = &[
     count(
         "demand_hit_predictive_prefetch",
         "demand reads that found a completed prefetch",
+    ),
+    count(
+        "demand_iohit_predictive_prefetch",
+        "demand reads that joined a prefetch still reading",
     ),
     count(
         "stale_drops",

@@ -315,6 +315,67 @@ fn uncached_blocks_go_first_and_never_push_the_size_past_the_limit() {
 }
 
 #[test]
+fn an_uncached_block_may_not_go_to_a_cache_device() {
+    // OpenZFS sets L2CACHE only for blocks the ARC may keep: primarycache decides first.
+    let mut arc = arc_of_blocks(8);
+    let a = Access {
+        uncached: true,
+        l2cache: true,
+        ..read(1, 0)
+    };
+    access(&mut arc, a);
+    access(&mut arc, a);
+    let info = arc.info(&key(1)).unwrap();
+    assert_eq!(info.state, State::Uncached);
+    assert!(!info.l2cache, "{info:?}");
+}
+
+#[test]
+fn a_prefetch_of_a_dirty_block_leaves_it_a_written_block() {
+    let mut arc = arc_of_blocks(8);
+    let mut actions = Vec::new();
+    arc.write(key(1), 1, BLOCK, BufType::Data, 0, &mut actions);
+    let prefetch = Access {
+        prefetch: true,
+        generation: 1,
+        ..read(1, 5)
+    };
+    access(&mut arc, prefetch);
+    assert!(arc.write_done(&key(1), 1, true, 10, &mut actions));
+    let info = arc.info(&key(1)).unwrap();
+    assert_eq!(info.state, State::Mru);
+    assert!(
+        !info.prefetch,
+        "a synced write taken for a prefetch: {info:?}"
+    );
+    // So the next demand read is an ordinary hit, not a used prefetch.
+    access(
+        &mut arc,
+        Access {
+            generation: 1,
+            ..read(1, 20)
+        },
+    );
+    assert_eq!(kstat(&arc, "demand_hit_predictive_prefetch"), 0);
+}
+
+#[test]
+fn a_demand_read_that_joined_a_prefetch_clears_its_flag() {
+    let mut arc = arc_of_blocks(8);
+    let prefetch = Access {
+        prefetch: true,
+        ..read(1, 0)
+    };
+    access(&mut arc, prefetch);
+    assert!(arc.info(&key(1)).unwrap().prefetch);
+    arc.demand_joined(&key(1));
+    assert!(!arc.info(&key(1)).unwrap().prefetch);
+    assert_eq!(kstat(&arc, "demand_iohit_predictive_prefetch"), 1);
+    assert_eq!(kstat(&arc, "hits"), 0, "an I/O hit is not a hit");
+    arc.check_invariants();
+}
+
+#[test]
 fn dirty_and_held_blocks_are_never_evicted() {
     let mut arc = arc_of_blocks(4);
     let mut actions = Vec::new();

@@ -183,6 +183,9 @@ impl Shard {
             return Lookup::Hit(buf);
         }
         if let Some(flight) = self.inflight.get(&key) {
+            if !access.prefetch {
+                flight.join_demand();
+            }
             return Lookup::Wait(Arc::clone(flight));
         }
         let generation = self
@@ -234,6 +237,10 @@ impl Shard {
             return;
         }
         self.with_policy(|arc, actions| arc.access(access, actions));
+        if access.prefetch && flight.demand_joined() {
+            // Joins happen under this shard's lock, and the flight has left the table.
+            self.arc.demand_joined(&key);
+        }
         if self.arc.info(&key).is_some_and(|i| i.state.is_resident()) {
             self.bufs.insert(key, bytes.clone());
         }
