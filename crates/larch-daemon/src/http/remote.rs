@@ -93,20 +93,6 @@ fn without_token(uri: &axum::http::Uri) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_redirect_stays_on_this_host() {
-        let at = |uri: &str| without_token(&uri.parse::<axum::http::Uri>().unwrap());
-        assert_eq!(at("/api/v1/catalog?token=abc"), "/api/v1/catalog");
-        assert_eq!(at("/?a=1&token=abc&b=2"), "/?a=1&b=2");
-        assert_eq!(at("//evil.example/x?token=abc"), "/evil.example/x");
-        assert_eq!(at("/\\evil.example?token=abc"), "/evil.example");
-    }
-}
-
 async fn remote_auth(
     State(auth): State<RemoteAuth>,
     request: axum::extract::Request,
@@ -196,4 +182,18 @@ pub async fn serve_remote(
         });
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_redirect_stays_on_this_host() {
+        let at = |uri: &str| without_token(&uri.parse::<axum::http::Uri>().unwrap());
+        assert_eq!(at("/api/v1/catalog?token=abc"), "/api/v1/catalog");
+        assert_eq!(at("/?a=1&token=abc&b=2"), "/?a=1&b=2");
+        assert_eq!(at("//evil.example/x?token=abc"), "/evil.example/x");
+        assert_eq!(at("/\\evil.example?token=abc"), "/evil.example");
+    }
 }
