@@ -174,13 +174,12 @@ impl Engine {
                     if engine.is_shutting_down() {
                         return;
                     }
-                    engine.adjust_arc_size();
+                    let shrank = engine.adjust_arc_size();
                     // Resident memory is looked at once a second (it sums every shard),
-                    // and given back at most every TRIM_INTERVAL.
-                    if pass.is_multiple_of(4)
-                        && last_trim.elapsed() >= TRIM_INTERVAL
-                        && engine.release_free_memory()
-                    {
+                    // and given back at most every TRIM_INTERVAL, or at once after a
+                    // shrink for memory pressure (what it freed must reach the system).
+                    let due = pass.is_multiple_of(4) && last_trim.elapsed() >= TRIM_INTERVAL;
+                    if (shrank || due) && engine.release_free_memory() {
                         last_trim = Instant::now();
                     }
                 }
@@ -223,9 +222,10 @@ impl Engine {
     /// One pass of ARC size control (the engine's thread runs it four times a second):
     /// applies changed `zfs_arc_min`/`zfs_arc_max`, and under memory pressure (available
     /// memory below `zfs_arc_sys_free`) stops growth for 5 s and shrinks the target by the
-    /// shortfall, never below `zfs_arc_min`.
-    pub fn adjust_arc_size(&self) {
-        self.sizer.adjust(&self.arc, &self.tunables, &self.stats);
+    /// shortfall, never below `zfs_arc_min`, at most once a second. Returns whether it
+    /// shrank.
+    pub fn adjust_arc_size(&self) -> bool {
+        self.sizer.adjust(&self.arc, &self.tunables, &self.stats)
     }
 
     /// Gives freed memory back to the system when the process holds much more than the

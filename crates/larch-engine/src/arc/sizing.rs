@@ -1,7 +1,9 @@
 //! ARC sizing: the limits `zfs_arc_min`/`zfs_arc_max` applied to the shards, and memory
 //! pressure (OpenZFS `arc_reap_cb_check`/`arc_reap_cb`): when available memory falls below
 //! `zfs_arc_sys_free`, growth stops for `arc_grow_retry` (5 s) and the target shrinks by
-//! the shortfall, never below `zfs_arc_min`.
+//! the shortfall, never below `zfs_arc_min`, at most once per [`SHRINK_INTERVAL`], and the
+//! engine then gives what was freed back to the system at once (the allocator would keep
+//! it, and the shortfall would not shrink).
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,12 @@ use crate::tunables::Tunables;
 
 /// How long the ARC does not grow after memory pressure (OpenZFS `arc_grow_retry`, 5 s).
 const ARC_GROW_RETRY: Duration = Duration::from_secs(5);
+
+/// Least time between two shrinks for memory pressure: what a shrink frees shows in
+/// MemAvailable only once it is back with the kernel. Shrinking by the whole shortfall on
+/// every pass (four a second) before then took the ARC down to `zfs_arc_min` for a squeeze
+/// of a few hundred MiB (an ARC review's finding).
+const SHRINK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The default `zfs_dirty_data_max`: 10% of RAM, at most 4 GiB (OpenZFS).
 pub fn default_dirty_data_max() -> u64 {
@@ -96,21 +104,40 @@ pub(crate) fn release_free_memory(accounted_bytes: u64) -> bool {
 pub(crate) struct ArcSizer {
     /// The limits the shards run with, as last applied.
     applied: RankedMutex<(u64, u64)>,
-    /// When memory pressure last stopped the ARC from growing.
-    no_grow_since: RankedMutex<Option<Instant>>,
+    /// Memory pressure: when it last stopped the ARC from growing, and when it last
+    /// shrank it.
+    pressure: RankedMutex<Pressure>,
+}
+
+#[derive(Default)]
+struct Pressure {
+    no_grow_since: Option<Instant>,
+    shrunk_at: Option<Instant>,
 }
 
 impl ArcSizer {
     pub(crate) fn new(limits: (u64, u64)) -> ArcSizer {
         ArcSizer {
             applied: RankedMutex::new(Rank::ArcSizing, limits),
-            no_grow_since: RankedMutex::new(Rank::ArcSizing, None),
+            pressure: RankedMutex::new(Rank::ArcSizing, Pressure::default()),
         }
     }
 
     /// One pass (the engine's thread runs it four times a second): applies changed
-    /// limits, then reacts to memory pressure.
-    pub(crate) fn adjust(&self, arc: &ArcCache, tunables: &Tunables, stats: &EngineStats) {
+    /// limits, then reacts to memory pressure. Returns whether it shrank the ARC (the
+    /// caller then gives the freed memory back to the system).
+    pub(crate) fn adjust(&self, arc: &ArcCache, tunables: &Tunables, stats: &EngineStats) -> bool {
+        self.adjust_with(arc, tunables, stats, meminfo())
+    }
+
+    /// [`ArcSizer::adjust`] with MemTotal and MemAvailable given.
+    fn adjust_with(
+        &self,
+        arc: &ArcCache,
+        tunables: &Tunables,
+        stats: &EngineStats,
+        memory: Option<(u64, u64)>,
+    ) -> bool {
         let now = arc.now_ms();
         let limits = limits(tunables);
         {
@@ -125,8 +152,8 @@ impl ArcSizer {
                 *applied = limits;
             }
         }
-        let Some((total, available)) = meminfo() else {
-            return;
+        let Some((total, available)) = memory else {
+            return false;
         };
         let sys_free = match tunables.zfs_arc_sys_free() {
             0 => total / 32,
@@ -137,8 +164,11 @@ impl ArcSizer {
             .memory_available_bytes
             .store(free.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
         let c: u64 = arc.shards().map(|s| s.arc.c()).sum();
-        let mut since = self.no_grow_since.lock();
-        if free < 0 {
+        let mut pressure = self.pressure.lock();
+        let shrink_due = pressure
+            .shrunk_at
+            .is_none_or(|t| t.elapsed() >= SHRINK_INTERVAL);
+        if free < 0 && shrink_due {
             // Shrink by the shortfall plus 1/128 of what is above the minimum.
             let to_free = (-free) as u64 + (c.saturating_sub(limits.0) >> 7);
             let per_shard = to_free.div_ceil(SHARDS as u64);
@@ -149,18 +179,69 @@ impl ArcSizer {
             stats
                 .memory_indirect_count
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            *since = Some(Instant::now());
-        } else if (free as u64) < c >> 5 {
-            // Close to the line: do not grow (OpenZFS `zfs_arc_no_grow_shift`).
+            pressure.no_grow_since = Some(Instant::now());
+            pressure.shrunk_at = Some(Instant::now());
+            return true;
+        }
+        if free < 0 || (free as u64) < c >> 5 {
+            // Short (a shrink waits for the last one to show), or close to the line: do
+            // not grow (OpenZFS `zfs_arc_no_grow_shift`).
             for mut shard in arc.shards() {
                 shard.arc.set_no_grow(true);
             }
-            *since = Some(Instant::now());
-        } else if since.is_some_and(|t| t.elapsed() >= ARC_GROW_RETRY) {
+            pressure.no_grow_since = Some(Instant::now());
+        } else if pressure
+            .no_grow_since
+            .is_some_and(|t| t.elapsed() >= ARC_GROW_RETRY)
+        {
             for mut shard in arc.shards() {
                 shard.arc.set_no_grow(false);
             }
-            *since = None;
+            pressure.no_grow_since = None;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shortfall_shrinks_the_arc_once_until_the_freed_memory_can_show() {
+        let tunables = Tunables::default();
+        tunables
+            .set("zfs_arc_max", &(256u64 << 20).to_string())
+            .unwrap();
+        tunables
+            .set("zfs_arc_min", &(32u64 << 20).to_string())
+            .unwrap();
+        tunables
+            .set("zfs_arc_sys_free", &(1u64 << 30).to_string())
+            .unwrap();
+        let arc = ArcCache::new(32 << 20, 256 << 20);
+        let stats = EngineStats::default();
+        let sizer = ArcSizer::new(limits(&tunables));
+        let c = |arc: &ArcCache| -> u64 { arc.shards().map(|s| s.arc.c()).sum() };
+        // Fill it (headers only: the policy's accounting is what a shrink looks at).
+        for b in 0..(256u64 << 20) / 8192 {
+            let key = larch_policy::BlockKey::new(1, b);
+            arc.shard(&key).with_policy(|policy, actions| {
+                policy.access(&larch_policy::Access::data(key, 8192, 0), actions);
+            });
+        }
+        let full = c(&arc);
+        assert!(full > 200 << 20, "{full}");
+        // 64 MiB short of the free memory asked for.
+        let squeezed = Some((16u64 << 30, (1u64 << 30) - (64 << 20)));
+        assert!(sizer.adjust_with(&arc, &tunables, &stats, squeezed));
+        let once = c(&arc);
+        assert!(once < full && once >= full - (80 << 20), "{full} -> {once}");
+        // The next passes, a quarter of a second apart, see the same MemAvailable (the
+        // freed memory is not back yet): they wait. Before, each shrank by 64 MiB more.
+        for _ in 0..3 {
+            assert!(!sizer.adjust_with(&arc, &tunables, &stats, squeezed));
+            assert_eq!(c(&arc), once);
         }
     }
 }
