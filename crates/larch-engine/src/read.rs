@@ -120,6 +120,9 @@ impl Engine {
         if block >= info.blocks() {
             return (None, Served::Arc);
         }
+        if vol.is_lost(block) {
+            return (None, Served::Backing);
+        }
         let key = info.key(block);
         let (flight, generation, l2) = loop {
             let access = self.arc.access_of(info, key, 0, prefetch);

@@ -10,8 +10,9 @@
 //! Volumes are registered before they are served and never leave while the engine runs,
 //! so a slot never changes meaning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use larch_policy::BlockKey;
 
@@ -132,6 +133,12 @@ pub struct VolumeEntry {
     pub backing: Arc<BackingStore>,
     /// Why its writes fail, once its backing store failed a TXG.
     failure: RankedMutex<Option<String>>,
+    /// Blocks whose acknowledged writes a failed TXG lost: their reads fail rather than
+    /// return the older bytes the backing store still has. At most the dirty blocks of
+    /// the TXGs that failed (writes are refused once one has).
+    lost: RankedMutex<HashSet<u64>>,
+    /// Whether `lost` has any block (read on every read: a lock-free check first).
+    any_lost: AtomicBool,
     /// Its partial-block writes waiting for their block's read.
     pub(crate) partials: crate::txg::Partials,
 }
@@ -148,6 +155,18 @@ impl VolumeEntry {
         if failure.is_none() {
             *failure = Some(why.to_string());
         }
+    }
+
+    /// Records blocks whose acknowledged writes never reached the backing store.
+    pub(crate) fn lose(&self, blocks: impl IntoIterator<Item = u64>) {
+        let mut lost = self.lost.lock();
+        lost.extend(blocks);
+        self.any_lost.store(!lost.is_empty(), Ordering::Release);
+    }
+
+    /// Whether `block`'s newest acknowledged write was lost by a failed TXG.
+    pub(crate) fn is_lost(&self, block: u64) -> bool {
+        self.any_lost.load(Ordering::Acquire) && self.lost.lock().contains(&block)
     }
 }
 
@@ -205,6 +224,8 @@ impl Volumes {
             info,
             backing,
             failure: RankedMutex::leaf(None),
+            lost: RankedMutex::leaf(HashSet::new()),
+            any_lost: AtomicBool::new(false),
             partials: crate::txg::Partials::default(),
         });
         table.by_slot.push(Arc::clone(&entry));

@@ -139,7 +139,9 @@ impl Engine {
     }
 
     /// A volume's blocks of a TXG did not reach its backing store: the volume fails (its
-    /// writes and FLUSHes get EIO from now on) and the cache drops the unstored bytes.
+    /// writes and FLUSHes get EIO from now on), the cache drops the unstored bytes, and
+    /// reads of those blocks get EIO too: the store holds older bytes than were
+    /// acknowledged, and serving them would be a silent step back in time.
     fn fail_txg(&self, slot: u16, list: &[(u64, &DirtyBlock)], why: &str) {
         self.write_stats
             .txg_sync_errors
@@ -148,6 +150,7 @@ impl Engine {
             return;
         };
         vol.fail(why);
+        vol.lose(list.iter().map(|(block, _)| *block));
         for (block, dirty) in list {
             let key = vol.info.key(*block);
             self.arc.shard(&key).write_failed(key, dirty.generation);
