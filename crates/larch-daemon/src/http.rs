@@ -996,6 +996,18 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
     use tokio::sync::mpsc;
 
+    /// The handlers' context over a demo pool, with the token `token`.
+    fn context(demo: &DemoPool) -> Arc<Context> {
+        Arc::new(Context {
+            pool: Arc::clone(&demo.pool),
+            token: "token".to_string(),
+            addr: "127.0.0.1:1".to_string(),
+            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
+            live: broadcast::channel(4).0,
+            live_streams: AtomicUsize::new(0),
+        })
+    }
+
     /// Attempts after which [`OutOfDescriptors`] stops answering: an accept loop that
     /// retries at once never lets the paused clock advance, and would spin forever.
     const SPIN_LIMIT: u64 = 100_000;
@@ -1026,14 +1038,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn accept_errors_back_off_and_a_later_connection_is_served() {
         let demo = DemoPool::new("http-accept");
-        let ctx = Arc::new(Context {
-            pool: Arc::clone(&demo.pool),
-            token: "token".to_string(),
-            addr: "127.0.0.1:1".to_string(),
-            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
-            live: broadcast::channel(4).0,
-            live_streams: AtomicUsize::new(0),
-        });
+        let ctx = context(&demo);
         let router = router(ctx);
         let attempts = Arc::new(AtomicU64::new(0));
         let (connect, connections) = mpsc::unbounded_channel();
@@ -1136,14 +1141,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_client_that_stops_reading_loses_its_connection() {
         let demo = DemoPool::new("http-stall");
-        let ctx = Arc::new(Context {
-            pool: Arc::clone(&demo.pool),
-            token: "token".to_string(),
-            addr: "127.0.0.1:1".to_string(),
-            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
-            live: broadcast::channel(4).0,
-            live_streams: AtomicUsize::new(0),
-        });
+        let ctx = context(&demo);
         // A pipe of 64 bytes: the answer to /metrics cannot fit, and the client reads none.
         let (mut client, stream) = tokio::io::duplex(64);
         let served = tokio::spawn(connection(
@@ -1164,14 +1162,7 @@ mod tests {
     #[tokio::test]
     async fn live_streams_are_bounded_and_a_closed_one_frees_its_place() {
         let demo = DemoPool::new("http-live");
-        let ctx = Arc::new(Context {
-            pool: Arc::clone(&demo.pool),
-            token: "token".to_string(),
-            addr: "127.0.0.1:1".to_string(),
-            recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
-            live: broadcast::channel(4).0,
-            live_streams: AtomicUsize::new(0),
-        });
+        let ctx = context(&demo);
         let mut open = Vec::new();
         for _ in 0..MAX_LIVE_STREAMS {
             let answer = api_live(State(Arc::clone(&ctx))).await;

@@ -664,6 +664,20 @@ fn a_txg_synced_during_a_rebuild_is_not_replayed_over_newer_writes() {
     );
 }
 
+/// Cuts the power of `machine` under `opened`, and checks what a restart finds.
+fn cut_restart_and_check(
+    machine: &Machine,
+    opened: Opened,
+    seed: u64,
+    what: &str,
+    versions: &Versions,
+) {
+    let images = machine.cut(seed);
+    opened.engine.shutdown();
+    drop(opened);
+    restart_and_check(&images, seed, what, versions);
+}
+
 /// Opens a machine from `images` (replay, rebuild) and checks it as [`check`] does,
 /// failing the test on the first violation.
 fn restart_and_check(images: &Images, seed: u64, what: &str, versions: &Versions) {
@@ -699,11 +713,9 @@ fn a_new_log_device_numbers_its_records_above_the_pools_committed_txg() {
     write_version(&opened, seed, 2, true).expect("FUA write");
     versions.latest[0] = 2;
     versions.durable(0, 2);
-    let images = machine.cut(seed);
-    opened.engine.shutdown();
-    drop(opened);
-    restart_and_check(
-        &images,
+    cut_restart_and_check(
+        &machine,
+        opened,
         seed,
         "after a cut with a new log device",
         &versions,
@@ -741,11 +753,9 @@ fn a_block_rewritten_in_one_txg_keeps_one_waiting_record_with_its_newest_bytes()
     assert_eq!(pending, Some(1));
     opened.engine.flush_writes(&opened.vol).expect("FLUSH");
     versions.durable(0, 200);
-    let images = machine.cut(seed);
-    opened.engine.shutdown();
-    drop(opened);
-    restart_and_check(
-        &images,
+    cut_restart_and_check(
+        &machine,
+        opened,
         seed,
         "after a cut following 199 rewrites",
         &versions,
