@@ -535,21 +535,28 @@ fn overwrites_of_cached_blocks_never_wait_for_a_stuck_cache_device() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A scratch directory and a 4 MiB ARC over 64 blocks whose backing-store reads take
+/// `read_us` each.
+fn slow_reads(name: &str, read_us: u64) -> (PathBuf, Setup) {
+    let dir = scratch(name);
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 64);
+    let slow = LatencyModel {
+        read_min_us: read_us,
+        read_max_us: read_us,
+        ..LatencyModel::default()
+    };
+    let s = Setup::with_latency(&backing, 4 << 20, slow);
+    (dir, s)
+}
+
 /// A reader that leads a miss and is dropped before the read ends (its client went away,
 /// its connection's runtime shut down) must not leave the block's read pending: others
 /// waiting for it, and later readers of the block, read it themselves. (Before, they
 /// waited for ever.)
 #[test]
 fn a_read_whose_leader_is_dropped_is_read_again_by_the_others() {
-    let dir = scratch("abandoned-read");
-    let backing = dir.join("vol.img");
-    backing_file(&backing, 64);
-    let slow = LatencyModel {
-        read_min_us: 200_000,
-        read_max_us: 200_000,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 4 << 20, slow);
+    let (dir, s) = slow_reads("abandoned-read", 200_000);
     let engine = Arc::clone(&s.engine);
     let vol = Arc::clone(&s.vol);
     s.runtime.block_on(async {
@@ -591,15 +598,7 @@ fn a_read_whose_leader_is_dropped_is_read_again_by_the_others() {
 /// the client's next read counted as consuming the prefetch (an ARC review's finding).
 #[test]
 fn a_demand_read_joining_a_prefetch_makes_the_block_a_demand_block() {
-    let dir = scratch("joined-prefetch");
-    let backing = dir.join("vol.img");
-    backing_file(&backing, 64);
-    let slow = LatencyModel {
-        read_min_us: 100_000,
-        read_max_us: 100_000,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 4 << 20, slow);
+    let (dir, s) = slow_reads("joined-prefetch", 100_000);
     let engine = Arc::clone(&s.engine);
     let vol = Arc::clone(&s.vol);
     s.runtime.block_on(async {
