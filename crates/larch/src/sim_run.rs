@@ -783,17 +783,28 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
         format_size(s.l2_capacity_bytes),
         cfg.primary
     );
-    t += &format!(
-        "workload      {} of {} requests over {} ({}), {:.0}% reads\n",
-        cfg.workload.pattern.name(),
-        format_size(u64::from(cfg.workload.io_bytes)),
-        format_size(cfg.workload.ads_bytes),
-        match cfg.clients {
-            Clients::Closed { threads, .. } => format!("{threads} closed-loop clients"),
-            Clients::Open { rate } => format!("{rate} requests/s arriving"),
-        },
-        100.0 * cfg.workload.read_fraction
-    );
+    let clients = match cfg.clients {
+        Clients::Closed { threads, .. } => format!("{threads} closed-loop clients"),
+        Clients::Open { rate } => format!("{rate} requests/s arriving"),
+    };
+    t += &match &s.trace {
+        // A trace's requests, sizes and mix are its own; a timed one also its arrivals.
+        Some(trace) if trace.timed => format!(
+            "workload      {}, on its own clock\n",
+            cfg.workload.pattern.name()
+        ),
+        Some(_) => format!(
+            "workload      {}, as fast as {clients} go\n",
+            cfg.workload.pattern.name()
+        ),
+        None => format!(
+            "workload      {} of {} requests over {} ({clients}), {:.0}% reads\n",
+            cfg.workload.pattern.name(),
+            format_size(u64::from(cfg.workload.io_bytes)),
+            format_size(cfg.workload.ads_bytes),
+            100.0 * cfg.workload.read_fraction
+        ),
+    };
     if let Some(trace) = &s.trace {
         t += &trace_text(trace);
     }

@@ -425,6 +425,9 @@ fn sim_run_names_the_trace_record_it_ended_before() {
         text.contains("2 records replayed, to line 3; the run ended before line 4"),
         "{text}"
     );
+    // The workload line names the trace's own clock, not the preset's clients.
+    assert!(text.contains(", on its own clock\n"), "{text}");
+    assert!(!text.contains("closed-loop"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -476,6 +479,7 @@ fn a_trace_runs_at_full_size_and_cold() {
     ]);
     assert_eq!(summary["requests"], 2000, "{summary}");
     assert_eq!(summary["trace"]["ended"], true, "{summary}");
+    assert_eq!(summary["trace"]["timed"], false, "{summary}");
     assert_eq!(summary["first_minute"]["arc_hit_ratio"], 0.0, "{summary}");
 
     // An active data set of 9 GiB scaled to 1/2 before; a trace stays whole.

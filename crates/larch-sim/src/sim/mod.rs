@@ -216,8 +216,12 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         block_ios,
         pending,
         mut trace,
+        traced,
         ..
     } = run;
+    if let Some(t) = &mut trace {
+        t.timed = traced;
+    }
     if let (Some(t), Some(next)) = (&mut trace, pending) {
         t.next_line = Some(next.line);
         t.next_at_s = next.at_ns.map(|ns| ns as f64 / SECOND_NS as f64);

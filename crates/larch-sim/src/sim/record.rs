@@ -147,6 +147,9 @@ pub struct Summary {
 /// every record after it, as the clock never goes backwards) does not end a replay unseen.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct TraceProgress {
+    /// Its records have times: it was replayed on its own clock (else as fast as the
+    /// closed-loop clients went).
+    pub timed: bool,
     /// Records replayed (each one client request).
     pub records: u64,
     /// The line (or number, in a binary trace) of the last one.
