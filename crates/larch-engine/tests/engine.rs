@@ -280,15 +280,15 @@ const DIRTY_LIMIT: u64 = 2 << 20;
 /// Runs `writers` threads, thread `w` calling `write(engine, volume, w)`, against a 32 MiB
 /// volume of 16K blocks whose backing store takes `write_us` per write, under a dirty
 /// limit of [`DIRTY_LIMIT`]; flushes; checks that every block holds `contents(b, version)`
-/// on the backing store. Returns the peak of the dirty bytes (sampled every 100 us) and
-/// the engine's stats after the flush.
+/// on the backing store, and that the dirty bytes (sampled every 100 us) reached half the
+/// limit and never passed it. Returns the engine's stats after the flush.
 fn dirty_peak_of(
     name: &str,
     write_us: u64,
     writers: u64,
     version: u8,
     write: impl Fn(&Engine, &Arc<VolumeEntry>, u64) + Send + Sync + 'static,
-) -> (u64, HashMap<String, u64>) {
+) -> HashMap<String, u64> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dir = scratch(name);
     let backing = dir.join("vol.img");
@@ -340,23 +340,7 @@ fn dirty_peak_of(
     }
     engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
-    (peak.load(Ordering::Relaxed), stats)
-}
-
-/// A writer faster than its backing store is slowed by the write throttle, and dirty data
-/// stays at the limit.
-#[test]
-fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_bounded() {
-    const WRITERS: u64 = 4;
-    let blocks = 2048u64; // 32 MiB of 16K blocks, in a scattered order
-    let (peak, stats) = dirty_peak_of("throttle", 1000, WRITERS, 1, move |engine, vol, w| {
-        for i in (w..blocks).step_by(WRITERS as usize) {
-            let b = (i * 1031) % blocks;
-            engine
-                .write_blocks(vol, &[(b, BlockBuf::from_vec(contents(b, 1)))], false)
-                .expect("async write");
-        }
-    });
+    let peak = peak.load(Ordering::Relaxed);
     assert!(
         peak <= DIRTY_LIMIT,
         "dirty data peaked at {peak}, limit {DIRTY_LIMIT}"
@@ -365,6 +349,23 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
         peak > DIRTY_LIMIT / 2,
         "the writers did reach the throttle: {peak}"
     );
+    stats
+}
+
+/// A writer faster than its backing store is slowed by the write throttle, and dirty data
+/// stays at the limit.
+#[test]
+fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_bounded() {
+    const WRITERS: u64 = 4;
+    let blocks = 2048u64; // 32 MiB of 16K blocks, in a scattered order
+    let stats = dirty_peak_of("throttle", 1000, WRITERS, 1, move |engine, vol, w| {
+        for i in (w..blocks).step_by(WRITERS as usize) {
+            let b = (i * 1031) % blocks;
+            engine
+                .write_blocks(vol, &[(b, BlockBuf::from_vec(contents(b, 1)))], false)
+                .expect("async write");
+        }
+    });
     assert!(
         stats["dmu_tx_delay"] + stats["dmu_tx_dirty_over_max"] > 0,
         "the throttle acted: {stats:?}"
@@ -380,7 +381,7 @@ fn writers_passing_the_throttle_together_do_not_pass_the_dirty_limit() {
     const WRITERS: u64 = 32;
     const RUN: u64 = 8; // blocks per write: 128 KiB
     let runs = 2048 / RUN;
-    let (peak, stats) = dirty_peak_of("throttle-many", 2000, WRITERS, 3, move |engine, vol, w| {
+    let stats = dirty_peak_of("throttle-many", 2000, WRITERS, 3, move |engine, vol, w| {
         for round in 0..3 {
             for r in (w..runs).step_by(WRITERS as usize) {
                 let first = ((r * 37) % runs) * RUN;
@@ -393,14 +394,6 @@ fn writers_passing_the_throttle_together_do_not_pass_the_dirty_limit() {
             }
         }
     });
-    assert!(
-        peak <= DIRTY_LIMIT,
-        "dirty data peaked at {peak}, limit {DIRTY_LIMIT}"
-    );
-    assert!(
-        peak > DIRTY_LIMIT / 2,
-        "the writers did reach the throttle: {peak}"
-    );
     assert_eq!(stats["dirty_bytes"], 0, "everything synced after the flush");
 }
 

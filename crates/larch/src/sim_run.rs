@@ -6,6 +6,9 @@
 //! Sizes take the suffixes `larch set` takes (`larch_engine::units`); times take `us`,
 //! `ms`, `s`, `m`, `h`, `d`. Tunables are parsed by the engine's tunable table, so a name
 //! or value the daemon refuses is refused here in the same words.
+//!
+//! One file: the presets, the file keys, the flags and the summary text all name the same
+//! fields of `SimConfig` and read as one table; the tests of their precedence sit beside.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
