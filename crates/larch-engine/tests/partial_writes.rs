@@ -13,7 +13,7 @@ use larch_engine::{BackingStore, Engine, LatencyModel, Volume, VolumeError, Volu
 use larch_io::{BlockDevice, IoError, MemDevice};
 
 const BLOCK: usize = 8 << 10;
-const BLOCKS: u64 = 64;
+const BLOCKS: u64 = 512;
 const VOLUME: u64 = 0x7e57_9001;
 
 /// A device whose reads wait while the gate is shut, and fail while `broken`.
@@ -328,6 +328,69 @@ fn a_block_whose_acknowledged_write_a_failed_txg_lost_reads_as_an_error() {
     let lost = rt.block_on(s.volume.read(at, BLOCK as u32));
     assert!(matches!(lost, Err(VolumeError::Io(_))), "{lost:?}");
     assert!(rt.block_on(read(&s.volume, 6 * BLOCK as u64, BLOCK as u32)) == old(6));
+    s.engine.shutdown();
+}
+
+/// At the dirty limit an async partial write is not deferred: it reads its block and goes
+/// through the throttle. Before, every one was counted as dirty and acknowledged, and
+/// dirty data passed the limit by as much as the partial writes in flight (an ARC
+/// review's finding).
+#[test]
+fn partial_writes_do_not_take_dirty_data_past_the_limit() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let s = Setup::new();
+    let rt = runtime();
+    let limit = 1u64 << 20;
+    let t = &s.engine.tunables;
+    t.set("zfs_dirty_data_max", &limit.to_string()).unwrap();
+    // No delays below the limit: the writers run into it at once.
+    t.set("zfs_delay_min_dirty_percent", "100").unwrap();
+    // Reads wait: the merges cannot free anything for now.
+    s.device.shut();
+    let peak = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (engine, peak, done) = (Arc::clone(&s.engine), Arc::clone(&peak), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(engine.txg_state().0, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        })
+    };
+    // 32 writers, each of 10 blocks of its own: 320 pending partials would be 2.7 MiB.
+    let writers: Vec<_> = (0..32u64)
+        .map(|w| {
+            let volume = Arc::clone(&s.volume);
+            rt.spawn(async move {
+                for b in (w * 10)..(w * 10 + 10) {
+                    volume
+                        .write(b * BLOCK as u64 + 100, &piece(512, 5), false)
+                        .await
+                        .expect("write");
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    s.device.open();
+    for w in writers {
+        rt.block_on(w).expect("writer");
+    }
+    rt.block_on(s.volume.flush()).expect("flush");
+    done.store(true, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(
+        peak <= limit,
+        "dirty data peaked at {peak}, past the limit {limit}"
+    );
+    assert!(peak > limit / 2, "the writes reached the limit: {peak}");
+    for b in [0u64, 155, 319] {
+        let mut want = old(b);
+        want[100..612].copy_from_slice(&piece(512, 5));
+        assert!(s.device.bytes(b) == want, "block {b} on the device");
+    }
     s.engine.shutdown();
 }
 

@@ -395,12 +395,20 @@ impl Engine {
     }
 
     /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
-    /// sees them; [`Engine::release_dirty`] gives them back once it is merged).
-    fn reserve_dirty(&self, bytes: u64) {
-        self.txg.lock().dirty_bytes += bytes;
+    /// sees them; [`Engine::release_dirty`] gives them back once it is merged), if they
+    /// fit under the dirty limit or nothing is dirty (as the throttle lets a write pass);
+    /// false, counting nothing, if they do not.
+    fn try_reserve_dirty(&self, bytes: u64) -> bool {
+        let max = self.dirty_max();
+        let mut inner = self.txg.lock();
+        if inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max {
+            return false;
+        }
+        inner.dirty_bytes += bytes;
+        true
     }
 
-    /// Gives back bytes [`Engine::reserve_dirty`] counted, and wakes throttled writers.
+    /// Gives back bytes [`Engine::try_reserve_dirty`] counted, and wakes throttled writers.
     fn release_dirty(&self, bytes: u64) {
         let mut inner = self.txg.lock();
         inner.dirty_bytes -= bytes;

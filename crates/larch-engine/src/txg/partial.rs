@@ -11,7 +11,9 @@
 //! An **async** partial write of a block that is not in the ARC is instead kept as a
 //! *pending partial* of its volume: its bytes and where they go in the block. It is
 //! acknowledged at once, throttled like any write (its bytes, and the block it will
-//! become, count as dirty). A merge then reads the block from the backing store (on the
+//! become, count as dirty: counted only if they fit under the dirty limit; at the limit
+//! the write reads its block itself, or waits for the pending partial's merge, and goes
+//! through the throttle, which waits for room). A merge then reads the block from the backing store (on the
 //! engine's merge threads, at most [`MERGE_THREADS`], [`MERGE_GRACE`] after the first
 //! write), lays every pending write of the block over it in the order they came, and
 //! makes the block dirty through the ordinary write path (ARC, open TXG, tombstones, a
@@ -266,7 +268,12 @@ impl Engine {
         {
             let mut table = partials.table.lock();
             if let Some(pending) = table.get_mut(&block) {
-                if pending.stage == Stage::Applying || !may_defer {
+                // At the dirty limit the piece waits for the merge instead, then writes
+                // through the throttle like any write.
+                if pending.stage == Stage::Applying
+                    || !may_defer
+                    || !self.try_reserve_dirty(bytes.len() as u64)
+                {
                     return Offer::Wait(pending.done.subscribe());
                 }
                 pending.pieces.push(Piece {
@@ -274,7 +281,6 @@ impl Engine {
                     bytes: Bytes::copy_from_slice(bytes),
                 });
                 pending.reserved += bytes.len() as u64;
-                self.reserve_dirty(bytes.len() as u64);
                 self.write_stats
                     .write_partial_deferred
                     .fetch_add(1, Ordering::Relaxed);
@@ -298,6 +304,11 @@ impl Engine {
         }
         let reserved = (len + bytes.len()) as u64;
         let mut table = partials.table.lock();
+        // Counted as dirty only if it fits under the limit: at the limit the write reads
+        // its block and goes through the throttle, which waits for room.
+        if !self.try_reserve_dirty(reserved) {
+            return Offer::Direct;
+        }
         let earlier = table.insert(
             block,
             Pending {
@@ -315,7 +326,6 @@ impl Engine {
             "only the stripe's holder adds block {block}"
         );
         partials.count.fetch_add(1, Ordering::SeqCst);
-        self.reserve_dirty(reserved);
         drop(table);
         self.write_stats
             .write_partial_deferred
@@ -441,14 +451,18 @@ impl Engine {
             pending.stage = Stage::Applying;
             std::mem::take(&mut pending.pieces)
         };
+        // Bytes of the pending partial's reservation handed to the dirty block.
+        let mut handed = 0;
         match read {
             Ok(()) => {
                 for piece in &pieces {
                     buf[piece.at..piece.at + piece.bytes.len()].copy_from_slice(&piece.bytes);
                 }
-                // The pending partial's reservation covers the block until it is
-                // released below: counted twice for that moment, never not at all.
-                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], 0);
+                // The reservation counted the block it would become: that part of it is
+                // the dirty block's now (never counted twice, never not at all), the
+                // pieces' part is given back below.
+                handed = len as u64;
+                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], handed);
                 self.write_stats
                     .write_partial_merges
                     .fetch_add(1, Ordering::Relaxed);
@@ -472,7 +486,7 @@ impl Engine {
             .remove(&block)
             .expect("only its merge removes a pending partial");
         vol.partials.count.fetch_sub(1, Ordering::SeqCst);
-        self.release_dirty(pending.reserved);
+        self.release_dirty(pending.reserved - handed);
         drop(table);
         pending.done.send_replace(true);
     }
