@@ -443,13 +443,14 @@ impl Engine {
         } else {
             self.read_for_merge(vol, block, &mut buf)
         };
-        let pieces = {
+        // Applying: no piece joins it from here on, so its reservation is final.
+        let (pieces, reserved) = {
             let mut table = vol.partials.table.lock();
             let pending = table
                 .get_mut(&block)
                 .expect("only its merge removes a pending partial");
             pending.stage = Stage::Applying;
-            std::mem::take(&mut pending.pieces)
+            (std::mem::take(&mut pending.pieces), pending.reserved)
         };
         // Bytes of the pending partial's reservation handed to the dirty block.
         let mut handed = 0;
@@ -460,8 +461,9 @@ impl Engine {
                 }
                 // The reservation counted the block it would become: that part of it is
                 // the dirty block's now (never counted twice, never not at all), the
-                // pieces' part is given back below.
-                handed = len as u64;
+                // pieces' part is given back below. (A reservation smaller than the block
+                // hands over what it has; make_dirty counts the rest.)
+                handed = reserved.min(len as u64);
                 self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], handed);
                 self.write_stats
                     .write_partial_merges
@@ -661,10 +663,11 @@ mod tests {
                     at: 50,
                     bytes: Bytes::from(vec![2u8; 100]),
                 }],
-                reserved: 0,
+                reserved: (BLOCK + 100) as u64,
                 done: tokio::sync::watch::Sender::new(false),
             },
         );
+        assert!(engine.try_reserve_dirty((BLOCK + 100) as u64));
         entry.partials.count.fetch_add(1, Ordering::SeqCst);
         engine.merge_partial(&entry, 4);
         let seen = rt.block_on(volume.read(4 * 8192, 200)).unwrap().concat();
