@@ -198,7 +198,15 @@ impl Volume {
                 let start = (first + i as u64) * bs;
                 let from = offset.max(start) - start;
                 let to = end.min(start + data.len() as u64) - start;
-                data.slice(from as usize..to as usize)
+                let (from, to) = (from as usize, to as usize);
+                // A reply shares its block's buffer, which stays in memory as long as the
+                // reply waits, evicted or not: less than half a block is copied out, so
+                // what a queue of replies holds is at most twice what it counts.
+                if (to - from) * 2 < data.len() {
+                    Bytes::copy_from_slice(&data[from..to])
+                } else {
+                    data.slice(from..to)
+                }
             })
             .collect())
     }

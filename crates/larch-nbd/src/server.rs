@@ -14,9 +14,11 @@
 //! future on that I/O (a blocking pool, io_uring) and the connection keeps serving.
 //! The in-flight count is capped: at the cap the task stops reading, which pushes back
 //! on the client through the socket. WRITE payloads and READ replies take their size
-//! from one budget shared by all connections before they run, and a client that stops
-//! halfway through a request, or stops reading its replies, is cut off after
-//! [`ServerLimits::stall_timeout`] so that it cannot keep its share.
+//! from one budget shared by all connections before they run (WRITE_ZEROES and CACHE a
+//! step's worth), and a client that stops halfway through a request, or sends it or reads
+//! its replies slower than 256 KiB/s, is cut off (see [`ServerLimits::stall_timeout`]) so
+//! that it cannot keep its share. Replies of small READs, outside the budget, are capped
+//! per connection.
 //!
 //! TLS and access ([`Server::with_security`]): the handshake runs on the whole stream
 //! (a `Conn`, in `server/conn.rs` with the per-address count), so that when the negotiation accepts `STARTTLS` the stream becomes rustls's
@@ -49,7 +51,9 @@ mod spin;
 use conn::{
     AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves, is_transient_accept_error,
 };
-use queues::{InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, Output, Reply};
+use queues::{
+    InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, OUTPUT_UNBUDGETED_BYTES, Output, Reply,
+};
 use request::{
     PendingPayload, is_bulk, is_stall, read_head, read_payload, reply_error, run, stalled,
 };
@@ -95,13 +99,14 @@ pub struct ServerLimits {
     pub handshake_timeout: Duration,
     /// How long a connection may go without progress in the middle of a request or with
     /// replies queued: once a request's first byte has arrived, each read of the rest of
-    /// its header and of its payload must return some bytes within it, and queued replies
-    /// must move some bytes into the socket within it (flushes and the final close too).
-    /// Otherwise the connection is closed: a client that stops halfway would hold its
-    /// share of the payload budget, and with it every other client's WRITEs and READs,
-    /// for ever.
-    /// It bounds each read, not a whole request, so a large payload on a slow link is
-    /// fine. The default, 30 s, is the Linux nbd client's own request timeout.
+    /// its header and of its payload must return some bytes within it, a WRITE payload
+    /// must arrive whole within it plus its length at 256 KiB/s, and queued replies must
+    /// move into the socket at 256 KiB/s or more over each stall timeout (flushes and the
+    /// final close within it too). Otherwise the connection is closed: a client that
+    /// stops halfway, or trickles a byte now and then, would hold its share of the
+    /// payload budget, and with it every other client's WRITEs and READs, for as long as
+    /// it liked. The default, 30 s, is the Linux nbd client's own request timeout; at
+    /// most a day.
     pub stall_timeout: Duration,
 }
 
@@ -120,6 +125,10 @@ impl Default for ServerLimits {
         }
     }
 }
+
+/// The longest a [`ServerLimits`] timeout may be: longer ones are configuration mistakes
+/// (and deadlines that far off would not fit in an `Instant`).
+const MAX_TIMEOUT: Duration = Duration::from_secs(86400);
 
 /// A named export given to [`Server::new`].
 pub struct NamedExport<E> {
@@ -263,7 +272,8 @@ impl<E: Export> Server<E> {
                 "max_option_bytes must be at least 1 KiB",
             ));
         }
-        if limits.max_connections > Semaphore::MAX_PERMITS >> 1
+        // wait_idle takes every connection's permit at once, counted in a u32.
+        if limits.max_connections > (Semaphore::MAX_PERMITS >> 1).min(u32::MAX as usize)
             || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
         {
             return Err(ServerError::BadLimit("limit too large"));
@@ -282,6 +292,18 @@ impl<E: Export> Server<E> {
         }
         if limits.stall_timeout.is_zero() {
             return Err(ServerError::BadLimit("stall_timeout must be positive"));
+        }
+        if [
+            limits.stall_timeout,
+            limits.shutdown_grace,
+            limits.handshake_timeout,
+        ]
+        .iter()
+        .any(|t| *t > MAX_TIMEOUT)
+        {
+            return Err(ServerError::BadLimit(
+                "stall_timeout, shutdown_grace and handshake_timeout must be at most a day",
+            ));
         }
         let mut names = HashSet::new();
         let mut infos = Vec::with_capacity(exports.len());
@@ -643,23 +665,29 @@ impl<E: Export> Server<E> {
         let mut inflight = InFlight::default();
         let mut out = Output::default();
         let budget = Arc::clone(&self.inner.payload_budget);
-        // A request whose WRITE payload or READ reply waits for the payload budget.
+        // A request whose WRITE payload or READ reply waits for the payload budget, and
+        // its wait.
         let mut pending: Option<PendingPayload> = None;
+        let mut budget_wait: Option<BudgetWait> = None;
         let mut reading = true;
         let mut result: Result<(), ConnectionError> = Ok(());
         let mut deadline: Option<Instant> = None;
-        // While replies are queued, the socket must take some of them every stall
-        // timeout: a client that stops reading would otherwise keep the connection, and
-        // the budget its READ replies hold, for ever. `progress` is when the queue last
-        // moved (or filled from empty); one timer, moved only when it fires, checks it,
-        // so a reply costs no timer registration.
+        // While replies are queued, the socket must take them at MIN_BYTES_PER_SEC or
+        // faster, measured over each stall timeout: a client that stops reading, or
+        // reads a byte now and then, would otherwise keep the connection, and the budget
+        // its READ replies hold, for ever. `progress` is when the queue last emptied,
+        // filled from empty or moved a window's worth of bytes (`moved` since then); one
+        // timer, moved only when it fires, checks it, so a reply costs no timer
+        // registration.
         let mut progress = Instant::now();
+        let mut moved: u64 = 0;
+        let window_bytes = (limits.stall_timeout.as_secs_f64() * MIN_BYTES_PER_SEC as f64) as u64;
         let mut queued = false;
         let stall_check = tokio::time::sleep_until(progress + limits.stall_timeout);
         tokio::pin!(stall_check);
         loop {
             if deadline.is_none() && *shutdown_rx.borrow_and_update() {
-                deadline = Some(Instant::now() + limits.shutdown_grace);
+                deadline = Some(later_by(limits.shutdown_grace));
             }
             if !reading && inflight.is_empty() && out.is_empty() {
                 break;
@@ -669,14 +697,13 @@ impl<E: Export> Server<E> {
             } else if !queued {
                 queued = true;
                 progress = Instant::now();
+                moved = 0;
             }
             let can_read = reading
                 && pending.is_none()
                 && inflight.len() < limits.max_inflight_per_connection
-                && out.held_bytes() < OUTPUT_HIGH_WATER_BYTES;
-            let wanted_units = pending
-                .as_ref()
-                .map_or(0, |p| budget_units_of(p.budget_bytes()));
+                && out.held_bytes() < OUTPUT_HIGH_WATER_BYTES
+                && out.unbudgeted_bytes() < OUTPUT_UNBUDGETED_BYTES;
             let grace_end = deadline.unwrap_or_else(far_future);
             let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
             let nslices = out.fill_slices(&mut slices);
@@ -707,8 +734,8 @@ impl<E: Export> Server<E> {
                     wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => {
                         Event::Wrote(wrote)
                     }
-                    permit = Arc::clone(&budget).acquire_many_owned(wanted_units), if pending.is_some() => {
-                        Event::Budget(permit.ok())
+                    permit = wait_budget(&mut budget_wait), if budget_wait.is_some() => {
+                        Event::Budget(permit)
                     }
                     filled = reader.fill_buf(), if can_read => {
                         Event::Readable(filled.map(|b| !b.is_empty()))
@@ -730,7 +757,11 @@ impl<E: Export> Server<E> {
                 }
                 Event::Wrote(Ok(n)) => {
                     out.advance(n);
-                    progress = Instant::now();
+                    moved += n as u64;
+                    if out.is_empty() || moved >= window_bytes {
+                        progress = Instant::now();
+                        moved = 0;
+                    }
                     // Sockets need no flush (it returns at once); a buffered writer
                     // such as stdout does, or the reply would sit in its buffer. A TLS
                     // stream's flush waits until the socket takes every record, so it is
@@ -759,12 +790,25 @@ impl<E: Export> Server<E> {
                     reading = false;
                     result = Err(err.into());
                 }
-                Event::Budget(permit) => budget_ready = permit,
+                Event::Budget(permit) => {
+                    budget_wait = None;
+                    match permit {
+                        Some(permit) => budget_ready = Some(permit),
+                        None => {
+                            result = Err(io::Error::other("the payload budget was closed").into());
+                            break;
+                        }
+                    }
+                }
                 Event::Shutdown => {}
                 Event::GraceOver => break,
                 Event::StallCheck => {
                     if progress.elapsed() >= limits.stall_timeout {
-                        result = Err(stalled("writing replies", limits.stall_timeout));
+                        result = Err(too_slow(format!(
+                            "the client took its replies slower than {} KiB/s for {:?}",
+                            MIN_BYTES_PER_SEC / 1024,
+                            limits.stall_timeout
+                        )));
                         break;
                     }
                     stall_check.as_mut().reset(progress + limits.stall_timeout);
@@ -783,17 +827,21 @@ impl<E: Export> Server<E> {
             } else if request_ready {
                 let read = tokio::select! {
                     read = read_head(&mut reader, &ctx, &limits) => read,
-                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
+                    () = grace_over(&mut shutdown_rx, deadline, limits.shutdown_grace) => break,
                 };
                 match read {
-                    Ok(head) if head.budget_bytes() == 0 => (head, None),
+                    Ok(head) if head.budget_bytes(limits.max_request_bytes) == 0 => (head, None),
                     Ok(head) => {
-                        let units = budget_units_of(head.budget_bytes());
+                        let units = budget_units_of(head.budget_bytes(limits.max_request_bytes));
                         match Arc::clone(&budget).try_acquire_many_owned(units) {
                             Ok(permit) => (head, Some(permit)),
                             Err(_) => {
                                 // Over budget: answer what completes, read nothing more
-                                // until the request fits.
+                                // until the request fits. One wait, kept until it is
+                                // served: tokio's semaphore serves its oldest waiter
+                                // first, and a wait made anew would queue last again.
+                                budget_wait =
+                                    Some(Box::pin(Arc::clone(&budget).acquire_many_owned(units)));
                                 pending = Some(head);
                                 continue;
                             }
@@ -814,6 +862,9 @@ impl<E: Export> Server<E> {
                 continue;
             };
             let payload = if head.len > 0 {
+                // The whole payload, not only each read of it, has a deadline (see
+                // payload_time): the request holds its share of the budget meanwhile.
+                let whole = payload_time(head.len, limits.stall_timeout);
                 let read = tokio::select! {
                     read = read_payload(
                         &mut reader,
@@ -822,7 +873,13 @@ impl<E: Export> Server<E> {
                         chunk_bytes,
                         limits.stall_timeout,
                     ) => read,
-                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => break,
+                    () = tokio::time::sleep(whole) => Err(too_slow(format!(
+                        "a WRITE payload of {} bytes took longer than {whole:?} (the stall \
+                         timeout, then {} KiB/s)",
+                        head.len,
+                        MIN_BYTES_PER_SEC / 1024
+                    ))),
+                    () = grace_over(&mut shutdown_rx, deadline, limits.shutdown_grace) => break,
                 };
                 match read {
                     Ok(data) => Some(data),
@@ -913,6 +970,69 @@ fn is_hang_up(err: &io::Error) -> bool {
         err.kind(),
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
     )
+}
+
+/// A connection's wait for its share of the payload budget.
+type BudgetWait = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>>
+            + Send,
+    >,
+>;
+
+/// The share `wait` waits for (`None`: the budget was closed); never resolves without a
+/// wait.
+async fn wait_budget(wait: &mut Option<BudgetWait>) -> Option<OwnedSemaphorePermit> {
+    match wait {
+        Some(wait) => wait.await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when a connection's time after shutdown is over: `grace` after shutdown
+/// began (`deadline` when it had already), never if it does not begin. Reads of a request
+/// race it, so a shutdown that begins while a client trickles a request in still ends
+/// the connection within its grace.
+async fn grace_over(
+    shutdown_rx: &mut watch::Receiver<bool>,
+    deadline: Option<Instant>,
+    grace: Duration,
+) {
+    let end = match deadline {
+        Some(end) => end,
+        None => {
+            if shutdown_rx.wait_for(|down| *down).await.is_err() {
+                // The server is gone, and with it any shutdown to wait for.
+                std::future::pending::<()>().await;
+            }
+            later_by(grace)
+        }
+    };
+    tokio::time::sleep_until(end).await;
+}
+
+/// The slowest a client may send a WRITE payload or read replies while it holds payload
+/// budget (after the first stall timeout): slower, and it would keep budget other
+/// connections wait for by trickling a byte per stall timeout.
+pub(super) const MIN_BYTES_PER_SEC: u64 = 256 * 1024;
+
+/// How long a WRITE payload of `len` bytes may take to arrive whole: the stall timeout,
+/// plus its length at [`MIN_BYTES_PER_SEC`].
+fn payload_time(len: u32, stall: Duration) -> Duration {
+    stall.saturating_add(Duration::from_secs_f64(
+        f64::from(len) / MIN_BYTES_PER_SEC as f64,
+    ))
+}
+
+/// The error that ends a connection whose client sends or reads slower than
+/// [`MIN_BYTES_PER_SEC`] (a stall, as [`is_stall`] sees it).
+fn too_slow(why: String) -> ConnectionError {
+    io::Error::new(io::ErrorKind::TimedOut, why).into()
+}
+
+/// Now plus `by`, or [`far_future`] where that does not fit in an `Instant`.
+fn later_by(by: Duration) -> Instant {
+    Instant::now().checked_add(by).unwrap_or_else(far_future)
 }
 
 fn far_future() -> Instant {

@@ -2,168 +2,17 @@
 //! structured and simple replies, DISC, shutdown, construction errors, the payload
 //! budget, and clients that stall.
 
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use larch_nbd::mem::MemExport;
-use larch_nbd::proto::{IHAVEOPT, chunk, cmd, cmd_flag, opt, rep};
+use larch_nbd::proto::{chunk, cmd, cmd_flag, opt, rep};
 use larch_nbd::transmission::RequestHeader;
-use larch_nbd::{ConnectionError, Export, NamedExport, Server, ServerError, ServerLimits};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use larch_nbd::{NamedExport, Server, ServerError, ServerLimits};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-fn server(exports: Vec<(&str, Arc<MemExport>)>) -> Server<MemExport> {
-    let exports = exports
-        .into_iter()
-        .map(|(name, export)| NamedExport {
-            name: name.into(),
-            description: String::new(),
-            export,
-        })
-        .collect();
-    Server::new(ServerLimits::default(), exports).expect("valid server")
-}
-
-/// A server of one export, the default one.
-fn server_of<E: Export>(limits: ServerLimits, export: Arc<E>) -> Server<E> {
-    let export = NamedExport {
-        name: String::new(),
-        description: String::new(),
-        export,
-    };
-    Server::new(limits, vec![export]).expect("valid server")
-}
-
-/// Connects a client stream of `buffer_bytes` to the server; the server side runs in a
-/// task whose result tells how the connection ended.
-fn serve_one<E: Export>(
-    server: &Server<E>,
-    buffer_bytes: usize,
-) -> (
-    DuplexStream,
-    tokio::task::JoinHandle<Result<(), ConnectionError>>,
-) {
-    let (client, served) = tokio::io::duplex(buffer_bytes);
-    let server = server.clone();
-    let serving = tokio::spawn(async move {
-        let (r, w) = tokio::io::split(served);
-        server.serve_stream(r, w).await
-    });
-    (client, serving)
-}
-
-/// Waits (at most 10 s) for a connection to end, and checks that it ended timed out.
-async fn ends_timed_out(what: &str, serving: tokio::task::JoinHandle<Result<(), ConnectionError>>) {
-    let ended = tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: the connection is still open after 10 s"))
-        .unwrap();
-    match ended {
-        Err(ConnectionError::Io(err)) => {
-            assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{what}: {err}");
-        }
-        other => panic!("{what}: the connection ended with {other:?}"),
-    }
-}
-
-/// Connects a client stream to the server; the server side runs in a task.
-fn connect(server: &Server<MemExport>) -> DuplexStream {
-    let (client, served) = tokio::io::duplex(1 << 20);
-    let server = server.clone();
-    tokio::spawn(async move {
-        let (r, w) = tokio::io::split(served);
-        let _ = server.serve_stream(r, w).await;
-    });
-    client
-}
-
-async fn send_option<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, option: u32, data: &[u8]) {
-    let mut v = IHAVEOPT.to_be_bytes().to_vec();
-    v.extend_from_slice(&option.to_be_bytes());
-    v.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    v.extend_from_slice(data);
-    s.write_all(&v).await.unwrap();
-}
-
-async fn read_option_reply<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u32, Vec<u8>) {
-    let mut h = [0u8; 20];
-    s.read_exact(&mut h).await.unwrap();
-    let mut data = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-    s.read_exact(&mut data).await.unwrap();
-    (u32::from_be_bytes(h[12..16].try_into().unwrap()), data)
-}
-
-/// Greeting, flags, optionally structured replies + base:allocation, then GO "".
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, structured: bool) {
-    let mut greeting = [0u8; 18];
-    s.read_exact(&mut greeting).await.unwrap();
-    assert_eq!(&greeting[..8], b"NBDMAGIC");
-    s.write_all(&3u32.to_be_bytes()).await.unwrap();
-    if structured {
-        send_option(s, opt::STRUCTURED_REPLY, &[]).await;
-        assert_eq!(read_option_reply(s).await.0, rep::ACK);
-        let q = b"base:allocation";
-        let mut meta = 0u32.to_be_bytes().to_vec();
-        meta.extend_from_slice(&1u32.to_be_bytes());
-        meta.extend_from_slice(&(q.len() as u32).to_be_bytes());
-        meta.extend_from_slice(q);
-        send_option(s, opt::SET_META_CONTEXT, &meta).await;
-        assert_eq!(read_option_reply(s).await.0, rep::META_CONTEXT);
-        assert_eq!(read_option_reply(s).await.0, rep::ACK);
-    }
-    send_option(s, opt::GO, &[0, 0, 0, 0, 0, 0]).await;
-    loop {
-        let (ty, _) = read_option_reply(s).await;
-        if ty == rep::ACK {
-            break;
-        }
-        assert_eq!(ty, rep::INFO);
-    }
-}
-
-async fn request<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    flags: u16,
-    command: u16,
-    cookie: u64,
-    offset: u64,
-    length: u32,
-) {
-    let h = RequestHeader {
-        flags,
-        command,
-        cookie,
-        offset,
-        length,
-    };
-    s.write_all(&h.encode()).await.unwrap();
-}
-
-/// Reads one simple reply: (error, cookie).
-async fn simple<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u32, u64) {
-    let mut h = [0u8; 16];
-    s.read_exact(&mut h).await.unwrap();
-    assert_eq!(&h[0..4], &0x6744_6698u32.to_be_bytes());
-    (
-        u32::from_be_bytes(h[4..8].try_into().unwrap()),
-        u64::from_be_bytes(h[8..16].try_into().unwrap()),
-    )
-}
-
-/// Reads one structured chunk: (flags, type, cookie, payload).
-async fn chunk<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> (u16, u16, u64, Vec<u8>) {
-    let mut h = [0u8; 20];
-    s.read_exact(&mut h).await.unwrap();
-    assert_eq!(&h[0..4], &0x668e_33efu32.to_be_bytes());
-    let mut payload = vec![0u8; u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize];
-    s.read_exact(&mut payload).await.unwrap();
-    (
-        u16::from_be_bytes([h[4], h[5]]),
-        u16::from_be_bytes([h[6], h[7]]),
-        u64::from_be_bytes(h[8..16].try_into().unwrap()),
-        payload,
-    )
-}
+mod common;
+use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_with_structured_replies() {
@@ -314,60 +163,6 @@ fn construction_errors() {
     };
     let typo = Server::with_security(ServerLimits::default(), vec![export], security);
     assert!(matches!(typo, Err(ServerError::UnknownExportInRules(n)) if n == "typo"));
-}
-
-/// An export whose reads and writes wait for the test to let them through, counting how
-/// many it holds at once and how many it has been given.
-struct Held {
-    inner: MemExport,
-    open: tokio::sync::Semaphore,
-    holding: std::sync::atomic::AtomicUsize,
-    most: std::sync::atomic::AtomicUsize,
-    given: std::sync::atomic::AtomicUsize,
-}
-
-impl Held {
-    fn new(inner: MemExport) -> Held {
-        Held {
-            inner,
-            open: tokio::sync::Semaphore::new(0),
-            holding: Default::default(),
-            most: Default::default(),
-            given: Default::default(),
-        }
-    }
-
-    /// Waits for the test to let one request through.
-    async fn gate(&self) {
-        use std::sync::atomic::Ordering;
-        self.given.fetch_add(1, Ordering::SeqCst);
-        let now = self.holding.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        self.open.acquire().await.unwrap().forget();
-        self.holding.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl larch_nbd::Export for Held {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn features(&self) -> larch_nbd::Features {
-        self.inner.features()
-    }
-    async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
-        self.gate().await;
-        self.inner.read(offset, length).await
-    }
-    async fn write(
-        &self,
-        offset: u64,
-        data: bytes::Bytes,
-        fua: bool,
-    ) -> larch_nbd::ExportResult<()> {
-        self.gate().await;
-        self.inner.write(offset, data, fua).await
-    }
 }
 
 /// The payload budget bounds what all connections make the server hold: with room for
@@ -670,17 +465,6 @@ async fn write_payloads_are_cut_where_the_export_asks() {
 }
 
 /// A WRITE header as a client sends it.
-fn write_header(cookie: u64, offset: u64, length: u32) -> Vec<u8> {
-    let h = RequestHeader {
-        flags: 0,
-        command: cmd::WRITE,
-        cookie,
-        offset,
-        length,
-    };
-    h.encode().to_vec()
-}
-
 /// A client that stops sending partway through a request is disconnected, timed out,
 /// after the stall timeout: in a header, in a payload it holds budget for, or in an
 /// oversize payload being discarded. The budget the stalled payload held is free again:

@@ -16,6 +16,10 @@ use crate::transmission::Frame;
 /// Stop reading requests while this much reply data waits for the socket (see
 /// [`Output::held_bytes`]).
 pub(super) const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
+/// Stop reading requests while this much of the reply data waiting holds no payload
+/// budget (replies of small READs, see [`Output::unbudgeted_bytes`]): what bounds them
+/// per connection, as the budget bounds large ones over all connections.
+pub(super) const OUTPUT_UNBUDGETED_BYTES: usize = 8 << 20;
 /// What a queued part costs beyond its bytes: its handle in the queue (32 bytes) and,
 /// for the small replies most parts are, the allocation behind it with the allocator's
 /// own overhead. Counted so that many small replies stop reading too (a million simple
@@ -90,14 +94,17 @@ pub(super) struct Output {
     /// Bytes ever queued: where the last queued reply ends in the connection's stream.
     queued_end: u64,
     /// The budget shares of queued READ replies, each with where its reply ends in the
-    /// stream; given back as the socket takes the bytes up to there.
-    held: VecDeque<(u64, OwnedSemaphorePermit)>,
+    /// stream and its length; given back as the socket takes the bytes up to there.
+    held: VecDeque<(u64, usize, OwnedSemaphorePermit)>,
+    /// Bytes of the replies in `held`, written or not.
+    budgeted_bytes: usize,
 }
 
 impl Output {
     /// Queues a reply; `budget` (a READ's share of the payload budget) is given back once
     /// the socket has taken the reply's last byte.
     pub(super) fn push(&mut self, frame: Frame, budget: Option<OwnedSemaphorePermit>) {
+        let before = self.len_bytes;
         for part in frame.parts {
             if !part.is_empty() {
                 self.len_bytes += part.len();
@@ -108,8 +115,16 @@ impl Output {
         if let Some(permit) = budget
             && self.len_bytes > 0
         {
-            self.held.push_back((self.queued_end, permit));
+            let len = self.len_bytes - before;
+            self.budgeted_bytes += len;
+            self.held.push_back((self.queued_end, len, permit));
         }
+    }
+
+    /// What [`Output::held_bytes`] counts of replies that hold no payload budget (at
+    /// most; a budgeted reply's bytes count as budgeted until its last byte is taken).
+    pub(super) fn unbudgeted_bytes(&self) -> usize {
+        self.held_bytes().saturating_sub(self.budgeted_bytes)
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -138,9 +153,11 @@ impl Output {
         while self
             .held
             .front()
-            .is_some_and(|(end, _)| *end <= written_end)
+            .is_some_and(|(end, _, _)| *end <= written_end)
         {
-            self.held.pop_front();
+            if let Some((_, len, _)) = self.held.pop_front() {
+                self.budgeted_bytes -= len;
+            }
         }
         while n > 0 {
             let Some(front) = self.parts.front_mut() else {

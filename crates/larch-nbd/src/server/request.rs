@@ -30,18 +30,29 @@ pub(super) struct PendingPayload {
 
 impl PendingPayload {
     /// Bytes of the payload budget the request needs before it runs: its WRITE payload,
-    /// or the data of a valid READ's reply of [`BULK_REQUEST_BYTES`] or more (an invalid
-    /// one is answered with an error of a few bytes). Smaller READs skip the shared budget,
-    /// which would cost every cache hit two contended atomic operations: a connection
-    /// holds at most `max_inflight_per_connection` of them (8 MiB at the defaults).
-    pub(super) fn budget_bytes(&self) -> u32 {
+    /// the data of a valid READ's reply of [`BULK_REQUEST_BYTES`] or more (an invalid
+    /// one is answered with an error of a few bytes), or for WRITE_ZEROES and CACHE, which
+    /// carry no payload, the most an export holds for one at a time
+    /// ([`STEP_BUDGET_BYTES`], at most `max_request_bytes`, which the budget always
+    /// holds). Smaller READs skip the shared budget, which would cost
+    /// every cache hit two contended atomic operations; their replies are bounded per
+    /// connection instead (`OUTPUT_UNBUDGETED_BYTES`).
+    pub(super) fn budget_bytes(&self, max_request_bytes: u32) -> u32 {
         match self.checked {
             Ok(Request::Read { length, .. }) if length >= BULK_REQUEST_BYTES => length,
             Ok(Request::Read { .. }) => 0,
+            Ok(Request::WriteZeroes { length, .. } | Request::Cache { length, .. }) => {
+                length.min(STEP_BUDGET_BYTES).min(max_request_bytes)
+            }
             _ => self.len,
         }
     }
 }
+
+/// What a WRITE_ZEROES or CACHE request counts in the payload budget while it runs: an
+/// export works through a long range in steps of at most this many bytes (the engine:
+/// 1 MiB of zeroes, 8 MiB of blocks read ahead), and holds one step's buffers at a time.
+pub(super) const STEP_BUDGET_BYTES: u32 = 8 << 20;
 
 /// READ and WRITE requests at least this large run as tasks of their own.
 pub(super) const BULK_REQUEST_BYTES: u32 = 64 * 1024;
