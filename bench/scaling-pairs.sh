@@ -10,6 +10,7 @@
 # reads at QD1 from N jobs, one NBD connection each.
 #
 #   bench/scaling-pairs.sh [SECONDS] [ROUNDS]   (default 10 s per run, 3 rounds)
+#   JOBS="1 2" bench/scaling-pairs.sh 5 4       (only these job counts)
 #
 # Needs fio with the nbd engine, nbdkit and a release build (cargo build --release --bin larch).
 set -euo pipefail
@@ -49,7 +50,7 @@ echo
 echo "| jobs | round | first | larch IOPS | nbdkit memory IOPS | larch / nbdkit |"
 echo "|---:|---:|---|---:|---:|---:|"
 pairs=0; ahead=0
-for jobs in 1 2 4 8 16 32 64; do
+for jobs in ${JOBS:-1 2 4 8 16 32 64}; do
     for round in $(seq "$rounds"); do
         if (( (round + jobs) % 2 )); then
             first=larch; l=$(iops "$larch_uri" "$jobs"); n=$(iops "$nbdkit_uri" "$jobs")

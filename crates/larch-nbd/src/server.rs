@@ -57,7 +57,7 @@ use queues::{
 use request::{
     PendingPayload, is_bulk, is_stall, read_head, read_payload, reply_error, run, stalled,
 };
-use spin::{Spin, Spinners};
+use spin::{Spin, Spinners, SpunRead};
 use tokio::time::Instant;
 
 use crate::access::{AccessRules, ClientIdentity};
@@ -521,12 +521,13 @@ impl<E: Export> Server<E> {
         let (reader, Some(negotiated)) = negotiated? else {
             return Ok(());
         };
-        let (reader, writer) = into_halves(reader);
+        let (reader, writer, bare) = into_halves(reader);
         // Spinning watches the socket. Under TLS a record may already wait decrypted in
         // the TLS state, where the socket does not show it: the spin then only costs its
-        // bounded moment before the read finds it.
+        // bounded moment before the read finds it. On a bare socket the spin reads what
+        // arrives itself (SpunRead).
         let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners)));
-        let reader = BufReader::with_capacity(128 * 1024, reader);
+        let reader = BufReader::with_capacity(128 * 1024, SpunRead::new(reader, bare));
         self.transmit(reader, writer, negotiated, shutdown_rx, spin, bulk)
             .await
     }
@@ -636,9 +637,9 @@ impl<E: Export> Server<E> {
         }
     }
 
-    async fn transmit<R, W>(
+    async fn transmit<W>(
         &self,
-        mut reader: BufReader<R>,
+        mut reader: BufReader<SpunRead>,
         mut writer: W,
         negotiated: Negotiated,
         mut shutdown_rx: watch::Receiver<bool>,
@@ -646,7 +647,6 @@ impl<E: Export> Server<E> {
         bulk: Option<tokio::runtime::Handle>,
     ) -> Result<(), ConnectionError>
     where
-        R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let limits = self.inner.limits;
@@ -716,10 +716,13 @@ impl<E: Export> Server<E> {
                 && reader.buffer().is_empty()
                 && deadline.is_none()
                 && let Some(spin) = spin.as_mut()
-                && spin.wait_briefly()
+                && spin.wait_briefly(reader.get_mut())
+                && !reader.get_ref().holds_bytes()
             {
-                // The next request arrived while spinning: let the reactor see it (a
-                // yielded task runs again after the runtime polls its I/O driver).
+                // The next request arrived while spinning but is still in the socket (the
+                // spin only peeked): let the reactor see it (a yielded task runs again
+                // after the runtime polls its I/O driver). Bytes the spin read itself are
+                // handed to the reader below with no system call.
                 tokio::task::yield_now().await;
             }
             // Requests already in the read buffer are taken first (no system call), so a

@@ -78,10 +78,14 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// The halves transmission runs on. Plain sockets split without a lock between the
-/// halves; bytes the handshake's buffer already holds come first.
-pub(super) fn into_halves(reader: BufReader<Conn>) -> (BoxedRead, BoxedWrite) {
+/// The halves transmission runs on, and whether the read half reads the socket itself
+/// (a plain socket and nothing left over in the handshake's buffer: then bytes read from
+/// the socket's descriptor directly are the next bytes of the stream). Plain sockets
+/// split without a lock between the halves; bytes the handshake's buffer already holds
+/// come first.
+pub(super) fn into_halves(reader: BufReader<Conn>) -> (BoxedRead, BoxedWrite, bool) {
     let early = reader.buffer().to_vec();
+    let mut bare = early.is_empty();
     let (read, write): (BoxedRead, BoxedWrite) = match reader.into_inner() {
         Conn::Tcp(s) => {
             let (r, w) = s.into_split();
@@ -91,16 +95,20 @@ pub(super) fn into_halves(reader: BufReader<Conn>) -> (BoxedRead, BoxedWrite) {
             let (r, w) = s.into_split();
             (Box::new(r), Box::new(w))
         }
-        Conn::Split(r, w) => (r, w),
+        Conn::Split(r, w) => {
+            bare = false;
+            (r, w)
+        }
         Conn::Tls(s) => {
+            bare = false;
             let (r, w) = tokio::io::split(*s);
             (Box::new(r), Box::new(w))
         }
     };
     if early.is_empty() {
-        (read, write)
+        (read, write, bare)
     } else {
-        (Box::new(io::Cursor::new(early).chain(read)), write)
+        (Box::new(io::Cursor::new(early).chain(read)), write, false)
     }
 }
 

@@ -1,16 +1,25 @@
 //! The socket spin of an idle connection: a moment of busy-polling before its thread
-//! parks, for clients at queue depth 1 (see [`Spin`]).
+//! parks, for clients at queue depth 1 (see [`Spin`]), and the read half that takes
+//! what a spin read off the socket ([`SpunRead`]).
 
 use std::io;
 use std::os::fd::RawFd;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::io::{AsyncRead, ReadBuf};
+
+use super::conn::BoxedRead;
 
 /// How long an idle connection watches its socket before parking.
 const SPIN_FOR: Duration = Duration::from_micros(50);
 /// After a watch that saw nothing, this many idle moments pass without one.
 const SPIN_BACKOFF: u32 = 64;
+/// Bytes a spin reads off a bare socket at once: a request header and a small write.
+const SPUN_BYTES: usize = 16 * 1024;
 
 /// Busy-polling of a connection's socket for a moment when it falls idle (nothing read,
 /// running or to write). A client at queue depth 1 sends its next request a few
@@ -70,8 +79,13 @@ impl Spin {
     }
 
     /// Watches the socket for up to [`SPIN_FOR`]; true if data (or the end of the stream)
-    /// arrived meanwhile.
-    pub(super) fn wait_briefly(&mut self) -> bool {
+    /// arrived meanwhile. On a bare socket the watch reads what arrives into `read`, which
+    /// hands it out before reading the socket again (saving the reactor's turn and a
+    /// second read); otherwise it only peeks.
+    pub(super) fn wait_briefly(&mut self, read: &mut SpunRead) -> bool {
+        if read.holds_bytes() {
+            return true;
+        }
         if self.skip > 0 {
             self.skip -= 1;
             return false;
@@ -86,19 +100,25 @@ impl Spin {
         }
         let started = std::time::Instant::now();
         let mut arrived = false;
+        let mut byte = 0u8;
+        // Read into the reader's room on a bare socket, else peek at one byte.
+        let (into, len, flags) = if read.bare {
+            (read.spun.as_mut_ptr(), read.spun.len(), libc::MSG_DONTWAIT)
+        } else {
+            (&mut byte as *mut u8, 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
         while started.elapsed() < SPIN_FOR {
-            let mut byte = 0u8;
-            // SAFETY: peeks at most one byte into a valid buffer; the descriptor belongs
-            // to this connection's socket, open while its halves live (they outlive self).
-            let n = unsafe {
-                libc::recv(
-                    self.fd,
-                    (&mut byte as *mut u8).cast(),
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
+            // SAFETY: receives at most `len` bytes into a valid buffer of that length
+            // that nothing else uses meanwhile; the descriptor belongs to this
+            // connection's socket, open while its halves live (they outlive self).
+            let n = unsafe { libc::recv(self.fd, into.cast(), len, flags) };
             if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                // The end of the stream (0) or an error is left for the socket's next
+                // read to report again; only bytes are kept.
+                if read.bare {
+                    read.at = 0;
+                    read.end = usize::try_from(n).unwrap_or(0);
+                }
                 arrived = true;
                 break;
             }
@@ -109,6 +129,54 @@ impl Spin {
             self.skip = SPIN_BACKOFF;
         }
         arrived
+    }
+}
+
+/// A connection's read half, with the bytes a spin read off its socket: they are handed
+/// out before the socket is read again, so the stream's order holds.
+pub(super) struct SpunRead {
+    inner: BoxedRead,
+    /// Whether `inner` reads the socket itself with nothing buffered in front (not TLS,
+    /// nothing left over from the handshake): only then may a spin read the socket.
+    bare: bool,
+    /// Room for what a spin reads (empty unless bare); `at..end` not yet handed out.
+    spun: Box<[u8]>,
+    at: usize,
+    end: usize,
+}
+
+impl SpunRead {
+    pub(super) fn new(inner: BoxedRead, bare: bool) -> SpunRead {
+        let room = if bare { SPUN_BYTES } else { 0 };
+        SpunRead {
+            inner,
+            bare,
+            spun: vec![0; room].into_boxed_slice(),
+            at: 0,
+            end: 0,
+        }
+    }
+
+    /// Whether bytes a spin read wait to be handed out.
+    pub(super) fn holds_bytes(&self) -> bool {
+        self.at < self.end
+    }
+}
+
+impl AsyncRead for SpunRead {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.holds_bytes() {
+            let n = (this.end - this.at).min(buf.remaining());
+            buf.put_slice(&this.spun[this.at..this.at + n]);
+            this.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 
@@ -123,6 +191,12 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsRawFd;
+    use tokio::io::AsyncReadExt;
+
+    /// A reader the spin may only peek for (as under TLS).
+    fn peeking() -> SpunRead {
+        SpunRead::new(Box::new(tokio::io::empty()), false)
+    }
 
     fn spinners(max: usize) -> Arc<Spinners> {
         Arc::new(Spinners {
@@ -137,16 +211,17 @@ mod tests {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let shared = spinners(1);
         let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
-        assert!(!spin.wait_briefly(), "nothing sent yet");
+        let mut read = peeking();
+        assert!(!spin.wait_briefly(&mut read), "nothing sent yet");
         assert_eq!(
             spin.skip, SPIN_BACKOFF,
             "a watch that saw nothing backs off"
         );
         client.write_all(b"x").unwrap();
         for _ in 0..SPIN_BACKOFF {
-            assert!(!spin.wait_briefly(), "backing off");
+            assert!(!spin.wait_briefly(&mut read), "backing off");
         }
-        assert!(spin.wait_briefly(), "the byte is waiting");
+        assert!(spin.wait_briefly(&mut read), "the byte is waiting");
         assert_eq!(
             shared.now.load(Ordering::Acquire),
             0,
@@ -158,7 +233,7 @@ mod tests {
         assert_eq!(&byte, b"x");
         // The stream's end counts as arrived too (the reader then sees it).
         drop(client);
-        assert!(spin.wait_briefly());
+        assert!(spin.wait_briefly(&mut read));
     }
 
     #[test]
@@ -168,16 +243,46 @@ mod tests {
         let shared = spinners(1);
         let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
         let mut other = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
+        let mut read = peeking();
         other.set_busy(true);
-        assert!(!spin.wait_briefly(), "another connection has work");
+        assert!(!spin.wait_briefly(&mut read), "another connection has work");
         drop(other);
         assert_eq!(
             shared.busy.load(Ordering::Acquire),
             0,
             "dropping releases it"
         );
-        assert!(spin.wait_briefly());
+        assert!(spin.wait_briefly(&mut read));
         let mut single = Spin::new(server.as_raw_fd(), spinners(0));
-        assert!(!single.wait_briefly(), "a single core never spins");
+        assert!(!single.wait_briefly(&mut read), "a single core never spins");
+    }
+
+    #[tokio::test]
+    async fn on_a_bare_socket_the_spin_reads_what_arrives_and_the_reader_hands_it_out_first() {
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let fd = server.as_raw_fd();
+        let server = tokio::net::UnixStream::from_std(server).unwrap();
+        let mut read = SpunRead::new(Box::new(server), true);
+        let mut spin = Spin::new(fd, spinners(1));
+        client.write_all(b"first").unwrap();
+        assert!(spin.wait_briefly(&mut read));
+        assert!(read.holds_bytes(), "the spin read the bytes itself");
+        client.write_all(b" second").unwrap();
+        assert!(
+            spin.wait_briefly(&mut read),
+            "bytes held count as arrived, and the spin reads no more over them"
+        );
+        let mut got = [0u8; 12];
+        read.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"first second", "held bytes first, then the socket's");
+        assert!(!read.holds_bytes());
+        // The end of the stream is left for the reader to see.
+        drop(client);
+        assert!(spin.wait_briefly(&mut read));
+        assert!(!read.holds_bytes());
+        let mut rest = Vec::new();
+        read.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
     }
 }
