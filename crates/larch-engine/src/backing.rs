@@ -429,6 +429,15 @@ impl BackingStore {
         }
     }
 
+    /// Records durably that this volume's log records of earlier runs end at TXG
+    /// `log_through` (see [`larch_object::ObjectVolume::catch_up`]); nothing for a file.
+    pub fn catch_up(&self, log_through: u64) -> io::Result<()> {
+        match self.object() {
+            Some(vol) => vol.catch_up(log_through),
+            None => Ok(()),
+        }
+    }
+
     /// Stages whole blocks (an object store's syncer path: no copy) for the next
     /// [`BackingStore::flush`]; on a file, writes them.
     pub fn stage_blocks(

@@ -194,6 +194,15 @@ impl Engine {
         spec: VolumeSpec,
         backing: Arc<BackingStore>,
     ) -> Result<Arc<VolumeEntry>, String> {
+        // A volume added while a log device takes records may have records from the open
+        // TXG on: an object volume records that none of its log's are older (see
+        // `attach_log_device`).
+        if self.log_device().is_some() {
+            let before_open = self.txg_state().1.saturating_sub(1);
+            backing
+                .catch_up(before_open)
+                .map_err(|e| format!("recording its intent-log state: {e}"))?;
+        }
         self.volumes.register(spec, backing)
     }
 

@@ -80,6 +80,16 @@ pub struct LocalState {
     /// died before it could record `token` (0: none).
     #[serde(default)]
     pub pending_token: u64,
+    /// The commit (its number and the token that made it) another node had made last when
+    /// a run of this node opened the volume and dropped its older intent-log records
+    /// ([`ObjectVolume::catch_up`]): while the root names this commit still, the log's
+    /// records after `log_discard_through` were written on top of it and are replayed
+    /// (0: none recorded).
+    #[serde(default)]
+    pub caught_up_seq: u64,
+    /// The token that made `caught_up_seq`.
+    #[serde(default)]
+    pub caught_up_token: u64,
 }
 
 /// Where a volume writes its [`LocalState`] after each commit (durably: it decides what a
@@ -198,9 +208,12 @@ pub struct ObjectVolume {
     /// Cached copies of blocks in objects written by commits after this one were made by
     /// another node since this node last wrote: stale (`u64::MAX`: none are).
     stale_after: u64,
-    /// Another node committed since this node's last run: its intent-log records of the
-    /// volume are older than what is on the store and must not be replayed.
-    discard_log: bool,
+    /// Another node committed since this node's last run and this run has not recorded
+    /// yet up to which TXG the intent log holds records older than that commit: every
+    /// record of the volume is dropped rather than replayed ([`ObjectVolume::catch_up`]).
+    discard_log: AtomicBool,
+    /// The root's last commit at open: its number and the token that made it.
+    opened_commit: (u64, u64),
     sink: StateSink,
     /// What this node keeps about the volume (written through `sink`).
     local: Mutex<LocalState>,
@@ -446,12 +459,21 @@ impl ObjectVolume {
         // and that record, by the token it recorded as pending before.
         let own = root.committed_by == local.token || root.committed_by == local.pending_token;
         let foreign = root.commit_seq > 0 && !own;
+        // The log is judged apart from the caches. A run that found another node's commit
+        // recorded it, and up to which TXG the log held older records, before it served
+        // (`catch_up`); its own later records sit on top of that commit, so they are
+        // replayed while the root still names it. The caches stay distrusted: that run's
+        // rebuild may have died before it made its tombstones durable.
+        let caught_up =
+            root.commit_seq == local.caught_up_seq && root.committed_by == local.caught_up_token;
+        let discard_log = foreign && !caught_up;
         let mut local = local;
         if root.commit_seq > 0 && own {
             local.token = root.committed_by;
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
         let map = load_map(&handle, &store, &prefix, display, &root)?;
+        let opened_commit = (root.commit_seq, root.committed_by);
         let volume = Arc::new(ObjectVolume {
             store,
             prefix,
@@ -471,7 +493,8 @@ impl ObjectVolume {
             lease_until: Mutex::new(started + options.lease),
             lost: Mutex::new(None),
             stale_after: if foreign { local.seen_seq } else { u64::MAX },
-            discard_log: foreign,
+            discard_log: AtomicBool::new(discard_log),
+            opened_commit,
             sink,
             local: Mutex::new(local),
             cleanups: Mutex::new(Vec::new()),
@@ -519,7 +542,32 @@ impl ObjectVolume {
     /// rather than replayed: another node committed since this node's last run, or a run
     /// since found that and recorded it ([`ObjectVolume::note_log_discarded`]).
     pub fn discards_log_record(&self, txg: u64) -> bool {
-        self.discard_log || txg <= self.local.lock().expect("local lock").log_discard_through
+        self.discard_log.load(Ordering::Acquire)
+            || txg <= self.local.lock().expect("local lock").log_discard_through
+    }
+
+    /// Records durably, once this run's intent-log replay is done and before the volume is
+    /// served or its first record is written, that the log of this volume holds no record
+    /// of an earlier run above TXG `log_through` (this run's records are all numbered
+    /// above it). When another node's commit made this open drop the log, it records that
+    /// commit too: a later run that finds the root still at it replays this run's records
+    /// and drops only those up to `log_through`. Without it, a crash before this run's
+    /// first commit would drop the sync writes it acknowledged. Nothing to do otherwise.
+    pub fn catch_up(&self, log_through: u64) -> io::Result<()> {
+        if !self.discard_log.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut local = self.local.lock().expect("local lock");
+        let next = LocalState {
+            caught_up_seq: self.opened_commit.0,
+            caught_up_token: self.opened_commit.1,
+            log_discard_through: local.log_discard_through.max(log_through),
+            ..*local
+        };
+        (self.sink)(&next)?;
+        *local = next;
+        self.discard_log.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// The TXG up to which this node's log records of the volume are never replayed.

@@ -288,6 +288,16 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Opens the volume, writes `byte` over block `block`, commits and gives the lease up.
+    fn commit_block(&self, store: &Arc<dyn ObjectStore>, block: u64, byte: u8) {
+        let vol = self.open(store, short_lease()).unwrap();
+        vol.write_at(&[byte; BS], block * BS as u64).unwrap();
+        vol.flush().unwrap();
+        vol.release().unwrap();
+    }
+}
+
 fn new_volume(size: u64, object_blocks: u32) -> Arc<dyn ObjectStore> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Root::new(0x1234, size, BS as u32, object_blocks);
@@ -508,6 +518,38 @@ fn one_writer_at_a_time_and_no_stale_copy_after_a_takeover() {
         !va.cached_copy_stale(4),
         "A's own commit is the last: nothing stale"
     );
+    va.release().unwrap();
+}
+
+/// A run that took the volume over records the commit it caught up with: its own log
+/// records (above the TXG it caught up at) are replayed by a later run while no other node
+/// committed since, even if it died before committing itself; its cached copies stay
+/// distrusted.
+#[test]
+fn a_run_that_caught_up_keeps_its_log_records_until_another_commit() {
+    let store = new_volume(16 * BS as u64, 4);
+    let a = Node::new("node-a");
+    let b = Node::new("node-b");
+    a.commit_block(&store, 0, 1);
+    b.commit_block(&store, 4, 2);
+    // A comes back: every record is dropped until it caught up (after its replay).
+    let va = a.open(&store, short_lease()).unwrap();
+    assert!(va.discards_log_record(u64::MAX));
+    va.catch_up(7).unwrap();
+    assert!(va.discards_log_record(7) && !va.discards_log_record(8));
+    drop(va); // a crash before A commits
+    let va = a.open(&store, short_lease()).unwrap();
+    assert!(
+        va.discards_log_record(7) && !va.discards_log_record(8),
+        "the records of the run that caught up would be dropped"
+    );
+    assert!(va.cached_copy_stale(4), "B's object is stale in A's caches");
+    va.release().unwrap();
+    drop(va);
+    // B commits again: A's log is older than the store once more.
+    b.commit_block(&store, 4, 3);
+    let va = a.open(&store, short_lease()).unwrap();
+    assert!(va.discards_log_record(u64::MAX));
     va.release().unwrap();
 }
 

@@ -277,6 +277,19 @@ impl Engine {
             self.txg.start_at(next);
             (device, replayed)
         };
+        // Before the log takes records: an object volume whose replay dropped every record
+        // (another node had committed) records that commit and that the log holds nothing
+        // of earlier runs above the TXG before the open one, so that a crash before this
+        // run's first commit drops none of the records it is about to write.
+        let before_open = self.txg.lock().open_txg.saturating_sub(1);
+        for vol in self.volumes.all() {
+            vol.backing.catch_up(before_open).map_err(|e| {
+                io::Error::other(format!(
+                    "volume {:#x}: recording its intent-log state: {e}",
+                    vol.info.guid
+                ))
+            })?;
+        }
         // The log takes over now: writers decide under the TXG lock whether they keep
         // records, so every write that joins after this has one, and the ones before it
         // are in the open TXG or older, which a FLUSH answered from the log waits for
