@@ -204,17 +204,16 @@ fn open_object_backing(
     let settings = v.s3.clone().unwrap_or_default();
     let store = larch_object::s3::client(&location, &settings)?;
     let name = object_state_file(v.guid);
-    let local = match fs::read_to_string(state_dir.join(&name)) {
-        Ok(text) => serde_json::from_str(&text)
+    let state_path = state_dir.join(&name);
+    let local = match fs::read(&state_path) {
+        Ok(bytes) => larch_object::LocalState::decode(&bytes)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => larch_object::LocalState::default(),
         Err(e) => return Err(e),
     };
     let dir = state_dir.to_path_buf();
-    let sink: larch_object::StateSink = Box::new(move |state| {
-        let text = serde_json::to_string(state).map_err(io::Error::other)?;
-        write_state_file(&dir, &name, text.as_bytes())
-    });
+    let sink: larch_object::StateSink =
+        Box::new(move |state| write_state_file(&dir, &name, &state.encode()));
     let options = larch_object::Options {
         lease: settings.lease(),
         // The engine reads and writes the volume in its volblocksize: a root that says
@@ -231,7 +230,16 @@ fn open_object_backing(
         local,
         options,
         sink,
-    )?;
+    )
+    .map_err(|e| match e.kind() {
+        // Refusals that this node's record of the volume decides (a root older than the
+        // commits it saw) say where that record is.
+        io::ErrorKind::InvalidData => io::Error::new(
+            e.kind(),
+            format!("{e} (local state: {})", state_path.display()),
+        ),
+        _ => e,
+    })?;
     Ok(BackingStore::on_object(url, vol, v.latency))
 }
 

@@ -69,6 +69,9 @@ pub enum Kind {
     Root = 1,
     /// A map page.
     MapPage = 2,
+    /// What a node keeps locally about a volume between its runs (a file in its pool's
+    /// state directory, never on the store: `LocalState`).
+    LocalState = 3,
 }
 
 /// Why bytes read from the store are not what they claim to be.
@@ -97,6 +100,7 @@ fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Root => "volume root",
         Kind::MapPage => "map page",
+        Kind::LocalState => "local volume state",
     }
 }
 

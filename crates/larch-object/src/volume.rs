@@ -61,11 +61,21 @@ impl Default for Options {
     }
 }
 
-/// What a node keeps locally about a volume between its runs: the fencing token of its
-/// last run that committed, the last commit it knows (its caches hold nothing newer), and
-/// up to which TXG its intent log's records of the volume are stale.
+/// What a node keeps locally about a volume between its runs: which volume of the store
+/// it is, the fencing token of its last run that committed, the last commit it knows (its
+/// caches hold nothing newer), and up to which TXG its intent log's records of the volume
+/// are stale.
+///
+/// Its file ([`LocalState::encode`]) is an envelope of kind [`layout::Kind::LocalState`]
+/// around a JSON body (version 1). Files written before (version 0: the bare JSON, without
+/// `volume`) still load.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalState {
+    /// The store's id of the volume these numbers belong to (the root's `volume`; 0: a
+    /// version-0 file, which did not record it). A root with another id is a volume new
+    /// to this node: nothing recorded here applies to it.
+    #[serde(default)]
+    pub volume: u64,
     /// The token of this node's last run that committed (0: none).
     pub token: u64,
     /// The last commit this node made or saw made.
@@ -90,6 +100,43 @@ pub struct LocalState {
     /// The token that made `caught_up_seq`.
     #[serde(default)]
     pub caught_up_token: u64,
+}
+
+impl LocalState {
+    /// The bytes of its file.
+    pub fn encode(&self) -> Vec<u8> {
+        let body = serde_json::to_vec(self).expect("a local state serializes");
+        layout::seal(layout::Kind::LocalState, &body)
+    }
+
+    /// Parses the bytes of its file, either version: an envelope (checked) or a version-0
+    /// file's bare JSON object.
+    pub fn decode(bytes: &[u8]) -> Result<LocalState, layout::LayoutError> {
+        let body = if bytes.first() == Some(&b'{') {
+            bytes
+        } else {
+            layout::open(layout::Kind::LocalState, bytes)?
+        };
+        serde_json::from_slice(body)
+            .map_err(|e| layout::LayoutError::Parse("local volume state", e.to_string()))
+    }
+
+    /// This state applied to the volume whose root is `root`: itself, or, when it was
+    /// recorded for another volume (one deleted and created again at this address), a
+    /// fresh one that keeps only the TXG bound of the log (TXG numbers stay above it).
+    fn for_volume(self, root: &Root) -> LocalState {
+        if self.volume == 0 || self.volume == root.volume {
+            return LocalState {
+                volume: root.volume,
+                ..self
+            };
+        }
+        LocalState {
+            volume: root.volume,
+            log_discard_through: self.log_discard_through,
+            ..LocalState::default()
+        }
+    }
 }
 
 /// Where a volume writes its [`LocalState`] after each commit (durably: it decides what a
@@ -451,24 +498,30 @@ impl ObjectVolume {
         } else {
             format!("{prefix}/")
         };
-        let (root, etag, started) = acquire(&handle, &store, &prefix, display, node, options)?;
+        let (root, etag, started) =
+            acquire(&handle, &store, &prefix, display, node, &local, options)?;
         let token = root.lease.token;
+        // A volume this node knew under another id was deleted and created again here: its
+        // caches and its log hold the old volume's bytes, none of which may be served.
+        let recreated = local.volume != 0 && local.volume != root.volume;
+        let local = local.for_volume(&root);
         // Caches and log of this node are trustworthy only if no other node committed
         // since this node's last run that committed. That run is known by the token it
         // recorded after its last commit or, when it died between a commit's root write
         // and that record, by the token it recorded as pending before.
         let own = root.committed_by == local.token || root.committed_by == local.pending_token;
-        let foreign = root.commit_seq > 0 && !own;
+        let foreign = recreated || (root.commit_seq > 0 && !own);
         // The log is judged apart from the caches. A run that found another node's commit
         // recorded it, and up to which TXG the log held older records, before it served
         // (`catch_up`); its own later records sit on top of that commit, so they are
         // replayed while the root still names it. The caches stay distrusted: that run's
         // rebuild may have died before it made its tombstones durable.
-        let caught_up =
-            root.commit_seq == local.caught_up_seq && root.committed_by == local.caught_up_token;
+        let caught_up = local.caught_up_seq > 0
+            && root.commit_seq == local.caught_up_seq
+            && root.committed_by == local.caught_up_token;
         let discard_log = foreign && !caught_up;
         let mut local = local;
-        if root.commit_seq > 0 && own {
+        if root.commit_seq > 0 && own && !recreated {
             local.token = root.committed_by;
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
@@ -1478,6 +1531,7 @@ fn acquire(
     prefix: &str,
     display: &str,
     node: &str,
+    local: &LocalState,
     options: Options,
 ) -> io::Result<(Root, UpdateVersion, Instant)> {
     for _ in 0..8 {
@@ -1513,6 +1567,26 @@ fn acquire(
                     "{display}: the volume's root says {} bytes, but it is opened as a volume \
                      of {expected} bytes: refused before its map is read",
                     root.size_bytes
+                ),
+            ));
+        }
+        // Commit numbers of a volume only go up, and this node records only those that
+        // landed: a root behind them is the store gone back in time (a replica failover,
+        // a restore from backup, an old root copied back). Serving it would mix its older
+        // bytes with this node's newer cached copies, and the collection of garbage would
+        // delete the newer commits' objects, the only copies left of them.
+        if (local.volume == 0 || local.volume == root.volume) && root.commit_seq < local.seen_seq {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{display}: the volume's root is at commit {}, but this node has seen \
+                     commit {} of it: the store went back in time (a failover to a replica \
+                     behind it, a restore, an old root copied back); refused before \
+                     anything is written or deleted. If the store's state is the one to keep, \
+                     remove this node's local state of the volume: the volume then opens as \
+                     one new to this node (its cached copies and intent-log records of it are \
+                     dropped)",
+                    root.commit_seq, local.seen_seq
                 ),
             ));
         }
@@ -1676,6 +1750,31 @@ mod tests {
         let mut buf = vec![0u8; BS];
         vol.read_at(&mut buf, block * BS as u64).unwrap();
         buf.iter().all(|&b| b == buf[0]).then_some(buf[0])
+    }
+
+    /// The local state's file is an envelope; version-0 files (bare JSON, no volume id)
+    /// still load; a damaged file is refused, not taken for a blank state.
+    #[test]
+    fn local_state_files_of_either_version_load_and_damage_is_refused() {
+        let state = LocalState {
+            volume: 0x1234,
+            token: 5,
+            seen_seq: 10,
+            log_discard_through: 7,
+            pending_token: 5,
+            caught_up_seq: 3,
+            caught_up_token: 2,
+        };
+        let bytes = state.encode();
+        assert_eq!(LocalState::decode(&bytes), Ok(state));
+        let old = br#"{"token":5,"seen_seq":10,"log_discard_through":7,"pending_token":5}"#;
+        let loaded = LocalState::decode(old).unwrap();
+        assert_eq!((loaded.volume, loaded.token, loaded.seen_seq), (0, 5, 10));
+        let mut damaged = bytes.clone();
+        *damaged.last_mut().unwrap() ^= 1;
+        assert!(LocalState::decode(&damaged).is_err());
+        assert!(LocalState::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(LocalState::decode(b"").is_err());
     }
 
     #[test]

@@ -553,6 +553,78 @@ fn a_run_that_caught_up_keeps_its_log_records_until_another_commit() {
     va.release().unwrap();
 }
 
+/// A volume deleted and created again at the same address is a new volume to a node that
+/// knew the old one: none of its cached copies are trusted and its intent log is dropped,
+/// even when the new volume's tokens happen to repeat the old one's. Before, the node's
+/// local state (which did not name the volume) made the new volume look like its own.
+#[test]
+fn a_volume_created_again_at_the_same_address_is_new_to_a_node_that_knew_the_old_one() {
+    let old = new_volume(16 * BS as u64, 4);
+    let a = Node::new("node-a");
+    let va = a.open(&old, short_lease()).unwrap();
+    for byte in 1..=3 {
+        va.write_at(&[byte; BS], 0).unwrap();
+        va.flush().unwrap();
+    }
+    va.release().unwrap();
+    drop(va);
+    let saved = *a.local.lock().unwrap();
+    assert_eq!((saved.volume, saved.token, saved.seen_seq), (0x1234, 1, 3));
+    // The new volume, with another id; B commits one block of object 0 once, with token
+    // 1 as A's old run had.
+    let new: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x5678, 16 * BS as u64, BS as u32, 4);
+    larch_object::create(&new, "vols/a/", "mem://vols/a", &root).unwrap();
+    Node::new("node-b").commit_block(&new, 1, 9);
+    let va = a.open(&new, short_lease()).unwrap();
+    assert!(
+        va.cached_copy_stale(0) && va.cached_copy_stale(15),
+        "the old volume's cached copies are trusted"
+    );
+    assert!(
+        va.discards_log_record(u64::MAX),
+        "the old volume's log is replayed"
+    );
+    va.catch_up(3).unwrap();
+    let now = *a.local.lock().unwrap();
+    assert_eq!((now.volume, now.token, now.seen_seq), (0x5678, 0, 0));
+    va.release().unwrap();
+}
+
+/// A root older than the last commit this node saw (a store that went back in time) is
+/// refused before anything is written or deleted; before, the node took it for its own,
+/// kept its newer cached copies and its collection deleted the newer commit's objects.
+#[test]
+fn a_root_behind_the_commits_this_node_saw_is_refused() {
+    let store = new_volume(16 * BS as u64, 4);
+    let a = Node::new("node-a");
+    let va = a.open(&store, short_lease()).unwrap();
+    va.write_at(&[1u8; BS], 0).unwrap();
+    va.flush().unwrap();
+    let first = get(&store, "vols/a/larch-volume");
+    va.write_at(&[2u8; BS], 0).unwrap();
+    va.flush().unwrap();
+    va.release().unwrap();
+    drop(va);
+    let before = names(&store);
+    put(&store, "vols/a/larch-volume", first.to_vec());
+    let err = a.open(&store, short_lease()).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("at commit 1") && text.contains("seen commit 2"),
+        "{text}"
+    );
+    assert!(text.contains("remove this node's local state"), "{text}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(names(&store), before, "objects deleted or written");
+    assert_eq!(
+        get(&store, "vols/a/larch-volume"),
+        first,
+        "the root was written"
+    );
+}
+
 #[test]
 fn a_fenced_node_cannot_commit_or_read() {
     let store = new_volume(16 * BS as u64, 4);
