@@ -202,6 +202,9 @@ fn open_object_backing(
 ) -> io::Result<BackingStore> {
     let location = larch_object::s3::Location::parse(url).map_err(io::Error::other)?;
     let settings = v.s3.clone().unwrap_or_default();
+    settings
+        .check()
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {why}")))?;
     let store = larch_object::s3::client(&location, &settings)?;
     let name = object_state_file(v.guid);
     let state_path = state_dir.join(&name);

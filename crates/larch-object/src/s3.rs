@@ -93,16 +93,41 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// How long the lease lasts unless renewed.
+    /// How long the lease lasts unless renewed (within the bounds [`Settings::check`]
+    /// enforces).
     pub fn lease(&self) -> Duration {
-        Duration::from_secs(self.lease_secs.unwrap_or(60).max(2))
+        Duration::from_secs(self.lease_secs.unwrap_or(60).clamp(2, MAX_LEASE_SECS))
     }
 
-    /// How long one request may keep being retried.
+    /// How long one request may keep being retried (within the bounds
+    /// [`Settings::check`] enforces).
     pub fn stall(&self) -> Duration {
-        Duration::from_secs(self.stall_secs.unwrap_or(30).max(1))
+        Duration::from_secs(self.stall_secs.unwrap_or(30).clamp(1, MAX_LEASE_SECS - 1))
+    }
+
+    /// Why these settings cannot be used, if they cannot: a lease of 2 s to
+    /// [`MAX_LEASE_SECS`], and a stall of at least 1 s and below the lease (a node
+    /// retrying past its lease would write after another node may have taken over).
+    pub fn check(&self) -> Result<(), String> {
+        let lease = self.lease_secs.unwrap_or(60);
+        let stall = self.stall_secs.unwrap_or(30);
+        if !(2..=MAX_LEASE_SECS).contains(&lease) {
+            return Err(format!(
+                "the lease of {lease} s is not from 2 s to {MAX_LEASE_SECS} s (a day)"
+            ));
+        }
+        if stall == 0 || stall >= lease {
+            return Err(format!(
+                "the stall bound of {stall} s is not from 1 s to below the lease ({lease} s)"
+            ));
+        }
+        Ok(())
     }
 }
+
+/// The longest lease accepted, seconds (a day): a lease is renewed every quarter of it,
+/// and a node that stops makes others wait that long.
+pub const MAX_LEASE_SECS: u64 = 86_400;
 
 /// Without the `s3` feature there is no client: the message says how to get one.
 #[cfg(not(feature = "s3"))]
@@ -253,6 +278,25 @@ pub fn client(location: &Location, settings: &Settings) -> io::Result<Arc<dyn Ob
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_lease_and_stall_settings_are_refused_and_never_overflow() {
+        let with = |lease: Option<u64>, stall: Option<u64>| Settings {
+            lease_secs: lease,
+            stall_secs: stall,
+            ..Settings::default()
+        };
+        assert_eq!(with(None, None).check(), Ok(()));
+        assert_eq!(with(Some(MAX_LEASE_SECS), Some(30)).check(), Ok(()));
+        let huge = with(Some(u64::MAX), None);
+        let err = huge.check().unwrap_err();
+        assert!(err.contains(&u64::MAX.to_string()), "{err}");
+        assert_eq!(huge.lease(), Duration::from_secs(MAX_LEASE_SECS));
+        assert!(with(Some(1), None).check().is_err());
+        assert!(with(Some(60), Some(0)).check().is_err());
+        assert!(with(Some(60), Some(60)).check().is_err());
+        assert!(with(None, Some(u64::MAX)).stall() < huge.lease());
+    }
 
     #[test]
     fn locations_parse_or_say_why_not() {

@@ -49,6 +49,32 @@ pub struct Options {
     pub size_bytes: Option<u64>,
 }
 
+impl Options {
+    /// The longest lease or skew accepted (a day): every expiry is computed from the clock
+    /// plus these, and a larger value (from a hand-edited `pool.json`) would overflow it.
+    pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
+    /// Why these options cannot be used, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease.is_zero() || self.lease > Options::MAX_DURATION {
+            return Err(format!(
+                "a lease of {:?} is not above zero and at most a day",
+                self.lease
+            ));
+        }
+        if self.skew > Options::MAX_DURATION {
+            return Err(format!(
+                "a clock skew of {:?} is more than a day",
+                self.skew
+            ));
+        }
+        if self.uploads == 0 {
+            return Err("uploads at once must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {
@@ -491,6 +517,9 @@ impl ObjectVolume {
         options: Options,
         sink: StateSink,
     ) -> io::Result<Arc<ObjectVolume>> {
+        options.check().map_err(|why| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}"))
+        })?;
         let runtime = new_runtime()?;
         let handle = runtime.handle().clone();
         let prefix = if prefix.is_empty() || prefix.ends_with('/') {

@@ -625,6 +625,45 @@ fn a_root_behind_the_commits_this_node_saw_is_refused() {
     );
 }
 
+/// An absurd lease or skew (a hand-edited pool.json) is refused with a clear error; before,
+/// computing the lease's end panicked ("overflow when adding duration to instant").
+#[test]
+fn absurd_options_are_refused_without_a_panic() {
+    let store = new_volume(16 * BS as u64, 4);
+    let a = Node::new("node-a");
+    for options in [
+        Options {
+            lease: Duration::from_secs(u64::MAX),
+            ..Options::default()
+        },
+        Options {
+            lease: Duration::ZERO,
+            ..Options::default()
+        },
+        Options {
+            skew: Duration::from_secs(u64::MAX),
+            ..Options::default()
+        },
+        Options {
+            uploads: 0,
+            ..Options::default()
+        },
+    ] {
+        let err = a.open(&store, options).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            io::ErrorKind::InvalidInput,
+            "{options:?}: {err}"
+        );
+    }
+    // Nothing was taken: another node opens at once.
+    Node::new("node-b")
+        .open(&store, short_lease())
+        .unwrap()
+        .release()
+        .unwrap();
+}
+
 #[test]
 fn a_fenced_node_cannot_commit_or_read() {
     let store = new_volume(16 * BS as u64, 4);
