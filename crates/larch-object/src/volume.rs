@@ -1500,12 +1500,33 @@ impl ObjectVolume {
         let stats = self.stats_handle();
         let token = self.token;
         let stop = Arc::clone(&self.stop);
+        let display = self.display.clone();
         let task = self.handle.spawn(async move {
             for dir in ["data", "map"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
                 let mut found = store.list(Some(&listing));
                 let mut doomed = Vec::new();
-                while let Some(Ok(meta)) = found.next().await {
+                let mut listed = 0u64;
+                while let Some(next) = found.next().await {
+                    // A listing that fails (after the client's retries, or at a key
+                    // object_store cannot take for a path) ends this directory's share of
+                    // the collection: what it found is still deleted, the rest waits for
+                    // the next open. Said, since nothing else shows it.
+                    let meta = match next {
+                        Ok(meta) => meta,
+                        Err(err) => {
+                            stats.errors.fetch_add(1, Ordering::Relaxed);
+                            eprintln!(
+                                "larch: {display}: the collection of garbage stopped listing \
+                                 {dir}/ after {listed} keys ({} of them garbage, deleted \
+                                 now); any garbage after them stays on the store until the \
+                                 volume's next open: {err}",
+                                doomed.len()
+                            );
+                            break;
+                        }
+                    };
+                    listed += 1;
                     let full = meta.location.to_string();
                     let name = full.strip_prefix(&prefix).unwrap_or(&full);
                     if let Some((_, _, v)) = layout::parse_name(name)

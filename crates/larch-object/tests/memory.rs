@@ -56,6 +56,8 @@ struct Faults {
     stale_root: Mutex<Option<Path>>,
     /// Listings wait while this is set.
     hold_listings: AtomicBool,
+    /// Listings still to fail at once (a listing error after the client's retries).
+    fail_listings: AtomicUsize,
     /// How long each PUT of a data object takes, ms.
     data_put_delay_ms: AtomicU64,
     /// PUTs of data objects started.
@@ -189,6 +191,13 @@ impl ObjectStore for Faulty {
         let inner = Arc::clone(&self.inner);
         let faults = Arc::clone(&self.faults);
         let prefix = prefix.cloned();
+        if take_one(&self.faults.fail_listings) {
+            let err = object_store::Error::Generic {
+                store: "Faulty",
+                source: "listing refused (503)".into(),
+            };
+            return stream::once(async move { Err(err) }).boxed();
+        }
         // The listing starts (and the store is looked at) only once the hold is lifted.
         stream::once(async move {
             while faults.hold_listings.load(Ordering::Relaxed) {
@@ -884,6 +893,40 @@ fn a_node_that_stopped_collects_no_garbage() {
         "deleted after the release"
     );
     assert_eq!(vol.stats.garbage_deleted.load(Ordering::Relaxed), 0);
+}
+
+/// A listing that fails ends the collection of its directory, counted as an error; the
+/// other directory is still collected (before, the failure went unseen).
+#[test]
+fn a_listing_error_is_counted_and_the_rest_still_collected() {
+    let memory = new_volume(16 * BS as u64, 4);
+    let z = Node::new("node-z");
+    z.open(&memory, Options::default())
+        .unwrap()
+        .release()
+        .unwrap();
+    let old = Version { seq: 9, token: 1 };
+    let data = format!("vols/a/{}", layout::data_name(0, old));
+    let page = format!("vols/a/{}", layout::page_name(0, old));
+    put(&memory, &data, vec![0u8; 64]);
+    put(&memory, &page, vec![0u8; 64]);
+    let (store, faults) = faulty(&memory);
+    // The collection lists data/ first: that listing fails.
+    faults.fail_listings.store(1, Ordering::Relaxed);
+    let vol = Node::new("node-a")
+        .open(&store, Options::default())
+        .unwrap();
+    for _ in 0..100 {
+        if !names(&memory).contains(&page) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = names(&memory);
+    assert!(!left.contains(&page), "map/ was not collected: {left:?}");
+    assert!(left.contains(&data), "data/ was listed: {left:?}");
+    assert_eq!(vol.stats.errors.load(Ordering::Relaxed), 1);
+    vol.release().unwrap();
 }
 
 #[test]
