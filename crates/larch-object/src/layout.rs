@@ -51,6 +51,10 @@ pub const MAX_ROOT_BYTES: u64 = ENVELOPE_HEADER as u64 + MAX_ENVELOPE_BODY;
 /// refuses an object of another size before reading its body.
 pub const PAGE_BYTES: u64 = ENVELOPE_HEADER as u64 + PAGE_OBJECTS * 16;
 
+/// Longest lease owner's name [`Root::largest_bytes`] allows for (a node's name is its
+/// host name, at most 64 bytes on Linux, a `/` and 16 hex digits).
+pub const OWNER_BYTES_MAX: usize = 1024;
+
 /// Largest data object accepted, counting its blocks without their trailers (what
 /// `--object-size` sets): one PUT each, and a commit holds a few dozen in memory.
 pub const MAX_OBJECT_BYTES: u64 = 64 << 20;
@@ -264,7 +268,7 @@ impl Root {
         }
         // Pages in range and strictly ascending: a root names at most the pages the
         // volume's size needs, so the map it loads is bounded by the size too.
-        let pages = self.objects().div_ceil(PAGE_OBJECTS);
+        let pages = self.pages_max();
         if self
             .pages
             .iter()
@@ -276,6 +280,99 @@ impl Root {
             return Err("map pages out of order".into());
         }
         Ok(())
+    }
+
+    /// Why a new volume of this geometry cannot be created, if it cannot: what
+    /// [`Root::decode`] refuses, and a geometry whose root, once every map page is
+    /// written, would be larger than a reader accepts ([`MAX_ROOT_BYTES`]). Such a volume
+    /// would work until most of it was written and then never open again. Not part of
+    /// `decode`'s checks: a volume created before this one existed stays readable.
+    pub fn check_new(&self) -> Result<(), String> {
+        self.check()?;
+        let largest = self.largest_bytes();
+        if largest <= MAX_ROOT_BYTES {
+            return Ok(());
+        }
+        let object_bytes = u64::from(self.object_blocks) * u64::from(self.block_bytes);
+        let advice = match self.smallest_object_blocks() {
+            Some(blocks) => format!(
+                "use objects of at least {} bytes ({blocks} blocks of {})",
+                u64::from(blocks) * u64::from(self.block_bytes),
+                self.block_bytes
+            ),
+            None => "no object size works for this size".into(),
+        };
+        Err(format!(
+            "a volume of {} bytes in objects of {object_bytes} bytes has {} map pages, and \
+             its root would grow to {largest} bytes once all are written, more than the \
+             {MAX_ROOT_BYTES} a reader accepts: {advice}",
+            self.size_bytes,
+            self.pages_max()
+        ))
+    }
+
+    /// Map pages of the volume: a root names at most this many.
+    fn pages_max(&self) -> u64 {
+        self.objects().div_ceil(PAGE_OBJECTS)
+    }
+
+    /// Bytes of the largest root of this geometry: every map page named, every number at
+    /// its widest, and a lease owner's name of [`OWNER_BYTES_MAX`] bytes. Every entry of
+    /// the page list encodes to the same length here, so the size is that of a root with
+    /// one page plus the others' share.
+    pub fn largest_bytes(&self) -> u64 {
+        let pages = self.pages_max().max(1);
+        let widest = |count: usize| {
+            let mut root = self.clone();
+            let counter = COUNTER_LIMIT - 1;
+            root.commit_seq = counter;
+            root.committed_by = counter;
+            root.committed_ms = u64::MAX;
+            root.lease = Lease {
+                owner: "n".repeat(OWNER_BYTES_MAX),
+                token: counter,
+                expires_ms: u64::MAX,
+                duration_ms: u64::MAX,
+            };
+            let page = PageRef {
+                page: pages - 1,
+                version: Version {
+                    seq: counter,
+                    token: counter,
+                },
+                checksum: u64::MAX,
+            };
+            root.pages = vec![page; count];
+            root.encode().len() as u64
+        };
+        let one = widest(1);
+        let per_page = widest(2) - one;
+        one + (pages - 1) * per_page
+    }
+
+    /// The fewest blocks per object with which a volume of this size and block size has
+    /// a root a reader accepts (`None`: none up to [`MAX_OBJECT_BYTES`]).
+    pub fn smallest_object_blocks(&self) -> Option<u32> {
+        let most = u32::try_from(MAX_OBJECT_BYTES / u64::from(self.block_bytes)).ok()?;
+        let fits = |blocks: u32| {
+            let mut root = self.clone();
+            root.object_blocks = blocks;
+            root.largest_bytes() <= MAX_ROOT_BYTES
+        };
+        if !fits(most) {
+            return None;
+        }
+        // The root shrinks as objects grow: the first size that fits, by bisection.
+        let (mut low, mut high) = (1, most);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if fits(mid) {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        Some(low)
     }
 
     /// Bytes of one block record (block and trailer).
@@ -589,6 +686,55 @@ mod tests {
         assert!(Root::decode(&crowded.encode()).is_err());
         crowded.pages = vec![page(0), page(0)];
         assert!(Root::decode(&crowded.encode()).is_err());
+    }
+
+    #[test]
+    fn a_root_that_could_outgrow_what_readers_accept_is_refused_at_create() {
+        // The bound is that of a real root: every page named, every number at its widest.
+        let mut full = Root::new(7, 3 * PAGE_OBJECTS * 4096, 4096, 1);
+        full.commit_seq = COUNTER_LIMIT - 1;
+        full.committed_by = COUNTER_LIMIT - 1;
+        full.committed_ms = u64::MAX;
+        full.lease = Lease {
+            owner: "n".repeat(OWNER_BYTES_MAX),
+            token: COUNTER_LIMIT - 1,
+            expires_ms: u64::MAX,
+            duration_ms: u64::MAX,
+        };
+        let widest = Version {
+            seq: COUNTER_LIMIT - 1,
+            token: COUNTER_LIMIT - 1,
+        };
+        full.pages = (0..3)
+            .map(|page| PageRef {
+                page,
+                version: widest,
+                checksum: u64::MAX,
+            })
+            .collect();
+        assert_eq!(full.encode().len() as u64, full.largest_bytes());
+        assert_eq!(Root::decode(&full.encode()).unwrap(), full);
+        assert_eq!(full.check_new(), Ok(()));
+
+        // 8 TiB in 4 KiB objects: its root would pass 64 MiB. The advice is the smallest
+        // object size that fits, and it does.
+        let big = Root::new(7, 8 << 40, 4096, 1);
+        assert!(big.largest_bytes() > MAX_ROOT_BYTES);
+        let err = big.check_new().unwrap_err();
+        let blocks = big.smallest_object_blocks().unwrap();
+        let fitting = u64::from(blocks) * 4096;
+        assert!(err.contains(&format!("at least {fitting} bytes")), "{err}");
+        let with = |blocks| Root::new(7, 8 << 40, 4096, blocks);
+        assert_eq!(with(blocks).check_new(), Ok(()));
+        assert!(with(blocks - 1).check_new().is_err());
+        // What docs/object-store.md says: the largest volume fits in the default 1 MiB
+        // objects, and 8 KiB objects stop fitting at about 11.7 TiB.
+        assert_eq!(
+            Root::new(7, MAX_VOLUME_BYTES, 4096, 256).check_new(),
+            Ok(())
+        );
+        assert_eq!(Root::new(7, 11 << 40, 8192, 1).check_new(), Ok(()));
+        assert!(Root::new(7, 12 << 40, 8192, 1).check_new().is_err());
     }
 
     #[test]

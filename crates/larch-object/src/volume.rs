@@ -472,13 +472,16 @@ pub fn probe(
 
 /// Creates a new, empty volume under `prefix` (a root with no commit, no lease). Fails
 /// with `AlreadyExists` when a root is there (conditional create: two creators cannot
-/// both win).
+/// both win), and with `InvalidInput` for a geometry [`Root::check_new`] refuses (its
+/// root could outgrow what a reader accepts).
 pub fn create(
     store: &Arc<dyn ObjectStore>,
     prefix: &str,
     display: &str,
     root: &Root,
 ) -> io::Result<()> {
+    root.check_new()
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}")))?;
     let runtime = new_runtime()?;
     let store = Arc::clone(store);
     let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));

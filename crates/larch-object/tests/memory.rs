@@ -929,6 +929,26 @@ fn a_listing_error_is_counted_and_the_rest_still_collected() {
     vol.release().unwrap();
 }
 
+/// A geometry whose root would outgrow what a reader accepts once the volume is written
+/// (8 TiB in 4 KiB objects) is refused at create, before anything reaches the store; before,
+/// it was created and became unopenable once most of it was written.
+#[test]
+fn a_volume_whose_root_could_outgrow_the_readers_limit_is_not_created() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x1234, 8 << 40, 4096, 1);
+    let err = larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("mem://vols/a: ") && text.contains("use objects of at least"),
+        "{text}"
+    );
+    assert!(names(&store).is_empty(), "{:?}", names(&store));
+    let blocks = root.smallest_object_blocks().unwrap();
+    let fits = Root::new(0x1234, 8 << 40, 4096, blocks);
+    larch_object::create(&store, "vols/a/", "mem://vols/a", &fits).unwrap();
+}
+
 #[test]
 fn a_volume_of_another_block_size_is_refused() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
