@@ -165,26 +165,19 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 object_size_bytes: None,
             };
             if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
-                if s3_lease_secs < 2 || s3_stall_secs == 0 || s3_stall_secs >= s3_lease_secs {
-                    bail!(
-                        "--s3-stall-secs ({s3_stall_secs}) must be at least 1 and below \
-                         --s3-lease-secs ({s3_lease_secs}): a node retrying past its lease \
-                         stops serving the volume anyway"
-                    );
-                }
+                let settings = s3_settings(
+                    s3_endpoint,
+                    s3_region,
+                    s3_profile,
+                    s3_stall_secs,
+                    s3_lease_secs,
+                )?;
                 if let Some(other) = config.volumes.iter().find(|v| v.object_url() == Some(url)) {
                     bail!(
                         "{url} is the backing store of volume {} already",
                         other.name
                     );
                 }
-                let settings = larch_object::s3::Settings {
-                    endpoint: s3_endpoint,
-                    region: s3_region,
-                    profile: s3_profile,
-                    stall_secs: Some(s3_stall_secs),
-                    lease_secs: Some(s3_lease_secs),
-                };
                 let (size, block_bytes, created) =
                     object_volume(url, &settings, size, volume.volblocksize, object_size)?;
                 volume.volblocksize = block_bytes;
@@ -270,6 +263,29 @@ fn unreplayed_log_records(path: &std::path::Path) -> u64 {
         .map_or(0, |log| log.records_to_replay)
 }
 
+/// The object-store settings of `larch volume add`, refused (naming the flags) when the
+/// pool would refuse them at its next start (`Settings::check`: a lease of 2 s to a day,
+/// a stall bound from 1 s to below the lease).
+fn s3_settings(
+    endpoint: Option<String>,
+    region: Option<String>,
+    profile: Option<String>,
+    stall_secs: u64,
+    lease_secs: u64,
+) -> anyhow::Result<larch_object::s3::Settings> {
+    let settings = larch_object::s3::Settings {
+        endpoint,
+        region,
+        profile,
+        stall_secs: Some(stall_secs),
+        lease_secs: Some(lease_secs),
+    };
+    if let Err(why) = settings.check() {
+        bail!("--s3-lease-secs {lease_secs} with --s3-stall-secs {stall_secs}: {why}");
+    }
+    Ok(settings)
+}
+
 /// Creates the object-store volume at `url`, or adopts the one there: returns its size,
 /// block size and whether it was created. Every way it can fail (no credentials, the
 /// endpoint unreachable, access denied, no bucket, a root that does not parse, a size or
@@ -317,4 +333,29 @@ fn object_volume(
     let root = larch_object::layout::Root::new(new_guid(), size, volblocksize, object_blocks);
     larch_object::create(&store, &prefix, &display, &root)?;
     Ok((size, volblocksize, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `volume add` refuses what the pool would refuse at start (before, a lease above a
+    /// day was recorded in pool.json and every `larch serve` refused the volume).
+    #[test]
+    fn s3_settings_the_pool_would_refuse_are_refused_at_add() {
+        let with = |stall, lease| s3_settings(None, None, None, stall, lease);
+        let settings = with(30, 60).unwrap();
+        assert_eq!(settings.check(), Ok(()));
+        assert_eq!(settings.lease_secs, Some(60));
+        for (stall, lease) in [(30, u64::MAX), (30, 86_401), (1, 1), (0, 60), (60, 60)] {
+            let err = with(stall, lease).expect_err("accepted").to_string();
+            assert!(
+                err.contains(&format!(
+                    "--s3-lease-secs {lease} with --s3-stall-secs {stall}"
+                )),
+                "{err}"
+            );
+        }
+        assert!(with(30, 86_400).is_ok());
+    }
 }
