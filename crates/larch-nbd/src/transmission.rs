@@ -394,14 +394,28 @@ pub fn read_frame(cookie: u64, offset: u64, data: ReadData, structured: bool, df
         }
         return Frame { parts };
     }
-    let last = segments.len() - 1;
-    let mut pos = offset;
-    for (i, seg) in segments.into_iter().enumerate() {
-        let flags = if i == last { chunk::FLAG_DONE } else { 0 };
+    // Neighbouring data segments (an export's blocks) share one chunk: the spec asks for
+    // as few chunks as may be, and a 32 MiB read of 4K blocks would otherwise be 8,192.
+    // Runs of zeroes keep chunks of their own (holes, 12 bytes each).
+    let mut runs: Vec<(Option<Vec<Bytes>>, usize)> = Vec::new();
+    for seg in segments {
         let len = seg.len_bytes();
+        match (seg, runs.last_mut()) {
+            (ReadSegment::Data(b), Some((Some(run), run_len))) => {
+                run.push(b);
+                *run_len += len;
+            }
+            (ReadSegment::Data(b), _) => runs.push((Some(vec![b]), len)),
+            (ReadSegment::Zeroes(_), _) => runs.push((None, len)),
+        }
+    }
+    let last = runs.len() - 1;
+    let mut pos = offset;
+    for (i, (run, len)) in runs.into_iter().enumerate() {
+        let flags = if i == last { chunk::FLAG_DONE } else { 0 };
         let mut head = Vec::with_capacity(CHUNK_HEADER_LEN_BYTES + 12);
-        match seg {
-            ReadSegment::Data(b) => {
+        match run {
+            Some(data) => {
                 head.extend_from_slice(&chunk_header(
                     flags,
                     chunk::OFFSET_DATA,
@@ -410,12 +424,12 @@ pub fn read_frame(cookie: u64, offset: u64, data: ReadData, structured: bool, df
                 ));
                 head.extend_from_slice(&pos.to_be_bytes());
                 parts.push(Bytes::from(head));
-                parts.push(b);
+                parts.extend(data);
             }
-            ReadSegment::Zeroes(n) => {
+            None => {
                 head.extend_from_slice(&chunk_header(flags, chunk::OFFSET_HOLE, cookie, 12));
                 head.extend_from_slice(&pos.to_be_bytes());
-                head.extend_from_slice(&n.to_be_bytes());
+                head.extend_from_slice(&(len as u32).to_be_bytes());
                 parts.push(Bytes::from(head));
             }
         }

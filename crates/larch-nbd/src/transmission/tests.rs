@@ -204,6 +204,40 @@ fn structured_read_reply_uses_holes_unless_df() {
     assert_eq!(&df[28..], b"ab\0\0\0\0c");
 }
 
+/// Neighbouring data segments (an export's blocks) go out as one chunk, holes between
+/// them split it: the spec asks servers to keep chunks few.
+#[test]
+fn structured_read_reply_joins_neighbouring_data() {
+    let data = ReadData {
+        segments: vec![
+            ReadSegment::Data(Bytes::from_static(b"ab")),
+            ReadSegment::Data(Bytes::from_static(b"cd")),
+            ReadSegment::Data(Bytes::from_static(b"e")),
+            ReadSegment::Zeroes(3),
+            ReadSegment::Data(Bytes::from_static(b"f")),
+            ReadSegment::Data(Bytes::from_static(b"g")),
+        ],
+    };
+    let wire: Vec<u8> = read_frame(9, 100, data, true, false).parts.concat();
+    // chunk 1: OFFSET_DATA at 100, "abcde"
+    assert_eq!(&wire[4..6], &0u16.to_be_bytes());
+    assert_eq!(&wire[6..8], &chunk::OFFSET_DATA.to_be_bytes());
+    assert_eq!(&wire[16..20], &(8u32 + 5).to_be_bytes());
+    assert_eq!(&wire[20..28], &100u64.to_be_bytes());
+    assert_eq!(&wire[28..33], b"abcde");
+    // chunk 2: OFFSET_HOLE at 105, length 3
+    let c2 = &wire[33..];
+    assert_eq!(&c2[6..8], &chunk::OFFSET_HOLE.to_be_bytes());
+    assert_eq!(&c2[20..28], &105u64.to_be_bytes());
+    assert_eq!(&c2[28..32], &3u32.to_be_bytes());
+    // chunk 3: OFFSET_DATA at 108, "fg", DONE, and nothing after it
+    let c3 = &c2[32..];
+    assert_eq!(&c3[4..6], &chunk::FLAG_DONE.to_be_bytes());
+    assert_eq!(&c3[6..8], &chunk::OFFSET_DATA.to_be_bytes());
+    assert_eq!(&c3[20..28], &108u64.to_be_bytes());
+    assert_eq!(&c3[28..], b"fg");
+}
+
 #[test]
 fn empty_structured_read_is_a_none_chunk() {
     let wire: Vec<u8> = read_frame(1, 0, ReadData::default(), true, false)
