@@ -483,28 +483,62 @@ pub fn create(
     root.check_new()
         .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}")))?;
     let runtime = new_runtime()?;
-    let store = Arc::clone(store);
     let path = ObjPath::from(format!("{prefix}{}", layout::ROOT_NAME));
     let bytes = root.encode();
-    let done = run_on(runtime.handle(), async move {
-        store
-            .put_opts(&path, PutPayload::from(bytes), PutMode::Create.into())
-            .await
-    });
-    runtime.shutdown_background();
-    match done {
-        Ok(_) => Ok(()),
-        Err(object_store::Error::AlreadyExists { .. })
-        | Err(object_store::Error::Precondition { .. }) => Err(io::Error::new(
+    let there_already = || {
+        io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!("{display}: a larch volume is there already"),
-        )),
-        Err(err) => Err(store_error(
-            &format!("{display}: creating {}", layout::ROOT_NAME),
-            err,
-        )),
-    }
+        )
+    };
+    let mut attempt = 1;
+    let made = loop {
+        let (s, p, b) = (Arc::clone(store), path.clone(), bytes.clone());
+        let done = run_on(runtime.handle(), async move {
+            s.put_opts(&p, PutPayload::from(b), PutMode::Create.into())
+                .await
+        });
+        let failed = match done {
+            Ok(_) => break Ok(()),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. })
+                if attempt == 1 =>
+            {
+                break Err(there_already());
+            }
+            Err(err) => err,
+        };
+        // A conditional create is not retried by the client when its connection drops
+        // (it cannot tell whether the PUT landed), and a retry of one that landed is
+        // answered 412: the root is read back. These bytes: this create's. Other bytes:
+        // another creator's. None: the PUT did not land, and it is tried again.
+        let (s, p) = (Arc::clone(store), path.clone());
+        let found = run_on(runtime.handle(), async move {
+            get_whole(&s, &p, 0..=layout::MAX_ROOT_BYTES).await
+        });
+        match found {
+            Ok((there, _)) if there == bytes => break Ok(()),
+            Ok(_) => break Err(there_already()),
+            Err(WholeGetError::Store(object_store::Error::NotFound { .. }))
+                if attempt < CREATE_ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(_) => {
+                break Err(store_error(
+                    &format!("{display}: creating {}", layout::ROOT_NAME),
+                    failed,
+                ));
+            }
+        }
+    };
+    runtime.shutdown_background();
+    made
 }
+
+/// How many times [`create`] puts a root whose PUT failed without landing.
+const CREATE_ATTEMPTS: u32 = 3;
 
 impl ObjectVolume {
     /// Opens the volume under `prefix` for node `node`: reads its root and map, takes the

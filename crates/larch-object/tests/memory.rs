@@ -316,6 +316,29 @@ fn new_volume(size: u64, object_blocks: u32) -> Arc<dyn ObjectStore> {
     store
 }
 
+/// A create whose PUT landed but whose answer was lost (a connection dropped under the
+/// request: the client does not retry a conditional PUT), or whose PUT failed without
+/// landing, still creates the volume; a root another creator put there is still refused.
+#[test]
+fn a_create_whose_answer_was_lost_or_whose_put_failed_still_creates_the_volume() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (store, faults) = faulty(&memory);
+    let root = Root::new(0x1234, 1 << 20, BS as u32, 4);
+    faults.lose_root_replies.store(1, Ordering::Relaxed);
+    larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+    assert_eq!(faults.lose_root_replies.load(Ordering::Relaxed), 0);
+    assert_eq!(get(&memory, "vols/a/larch-volume"), root.encode());
+    faults.fail_root_puts.store(1, Ordering::Relaxed);
+    larch_object::create(&store, "vols/b/", "mem://vols/b", &root).unwrap();
+    assert_eq!(faults.fail_root_puts.load(Ordering::Relaxed), 0);
+    assert_eq!(get(&memory, "vols/b/larch-volume"), root.encode());
+    let other = Root::new(0x5678, 1 << 20, BS as u32, 4);
+    faults.fail_root_puts.store(1, Ordering::Relaxed);
+    let err = larch_object::create(&store, "vols/a/", "mem://vols/a", &other).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{err}");
+    assert_eq!(get(&memory, "vols/a/larch-volume"), root.encode());
+}
+
 fn short_lease() -> Options {
     Options {
         lease: Duration::from_millis(400),
