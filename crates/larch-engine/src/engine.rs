@@ -156,8 +156,16 @@ impl Engine {
         let syncer = std::thread::Builder::new()
             .name("larch-txg-sync".into())
             .spawn(move || {
+                // Set however the loop ends: should it panic (a bug), FLUSHes and sync
+                // writes waiting for it get an error instead of waiting for ever.
+                struct Done<'a>(&'a AtomicBool);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::Release);
+                    }
+                }
+                let _done = Done(&syncer_engine.syncer_done);
                 syncer_engine.syncer_loop();
-                syncer_engine.syncer_done.store(true, Ordering::Release);
             })
             .expect("spawn the TXG syncer");
         *engine.syncer.lock() = Some(syncer);

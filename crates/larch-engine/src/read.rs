@@ -174,6 +174,13 @@ impl Engine {
             data = self.read_backing(vol, block, psize).await;
             served = Served::Backing;
         }
+        // Looked at again after the read: a TXG that failed meanwhile marked its blocks
+        // lost before dropping them from the ARC (which made this lookup miss), and the
+        // bytes just read are then older than a write it acknowledged. They are neither
+        // served nor cached.
+        if data.is_some() && vol.is_lost(block) {
+            data = None;
+        }
         std::mem::forget(leading);
         let access = self.arc.access_of(info, key, generation, prefetch);
         self.arc

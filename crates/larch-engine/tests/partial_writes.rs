@@ -307,6 +307,16 @@ fn a_merge_whose_read_fails_fails_the_volume_instead_of_losing_writes_silently()
     let later = rt.block_on(s.volume.write(7 * BLOCK as u64, &piece(BLOCK, 2), false));
     assert!(matches!(later, Err(VolumeError::Io(_))), "{later:?}");
     assert_eq!(s.engine.txg_state().0, 0, "nothing reserved is left");
+    // The store answers again: the block whose acknowledged piece was lost reads as an
+    // error, not as the store's older bytes (the I/O review's finding); others read.
+    *s.device.broken.lock().unwrap() = false;
+    let lost = rt.block_on(s.volume.read(3 * BLOCK as u64, BLOCK as u32));
+    assert!(
+        matches!(lost, Err(VolumeError::Io(_))),
+        "the block read as {:?}",
+        lost.map(|_| "bytes")
+    );
+    assert!(rt.block_on(read(&s.volume, 4 * BLOCK as u64, BLOCK as u32)) == old(4));
     s.engine.shutdown();
 }
 
@@ -462,9 +472,10 @@ fn a_dropped_write_still_holding_its_merged_block_cannot_overwrite_a_later_write
         }
     });
     // Every write is now delayed 100 ms (1% of a 1 MiB dirty limit is passed, and the
-    // scale is at its largest).
-    t.set("zfs_dirty_data_max", "1M").unwrap();
+    // scale is at its largest). The sync threshold goes up first: the other way round,
+    // the syncer could see 256 KiB past 20% of 1 MiB in between and sync it all away.
     t.set("zfs_dirty_data_sync_percent", "100").unwrap();
+    t.set("zfs_dirty_data_max", "1M").unwrap();
     t.set("zfs_delay_min_dirty_percent", "1").unwrap();
     t.set("zfs_delay_scale", "1000000000").unwrap();
     let first = piece(4096, 1);

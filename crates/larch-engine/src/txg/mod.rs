@@ -384,8 +384,12 @@ impl Engine {
     pub(crate) fn wait_synced_quiet(&self, txg: u64) -> Result<(), String> {
         let mut inner = self.txg.lock();
         while inner.synced_txg < txg {
-            if self.is_shutting_down() && !self.syncer_running() {
-                return Err("the pool is shutting down".into());
+            if !self.syncer_running() {
+                return Err(if self.is_shutting_down() {
+                    "the pool is shutting down".into()
+                } else {
+                    "the TXG syncer stopped (see the daemon's log)".into()
+                });
             }
             inner.sync_requested = true;
             self.txg.changed.notify_all();

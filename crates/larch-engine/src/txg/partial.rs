@@ -441,7 +441,16 @@ impl Engine {
             buf.copy_from_slice(&cached);
             Ok(())
         } else {
-            self.read_for_merge(vol, block, &mut buf)
+            // Looked at after the read: a TXG that fails meanwhile marks its blocks lost
+            // before it drops them from the ARC, so a block whose newest write it lost is
+            // seen here and not merged over the store's older bytes.
+            self.read_for_merge(vol, block, &mut buf).and_then(|()| {
+                if vol.is_lost(block) {
+                    Err("a failed TXG lost its newest acknowledged write".to_string())
+                } else {
+                    Ok(())
+                }
+            })
         };
         // Applying: no piece joins it from here on, so its reservation is final.
         let (pieces, reserved) = {
@@ -478,6 +487,9 @@ impl Engine {
                 );
                 eprintln!("larch: {why}");
                 vol.fail(&why);
+                // The acknowledged pieces are gone: the block reads as an error from now on,
+                // never as the store's older bytes (as after a failed TXG).
+                vol.lose(std::iter::once(block));
                 self.write_stats
                     .write_partial_errors
                     .fetch_add(1, Ordering::Relaxed);

@@ -256,28 +256,36 @@ fn write_runs(
     }
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
+    // Each writer takes the next run until none is left, so any number of them writes
+    // every run: the syncer's own thread is one, and a thread the system refuses (a
+    // cgroup's pids.max, RLIMIT_NPROC) only leaves fewer (`Scope::spawn` would panic and
+    // take the syncer with it).
+    let writer = || -> std::io::Result<u64> {
+        let mut written = 0;
+        while !failed.load(Ordering::Relaxed) {
+            let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            match write_run(backing, offset(run[0].0), run) {
+                Ok(n) => written += n,
+                Err(err) => {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(written)
+    };
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| -> std::io::Result<u64> {
-                    let mut written = 0;
-                    while !failed.load(Ordering::Relaxed) {
-                        let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                            break;
-                        };
-                        match write_run(backing, offset(run[0].0), run) {
-                            Ok(n) => written += n,
-                            Err(err) => {
-                                failed.store(true, Ordering::Relaxed);
-                                return Err(err);
-                            }
-                        }
-                    }
-                    Ok(written)
-                })
+        let handles: Vec<_> = (1..workers)
+            .map_while(|_| {
+                std::thread::Builder::new()
+                    .name("larch-txg-write".into())
+                    .spawn_scoped(scope, writer)
+                    .ok()
             })
             .collect();
-        let mut total = Ok(0u64);
+        let mut total = writer();
         for handle in handles {
             let result = handle
                 .join()
