@@ -294,10 +294,13 @@ impl Machine {
     /// Cuts the power: each unflushed write of every device is lost, kept or torn.
     fn cut(&self, seed: u64) -> Images {
         let mut off = self.power.off.write().expect("power");
-        let mode = CrashMode::Random(seed ^ 0x5eed);
-        self.backing.crash(mode);
-        for dev in self.log.iter().chain(&self.cache) {
-            dev.crash(mode);
+        // A stream of fates of its own for each device: with one seed for all, the
+        // devices' first unflushed writes met the same fate together.
+        self.backing.crash(CrashMode::Random(seed ^ 0x5eed));
+        for (i, dev) in self.log.iter().chain(&self.cache).enumerate() {
+            dev.crash(CrashMode::Random(
+                (seed ^ 0x5eed).wrapping_add((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            ));
         }
         *off = true;
         drop(off);

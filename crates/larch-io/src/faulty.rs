@@ -35,6 +35,11 @@ pub struct FaultyStats {
 #[derive(Debug)]
 struct State {
     durable: Vec<u8>,
+    /// Writes a failed flush may have dropped, in issue order: reads still see them (as a
+    /// page cache does), but no later flush makes them durable (Linux may have marked
+    /// their pages clean after the failed fsync); a crash decides their fate as it does
+    /// a pending write's. Older than every pending write.
+    limbo: Vec<(u64, Vec<u8>)>,
     /// Unflushed writes in issue order.
     pending: Vec<(u64, Vec<u8>)>,
     read_errors: Vec<Range<u64>>,
@@ -46,8 +51,10 @@ struct State {
 /// An in-memory device with a volatile write cache and injectable faults.
 ///
 /// Reads see the latest write (as a real drive's cache does). `flush` applies the
-/// pending writes to the durable image; `crash` decides the fate of the pending writes
-/// according to a [`CrashMode`] and empties the cache. Tearing happens at
+/// pending writes to the durable image; a flush that fails leaves them in limbo, where a
+/// later flush that succeeds does not make them durable either (the fsync rule on Linux:
+/// a retried fsync may succeed without the data); `crash` decides the fate of the
+/// pending writes and those in limbo according to a [`CrashMode`] and empties the cache. Tearing happens at
 /// [`SECTOR_BYTES`] granularity, which is the atomicity larch assumes of media.
 #[derive(Debug)]
 pub struct FaultyDevice {
@@ -61,6 +68,7 @@ impl FaultyDevice {
         Self {
             state: Mutex::new(State {
                 durable: vec![0; len],
+                limbo: Vec::new(),
                 pending: Vec::new(),
                 read_errors: Vec::new(),
                 write_errors: Vec::new(),
@@ -111,7 +119,8 @@ impl FaultyDevice {
     /// empties the write cache. The device stays usable, as after a reboot.
     pub fn crash(&self, mode: CrashMode) {
         let mut state = self.lock();
-        let pending = std::mem::take(&mut state.pending);
+        let mut pending = std::mem::take(&mut state.limbo);
+        pending.append(&mut state.pending);
         state.stats.crashes += 1;
         match mode {
             CrashMode::DropAll => {}
@@ -144,7 +153,8 @@ impl FaultyDevice {
         let index = usize::try_from(offset_bytes).expect("offset fits usize");
         state.durable[index] ^= xor_mask;
         // Keep reads consistent with the corruption: drop it from any cached write.
-        for (offset, bytes) in &mut state.pending {
+        let State { limbo, pending, .. } = &mut *state;
+        for (offset, bytes) in limbo.iter_mut().chain(pending.iter_mut()) {
             if let Some(rel) = offset_bytes.checked_sub(*offset)
                 && (rel as usize) < bytes.len()
             {
@@ -203,7 +213,7 @@ impl BlockDevice for FaultyDevice {
         buf.copy_from_slice(&state.durable[start..start + buf.len()]);
         // Later cached writes shadow earlier ones and the durable image.
         let end = offset_bytes + buf.len() as u64;
-        for (w_offset, w_bytes) in &state.pending {
+        for (w_offset, w_bytes) in state.limbo.iter().chain(&state.pending) {
             let w_end = w_offset + w_bytes.len() as u64;
             let lo = offset_bytes.max(*w_offset);
             let hi = end.min(w_end);
@@ -236,6 +246,8 @@ impl BlockDevice for FaultyDevice {
     fn flush(&self) -> Result<(), IoError> {
         let mut state = self.lock();
         if state.fail_flush {
+            let failed = std::mem::take(&mut state.pending);
+            state.limbo.extend(failed);
             return Err(IoError::Injected {
                 op: "flush",
                 offset_bytes: 0,
@@ -332,5 +344,25 @@ mod tests {
         dev.flush().unwrap();
         dev.corrupt_byte(2100, 0xff);
         assert_eq!(read(&dev, 2100, 2), [0xfe, 1]);
+    }
+
+    /// A write a failed flush held stays readable, but a flush that succeeds afterwards
+    /// does not make it durable (a retried fsync proves nothing about it); a crash
+    /// decides its fate with the writes still pending.
+    #[test]
+    fn a_retried_flush_does_not_make_the_writes_of_a_failed_one_durable() {
+        let dev = FaultyDevice::new(4096);
+        dev.write_at(&[1; 8], 0).unwrap();
+        dev.fail_flushes(true);
+        assert!(dev.flush().is_err());
+        dev.fail_flushes(false);
+        dev.write_at(&[2; 8], 512).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(read(&dev, 0, 1), [1], "still readable");
+        let durable = dev.durable_snapshot();
+        assert_eq!(durable[0], 0, "the retried flush made it durable");
+        assert_eq!(durable[512], 2, "the later write is durable");
+        dev.crash(CrashMode::DropAll);
+        assert_eq!(read(&dev, 0, 1), [0], "a crash may drop it");
     }
 }
