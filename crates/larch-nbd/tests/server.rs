@@ -25,13 +25,7 @@ async fn pipelined_requests_with_structured_replies() {
         request(&mut s, cmd_flag::FUA, cmd::WRITE, 100 + i, i * 4096, 4096).await;
         s.write_all(&[i as u8 + 1; 4096]).await.unwrap();
     }
-    let mut cookies: Vec<u64> = Vec::new();
-    for _ in 0..32 {
-        let (err, cookie) = simple(&mut s).await;
-        assert_eq!(err, 0);
-        cookies.push(cookie);
-    }
-    cookies.sort_unstable();
+    let cookies = successful_cookies(&mut s, 32).await;
     assert_eq!(cookies, (100..132).collect::<Vec<_>>());
     assert_eq!(export.snapshot()[5 * 4096], 6);
 
@@ -203,18 +197,7 @@ async fn write_payloads_in_flight_stay_within_the_budget() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         export.open.add_permits(1);
     }
-    let mut cookies = Vec::new();
-    for _ in 0..4 {
-        let mut h = [0u8; 16];
-        rx.read_exact(&mut h).await.unwrap();
-        assert_eq!(
-            u32::from_be_bytes(h[4..8].try_into().unwrap()),
-            0,
-            "write failed"
-        );
-        cookies.push(u64::from_be_bytes(h[8..16].try_into().unwrap()));
-    }
-    cookies.sort_unstable();
+    let cookies = successful_cookies(&mut rx, 4).await;
     assert_eq!(cookies, vec![0, 1, 2, 3]);
     assert_eq!(
         export.most.load(Ordering::SeqCst),

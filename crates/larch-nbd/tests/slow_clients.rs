@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{
-    Held, ends_timed_out, handshake, request, serve_one, server_of, simple, write_header,
+    Held, ends_timed_out, handshake, request, serve_one, server_of, simple, successful_cookies,
+    write_header,
 };
 use larch_nbd::mem::MemExport;
 use larch_nbd::proto::cmd;
@@ -155,13 +156,7 @@ async fn write_zeroes_stay_within_the_budget() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         export.open.add_permits(1);
     }
-    let mut cookies = Vec::new();
-    for _ in 0..4 {
-        let (err, cookie) = simple(&mut client).await;
-        assert_eq!(err, 0, "write_zeroes {cookie} failed");
-        cookies.push(cookie);
-    }
-    cookies.sort_unstable();
+    let cookies = successful_cookies(&mut client, 4).await;
     assert_eq!(cookies, vec![0, 1, 2, 3]);
     assert_eq!(
         export.most.load(Ordering::SeqCst),

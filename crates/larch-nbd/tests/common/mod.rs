@@ -163,6 +163,20 @@ pub async fn simple<S: AsyncRead + Unpin>(s: &mut S) -> (u32, u64) {
     )
 }
 
+/// Reads `n` simple replies that carry no data, checks that each succeeded, and returns
+/// their cookies in order.
+#[allow(dead_code)]
+pub async fn successful_cookies<S: AsyncRead + Unpin>(s: &mut S, n: usize) -> Vec<u64> {
+    let mut cookies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (err, cookie) = simple(s).await;
+        assert_eq!(err, 0, "request {cookie} failed");
+        cookies.push(cookie);
+    }
+    cookies.sort_unstable();
+    cookies
+}
+
 /// Reads one structured chunk: (flags, type, cookie, payload).
 #[allow(dead_code)]
 pub async fn chunk<S: AsyncRead + Unpin>(s: &mut S) -> (u16, u16, u64, Vec<u8>) {
