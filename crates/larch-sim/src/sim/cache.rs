@@ -184,8 +184,9 @@ pub struct SimCache {
     dirty_bytes: u64,
     syncing_bytes: u64,
     sync_done_ns: Nanos,
-    /// When the last delayed write was let go: the next waits its delay after it, so the
-    /// delay paces all writers together (OpenZFS `dp_last_wakeup`, as the engine does).
+    /// When the last delayed write was let go: the next waits its delay after it (and
+    /// after it came in), so the delay paces all writers together (OpenZFS
+    /// `dp_last_wakeup`, as the engine does).
     last_wakeup_ns: Nanos,
     dirty_max: u64,
 }
@@ -455,9 +456,11 @@ impl SimCache {
             self.dirty_max,
             self.tunables.delay_scale_ns,
         );
-        if delay > 0 {
+        // As the engine and OpenZFS: `delay` after the write came in and after the
+        // previous delayed one, unless waiting for room took that long already.
+        if delay > 0 && at < now + delay {
             self.counters.throttled += 1;
-            at = at.max(self.last_wakeup_ns + delay);
+            at = (now + delay).max(self.last_wakeup_ns + delay);
             self.last_wakeup_ns = at;
         }
         for block in first..first + count {
