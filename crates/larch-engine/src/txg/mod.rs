@@ -391,11 +391,22 @@ impl Engine {
                     "the TXG syncer stopped (see the daemon's log)".into()
                 });
             }
-            inner.sync_requested = true;
-            self.txg.changed.notify_all();
+            // Asked for only while `txg` is still open: once it is closed the syncer is
+            // at it, and asking again would close the next TXG too for nothing.
+            if inner.open_txg <= txg {
+                inner.sync_requested = true;
+                self.txg.changed.notify_all();
+            }
             inner = self.txg.wait(inner, Duration::from_millis(100));
         }
         Ok(())
+    }
+
+    /// Closes the open TXG and waits until it and every TXG before it synced, as a FLUSH
+    /// without a log device does, for every volume (tests and tools).
+    pub fn sync_all(&self) -> Result<(), String> {
+        let txg = self.txg.lock().open_txg;
+        self.wait_synced_quiet(txg)
     }
 
     /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
