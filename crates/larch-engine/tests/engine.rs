@@ -373,43 +373,6 @@ fn a_writer_faster_than_the_backing_store_is_throttled_and_dirty_data_stays_boun
     assert_eq!(stats["dirty_bytes"], 0, "everything synced after the flush");
 }
 
-/// Every write past the delay point waits its delay from when it came in, as in OpenZFS
-/// (`dmu_tx_delay`), also the first after a quiet spell. Before, the delay counted only
-/// from the previous delayed write, so after a pause the first write went through at once
-/// (a partial-write test failed on a loaded machine because of it).
-#[test]
-fn the_first_write_after_a_quiet_spell_is_delayed_too() {
-    let dir = scratch("quiet-throttle");
-    let backing = dir.join("vol.img");
-    std::fs::write(&backing, vec![0u8; 4 << 20]).expect("backing file");
-    let s = Setup::new(&backing, 16 << 20);
-    let t = &s.engine.tunables;
-    t.set("zfs_txg_timeout", "600").unwrap();
-    t.set("zfs_dirty_data_sync_percent", "100").unwrap();
-    t.set("zfs_dirty_data_max", "1M").unwrap();
-    t.set("zfs_delay_min_dirty_percent", "1").unwrap();
-    let write = |b: u64| {
-        s.engine
-            .write_blocks(&s.vol, &[(b, BlockBuf::from_vec(contents(b, 1)))], false)
-            .expect("async write");
-    };
-    // Past 1% of the limit with no delay yet (the scale is 0), then a quiet spell.
-    t.set("zfs_delay_scale", "0").unwrap();
-    for b in 0..4 {
-        write(b);
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    t.set("zfs_delay_scale", "1000000").unwrap();
-    write(4);
-    assert!(
-        s.stat("dmu_tx_delay_us") > 0,
-        "the first write after the pause was not delayed: {}",
-        s.stat("dmu_tx_delay_us")
-    );
-    s.engine.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// Many writers of several blocks at once never take dirty data past the limit: each
 /// reserves its bytes as it passes the throttle. Before, writers that passed the check
 /// together all added their bytes after it (an ARC review's finding).

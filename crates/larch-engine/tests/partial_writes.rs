@@ -481,6 +481,14 @@ fn a_dropped_write_still_holding_its_merged_block_cannot_overwrite_a_later_write
     let first = piece(4096, 1);
     let second = piece(4096, 2);
     rt.block_on(async {
+        // The throttle paces writes from the previous delayed one (not from a quiet
+        // spell): one goes first, so that the next is held its whole delay however long
+        // the setup took (on a loaded machine, it took longer than the delay and the
+        // first write went through at once).
+        s.volume
+            .write(60 * BLOCK as u64, &piece(BLOCK, 9), false)
+            .await
+            .unwrap();
         let dropped =
             tokio::time::timeout(Duration::from_millis(20), s.volume.write(0, &first, false)).await;
         assert!(dropped.is_err(), "the first write was held in the throttle");

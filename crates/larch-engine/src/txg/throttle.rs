@@ -23,7 +23,6 @@ impl Engine {
     /// all added their bytes after it, and dirty data passed the limit by as much as the
     /// writes in flight (OpenZFS reserves too, `dsl_dir_tempreserve_space`).
     pub(super) fn throttle(&self, bytes: u64) {
-        let start = Instant::now();
         let max = self.dirty_max();
         let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
         let min = max / 100 * min_percent;
@@ -48,18 +47,13 @@ impl Engine {
         if delay.is_zero() {
             return;
         }
-        // As OpenZFS (`dmu_tx_delay`): a write is let go `delay` after it came in, and no
-        // sooner than `delay` after the previous throttled one, so the delay bounds the
-        // rate of all writers together, however many there are. Each sleeping on its own,
-        // 32 clients would pass 32 times the rate the curve means, the dirty data would
-        // reach the limit, and writers would block there for a whole TXG sync. (Counted
-        // only from the previous one, the first write after a quiet spell went through
-        // with no delay at all.) A write that waited that long for room already goes on.
+        // As OpenZFS: a write is let go `delay` after the previous throttled one (or now,
+        // if that was longer ago), so the delay bounds the rate of all writers together,
+        // however many there are. Each sleeping on its own, 32 clients would pass 32
+        // times the rate the curve means, the dirty data would reach the limit, and
+        // writers would block there for a whole TXG sync.
         let now = Instant::now();
-        if now >= start + delay {
-            return;
-        }
-        let wakeup = (start + delay).max(inner.last_wakeup + delay);
+        let wakeup = (inner.last_wakeup + delay).max(now);
         inner.last_wakeup = wakeup;
         drop(inner);
         let wait = wakeup - now;

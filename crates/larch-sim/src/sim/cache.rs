@@ -184,9 +184,8 @@ pub struct SimCache {
     dirty_bytes: u64,
     syncing_bytes: u64,
     sync_done_ns: Nanos,
-    /// When the last delayed write was let go: the next waits its delay after it (and
-    /// after it came in), so the delay paces all writers together (OpenZFS
-    /// `dp_last_wakeup`, as the engine does).
+    /// When the last delayed write was let go: the next waits its delay after it, so the
+    /// delay paces all writers together (OpenZFS `dp_last_wakeup`, as the engine does).
     last_wakeup_ns: Nanos,
     dirty_max: u64,
 }
@@ -456,11 +455,9 @@ impl SimCache {
             self.dirty_max,
             self.tunables.delay_scale_ns,
         );
-        // As the engine and OpenZFS: `delay` after the write came in and after the
-        // previous delayed one, unless waiting for room took that long already.
-        if delay > 0 && at < now + delay {
+        if delay > 0 {
             self.counters.throttled += 1;
-            at = (now + delay).max(self.last_wakeup_ns + delay);
+            at = at.max(self.last_wakeup_ns + delay);
             self.last_wakeup_ns = at;
         }
         for block in first..first + count {
