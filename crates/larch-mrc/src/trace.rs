@@ -49,11 +49,16 @@ pub fn for_each_access(
             None => now_ms += UNTIMED_TICK_MS,
         }
         let sequential = next_of.get(&record.volume) == Some(&first);
-        next_of.insert(record.volume, first + count);
+        // `count` is at least 1; the last block may be 2^64 - 1, which has no next one.
+        let last = first + (count - 1);
+        match last.checked_add(1) {
+            Some(next) => next_of.insert(record.volume, next),
+            None => next_of.remove(&record.volume),
+        };
         if next_of.len() > 1 << 16 {
             next_of.clear();
         }
-        for block in first..first + count {
+        for block in first..=last {
             each(&Access {
                 key: BlockKey::new(record.volume, block),
                 bytes,
@@ -68,4 +73,23 @@ pub fn for_each_access(
         records,
         timed: reader.any_timed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Block number 2^64 - 1 is a block like any other, as in the simulator's replay: the
+    /// sampler added the record's block count to it and overflowed (a panic in a debug
+    /// build, a skipped record in a release one).
+    #[test]
+    fn the_last_block_number_is_read_like_any_other() {
+        let path = std::env::temp_dir().join(format!("larch-mrc-last-{}.txt", std::process::id()));
+        std::fs::write(&path, "7\n18446744073709551615\n18446744073709551615\n").unwrap();
+        let mut seen = Vec::new();
+        let read = for_each_access(&path, Some(Format::Text), 8192, |a| seen.push(a.key.block));
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(read.unwrap().records, 3);
+        assert_eq!(seen, vec![7, u64::MAX, u64::MAX]);
+    }
 }
