@@ -280,9 +280,12 @@ impl Daemon {
         ready: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(20);
+        // This run's status only: until the daemon writes its first, the state directory
+        // still holds the previous run's (its HTTP address closed, its counters met).
+        let pid = u64::from(self.child.id());
         loop {
             let status = self.status_json(gw);
-            if ready(&status) {
+            if status["pid"].as_u64() == Some(pid) && ready(&status) {
                 return status;
             }
             assert!(Instant::now() < deadline, "{what}: {status}");
