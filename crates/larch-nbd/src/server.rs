@@ -55,7 +55,9 @@ use queues::{
     InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, OUTPUT_UNBUDGETED_BYTES, Output, Reply,
 };
 use request::{
-    PendingPayload, is_bulk, is_stall, read_head, read_payload, reply_error, run, stalled,
+    BudgetWait, MIN_BYTES_PER_SEC, PendingPayload, far_future, grace_over, is_bulk, is_stall,
+    later_by, payload_time, read_head, read_payload, reply_error, run, stalled, too_slow,
+    wait_budget,
 };
 use spin::{Spin, Spinners, SpunRead};
 use tokio::time::Instant;
@@ -973,71 +975,4 @@ fn is_hang_up(err: &io::Error) -> bool {
         err.kind(),
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
     )
-}
-
-/// A connection's wait for its share of the payload budget.
-type BudgetWait = std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>>
-            + Send,
-    >,
->;
-
-/// The share `wait` waits for (`None`: the budget was closed); never resolves without a
-/// wait.
-async fn wait_budget(wait: &mut Option<BudgetWait>) -> Option<OwnedSemaphorePermit> {
-    match wait {
-        Some(wait) => wait.await.ok(),
-        None => std::future::pending().await,
-    }
-}
-
-/// Resolves when a connection's time after shutdown is over: `grace` after shutdown
-/// began (`deadline` when it had already), never if it does not begin. Reads of a request
-/// race it, so a shutdown that begins while a client trickles a request in still ends
-/// the connection within its grace.
-async fn grace_over(
-    shutdown_rx: &mut watch::Receiver<bool>,
-    deadline: Option<Instant>,
-    grace: Duration,
-) {
-    let end = match deadline {
-        Some(end) => end,
-        None => {
-            if shutdown_rx.wait_for(|down| *down).await.is_err() {
-                // The server is gone, and with it any shutdown to wait for.
-                std::future::pending::<()>().await;
-            }
-            later_by(grace)
-        }
-    };
-    tokio::time::sleep_until(end).await;
-}
-
-/// The slowest a client may send a WRITE payload or read replies while it holds payload
-/// budget (after the first stall timeout): slower, and it would keep budget other
-/// connections wait for by trickling a byte per stall timeout.
-pub(super) const MIN_BYTES_PER_SEC: u64 = 256 * 1024;
-
-/// How long a WRITE payload of `len` bytes may take to arrive whole: the stall timeout,
-/// plus its length at [`MIN_BYTES_PER_SEC`].
-fn payload_time(len: u32, stall: Duration) -> Duration {
-    stall.saturating_add(Duration::from_secs_f64(
-        f64::from(len) / MIN_BYTES_PER_SEC as f64,
-    ))
-}
-
-/// The error that ends a connection whose client sends or reads slower than
-/// [`MIN_BYTES_PER_SEC`] (a stall, as [`is_stall`] sees it).
-fn too_slow(why: String) -> ConnectionError {
-    io::Error::new(io::ErrorKind::TimedOut, why).into()
-}
-
-/// Now plus `by`, or [`far_future`] where that does not fit in an `Instant`.
-fn later_by(by: Duration) -> Instant {
-    Instant::now().checked_add(by).unwrap_or_else(far_future)
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86400 * 365)
 }

@@ -1,6 +1,8 @@
 //! A request's part of a connection: reading its header and its WRITE payload from the
-//! socket (every read bounded by the stall timeout), and running it against the export.
-//! The connection's event loop ([`super::Server`]'s `transmit`) decides when each runs.
+//! socket (every read bounded by the stall timeout, a payload by a minimum rate, and each
+//! raced against the shutdown grace), waiting for its share of the payload budget, and
+//! running it against the export. The connection's event loop ([`super::Server`]'s
+//! `transmit`) decides when each runs.
 
 use std::io;
 use std::time::Duration;
@@ -9,7 +11,8 @@ use bytes::buf::UninitSlice;
 use bytes::{BufMut, Bytes, BytesMut};
 use larch_io::{AlignedBuf, BUF_ALIGN_BYTES};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::Instant;
 
 use super::queues::Reply;
 use super::{ConnectionError, ServerLimits};
@@ -80,6 +83,73 @@ pub(super) fn stalled(doing: &str, after: Duration) -> ConnectionError {
 /// ends at once rather than finishing what is in flight.
 pub(super) fn is_stall(err: &ConnectionError) -> bool {
     matches!(err, ConnectionError::Io(err) if err.kind() == io::ErrorKind::TimedOut)
+}
+
+/// The slowest a client may send a WRITE payload or read replies while it holds payload
+/// budget (after the first stall timeout): slower, and it would keep budget other
+/// connections wait for by trickling a byte per stall timeout.
+pub(super) const MIN_BYTES_PER_SEC: u64 = 256 * 1024;
+
+/// How long a WRITE payload of `len` bytes may take to arrive whole: the stall timeout,
+/// plus its length at [`MIN_BYTES_PER_SEC`].
+pub(super) fn payload_time(len: u32, stall: Duration) -> Duration {
+    stall.saturating_add(Duration::from_secs_f64(
+        f64::from(len) / MIN_BYTES_PER_SEC as f64,
+    ))
+}
+
+/// The error that ends a connection whose client sends or reads slower than
+/// [`MIN_BYTES_PER_SEC`] (a stall, as [`is_stall`] sees it).
+pub(super) fn too_slow(why: String) -> ConnectionError {
+    io::Error::new(io::ErrorKind::TimedOut, why).into()
+}
+
+/// A connection's wait for its share of the payload budget.
+pub(super) type BudgetWait = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>>
+            + Send,
+    >,
+>;
+
+/// The share `wait` waits for (`None`: the budget was closed); never resolves without a
+/// wait.
+pub(super) async fn wait_budget(wait: &mut Option<BudgetWait>) -> Option<OwnedSemaphorePermit> {
+    match wait {
+        Some(wait) => wait.await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when a connection's time after shutdown is over: `grace` after shutdown
+/// began (`deadline` when it had already), never if it does not begin. Reads of a request
+/// race it, so a shutdown that begins while a client trickles a request in still ends
+/// the connection within its grace.
+pub(super) async fn grace_over(
+    shutdown_rx: &mut watch::Receiver<bool>,
+    deadline: Option<Instant>,
+    grace: Duration,
+) {
+    let end = match deadline {
+        Some(end) => end,
+        None => {
+            if shutdown_rx.wait_for(|down| *down).await.is_err() {
+                // The server is gone, and with it any shutdown to wait for.
+                std::future::pending::<()>().await;
+            }
+            later_by(grace)
+        }
+    };
+    tokio::time::sleep_until(end).await;
+}
+
+/// Now plus `by`, or [`far_future`] where that does not fit in an `Instant`.
+pub(super) fn later_by(by: Duration) -> Instant {
+    Instant::now().checked_add(by).unwrap_or_else(far_future)
+}
+
+pub(super) fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 /// One read of part of a request, which must bring something within `stall`.
