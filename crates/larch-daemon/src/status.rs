@@ -169,6 +169,7 @@ mod tests {
                 "readonly",
                 "sync",
                 "write_failure",
+                "lost_blocks",
                 "backing",
                 "backing_write_mode",
                 "backing_reads",

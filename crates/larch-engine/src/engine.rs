@@ -18,7 +18,7 @@ use crate::report::{CacheDeviceReport, LatencyReport, LogDeviceReport, RebuildRe
 use crate::stats::{EngineStats, WriteStats};
 use crate::tunables::Tunables;
 use crate::txg::{LogHandle, Txg, zil::Committed};
-use crate::volumes::{VolumeEntry, VolumeSpec, Volumes};
+use crate::volumes::{VolumeEntry, VolumeFailure, VolumeSpec, Volumes};
 
 /// An I/O error naming the device (`path`) it came from.
 pub(crate) fn device_error(path: &std::path::Path, e: impl std::fmt::Display) -> std::io::Error {
@@ -85,6 +85,18 @@ impl Engine {
     /// call, which changes nothing) they run on the caller's runtime.
     pub fn run_background_on(&self, runtime: tokio::runtime::Handle) {
         let _ = self.background.set(runtime);
+    }
+
+    /// Where volume failures are recorded from now on (see
+    /// [`crate::volumes::Volumes::set_failure_sink`]).
+    pub fn set_volume_failure_sink(&self, sink: crate::volumes::FailureSink) {
+        self.volumes.set_failure_sink(sink);
+    }
+
+    /// Marks a volume failed as an earlier run recorded it: its writes fail and its lost
+    /// blocks read as errors. Call after the volume is registered, before it is served.
+    pub fn restore_volume_failure(&self, failure: &VolumeFailure) -> Result<(), String> {
+        self.volumes.restore_failure(failure)
     }
 
     /// The runtime set by [`Engine::run_background_on`].

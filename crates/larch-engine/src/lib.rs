@@ -79,12 +79,15 @@ pub use engine::Engine;
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
-    CacheDeviceConfig, ConfigLock, DemoSizes, Pool, PoolConfig, PoolLock, VolumeConfig,
-    create_demo, is_object_url, new_guid, node_name, write_private_state_file, write_state_file,
+    CacheDeviceConfig, ConfigLock, DemoSizes, FAILED_VOLUMES_FILE, Pool, PoolConfig, PoolLock,
+    VolumeConfig, clear_failed_volume, create_demo, is_object_url, new_guid, node_name,
+    read_failed_volumes, write_private_state_file, write_state_file,
 };
 pub use report::PoolReport;
 pub use stats::{EngineStats, WriteStats};
 pub use tunables::Tunables;
 pub use txg::LogHandle;
 pub use volume::{Volume, VolumeError};
-pub use volumes::{CacheMode, SyncMode, VolumeEntry, VolumeInfo, VolumeSpec};
+pub use volumes::{
+    CacheMode, FailureSink, SyncMode, VolumeEntry, VolumeFailure, VolumeInfo, VolumeSpec,
+};

@@ -74,6 +74,10 @@ pub struct VolumeReport {
     pub sync: SyncMode,
     /// Why its writes fail, if its backing store failed.
     pub write_failure: Option<String>,
+    /// Blocks whose acknowledged writes a failed TXG lost: their reads fail (also after a
+    /// restart, until `larch volume clear`).
+    #[serde(default)]
+    pub lost_blocks: u64,
     /// The backing store's path.
     pub backing: String,
     /// How the syncer writes the backing store: `O_DIRECT`, or `buffered (why)` (files
@@ -322,6 +326,7 @@ impl Pool {
                     readonly: v.read_only(),
                     sync: v.info().sync,
                     write_failure: v.entry().failure(),
+                    lost_blocks: v.entry().lost_count(),
                     backing: v.backing().path().display().to_string(),
                     backing_write_mode: v.backing().write_mode(),
                     backing_reads: load(&s.reads),

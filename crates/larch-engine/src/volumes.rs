@@ -11,6 +11,7 @@
 //! so a slot never changes meaning.
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -168,12 +169,57 @@ impl VolumeEntry {
     pub(crate) fn is_lost(&self, block: u64) -> bool {
         self.any_lost.load(Ordering::Acquire) && self.lost.lock().contains(&block)
     }
+
+    /// How many blocks' acknowledged writes were lost (their reads fail).
+    pub fn lost_count(&self) -> u64 {
+        self.lost.lock().len() as u64
+    }
+
+    /// The volume's failure as the pool records it, if it failed.
+    pub fn failure_record(&self) -> Option<VolumeFailure> {
+        let why = self.failure()?;
+        let mut lost: Vec<u64> = self.lost.lock().iter().copied().collect();
+        lost.sort_unstable();
+        Some(VolumeFailure {
+            guid: self.info.guid,
+            why,
+            lost,
+        })
+    }
+}
+
+/// A failed volume as the pool's state directory keeps it across restarts (see
+/// [`Volumes::set_failure_sink`]): why its writes fail, and the blocks whose acknowledged
+/// writes never reached its backing store (sorted), which must not read as the older
+/// bytes the store still has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeFailure {
+    /// The volume's guid.
+    pub guid: u64,
+    /// Why it failed.
+    pub why: String,
+    /// Its lost blocks, sorted.
+    pub lost: Vec<u64>,
+}
+
+/// Records a volume's failure durably (see [`Volumes::set_failure_sink`]).
+pub type FailureSink = Box<dyn Fn(&VolumeFailure) -> io::Result<()> + Send + Sync>;
+
+/// Where failures are recorded, if anywhere.
+#[derive(Default)]
+struct FailureRecorder(RankedMutex<Option<FailureSink>>);
+
+impl std::fmt::Debug for FailureRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureRecorder")
+    }
 }
 
 /// The volumes, by slot.
 #[derive(Debug, Default)]
 pub struct Volumes {
     table: RankedRwLock<Table>,
+    failures: FailureRecorder,
 }
 
 #[derive(Debug, Default)]
@@ -253,5 +299,48 @@ impl Volumes {
     /// Every volume, by slot.
     pub fn all(&self) -> Vec<Arc<VolumeEntry>> {
         self.table.read().by_slot.clone()
+    }
+
+    /// Where a volume's failure is recorded from now on: the pool's state directory, so
+    /// that a restart does not serve the store's older bytes of its lost blocks as if
+    /// nothing had happened. Called with the whole record (every lost block so far) each
+    /// time a TXG of the volume fails, before that TXG is recorded as committed.
+    pub fn set_failure_sink(&self, sink: FailureSink) {
+        *self.failures.0.lock() = Some(sink);
+    }
+
+    /// Marks the volume of `failure.guid` failed as a previous run recorded it: its writes
+    /// fail and its lost blocks read as errors, as they did before the restart.
+    pub fn restore_failure(&self, failure: &VolumeFailure) -> Result<(), String> {
+        let vol = self.by_guid(failure.guid).ok_or_else(|| {
+            format!(
+                "a failure is recorded for volume {:#x}, which the pool does not have",
+                failure.guid
+            )
+        })?;
+        vol.fail(&failure.why);
+        // Blocks past the end (a backing store made smaller since) cannot be read anyway.
+        let blocks = vol.info.blocks();
+        vol.lose(failure.lost.iter().copied().filter(|&b| b < blocks));
+        Ok(())
+    }
+
+    /// Records `vol`'s failure through the sink: `Err` says why it could not be (no
+    /// sink, or the sink failed), for the caller to report.
+    pub(crate) fn record_failure(&self, vol: &VolumeEntry) -> Result<(), String> {
+        let Some(record) = vol.failure_record() else {
+            return Ok(());
+        };
+        match self.failures.0.lock().as_ref() {
+            Some(sink) => sink(&record).map_err(|e| {
+                format!(
+                    "recording the failure of volume {:#x} in the pool's state directory: {e}; \
+                     after a restart its {} lost blocks would read as older bytes",
+                    record.guid,
+                    record.lost.len()
+                )
+            }),
+            None => Ok(()),
+        }
     }
 }

@@ -101,6 +101,12 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
         }
         if let Some(why) = &vol.write_failure {
             let _ = writeln!(out, "    WRITES FAIL: {why}");
+            let _ = writeln!(
+                out,
+                "    {} blocks lost their acknowledged writes and read as errors; \
+                 `larch volume clear {}` (pool stopped) accepts the loss",
+                vol.lost_blocks, vol.name
+            );
         }
         if let Some(o) = &vol.object {
             let amplification = if o.committed_bytes > 0 {

@@ -1,5 +1,5 @@
-//! `larch volume add|remove`: a pool's volumes in `pool.json`, served from the next start
-//! of `larch serve`.
+//! `larch volume add|remove|clear`: a pool's volumes in `pool.json`, served from the next
+//! start of `larch serve`, and the failures a pool records for them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,6 +87,21 @@ pub enum VolumeCommand {
     /// Refused while the pool is served, and while its log device holds acknowledged
     /// writes not yet replayed (after a crash): start and stop the pool once first.
     Remove {
+        /// The volume's name.
+        name: String,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+    /// Clear a volume's recorded failure, so that it takes writes again.
+    ///
+    /// When a volume's backing store fails a TXG, the writes of that TXG were acknowledged
+    /// but never stored: the volume refuses writes from then on and reads of those blocks
+    /// fail with EIO, also after a restart (the pool records it in its state directory).
+    /// Clearing accepts the loss: those blocks read as whatever the backing store holds
+    /// (older bytes) and the volume takes writes again. Fix the store first, and restore
+    /// the listed blocks from elsewhere if they matter. Refused while the pool is served.
+    Clear {
         /// The volume's name.
         name: String,
         /// Where the pool's state lives.
@@ -218,6 +233,9 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
         VolumeCommand::Remove { name, state_dir } => {
             let (mut config, _config_lock) = load_locked(&state_dir)?;
             let before = config.volumes.len();
+            let guid = (config.volumes.iter())
+                .find(|v| v.name == name)
+                .map(|v| v.guid);
             config.volumes.retain(|v| v.name != name);
             if config.volumes.len() == before {
                 bail!("the pool has no volume {name}");
@@ -244,10 +262,61 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             save(&config, &state_dir)?;
+            // Its recorded failure goes with it (a volume added later has another guid).
+            if let Some(guid) = guid {
+                larch_engine::clear_failed_volume(&state_dir, guid)?;
+            }
             println!("removed volume {name} (its data is untouched)");
+        }
+        VolumeCommand::Clear { name, state_dir } => {
+            let (config, _config_lock) = load_locked(&state_dir)?;
+            let Some(volume) = config.volumes.iter().find(|v| v.name == name) else {
+                bail!("the pool has no volume {name}");
+            };
+            // Not while the pool is served: the running daemon holds the failure in memory.
+            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
+            match larch_engine::clear_failed_volume(&state_dir, volume.guid)? {
+                None => println!("volume {name} has no recorded failure: nothing to clear"),
+                Some(failure) => {
+                    println!("cleared the failure of volume {name}: {}", failure.why);
+                    if !failure.lost.is_empty() {
+                        println!(
+                            "{} blocks of {} bytes now read as the backing store's older \
+                             bytes: {}",
+                            failure.lost.len(),
+                            volume.volblocksize,
+                            block_runs(&failure.lost)
+                        );
+                    }
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sorted block numbers as runs (`3, 7-9, 12`), at most 20 runs and a count of the rest.
+fn block_runs(blocks: &[u64]) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &b in blocks {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(b) => *last = b,
+            _ => runs.push((b, b)),
+        }
+    }
+    let mut text: Vec<String> = (runs.iter().take(20))
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    if runs.len() > 20 {
+        text.push(format!("and {} more runs", runs.len() - 20));
+    }
+    text.join(", ")
 }
 
 /// Records a log device holds for the next replay (0 when it cannot be read: then the

@@ -490,6 +490,7 @@ impl Engine {
                 // The acknowledged pieces are gone: the block reads as an error from now on,
                 // never as the store's older bytes (as after a failed TXG).
                 vol.lose(std::iter::once(block));
+                self.record_volume_failure(vol);
                 self.write_stats
                     .write_partial_errors
                     .fetch_add(1, Ordering::Relaxed);

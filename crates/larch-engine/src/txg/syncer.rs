@@ -151,9 +151,25 @@ impl Engine {
         };
         vol.fail(why);
         vol.lose(list.iter().map(|(block, _)| *block));
+        // Recorded before the TXG is committed (the caller's next step): from then on the
+        // intent log no longer holds these writes, and the record is all that keeps a
+        // restart from serving the store's older bytes.
+        self.record_volume_failure(&vol);
         for (block, dirty) in list {
             let key = vol.info.key(*block);
             self.arc.shard(&key).write_failed(key, dirty.generation);
+        }
+    }
+
+    /// Records `vol`'s failure in the pool's state directory (see
+    /// [`crate::volumes::Volumes::set_failure_sink`]); logs and counts a record that
+    /// could not be written.
+    pub(crate) fn record_volume_failure(&self, vol: &VolumeEntry) {
+        if let Err(err) = self.volumes.record_failure(vol) {
+            eprintln!("larch: {err}");
+            self.write_stats
+                .volume_failure_record_errors
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 

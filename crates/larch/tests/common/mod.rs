@@ -94,11 +94,26 @@ impl Daemon {
     /// Starts `larch serve --http HTTP` on the pool in `state`; returns once its NBD
     /// socket exists.
     pub fn start(state: &std::path::Path, http: &str) -> Daemon {
+        Daemon::start_under(state, http, &[])
+    }
+
+    /// [`Daemon::start`] through a wrapper command (`WRAPPER... larch serve ...`, such as
+    /// `prlimit --fsize=N`), which must exec larch.
+    pub fn start_under(state: &std::path::Path, http: &str, wrapper: &[&str]) -> Daemon {
         use std::process::Stdio;
         use std::time::{Duration, Instant};
         let socket = state.join("nbd.sock");
         let _ = std::fs::remove_file(&socket);
-        let child = larch()
+        let larch_path = env!("CARGO_BIN_EXE_larch");
+        let mut command = match wrapper.split_first() {
+            None => larch(),
+            Some((program, args)) => {
+                let mut c = std::process::Command::new(program);
+                c.args(args).arg(larch_path);
+                c
+            }
+        };
+        let child = command
             .args(["serve", "--http", http, "--state-dir"])
             .arg(state)
             .arg("--socket")
