@@ -382,7 +382,7 @@ pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
         return Err(ManageError::Refused("the pool has no log device".into()));
     };
     if let Target::Running(pool) = target {
-        pool.engine.detach_log();
+        pool.engine.detach_log().map_err(ManageError::Refused)?;
     }
     save(dir, &config)?;
     Ok(format!("log device {} removed", removed.path.display()))

@@ -709,6 +709,19 @@ fn write_distrusted(state_dir: &Path, guids: &[u64]) -> io::Result<()> {
     write_state_file(state_dir, DISTRUSTED_FILE, text.as_bytes())
 }
 
+/// Whether a log device holds records a replay may apply (a device that cannot be read
+/// counts as holding some: opening it fails anyway, or replays them).
+fn log_has_records(path: &Path) -> bool {
+    let options = larch_io::FileOptions {
+        read_only: true,
+        ..larch_io::FileOptions::default()
+    };
+    larch_io::FileDevice::open(path, &options)
+        .ok()
+        .and_then(|dev| larch_zil::describe(&dev).ok())
+        .is_none_or(|log| log.records_to_replay > 0)
+}
+
 /// Whether both header slots of a log device are all zeroes (never written).
 pub fn log_is_blank(path: &Path) -> bool {
     let mut buf = vec![0u8; 2 * larch_format::zil::ZIL_HEADER_SLOT_BYTES as usize];
@@ -802,9 +815,26 @@ impl Pool {
             Box::new(move |txg| write_committed_txg(&sink_dir, txg)),
         );
         let mut log_replayed = None;
+        let mut distrusted = read_distrusted(state_dir)?;
         for l in &config.log_devices {
             let path = resolve(state_dir, &l.path);
             let create = log_is_blank(&path);
+            if !create && log_has_records(&path) {
+                // A replay that applies records means every cache device is formatted, not
+                // rebuilt (rule 5): their logs may hold copies the replayed writes
+                // superseded. The log forgets the records at its first TXG commit, which
+                // the syncer may make before the devices below are formatted; a crash in
+                // between would find no records and rebuild stale copies. So the pool
+                // records first that they are to be formatted.
+                let more: Vec<u64> = (config.cache_devices.iter())
+                    .map(|d| d.guid)
+                    .filter(|g| !distrusted.contains(g))
+                    .collect();
+                if !more.is_empty() {
+                    distrusted.extend(more);
+                    write_distrusted(state_dir, &distrusted)?;
+                }
+            }
             let replayed = engine
                 .attach_log(&path, config.guid, l.guid, create)
                 .map_err(|e| {
@@ -819,7 +849,6 @@ impl Pool {
         }
         // Cache devices whose logs the engine could not empty when it had to are formatted
         // (see `larch_engine::coherence`, rule 4); the record is dropped once they are.
-        let distrusted = read_distrusted(state_dir)?;
         let sink_dir = state_dir.to_path_buf();
         engine.set_distrust_sink(Box::new(move |guid| {
             let mut guids = read_distrusted(&sink_dir)?;
@@ -926,8 +955,17 @@ impl Pool {
         if let Some(log) = &running
             && wanted.is_none_or(|w| w.guid != log.guid)
         {
-            self.engine.detach_log();
-            done.push(format!("log device {} removed", log.path.display()));
+            match self.engine.detach_log() {
+                Ok(_) => done.push(format!("log device {} removed", log.path.display())),
+                Err(why) => {
+                    // Nothing else changes while it holds writes no TXG has synced.
+                    done.push(format!(
+                        "log device {} not removed: {why}",
+                        log.path.display()
+                    ));
+                    return done;
+                }
+            }
         }
         if let Some(w) = wanted
             && running.as_ref().is_none_or(|r| r.guid != w.guid)

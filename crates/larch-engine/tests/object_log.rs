@@ -195,3 +195,26 @@ fn sync_writes_of_a_run_that_took_over_survive_a_crash_before_its_first_commit()
     run.engine.shutdown();
     run.object.release().unwrap();
 }
+
+/// Removing the log device while the syncer cannot sync the open TXG (here: stopped) is
+/// refused and the log stays attached: it may hold the only copy of acknowledged sync
+/// writes. Before, the removal went ahead whatever the sync's outcome (a review's
+/// finding), and `larch log remove` saved the pool's configuration without the device.
+#[test]
+fn a_log_device_is_not_removed_while_its_txg_cannot_sync() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x1234, BLOCKS * u64::from(BLOCK), BLOCK, 4);
+    larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+    let node = Node::new("node-a");
+    let log = Arc::new(FaultyDevice::new(LOG_BYTES));
+    let run = Run::start(&node, &store, &log, true);
+    run.fua_logged(3, 0x33);
+    run.engine.shutdown();
+    let refused = run.engine.detach_log();
+    assert!(refused.is_err(), "{:?}", refused.map(|l| l.is_some()));
+    assert!(
+        run.engine.log_device().is_some(),
+        "the log was taken out of use"
+    );
+    run.object.release().unwrap();
+}

@@ -78,6 +78,9 @@ pub fn read_header(dev: &dyn BlockDevice) -> Result<HeaderRead, L2Error> {
     })
 }
 
+/// The largest hand position a header may hold (see [`validate_header`]).
+const MAX_HAND_POS: u64 = 1 << 62;
+
 /// Checks a decoded header against the device it was read from (and the expected pool
 /// and device guids), returning the ring geometry. Failure means the header cannot be
 /// used (OpenZFS `l2_rebuild_unsupported`).
@@ -111,6 +114,11 @@ pub fn validate_header(
         return unsupported(format!(
             "hands write {write} evict {evict} are inconsistent"
         ));
+    }
+    // Hand positions count every byte ever written to the ring: 2^62 is centuries of
+    // writing at any device's speed. Above it, position arithmetic could overflow.
+    if evict > MAX_HAND_POS {
+        return unsupported(format!("evict hand {evict} is beyond any real device's"));
     }
     if header.first_sweep() != (evict <= ring) {
         return unsupported(format!(
@@ -539,6 +547,7 @@ impl Walker {
             let pos = self
                 .entry_pos(ptr, entry, prev_end)
                 .map_err(|reason| BlockError::BadEntry { index, reason })?;
+            // Cannot overflow: entry_pos checked the record ends within its block's payload.
             prev_end = pos + self.geo.asize(u64::from(entry.physical_size));
             out.push(Some(pos));
         }
@@ -577,7 +586,7 @@ impl Walker {
                 .ok_or_else(|| format!("daddr {} is after its log block", entry.daddr))?
                 + offset
         };
-        if pos < min_pos || pos + asize > ptr.block_pos {
+        if pos < min_pos || pos.checked_add(asize).is_none_or(|end| end > ptr.block_pos) {
             return Err(format!(
                 "record at ring position {pos} (+{asize}) outside payload {}..{}",
                 min_pos, ptr.block_pos

@@ -900,3 +900,25 @@ fn streaming_rebuild_agrees_with_the_collecting_one() {
     assert!(l2.live_records().is_empty(), "no record index");
     l2.check_invariants();
 }
+
+/// A header whose hands sit near the top of `u64` (only a forged or damaged one can) is
+/// refused as unsupported: the walk's position arithmetic would overflow (a panic in
+/// debug builds, wrapped range checks in release ones; a review's finding).
+#[test]
+fn hands_beyond_any_real_device_are_refused() {
+    let dev = Arc::new(MemDevice::new(SMALL_DEVICE_BYTES));
+    let l2 = L2Device::create(dev.clone(), &small_options(16, 1)).unwrap();
+    let mut header = larch_l2::read_header(&*dev).unwrap().header;
+    drop(l2);
+    let ring = larch_l2::validate_header(&header, dev.len_bytes(), None)
+        .unwrap()
+        .ring_bytes();
+    header.flags &= !larch_format::FLAG_FIRST_SWEEP;
+    header.evict_hand_pos = u64::MAX - 1024;
+    header.write_hand_pos = header.evict_hand_pos - ring / 4;
+    let refused = larch_l2::validate_header(&header, dev.len_bytes(), None);
+    assert!(
+        matches!(refused, Err(L2Error::Unsupported(ref why)) if why.contains("evict hand")),
+        "{refused:?}"
+    );
+}

@@ -218,10 +218,11 @@ impl Engine {
         // would replay these records over newer bytes.
         log.fail(format!("log header update failed: {err}"));
         if let Err(why) = self.record_committed_elsewhere(txg) {
-            // Recorded nowhere: a restart replays this TXG's records, which is harmless
-            // only while nothing newer reaches the stores. Every volume fails (its writes
-            // and FLUSHes get EIO from now on), as a TXG whose tombstones cannot be made
-            // durable does (rule 4): this TXG's bytes are on the stores already.
+            // Recorded nowhere: a restart replays this TXG's records over whatever reaches
+            // the stores later. Every volume fails (its writes and FLUSHes get EIO from
+            // now on), as a TXG whose tombstones cannot be made durable does (rule 4), so
+            // no later write is acknowledged as durable: blocks already dirty still sync,
+            // and a replay may put older bytes over them, which no FLUSH covered.
             let why = format!("the committed TXG {txg} could not be recorded: {why}");
             eprintln!("larch: {why}");
             for vol in self.volumes.all() {
@@ -398,14 +399,24 @@ impl Engine {
 
     /// Takes the log device out of use without losing what it covers: it stops taking
     /// records (sync writes go through TXG syncs from now on), the open TXG is synced, and
-    /// once no cache-device rebuild needs the log kept, the log is told that every TXG up
-    /// to it is committed, so a later replay of the device (if it is attached again by
-    /// hand) has nothing to apply.
-    pub fn detach_log(&self) -> Option<Arc<LogHandle>> {
-        let log = self.log_device()?;
+    /// the log is told that every TXG up to it is committed, so a later replay of the
+    /// device (if it is attached again by hand) has nothing to apply. `Ok(None)` when
+    /// there is no log device. `Err` when the open TXG could not be synced (the syncer
+    /// stopped): the log stays in use, since it may hold the only copy of acknowledged
+    /// sync writes, and the caller must keep it in the pool's configuration.
+    pub fn detach_log(&self) -> Result<Option<Arc<LogHandle>>, String> {
+        let Some(log) = self.log_device() else {
+            return Ok(None);
+        };
         log.draining.store(true, Ordering::Release);
         let txg = self.txg.lock().open_txg;
-        let _ = self.wait_synced_quiet(txg);
+        if let Err(why) = self.wait_synced_quiet(txg) {
+            log.draining.store(false, Ordering::Release);
+            return Err(format!(
+                "TXG {txg} could not be synced ({why}): the log device may hold the only \
+                 copy of acknowledged sync writes, so it stays"
+            ));
+        }
         let synced = self.txg.lock().synced_txg;
         if let Err(err) = log.device.txg_committed(synced) {
             log.fail(format!("log header update at removal failed: {err}"));
@@ -419,6 +430,6 @@ impl Engine {
         }
         drop(slot);
         self.txg.lock().pending.clear();
-        Some(log)
+        Ok(Some(log))
     }
 }
