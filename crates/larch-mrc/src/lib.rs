@@ -178,6 +178,18 @@ impl SamplerConfig {
         if self.max_sampled_per_s == Some(0) {
             return Err("a budget of 0 sampled accesses a second samples nothing".into());
         }
+        // Every miniature is an ARC of the template with its sizes replaced by a scaled size
+        // of at least one byte: a template the policy refuses (a `meta_balance` of 0, say)
+        // would fail when the first miniature starts, inside `record`, so it is refused here.
+        if self.arc_curve {
+            ArcConfig {
+                c_min_bytes: 1,
+                c_max_bytes: 1,
+                ..self.arc_template.clone()
+            }
+            .validate()
+            .map_err(|e| format!("the miniature ARCs' template: {e}"))?;
+        }
         Ok(())
     }
 }
@@ -986,5 +998,37 @@ mod tests {
         ] {
             assert!(Sampler::new(cfg).is_err());
         }
+    }
+
+    /// A template the policy refuses was taken, and the first miniature to start panicked
+    /// in `record`; it is refused up front. Without miniatures the template is not used.
+    #[test]
+    fn an_arc_template_the_policy_refuses_is_refused() {
+        let bad = ArcConfig {
+            meta_balance: 0,
+            ..ArcConfig::fixed(1 << 20)
+        };
+        let cfg = SamplerConfig {
+            arc_template: bad.clone(),
+            ..SamplerConfig::default()
+        };
+        let err = Sampler::new(cfg).err().expect("refused");
+        assert!(err.contains("meta_balance"), "{err}");
+        let mut lru_only = Sampler::new(SamplerConfig {
+            arc_template: bad,
+            arc_curve: false,
+            ..SamplerConfig::default()
+        })
+        .unwrap();
+        lru_only.offer(&read(1, 0));
+        assert_eq!(lru_only.sampled(), 1);
+        // The template's own sizes do not matter: each miniature gets a scaled one.
+        assert!(
+            Sampler::new(SamplerConfig {
+                arc_template: ArcConfig::fixed(0),
+                ..SamplerConfig::default()
+            })
+            .is_ok()
+        );
     }
 }
