@@ -49,7 +49,8 @@ pub struct Curves {
     /// Share of reads that were a block's first, since the sampler started.
     #[serde(default)]
     pub cold_share: f64,
-    /// The same over the last ten minutes.
+    /// The same over the ten minutes up to the time the curves were read (0 when no read
+    /// fell in them).
     #[serde(default)]
     pub recent_cold_share: f64,
     /// Bytes the sampler holds.
@@ -178,8 +179,8 @@ pub fn curves_of(s: &Sampler, now_ms: u64) -> Curves {
         write_share: shares.write,
         sequential_share: shares.sequential,
         metadata_share: shares.metadata,
-        cold_share: s.cold_shares().0,
-        recent_cold_share: s.cold_shares().1,
+        cold_share: s.cold_shares(now_ms).0,
+        recent_cold_share: s.cold_shares(now_ms).1,
         memory_bytes: s.memory_bytes(),
     }
 }

@@ -755,17 +755,22 @@ impl Sampler {
     }
 
     /// The share of sampled reads that were a block's first (no cache could have served
-    /// them): since the sampler started, and over the last [`RECENT_MINUTES`] minutes of
-    /// its clock (a workload still warming has many; the curves' top is 1 minus them).
-    pub fn cold_shares(&self) -> (f64, f64) {
+    /// them): since the sampler started, and over the [`RECENT_MINUTES`] minutes of its
+    /// clock up to `now_ms` (a workload still warming has many; the curves' top is 1 minus
+    /// them). The window's minutes are kept as reads arrive, so the query names the time:
+    /// after the reads stop, the minutes they fell in age out of the window and a quiet
+    /// window's share is 0, instead of the last busy one's for ever.
+    pub fn cold_shares(&self, now_ms: u64) -> (f64, f64) {
         let all = if self.pool.read_weight > 0.0 {
             self.pool.cold / self.pool.read_weight
         } else {
             0.0
         };
+        let minute = now_ms / 60_000;
         let (cold, reads) = self
             .recent
             .iter()
+            .filter(|m| m.0 + RECENT_MINUTES > minute)
             .fold((0.0, 0.0), |(c, r), m| (c + m.1, r + m.2));
         (all, if reads > 0.0 { cold / reads } else { 0.0 })
     }
@@ -946,7 +951,33 @@ mod tests {
         assert_eq!(sh.metadata, 0.0);
         assert!((s.working_set_bytes(10, 2) - 8192.0).abs() < 1e-9);
         // Two reads, one the first of its block.
-        assert_eq!(s.cold_shares(), (0.5, 0.5));
+        assert_eq!(s.cold_shares(2), (0.5, 0.5));
+    }
+
+    /// The recent share's window moved only when a read arrived: after the reads stopped,
+    /// the last busy minutes' share (a pool "still warming") was reported for ever.
+    #[test]
+    fn the_recent_cold_share_ages_out_when_reads_stop() {
+        let mut s = Sampler::new(SamplerConfig::default()).unwrap();
+        let minute = 60_000;
+        // Minute 0: 10 first reads; minute 5: 10 re-reads.
+        for b in 0..10 {
+            s.offer(&read(b, 0));
+        }
+        for b in 0..10 {
+            s.offer(&read(b, 5 * minute));
+        }
+        assert_eq!(s.cold_shares(5 * minute), (0.5, 0.5));
+        // Minute 0 has left the window: only the re-reads are recent.
+        assert_eq!(s.cold_shares(10 * minute), (0.5, 0.0));
+        // No read in the last ten minutes: nothing is recent, the share since the start stays.
+        assert_eq!(s.cold_shares(15 * minute), (0.5, 0.0));
+        assert_eq!(s.cold_shares(60 * minute), (0.5, 0.0));
+        // A read that arrives later counts again.
+        s.offer(&read(99, 60 * minute));
+        let (all, recent) = s.cold_shares(60 * minute);
+        assert!((all - 11.0 / 21.0).abs() < 1e-12, "{all}");
+        assert_eq!(recent, 1.0);
     }
 
     #[test]
@@ -972,7 +1003,7 @@ mod tests {
             "{c:?}"
         );
         assert!(c[2].1 > 0.95, "{c:?}");
-        let shares = s.cold_shares();
+        let shares = s.cold_shares(5000);
         assert!(shares.0 < 0.05, "{shares:?}");
     }
 
