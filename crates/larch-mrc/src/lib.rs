@@ -38,7 +38,9 @@
 //!   does for such policies, the sampled stream is run through **miniature caches** — here
 //!   the real [`larch_policy::Arc`] — of `R ×` each size. Caches that never evicted are all
 //!   the same, so only sizes up to the first such one run; the next one starts as a clone of
-//!   it when it is about to evict, which is exact (its whole history was "no eviction").
+//!   it when it is about to evict, which is exact (its whole history was "no eviction"),
+//!   whether the eviction would come from an access or from the rate falling below what
+//!   it holds.
 //!   Sizes whose miniature would hold fewer than [`MIN_MINI_BLOCKS`] blocks are too coarse
 //!   and report the LRU value instead. The blocks a miniature holds are counted at the mean
 //!   size of the followed blocks that fit in it: a block larger than a miniature passes
@@ -560,6 +562,19 @@ impl Sampler {
         while self.minis.len() > 1 && self.coarse(self.first_mini) {
             self.minis.remove(0);
             self.first_mini += 1;
+        }
+        // The largest running miniature never evicted. If it holds more than its new size,
+        // it evicts now, and the next size, which would have held it all until now too,
+        // must start as its clone before that (the same history: no eviction) and shrink
+        // to its own new size, which may in turn evict: the same again.
+        while let Some(top) = self.minis.last() {
+            let next = self.first_mini + self.minis.len();
+            if next >= self.cfg.sizes.len() || top.arc.size() <= self.scaled(top.size) {
+                break;
+            }
+            let mut clone = top.clone();
+            clone.size = self.cfg.sizes[next];
+            self.minis.push(clone);
         }
         let rate = self.rate();
         let floor = self.mini_floor();
@@ -1101,6 +1116,69 @@ mod tests {
             );
             let err = exact::mean_abs_error_points(&exact_arc, &s.arc_curve());
             assert!(err < 0.01, "{err} points off: {:?}", s.arc_curve());
+        }
+    }
+
+    /// A miniature that starts as a clone of a smaller one must score exactly what it
+    /// would have had it run from the start. A sampler with one size runs that size's
+    /// miniature from the start over the same sampled stream (which blocks are sampled and
+    /// when the rate falls do not depend on the sizes), so it is the reference. When the
+    /// rate fell, the largest running miniature could shrink below what it held and
+    /// evict, and the next size cloned it later with those evictions in its history.
+    #[test]
+    fn miniatures_started_as_clones_score_as_if_run_from_the_start() {
+        let mut rng = Rng(21);
+        // A footprint that grows, so the rate keeps falling, with reuse skewed to the
+        // low block numbers.
+        let accesses: Vec<Access> = (0..40_000u64)
+            .map(|i| {
+                let n = 1000 + i / 2;
+                let x = rng.below(n);
+                read(x * x / n, i)
+            })
+            .collect();
+        let sizes: Vec<u64> = (0..24)
+            .map(|j| ((1u64 << 20) as f64 * 2f64.powf(f64::from(j) / 4.0)) as u64)
+            .collect();
+        // The rate falls as the table fills, or by halves under a budget.
+        for cfg in [
+            SamplerConfig {
+                max_samples: 512,
+                sizes: sizes.clone(),
+                ..SamplerConfig::default()
+            },
+            SamplerConfig {
+                max_sampled_per_s: Some(300),
+                sizes: sizes.clone(),
+                ..SamplerConfig::default()
+            },
+        ] {
+            let mut s = Sampler::new(cfg.clone()).unwrap();
+            for a in &accesses {
+                s.offer(a);
+            }
+            s.check_invariants();
+            assert!(s.rate() < 0.5, "{}", s.rate());
+            assert!(s.minis.len() > 1, "{}", s.minis.len());
+            let mut differ = Vec::new();
+            for m in &s.minis {
+                let mut one = Sampler::new(SamplerConfig {
+                    sizes: vec![m.size],
+                    ..cfg.clone()
+                })
+                .unwrap();
+                for a in &accesses {
+                    one.offer(a);
+                }
+                let r = &one.minis[0];
+                if (r.hits, r.reads) != (m.hits, m.reads) {
+                    differ.push((m.size, m.hits, r.hits, m.reads, r.reads));
+                }
+            }
+            assert!(
+                differ.is_empty(),
+                "(size, hits, from the start, reads, from the start): {differ:?}"
+            );
         }
     }
 
