@@ -145,10 +145,13 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
     let mut sampler = Sampler::new(SamplerConfig::default()).map_err(|e| anyhow!(e))?;
     let started = Instant::now();
     let mut last_note = Instant::now();
-    let (mut reads, mut first_ms, mut last_ms) = (0u64, None, 0u64);
+    let (mut reads, mut read_bytes, mut first_ms, mut last_ms) = (0u64, 0u64, None, 0u64);
     let read = larch_mrc::trace::for_each_access(path, args.format, block as u32, |a| {
         sampler.offer(a);
-        reads += u64::from(!a.write);
+        if !a.write {
+            reads += 1;
+            read_bytes += u64::from(a.bytes);
+        }
         first_ms.get_or_insert(a.now_ms);
         last_ms = a.now_ms;
         if last_note.elapsed().as_secs() >= 5 {
@@ -176,10 +179,10 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
     let device = args.device.clone().unwrap_or_else(|| "nvme".into());
     let l2_read = advise::device_read_us(&device, block).map_err(|e| anyhow!("--device: {e}"))?;
     let span_s = (last_ms - first_ms.unwrap_or(0)) as f64 / 1000.0;
-    let read_iops = if timed && span_s > 0.0 {
-        reads as f64 / span_s
+    let (read_iops, read_bytes_per_s) = if timed && span_s > 0.0 {
+        (reads as f64 / span_s, read_bytes as f64 / span_s)
     } else {
-        0.0
+        (0.0, 0.0)
     };
     let h = advise::hit_at(&curves.arc, arc);
     let today = Today {
@@ -192,7 +195,9 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
         miss_us: Some(miss),
         // A trace's load is offered, not closed-loop: no IOPS are predicted from it.
         read_us: None,
-        miss_bytes_per_s: read_iops * (1.0 - h) * block as f64,
+        // The bytes the trace's reads asked for, not reads × --block-size: a record of an
+        // object trace (oracleGeneral) is one block of the object's own size.
+        miss_bytes_per_s: read_bytes_per_s * (1.0 - h),
         arc_hit_ratio: h,
         l2arc_meta_percent: 33,
     };
@@ -351,5 +356,51 @@ fn window(s: u64) -> String {
         s if s % 3600 == 0 => format!("{} h", s / 3600),
         s if s % 60 == 0 => format!("{} min", s / 60),
         s => format!("{s} s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An object trace's reads are of the objects' sizes: the miss bytes per second (and
+    /// the warm-up bounds that follow from them) came from reads × --block-size instead.
+    #[test]
+    fn a_trace_of_objects_misses_the_objects_bytes() {
+        let dir = std::env::temp_dir().join(format!("larch-advise-objects-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("objects.oracleGeneral");
+        // Ten first reads of 1 MiB objects, one a second: none can hit.
+        let mut bytes = Vec::new();
+        for i in 0..10u32 {
+            bytes.extend_from_slice(&i.to_le_bytes());
+            bytes.extend_from_slice(&u64::from(i + 100).to_le_bytes());
+            bytes.extend_from_slice(&(1u32 << 20).to_le_bytes());
+            bytes.extend_from_slice(&(-1i64).to_le_bytes());
+        }
+        std::fs::write(&trace, &bytes).unwrap();
+        let args = AdviseArgs {
+            state_dir: dir.clone(),
+            trace: Some(trace),
+            format: Some(larch_sim::Format::OracleGeneral),
+            block_size: "8K".into(),
+            arc: None,
+            l2: None,
+            device: None,
+            backing: "hdd".into(),
+            json: true,
+        };
+        let advice = from_trace(&args, Some(64 << 20), None);
+        let _ = std::fs::remove_dir_all(&dir);
+        let today = advice.unwrap().today;
+        assert_eq!(today.arc_hit_ratio, 0.0);
+        // Ten reads over the nine seconds from the first to the last.
+        let expected = 10.0 * (1u64 << 20) as f64 / 9.0;
+        assert!(
+            (today.miss_bytes_per_s - expected).abs() < 1.0,
+            "{} bytes/s, expected {expected}",
+            today.miss_bytes_per_s
+        );
+        assert!((today.read_iops - 10.0 / 9.0).abs() < 1e-9);
     }
 }
