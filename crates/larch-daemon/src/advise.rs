@@ -162,7 +162,9 @@ pub struct Advice {
     pub lines: Vec<String>,
 }
 
-/// The hit ratio of a curve at `bytes`, interpolated in log size; 0 below the first point.
+/// The hit ratio of a curve at `bytes`, interpolated in log size; below the first point,
+/// that point's ratio scaled by `bytes / its size` (so 0 at 0 bytes); past the last, the
+/// last's.
 pub fn hit_at(curve: &[(u64, f64)], bytes: u64) -> f64 {
     if curve.is_empty() || bytes == 0 {
         return 0.0;

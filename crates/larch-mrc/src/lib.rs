@@ -33,7 +33,9 @@
 //!   weights when a curve is read ([`Sampler::effective_rate`]).
 //! - Distances are counted **in bytes** (blocks of different volumes may differ in size), in
 //!   a Fenwick tree over access stamps; when the stamps run out the live ones are renumbered
-//!   in order, so the tree stays within twice the table.
+//!   in order, so the tree stays bounded: it starts with `min(4 × max_samples, 2^14)`
+//!   stamps and a renumbering grows it to twice the live ones if that is more, so it holds
+//!   at most 4 × `max_samples` stamps (2 × from 8,192 on, the default: 16,384, 128 KiB).
 //! - The ARC is not a stack algorithm, so its curve cannot come from distances. As SHARDS
 //!   does for such policies, the sampled stream is run through **miniature caches** — here
 //!   the real [`larch_policy::Arc`] — of `R ×` each size. Caches that never evicted are all
@@ -49,7 +51,7 @@
 //!   front as the engine's write path does (the written block is cached), sequential and
 //!   metadata accesses are counted for the workload's shares.
 //!
-//! Memory: the sample table, the stamp tree (at most 2 × `max_samples` stamps), the
+//! Memory: the sample table, the stamp tree (at most 4 × `max_samples` stamps), the
 //! miniature ARCs' headers and each volume's histogram, reported by
 //! [`Sampler::memory_bytes`] (the filter's 16 KiB sketch besides); the defaults stay under a
 //! few MB.
@@ -78,7 +80,10 @@ pub const MIN_MINI_BLOCKS: u64 = 32;
 /// Minutes over which the recent share of first reads is kept.
 pub const RECENT_MINUTES: u64 = 10;
 
-/// Volumes whose own figures a sampler keeps; accesses of others count for the pool only.
+/// Volumes whose own figures a sampler keeps: the first this many to have a block sampled,
+/// for good (a later one gets none, however busy). Accesses of others count in the pool's
+/// figures only. It bounds the memory: each volume's histogram is about 4 KiB (496
+/// buckets), so about 1 MiB in all.
 pub const MAX_VOLUMES: usize = 256;
 
 /// The default sizes at which curves are computed: powers of two from 1 MiB to 16 TiB.
@@ -465,6 +470,7 @@ impl Sampler {
                 r.2 += weight;
             }
         }
+        // Only the first MAX_VOLUMES volumes sampled get their own figures (memory bound).
         if self.volumes.len() < MAX_VOLUMES || self.volumes.contains_key(&a.key.volume) {
             self.volumes
                 .entry(a.key.volume)
@@ -622,7 +628,8 @@ impl Sampler {
             self.samples.iter().map(|(k, s)| (s.stamp, *k)).collect();
         live.sort_unstable();
         // At least twice the live stamps, so renumbering stays rare: at most 2 × max_samples
-        // (or the starting size).
+        // (the table holds at most max_samples here), or the starting size, which is at
+        // most 4 × max_samples.
         self.tree = Fenwick::new(self.tree.len().max(2 * live.len()));
         for (i, (_, key)) in live.iter().enumerate() {
             let s = self.samples.get_mut(key).expect("live key");
@@ -916,6 +923,7 @@ impl Sampler {
         assert_eq!(self.samples.len(), self.by_hash.len());
         let live: i64 = self.samples.values().map(|s| i64::from(s.bytes)).sum();
         assert_eq!(self.tree.prefix(self.tree.len()), live);
+        assert!(self.tree.len() <= 4 * self.cfg.max_samples);
         let mut sizes = BlockSizes::default();
         for s in self.samples.values() {
             sizes.add(s.bytes);
