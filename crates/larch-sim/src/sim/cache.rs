@@ -322,7 +322,10 @@ impl SimCache {
 
     /// A read of `count` consecutive blocks from `first` at `now`: when the last is
     /// there and where the slowest came from. Misses to the primary storage are merged into
-    /// one I/O per run of consecutive blocks (as vdev aggregation does).
+    /// one I/O per run of consecutive blocks (as vdev aggregation does). Blocks are
+    /// addresses on the simulated volume: the simulator places every request within it
+    /// (`first + count` at most its blocks, far below 2^64 with blocks of 512 bytes or more),
+    /// as the byte offsets of the primary storage's I/O need.
     pub fn read(&mut self, now: Nanos, first: u64, count: u64, prefetch: bool) -> (Nanos, Source) {
         let mut done = now;
         let mut slowest = Source::Arc;
@@ -430,7 +433,8 @@ impl SimCache {
     }
 
     /// A write of `count` blocks from `first` at `now`, `partial` when it covers only part
-    /// of its first or last block (read-modify-write). Returns when it is acknowledged
+    /// of its first or last block (read-modify-write); the blocks lie on the simulated
+    /// volume, as a read's. Returns when it is acknowledged
     /// (asynchronous: once dirty, after the throttle).
     pub fn write(&mut self, now: Nanos, first: u64, count: u64, partial: bool) -> Nanos {
         let mut at = now;
