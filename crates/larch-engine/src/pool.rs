@@ -709,9 +709,9 @@ fn write_distrusted(state_dir: &Path, guids: &[u64]) -> io::Result<()> {
     write_state_file(state_dir, DISTRUSTED_FILE, text.as_bytes())
 }
 
-/// Whether a log device holds records a replay may apply (a device that cannot be read
-/// counts as holding some: opening it fails anyway, or replays them).
-fn log_has_records(path: &Path) -> bool {
+/// The records a log device holds for the next replay, read without writing anything;
+/// `None` when it cannot be read.
+pub fn log_records_to_replay(path: &Path) -> Option<u64> {
     let options = larch_io::FileOptions {
         read_only: true,
         ..larch_io::FileOptions::default()
@@ -719,7 +719,7 @@ fn log_has_records(path: &Path) -> bool {
     larch_io::FileDevice::open(path, &options)
         .ok()
         .and_then(|dev| larch_zil::describe(&dev).ok())
-        .is_none_or(|log| log.records_to_replay > 0)
+        .map(|log| log.records_to_replay)
 }
 
 /// Whether both header slots of a log device are all zeroes (never written).
@@ -815,26 +815,28 @@ impl Pool {
             Box::new(move |txg| write_committed_txg(&sink_dir, txg)),
         );
         let mut log_replayed = None;
-        let mut distrusted = read_distrusted(state_dir)?;
+        // A replay that applies records means every cache device is formatted, not rebuilt
+        // (rule 5): their logs may hold copies the replayed writes superseded. The log
+        // forgets the records at its first TXG commit, which the syncer may make before
+        // the devices below are formatted, and a crash in between would find no records
+        // and rebuild stale copies. So the pool records first, before the log takes over,
+        // that they are to be formatted.
+        let cache_guids: Vec<u64> = config.cache_devices.iter().map(|d| d.guid).collect();
+        let sink_dir = state_dir.to_path_buf();
+        engine.set_replayed_sink(Box::new(move || {
+            let mut guids = read_distrusted(&sink_dir)?;
+            let missing: Vec<u64> = (cache_guids.iter().copied())
+                .filter(|g| !guids.contains(g))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            guids.extend(missing);
+            write_distrusted(&sink_dir, &guids)
+        }));
         for l in &config.log_devices {
             let path = resolve(state_dir, &l.path);
             let create = log_is_blank(&path);
-            if !create && log_has_records(&path) {
-                // A replay that applies records means every cache device is formatted, not
-                // rebuilt (rule 5): their logs may hold copies the replayed writes
-                // superseded. The log forgets the records at its first TXG commit, which
-                // the syncer may make before the devices below are formatted; a crash in
-                // between would find no records and rebuild stale copies. So the pool
-                // records first that they are to be formatted.
-                let more: Vec<u64> = (config.cache_devices.iter())
-                    .map(|d| d.guid)
-                    .filter(|g| !distrusted.contains(g))
-                    .collect();
-                if !more.is_empty() {
-                    distrusted.extend(more);
-                    write_distrusted(state_dir, &distrusted)?;
-                }
-            }
             let replayed = engine
                 .attach_log(&path, config.guid, l.guid, create)
                 .map_err(|e| {
@@ -848,7 +850,9 @@ impl Pool {
             }
         }
         // Cache devices whose logs the engine could not empty when it had to are formatted
-        // (see `larch_engine::coherence`, rule 4); the record is dropped once they are.
+        // (see `larch_engine::coherence`, rule 4), and so are all after a replay that
+        // applied records (above); the record is dropped once they are.
+        let distrusted = read_distrusted(state_dir)?;
         let sink_dir = state_dir.to_path_buf();
         engine.set_distrust_sink(Box::new(move |guid| {
             let mut guids = read_distrusted(&sink_dir)?;

@@ -12,7 +12,10 @@
 //! Some rounds cut the power a second time while the cache device is still rebuilding and
 //! writes go on (its reads are held back), which is when a log's older copies are most
 //! at risk. Some rounds make the log device's flushes fail: the engine must fall back to
-//! syncing TXGs without losing anything it acknowledged.
+//! syncing TXGs without losing anything it acknowledged. Some make the backing store's
+//! writes or flushes fail: the volume fails, and every block whose acknowledged version
+//! did not reach the store must read as an error, before and after the power cut (the
+//! pool's record of the failure survives it, as its state directory does).
 //!
 //! With the `fault-injection` feature, the syncer can be told to skip its tombstone
 //! commit: the last test shows that the checks above then catch stale reads, so they are
@@ -27,7 +30,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use larch_engine::{
-    BackingStore, BlockBuf, CacheDevice, DeviceState, Engine, LatencyModel, VolumeEntry, VolumeSpec,
+    BackingStore, BlockBuf, CacheDevice, DeviceState, Engine, LatencyModel, VolumeEntry,
+    VolumeFailure, VolumeSpec,
 };
 use larch_io::{BlockDevice, CrashMode, FaultyDevice, IoError};
 
@@ -176,6 +180,7 @@ struct Images {
     cache: Option<Vec<u8>>,
     floor: Arc<AtomicU64>,
     distrusted: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<VolumeFailure>>>,
 }
 
 /// The devices of one power-on period.
@@ -187,6 +192,8 @@ struct Machine {
     cache_hold: Arc<ReadHold>,
     floor: Arc<AtomicU64>,
     distrusted: Arc<AtomicBool>,
+    /// The pool's record of the volume's failure (`failed-volumes.json`).
+    failure: Arc<Mutex<Option<VolumeFailure>>>,
 }
 
 /// A fresh device holding `image` durably.
@@ -207,6 +214,7 @@ impl Machine {
             cache_hold: Arc::default(),
             floor: Arc::default(),
             distrusted: Arc::default(),
+            failure: Arc::default(),
         }
     }
 
@@ -219,6 +227,7 @@ impl Machine {
             cache_hold: Arc::default(),
             floor: Arc::new(AtomicU64::new(images.floor.load(Ordering::SeqCst))),
             distrusted: Arc::new(AtomicBool::new(images.distrusted.load(Ordering::SeqCst))),
+            failure: Arc::new(Mutex::new(images.failure.lock().expect("record").clone())),
         }
     }
 
@@ -255,6 +264,19 @@ impl Machine {
             sink_distrust.store(true, Ordering::SeqCst);
             Ok(())
         }));
+        // As `Pool::open`: a replay that applied records marks the cache device to be
+        // formatted, before the log can forget the records.
+        let (sink_distrust, sink_power) = (Arc::clone(&self.distrusted), Arc::clone(&self.power));
+        engine.set_replayed_sink(Box::new(move || {
+            if *sink_power.off.read().expect("power") {
+                return Err(std::io::Error::other("power is off"));
+            }
+            if sink_distrust.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            sink_distrust.store(true, Ordering::SeqCst);
+            Ok(())
+        }));
         let no_hold = Arc::new(ReadHold::default());
         let store = BackingStore::on_device(
             "backing",
@@ -264,6 +286,19 @@ impl Machine {
         let vol = engine
             .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(store))
             .expect("volume");
+        // As `Pool::open`: a recorded failure first, then failures recorded as they come.
+        if let Some(failure) = self.failure.lock().expect("record").as_ref() {
+            engine.restore_volume_failure(failure).expect("restore");
+        }
+        let (sink_failure, sink_power) = (Arc::clone(&self.failure), Arc::clone(&self.power));
+        engine.set_volume_failure_sink(Box::new(move |failure| {
+            let off = sink_power.off.read().expect("power");
+            if *off {
+                return Err(std::io::Error::other("power is off"));
+            }
+            *sink_failure.lock().expect("record") = Some(failure.clone());
+            Ok(())
+        }));
         if let Some(log) = &self.log {
             engine
                 .attach_log_device(
@@ -311,6 +346,7 @@ impl Machine {
             cache: self.cache.as_ref().map(|c| c.durable_snapshot()),
             floor: Arc::new(AtomicU64::new(self.floor.load(Ordering::SeqCst))),
             distrusted: Arc::new(AtomicBool::new(self.distrusted.load(Ordering::SeqCst))),
+            failure: Arc::new(Mutex::new(self.failure.lock().expect("record").clone())),
         }
     }
 }
@@ -432,6 +468,8 @@ fn wait_rebuilt(cache: Option<&Arc<CacheDevice>>) {
 struct Checked {
     durable_blocks: u64,
     l2_hits: u64,
+    /// Blocks a failed TXG lost, checked to read as errors.
+    lost_blocks: u64,
 }
 
 /// After a restart: every block holds a whole version no older than its durable one, and
@@ -445,18 +483,34 @@ fn check(
     checked: &mut Checked,
 ) -> Result<(), String> {
     let (engine, vol) = (&opened.engine, &opened.vol);
+    // Blocks whose acknowledged writes a failed TXG lost (as the pool recorded it): they
+    // must read as errors, whatever the store holds.
+    let lost = vol.failure_record().map(|f| f.lost).unwrap_or_default();
     for b in 0..BLOCKS {
         let mut on_disk = vec![0u8; BLOCK as usize];
         vol.backing
             .read_at(&mut on_disk, b * u64::from(BLOCK))
             .expect("read the backing store");
+        let want = versions.durable[b as usize];
+        let latest = versions.latest[b as usize];
+        if lost.contains(&b) {
+            // What the store holds of it does not matter (a write of the failed TXG may
+            // even be torn there), as long as nothing reads it.
+            if let Some(read) = runtime.block_on(engine.read_block(vol, b, false)) {
+                return Err(format!(
+                    "seed {seed} ({what}): block {b}, whose acknowledged write a failed TXG \
+                     lost, read as version {:?} instead of an error (durable {want})",
+                    version_of(seed, b, &read)
+                ));
+            }
+            checked.lost_blocks += 1;
+            continue;
+        }
         let Some(stored) = version_of(seed, b, &on_disk) else {
             return Err(format!(
                 "seed {seed} ({what}): block {b} on the backing store is no version of it"
             ));
         };
-        let want = versions.durable[b as usize];
-        let latest = versions.latest[b as usize];
         if stored < want || stored > latest {
             return Err(format!(
                 "seed {seed} ({what}): block {b} holds version {stored}; {want} was durable, {latest} the last written"
@@ -491,11 +545,13 @@ fn round(
     let l2 = skip_tombstones || rng.below(4) != 0;
     let failing_log = slog && rng.below(3) == 0;
     let during_rebuild = l2 && rng.below(3) == 0;
+    // The backing store fails its writes (0) or its flushes (1) from some point on.
+    let failing_backing = (rng.below(6) == 0).then(|| rng.below(2));
     let mut checked = Checked::default();
     let mut versions = Versions::new();
     if std::env::var_os("LARCH_POWER_DEBUG").is_some() {
         eprintln!(
-            "seed {seed}: log device {slog} (failing {failing_log}), cache device {l2}, cut during a rebuild {during_rebuild}"
+            "seed {seed}: log device {slog} (failing {failing_log}), cache device {l2}, cut during a rebuild {during_rebuild}, backing store failing {failing_backing:?}"
         );
     }
 
@@ -505,12 +561,26 @@ fn round(
     opened.skip_tombstone_commit(skip_tombstones);
     let ops = 20 + rng.below(100);
     let fail_at = rng.below(ops);
+    let backing_fail_at = rng.below(ops);
     let log = machine.log.clone();
+    let backing = Arc::clone(&machine.backing);
     opened.workload(seed, &mut rng, ops, &mut versions, runtime, |op| {
         if failing_log && op == fail_at {
             log.as_ref().expect("a log").fail_flushes(true);
         }
+        if op == backing_fail_at {
+            match failing_backing {
+                Some(0) => backing.fail_writes(0..u64::MAX),
+                Some(_) => backing.fail_flushes(true),
+                None => {}
+            }
+        }
     });
+    // Before the cut too: a block the failure lost reads as an error.
+    if failing_backing.is_some() {
+        let _ = opened.engine.flush_writes(&opened.vol);
+        check_lost_read_as_errors(seed, &opened, runtime)?;
+    }
     let images = machine.cut(seed);
     opened.engine.shutdown(); // every device operation fails from now on
     drop(opened);
@@ -552,6 +622,26 @@ fn round(
     result.map(|()| checked)
 }
 
+/// Every block the volume's failure lost reads as an error (`None`), before any restart.
+fn check_lost_read_as_errors(
+    seed: u64,
+    opened: &Opened,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(), String> {
+    let lost = (opened.vol.failure_record())
+        .map(|f| f.lost)
+        .unwrap_or_default();
+    for b in lost {
+        if let Some(read) = runtime.block_on(opened.engine.read_block(&opened.vol, b, false)) {
+            return Err(format!(
+                "seed {seed} (before the cut): lost block {b} read as version {:?}",
+                version_of(seed, b, &read)
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(feature = "fault-injection")]
 fn set_skip(engine: &Engine, on: bool) {
     engine.inject_skip_tombstone_commit(on);
@@ -584,7 +674,13 @@ fn acknowledged_writes_survive_power_loss_and_no_read_is_stale() {
         let checked = round(seed, &runtime, false).unwrap_or_else(|why| panic!("{why}"));
         total.durable_blocks += checked.durable_blocks;
         total.l2_hits += checked.l2_hits;
+        total.lost_blocks += checked.lost_blocks;
     }
+    assert!(
+        total.lost_blocks > rounds / 50,
+        "too few blocks lost by a failing backing store were checked ({} in {rounds} rounds)",
+        total.lost_blocks
+    );
     assert!(
         total.durable_blocks > rounds,
         "too few durable versions were checked ({} in {rounds} rounds)",
@@ -779,4 +875,57 @@ fn a_skipped_tombstone_commit_is_caught() {
         caught.iter().any(|why| why.contains("stale read")),
         "no stale read caught in {rounds} rounds with the tombstone commit skipped: {caught:?}"
     );
+}
+
+/// A start that replays the log and crashes after the log forgot the records but before
+/// the cache device was formatted: the next start must still format the device, not
+/// rebuild copies the replayed writes superseded. Before, only the cache device's format
+/// at that start stood for the replay, and the pool recorded nothing (an intent-log
+/// review's finding): the rebuild then indexed the older copy and served it.
+#[test]
+fn a_crash_after_a_replay_still_formats_the_cache_device() {
+    let runtime = runtime();
+    let seed = 0xdead;
+    // 1. The blocks as they are (zeros) on the cache device, its log committed; then a FUA
+    //    write of version 1 of block 0 (only in the intent log), and the power cut.
+    let machine = Machine::new(true, true);
+    let opened = machine.open(true);
+    for b in 0..BLOCKS {
+        runtime.block_on(opened.engine.read_block(&opened.vol, b, false));
+    }
+    let cache = opened.cache.clone().expect("a cache device");
+    assert!(
+        opened.engine.feed_once(&cache, 1 << 20) > 0,
+        "nothing was fed"
+    );
+    // A TXG sync commits the cache device's log; then no sync until the cut, so that the
+    // tombstone of version 2's write stays queued in memory.
+    opened
+        .engine
+        .tunables
+        .set("zfs_txg_timeout", "600")
+        .unwrap();
+    opened.engine.sync_all().expect("sync");
+    write_version(&opened, seed, 1, true).expect("FUA write");
+    let images = machine.cut(seed);
+    opened.engine.shutdown();
+    drop(opened);
+
+    // 2. A start that replays version 1 onto the store, syncs a TXG (the log forgets the
+    //    record), and dies before its cache device is formatted (here: never added).
+    let mut machine = Machine::from_images(&images);
+    let cache_image = images.cache.clone();
+    machine.cache = None;
+    let opened = machine.open(false);
+    opened.engine.sync_all().expect("sync");
+    let mut images = machine.cut(seed + 1);
+    opened.engine.shutdown();
+    drop(opened);
+    images.cache = cache_image;
+
+    // 3. The next start has nothing to replay; block 0 must read as version 1.
+    let mut versions = Versions::new();
+    versions.latest[0] = 1;
+    versions.durable(0, 1);
+    restart_and_check(&images, seed, "after a replay and a crash", &versions);
 }

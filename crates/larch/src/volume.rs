@@ -250,7 +250,9 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 } else {
                     state_dir.join(&log.path)
                 };
-                let pending = unreplayed_log_records(&path);
+                // (0 when it cannot be read: the next `larch serve` stops on the log device
+                // anyway, whatever the volumes are.)
+                let pending = larch_engine::log_records_to_replay(&path).unwrap_or(0);
                 if pending > 0 {
                     bail!(
                         "the log device {} holds {pending} acknowledged writes not yet \
@@ -317,19 +319,6 @@ fn block_runs(blocks: &[u64]) -> String {
         text.push(format!("and {} more runs", runs.len() - 20));
     }
     text.join(", ")
-}
-
-/// Records a log device holds for the next replay (0 when it cannot be read: then the
-/// next `larch serve` stops on the log device anyway, whatever the volumes are).
-fn unreplayed_log_records(path: &std::path::Path) -> u64 {
-    let options = larch_io::FileOptions {
-        read_only: true,
-        ..larch_io::FileOptions::default()
-    };
-    larch_io::FileDevice::open(path, &options)
-        .ok()
-        .and_then(|dev| larch_zil::describe(&dev).ok())
-        .map_or(0, |log| log.records_to_replay)
 }
 
 /// The object-store settings of `larch volume add`, refused (naming the flags) when the

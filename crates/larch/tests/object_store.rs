@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const PYTHON: &str = "/usr/bin/python3";
+use common::PYTHON;
 const CRASH_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/write_crash.py");
 const CEPH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ceph-rgw");
 
@@ -382,11 +382,7 @@ fn object_backed_volumes_against_ceph_rgw() {
     for tool in ["nbdcopy", "fio", "curl", "promtool"] {
         require(tool);
     }
-    let have_nbd = Command::new(PYTHON)
-        .args(["-c", "import nbd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(have_nbd, "{PYTHON} cannot import nbd: run scripts/test");
+    common::require_python_nbd();
     let gw = Gateway::start();
     gw.bucket("larch");
     bad_input(&gw);

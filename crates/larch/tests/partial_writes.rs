@@ -13,7 +13,7 @@ use common::{Daemon, pattern, run_ok, scratch};
 use std::path::Path;
 use std::process::Command;
 
-const PYTHON: &str = "/usr/bin/python3";
+use common::PYTHON;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/model_check.py");
 const VOLUME_BYTES: usize = 4 << 20;
 
@@ -52,14 +52,7 @@ fn last_stat(state: &Path, name: &str) -> u64 {
 
 #[test]
 fn writes_of_every_size_read_back_as_written_and_survive_a_clean_restart() {
-    let have_nbd = Command::new(PYTHON)
-        .args(["-c", "import nbd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        have_nbd,
-        "{PYTHON} cannot import nbd: run scripts/test, or apt-get install -y python3-libnbd"
-    );
+    common::require_python_nbd();
     let state = scratch("partial-writes");
     let dir = state.to_str().expect("utf-8").to_string();
     let backing = state.join("vol0.img");

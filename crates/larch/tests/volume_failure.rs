@@ -13,7 +13,7 @@ use common::{Daemon, larch, require, run_ok, scratch};
 use std::path::Path;
 use std::process::Command;
 
-const PYTHON: &str = "/usr/bin/python3";
+use common::PYTHON;
 const VOLUME: u64 = 64 << 20;
 const BLOCK: u64 = 16 << 10;
 /// Writes past this offset fail while the daemon runs under the limit.
@@ -73,14 +73,7 @@ fn volume_status(state: &Path) -> serde_json::Value {
 #[test]
 fn a_failed_volume_stays_failed_across_a_restart_until_cleared() {
     require("prlimit");
-    let have_nbd = Command::new(PYTHON)
-        .args(["-c", "import nbd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        have_nbd,
-        "{PYTHON} cannot import nbd: run scripts/test, or apt-get install -y python3-libnbd"
-    );
+    common::require_python_nbd();
     let state = scratch("volume-failure");
     let dir = state.to_str().expect("utf-8").to_string();
     let backing = state.join("vol0.img");

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const PYTHON: &str = "/usr/bin/python3";
+use common::PYTHON;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/write_crash.py");
 const CONNS: u32 = 4;
 const BLOCK_BYTES: u64 = 4096;
@@ -100,14 +100,7 @@ fn xorshift(x: &mut u64) -> u64 {
 
 #[test]
 fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
-    let have_nbd = Command::new(PYTHON)
-        .args(["-c", "import nbd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        have_nbd,
-        "{PYTHON} cannot import nbd: run scripts/test, or apt-get install -y python3-libnbd"
-    );
+    common::require_python_nbd();
     let rounds: u64 = std::env::var("LARCH_CRASH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())

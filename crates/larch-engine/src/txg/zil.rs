@@ -22,6 +22,10 @@ use crate::volumes::VolumeEntry;
 /// [`Engine::set_committed_txg_sink`]).
 pub type CommittedSink = Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
+/// Records, before the log forgets them, that a replay applied records (see
+/// [`Engine::set_replayed_sink`]).
+pub type ReplayedSink = Box<dyn Fn() -> io::Result<()> + Send + Sync>;
+
 /// A log device attached to the engine.
 pub struct LogHandle {
     /// Its path.
@@ -75,6 +79,9 @@ pub(crate) struct Committed {
     /// Where the pool records a committed TXG when the log device cannot (OpenZFS keeps
     /// it in the pool's uberblock, off the log device, for the same reason).
     sink: RankedMutex<Option<CommittedSink>>,
+    /// Where the pool records that a replay applied records (its cache devices are to be
+    /// formatted), before the log may forget them.
+    replayed: RankedMutex<Option<ReplayedSink>>,
 }
 
 impl Committed {
@@ -82,6 +89,7 @@ impl Committed {
         Committed {
             floor: AtomicU64::new(0),
             sink: RankedMutex::leaf(None),
+            replayed: RankedMutex::leaf(None),
         }
     }
 }
@@ -270,6 +278,18 @@ impl Engine {
             let (device, replay) = larch_zil::LogDevice::open_device(dev, pool_guid, device_guid)
                 .map_err(|e| named(&e))?;
             let replayed = self.replay_log(&replay)?;
+            // Before the log takes over: from its first TXG commit on it no longer holds
+            // these records, and only the pool's record says that the cache devices' logs
+            // may hold copies they superseded (coherence rule 5).
+            if replayed > 0
+                && let Some(sink) = self.committed.replayed.lock().as_ref()
+            {
+                sink().map_err(|e| {
+                    io::Error::other(format!(
+                        "recording that the replay applied {replayed} records: {e}"
+                    ))
+                })?;
+            }
             let next = replay
                 .committed_txg
                 .max(replay.max_txg().unwrap_or(0))
@@ -327,6 +347,14 @@ impl Engine {
             .fold(floor, u64::max);
         self.txg.start_at(above.saturating_add(1));
         *self.committed.sink.lock() = Some(sink);
+    }
+
+    /// Where the pool records that a replay applied records, before the log can forget
+    /// them: every cache device is then to be formatted rather than rebuilt, at this start
+    /// and at any start after a crash that comes before they are (coherence rule 5). Call
+    /// before [`Engine::attach_log`].
+    pub fn set_replayed_sink(&self, sink: ReplayedSink) {
+        *self.committed.replayed.lock() = Some(sink);
     }
 
     /// Records that TXGs up to `txg` are on the backing stores when the log device could

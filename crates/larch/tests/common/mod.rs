@@ -46,6 +46,24 @@ pub fn require(tool: &str) {
     );
 }
 
+/// The Python the tests drive libnbd from (python3-libnbd). Not every test binary uses it.
+#[allow(dead_code)]
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Fails the test unless [`PYTHON`] can import libnbd's bindings (scripts/test installs
+/// python3-libnbd). Not every test binary uses it.
+#[allow(dead_code)]
+pub fn require_python_nbd() {
+    let ok = std::process::Command::new(PYTHON)
+        .args(["-c", "import nbd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{PYTHON} cannot import nbd: run scripts/test, or apt-get install -y python3-libnbd"
+    );
+}
+
 /// One `GET` over HTTP/1.1 to `addr` (`HOST:PORT`) with `Connection: close`; the whole
 /// answer, head included. Not every test binary uses it.
 #[allow(dead_code)]
