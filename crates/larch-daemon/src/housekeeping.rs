@@ -72,10 +72,19 @@ impl Housekeeper {
         }
     }
 
-    /// Runs one tick every second until the task is aborted.
-    pub(crate) async fn run(mut self, pool: Arc<Pool>) {
+    /// Runs one tick every second until `stop` is notified; a tick under way when it is
+    /// ends first (so nothing writes the status file after the daemon's last one).
+    pub(crate) async fn run(mut self, pool: Arc<Pool>, stop: Arc<tokio::sync::Notify>) {
+        // Once a second on average: a tick that runs long is not followed by a burst of
+        // catch-up ticks, and the next one waits for the following whole second.
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        ticks.tick().await;
         loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = stop.notified() => return,
+            }
             let pool = Arc::clone(&pool);
             let ticked = tokio::task::spawn_blocking(move || {
                 self.tick(&pool);
@@ -217,11 +226,14 @@ impl FilesSeen {
     /// holds the pool's config lock while it applies and saves; then this looks again
     /// next second rather than wait for it.
     fn apply_changes(&mut self, pool: &Pool) {
-        let _guard = match pool.config_lock.try_lock() {
+        let closing = match pool.config_lock.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
+        if *closing {
+            return;
+        }
         let now = FilesSeen::now(pool);
         if now.tunables != self.tunables {
             self.tunables = now.tunables;

@@ -301,6 +301,9 @@ pub struct Recorder {
     last_counters: HashMap<String, u64>,
     last_heats: HashMap<String, LatencySnapshot>,
     last_tunables: Option<BTreeMap<String, u64>>,
+    /// The time of the last recorded second: a counter's delta is divided by the seconds
+    /// since, so a late tick (a busy machine, a slow save) shows no false spike.
+    last_time: Option<u64>,
     bytes: u64,
     max_bytes: u64,
 }
@@ -341,6 +344,7 @@ impl Recorder {
             last_counters: HashMap::new(),
             last_heats: HashMap::new(),
             last_tunables: None,
+            last_time: None,
             bytes: 0,
             max_bytes,
         }
@@ -401,6 +405,14 @@ impl Recorder {
     /// Records the second that ends at `now` from the pool's `report`, and returns it as
     /// `/api/v1/live` sends it.
     pub fn record(&mut self, now: u64, report: &PoolReport) -> LiveSample {
+        // Seconds since the last record: a counter's delta over them is its rate. A clock
+        // that stepped back (or a second recorded twice) gives no sample: the history
+        // stays in time order, and the next second's deltas start from this report.
+        let elapsed = self.last_time.map_or(1, |t| now.saturating_sub(t));
+        let in_order = elapsed > 0;
+        if in_order {
+            self.last_time = Some(now);
+        }
         let mut readings: Vec<(String, String, &'static str, Reading)> = Vec::new();
         let mut heats: Vec<(String, String, &LatencyReport)> = Vec::new();
         for (name, &value) in &report.arcstats.0 {
@@ -605,7 +617,10 @@ impl Recorder {
                     // The first report, or a counter that went back (a device removed
                     // and added again): no value for this second.
                     let delta = before.and_then(|b| now_total.checked_sub(b));
-                    (Kind::Counter, delta.map(|d| d as f32))
+                    (
+                        Kind::Counter,
+                        delta.map(|d| (d as f64 / elapsed.max(1) as f64) as f32),
+                    )
                 }
             };
             let slot = self.series_slot(id.clone(), label, unit, kind);
@@ -640,6 +655,11 @@ impl Recorder {
             if !flat.is_empty() {
                 live.heat.insert(id, flat);
             }
+        }
+        if !in_order {
+            live.values.clear();
+            live.heat.clear();
+            return live;
         }
         sample.cells.sort_by_key(|c| (c.heat, c.bucket));
         sample.values.shrink_to_fit();
@@ -903,7 +923,7 @@ impl Recorder {
         let warning = match std::fs::read(&path) {
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
             Err(err) => Some(format!("{}: {err}", path.display())),
-            Ok(bytes) => match Saved::decode(&bytes) {
+            Ok(bytes) => match Saved::decode(&bytes, decoded_limit(max_bytes)) {
                 Ok(saved) => {
                     recorder.restore(saved);
                     None
@@ -1040,7 +1060,9 @@ impl SavedSample {
 }
 
 impl Saved {
-    fn decode(bytes: &[u8]) -> Result<Saved, String> {
+    /// The file's history; refused when it would decompress to more than `limit` bytes
+    /// (a file saved under a larger `--history`, or not the daemon's own).
+    fn decode(bytes: &[u8], limit: u64) -> Result<Saved, String> {
         if bytes.len() < 16 || &bytes[..8] != FILE_MAGIC {
             return Err("not a larch history (bad magic)".to_string());
         }
@@ -1055,9 +1077,21 @@ impl Saved {
         if crc32c::crc32c(payload) != checksum {
             return Err("checksum mismatch".to_string());
         }
-        // The payload is bounded by what was saved (a bounded history), and the file is
-        // the daemon's own, checked by its checksum.
-        let json = zstd::decode_all(payload).map_err(|e| format!("decompressing: {e}"))?;
+        // Decompressed at most to the limit: a start never needs more memory for the file
+        // than the history it may hold (a file saved under a larger `--history` would, and
+        // a crash loop under a memory limit would follow).
+        let mut json = Vec::new();
+        let decoder = zstd::Decoder::new(payload).map_err(|e| format!("decompressing: {e}"))?;
+        io::Read::read_to_end(
+            &mut io::Read::take(decoder, limit.saturating_add(1)),
+            &mut json,
+        )
+        .map_err(|e| format!("decompressing: {e}"))?;
+        if json.len() as u64 > limit {
+            return Err(format!(
+                "it holds more than {limit} bytes of history, more than --history allows"
+            ));
+        }
         let mut saved: Saved =
             serde_json::from_slice(&json).map_err(|e| format!("decoding: {e}"))?;
         // Samples in time order, each tier.
@@ -1065,6 +1099,13 @@ impl Saved {
         saved.minutes.sort_by_key(|s| s.time);
         Ok(saved)
     }
+}
+
+/// The most a saved history of at most `max_bytes` in memory decompresses to: its JSON
+/// spells each value and cell out in text, several times its size in memory (with room
+/// for the series' names).
+fn decoded_limit(max_bytes: u64) -> u64 {
+    max_bytes.saturating_mul(8).max(16 << 20)
 }
 
 #[cfg(test)]
@@ -1125,6 +1166,31 @@ mod tests {
         assert_eq!(heat.cells[1].len(), 4, "two buckets: {:?}", heat.cells[1]);
         assert!(r.series(&["nope".to_string()], all(t0, -10)).is_err());
         assert_eq!(r.heatmap("nope", all(t0, -10)).unwrap_err().parameter, "id");
+    }
+
+    /// A tick that comes late (a second skipped) records the counter's rate over the two
+    /// seconds, not their sum; a clock that steps back records nothing, and the history
+    /// stays in time order (a review's finding: rate charts showed 2x spikes after a slow
+    /// tick, and a backward step put samples out of order).
+    #[test]
+    fn late_ticks_give_rates_and_a_clock_stepped_back_records_nothing() {
+        let mut r = Recorder::new(DEFAULT_MAX_BYTES);
+        let h = LatencyHistogram::new();
+        let t0 = 2_000_000;
+        r.record(t0, &report(100, 5, &h, 1));
+        let live = r.record(t0 + 2, &report(160, 5, &h, 1));
+        assert_eq!(live.values["arc/hits"], 30.0, "60 hits over 2 s");
+        let live = r.record(t0 + 1, &report(190, 5, &h, 1));
+        assert!(live.values.is_empty(), "{:?}", live.values);
+        let live = r.record(t0 + 3, &report(220, 5, &h, 1));
+        assert_eq!(
+            live.values["arc/hits"], 30.0,
+            "from the report of the step back"
+        );
+        let answer = r
+            .series(&["arc/hits".to_string()], all(t0 + 3, -10))
+            .unwrap();
+        assert_eq!(answer.times, [t0, t0 + 2, t0 + 3]);
     }
 
     #[test]
@@ -1273,6 +1339,42 @@ mod tests {
                 .unwrap()
                 .contains("magic")
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A history at its memory bound decompresses within the limit a start allows it, and
+    /// a file that decompresses past the limit is refused, not read whole (a review's
+    /// finding: a file saved under a larger `--history` was decompressed without bound).
+    #[test]
+    fn a_saved_history_decompresses_within_its_limit_and_no_further() {
+        let dir = std::env::temp_dir().join(format!("larch-recorder-limit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let max = 256 << 10;
+        let mut r = Recorder::new(max);
+        let h = LatencyHistogram::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for s in 0..4000u64 {
+            let mut report = report(s * 7, s, &h, 1);
+            for i in 0..40 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                report.arcstats.0.insert(format!("size_{i}"), x >> 20);
+            }
+            h.record(Duration::from_micros(x % 5000));
+            r.record(1_000_000 + s, &report);
+        }
+        assert!(
+            r.bytes() > max / 2,
+            "the history is not near its bound: {}",
+            r.bytes()
+        );
+        r.save(&dir).unwrap();
+        let bytes = std::fs::read(dir.join(HISTORY_FILE)).unwrap();
+        let saved = Saved::decode(&bytes, max * 8).expect("within 8x its bound");
+        assert!(!saved.seconds.is_empty());
+        let refused = Saved::decode(&bytes, 4096).err().expect("past the limit");
+        assert!(refused.contains("more than 4096 bytes"), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

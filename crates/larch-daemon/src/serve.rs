@@ -355,7 +355,8 @@ async fn serve(
         http_addr.clone(),
         history,
     );
-    let keeper = tokio::spawn(keeper.run(Arc::clone(&pool)));
+    let stop_keeper = Arc::new(tokio::sync::Notify::new());
+    let keeper = tokio::spawn(keeper.run(Arc::clone(&pool), Arc::clone(&stop_keeper)));
     tokio::spawn(shut_down_on_signal(server.clone()));
     let mut tasks = Vec::new();
     for listener in listeners {
@@ -375,13 +376,16 @@ async fn serve(
         }
     }
     server.wait_idle().await;
-    keeper.abort();
+    // The keeper's tick under way (it writes status.json and saves the history) ends
+    // before the last status and history are written.
+    stop_keeper.notify_one();
+    let _ = keeper.await;
     if options.history_max_bytes.is_some() {
         let recorder = Arc::clone(&recorder);
         let state_dir = pool.state_dir.clone();
         let saved = tokio::task::spawn_blocking(move || {
-            // A periodic save may still be writing (aborting the keeper does not stop a
-            // tick that runs): this one waits for it, and is written last.
+            // The keeper has stopped, its last save done; the lock keeps this one the last
+            // even so.
             let _saving = saving.lock().expect("history save lock");
             let snapshot = recorder.lock().expect("recorder lock").snapshot();
             snapshot.save(&state_dir)

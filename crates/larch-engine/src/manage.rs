@@ -57,15 +57,21 @@ impl Target<'_> {
     /// Serialises changes: within a running pool (see [`Pool::config_lock`]), and between
     /// processes through the state directory's [`ConfigLock`] (two CLI commands on a
     /// stopped pool, or one beside the daemon).
-    fn lock(&self) -> Result<(Option<MutexGuard<'_, ()>>, ConfigLock), ManageError> {
+    fn lock(&self) -> Result<(Option<MutexGuard<'_, bool>>, ConfigLock), ManageError> {
         let inner = match self {
             Target::Files(_) => None,
-            // The lock guards no data, so a panic while it was held leaves nothing broken.
-            Target::Running(pool) => Some(
-                pool.config_lock
+            // The lock guards a flag only, so a panic while it was held leaves nothing
+            // broken.
+            Target::Running(pool) => {
+                let closing = pool
+                    .config_lock
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            ),
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *closing {
+                    return Err(ManageError::Refused("the pool is shutting down".into()));
+                }
+                Some(closing)
+            }
         };
         let files = ConfigLock::acquire(self.state_dir()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -509,6 +515,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("larch-manage-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
+    }
+
+    /// A change that reaches a pool after its close began is refused: it would act on an
+    /// engine that has stopped (a review's finding: a cache device added over HTTP during
+    /// the daemon's shutdown raced the engine's).
+    #[test]
+    fn a_closing_pool_takes_no_change() {
+        let dir = demo("closing");
+        let pool = Pool::open(&dir, true).unwrap();
+        pool.close().unwrap();
+        let err =
+            set_tunables(Target::Running(&pool), &["l2arc_write_max=1M".to_string()]).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref why) if why.contains("shutting down")),
+            "{err}"
+        );
+        let _ = fs::remove_dir_all(&dir);
     }
 
     fn demo(name: &str) -> PathBuf {

@@ -477,8 +477,9 @@ pub struct Pool {
     pub log_replayed: Option<u64>,
     /// Held while the running pool's configuration changes (`pool.json`, `tunables.json`
     /// and what the engine runs with), so that requests to the daemon and its polling of
-    /// the files apply one change at a time.
-    pub config_lock: Mutex<()>,
+    /// the files apply one change at a time. It holds `true` once the pool is closing:
+    /// no change applies after that ([`Pool::close`] waits for the one in flight).
+    pub config_lock: Mutex<bool>,
     /// This process's hold of the pool, for as long as it is open.
     _lock: PoolLock,
     /// The locks on its volumes' backing files (see `lock_backing`).
@@ -910,7 +911,7 @@ impl Pool {
             refused_devices,
             refused_tunables,
             log_replayed,
-            config_lock: Mutex::new(()),
+            config_lock: Mutex::new(false),
             _lock: lock,
             _backing_locks: backing_locks,
         })
@@ -989,6 +990,12 @@ impl Pool {
     /// volumes give their leases up. A volume whose close fails does not keep the others
     /// from closing: the error has the first failure's kind and every failure's message.
     pub fn close(&self) -> io::Result<()> {
+        // A change in flight (a cache device being added over HTTP) ends first, and none
+        // starts after: it would act on an engine that has stopped.
+        *self
+            .config_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         self.engine.shutdown();
         close_volumes(&self.volumes)
     }
