@@ -255,7 +255,7 @@ async fn serve(
     pool.engine
         .run_background_on(tokio::runtime::Handle::current());
     let listeners = bind_nbd(&pool, options).await?;
-    let token = client::new_token();
+    let token = client::new_token().context("making the management token")?;
     let recorder = match options.history_max_bytes {
         Some(max_bytes) => {
             let (recorder, warning) =
@@ -307,7 +307,7 @@ async fn serve(
                 "http"
             };
             let url = format!("{scheme}://{local}/");
-            let view_token = client::new_token();
+            let view_token = client::new_token().context("making the view token")?;
             remote = Some(client::RemoteEndpoint {
                 url,
                 view_token: view_token.clone(),
