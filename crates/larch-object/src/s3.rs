@@ -6,20 +6,31 @@
 //! `AWS_SESSION_TOKEN`, `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`,
 //! `AWS_PROFILE`), then the profile's entries in `~/.aws/credentials` and `~/.aws/config`
 //! (or `AWS_SHARED_CREDENTIALS_FILE`/`AWS_CONFIG_FILE`). Secrets never go in larch's own
-//! files. Requests are retried with backoff by the client (object_store's retry layer);
-//! [`Settings::stall`] bounds how long one request may keep retrying.
+//! files. Credentials from the profile's files are read again every
+//! [`CREDENTIALS_REFRESH`], so that temporary ones a tool renews there keep working;
+//! those from the environment cannot change while the process runs. Requests are retried
+//! with backoff by the client (object_store's retry layer); [`Settings::stall`] bounds how
+//! long one request may keep retrying.
 
+#[cfg(feature = "s3")]
+use std::ffi::OsString;
 use std::io;
 #[cfg(feature = "s3")]
 use std::path::PathBuf;
 use std::sync::Arc;
+#[cfg(feature = "s3")]
+use std::sync::Mutex;
 use std::time::Duration;
+#[cfg(feature = "s3")]
+use std::time::Instant;
 
 use object_store::ObjectStore;
 #[cfg(feature = "s3")]
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider, S3ConditionalPut};
 #[cfg(feature = "s3")]
-use object_store::{BackoffConfig, ClientOptions, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientOptions, CredentialProvider, RetryConfig, StaticCredentialProvider,
+};
 use serde::{Deserialize, Serialize};
 
 /// A bucket and a prefix in it.
@@ -129,6 +140,11 @@ impl Settings {
 /// and a node that stops makes others wait that long.
 pub const MAX_LEASE_SECS: u64 = 86_400;
 
+/// How often credentials taken from a profile's files are read from them again: tools
+/// that renew temporary credentials (`aws configure set` in a cron job, saml2aws, a
+/// sidecar) rewrite the files, and a session token lasts an hour or more.
+pub const CREDENTIALS_REFRESH: Duration = Duration::from_secs(60);
+
 /// Without the `s3` feature there is no client: the message says how to get one.
 #[cfg(not(feature = "s3"))]
 pub fn client(location: &Location, _settings: &Settings) -> io::Result<Arc<dyn ObjectStore>> {
@@ -141,82 +157,309 @@ pub fn client(location: &Location, _settings: &Settings) -> io::Result<Arc<dyn O
     ))
 }
 
-/// The entries of one section of an AWS INI file.
+/// Looks up a variable of the process's environment (tests pass a map of their own, so
+/// that they need not change the environment every test in the process shares).
 #[cfg(feature = "s3")]
-fn ini_section(path: &std::path::Path, section: &str) -> Vec<(String, String)> {
-    let Ok(ini) = ini::Ini::load_from_file(path) else {
-        return Vec::new();
-    };
-    ini.section(Some(section))
+type Vars<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+/// A variable's value, when it is set, Unicode and not empty.
+#[cfg(feature = "s3")]
+fn var(vars: Vars<'_>, name: &str) -> Option<String> {
+    vars(name)
+        .and_then(|v| v.into_string().ok())
+        .filter(|v| !v.is_empty())
+}
+
+#[cfg(feature = "s3")]
+fn home_file(vars: Vars<'_>, name: &str, file: &str) -> Option<PathBuf> {
+    if let Some(path) = vars(name) {
+        return Some(PathBuf::from(path));
+    }
+    vars("HOME").map(|home| PathBuf::from(home).join(".aws").join(file))
+}
+
+/// The entries of one section of an AWS INI file (none if the file has no such section),
+/// or why the file could not be read.
+#[cfg(feature = "s3")]
+fn ini_section(path: &std::path::Path, section: &str) -> Result<Vec<(String, String)>, String> {
+    let ini =
+        ini::Ini::load_from_file(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(ini
+        .section(Some(section))
         .map(|props| {
             props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default())
+}
+
+/// A profile's two files, `~/.aws/credentials` and `~/.aws/config` (or where
+/// `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE` say).
+#[cfg(feature = "s3")]
+#[derive(Clone, Debug)]
+struct ProfileFiles {
+    credentials: Option<PathBuf>,
+    config: Option<PathBuf>,
+    profile: String,
+}
+
+/// What a profile's files said when read, the credentials file's entries first.
+#[cfg(feature = "s3")]
+struct ProfileEntries {
+    entries: Vec<(String, String)>,
+    /// Why a file could not be read (a missing config file is normal: only said when the
+    /// credentials are missing too).
+    problems: Vec<String>,
 }
 
 #[cfg(feature = "s3")]
-fn home_file(var: &str, name: &str) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(var) {
-        return Some(PathBuf::from(path));
+impl ProfileFiles {
+    fn read(&self) -> ProfileEntries {
+        let config_section = if self.profile == "default" {
+            "default".to_string()
+        } else {
+            format!("profile {}", self.profile)
+        };
+        let mut found = ProfileEntries {
+            entries: Vec::new(),
+            problems: Vec::new(),
+        };
+        let files = [
+            (&self.credentials, self.profile.as_str()),
+            (&self.config, config_section.as_str()),
+        ];
+        for (path, section) in files {
+            match path.as_deref().map(|p| ini_section(p, section)) {
+                Some(Ok(entries)) => found.entries.extend(entries),
+                Some(Err(why)) => found.problems.push(why),
+                None => {}
+            }
+        }
+        found
     }
-    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".aws").join(name))
 }
 
 #[cfg(feature = "s3")]
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+impl ProfileEntries {
+    fn get(&self, key: &str) -> Option<String> {
+        // An empty value counts as none, as the AWS tools take it.
+        self.entries
+            .iter()
+            .find(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The key pair and, if there is one, the session token; `None` without both keys.
+    fn credential(&self) -> Option<AwsCredential> {
+        Some(AwsCredential {
+            key_id: self.get("aws_access_key_id")?,
+            secret_key: self.get("aws_secret_access_key")?,
+            token: self.get("aws_session_token"),
+        })
+    }
+}
+
+/// Credentials from a profile's files, read again when the copy held is older than the
+/// refresh interval, so that temporary credentials a tool renews in the files keep the
+/// volume working past the first token's expiry. A read that fails or finds no keys (a
+/// file being rewritten, removed, damaged) keeps the last good credentials: they may well
+/// still be valid, and none at all would fail every request at once. That is said once
+/// per run of failed reads, not at every request.
+#[cfg(feature = "s3")]
+struct ProfileCredentials {
+    files: ProfileFiles,
+    every: Duration,
+    display: String,
+    held: Mutex<HeldCredential>,
 }
 
 #[cfg(feature = "s3")]
+struct HeldCredential {
+    credential: Arc<AwsCredential>,
+    /// When the files are to be read again.
+    due: Instant,
+    /// Whether the last read failed (and that was said).
+    failing: bool,
+}
+
+#[cfg(feature = "s3")]
+impl std::fmt::Debug for ProfileCredentials {
+    // The secrets stay out of any debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProfileCredentials")
+            .field("files", &self.files)
+            .field("every", &self.every)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "s3")]
+impl ProfileCredentials {
+    /// Credentials first read as `credential` from `files`, read again every `every` (at
+    /// most a day, so that the next read's time cannot overflow).
+    fn new(
+        files: ProfileFiles,
+        credential: AwsCredential,
+        every: Duration,
+        display: &str,
+    ) -> ProfileCredentials {
+        let every = every.min(Duration::from_secs(86_400));
+        ProfileCredentials {
+            files,
+            every,
+            display: display.to_string(),
+            held: Mutex::new(HeldCredential {
+                credential: Arc::new(credential),
+                due: Instant::now() + every,
+                failing: false,
+            }),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HeldCredential> {
+        // Nothing panics while the lock is held; a poisoned one still holds good data.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The credentials to sign the next request with, read from the files again first
+    /// when they are due.
+    fn current(&self) -> Arc<AwsCredential> {
+        {
+            let mut held = self.held();
+            let now = Instant::now();
+            if now < held.due {
+                return Arc::clone(&held.credential);
+            }
+            // This caller reads; the requests that come meanwhile use the copy held
+            // rather than all reading the files at once.
+            held.due = now + self.every;
+        }
+        // Two small local files, once a minute: read here, without the lock, rather
+        // than on a thread of their own.
+        let read = self.files.read();
+        let mut held = self.held();
+        match read.credential() {
+            Some(credential) => {
+                if held.failing {
+                    eprintln!(
+                        "larch: {}: read the credentials of profile {:?} again (key {})",
+                        self.display, self.files.profile, credential.key_id
+                    );
+                }
+                held.failing = false;
+                held.credential = Arc::new(credential);
+            }
+            None if !held.failing => {
+                held.failing = true;
+                let mut why = read.problems.join("; ");
+                if why.is_empty() {
+                    why = "no aws_access_key_id and aws_secret_access_key in it".into();
+                }
+                eprintln!(
+                    "larch: {}: could not read the credentials of profile {:?} again ({why}); \
+                     still signing with the last ones read (key {}), which fail once they \
+                     expire; trying again every {} s",
+                    self.display,
+                    self.files.profile,
+                    held.credential.key_id,
+                    self.every.as_secs()
+                );
+            }
+            None => {}
+        }
+        Arc::clone(&held.credential)
+    }
+}
+
+#[cfg(feature = "s3")]
+#[async_trait::async_trait]
+impl CredentialProvider for ProfileCredentials {
+    type Credential = AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
+        Ok(self.current())
+    }
+}
+
 /// A client for `location` with `settings`. Fails when no credentials are found (an
-/// anonymous client would only meet "access denied" later, with less to go on).
+/// anonymous client would only meet "access denied" later, with less to go on). Prints a
+/// warning when the credentials include a session token from the environment, which
+/// cannot be renewed while the process runs.
+#[cfg(feature = "s3")]
 pub fn client(location: &Location, settings: &Settings) -> io::Result<Arc<dyn ObjectStore>> {
+    let vars = |name: &str| std::env::var_os(name);
+    let (store, warning) = client_with(location, settings, &vars, CREDENTIALS_REFRESH)?;
+    if let Some(warning) = warning {
+        eprintln!("larch: warning: {warning}");
+    }
+    Ok(store)
+}
+
+/// [`client`], with the environment looked up through `vars` and a profile's credentials
+/// read again every `refresh`; also returns the warning to give, if any.
+#[cfg(feature = "s3")]
+fn client_with(
+    location: &Location,
+    settings: &Settings,
+    vars: Vars<'_>,
+    refresh: Duration,
+) -> io::Result<(Arc<dyn ObjectStore>, Option<String>)> {
     // HTTPS endpoints use rustls with the ring provider (the one larch's NBD TLS uses);
     // installed once per process, a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let display = location.display();
     let profile = settings
         .profile
         .clone()
-        .or_else(|| env("AWS_PROFILE"))
+        .or_else(|| var(vars, "AWS_PROFILE"))
         .unwrap_or_else(|| "default".into());
-    let credentials = home_file("AWS_SHARED_CREDENTIALS_FILE", "credentials")
-        .map(|p| ini_section(&p, &profile))
-        .unwrap_or_default();
-    let config_section = if profile == "default" {
-        "default".to_string()
-    } else {
-        format!("profile {profile}")
+    let files = ProfileFiles {
+        credentials: home_file(vars, "AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+        config: home_file(vars, "AWS_CONFIG_FILE", "config"),
+        profile: profile.clone(),
     };
-    let config = home_file("AWS_CONFIG_FILE", "config")
-        .map(|p| ini_section(&p, &config_section))
-        .unwrap_or_default();
-    let from_profile = |key: &str| {
-        credentials
-            .iter()
-            .chain(config.iter())
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
-    let (key_id, secret, token) = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-        (Some(id), Some(secret)) if settings.profile.is_none() => {
-            (id, secret, env("AWS_SESSION_TOKEN"))
+    let found = files.read();
+    let mut warning = None;
+    let env_keys = (
+        var(vars, "AWS_ACCESS_KEY_ID"),
+        var(vars, "AWS_SECRET_ACCESS_KEY"),
+    );
+    let credentials: AwsCredentialProvider = match env_keys {
+        (Some(key_id), Some(secret_key)) if settings.profile.is_none() => {
+            // The process's environment is fixed at its start: these are used as they are
+            // for as long as it runs.
+            let token = var(vars, "AWS_SESSION_TOKEN");
+            if token.is_some() {
+                warning = Some(format!(
+                    "{display}: the credentials come from AWS_ACCESS_KEY_ID, \
+                     AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, which a running process \
+                     cannot see renewed: once that session token expires, the store refuses \
+                     every request and the volume fails until larch is restarted with new \
+                     ones. For temporary credentials, unset these variables (or give \
+                     --s3-profile) and keep them in a profile of ~/.aws/credentials that a \
+                     tool renews: larch reads it again every {} s.",
+                    refresh.as_secs()
+                ));
+            }
+            Arc::new(StaticCredentialProvider::new(AwsCredential {
+                key_id,
+                secret_key,
+                token,
+            }))
         }
-        _ => match (
-            from_profile("aws_access_key_id"),
-            from_profile("aws_secret_access_key"),
-        ) {
-            (Some(id), Some(secret)) => (id, secret, from_profile("aws_session_token")),
-            _ => {
+        _ => match found.credential() {
+            Some(credential) => Arc::new(ProfileCredentials::new(
+                files, credential, refresh, &display,
+            )),
+            None => {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!(
-                        "{}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
-                         or give profile {profile:?} aws_access_key_id and \
-                         aws_secret_access_key in ~/.aws/credentials",
-                        location.display()
+                        "{display}: no credentials: set AWS_ACCESS_KEY_ID and \
+                         AWS_SECRET_ACCESS_KEY, or give profile {profile:?} aws_access_key_id \
+                         and aws_secret_access_key in ~/.aws/credentials"
                     ),
                 ));
             }
@@ -225,16 +468,16 @@ pub fn client(location: &Location, settings: &Settings) -> io::Result<Arc<dyn Ob
     let region = settings
         .region
         .clone()
-        .or_else(|| env("AWS_REGION"))
-        .or_else(|| env("AWS_DEFAULT_REGION"))
-        .or_else(|| from_profile("region"))
+        .or_else(|| var(vars, "AWS_REGION"))
+        .or_else(|| var(vars, "AWS_DEFAULT_REGION"))
+        .or_else(|| found.get("region"))
         .unwrap_or_else(|| "us-east-1".into());
     let endpoint = settings
         .endpoint
         .clone()
-        .or_else(|| env("AWS_ENDPOINT_URL_S3"))
-        .or_else(|| env("AWS_ENDPOINT_URL"))
-        .or_else(|| from_profile("endpoint_url"));
+        .or_else(|| var(vars, "AWS_ENDPOINT_URL_S3"))
+        .or_else(|| var(vars, "AWS_ENDPOINT_URL"))
+        .or_else(|| found.get("endpoint_url"));
     let stall = settings.stall();
     let retry = RetryConfig {
         backoff: BackoffConfig {
@@ -251,13 +494,9 @@ pub fn client(location: &Location, settings: &Settings) -> io::Result<Arc<dyn Ob
     let mut builder = AmazonS3Builder::new()
         .with_bucket_name(&location.bucket)
         .with_region(region)
-        .with_access_key_id(key_id)
-        .with_secret_access_key(secret)
+        .with_credentials(credentials)
         .with_conditional_put(S3ConditionalPut::ETagMatch)
         .with_retry(retry);
-    if let Some(token) = token {
-        builder = builder.with_token(token);
-    }
     if let Some(endpoint) = endpoint {
         // An endpoint of the user's own (a gateway, MinIO, ...): path-style addressing,
         // and plain HTTP when the address says so.
@@ -271,8 +510,8 @@ pub fn client(location: &Location, settings: &Settings) -> io::Result<Arc<dyn Ob
     let store = builder
         .with_client_options(options)
         .build()
-        .map_err(|e| io::Error::other(format!("{}: {e}", location.display())))?;
-    Ok(Arc::new(store))
+        .map_err(|e| io::Error::other(format!("{display}: {e}")))?;
+    Ok((Arc::new(store), warning))
 }
 
 #[cfg(test)]
@@ -316,5 +555,216 @@ mod tests {
         ] {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A directory of its own for one test's files, removed when dropped.
+    #[cfg(feature = "s3")]
+    struct TempDir(PathBuf);
+
+    #[cfg(feature = "s3")]
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir = std::env::temp_dir().join(format!(
+                "larch-object-{name}-{}-{:?}",
+                std::process::id(),
+                Instant::now()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Writes a credentials file of profile `default` (what `aws sso`, a
+    /// credential_process wrapper or a sidecar does when it renews them).
+    #[cfg(feature = "s3")]
+    fn write_credentials(path: &std::path::Path, key_id: &str, token: &str) {
+        let text = format!(
+            "[default]\naws_access_key_id = {key_id}\naws_secret_access_key = secret-of-{key_id}\n\
+             aws_session_token = {token}\n"
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Temporary credentials from a profile's file are read again once the copy held is
+    /// older than the interval: the new key and token are used from then on. A file that
+    /// becomes empty, unreadable or is removed keeps the last good ones. Before, the
+    /// credentials were read once, and the volume failed for good when the token expired.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn profile_credentials_are_read_again_and_the_last_good_ones_kept() {
+        let dir = TempDir::new("profile");
+        let path = dir.0.join("credentials");
+        write_credentials(&path, "KEY1", "token1");
+        let files = ProfileFiles {
+            credentials: Some(path.clone()),
+            config: Some(dir.0.join("no-config")),
+            profile: "default".into(),
+        };
+        let first = || files.read().credential().unwrap();
+        let every_time = ProfileCredentials::new(files.clone(), first(), Duration::ZERO, "t");
+        let hourly =
+            ProfileCredentials::new(files.clone(), first(), Duration::from_secs(3600), "t");
+        let now = |p: &ProfileCredentials| {
+            let c = p.current();
+            (c.key_id.clone(), c.secret_key.clone(), c.token.clone())
+        };
+        let is = |key: &str, token: &str| {
+            (
+                key.to_string(),
+                format!("secret-of-{key}"),
+                Some(token.to_string()),
+            )
+        };
+        assert_eq!(now(&every_time), is("KEY1", "token1"));
+        write_credentials(&path, "KEY2", "token2");
+        assert_eq!(now(&every_time), is("KEY2", "token2"));
+        assert_eq!(now(&hourly), is("KEY1", "token1"), "read before it is due");
+        // Emptied (a tool that truncates and then writes), damaged, removed.
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(now(&every_time), is("KEY2", "token2"));
+        assert!(every_time.held().failing);
+        std::fs::write(&path, "[default]\naws_access_key_id = KEY3\n").unwrap();
+        assert_eq!(
+            now(&every_time),
+            is("KEY2", "token2"),
+            "a key without its secret"
+        );
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(now(&every_time), is("KEY2", "token2"));
+        write_credentials(&path, "KEY4", "token4");
+        assert_eq!(now(&every_time), is("KEY4", "token4"));
+        assert!(!every_time.held().failing);
+    }
+
+    /// What a client's requests said about their credentials: each `Authorization`
+    /// header's key id and each session token header, one per request.
+    #[cfg(feature = "s3")]
+    type Seen = std::sync::mpsc::Receiver<(String, Option<String>)>;
+
+    /// A store on 127.0.0.1 that answers every request 404 and notes its credentials.
+    #[cfg(feature = "s3")]
+    fn recording_store() -> (String, Seen) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut key_id, mut token) = (String::new(), None);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let header = line.trim_end().to_string();
+                    line.clear();
+                    if header.is_empty() {
+                        break;
+                    }
+                    let Some((name, value)) = header.split_once(':') else {
+                        continue;
+                    };
+                    match name.to_ascii_lowercase().as_str() {
+                        "authorization" => {
+                            let after = value.split("Credential=").nth(1).unwrap_or("");
+                            key_id = after.split('/').next().unwrap_or("").to_string();
+                        }
+                        "x-amz-security-token" => token = Some(value.trim().to_string()),
+                        _ => {}
+                    }
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                if tx.send((key_id, token)).is_err() {
+                    return;
+                }
+            }
+        });
+        (address, rx)
+    }
+
+    /// A client whose credentials come from a profile's file signs its requests with the
+    /// credentials the file holds now, not the ones it held at the start.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn requests_are_signed_with_the_credentials_read_again() {
+        use object_store::ObjectStoreExt;
+        use object_store::path::Path as ObjPath;
+        let dir = TempDir::new("signed");
+        let path = dir.0.join("credentials");
+        write_credentials(&path, "KEY1", "token1");
+        let (endpoint, seen) = recording_store();
+        let settings = Settings {
+            endpoint: Some(endpoint),
+            ..Settings::default()
+        };
+        let vars = |name: &str| match name {
+            "AWS_SHARED_CREDENTIALS_FILE" => Some(path.clone().into_os_string()),
+            "AWS_CONFIG_FILE" => Some(dir.0.join("no-config").into_os_string()),
+            _ => None,
+        };
+        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        let (store, warning) = client_with(&location, &settings, &vars, Duration::ZERO).unwrap();
+        assert_eq!(warning, None);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let head = || {
+            let store = Arc::clone(&store);
+            let got = runtime.block_on(async move { store.head(&ObjPath::from("x")).await });
+            assert!(
+                matches!(got, Err(object_store::Error::NotFound { .. })),
+                "{got:?}"
+            );
+            seen.recv_timeout(Duration::from_secs(10)).unwrap()
+        };
+        assert_eq!(head(), ("KEY1".into(), Some("token1".into())));
+        write_credentials(&path, "KEY2", "token2");
+        assert_eq!(head(), ("KEY2".into(), Some("token2".into())));
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(head(), ("KEY2".into(), Some("token2".into())));
+    }
+
+    /// Keys in the environment are used as they are; with a session token among them the
+    /// client says that the volume fails when it expires, and what to do instead.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn a_session_token_from_the_environment_is_warned_about() {
+        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        let settings = Settings::default();
+        let with_token = |token: bool| {
+            move |name: &str| match name {
+                "AWS_ACCESS_KEY_ID" => Some("ENVKEY".into()),
+                "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
+                "AWS_SESSION_TOKEN" if token => Some("token".into()),
+                _ => None,
+            }
+        };
+        let (_, warning) = client_with(
+            &location,
+            &settings,
+            &with_token(false),
+            CREDENTIALS_REFRESH,
+        )
+        .unwrap();
+        assert_eq!(warning, None);
+        let (_, warning) =
+            client_with(&location, &settings, &with_token(true), CREDENTIALS_REFRESH).unwrap();
+        let warning = warning.expect("a warning");
+        assert!(
+            warning.contains("AWS_SESSION_TOKEN") && warning.contains("every 60 s"),
+            "{warning}"
+        );
+        let none = |_: &str| None;
+        let err = client_with(&location, &settings, &none, CREDENTIALS_REFRESH).unwrap_err();
+        assert!(err.to_string().contains("no credentials"), "{err}");
     }
 }
