@@ -243,6 +243,16 @@ fn open_object_backing(
         ),
         _ => e,
     })?;
+    // The client's time limit for a data object's transfer was made from the object size
+    // `volume add` recorded; a volume made again at this address with larger objects
+    // would have its uploads cut short on a slow link, so that is said.
+    let root = vol.geometry();
+    let object_bytes = u64::from(root.object_blocks) * u64::from(root.block_bytes);
+    if let Some(recorded) = settings.object_bytes.filter(|&r| r < object_bytes) {
+        eprintln!(
+            "larch: {url}: the volume's objects are {object_bytes} bytes, but {CONFIG_FILE}              records {recorded}: their uploads get the shorter time limit made for those,              which a slow link may not meet (remove the volume and add it again to record              its object size)"
+        );
+    }
     Ok(BackingStore::on_object(url, vol, v.latency))
 }
 

@@ -56,7 +56,8 @@ pub const PAGE_BYTES: u64 = ENVELOPE_HEADER as u64 + PAGE_OBJECTS * 16;
 pub const OWNER_BYTES_MAX: usize = 1024;
 
 /// Largest data object accepted, counting its blocks without their trailers (what
-/// `--object-size` sets): one PUT each, and a commit holds a few dozen in memory.
+/// `--object-size` sets): one PUT each, and a commit holds up to 32 in memory (those in
+/// flight and, for merges, their old bytes), at most twice this.
 pub const MAX_OBJECT_BYTES: u64 = 64 << 20;
 
 const ENVELOPE_MAGIC: [u8; 8] = *b"LARCHOBJ";

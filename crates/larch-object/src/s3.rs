@@ -10,11 +10,14 @@
 //! [`CREDENTIALS_REFRESH`], so that temporary ones a tool renews there keep working;
 //! those from the environment cannot change while the process runs. Requests are retried
 //! with backoff by the client (object_store's retry layer); [`Settings::stall`] bounds how
-//! long one request may keep retrying.
+//! long one request may keep retrying, and each attempt has a time limit: short for small
+//! requests, longer for data objects ([`transfer_timeout`]).
 
 #[cfg(feature = "s3")]
 use std::ffi::OsString;
 use std::io;
+#[cfg(feature = "s3")]
+use std::ops::Range;
 #[cfg(feature = "s3")]
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,14 +27,25 @@ use std::time::Duration;
 #[cfg(feature = "s3")]
 use std::time::Instant;
 
+#[cfg(feature = "s3")]
+use bytes::Bytes;
+#[cfg(feature = "s3")]
+use futures_util::stream::BoxStream;
 use object_store::ObjectStore;
 #[cfg(feature = "s3")]
 use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider, S3ConditionalPut};
 #[cfg(feature = "s3")]
+use object_store::path::Path as ObjPath;
+#[cfg(feature = "s3")]
 use object_store::{
-    BackoffConfig, ClientOptions, CredentialProvider, RetryConfig, StaticCredentialProvider,
+    BackoffConfig, ClientOptions, CopyOptions, CredentialProvider, GetOptions, GetResult,
+    ListResult, MultipartUpload, ObjectMeta, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult, RenameOptions, RetryConfig, StaticCredentialProvider,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::layout::MAX_OBJECT_BYTES;
+use crate::volume::{MAX_UPLOADS, uploads_at_once};
 
 /// A bucket and a prefix in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +115,12 @@ pub struct Settings {
     /// How long the lease lasts unless renewed, seconds (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_secs: Option<u64>,
+    /// The volume's object size (`--object-size`, its blocks without their trailers),
+    /// bytes: how long an upload or whole read of one of its data objects may take is
+    /// made from it ([`transfer_timeout`]). `None` (a volume added before it was
+    /// recorded, or not known yet): the largest, 64 MiB, whose limit is never too short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_bytes: Option<u64>,
 }
 
 impl Settings {
@@ -132,13 +152,50 @@ impl Settings {
                 "the stall bound of {stall} s is not from 1 s to below the lease ({lease} s)"
             ));
         }
+        if let Some(bytes) = self.object_bytes
+            && !(1..=MAX_OBJECT_BYTES).contains(&bytes)
+        {
+            return Err(format!(
+                "an object size of {bytes} bytes is not from 1 byte to {MAX_OBJECT_BYTES}"
+            ));
+        }
         Ok(())
+    }
+
+    /// How long each attempt of an upload or whole read of one of the volume's data
+    /// objects may take ([`transfer_timeout`] of its object size, or of the largest).
+    pub fn transfer_timeout(&self) -> Duration {
+        transfer_timeout(self.object_bytes.unwrap_or(MAX_OBJECT_BYTES))
     }
 }
 
 /// The longest lease accepted, seconds (a day): a lease is renewed every quarter of it,
 /// and a node that stops makes others wait that long.
 pub const MAX_LEASE_SECS: u64 = 86_400;
+
+/// What every request attempt may take on top of its bytes: connecting, the store's own
+/// time, and the small requests (roots, map pages, block reads) whole.
+pub const BASE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The slowest the store and the link may carry the bytes of the data objects a commit
+/// has in flight, together, without an attempt timing out: 1 MiB/s (about 8.4 Mbit/s).
+pub const MIN_TRANSFER_RATE: u64 = 1 << 20;
+
+/// How long each attempt of an upload or whole read of a data object may take, for
+/// objects of `object_bytes` (the volume's object size; 0 or more than the largest counts
+/// as the largest): [`BASE_TIMEOUT`] plus the time the bytes a commit has in flight
+/// ([`uploads_at_once`] objects) take at [`MIN_TRANSFER_RATE`], since they share the
+/// link. 32 s for 128 KiB objects, 46 s for 1 MiB, 94 s from 4 MiB on. (The 40-byte
+/// trailer of each block, at most 1% more, rides on the base.)
+pub fn transfer_timeout(object_bytes: u64) -> Duration {
+    let object_bytes = match object_bytes {
+        1..=MAX_OBJECT_BYTES => object_bytes,
+        _ => MAX_OBJECT_BYTES,
+    };
+    let in_flight = uploads_at_once(object_bytes, MAX_UPLOADS) as u64 * object_bytes;
+    // At most 64 MiB x 1000: no overflow.
+    BASE_TIMEOUT + Duration::from_millis(in_flight * 1000 / MIN_TRANSFER_RATE)
+}
 
 /// How often credentials taken from a profile's files are read from them again: tools
 /// that renew temporary credentials (`aws configure set` in a cron job, saml2aws, a
@@ -478,40 +535,198 @@ fn client_with(
         .or_else(|| var(vars, "AWS_ENDPOINT_URL_S3"))
         .or_else(|| var(vars, "AWS_ENDPOINT_URL"))
         .or_else(|| found.get("endpoint_url"));
-    let stall = settings.stall();
-    let retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            base: 2.0,
-        },
-        max_retries: 1000,
-        retry_timeout: stall,
-    };
-    let mut options = ClientOptions::new()
-        .with_timeout(Duration::from_secs(30).min(stall))
-        .with_connect_timeout(Duration::from_secs(5));
     let mut builder = AmazonS3Builder::new()
         .with_bucket_name(&location.bucket)
         .with_region(region)
         .with_credentials(credentials)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .with_retry(retry);
+        .with_conditional_put(S3ConditionalPut::ETagMatch);
+    let mut allow_http = false;
     if let Some(endpoint) = endpoint {
         // An endpoint of the user's own (a gateway, MinIO, ...): path-style addressing,
         // and plain HTTP when the address says so.
-        if endpoint.starts_with("http://") {
-            options = options.with_allow_http(true);
-        }
+        allow_http = endpoint.starts_with("http://");
         builder = builder
             .with_endpoint(endpoint)
             .with_virtual_hosted_style_request(false);
     }
-    let store = builder
-        .with_client_options(options)
-        .build()
-        .map_err(|e| io::Error::other(format!("{display}: {e}")))?;
-    Ok((Arc::new(store), warning))
+    let stall = settings.stall();
+    // One client per kind of request, alike but for their time limits (see `Routed`).
+    let build = |timeout: Duration, retry_timeout: Duration| {
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(5),
+                base: 2.0,
+            },
+            max_retries: 1000,
+            retry_timeout,
+        };
+        let options = ClientOptions::new()
+            .with_timeout(timeout)
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_allow_http(allow_http);
+        builder
+            .clone()
+            .with_retry(retry)
+            .with_client_options(options)
+            .build()
+            .map_err(|e| io::Error::other(format!("{display}: {e}")))
+    };
+    // Small requests: an attempt never outlasts the stall bound, which is below the
+    // lease, so a renewal stuck on a dead connection is given up and tried again while
+    // the lease still runs.
+    let quick = build(BASE_TIMEOUT.min(stall), stall)?;
+    // Data objects: an attempt may take what their bytes need at the minimum rate. A
+    // request is tried again only while the stall bound has not passed since it began,
+    // and one attempt may now take longer than that bound: counting the bound from the
+    // end of the first attempt's time keeps an outage of that long during the transfer
+    // ridden out, as it is for small requests.
+    let transfer = settings.transfer_timeout();
+    let bulk = build(transfer, stall + transfer)?;
+    let routed = Routed::new(Arc::new(quick), Arc::new(bulk), &location.prefix);
+    Ok((Arc::new(routed), warning))
+}
+
+/// The store larch's volumes talk to: two clients of one store that differ only in how
+/// long an attempt may take. Uploads and whole reads of data objects (up to 64 MiB each)
+/// go to `bulk`, whose attempts may take as long as their bytes need; everything else —
+/// the root (whose writes renew the lease), map pages, one block's ranged read, listings,
+/// deletes — goes to `quick`, whose attempts keep a short limit. One limit for both would
+/// be either too short for a large object on an ordinary link (every attempt timing out
+/// and starting over) or, for a renewal on a dead connection, longer than the lease.
+#[cfg(feature = "s3")]
+#[derive(Debug)]
+struct Routed {
+    quick: Arc<dyn ObjectStore>,
+    bulk: Arc<dyn ObjectStore>,
+    /// The start of every data object's key: `PREFIX/data/`, as the store's paths write it.
+    data: String,
+}
+
+#[cfg(feature = "s3")]
+impl Routed {
+    fn new(quick: Arc<dyn ObjectStore>, bulk: Arc<dyn ObjectStore>, prefix: &str) -> Routed {
+        let dir = if prefix.is_empty() {
+            "data".to_string()
+        } else {
+            format!("{prefix}/data")
+        };
+        // Built as the volume builds its keys, so that characters the path encodes are
+        // encoded alike on both sides.
+        let data = format!("{}/", ObjPath::from(dir));
+        Routed { quick, bulk, data }
+    }
+
+    fn store_for_put(&self, location: &ObjPath) -> &Arc<dyn ObjectStore> {
+        if location.as_ref().starts_with(&self.data) {
+            &self.bulk
+        } else {
+            &self.quick
+        }
+    }
+
+    fn store_for_get(&self, location: &ObjPath, options: &GetOptions) -> &Arc<dyn ObjectStore> {
+        // Only a whole data object is large; a ranged read of one is one block.
+        if options.range.is_none() && !options.head {
+            self.store_for_put(location)
+        } else {
+            &self.quick
+        }
+    }
+}
+
+#[cfg(feature = "s3")]
+impl std::fmt::Display for Routed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.quick.fmt(f)
+    }
+}
+
+#[cfg(feature = "s3")]
+#[async_trait::async_trait]
+impl ObjectStore for Routed {
+    async fn put_opts(
+        &self,
+        location: &ObjPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let store = self.store_for_put(location);
+        store.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        let store = self.store_for_put(location);
+        store.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let store = self.store_for_get(location, &options);
+        store.get_opts(location, options).await
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &ObjPath,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        self.quick.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjPath>> {
+        self.quick.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.quick.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&ObjPath>,
+        offset: &ObjPath,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.quick.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> object_store::Result<ListResult> {
+        self.quick.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjPath,
+        to: &ObjPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.quick.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &ObjPath,
+        to: &ObjPath,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        self.quick.rename_opts(from, to, options).await
+    }
 }
 
 #[cfg(test)]
@@ -535,6 +750,48 @@ mod tests {
         assert!(with(Some(60), Some(0)).check().is_err());
         assert!(with(Some(60), Some(60)).check().is_err());
         assert!(with(None, Some(u64::MAX)).stall() < huge.lease());
+    }
+
+    /// Each attempt of a data object's transfer may take 30 s plus the time the bytes in
+    /// flight take at 1 MiB/s; before, 30 s for any size, which 16 uploads of 16 or
+    /// 64 MiB at once never meet on an ordinary link.
+    #[test]
+    fn transfer_timeouts_grow_with_the_bytes_in_flight() {
+        const KIB: u64 = 1 << 10;
+        const MIB: u64 = 1 << 20;
+        for (object_bytes, millis) in [
+            (4 * KIB, 30_062),
+            (128 * KIB, 32_000),
+            (MIB, 46_000),
+            (4 * MIB, 94_000),
+            (16 * MIB, 94_000),
+            (64 * MIB, 94_000),
+            // Nonsense counts as the largest object: the longest limit, never a shorter.
+            (0, 94_000),
+            (u64::MAX, 94_000),
+        ] {
+            assert_eq!(
+                transfer_timeout(object_bytes),
+                Duration::from_millis(millis),
+                "{object_bytes}"
+            );
+        }
+        let settings = |object_bytes| Settings {
+            object_bytes,
+            ..Settings::default()
+        };
+        assert_eq!(
+            settings(None).transfer_timeout(),
+            Duration::from_secs(94),
+            "an object size not recorded counts as the largest"
+        );
+        assert_eq!(
+            settings(Some(128 * KIB)).transfer_timeout(),
+            Duration::from_secs(32)
+        );
+        assert_eq!(settings(Some(MIB)).check(), Ok(()));
+        assert!(settings(Some(0)).check().is_err());
+        assert!(settings(Some(64 * MIB + 1)).check().is_err());
     }
 
     #[test]
@@ -696,7 +953,6 @@ mod tests {
     #[test]
     fn requests_are_signed_with_the_credentials_read_again() {
         use object_store::ObjectStoreExt;
-        use object_store::path::Path as ObjPath;
         let dir = TempDir::new("signed");
         let path = dir.0.join("credentials");
         write_credentials(&path, "KEY1", "token1");
@@ -766,5 +1022,47 @@ mod tests {
         let none = |_: &str| None;
         let err = client_with(&location, &settings, &none, CREDENTIALS_REFRESH).unwrap_err();
         assert!(err.to_string().contains("no credentials"), "{err}");
+    }
+
+    /// Uploads and whole reads of data objects go to the client with the long time limit;
+    /// everything else (the root, map pages, one block's ranged read) to the quick one.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn data_object_transfers_go_to_the_bulk_client_and_the_rest_to_the_quick_one() {
+        use object_store::ObjectStoreExt;
+        use object_store::memory::InMemory;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for prefix in ["", "vols/a", "vols/a b~c"] {
+            let quick: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let bulk: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let routed = Routed::new(Arc::clone(&quick), Arc::clone(&bulk), prefix);
+            let slash = if prefix.is_empty() { "" } else { "/" };
+            // Keys as the volume makes them.
+            let key = |name: &str| ObjPath::from(format!("{prefix}{slash}{name}"));
+            let data = key("data/000000000000-0000000000000001-0000000000000001");
+            let (root, page) = (key("larch-volume"), key("map/00000000-0000000000000001-1"));
+            runtime.block_on(async {
+                for path in [&data, &root, &page] {
+                    routed
+                        .put(path, PutPayload::from_static(b"bytes"))
+                        .await
+                        .unwrap();
+                }
+                assert!(bulk.head(&data).await.is_ok(), "{prefix:?}");
+                assert!(quick.head(&data).await.is_err(), "{prefix:?}");
+                for path in [&root, &page] {
+                    assert!(quick.head(path).await.is_ok(), "{prefix:?}");
+                    assert!(bulk.head(path).await.is_err(), "{prefix:?}");
+                }
+                // A whole read of a data object is the bulk client's; a ranged one, the
+                // quick client's (which does not hold it here).
+                assert!(routed.get(&data).await.is_ok(), "{prefix:?}");
+                assert!(routed.get_range(&data, 0..2).await.is_err(), "{prefix:?}");
+                assert!(routed.get(&root).await.is_ok(), "{prefix:?}");
+            });
+        }
     }
 }

@@ -36,7 +36,8 @@ pub struct Options {
     /// Clock skew between nodes allowed for: a lease counts as expired to another node
     /// only this long after its end.
     pub skew: Duration,
-    /// Objects uploaded (or read for a read-modify-write) at once during a commit.
+    /// The most objects uploaded (or read for a read-modify-write) at once during a
+    /// commit. Fewer are when the volume's objects are large: see [`uploads_at_once`].
     pub uploads: usize,
     /// The block size the caller reads and writes in (the engine's `volblocksize`): a
     /// volume whose root says otherwise is refused at open. `None`: the root's.
@@ -80,11 +81,29 @@ impl Default for Options {
         Options {
             lease: Duration::from_secs(60),
             skew: Duration::from_secs(5),
-            uploads: 16,
+            uploads: MAX_UPLOADS,
             block_bytes: None,
             size_bytes: None,
         }
     }
+}
+
+/// The most objects a commit uploads (or reads whole, to merge) at once.
+pub const MAX_UPLOADS: usize = 16;
+
+/// The most bytes of objects a commit has in flight at once (uploads and merge reads
+/// together): 64 MiB, the largest object.
+pub const MAX_BYTES_IN_FLIGHT: u64 = 64 << 20;
+
+/// How many objects of `object_bytes` (the volume's object size, `--object-size`) a commit
+/// uploads or reads at once when it may do `most`: as many as keep their bytes within
+/// [`MAX_BYTES_IN_FLIGHT`], at least one. Counting objects alone is not enough: 16 uploads
+/// of 64 MiB share the link so thinly that each takes longer than a request may, every
+/// attempt times out and starts over, and the commit never gets through. The client's
+/// timeout for these transfers (`s3::transfer_timeout`) is made from the same bytes.
+pub fn uploads_at_once(object_bytes: u64, most: usize) -> usize {
+    let fit = MAX_BYTES_IN_FLIGHT / object_bytes.max(1);
+    usize::try_from(fit).unwrap_or(usize::MAX).min(most).max(1)
 }
 
 /// What a node keeps locally about a volume between its runs: which volume of the store
@@ -1094,7 +1113,9 @@ impl ObjectVolume {
                 self.upload_object(object, blocks, previous, version)
             })
             .collect();
-        let limit = self.options.uploads.max(1);
+        let object_size =
+            u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
+        let limit = uploads_at_once(object_size, self.options.uploads);
         let written: io::Result<Vec<()>> = self.run(async move {
             stream::iter(jobs)
                 .buffer_unordered(limit)
@@ -1118,9 +1139,11 @@ impl ObjectVolume {
             });
             page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
         }
+        // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
+        let page_limit = self.options.uploads.max(1);
         let written: io::Result<Vec<()>> = self.run(async move {
             stream::iter(page_jobs)
-                .buffer_unordered(limit)
+                .buffer_unordered(page_limit)
                 .try_collect()
                 .await
         });
@@ -1862,6 +1885,37 @@ mod tests {
         assert!(LocalState::decode(&damaged).is_err());
         assert!(LocalState::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(LocalState::decode(b"").is_err());
+    }
+
+    /// Uploads at once keep 64 MiB of objects in flight at most: all 16 up to 4 MiB
+    /// objects, one for the largest; never none, never more than allowed.
+    #[test]
+    fn uploads_at_once_bound_the_bytes_in_flight() {
+        const KIB: u64 = 1 << 10;
+        const MIB: u64 = 1 << 20;
+        for (object_bytes, uploads) in [
+            (4 * KIB, 16),
+            (128 * KIB, 16),
+            (MIB, 16),
+            (4 * MIB, 16),
+            (5 * MIB, 12),
+            (8 * MIB, 8),
+            (16 * MIB, 4),
+            (32 * MIB, 2),
+            (48 * MIB, 1),
+            (64 * MIB, 1),
+        ] {
+            assert_eq!(
+                uploads_at_once(object_bytes, MAX_UPLOADS),
+                uploads,
+                "{object_bytes}"
+            );
+            assert!(uploads as u64 * object_bytes <= MAX_BYTES_IN_FLIGHT);
+        }
+        assert_eq!(uploads_at_once(MIB, 4), 4);
+        assert_eq!(uploads_at_once(64 * MIB, 0), 1);
+        assert_eq!(uploads_at_once(0, MAX_UPLOADS), MAX_UPLOADS);
+        assert_eq!(uploads_at_once(u64::MAX, MAX_UPLOADS), 1);
     }
 
     #[test]

@@ -62,6 +62,10 @@ struct Faults {
     data_put_delay_ms: AtomicU64,
     /// PUTs of data objects started.
     data_puts: AtomicUsize,
+    /// PUTs of data objects started and not yet answered.
+    data_puts_now: AtomicUsize,
+    /// The most PUTs of data objects that were in flight at once.
+    data_puts_most: AtomicUsize,
     /// Objects whose body a whole-object GET started to read.
     bodies_read: Mutex<Vec<String>>,
 }
@@ -101,8 +105,11 @@ impl ObjectStore for Faulty {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let name = location.to_string();
-        if name.contains("/data/") {
+        let data = name.contains("/data/");
+        if data {
             self.faults.data_puts.fetch_add(1, Ordering::Relaxed);
+            let now = self.faults.data_puts_now.fetch_add(1, Ordering::Relaxed) + 1;
+            self.faults.data_puts_most.fetch_max(now, Ordering::Relaxed);
             let delay = self.faults.data_put_delay_ms.load(Ordering::Relaxed);
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -126,7 +133,11 @@ impl ObjectStore for Faulty {
                 source: "no answer (timed out); the request is still on its way".into(),
             });
         }
-        let put = self.inner.put_opts(location, payload, opts).await?;
+        let put = self.inner.put_opts(location, payload, opts).await;
+        if data {
+            self.faults.data_puts_now.fetch_sub(1, Ordering::Relaxed);
+        }
+        let put = put?;
         if root && take_one(&self.faults.lose_root_replies) {
             return Err(object_store::Error::Generic {
                 store: "Faulty",
@@ -1228,4 +1239,34 @@ fn a_volume_of_another_size_is_refused_before_its_map_is_read() {
     let vol = Node::new("b").open(&store, sized(16 * BS as u64)).unwrap();
     assert_eq!(read_block(&vol, 0), vec![1u8; BS]);
     vol.release().unwrap();
+}
+
+/// A commit keeps the bytes of the objects it uploads at once within 64 MiB: 16 objects of
+/// 1 MiB, but only 4 of 16 MiB (before, 16 of any size: on an ordinary link each upload
+/// of a large object then took longer than a request may, and none ever got through).
+#[test]
+fn a_commit_of_large_objects_uploads_fewer_at_once() {
+    for (object_blocks, objects, most) in [(256u32, 20u64, 16usize), (4096, 6, 4)] {
+        let object_bytes = u64::from(object_blocks) * BS as u64;
+        let memory = new_volume(objects * object_bytes, object_blocks);
+        let (store, faults) = faulty(&memory);
+        let vol = Node::new("a").open(&store, Options::default()).unwrap();
+        for object in 0..objects {
+            vol.write_at(&[7u8; BS], object * object_bytes).unwrap();
+        }
+        // Long enough that every upload the commit starts together is in flight at once.
+        faults.data_put_delay_ms.store(100, Ordering::Relaxed);
+        vol.flush().unwrap();
+        assert_eq!(
+            faults.data_puts.load(Ordering::Relaxed) as u64,
+            objects,
+            "{object_bytes}-byte objects"
+        );
+        assert_eq!(
+            faults.data_puts_most.load(Ordering::Relaxed),
+            most,
+            "{object_bytes}-byte objects"
+        );
+        vol.release().unwrap();
+    }
 }

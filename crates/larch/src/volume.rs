@@ -180,7 +180,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 object_size_bytes: None,
             };
             if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
-                let settings = s3_settings(
+                let mut settings = s3_settings(
                     s3_endpoint,
                     s3_region,
                     s3_profile,
@@ -193,8 +193,12 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                         other.name
                     );
                 }
-                let (size, block_bytes, created) =
+                let (size, block_bytes, object_bytes, created) =
                     object_volume(url, &settings, size, volume.volblocksize, object_size)?;
+                // The client's time limit for a data object's transfer is made from the
+                // volume's object size, which only the store's root holds: recorded here so
+                // that `larch serve` has it before it reads the root.
+                settings.object_bytes = Some(object_bytes);
                 volume.volblocksize = block_bytes;
                 volume.object_size_bytes = Some(size);
                 volume.s3 = Some(settings);
@@ -337,6 +341,7 @@ fn s3_settings(
         profile,
         stall_secs: Some(stall_secs),
         lease_secs: Some(lease_secs),
+        object_bytes: None,
     };
     if let Err(why) = settings.check() {
         bail!("--s3-lease-secs {lease_secs} with --s3-stall-secs {stall_secs}: {why}");
@@ -345,7 +350,7 @@ fn s3_settings(
 }
 
 /// Creates the object-store volume at `url`, or adopts the one there: returns its size,
-/// block size and whether it was created. Every way it can fail (no credentials, the
+/// block size, object size (its blocks without their trailers) and whether it was created. Every way it can fail (no credentials, the
 /// endpoint unreachable, access denied, no bucket, a root that does not parse, a size or
 /// block size that contradicts the volume there) is an error that names the cause.
 fn object_volume(
@@ -354,7 +359,7 @@ fn object_volume(
     size: Option<u64>,
     volblocksize: u32,
     object_size: u64,
-) -> anyhow::Result<(u64, u32, bool)> {
+) -> anyhow::Result<(u64, u32, u64, bool)> {
     let location = larch_object::s3::Location::parse(url).map_err(anyhow::Error::msg)?;
     // A short retry bound here: a wrong endpoint is reported in seconds, not a minute.
     let mut quick = settings.clone();
@@ -373,7 +378,8 @@ fn object_volume(
                 root.size_bytes
             );
         }
-        return Ok((root.size_bytes, root.block_bytes, false));
+        let object_bytes = u64::from(root.object_blocks) * u64::from(root.block_bytes);
+        return Ok((root.size_bytes, root.block_bytes, object_bytes, false));
     }
     let Some(size) = size else {
         bail!("{display} holds no larch volume: give --size to create one");
@@ -390,7 +396,7 @@ fn object_volume(
     let object_blocks = u32::try_from(object_size / u64::from(volblocksize))?;
     let root = larch_object::layout::Root::new(new_guid(), size, volblocksize, object_blocks);
     larch_object::create(&store, &prefix, &display, &root)?;
-    Ok((size, volblocksize, true))
+    Ok((size, volblocksize, object_size, true))
 }
 
 #[cfg(test)]
