@@ -136,7 +136,7 @@ pub struct ObjectReport {
     pub puts: u64,
     /// Bytes they sent.
     pub put_bytes: u64,
-    /// DELETE requests.
+    /// Objects deleted (the collection of garbage at open deletes many per request).
     pub deletes: u64,
     /// Requests that failed after the client's retries.
     pub errors: u64,

@@ -10,7 +10,7 @@
 //! their result. The S3 client is async, the engine's backing-store interface is blocking,
 //! and keeping the two apart means no caller needs to know which runtime, if any, it is on.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -199,7 +199,8 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     /// Bytes they sent.
     pub put_bytes: AtomicU64,
-    /// DELETE requests.
+    /// Objects deleted. Each is a request of its own, except in the collection of garbage
+    /// at open, which hands the store up to 1000 at once (one bulk request on S3).
     pub deletes: AtomicU64,
     /// Failed requests (after the client's retries).
     pub errors: AtomicU64,
@@ -290,7 +291,8 @@ pub struct ObjectVolume {
     state: Mutex<RootState>,
     /// The last commit, readable without `state` (reports read it).
     committed_seq: AtomicU64,
-    map: RwLock<Map>,
+    /// Shared with the collection of garbage at open, which judges each listed key by it.
+    map: Arc<RwLock<Map>>,
     staged: Mutex<BTreeMap<u64, Bytes>>,
     /// Until when this node may serve the volume: the start of the last successful lease
     /// write plus the lease.
@@ -626,7 +628,7 @@ impl ObjectVolume {
             next_seq: Mutex::new(root.commit_seq + 1),
             committed_seq: AtomicU64::new(root.commit_seq),
             state: Mutex::new(RootState { root, etag }),
-            map: RwLock::new(map),
+            map: Arc::new(RwLock::new(map)),
             staged: Mutex::new(BTreeMap::new()),
             lease_until: Mutex::new(started + options.lease),
             lost: Mutex::new(None),
@@ -641,7 +643,7 @@ impl ObjectVolume {
             #[cfg(test)]
             before_commit_lock: Mutex::new(None),
         });
-        volume.collect_garbage();
+        volume.collect_garbage(GC_BATCH);
         spawn_renewer(&volume);
         Ok(volume)
     }
@@ -1536,25 +1538,20 @@ impl ObjectVolume {
     /// this root does not name is therefore named by no root ever again. Objects of this
     /// run's token (uploads in flight) or larger (a later owner's) are never touched, and
     /// the collection stops when this run stops writing the volume.
-    fn collect_garbage(&self) {
-        let named: HashSet<String> = {
-            let state = self.state.lock().expect("state lock");
-            let map = self.map.read().expect("map lock");
-            let mut named: HashSet<String> = state
-                .root
-                .pages
-                .iter()
-                .map(|p| layout::page_name(p.page, p.version))
-                .collect();
-            for (page, entries) in &map.pages {
-                for (i, v) in entries.iter().enumerate() {
-                    if v.exists() {
-                        named.insert(layout::data_name(page * PAGE_OBJECTS + i as u64, *v));
-                    }
-                }
-            }
-            named
-        };
+    ///
+    /// Each listed key is judged as it comes ([`is_garbage`]), against the map itself and
+    /// the root's page refs, and the garbage is deleted `batch` keys at a time while the
+    /// listing goes on. So the collection holds at most `batch` paths, whatever the number
+    /// of objects the map names or the amount of garbage on the store. (It used to build a
+    /// set of every named object's name first, some 80 to 140 bytes per object on top of
+    /// the map's 16, and to gather all the garbage before deleting any.)
+    fn collect_garbage(&self, batch: usize) {
+        let batch = batch.max(1);
+        // The page refs of the root at this open, copied: the map pages are judged by
+        // them, as before. A page this run supersedes later stays named here; the commit
+        // that superseded it deletes it. 32 bytes per 4096 data objects.
+        let pages: Vec<layout::PageRef> = self.state.lock().expect("state lock").root.pages.clone();
+        let map = Arc::clone(&self.map);
         let store = Arc::clone(&self.store);
         let prefix = self.prefix.clone();
         let stats = self.stats_handle();
@@ -1565,9 +1562,15 @@ impl ObjectVolume {
             for dir in ["data", "map"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
                 let mut found = store.list(Some(&listing));
-                let mut doomed = Vec::new();
+                let mut doomed: Vec<ObjPath> = Vec::new();
                 let mut listed = 0u64;
+                let mut garbage = 0u64;
                 while let Some(next) = found.next().await {
+                    // Nothing more to do once the run stopped: nothing is deleted after
+                    // that, so the rest of the listing would be read for nothing.
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
                     // A listing that fails (after the client's retries, or at a key
                     // object_store cannot take for a path) ends this directory's share of
                     // the collection: what it found is still deleted, the rest waits for
@@ -1578,33 +1581,26 @@ impl ObjectVolume {
                             stats.errors.fetch_add(1, Ordering::Relaxed);
                             eprintln!(
                                 "larch: {display}: the collection of garbage stopped listing \
-                                 {dir}/ after {listed} keys ({} of them garbage, deleted \
-                                 now); any garbage after them stays on the store until the \
-                                 volume's next open: {err}",
-                                doomed.len()
+                                 {dir}/ after {listed} keys ({garbage} of them garbage, \
+                                 deleted); any garbage after them stays on the store until \
+                                 the volume's next open: {err}"
                             );
                             break;
                         }
                     };
                     listed += 1;
-                    let full = meta.location.to_string();
-                    let name = full.strip_prefix(&prefix).unwrap_or(&full);
-                    if let Some((_, _, v)) = layout::parse_name(name)
-                        && v.token < token
-                        && !named.contains(name)
-                    {
-                        doomed.push(meta.location);
+                    let full: &str = meta.location.as_ref();
+                    let name = full.strip_prefix(prefix.as_str()).unwrap_or(full);
+                    if !is_garbage(name, token, &pages, &map) {
+                        continue;
+                    }
+                    garbage += 1;
+                    doomed.push(meta.location);
+                    if doomed.len() >= batch {
+                        delete_garbage(&store, std::mem::take(&mut doomed), &stop, &stats).await;
                     }
                 }
-                for path in doomed {
-                    if stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if store.delete(&path).await.is_ok() {
-                        stats.garbage_deleted.fetch_add(1, Ordering::Relaxed);
-                        stats.deletes.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                delete_garbage(&store, doomed, &stop, &stats).await;
             }
         });
         self.keep(task);
@@ -1806,6 +1802,82 @@ fn load_map(
     Ok(map)
 }
 
+/// How many garbage keys the collection at open deletes with one request (S3's
+/// `DeleteObjects` takes at most 1000, object_store's S3 client sends 1000 a request) and
+/// so the most paths it holds at once.
+const GC_BATCH: usize = 1000;
+
+/// Whether `name`, a key listed under the volume's prefix (the prefix taken off), is
+/// garbage to a run of token `token` whose root at open named `pages` (ascending, as every
+/// root's are) and whose map is `map`: a data object or map page of an earlier run (a
+/// smaller token) that the root at open does not name.
+///
+/// A data object is judged by the map as it is now, under its read lock for just this
+/// look (never across an await: commits and adopted roots take the write lock only to
+/// swap entries in, without I/O, so this never waits long). The map's entries of earlier tokens are still those of
+/// the root at open: this run changes an entry only to a version of its own token (a
+/// commit of its own, or a root of its own it adopts). So where the entry has an earlier
+/// token, comparing with it is comparing with the root at open. Where it has this run's
+/// token, the object was rewritten since the open and which version the open named is no
+/// longer known: every version of it is kept (the commit that rewrote it deletes the one
+/// it replaced; anything else waits for the next open), so that nothing the root at open
+/// named is ever deleted.
+///
+/// A name counts as named only in the exact form the volume writes (`data_name`,
+/// `page_name`), as when the names were compared as strings: a key that parses but is
+/// written otherwise (upper-case hex, other widths) is never read, and is garbage as
+/// before. A key that does not parse (another volume's under this prefix, anything else
+/// stored there) is never garbage.
+fn is_garbage(name: &str, token: u64, pages: &[layout::PageRef], map: &RwLock<Map>) -> bool {
+    let Some((kind, number, version)) = layout::parse_name(name) else {
+        return false;
+    };
+    if version.token >= token {
+        return false;
+    }
+    let named = if kind == "map" {
+        pages
+            .binary_search_by_key(&number, |p| p.page)
+            .is_ok_and(|at| pages[at].version == version)
+            && layout::page_name(number, version) == name
+    } else {
+        let now = map.read().expect("map lock").get(number);
+        if now.token >= token {
+            return false;
+        }
+        now.exists() && now == version && layout::data_name(number, version) == name
+    };
+    !named
+}
+
+/// Deletes `paths` (garbage the collection found) with the store's bulk delete, counting
+/// each object deleted. Failures are left for the next open, as before. Once the run has
+/// stopped, no path not yet handed to the store is.
+async fn delete_garbage(
+    store: &Arc<dyn ObjectStore>,
+    paths: Vec<ObjPath>,
+    stop: &Arc<AtomicBool>,
+    stats: &ObjectStats,
+) {
+    if paths.is_empty() || stop.load(Ordering::Acquire) {
+        return;
+    }
+    // Checked per path as the store takes them: a store that deletes one key a request
+    // (object_store's in-process one, S3 with bulk deletes off) stops within the batch.
+    let stopped = Arc::clone(stop);
+    let feed = stream::iter(paths)
+        .take_while(move |_| std::future::ready(!stopped.load(Ordering::Acquire)))
+        .map(Ok)
+        .boxed();
+    let mut done = store.delete_stream(feed);
+    while let Some(deleted) = done.next().await {
+        if deleted.is_ok() {
+            stats.garbage_deleted.fetch_add(1, Ordering::Relaxed);
+            stats.deletes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Renews the lease every quarter of it until the volume stops or goes.
 fn spawn_renewer(volume: &Arc<ObjectVolume>) {
     let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
@@ -1946,5 +2018,296 @@ mod tests {
         vol.release().unwrap();
         drop(vol);
         assert_eq!(block_byte(&open(&store), 0), Some(2), "on the store");
+    }
+
+    /// Each kind of key the collection meets, judged as the set of named objects judged
+    /// it: only earlier tokens' data objects and pages the root at open does not name (in
+    /// the exact form the volume writes) are garbage; nothing of this run's or a later
+    /// owner's, nothing that is not a volume's object, and no version of an object this run
+    /// rewrote since the open (the open's version of it is no longer known).
+    #[test]
+    fn the_collection_judges_each_key_by_the_map_and_the_roots_pages() {
+        let v = |seq, token| Version { seq, token };
+        let token = 5;
+        let mut entries = vec![Version::default(); PAGE_OBJECTS as usize];
+        entries[1] = v(3, 2);
+        entries[10] = v(3, 2);
+        entries[7] = v(6, 5);
+        let mut map = Map::default();
+        map.pages.insert(0, entries.into_boxed_slice());
+        let map = RwLock::new(map);
+        let pages = [
+            layout::PageRef {
+                page: 0,
+                version: v(3, 2),
+                checksum: 0,
+            },
+            layout::PageRef {
+                page: 2,
+                version: v(4, 3),
+                checksum: 0,
+            },
+        ];
+        let judge = |name: &str| is_garbage(name, token, &pages, &map);
+        let data = |object, version| layout::data_name(object, version);
+        let page = |number, version| layout::page_name(number, version);
+        // Named by the map or the root: kept.
+        assert!(!judge(&data(1, v(3, 2))));
+        assert!(!judge(&data(10, v(3, 2))));
+        assert!(!judge(&page(0, v(3, 2))));
+        assert!(!judge(&page(2, v(4, 3))));
+        // Earlier tokens' versions no one names, of written objects, of objects never
+        // written (the page is absent too), of pages: garbage.
+        assert!(judge(&data(1, v(2, 2))));
+        assert!(judge(&data(1, v(3, 1))));
+        assert!(judge(&data(2, v(3, 2))));
+        assert!(judge(&data(PAGE_OBJECTS + 1, v(1, 1))));
+        assert!(judge(&data(u64::MAX, v(1, 1))));
+        assert!(
+            judge(&data(3, Version::default())),
+            "an entry never written"
+        );
+        assert!(judge(&page(0, v(2, 2))));
+        assert!(judge(&page(1, v(4, 3))));
+        // A named version in another form than the volume writes it: never read, garbage.
+        assert!(judge("data/00000000000A-0000000000000003-0000000000000002"));
+        assert!(judge("data/a-3-2"));
+        assert!(judge("map/0-0000000000000003-0000000000000002"));
+        // This run's objects (uploads in flight) and a later owner's: never.
+        assert!(!judge(&data(2, v(9, 5))));
+        assert!(!judge(&data(2, v(9, 6))));
+        assert!(!judge(&page(1, v(9, 5))));
+        assert!(!judge(&page(0, v(9, 7))));
+        // An object this run rewrote since the open: none of its earlier versions.
+        assert!(!judge(&data(7, v(3, 2))));
+        assert!(!judge(&data(7, v(1, 1))));
+        // Not a volume's object: the root, another volume's keys, anything else.
+        for name in [
+            layout::ROOT_NAME,
+            "data/",
+            "data/junk",
+            "data/000000000001-0000000000000002",
+            "data/000000000001-0000000000000002-0000000000000001-0",
+            "data/x/data/000000000001-0000000000000002-0000000000000001",
+            "map/sub/larch-volume",
+            "other/000000000001-0000000000000002-0000000000000001",
+        ] {
+            assert!(!judge(name), "{name}");
+        }
+    }
+
+    /// A store that notes how many garbage keys (those of commit [`GARBAGE_SEQ`]) its
+    /// listings handed out that have not yet been handed back for deletion: what the
+    /// collection holds.
+    #[derive(Debug, Default)]
+    struct Held {
+        listed: AtomicU64,
+        deleted: AtomicU64,
+        most_held: AtomicU64,
+        most_per_request: AtomicU64,
+    }
+
+    const GARBAGE_SEQ: u64 = 0x7777;
+
+    fn is_planted(location: &ObjPath) -> bool {
+        let name = location.as_ref().strip_prefix("vols/a/").unwrap_or("");
+        layout::parse_name(name).is_some_and(|(_, _, v)| v.seq == GARBAGE_SEQ)
+    }
+
+    #[derive(Debug)]
+    struct Watched {
+        inner: Arc<dyn ObjectStore>,
+        held: Arc<Held>,
+    }
+
+    impl std::fmt::Display for Watched {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Watched({})", self.inner)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Watched {
+        async fn put_opts(
+            &self,
+            location: &ObjPath,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &ObjPath,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: futures_util::stream::BoxStream<'static, object_store::Result<ObjPath>>,
+        ) -> futures_util::stream::BoxStream<'static, object_store::Result<ObjPath>> {
+            let held = Arc::clone(&self.held);
+            let this_request = Arc::new(AtomicU64::new(0));
+            let counted = locations.inspect(move |location| {
+                if location.as_ref().is_ok_and(is_planted) {
+                    held.deleted.fetch_add(1, Ordering::SeqCst);
+                }
+                let n = this_request.fetch_add(1, Ordering::SeqCst) + 1;
+                held.most_per_request.fetch_max(n, Ordering::SeqCst);
+            });
+            self.inner.delete_stream(counted.boxed())
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> futures_util::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+            let held = Arc::clone(&self.held);
+            self.inner
+                .list(prefix)
+                .inspect(move |meta| {
+                    if meta.as_ref().is_ok_and(|m| is_planted(&m.location)) {
+                        let listed = held.listed.fetch_add(1, Ordering::SeqCst) + 1;
+                        let now = listed - held.deleted.load(Ordering::SeqCst);
+                        held.most_held.fetch_max(now, Ordering::SeqCst);
+                    }
+                })
+                .boxed()
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &ObjPath,
+            to: &ObjPath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// Waits for the volume's background deletions (the collection among them).
+    fn wait_for_cleanups(vol: &ObjectVolume) {
+        let running = std::mem::take(&mut *vol.cleanups.lock().unwrap());
+        vol.run(async move {
+            for task in running {
+                task.await.unwrap();
+            }
+        });
+    }
+
+    /// Garbage spread among many live objects is deleted as the listing goes, a batch at
+    /// a time: the collection never holds more than a batch of it, and every live object
+    /// stays. (Before, every piece of garbage was gathered before the first deletion.)
+    #[test]
+    fn the_collection_deletes_garbage_among_live_objects_a_batch_at_a_time() {
+        const OBJECTS: u64 = 600;
+        const BATCH: usize = 7;
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let held = Arc::new(Held::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(Watched {
+            inner: Arc::clone(&memory),
+            held: Arc::clone(&held),
+        });
+        // One block per object: the first run's commit names 600 data objects.
+        let root = Root::new(0x1234, OBJECTS * BS as u64, BS as u32, 1);
+        create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+        let first = open(&store);
+        let bytes: Vec<u8> = (0..OBJECTS as usize * BS)
+            .map(|i| (i / BS % 251) as u8)
+            .collect();
+        first.write_at(&bytes, 0).unwrap();
+        first.flush().unwrap();
+        let old = first.token();
+        first.release().unwrap();
+        drop(first);
+        let vol = open(&store);
+        wait_for_cleanups(&vol);
+        assert_eq!(vol.stats.garbage_deleted.load(Ordering::Relaxed), 0);
+        let live = rt_names(&memory);
+        assert_eq!(
+            live.len() as u64,
+            OBJECTS + 2,
+            "the objects, a page, the root"
+        );
+        // Garbage of the earlier run next to every third object, and a map page.
+        let body = || PutPayload::from(vec![0u8; 16]);
+        let mut planted = vec![layout::page_name(
+            0,
+            Version {
+                seq: GARBAGE_SEQ,
+                token: old,
+            },
+        )];
+        planted.extend((0..OBJECTS).step_by(3).map(|object| {
+            layout::data_name(
+                object,
+                Version {
+                    seq: GARBAGE_SEQ,
+                    token: old,
+                },
+            )
+        }));
+        for name in &planted {
+            let (s, path) = (Arc::clone(&memory), vol.path(name));
+            let put = body();
+            vol.run(async move { s.put(&path, put).await.unwrap() });
+        }
+        vol.collect_garbage(BATCH);
+        wait_for_cleanups(&vol);
+        let planted = planted.len() as u64;
+        assert_eq!(held.listed.load(Ordering::SeqCst), planted);
+        assert_eq!(held.deleted.load(Ordering::SeqCst), planted);
+        assert_eq!(vol.stats.garbage_deleted.load(Ordering::Relaxed), planted);
+        let most = held.most_held.load(Ordering::SeqCst);
+        assert!(most <= BATCH as u64, "{most} garbage keys held at once");
+        let per_request = held.most_per_request.load(Ordering::SeqCst);
+        assert!(
+            per_request <= BATCH as u64,
+            "{per_request} keys in one request"
+        );
+        assert_eq!(
+            rt_names(&memory),
+            live,
+            "the live objects, and only they, are left"
+        );
+        for object in [0, 1, 299, OBJECTS - 1] {
+            assert_eq!(block_byte(&vol, object), Some((object % 251) as u8));
+        }
+        vol.release().unwrap();
+    }
+
+    /// Every key on `store`, in order.
+    fn rt_names(store: &Arc<dyn ObjectStore>) -> Vec<String> {
+        let runtime = new_runtime().unwrap();
+        let store = Arc::clone(store);
+        let names = run_on(runtime.handle(), async move {
+            let mut names: Vec<String> = store
+                .list(None)
+                .map(|meta| meta.unwrap().location.to_string())
+                .collect()
+                .await;
+            names.sort();
+            names
+        });
+        runtime.shutdown_background();
+        names
     }
 }
