@@ -2,7 +2,8 @@
 //!
 //! - [`FileDevice`]: a regular file or a block device, opened with `O_DIRECT` when the
 //!   kernel and file system allow it so the page cache cannot hide the device, and with
-//!   buffered I/O otherwise. Unaligned requests go through an aligned bounce buffer.
+//!   buffered I/O otherwise (also from the first read or write the file system refuses
+//!   with `O_DIRECT`, for good). Unaligned requests go through an aligned bounce buffer.
 //! - [`MemDevice`]: a byte vector, for tests and the simulator.
 //! - [`FaultyDevice`]: an in-memory device that models a volatile write cache. Writes
 //!   land in a pending list that only [`BlockDevice::flush`] makes durable, and
@@ -102,6 +103,13 @@ pub trait BlockDevice: Send + Sync {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// How I/O reaches a file or block device: `O_DIRECT`, or `buffered (why)` when it
+    /// goes through the page cache (a file system that refused `O_DIRECT`, at open or at
+    /// a read or write). `None` (the default) for devices that are neither: memory and
+    /// fault-injecting ones.
+    fn io_mode(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -125,6 +133,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         (**self).raw_fd()
+    }
+    fn io_mode(&self) -> Option<String> {
+        (**self).io_mode()
     }
 }
 
