@@ -201,6 +201,7 @@ mod tests {
                 "blocks",
                 "state",
                 "fault",
+                "io_mode",
                 "rebuild_entries",
                 "rebuild_permille",
                 "reads",
@@ -232,7 +233,13 @@ mod tests {
                 "cksum_lb_errors"
             ])
         );
-        let log = serde_json::to_value(LogDeviceReport::default()).unwrap();
+        // A log device on a file says how it is written (a device that is not a file,
+        // as in the default report, has no io_mode at all).
+        let log = serde_json::to_value(LogDeviceReport {
+            io_mode: Some("O_DIRECT".to_string()),
+            ..LogDeviceReport::default()
+        })
+        .unwrap();
         assert_eq!(
             keys(&log),
             sorted(&[
@@ -240,6 +247,7 @@ mod tests {
                 "guid",
                 "state",
                 "fault",
+                "io_mode",
                 "commits",
                 "blocks_written",
                 "records",
@@ -247,6 +255,8 @@ mod tests {
                 "commit_latency",
             ])
         );
+        let no_mode = serde_json::to_value(LogDeviceReport::default()).unwrap();
+        assert!(no_mode.get("io_mode").is_none(), "{no_mode}");
         let latency_report = serde_json::to_value(LatencyReport::default()).unwrap();
         assert!(latency_report["mean_us"].is_null(), "{latency_report}");
     }

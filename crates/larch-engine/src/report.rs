@@ -203,6 +203,11 @@ pub struct CacheDeviceReport {
     pub state: DeviceState,
     /// Why it is faulted, if it is.
     pub fault: Option<String>,
+    /// How its reads and writes reach it: `O_DIRECT`, or `buffered (why)` when they go
+    /// through the page cache (a file system that refused `O_DIRECT`, at open or at a
+    /// read or write). Absent for devices that are not files (in-process tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_mode: Option<String>,
     /// Entries restored so far by its rebuild.
     pub rebuild_entries: u64,
     /// How far its rebuild walked the ring, in thousandths.
@@ -251,6 +256,11 @@ pub struct LogDeviceReport {
     pub state: String,
     /// Why it stopped taking records, if it did.
     pub fault: Option<String>,
+    /// How its reads and writes reach it: `O_DIRECT`, or `buffered (why)` when they go
+    /// through the page cache (commits are still flushed). Absent for devices that are
+    /// not files (in-process tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_mode: Option<String>,
     /// Commits.
     pub commits: u64,
     /// Log blocks written.

@@ -146,6 +146,14 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
             line += &format!(" ({fault}; sync writes go through TXG syncs)");
         }
         let _ = writeln!(out, "{line}");
+        if let Some(mode) = &log.io_mode
+            && mode != "O_DIRECT"
+        {
+            let _ = writeln!(
+                out,
+                "    log device I/O: {mode}: commits are copied into the page cache before each flush"
+            );
+        }
     }
     for d in &report.cache_devices {
         let mut line = format!(
@@ -166,6 +174,14 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
         }
         line += &format!(", reads through {}", report.l2_read_path);
         let _ = writeln!(out, "{line}");
+        if let Some(mode) = &d.io_mode
+            && mode != "O_DIRECT"
+        {
+            let _ = writeln!(
+                out,
+                "    cache device I/O: {mode}: the page cache keeps copies of what it reads and writes"
+            );
+        }
     }
     let a = &report.arcstats;
     let ratio = |h: u64, m: u64| {
@@ -235,6 +251,42 @@ mod tests {
         assert_eq!(lines.len(), 5, "{text}");
         let old = render(&status, 1_010).unwrap();
         assert!(old.starts_with("pool demo: not running (status from 10 s ago)\n"));
+    }
+
+    #[test]
+    fn devices_that_went_buffered_say_so() {
+        let mut status = status("status-io-mode");
+        let why = "buffered (the file system refused an O_DIRECT read of 4096 bytes at 0: \
+                   Invalid argument (os error 22))";
+        status.pool.cache_devices[0].io_mode = Some(why.to_string());
+        status.pool.log_device = Some(larch_engine::report::LogDeviceReport {
+            path: "/dev/log0".to_string(),
+            state: "online".to_string(),
+            io_mode: Some("O_DIRECT".to_string()),
+            ..Default::default()
+        });
+        let text = render(&status, 1_001).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].starts_with("  log /dev/log0: online"), "{text}");
+        // A log device with O_DIRECT gets no line of its own.
+        assert!(lines[3].starts_with("  cache "), "{text}");
+        assert_eq!(
+            lines[4],
+            format!(
+                "    cache device I/O: {why}: the page cache keeps copies of what it reads and writes"
+            ),
+            "{text}"
+        );
+        status.pool.log_device.as_mut().unwrap().io_mode =
+            Some("buffered (O_DIRECT not tried)".to_string());
+        let text = render(&status, 1_001).unwrap();
+        assert!(
+            text.contains(
+                "\n    log device I/O: buffered (O_DIRECT not tried): commits are copied into \
+                 the page cache before each flush\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -98,6 +98,12 @@ impl Engine {
                     return Ok(bytes.slice(..size));
                 }
                 Ok(None) => {}
+                // A file system can take O_DIRECT at open and refuse it at I/O. The
+                // blocking read below goes through the device, which then falls back to
+                // buffered I/O (and gives io_uring its buffered descriptor from then on),
+                // so one such read does not cost the copy; an EINVAL with another cause
+                // is reported by that read.
+                Err(source) if source.raw_os_error() == Some(libc::EINVAL) => {}
                 Err(source) => {
                     return Err(ReadError::Io(IoError::Os {
                         op: "read",
