@@ -12,8 +12,10 @@
 //! copied into aligned buffers kept for the next TXG. Reads, the log replay's
 //! writes and the unaligned ends of a run (a volume's short last block, blocks smaller
 //! than the alignment) keep the buffered handle; the two never share a page, since the
-//! direct part of a run is whole pages. A file system that refuses `O_DIRECT` (at open or
-//! at the first write) leaves the store buffered, and `larch status` says why.
+//! direct part of a run is whole pages (but for the page a short direct write ended in,
+//! whose rest the same write then finishes buffered). A file system that refuses
+//! `O_DIRECT` (at open, or with EINVAL at a direct write of whole pages at a page-aligned
+//! offset) leaves the store buffered, and `larch status` says why.
 //!
 //! For tests and benchmarks a backing store can carry a **latency model**: a fixed delay,
 //! or a delay drawn uniformly from a range, added to every read and write. It is a device
@@ -146,6 +148,23 @@ struct FileMedia {
     /// open and refuses it at write.
     #[cfg(test)]
     refuse_direct_writes: bool,
+    /// Tests: the next direct write moves only this many bytes (0: no cut), as one that
+    /// runs out of space part way may.
+    #[cfg(test)]
+    cut_next_direct_write: std::sync::atomic::AtomicUsize,
+}
+
+/// Why an `O_DIRECT` write did not complete.
+enum DirectWriteError {
+    /// EINVAL from a direct write of whole pages at a page-aligned offset: the file system
+    /// refuses `O_DIRECT`.
+    Refused {
+        offset: u64,
+        len: usize,
+        source: io::Error,
+    },
+    /// Any other failure: the write's own error, which going buffered would not mend.
+    Failed(io::Error),
 }
 
 impl FileMedia {
@@ -177,6 +196,8 @@ impl FileMedia {
             bounce: RankedMutex::leaf(Vec::new()),
             #[cfg(test)]
             refuse_direct_writes: false,
+            #[cfg(test)]
+            cut_next_direct_write: Default::default(),
         })
     }
 
@@ -206,6 +227,7 @@ impl FileMedia {
         }
         let align = direct_align() as usize;
         let mut done = 0;
+        let mut direct_bytes = 0;
         while done < middle {
             let at = offset + (head + done) as u64;
             // Parts in page-aligned buffers of whole pages (large WRITE payloads are read
@@ -221,25 +243,32 @@ impl FileMedia {
                 .count();
             let (len, written) = if aligned > 0 {
                 let len = rest[..aligned].iter().map(|p| p.len()).sum();
-                (len, self.write_direct_parts(direct, &rest[..aligned], at))
+                (len, self.pwritev_direct(direct, &rest[..aligned], at))
             } else {
                 let len = (middle - done).min(DIRECT_CHUNK_BYTES);
                 let chunk = parts_range(parts, head + done, len);
                 (len, self.write_direct(direct, &chunk, at, stats))
             };
-            if let Err(err) = written {
-                if err.raw_os_error() != Some(libc::EINVAL) {
-                    return Err(err);
+            match written {
+                Ok(n) => direct_bytes += n,
+                Err(DirectWriteError::Failed(err)) => return Err(err),
+                Err(DirectWriteError::Refused {
+                    offset: refused_at,
+                    len: refused_len,
+                    source,
+                }) => {
+                    // Accepted at open, refused at write (an alignment this file system
+                    // wants larger, say): the rest of this write, and every later one, is
+                    // buffered (rewriting all of it is right whatever part reached the
+                    // file).
+                    let _ = self.buffered_why.set(format!(
+                        "the file system refused an O_DIRECT write of {refused_len} bytes at \
+                         {refused_at}: {source}"
+                    ));
+                    let rest = parts_range(parts, head + done, total - head - done);
+                    pwritev_all(&self.file, &rest, at)?;
+                    return Ok(direct_bytes);
                 }
-                // Accepted at open, refused at write (an alignment this file system
-                // wants larger, say): the rest of this write, and every later one, is
-                // buffered (rewriting all of it is right whatever part reached the file).
-                let _ = self.buffered_why.set(format!(
-                    "the file system refused an O_DIRECT write of {len} bytes at {at}: {err}"
-                ));
-                let rest = parts_range(parts, head + done, total - head - done);
-                pwritev_all(&self.file, &rest, at)?;
-                return Ok(done as u64);
             }
             done += len;
         }
@@ -247,32 +276,81 @@ impl FileMedia {
             let tail = parts_range(parts, head + middle, total - head - middle);
             pwritev_all(&self.file, &tail, offset + (head + middle) as u64)?;
         }
-        Ok(middle as u64)
+        Ok(direct_bytes)
     }
 
-    /// One `O_DIRECT` write of `parts` as they are: each one's address and length are
-    /// multiples of the alignment, and so is `offset`.
-    fn write_direct_parts(&self, direct: &File, parts: &[&[u8]], offset: u64) -> io::Result<()> {
-        #[cfg(test)]
-        if self.refuse_direct_writes {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    /// Writes `parts` at `offset` through the `O_DIRECT` handle: each part's address and
+    /// length are multiples of the alignment, and so is `offset`. Returns the bytes
+    /// written direct.
+    ///
+    /// A short write can end off a page boundary (a file system that allocates in blocks
+    /// smaller than a page, running out of space part way). Another direct write from
+    /// there fails with EINVAL whenever that offset is not a multiple of the device's
+    /// logical block, which says nothing about the file system's support of `O_DIRECT`,
+    /// so the rest goes through the page cache, and its error, if any, is the real one.
+    /// Only an EINVAL from a direct write at a page-aligned offset, whose parts are then
+    /// whole pages too, means the file system refuses `O_DIRECT`.
+    fn pwritev_direct(
+        &self,
+        direct: &File,
+        parts: &[&[u8]],
+        offset: u64,
+    ) -> Result<u64, DirectWriteError> {
+        let mut rest = Unwritten::new(parts, offset);
+        let mut direct_bytes = 0;
+        while !rest.is_empty() {
+            if !rest.offset.is_multiple_of(direct_align()) {
+                pwritev_all(&self.file, rest.parts(), rest.offset)
+                    .map_err(DirectWriteError::Failed)?;
+                break;
+            }
+            let at = rest.offset;
+            match self.direct_once(direct, &mut rest) {
+                Ok(n) => direct_bytes += n as u64,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {
+                    return Err(DirectWriteError::Refused {
+                        offset: at,
+                        len: rest.len(),
+                        source: err,
+                    });
+                }
+                Err(err) => return Err(DirectWriteError::Failed(err)),
+            }
         }
-        pwritev_all(direct, parts, offset)
+        Ok(direct_bytes)
+    }
+
+    /// One `pwritev` of what is left of `rest` through the `O_DIRECT` handle (tests can
+    /// make it fail or fall short).
+    fn direct_once(&self, direct: &File, rest: &mut Unwritten<'_>) -> io::Result<usize> {
+        #[cfg(test)]
+        {
+            if self.refuse_direct_writes {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            let cut = self
+                .cut_next_direct_write
+                .swap(0, std::sync::atomic::Ordering::Relaxed);
+            if cut > 0 {
+                // The kernel may refuse a direct write of this unaligned length: the
+                // page cache takes the bytes the short write would have written.
+                return rest.write_once(&self.file, cut);
+            }
+        }
+        rest.write_once(direct, usize::MAX)
     }
 
     /// One `O_DIRECT` write of `chunk`'s bytes (a multiple of the alignment, at most
     /// [`DIRECT_CHUNK_BYTES`]) at the aligned `offset`, through a kept aligned buffer.
+    /// Returns the bytes written direct.
     fn write_direct(
         &self,
         direct: &File,
         chunk: &[&[u8]],
         offset: u64,
         stats: &BackingStats,
-    ) -> io::Result<()> {
-        #[cfg(test)]
-        if self.refuse_direct_writes {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
+    ) -> Result<u64, DirectWriteError> {
         let kept = self.bounce.lock().pop();
         let mut buf = match kept {
             Some(buf) => {
@@ -288,7 +366,7 @@ impl FileMedia {
             buf[len..len + part.len()].copy_from_slice(part);
             len += part.len();
         }
-        let result = direct.write_all_at(&buf[..len], offset);
+        let result = self.pwritev_direct(direct, &[&buf[..len]], offset);
         let mut kept = self.bounce.lock();
         if kept.len() < DIRECT_BUFFERS_KEPT {
             kept.push(buf);
@@ -601,48 +679,96 @@ const IOV_MAX: usize = 1024;
 
 /// Writes every byte of `parts`, in order, at `offset`, retrying after short writes and
 /// interruptions.
-fn pwritev_all(file: &File, parts: &[&[u8]], mut offset: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut parts: Vec<&[u8]> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
-    let mut first = 0;
-    while first < parts.len() {
-        let iov: Vec<libc::iovec> = parts[first..]
+fn pwritev_all(file: &File, parts: &[&[u8]], offset: u64) -> io::Result<()> {
+    let mut rest = Unwritten::new(parts, offset);
+    while !rest.is_empty() {
+        match rest.write_once(file, usize::MAX) {
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// What is left of a vectored write: its parts not written yet (the first one maybe in
+/// part), and where they go.
+struct Unwritten<'a> {
+    /// The write's non-empty parts; those before `first` are written.
+    parts: Vec<&'a [u8]>,
+    first: usize,
+    offset: u64,
+}
+
+impl<'a> Unwritten<'a> {
+    fn new(parts: &[&'a [u8]], offset: u64) -> Self {
+        Unwritten {
+            parts: parts.iter().copied().filter(|p| !p.is_empty()).collect(),
+            first: 0,
+            offset,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first >= self.parts.len()
+    }
+
+    /// The parts left.
+    fn parts(&self) -> &[&'a [u8]] {
+        &self.parts[self.first..]
+    }
+
+    /// The bytes left.
+    fn len(&self) -> usize {
+        self.parts().iter().map(|p| p.len()).sum()
+    }
+
+    /// One `pwritev` on `file` of the next bytes (at most `max`, and at most
+    /// [`IOV_MAX`] parts), moving past what it wrote. Returns the bytes written; the
+    /// system call's error as it is (EINTR included: the caller decides); no progress is
+    /// `WriteZero`.
+    fn write_once(&mut self, file: &File, max: usize) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let mut budget = max;
+        let iov: Vec<libc::iovec> = self
+            .parts()
             .iter()
             .take(IOV_MAX)
-            .map(|p| libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
+            .map_while(|p| {
+                let take = p.len().min(budget);
+                budget -= take;
+                (take > 0).then_some(libc::iovec {
+                    iov_base: p.as_ptr() as *mut libc::c_void,
+                    iov_len: take,
+                })
             })
             .collect();
-        let Ok(at) = libc::off_t::try_from(offset) else {
+        let Ok(at) = libc::off_t::try_from(self.offset) else {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         };
         // SAFETY: every iovec points at a live slice of `parts` for the call's duration.
         let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as i32, at) };
         if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
+            return Err(io::Error::last_os_error());
         }
         if n == 0 {
             return Err(io::Error::from(io::ErrorKind::WriteZero));
         }
-        let mut written = n as usize;
-        offset += written as u64;
-        while written > 0 {
-            let head = parts[first];
-            if written >= head.len() {
-                written -= head.len();
-                first += 1;
+        let written = n as usize;
+        self.offset += written as u64;
+        let mut left = written;
+        while left > 0 {
+            let head = self.parts[self.first];
+            if left >= head.len() {
+                left -= head.len();
+                self.first += 1;
             } else {
-                parts[first] = &head[written..];
-                written = 0;
+                self.parts[self.first] = &head[left..];
+                left = 0;
             }
         }
+        Ok(written)
     }
-    Ok(())
 }
 
 /// Size of a regular file or a block device.
@@ -901,5 +1027,42 @@ mod tests {
         let ro = BackingStore::open(&path, true, LatencyModel::default()).expect("open");
         assert_eq!(ro.write_mode(), None);
         remove_scratch(&[&path, &refused]);
+    }
+
+    #[test]
+    fn a_short_direct_write_off_a_page_is_not_a_refusal() {
+        let len = 1 << 20;
+        let path = scratch_file("short.img", len);
+        let mut store = BackingStore::open(&path, false, LatencyModel::default()).expect("open");
+        assert_eq!(store.write_mode().as_deref(), Some("O_DIRECT"));
+        if let Media::File(m) = &mut store.media {
+            // The first direct write moves 512 bytes of 32 KiB, as one that ran out of
+            // space part way on a file system of 512-byte blocks might. Writing on from
+            // there direct fails with EINVAL on a device of 4K logical blocks, which used
+            // to send the store to the page cache for good, saying the file system
+            // refused O_DIRECT.
+            *m.cut_next_direct_write.get_mut() = 512;
+        }
+        // Not page-aligned buffers: copied into a kept aligned buffer, one direct write.
+        let data: Vec<Vec<u8>> = (0..4).map(|i| pattern(60 + i as u8, 8192)).collect();
+        let mut model = vec![0xeeu8; len];
+        write_and_compare(
+            &store,
+            &path,
+            &mut model,
+            &[(8192, refs(&data)), (65536, refs(&data))],
+        );
+        assert_eq!(
+            store.write_mode().as_deref(),
+            Some("O_DIRECT"),
+            "a short write is not a refusal"
+        );
+        // The cut write's 512 bytes count as direct; the rest of that write went through
+        // the page cache, and the second write direct again.
+        assert_eq!(
+            store.stats.direct_write_bytes.load(Ordering::Relaxed),
+            512 + 4 * 8192
+        );
+        remove_scratch(&[&path]);
     }
 }
