@@ -997,7 +997,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     /// The handlers' context over a demo pool, with the token `token`.
-    fn context(demo: &DemoPool) -> Arc<Context> {
+    pub(super) fn context(demo: &DemoPool) -> Arc<Context> {
         Arc::new(Context {
             pool: Arc::clone(&demo.pool),
             token: "token".to_string(),

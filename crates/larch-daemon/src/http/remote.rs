@@ -102,11 +102,11 @@ async fn remote_auth(
         *request.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     ) {
-        return api_error(
+        return closing(api_error(
             StatusCode::FORBIDDEN,
             "the remote endpoint only reads: changes go through the loopback endpoint".to_string(),
             None,
-        );
+        ));
     }
     let (query, others) = request_tokens(&request);
     if let Some(token) = query {
@@ -145,6 +145,19 @@ fn unauthorized() -> Response {
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer realm=\"larch\""),
+    );
+    closing(response)
+}
+
+/// `response` with `Connection: close`, which makes hyper close the connection once it is
+/// sent. The endpoint's refusals (401, 403) carry it: a peer without the token must not
+/// keep a connection, and its place among the endpoint's [`MAX_CONNECTIONS`], by sending a
+/// request now and then and getting a refusal each time. A browser or a scraper that is
+/// refused opens a new connection for its next try, which costs it one TLS handshake.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
     );
     response
 }
@@ -187,6 +200,122 @@ pub async fn serve_remote(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::tests::context;
+    use crate::testing::DemoPool;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+    use tokio::net::{TcpSocket, TcpStream};
+
+    /// The view token of the endpoints these tests start.
+    const VIEW: &str = "view-token";
+
+    /// How long a test waits for an answer, or for the server to close: well under
+    /// [`REQUEST_TIMEOUT`], after which hyper would close an idle connection anyway.
+    const PATIENCE: Duration = Duration::from_secs(5);
+
+    /// A remote endpoint over plain TCP on 127.0.0.1, and its address.
+    async fn start(ctx: Arc<Context>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_remote(listener, ctx, None, VIEW.to_string()));
+        (addr, server)
+    }
+
+    /// A connection to `to` from the loopback address `from` (Linux routes all of
+    /// 127.0.0.0/8 to `lo`, so 127.0.0.2 is another client on the same machine).
+    async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(to).await.unwrap()
+    }
+
+    /// A `GET` of `path` with the view token.
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {VIEW}\r\n\r\n")
+    }
+
+    /// Reads an answer's head (through its blank line); what came of the stream if it
+    /// ended or failed first. Panics after [`PATIENCE`].
+    async fn head(stream: &mut (impl AsyncRead + Unpin)) -> Result<String, String> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tokio::time::timeout(PATIENCE, stream.read(&mut buf))
+                .await
+                .expect("an answer, or the end of the connection, in time")
+            {
+                Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&got))),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(err) => return Err(format!("{err} after {:?}", String::from_utf8_lossy(&got))),
+            }
+        }
+        Ok(String::from_utf8_lossy(&got).into_owned())
+    }
+
+    /// Sends `request` and reads its answer's head.
+    async fn ask(
+        stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+        request: &str,
+    ) -> Result<String, String> {
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        head(stream).await
+    }
+
+    #[tokio::test]
+    async fn refusals_close_their_connection() {
+        let demo = DemoPool::new("remote-refusals");
+        let (addr, server) = start(context(&demo)).await;
+        let here = Ipv4Addr::new(127, 0, 0, 1);
+        for (request, status) in [
+            ("GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n", "401"),
+            (
+                "GET /metrics HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer wrong\r\n\r\n",
+                "401",
+            ),
+            (
+                "GET /metrics?token=wrong HTTP/1.1\r\nHost: h\r\n\r\n",
+                "401",
+            ),
+            (
+                &format!(
+                    "POST /admin/set HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer {VIEW}\r\n\
+                     Content-Length: 14\r\n\r\nzfs_arc_max=8M"
+                ),
+                "403",
+            ),
+        ] {
+            let mut stream = connect_from(here, addr).await;
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+                .await
+                .unwrap_or_else(|_| panic!("{request:?}: the connection stayed open"))
+                .unwrap();
+            let answer = String::from_utf8_lossy(&answer).to_lowercase();
+            assert!(
+                answer.starts_with(&format!("http/1.1 {status}")),
+                "{answer}"
+            );
+            assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+        }
+        // A request with the token keeps its connection for the next one (`HEAD`: an
+        // answer without a body, so that the next read starts at the next answer).
+        let mut stream = connect_from(here, addr).await;
+        let head_request = get("/admin/ping").replacen("GET", "HEAD", 1);
+        for _ in 0..2 {
+            let answer = ask(&mut stream, &head_request).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(
+                !answer.to_lowercase().contains("connection: close"),
+                "{answer}"
+            );
+        }
+        server.abort();
+    }
 
     #[test]
     fn the_redirect_stays_on_this_host() {
