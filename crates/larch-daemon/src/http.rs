@@ -24,7 +24,8 @@
 //! [`REQUEST_TIMEOUT`] and fit in 16 KiB (hyper's limits), a body within the same time
 //! and [`MAX_BODY_BYTES`], an answer's writes may wait at most [`WRITE_STALL_TIMEOUT`] for
 //! the peer to take any of it, and at most [`MAX_CONNECTIONS`] connections are served at once
-//! (more wait in the kernel's backlog). When accepting fails (out of file descriptors,
+//! by each endpoint (more wait in the kernel's backlog), of which the remote endpoint serves
+//! at most [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (more are closed at accept). When accepting fails (out of file descriptors,
 //! most likely, which a burst of NBD clients can cause), the server waits before trying
 //! again, 10 ms doubling to 1 s, rather than retry at once and pin a core.
 
@@ -60,14 +61,14 @@ use crate::{history, metrics};
 
 mod remote;
 mod stall;
-pub use remote::{RemoteAuth, serve_remote};
+pub use remote::{MAX_CONNECTIONS_PER_ADDRESS, RemoteAuth, serve_remote};
 pub use stall::WRITE_STALL_TIMEOUT;
 
 /// Longest request body accepted (management requests are a few short lines).
 pub const MAX_BODY_BYTES: usize = 64 << 10;
 /// Time a client has to send a request's head, and then its body.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once.
+/// Connections served at once, by each endpoint.
 pub const MAX_CONNECTIONS: usize = 256;
 /// `/api/v1/live` streams open at once: a stream holds its connection for as long as its
 /// page is open, and pages that never close must not take every connection.

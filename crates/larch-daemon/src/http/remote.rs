@@ -4,7 +4,9 @@
 //! of `daemon.json`). A first visit's `?token=` sets a cookie and redirects to the address
 //! without the token.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::extract::State;
@@ -17,6 +19,76 @@ use super::{
     Context, MAX_CONNECTIONS, REQUEST_TIMEOUT, accept_loop, api_error, connection, routes,
     same_token,
 };
+
+/// Connections the remote endpoint serves at once from one address, of its
+/// [`MAX_CONNECTIONS`], so that one peer (with the token or without it) cannot take them all
+/// and lock the page and Prometheus's scrapes out from everywhere else. A browser opens
+/// about six connections to a site and a scraper one, well under it.
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 16;
+
+/// The remote endpoint's open connections, by the exact address of their peer.
+#[derive(Default)]
+struct PerAddress(Mutex<HashMap<IpAddr, AddressCount>>);
+
+/// One address's open connections, and the connections refused since it last had none.
+struct AddressCount {
+    open: usize,
+    refused: u64,
+}
+
+/// A connection's place in [`PerAddress`], given back when dropped.
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    address: IpAddr,
+}
+
+impl PerAddress {
+    /// Counts a connection from `address`, or refuses it (`None`) when the address has
+    /// [`MAX_CONNECTIONS_PER_ADDRESS`] open already. A refusal is logged once per burst,
+    /// the burst lasting until the address has no connection left: a peer that keeps
+    /// trying while it holds its connections would otherwise write a line per attempt.
+    fn admit(table: &Arc<PerAddress>, address: IpAddr) -> Option<AddressSlot> {
+        let first_refusal = {
+            // Nothing panics while the lock is held; a poisoned table is still consistent.
+            let mut counts = table.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = counts.entry(address).or_insert(AddressCount {
+                open: 0,
+                refused: 0,
+            });
+            if count.open < MAX_CONNECTIONS_PER_ADDRESS {
+                count.open += 1;
+                return Some(AddressSlot {
+                    table: Arc::clone(table),
+                    address,
+                });
+            }
+            count.refused += 1;
+            count.refused == 1
+        };
+        if first_refusal {
+            eprintln!(
+                "larch serve: --http-remote: refusing connections from {address}: \
+                 {MAX_CONNECTIONS_PER_ADDRESS} are open from it (not logged again until they \
+                 have all closed)"
+            );
+        }
+        None
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.table.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.address) {
+            count.open -= 1;
+            // Forgotten once it has nothing open: the table holds only addresses that are
+            // connected now, however many have come and gone.
+            if count.open == 0 {
+                counts.remove(&self.address);
+            }
+        }
+    }
+}
 
 /// What the remote endpoint checks: its own token (not the management token of
 /// `daemon.json`'s `token`: whoever may look may not change), and whether it is served over
@@ -162,9 +234,10 @@ fn closing(mut response: Response) -> Response {
     response
 }
 
-/// Serves the remote endpoint on `listener` until the task is aborted: every connection
-/// through TLS when `tls` is given (a failed handshake closes it), every request with
-/// `view_token`, reading only.
+/// Serves the remote endpoint on `listener` until the task is aborted: at most
+/// [`MAX_CONNECTIONS`] connections at once, [`MAX_CONNECTIONS_PER_ADDRESS`] of them from
+/// one address, every connection through TLS when `tls` is given (a failed handshake
+/// closes it), every request with `view_token`, reading only.
 pub async fn serve_remote(
     listener: TcpListener,
     ctx: Arc<Context>,
@@ -178,7 +251,14 @@ pub async fn serve_remote(
     let router = remote_router(ctx, auth);
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_address = Arc::new(PerAddress::default());
     accept_loop(listener, slots, move |stream, peer, slot| {
+        // Counted at accept, before TLS and the token: what a peer could hold without
+        // either is what the cap is for.
+        let Some(address_slot) = PerAddress::admit(&per_address, peer.ip()) else {
+            // Dropping the stream closes it, and dropping `slot` gives its place back.
+            return;
+        };
         let router = router.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
@@ -191,6 +271,7 @@ pub async fn serve_remote(
                 }
                 None => connection(router, stream, peer).await,
             }
+            drop(address_slot);
             drop(slot);
         });
     })
@@ -263,6 +344,45 @@ mod tests {
             .await
             .map_err(|e| e.to_string())?;
         head(stream).await
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_take_every_remote_connection() {
+        let demo = DemoPool::new("remote-per-address");
+        let (addr, server) = start(context(&demo)).await;
+        let here = Ipv4Addr::new(127, 0, 0, 1);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            let mut stream = connect_from(here, addr).await;
+            let answer = ask(&mut stream, &get("/admin/ping")).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            held.push(stream);
+        }
+        // One more from the same address is closed at once, unanswered.
+        let mut refused = connect_from(here, addr).await;
+        let answer = ask(&mut refused, &get("/admin/ping")).await;
+        assert!(
+            answer.is_err(),
+            "the connection past the cap was served: {answer:?}"
+        );
+        // Another address still gets in.
+        let mut other = connect_from(Ipv4Addr::new(127, 0, 0, 2), addr).await;
+        let answer = ask(&mut other, &get("/admin/ping")).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // A connection that ends gives its place back (once the server has seen it end).
+        drop(held.pop());
+        let mut served = false;
+        for _ in 0..50 {
+            let mut again = connect_from(here, addr).await;
+            if let Ok(answer) = ask(&mut again, &get("/admin/ping")).await {
+                assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(served, "no place given back after a connection ended");
+        server.abort();
     }
 
     #[tokio::test]
