@@ -70,8 +70,8 @@ pub const MAX_BODY_BYTES: usize = 64 << 10;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once, by each endpoint.
 pub const MAX_CONNECTIONS: usize = 256;
-/// `/api/v1/live` streams open at once: a stream holds its connection for as long as its
-/// page is open, and pages that never close must not take every connection.
+/// `/api/v1/live` streams open at once on each endpoint: a stream holds its connection for
+/// as long as its page is open, and pages that never close must not take every connection.
 pub const MAX_LIVE_STREAMS: usize = 32;
 
 /// What the handlers need of the daemon.
@@ -86,9 +86,14 @@ pub struct Context {
     pub recorder: Arc<Mutex<Recorder>>,
     /// Each new second of the history, as `/api/v1/live` sends it (JSON).
     pub live: broadcast::Sender<Arc<str>>,
-    /// Streams of `/api/v1/live` open now (at most [`MAX_LIVE_STREAMS`]).
-    pub live_streams: AtomicUsize,
 }
+
+/// The `/api/v1/live` streams one endpoint has open (at most [`MAX_LIVE_STREAMS`]), in
+/// each router's own extension rather than the shared [`Context`]: the loopback and the
+/// remote endpoint count apart, so that whoever holds the remote view token cannot take
+/// every stream from the Analytics page on this machine.
+#[derive(Default)]
+struct LiveSlots(AtomicUsize);
 
 /// The peer of a connection.
 #[derive(Clone, Copy)]
@@ -695,25 +700,28 @@ async fn api_export(
     answer.unwrap_or_else(Refusal::answer)
 }
 
-/// One open `/api/v1/live` stream, counted in [`Context::live_streams`] until dropped.
-struct LiveStream(Arc<Context>);
+/// One open `/api/v1/live` stream, counted in its endpoint's [`LiveSlots`] until dropped.
+struct LiveStream(Arc<LiveSlots>);
 
 impl LiveStream {
-    fn open(ctx: &Arc<Context>) -> Option<LiveStream> {
-        let before = ctx.live_streams.fetch_add(1, Ordering::Relaxed);
-        let stream = LiveStream(Arc::clone(ctx));
+    fn open(slots: &Arc<LiveSlots>) -> Option<LiveStream> {
+        let before = slots.0.fetch_add(1, Ordering::Relaxed);
+        let stream = LiveStream(Arc::clone(slots));
         (before < MAX_LIVE_STREAMS).then_some(stream)
     }
 }
 
 impl Drop for LiveStream {
     fn drop(&mut self) {
-        self.0.live_streams.fetch_sub(1, Ordering::Relaxed);
+        self.0.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-async fn api_live(State(ctx): State<Arc<Context>>) -> Response {
-    let Some(open) = LiveStream::open(&ctx) else {
+async fn api_live(
+    State(ctx): State<Arc<Context>>,
+    axum::Extension(slots): axum::Extension<Arc<LiveSlots>>,
+) -> Response {
+    let Some(open) = LiveStream::open(&slots) else {
         return api_error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{MAX_LIVE_STREAMS} live streams are open already"),
@@ -783,14 +791,16 @@ async fn host_check(request: axum::extract::Request, next: axum::middleware::Nex
     }
 }
 
-/// The routes of the loopback endpoint.
+/// The routes of the loopback endpoint, with its own [`LiveSlots`].
 fn router(ctx: Arc<Context>) -> Router {
     routes()
+        .layer(axum::Extension(Arc::new(LiveSlots::default())))
         .layer(axum::middleware::from_fn(host_check))
         .with_state(ctx)
 }
 
-/// The routes, without the state and the checks in front of them.
+/// The routes, without the state, the checks in front of them and the [`LiveSlots`]
+/// extension `/api/v1/live` needs (each endpoint adds its own).
 fn routes() -> Router<Arc<Context>> {
     let admin_route = |path: &'static str| {
         axum::routing::post(
@@ -1005,7 +1015,6 @@ mod tests {
             addr: "127.0.0.1:1".to_string(),
             recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
             live: broadcast::channel(4).0,
-            live_streams: AtomicUsize::new(0),
         })
     }
 
@@ -1164,20 +1173,19 @@ mod tests {
     async fn live_streams_are_bounded_and_a_closed_one_frees_its_place() {
         let demo = DemoPool::new("http-live");
         let ctx = context(&demo);
+        let slots = Arc::new(LiveSlots::default());
+        let live = || api_live(State(Arc::clone(&ctx)), axum::Extension(Arc::clone(&slots)));
         let mut open = Vec::new();
         for _ in 0..MAX_LIVE_STREAMS {
-            let answer = api_live(State(Arc::clone(&ctx))).await;
+            let answer = live().await;
             assert_eq!(answer.status(), StatusCode::OK);
             open.push(answer);
         }
-        let refused = api_live(State(Arc::clone(&ctx))).await;
+        let refused = live().await;
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(refused);
-        assert_eq!(ctx.live_streams.load(Ordering::Relaxed), MAX_LIVE_STREAMS);
+        assert_eq!(slots.0.load(Ordering::Relaxed), MAX_LIVE_STREAMS);
         open.pop();
-        assert_eq!(
-            api_live(State(Arc::clone(&ctx))).await.status(),
-            StatusCode::OK
-        );
+        assert_eq!(live().await.status(), StatusCode::OK);
     }
 }

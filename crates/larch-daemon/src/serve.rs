@@ -285,7 +285,6 @@ async fn serve(
             addr: addr.clone(),
             recorder: Arc::clone(&recorder),
             live: live.clone(),
-            live_streams: std::sync::atomic::AtomicUsize::new(0),
         };
         let ctx = Arc::new(ctx);
         http_task = Some(tokio::spawn(http::serve(listener, Arc::clone(&ctx))));

@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::{
-    Context, MAX_CONNECTIONS, REQUEST_TIMEOUT, accept_loop, api_error, connection, routes,
-    same_token,
+    Context, LiveSlots, MAX_CONNECTIONS, REQUEST_TIMEOUT, accept_loop, api_error, connection,
+    routes, same_token,
 };
 
 /// Connections the remote endpoint serves at once from one address, of its
@@ -103,10 +103,12 @@ pub struct RemoteAuth {
 
 /// The routes of the remote endpoint (`--http-remote`): the same, reading only (`GET` and
 /// `HEAD`; the management requests are all `POST`s, refused here whoever sends them), every
-/// request with the view token. The `Host` check is not needed there: a page elsewhere that
-/// reaches the endpoint has no token, and the cookie is bound to this site.
+/// request with the view token, and `/api/v1/live` streams counted apart from the loopback
+/// endpoint's. The `Host` check is not needed there: a page elsewhere that reaches the
+/// endpoint has no token, and the cookie is bound to this site.
 fn remote_router(ctx: Arc<Context>, auth: RemoteAuth) -> Router {
     routes()
+        .layer(axum::Extension(Arc::new(LiveSlots::default())))
         .layer(axum::middleware::from_fn_with_state(auth, remote_auth))
         .with_state(ctx)
 }
@@ -281,6 +283,7 @@ pub async fn serve_remote(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::MAX_LIVE_STREAMS;
     use crate::http::tests::context;
     use crate::testing::DemoPool;
     use std::net::{Ipv4Addr, SocketAddr};
@@ -435,6 +438,40 @@ mod tests {
             );
         }
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn remote_live_streams_leave_the_local_page_its_own() {
+        let demo = DemoPool::new("remote-live");
+        let ctx = context(&demo);
+        let remote = remote_router(
+            Arc::clone(&ctx),
+            RemoteAuth {
+                view_token: VIEW.to_string(),
+                tls: false,
+            },
+        );
+        let local = crate::http::router(Arc::clone(&ctx));
+        // One stream over `router`, as a connection from `peer`: the client's end, once
+        // its answer's head is read, and the head.
+        let open = |router: Router, peer: SocketAddr| async move {
+            let (mut client, server) = tokio::io::duplex(64 << 10);
+            tokio::spawn(connection(router, server, peer));
+            let answer = ask(&mut client, &get("/api/v1/live")).await.unwrap();
+            (client, answer)
+        };
+        let far = SocketAddr::from(([192, 0, 2, 1], 40000));
+        let mut streams = Vec::new();
+        for _ in 0..MAX_LIVE_STREAMS {
+            let (client, answer) = open(remote.clone(), far).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            streams.push(client);
+        }
+        let (_, answer) = open(remote.clone(), far).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        // The loopback page still gets its stream.
+        let (_, answer) = open(local, SocketAddr::from(([127, 0, 0, 1], 40000))).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
 
     #[test]
