@@ -34,7 +34,6 @@ use futures_util::stream::BoxStream;
 use object_store::ObjectStore;
 #[cfg(feature = "s3")]
 use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider, S3ConditionalPut};
-#[cfg(feature = "s3")]
 use object_store::path::Path as ObjPath;
 #[cfg(feature = "s3")]
 use object_store::{
@@ -73,12 +72,12 @@ impl Location {
             ));
         }
         let prefix = prefix.trim_matches('/');
-        if prefix.split('/').any(|part| part == "." || part == "..")
-            || prefix.contains("//")
-            || prefix.bytes().any(|b| b < 0x20)
-        {
-            return Err(format!("{url}: {prefix:?} is not a usable prefix"));
-        }
+        check_prefix(prefix).map_err(|why| {
+            format!(
+                "{url}: the prefix {prefix:?} {why}; a prefix is made of letters, digits, \
+                 '-', '_' and '.', in segments separated by single '/' (no segment '.' or '..')"
+            )
+        })?;
         Ok(Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
@@ -93,6 +92,50 @@ impl Location {
             format!("s3://{}/{}", self.bucket, self.prefix)
         }
     }
+}
+
+/// Why `prefix` (without a leading or trailing '/') cannot be a volume's prefix, if it
+/// cannot: its segments may hold only ASCII letters, digits, '-', '_' and '.', and none
+/// may be empty, '.' or '..'.
+///
+/// object_store percent-encodes many other characters in each segment of a key (`~`,
+/// `#`, `[`, `]`, `%`, `?`, `*`, `{`, `}`, `^`, `|`, `<`, `>`, `"`, the backslash and the
+/// backtick, the controls, every byte of a non-ASCII character: its `path/parts.rs`), so
+/// a volume at `s3://bucket/vol~1` would keep its objects under `vol%7E1/`, which is not
+/// where `aws s3 ls s3://bucket/vol~1/` looks nor what the address in `pool.json` says.
+/// The rest of what an S3 key may hold (a space, `+ = & $ @ : ; , ! ' ( )`) is refused as
+/// well: AWS lists those as needing special handling (`+` reads as a space in some tools'
+/// URLs; a space, `&` or `;` splits a shell command), and a volume's address is typed and
+/// pasted into commands. A '.' or '..' segment names another place to any tool that takes
+/// the key for a file path.
+fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    for segment in prefix.split('/') {
+        if segment.is_empty() {
+            return Err("has an empty segment ('//')".into());
+        }
+        if segment == "." || segment == ".." {
+            return Err(format!("has the segment {segment:?}"));
+        }
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if let Some(c) = segment.chars().find(|&c| !allowed(c)) {
+            let stored = ObjPath::from(prefix);
+            let encoded = if stored.as_ref() == prefix {
+                String::new()
+            } else {
+                // Said, so that the owner of a volume added before this check (which no
+                // longer opens) knows where its objects are.
+                format!(
+                    " (the S3 client would store its keys under {:?})",
+                    stored.as_ref()
+                )
+            };
+            return Err(format!("has {c:?}{encoded}"));
+        }
+    }
+    Ok(())
 }
 
 /// How to reach the store, as the pool records it (no secrets).
@@ -811,6 +854,73 @@ mod tests {
             "s3://abc/x//y",
         ] {
             assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The prefixes of the tests, the benchmarks and the docs, and others of letters,
+    /// digits, '-', '_' and '.', are accepted as they are (slashes at the ends dropped).
+    #[test]
+    fn prefixes_of_the_allowed_characters_are_accepted() {
+        for (url, prefix) in [
+            ("s3://bucket", ""),
+            ("s3://bucket/", ""),
+            ("s3://larch/rr", "rr"),
+            ("s3://larch/crash-3", "crash-3"),
+            ("s3://my-bucket/volumes/db", "volumes/db"),
+            ("s3://bucket/vols/objs/", "vols/objs"),
+            ("s3://bucket//vols/a", "vols/a"),
+            (
+                "s3://b.c-d/Tank_2/v1.2/.hidden/...",
+                "Tank_2/v1.2/.hidden/...",
+            ),
+        ] {
+            let location = Location::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(location.prefix, prefix, "{url}");
+            // What the volume stores its keys under is what the address says.
+            assert_eq!(ObjPath::from(prefix).as_ref(), prefix, "{url}");
+        }
+    }
+
+    /// A prefix with a character object_store percent-encodes would keep its objects
+    /// under another name than the address says (before, `s3://b/vol~1` stored them under
+    /// `vol%7E1/`, and the collection of garbage never matched them); one with a character
+    /// S3 lists as needing special handling, an empty, '.' or '..' segment is refused too.
+    /// The message names what is wrong and what is allowed.
+    #[test]
+    fn prefixes_with_other_characters_or_segments_are_refused_and_say_why() {
+        let refused = |url: &str| {
+            let err = Location::parse(url).expect_err(url);
+            assert!(
+                err.contains("letters, digits, '-', '_' and '.'"),
+                "{url}: {err}"
+            );
+            err
+        };
+        let err = refused("s3://bucket/vols/vol~1");
+        assert!(
+            err.contains("has '~'") && err.contains("\"vols/vol%7E1\""),
+            "{err}"
+        );
+        // object_store encodes these.
+        for c in "~#[]%?*\\{}^|<>\"`\t\u{7f}é".chars() {
+            let err = refused(&format!("s3://bucket/vols/a{c}b"));
+            assert!(err.contains(&format!("has {c:?}")), "{c:?}: {err}");
+            assert!(err.contains("would store its keys under"), "{c:?}: {err}");
+        }
+        // S3 keys may hold these, but AWS lists them as needing special handling.
+        for c in " +=&$@:;,!'()".chars() {
+            let err = refused(&format!("s3://bucket/a{c}b/v"));
+            assert!(err.contains(&format!("has {c:?}")), "{c:?}: {err}");
+            assert!(!err.contains("would store its keys under"), "{c:?}: {err}");
+        }
+        for (url, why) in [
+            ("s3://bucket/a//b", "an empty segment"),
+            ("s3://bucket/a/./b", "the segment \".\""),
+            ("s3://bucket/../b", "the segment \"..\""),
+            ("s3://bucket/a/..", "the segment \"..\""),
+        ] {
+            let err = refused(url);
+            assert!(err.contains(why), "{url}: {err}");
         }
     }
 

@@ -1554,6 +1554,14 @@ impl ObjectVolume {
         let map = Arc::clone(&self.map);
         let store = Arc::clone(&self.store);
         let prefix = self.prefix.clone();
+        // Listed keys come back as the store holds them, with the prefix's characters that
+        // object_store percent-encodes in encoded form (`vols/a~b/` is `vols/a%7Eb/`), so
+        // they are matched against the prefix in that form. (`Location::parse` refuses
+        // such prefixes; a caller of this crate may still give one.)
+        let listed_prefix = match ObjPath::from(prefix.as_str()).as_ref() {
+            "" => String::new(),
+            dir => format!("{dir}/"),
+        };
         let stats = self.stats_handle();
         let token = self.token;
         let stop = Arc::clone(&self.stop);
@@ -1590,7 +1598,7 @@ impl ObjectVolume {
                     };
                     listed += 1;
                     let full: &str = meta.location.as_ref();
-                    let name = full.strip_prefix(prefix.as_str()).unwrap_or(full);
+                    let name = full.strip_prefix(listed_prefix.as_str()).unwrap_or(full);
                     if !is_garbage(name, token, &pages, &map) {
                         continue;
                     }
