@@ -582,7 +582,14 @@ fn client_with(
         .with_bucket_name(&location.bucket)
         .with_region(region)
         .with_credentials(credentials)
-        .with_conditional_put(S3ConditionalPut::ETagMatch);
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        // Every PUT carries the SHA-256 of its body in `x-amz-content-sha256`, under the
+        // signature, and the store checks the body it received against it before it
+        // stores anything (AWS and Ceph's gateway answer 400 XAmzContentSHA256Mismatch):
+        // a body damaged on the way (a proxy, a bad NIC, plain HTTP) is refused while its
+        // bytes are still in this node's memory, not found at a later read. object_store
+        // does this by default; said here so that no one trades it for the CPU it costs.
+        .with_unsigned_payload(false);
     let mut allow_http = false;
     if let Some(endpoint) = endpoint {
         // An endpoint of the user's own (a gateway, MinIO, ...): path-style addressing,
@@ -1010,15 +1017,44 @@ mod tests {
         assert!(!every_time.held().failing);
     }
 
-    /// What a client's requests said about their credentials: each `Authorization`
-    /// header's key id and each session token header, one per request.
+    /// One request as a test store received it.
     #[cfg(feature = "s3")]
-    type Seen = std::sync::mpsc::Receiver<(String, Option<String>)>;
+    #[derive(Debug)]
+    struct Request {
+        method: String,
+        /// The headers, their names in lower case.
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    }
 
-    /// A store on 127.0.0.1 that answers every request 404 and notes its credentials.
     #[cfg(feature = "s3")]
-    fn recording_store() -> (String, Seen) {
-        use std::io::{BufRead, BufReader, Write};
+    impl Request {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        }
+
+        /// The key id of the `Authorization` header and the session token, if any.
+        fn credentials(&self) -> (String, Option<String>) {
+            let authorization = self.header("authorization").unwrap_or("");
+            let after = authorization.split("Credential=").nth(1).unwrap_or("");
+            let key_id = after.split('/').next().unwrap_or("").to_string();
+            let token = self.header("x-amz-security-token").map(str::to_string);
+            (key_id, token)
+        }
+    }
+
+    /// The requests a test store received, one at a time.
+    #[cfg(feature = "s3")]
+    type Seen = std::sync::mpsc::Receiver<Request>;
+
+    /// A store on 127.0.0.1 that answers every request with `answer` (a whole HTTP/1.1
+    /// response, which closes the connection) and notes what it received.
+    #[cfg(feature = "s3")]
+    fn recording_store(answer: &'static [u8]) -> (String, Seen) {
+        use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1026,36 +1062,47 @@ mod tests {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let (mut key_id, mut token) = (String::new(), None);
+                let mut request = Request {
+                    method: String::new(),
+                    headers: Vec::new(),
+                    body: Vec::new(),
+                };
                 let mut line = String::new();
+                if reader.read_line(&mut line).is_ok() {
+                    request.method = line.split(' ').next().unwrap_or("").to_string();
+                }
+                line.clear();
                 while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
                     let header = line.trim_end().to_string();
                     line.clear();
                     if header.is_empty() {
                         break;
                     }
-                    let Some((name, value)) = header.split_once(':') else {
-                        continue;
-                    };
-                    match name.to_ascii_lowercase().as_str() {
-                        "authorization" => {
-                            let after = value.split("Credential=").nth(1).unwrap_or("");
-                            key_id = after.split('/').next().unwrap_or("").to_string();
-                        }
-                        "x-amz-security-token" => token = Some(value.trim().to_string()),
-                        _ => {}
+                    if let Some((name, value)) = header.split_once(':') {
+                        let name = name.trim().to_ascii_lowercase();
+                        request.headers.push((name, value.trim().to_string()));
                     }
                 }
-                let _ = stream.write_all(
-                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-                if tx.send((key_id, token)).is_err() {
+                // The body, read whole before answering (the client sends it at once).
+                let length = request
+                    .header("content-length")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                request.body = vec![0; length];
+                let _ = reader.read_exact(&mut request.body);
+                let _ = stream.write_all(answer);
+                if tx.send(request).is_err() {
                     return;
                 }
             }
         });
         (address, rx)
     }
+
+    /// An answer of "no such key".
+    #[cfg(feature = "s3")]
+    const NOT_FOUND: &[u8] =
+        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
     /// A client whose credentials come from a profile's file signs its requests with the
     /// credentials the file holds now, not the ones it held at the start.
@@ -1066,7 +1113,7 @@ mod tests {
         let dir = TempDir::new("signed");
         let path = dir.0.join("credentials");
         write_credentials(&path, "KEY1", "token1");
-        let (endpoint, seen) = recording_store();
+        let (endpoint, seen) = recording_store(NOT_FOUND);
         let settings = Settings {
             endpoint: Some(endpoint),
             ..Settings::default()
@@ -1090,13 +1137,97 @@ mod tests {
                 matches!(got, Err(object_store::Error::NotFound { .. })),
                 "{got:?}"
             );
-            seen.recv_timeout(Duration::from_secs(10)).unwrap()
+            seen.recv_timeout(Duration::from_secs(10))
+                .unwrap()
+                .credentials()
         };
         assert_eq!(head(), ("KEY1".into(), Some("token1".into())));
         write_credentials(&path, "KEY2", "token2");
         assert_eq!(head(), ("KEY2".into(), Some("token2".into())));
         std::fs::write(&path, "").unwrap();
         assert_eq!(head(), ("KEY2".into(), Some("token2".into())));
+    }
+
+    /// Every PUT carries the SHA-256 of its body in `x-amz-content-sha256`, among the
+    /// signed headers: the store checks the body it received against it, so a body
+    /// damaged on the way is refused at the PUT instead of stored. The store's refusal
+    /// (400 XAmzContentSHA256Mismatch) fails the PUT, naming it.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn puts_carry_the_signed_sha256_of_their_body_and_a_refusal_fails_them() {
+        use object_store::ObjectStoreExt;
+        const BODY: &[u8] = b"larch block bytes";
+        // `printf 'larch block bytes' | sha256sum`
+        const BODY_SHA256: &str =
+            "726b1690acd42c13ad515947db33c9b684f3e07fcfe656e364b5091c875320fc";
+        const STORED: &[u8] = b"HTTP/1.1 200 OK\r\netag: \"1\"\r\ncontent-length: 0\r\n\
+                                connection: close\r\n\r\n";
+        const MISMATCH: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n\
+                                  content-length: 74\r\nconnection: close\r\n\r\n\
+                                  <?xml version=\"1.0\"?><Error><Code>XAmzContentSHA256Mismatch\
+                                  </Code></Error>";
+        let vars = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("KEY".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
+            _ => None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        let put = |answer: &'static [u8]| {
+            let (endpoint, seen) = recording_store(answer);
+            let settings = Settings {
+                endpoint: Some(endpoint),
+                ..Settings::default()
+            };
+            let (store, _) = client_with(&location, &settings, &vars, CREDENTIALS_REFRESH).unwrap();
+            // A data object's key, which goes to the bulk client, and the root's, which
+            // goes to the quick one: both are built alike.
+            let mut results = Vec::new();
+            for key in [
+                "vols/a/data/000000000000-0000000000000001-0000000000000001",
+                "vols/a/larch-volume",
+            ] {
+                let store = Arc::clone(&store);
+                let got = runtime.block_on(async move {
+                    store
+                        .put(&ObjPath::from(key), PutPayload::from_static(BODY))
+                        .await
+                });
+                let request = seen.recv_timeout(Duration::from_secs(10)).unwrap();
+                results.push((got, request));
+            }
+            results
+        };
+        for (got, request) in put(STORED) {
+            assert!(got.is_ok(), "{got:?}");
+            assert_eq!(request.method, "PUT");
+            assert_eq!(request.body, BODY);
+            assert_eq!(
+                request.header("x-amz-content-sha256"),
+                Some(BODY_SHA256),
+                "{request:?}"
+            );
+            let authorization = request.header("authorization").unwrap_or("");
+            let signed = authorization
+                .split("SignedHeaders=")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+                .unwrap_or("");
+            assert!(
+                signed.split(';').any(|h| h == "x-amz-content-sha256"),
+                "{authorization}"
+            );
+        }
+        for (got, _) in put(MISMATCH) {
+            let err = got.expect_err("a refused body");
+            assert!(
+                err.to_string().contains("XAmzContentSHA256Mismatch"),
+                "{err}"
+            );
+        }
     }
 
     /// Keys in the environment are used as they are; with a session token among them the
