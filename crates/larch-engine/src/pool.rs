@@ -200,7 +200,12 @@ fn open_object_backing(
     v: &VolumeConfig,
     url: &str,
 ) -> io::Result<BackingStore> {
-    let location = larch_object::s3::Location::parse(url).map_err(io::Error::other)?;
+    let (location, odd_prefix) =
+        larch_object::s3::Location::parse_recorded(url).map_err(io::Error::other)?;
+    if let Some(why) = odd_prefix {
+        // Added by an earlier larch: it opens as before (docs/object-store.md, "The prefix").
+        eprintln!("larch: volume {}: {why}", v.name);
+    }
     let settings = v.s3.clone().unwrap_or_default();
     settings
         .check()

@@ -56,8 +56,21 @@ pub struct Location {
 }
 
 impl Location {
-    /// Parses `s3://BUCKET` or `s3://BUCKET/PREFIX`.
+    /// Parses `s3://BUCKET` or `s3://BUCKET/PREFIX` for a new volume (`larch volume
+    /// add`): the prefix must be of the characters [`check_prefix`] allows.
     pub fn parse(url: &str) -> Result<Location, String> {
+        let (location, refused) = Location::parse_recorded(url)?;
+        match refused {
+            Some(why) => Err(why),
+            None => Ok(location),
+        }
+    }
+
+    /// Parses the address of a volume the pool has already (at pool open): a prefix that
+    /// [`Location::parse`] now refuses is still taken, with the reason as a warning, so
+    /// that a pool made by an earlier larch keeps opening (its objects are under the
+    /// prefix as object_store encodes it, and the collection of garbage matches that).
+    pub fn parse_recorded(url: &str) -> Result<(Location, Option<String>), String> {
         let rest = url
             .strip_prefix("s3://")
             .ok_or_else(|| format!("{url:?} is not an s3:// address"))?;
@@ -72,16 +85,17 @@ impl Location {
             ));
         }
         let prefix = prefix.trim_matches('/');
-        check_prefix(prefix).map_err(|why| {
+        let refused = check_prefix(prefix).err().map(|why| {
             format!(
                 "{url}: the prefix {prefix:?} {why}; a prefix is made of letters, digits, \
                  '-', '_' and '.', in segments separated by single '/' (no segment '.' or '..')"
             )
-        })?;
-        Ok(Location {
+        });
+        let location = Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
-        })
+        };
+        Ok((location, refused))
     }
 
     /// `s3://bucket/prefix`.
@@ -903,6 +917,10 @@ mod tests {
             );
             err
         };
+        // A pool made before the check still opens such a volume, with the reason.
+        let (recorded, warning) = Location::parse_recorded("s3://bucket/vols/vol~1").unwrap();
+        assert_eq!(recorded.prefix, "vols/vol~1");
+        assert!(warning.is_some_and(|w| w.contains("has '~'")));
         let err = refused("s3://bucket/vols/vol~1");
         assert!(
             err.contains("has '~'") && err.contains("\"vols/vol%7E1\""),
