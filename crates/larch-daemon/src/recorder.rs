@@ -985,15 +985,23 @@ impl Snapshot {
     /// Saves the copy in `state_dir` (owner-only, atomically). Two saves into one directory
     /// must not run at once: they write the same temporary file.
     pub fn save(self, state_dir: &Path) -> io::Result<()> {
-        let json = serde_json::to_vec(&self.0)?;
+        // The JSON goes straight into the compressor: only the compressed file is ever
+        // whole in memory beside the copy (the JSON spells the samples out in text, several
+        // times the history's size, and a save runs every minute). The header's 16 bytes
+        // are kept free at the front and filled in once the checksum is known.
+        let mut file = vec![0u8; 16];
+        let encoder = zstd::Encoder::new(&mut file, 3)?;
+        let mut writer = io::BufWriter::with_capacity(64 << 10, encoder);
+        serde_json::to_writer(&mut writer, &self.0)?;
         drop(self);
-        let payload = zstd::encode_all(json.as_slice(), 3)?;
-        drop(json);
-        let mut file = Vec::with_capacity(payload.len() + 16);
-        file.extend_from_slice(FILE_MAGIC);
-        file.extend_from_slice(&FILE_VERSION.to_le_bytes());
-        file.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-        file.extend_from_slice(&payload);
+        writer
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)?
+            .finish()?;
+        let checksum = crc32c::crc32c(&file[16..]);
+        file[..8].copy_from_slice(FILE_MAGIC);
+        file[8..12].copy_from_slice(&FILE_VERSION.to_le_bytes());
+        file[12..16].copy_from_slice(&checksum.to_le_bytes());
         larch_engine::write_private_state_file(state_dir, HISTORY_FILE, &file)
     }
 }

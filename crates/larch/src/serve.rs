@@ -45,7 +45,8 @@ pub struct ServeArgs {
     pub http: String,
     /// Memory the history of the Analytics page may hold (an hour of seconds and a day
     /// of minutes; the oldest seconds go first when it is full), or "off" to keep none.
-    /// Saved in the state directory as analytics.bin.
+    /// Saved in the state directory as analytics.bin every minute, from a copy taken for
+    /// the save (so up to about twice this while it is written).
     #[arg(long, value_name = "SIZE|off", default_value = "64M")]
     pub history: String,
     /// Also serve the Analytics page and the read API to other machines on this address,
