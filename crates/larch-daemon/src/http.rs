@@ -833,7 +833,15 @@ fn routes() -> Router<Arc<Context>> {
                 (
                     StatusCode::OK,
                     [(header::CONTENT_TYPE, metrics::PROMETHEUS_CONTENT_TYPE)],
-                    metrics::prometheus(&ctx.pool.report()),
+                    metrics::prometheus(
+                        &ctx.pool.report(),
+                        Some(
+                            ctx.recorder
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .bytes(),
+                        ),
+                    ),
                 )
                     .into_response()
             }),

@@ -367,11 +367,22 @@ fn families(report: &PoolReport) -> Vec<MetricFamily> {
 }
 
 /// Prometheus text exposition (format 0.0.4) of the arcstats, the backing-store and
-/// cache-device counters, and their latency histograms.
-pub fn prometheus(report: &PoolReport) -> String {
+/// cache-device counters, their latency histograms, and the memory the Analytics history
+/// holds (`history_bytes`, bounded by `--history`; `None` when there is none).
+pub fn prometheus(report: &PoolReport, history_bytes: Option<u64>) -> String {
+    let mut families = families(report);
+    if let Some(bytes) = history_bytes {
+        let mut family = family(
+            "larch_history_bytes".to_string(),
+            "memory held by the Analytics page's history (at most --history)",
+            MetricType::GAUGE,
+        );
+        family.mut_metric().push(gauge(None, bytes as f64));
+        families.push(family);
+    }
     let mut out = Vec::new();
     TextEncoder::new()
-        .encode(&families(report), &mut out)
+        .encode(&families, &mut out)
         .expect("the encoder refuses only families without a name or a sample, never made here");
     String::from_utf8(out).expect("the text encoder writes UTF-8")
 }
@@ -492,7 +503,11 @@ mod tests {
             .arcstats
             .0
             .insert("txg_sync_us".to_string(), 2_500_000);
-        let out = prometheus(&report);
+        let out = prometheus(&report, Some(12_345));
+        assert!(
+            out.contains("# TYPE larch_history_bytes gauge\nlarch_history_bytes 12345\n"),
+            "{out}"
+        );
         let device = report.cache_devices[0].path.clone();
         for line in [
             "# TYPE larch_arcstats_size_bytes gauge\n".to_string(),
@@ -539,6 +554,7 @@ mod tests {
                 + BACKING_LATENCIES.len()
                 + DEVICE_COUNTERS.len()
                 + DEVICE_LATENCIES.len()
+                + 1 // larch_history_bytes
         );
         let kstats = kstat(&report);
         assert!(kstats.starts_with("name                            type data\n"));
@@ -557,7 +573,8 @@ mod tests {
         let mut report = demo.pool.report();
         report.cache_devices.clear();
         report.volumes.clear();
-        let out = prometheus(&report);
+        let out = prometheus(&report, None);
+        assert!(!out.contains("larch_history_bytes"), "{out}");
         assert!(out.contains("larch_arcstats_hits_total "), "{out}");
         assert!(!out.contains("larch_cache_device_"), "{out}");
         assert!(!out.contains("larch_backing_"), "{out}");
