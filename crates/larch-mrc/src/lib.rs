@@ -55,6 +55,9 @@
 //! miniature ARCs' headers and each volume's histogram, reported by
 //! [`Sampler::memory_bytes`] (the filter's 16 KiB sketch besides); the defaults stay under a
 //! few MB.
+//!
+//! One file with its unit tests (the code is under 950 lines): the sampler is one state
+//! (table, stamp tree, miniatures, windows) whose invariants the tests check from inside.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::Ordering;

@@ -12,6 +12,9 @@
 //! with backoff by the client (object_store's retry layer); [`Settings::stall`] bounds how
 //! long one request may keep retrying, and each attempt has a time limit: short for small
 //! requests, longer for data objects ([`transfer_timeout`]).
+//!
+//! One file with its unit tests (the code is under 800 lines): the tests reach the private
+//! credential provider and the client router through an in-test HTTP server.
 
 #[cfg(feature = "s3")]
 use std::ffi::OsString;
