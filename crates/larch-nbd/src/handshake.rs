@@ -197,6 +197,10 @@ pub enum NegotiationError {
     /// `NBD_OPT_EXPORT_NAME` for an export the access rules refuse this client.
     #[error("NBD_OPT_EXPORT_NAME for export {0:?}, which this client may not use")]
     ExportDenied(String),
+    /// `NBD_OPT_EXPORT_NAME` while the server shuts down: the option cannot fail, so the
+    /// connection closes.
+    #[error("NBD_OPT_EXPORT_NAME while the server is shutting down")]
+    ShuttingDown,
     /// `step` was called after negotiation ended.
     #[error("negotiation already finished")]
     Finished,
@@ -381,6 +385,9 @@ impl<'a> Negotiation<'a> {
             return Ok(OptOutcome::Abort);
         }
         if self.shutting_down {
+            if option == opt::EXPORT_NAME {
+                return Err(self.fail(NegotiationError::ShuttingDown));
+            }
             put_error(out, option, rep::ERR_SHUTDOWN, "server is shutting down");
             return Ok(OptOutcome::Continue);
         }

@@ -27,7 +27,8 @@
 //! Connections are capped per source address as well as in all.
 //!
 //! Shutdown ([`Server::shutdown`]): listeners stop accepting; connections still
-//! negotiating are closed; connections in transmission answer new requests `ESHUTDOWN`,
+//! negotiating get `NBD_REP_ERR_SHUTDOWN` for their options and are closed when the
+//! client leaves or the grace period ends; connections in transmission answer new requests `ESHUTDOWN`,
 //! finish the ones in flight, and close once the client disconnects or the grace period
 //! ends.
 
@@ -571,7 +572,15 @@ impl<E: Export> Server<E> {
         negotiation.set_access(self.access_of(&client));
         let mut input: Vec<u8> = Vec::new();
         let mut out = Vec::new();
+        // Once shutdown begins, options are answered NBD_REP_ERR_SHUTDOWN (so that the
+        // client can say why it cannot connect) until the client leaves or the grace
+        // period ends.
+        let mut grace_end: Option<Instant> = None;
         loop {
+            if grace_end.is_none() && *shutdown_rx.borrow_and_update() {
+                negotiation.set_shutting_down();
+                grace_end = Some(later_by(self.inner.limits.shutdown_grace));
+            }
             let step = negotiation.step(&input, &mut out)?;
             if !out.is_empty() {
                 reader.get_mut().write_all(&out).await?;
@@ -580,11 +589,28 @@ impl<E: Export> Server<E> {
             }
             match step {
                 Step::NeedMore(total) => {
-                    let have = input.len();
+                    // `read` is cancel-safe (`read_exact` is not): when shutdown wins the
+                    // race, no byte has been taken from the stream, and the next step
+                    // sees the whole message.
+                    let mut have = input.len();
                     input.resize(total, 0);
-                    tokio::select! {
-                        read = reader.read_exact(&mut input[have..]) => { read?; }
-                        _ = shutdown_rx.wait_for(|down| *down) => return Ok((reader, None)),
+                    while have < total {
+                        tokio::select! {
+                            read = reader.read(&mut input[have..]) => match read? {
+                                0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                                n => have += n,
+                            },
+                            changed = shutdown_rx.changed(), if grace_end.is_none() => {
+                                if changed.is_err() {
+                                    // The server is gone.
+                                    return Ok((reader, None));
+                                }
+                                input.truncate(have);
+                                break;
+                            }
+                            () = tokio::time::sleep_until(grace_end.unwrap_or_else(far_future)),
+                                if grace_end.is_some() => return Ok((reader, None)),
+                        }
                     }
                 }
                 Step::Consumed(n) => {

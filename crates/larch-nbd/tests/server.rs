@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use larch_nbd::mem::MemExport;
-use larch_nbd::proto::{chunk, cmd, cmd_flag, opt, rep};
+use larch_nbd::proto::{IHAVEOPT, chunk, cmd, cmd_flag, opt, rep};
 use larch_nbd::transmission::RequestHeader;
 use larch_nbd::{NamedExport, Server, ServerError, ServerLimits};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -104,6 +104,52 @@ async fn shutdown_answers_eshutdown_then_closes() {
     let mut rest = Vec::new();
     s.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty());
+    srv.wait_idle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_negotiation_answers_err_shutdown_then_closes() {
+    let export = Arc::new(MemExport::new(65536));
+    let limits = ServerLimits {
+        shutdown_grace: Duration::from_secs(1),
+        ..ServerLimits::default()
+    };
+    let srv = server_of(limits, export);
+    let mut s = connect(&srv);
+    let mut silent = connect(&srv);
+    for c in [&mut s, &mut silent] {
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).await.unwrap();
+        c.write_all(&3u32.to_be_bytes()).await.unwrap();
+    }
+    // Half of an option has arrived when shutdown begins; the rest comes after. The
+    // server must neither lose the first half nor drop the client.
+    let mut go = IHAVEOPT.to_be_bytes().to_vec();
+    go.extend_from_slice(&opt::GO.to_be_bytes());
+    go.extend_from_slice(&6u32.to_be_bytes());
+    go.extend_from_slice(&[0; 6]);
+    s.write_all(&go[..11]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    srv.shutdown();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.write_all(&go[11..]).await.unwrap();
+    let (ty, message) = read_option_reply(&mut s).await;
+    assert_eq!(
+        ty,
+        rep::ERR_SHUTDOWN,
+        "{}",
+        String::from_utf8_lossy(&message)
+    );
+    send_option(&mut s, opt::LIST, &[]).await;
+    assert_eq!(read_option_reply(&mut s).await.0, rep::ERR_SHUTDOWN);
+    send_option(&mut s, opt::ABORT, &[]).await;
+    assert_eq!(read_option_reply(&mut s).await.0, rep::ACK);
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    // The client that says nothing is closed when the grace period ends.
+    let ended = tokio::time::timeout(Duration::from_secs(30), silent.read_to_end(&mut rest)).await;
+    assert!(matches!(ended, Ok(Ok(0))), "{ended:?}");
     srv.wait_idle().await;
 }
 

@@ -389,6 +389,11 @@ fn shutdown_refuses_options() {
     let go = option(opt::GO, &go_payload("disk", &[]));
     assert_eq!(n.step(&go, &mut out), Ok(Step::Consumed(go.len())));
     assert_eq!(parse_replies(&out)[0].1, rep::ERR_SHUTDOWN);
+    // EXPORT_NAME has no error reply: the negotiation fails and the connection closes.
+    out.clear();
+    let name = option(opt::EXPORT_NAME, b"disk");
+    assert_eq!(n.step(&name, &mut out), Err(NegotiationError::ShuttingDown));
+    assert!(out.is_empty());
 }
 
 proptest! {
