@@ -245,6 +245,16 @@ const OBJECT_COUNTERS: &[Counters<VolumeReport>] = &[
         value: |v| v.object.as_ref().map_or(0, |o| o.put_bytes),
     },
     Counters {
+        name: "larch_object_deletes_total",
+        help: "objects deleted (superseded objects and, at open, garbage of earlier runs)",
+        value: |v| v.object.as_ref().map_or(0, |o| o.deletes),
+    },
+    Counters {
+        name: "larch_object_delete_errors_total",
+        help: "deletes that failed after the client's retries (the objects stay until a later open's collection; also in larch_object_errors_total)",
+        value: |v| v.object.as_ref().map_or(0, |o| o.delete_errors),
+    },
+    Counters {
         name: "larch_object_errors_total",
         help: "object-store requests that failed after the client's retries",
         value: |v| v.object.as_ref().map_or(0, |o| o.errors),

@@ -138,6 +138,9 @@ pub struct ObjectReport {
     pub put_bytes: u64,
     /// Objects deleted (the collection of garbage at open deletes many per request).
     pub deletes: u64,
+    /// Deletes that failed (the objects wait for a later open's collection of garbage).
+    #[serde(default)]
+    pub delete_errors: u64,
     /// Requests that failed after the client's retries.
     pub errors: u64,
     /// Commits.
@@ -174,6 +177,7 @@ impl ObjectReport {
             puts: load(&s.puts),
             put_bytes: load(&s.put_bytes),
             deletes: load(&s.deletes),
+            delete_errors: load(&s.delete_errors),
             errors: load(&s.errors),
             commits: load(&s.commits),
             committed_bytes: load(&s.committed_bytes),

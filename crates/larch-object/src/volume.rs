@@ -202,6 +202,9 @@ pub struct ObjectStats {
     /// Objects deleted. Each is a request of its own, except in the collection of garbage
     /// at open, which hands the store up to 1000 at once (one bulk request on S3).
     pub deletes: AtomicU64,
+    /// Deletes that failed after the client's retries (also counted in `errors`): the
+    /// object stays on the store until a later open's collection of garbage finds it.
+    pub delete_errors: AtomicU64,
     /// Failed requests (after the client's retries).
     pub errors: AtomicU64,
     /// Commits made.
@@ -1520,9 +1523,7 @@ impl ObjectVolume {
         let stats = self.stats_handle();
         let task = self.handle.spawn(async move {
             for path in paths {
-                if store.delete(&path).await.is_ok() {
-                    stats.deletes.fetch_add(1, Ordering::Relaxed);
-                }
+                count_delete(&stats, store.delete(&path).await);
             }
         });
         self.keep(task);
@@ -1859,7 +1860,7 @@ fn is_garbage(name: &str, token: u64, pages: &[layout::PageRef], map: &RwLock<Ma
 }
 
 /// Deletes `paths` (garbage the collection found) with the store's bulk delete, counting
-/// each object deleted. Failures are left for the next open, as before. Once the run has
+/// each object deleted and each failure. Failures are left for the next open. Once the run has
 /// stopped, no path not yet handed to the store is.
 async fn delete_garbage(
     store: &Arc<dyn ObjectStore>,
@@ -1879,9 +1880,25 @@ async fn delete_garbage(
         .boxed();
     let mut done = store.delete_stream(feed);
     while let Some(deleted) = done.next().await {
-        if deleted.is_ok() {
+        if count_delete(stats, deleted.map(drop)) {
             stats.garbage_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts how one delete ended; true when it deleted the object. An object already gone
+/// (another node's collection took it) is neither a delete nor an error.
+fn count_delete(stats: &ObjectStats, result: object_store::Result<()>) -> bool {
+    match result {
+        Ok(()) => {
             stats.deletes.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(object_store::Error::NotFound { .. }) => false,
+        Err(_) => {
+            stats.delete_errors.fetch_add(1, Ordering::Relaxed);
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            false
         }
     }
 }

@@ -58,6 +58,8 @@ struct Faults {
     hold_listings: AtomicBool,
     /// Listings still to fail at once (a listing error after the client's retries).
     fail_listings: AtomicUsize,
+    /// Deletes still to fail (an error after the client's retries).
+    fail_deletes: AtomicUsize,
     /// How long each PUT of a data object takes, ms.
     data_put_delay_ms: AtomicU64,
     /// PUTs of data objects started.
@@ -195,7 +197,24 @@ impl ObjectStore for Faulty {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
+        let inner = Arc::clone(&self.inner);
+        let faults = Arc::clone(&self.faults);
+        locations
+            .then(move |location| {
+                let (inner, faults) = (Arc::clone(&inner), Arc::clone(&faults));
+                async move {
+                    let location = location?;
+                    if take_one(&faults.fail_deletes) {
+                        return Err(object_store::Error::Generic {
+                            store: "Faulty",
+                            source: "delete refused (503)".into(),
+                        });
+                    }
+                    inner.delete(&location).await?;
+                    Ok(location)
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
@@ -878,6 +897,34 @@ fn a_commit_that_lands_after_its_failure_is_built_upon() {
     assert!(vol.commit_seq() > 1, "{}", vol.commit_seq());
     assert_eq!(root().commit_seq, vol.commit_seq());
     both_commits_survive_a_crash(vol, &node, &store);
+}
+
+/// A delete of a superseded object that fails is counted (before, it went unseen), and
+/// the object is collected at the next open.
+#[test]
+fn a_failed_delete_is_counted_and_collected_at_the_next_open() {
+    let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    vol.flush().unwrap();
+    let data = |names: &[String]| names.iter().filter(|n| n.contains("/data/")).count();
+    assert_eq!(data(&names(&memory)), 1);
+    faults.fail_deletes.store(1, Ordering::Relaxed);
+    vol.write_at(&[2u8; BS], 0).unwrap();
+    vol.flush().unwrap();
+    wait_for("the failed delete", || {
+        vol.stats.delete_errors.load(Ordering::Relaxed) == 1
+    });
+    assert_eq!(faults.fail_deletes.load(Ordering::Relaxed), 0);
+    assert_eq!(vol.stats.errors.load(Ordering::Relaxed), 1);
+    assert_eq!(data(&names(&memory)), 2, "the superseded object stays");
+    vol.release().unwrap();
+    let vol = node.open(&store, Options::default()).unwrap();
+    wait_for("the collection", || data(&names(&memory)) == 1);
+    assert_eq!(vol.stats.garbage_deleted.load(Ordering::Relaxed), 1);
+    assert_eq!(read_block(&vol, 0), vec![2u8; BS]);
+    vol.release().unwrap();
 }
 
 #[test]

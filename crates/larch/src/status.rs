@@ -117,7 +117,7 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
             let _ = writeln!(
                 out,
                 "    object store: commit {} (token {}), {} commits, {} GETs ({}), {} PUTs ({}), \
-                 write amplification {amplification}, {} errors, map {}",
+                 {} deletes, write amplification {amplification}, {} errors, map {}",
                 o.commit_seq,
                 o.token,
                 o.commits,
@@ -125,9 +125,18 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
                 format_size(o.get_bytes),
                 o.puts,
                 format_size(o.put_bytes),
+                o.deletes,
                 o.errors,
                 format_size(o.map_bytes),
             );
+            if o.delete_errors > 0 {
+                let _ = writeln!(
+                    out,
+                    "    {} deletes failed: those objects stay on the store until the \
+                     volume's next open collects them",
+                    o.delete_errors
+                );
+            }
             if let Some(why) = &o.unusable {
                 let _ = writeln!(out, "    NOT SERVED: {why}");
             }
