@@ -47,6 +47,12 @@ pub struct DaemonRecord {
     pub http: Option<String>,
     /// The secret that `POST /admin/...` requests must carry in [`TOKEN_HEADER`].
     pub token: String,
+    /// The Analytics page's token: it may change tunables (`POST /api/v1/tunables`, the
+    /// page's live switches) and nothing else, so that a page's session storage never
+    /// holds the secret that adds, formats and removes devices. `None` in the records of
+    /// daemons from before it (the page then gets the management token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_token: Option<String>,
     /// When it started (seconds since the epoch).
     pub started: u64,
     /// The remote endpoint (`--http-remote`), if served.
@@ -119,6 +125,8 @@ fn pid_alive(pid: u32) -> bool {
 pub struct Daemon {
     addr: SocketAddr,
     token: String,
+    /// The token the Analytics page gets (see [`DaemonRecord::page_token`]).
+    page_token: Option<String>,
     /// Its process id.
     pub pid: u32,
 }
@@ -143,6 +151,7 @@ pub fn find(state_dir: &Path) -> Option<Daemon> {
     let daemon = Daemon {
         addr,
         token: record.token,
+        page_token: record.page_token,
         pid: record.pid,
     };
     let (code, body) = daemon
@@ -153,12 +162,14 @@ pub fn find(state_dir: &Path) -> Option<Daemon> {
 }
 
 impl Daemon {
-    /// The Analytics page's address, with the token in its fragment when `with_token`: the
-    /// page keeps it for changes (in the tab's session storage, and removes it from the
-    /// address bar), and a browser never sends a fragment to a server.
+    /// The Analytics page's address, with the page's token (which may change tunables
+    /// only) in its fragment when `with_token`: the page keeps it for changes (in the
+    /// tab's session storage, and removes it from the address bar), and a browser never
+    /// sends a fragment to a server.
     pub fn page_url(&self, with_token: bool) -> String {
         if with_token {
-            format!("http://{}/#token={}", self.addr, self.token)
+            let token = self.page_token.as_deref().unwrap_or(&self.token);
+            format!("http://{}/#token={token}", self.addr)
         } else {
             format!("http://{}/", self.addr)
         }
@@ -316,6 +327,7 @@ mod tests {
         let daemon = Daemon {
             addr,
             token: "t0ken".to_string(),
+            page_token: None,
             pid: 7,
         };
         assert_eq!(
@@ -363,6 +375,7 @@ mod tests {
         let daemon = Daemon {
             addr: "0.0.0.0:9".parse().unwrap(),
             token: String::new(),
+            page_token: None,
             pid: 7,
         };
         let refused = format!("{:#}", daemon.get("/status").unwrap_err());
@@ -388,6 +401,7 @@ mod tests {
             pid: std::process::id(),
             http: None,
             token: new_token().unwrap(),
+            page_token: Some(new_token().unwrap()),
             started: 1,
             remote: None,
         };

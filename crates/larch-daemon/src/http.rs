@@ -8,7 +8,8 @@
 //! Management, with the token of `daemon.json` in the `X-Larch-Token` header and from a
 //! loopback peer only: `POST /admin/set` (body: `NAME=VALUE` lines), `/admin/cache/add`
 //! (`path=ABSOLUTE-PATH`, optional `force=1`), `/admin/cache/remove`, `/admin/log/add`,
-//! `/admin/log/remove`, and `POST /api/v1/tunables` (JSON). A change is checked, applied
+//! `/admin/log/remove`, and `POST /api/v1/tunables` (JSON; it also takes the Analytics
+//! page's own token, `page_token`, which changes nothing else). A change is checked, applied
 //! and saved before the answer: 200 with what was done, or 400 (bad request), 403 (no
 //! token), 409 (refused by the pool's state) or 500 (I/O) with the reason.
 //!
@@ -80,6 +81,9 @@ pub struct Context {
     pub pool: Arc<Pool>,
     /// The token of `daemon.json`.
     pub token: String,
+    /// The Analytics page's token (`daemon.json`'s `page_token`): accepted by
+    /// `POST /api/v1/tunables` only.
+    pub page_token: String,
     /// The address the endpoint listens on, as `/status` reports it.
     pub addr: String,
     /// The pool's history.
@@ -209,13 +213,19 @@ fn cache_fields(lines: &[String], allow_force: bool) -> Result<(PathBuf, bool), 
     Ok((path, force))
 }
 
-/// Whether a request may change the pool: from this machine, with the token.
-fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap) -> Result<(), String> {
+/// Whether a request may change the pool: from this machine, with the management token
+/// (or, for a tunable, the page's token when `page_may` is set).
+fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap, page_may: bool) -> Result<(), String> {
     if !peer.0.ip().is_loopback() {
         return Err("management only from this machine".to_string());
     }
     match headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
         Some(token) if same_token(token.trim(), &ctx.token) => Ok(()),
+        Some(token) if page_may && same_token(token.trim(), &ctx.page_token) => Ok(()),
+        Some(token) if same_token(token.trim(), &ctx.page_token) => Err(format!(
+            "the Analytics page's token may change tunables only; this change needs the \
+             token of daemon.json in {TOKEN_HEADER}"
+        )),
         _ => Err(format!(
             "changes need the token of daemon.json in {TOKEN_HEADER}"
         )),
@@ -269,7 +279,7 @@ async fn admin(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(why) = guard(&ctx, peer, &headers) {
+    if let Err(why) = guard(&ctx, peer, &headers, false) {
         return text(StatusCode::FORBIDDEN, why);
     }
     let body = match read_body(body).await {
@@ -371,7 +381,7 @@ struct SetTunable {
 }
 
 async fn set_tunable(ctx: Arc<Context>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
-    if let Err(why) = guard(&ctx, peer, &headers) {
+    if let Err(why) = guard(&ctx, peer, &headers, true) {
         return api_error(StatusCode::FORBIDDEN, why, None);
     }
     let body = match read_body(body).await {
@@ -1020,6 +1030,7 @@ mod tests {
         Arc::new(Context {
             pool: Arc::clone(&demo.pool),
             token: "token".to_string(),
+            page_token: "page".to_string(),
             addr: "127.0.0.1:1".to_string(),
             recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
             live: broadcast::channel(4).0,

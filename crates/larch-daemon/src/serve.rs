@@ -256,6 +256,7 @@ async fn serve(
         .run_background_on(tokio::runtime::Handle::current());
     let listeners = bind_nbd(&pool, options).await?;
     let token = client::new_token().context("making the management token")?;
+    let page_token = client::new_token().context("making the Analytics page's token")?;
     let recorder = match options.history_max_bytes {
         Some(max_bytes) => {
             let (recorder, warning) =
@@ -282,6 +283,7 @@ async fn serve(
         let ctx = http::Context {
             pool: Arc::clone(&pool),
             token: token.clone(),
+            page_token: page_token.clone(),
             addr: addr.clone(),
             recorder: Arc::clone(&recorder),
             live: live.clone(),
@@ -325,6 +327,7 @@ async fn serve(
         pid: std::process::id(),
         http: http_addr.clone(),
         token,
+        page_token: Some(page_token),
         started: crate::unix_time_secs(),
         remote,
     };

@@ -86,6 +86,7 @@ struct Daemon {
     socket: PathBuf,
     addr: String,
     token: String,
+    page_token: String,
 }
 
 impl Daemon {
@@ -142,6 +143,10 @@ impl Daemon {
                 .expect("an HTTP address")
                 .to_string(),
             token: record["token"].as_str().expect("a token").to_string(),
+            page_token: record["page_token"]
+                .as_str()
+                .expect("a page token")
+                .to_string(),
         }
     }
 
@@ -678,6 +683,25 @@ fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
         b"l2arc_mfuonly=1",
     );
     assert_eq!(code, 403);
+    // The Analytics page's token changes tunables through /api/v1/tunables only.
+    let page = format!("X-Larch-Token: {}\r\n", daemon.page_token);
+    let (code, body) = http(
+        &daemon.addr,
+        "POST",
+        "/admin/set",
+        &page,
+        b"l2arc_mfuonly=1",
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("tunables only"), "{body}");
+    let (code, body) = http(
+        &daemon.addr,
+        "POST",
+        "/admin/cache/remove",
+        &page,
+        b"path=/nonexistent.img",
+    );
+    assert_eq!(code, 403, "{body}");
     assert_eq!(daemon.status()["tunables"]["l2arc_mfuonly"], 0);
     // Bad bodies: a status and a reason each.
     let tiny = dir.join("tiny.img");
@@ -897,9 +921,12 @@ fn the_history_api_shows_reads_by_source_heat_maps_and_the_l2arc_switch() {
         )
     };
     assert_eq!(switch("0", "").0, 403);
-    let token = format!("X-Larch-Token: {}\r\n", daemon.token);
-    let (code, body) = switch("0", &token);
+    // The page's own token (what `larch analytics url` gives the page) may flip it.
+    assert_ne!(daemon.page_token, daemon.token);
+    let page_token = format!("X-Larch-Token: {}\r\n", daemon.page_token);
+    let (code, body) = switch("0", &page_token);
     assert_eq!(code, 200, "{body}");
+    let token = format!("X-Larch-Token: {}\r\n", daemon.token);
     std::thread::sleep(Duration::from_millis(1500));
     fio_randread(&daemon, 2);
     let off = series_until(

@@ -131,7 +131,11 @@ fn the_analytics_page_shows_the_pool_and_its_switch_works() {
         .as_str()
         .expect("an HTTP address")
         .to_string();
-    let token = record["token"].as_str().expect("a token").to_string();
+    let token = record["page_token"]
+        .as_str()
+        .expect("the page's token")
+        .to_string();
+    assert_ne!(Some(token.as_str()), record["token"].as_str());
     // The page's address as a user gets it.
     let url = Command::new(env!("CARGO_BIN_EXE_larch"))
         .args(["analytics", "url", "--state-dir"])
