@@ -412,12 +412,17 @@ impl Volume {
         // The stripes stay held until the blocks are dirty in the ARC, so a block's
         // writes enter the cache (and their TXGs) in the order they were merged. An async
         // write the throttle will not delay is made dirty here at once (a few locks and
-        // no I/O); the others wait on the blocking pool. That step owns the stripes: if
-        // this future is dropped (its connection died) while it runs, the stripes stay
-        // held until it has made its blocks dirty, so no later write of those blocks can
-        // pass it and be overwritten by bytes merged before it.
-        let result = if !self.engine.write_is_sync(&self.entry, fua) && !engine.throttle_due() {
-            let result = engine.write_blocks(&entry, &new_blocks, fua);
+        // no I/O; the throttle's check and its reservation are one lock hold, so this
+        // thread never sleeps); the others wait on the blocking pool. That step owns the
+        // stripes: if this future is dropped (its connection died) while it runs, the
+        // stripes stay held until it has made its blocks dirty, so no later write of
+        // those blocks can pass it and be overwritten by bytes merged before it.
+        let now = if self.engine.write_is_sync(&self.entry, fua) {
+            None
+        } else {
+            engine.try_write_async_now(&entry, &new_blocks)
+        };
+        let result = if let Some(result) = now {
             drop(guards);
             Ok(result)
         } else {

@@ -169,8 +169,12 @@ fn a_partial_write_is_acknowledged_before_its_block_is_read_and_read_back_merged
     });
     assert_eq!(s.stat("write_partial_deferred"), 2);
     assert_eq!(s.stat("write_partial_pending"), 1, "one block waits");
-    // What it holds is dirty for the throttle: the block and both pieces.
-    assert_eq!(s.engine.txg_state().0, (BLOCK + 3000 + 1000) as u64);
+    // What it holds is dirty for the throttle: the block and both pieces, each piece with
+    // the 96 bytes its bookkeeping holds (partial.rs, PIECE_OVERHEAD_BYTES).
+    assert_eq!(
+        s.engine.txg_state().0,
+        (BLOCK + 3000 + 1000 + 2 * 96) as u64
+    );
     // A read of the block waits for the merge, which waits for the device.
     let reader = {
         let volume = Arc::clone(&s.volume);

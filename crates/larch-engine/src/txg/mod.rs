@@ -147,6 +147,9 @@ struct TxgInner {
     /// When the last throttled write was let go (OpenZFS `dp_last_wakeup`): the next one
     /// waits its delay after it, so delays space writes out across all writers.
     last_wakeup: Instant,
+    /// Writes larger than the dirty limit waiting for the dirty data to reach zero; the
+    /// other writers wait behind them ([`throttle`]).
+    oversized_waiting: usize,
 }
 
 /// The TXG machinery of an engine.
@@ -174,6 +177,7 @@ impl Txg {
                     next_seq: 1,
                     durable_seq: 0,
                     log_busy: false,
+                    oversized_waiting: 0,
                 },
             ),
             changed: Condvar::new(),
@@ -228,23 +232,8 @@ impl Engine {
         blocks: &[(u64, BlockBuf)],
         sync: bool,
     ) -> Result<(), String> {
-        if let Some(why) = vol.failure() {
-            return Err(why);
-        }
-        if let Some((block, data)) = blocks
-            .iter()
-            .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
-        {
-            return Err(format!(
-                "block {block} of {} bytes does not fit volume {:#x} ({} bytes per block, {} bytes)",
-                data.len(),
-                vol.info.guid,
-                vol.info.block_bytes,
-                vol.info.size_bytes
-            ));
-        }
-        let bytes: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
-        self.throttle(bytes);
+        let bytes = Self::check_blocks(vol, blocks)?;
+        self.throttle(bytes)?;
         let (txg, seq) = self.make_dirty(vol, blocks, bytes);
         if !self.write_is_sync(vol, sync) {
             return Ok(());
@@ -260,13 +249,55 @@ impl Engine {
         vol.failure().map_or(Ok(()), Err)
     }
 
-    /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
-    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
-        if vol.info.sync == SyncMode::Disabled {
-            return Ok(());
+    /// [`Engine::write_blocks`] of an async write from a thread that must not block (an
+    /// async runtime's): the blocks are made dirty at once if the throttle would neither
+    /// delay nor block them ([`Engine::try_reserve_undelayed`]); `None`, doing nothing,
+    /// if it would: the caller then writes them where it may wait.
+    pub fn try_write_async_now(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: &[(u64, BlockBuf)],
+    ) -> Option<Result<(), String>> {
+        let bytes = match Self::check_blocks(vol, blocks) {
+            Ok(bytes) => bytes,
+            Err(why) => return Some(Err(why)),
+        };
+        if !self.try_reserve_undelayed(bytes) {
+            return None;
         }
+        self.make_dirty(vol, blocks, bytes);
+        Some(Ok(()))
+    }
+
+    /// The bytes of `blocks` if the volume takes writes and each block is whole.
+    fn check_blocks(vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> Result<u64, String> {
         if let Some(why) = vol.failure() {
             return Err(why);
+        }
+        if let Some((block, data)) = blocks
+            .iter()
+            .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
+        {
+            return Err(format!(
+                "block {block} of {} bytes does not fit volume {:#x} ({} bytes per block, {} bytes)",
+                data.len(),
+                vol.info.guid,
+                vol.info.block_bytes,
+                vol.info.size_bytes
+            ));
+        }
+        Ok(blocks.iter().map(|(_, b)| b.len() as u64).sum())
+    }
+
+    /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
+    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
+        // A failed volume answers every FLUSH with its error, sync=disabled or not: its
+        // acknowledged writes are lost, and the client must hear so.
+        if let Some(why) = vol.failure() {
+            return Err(why);
+        }
+        if vol.info.sync == SyncMode::Disabled {
+            return Ok(());
         }
         if self.log_is_usable() {
             let upto = self.txg.lock().next_seq - 1;
@@ -416,7 +447,8 @@ impl Engine {
     fn try_reserve_dirty(&self, bytes: u64) -> bool {
         let max = self.dirty_max();
         let mut inner = self.txg.lock();
-        if inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max {
+        if (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max) || inner.oversized_waiting > 0
+        {
             return false;
         }
         inner.dirty_bytes += bytes;
@@ -441,7 +473,8 @@ impl Engine {
     /// Throttles a write whose bytes are counted as dirty already (a partial write that
     /// reserved them). Blocking.
     pub(crate) fn throttle_reserved(&self) {
-        self.throttle(0);
+        // A stopped syncer fails the writes that follow; this one is acknowledged already.
+        let _ = self.throttle(0);
     }
 
     /// Whether writes to `vol` with FUA set to `fua` are acknowledged only once durable.

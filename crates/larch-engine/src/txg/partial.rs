@@ -71,6 +71,12 @@ const MERGE_GRACE: Duration = Duration::from_millis(5);
 /// Tries of a merge's block read before the volume is failed.
 pub(crate) const READ_ATTEMPTS: u32 = 3;
 
+/// The memory a piece holds besides its bytes (its entry in the pending partial's list,
+/// up to twice its 40 bytes as the list grows, and its allocation's header and rounding),
+/// counted as dirty with the bytes: before, a client sending 1-byte writes to a block whose
+/// merge read was stalled held ~100 bytes of heap per byte of dirty data counted.
+const PIECE_OVERHEAD_BYTES: u64 = 96;
+
 /// One write's piece of a block.
 struct Piece {
     /// Where it starts in the block.
@@ -270,9 +276,8 @@ impl Engine {
             if let Some(pending) = table.get_mut(&block) {
                 // At the dirty limit the piece waits for the merge instead, then writes
                 // through the throttle like any write.
-                if pending.stage == Stage::Applying
-                    || !may_defer
-                    || !self.try_reserve_dirty(bytes.len() as u64)
+                let charge = bytes.len() as u64 + PIECE_OVERHEAD_BYTES;
+                if pending.stage == Stage::Applying || !may_defer || !self.try_reserve_dirty(charge)
                 {
                     return Offer::Wait(pending.done.subscribe());
                 }
@@ -280,7 +285,7 @@ impl Engine {
                     at,
                     bytes: Bytes::copy_from_slice(bytes),
                 });
-                pending.reserved += bytes.len() as u64;
+                pending.reserved += charge;
                 self.write_stats
                     .write_partial_deferred
                     .fetch_add(1, Ordering::Relaxed);
@@ -302,7 +307,7 @@ impl Engine {
         {
             return Offer::Direct;
         }
-        let reserved = (len + bytes.len()) as u64;
+        let reserved = (len + bytes.len()) as u64 + PIECE_OVERHEAD_BYTES;
         let mut table = partials.table.lock();
         // Counted as dirty only if it fits under the limit: at the limit the write reads
         // its block and goes through the throttle, which waits for room.

@@ -7,6 +7,10 @@
 //! room. The dirty data settles where the paced rate equals what the syncs write, short of
 //! the limit, and no write waits for a whole TXG sync. The limit is `zfs_dirty_data_max`,
 //! but at most half of `zfs_arc_max` (dirty blocks live in the ARC and cannot be evicted).
+//!
+//! A write larger than the limit itself (a 32 MiB NBD write with a small ARC) passes only
+//! when nothing is dirty; while one waits, other writers wait behind it, so that it is not
+//! starved by a stream of small writes that never let the dirty data reach zero.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -22,30 +26,54 @@ impl Engine {
     /// [`Engine::make_dirty`] as reserved: before, writers that passed the check together
     /// all added their bytes after it, and dirty data passed the limit by as much as the
     /// writes in flight (OpenZFS reserves too, `dsl_dir_tempreserve_space`).
-    pub(super) fn throttle(&self, bytes: u64) {
+    ///
+    /// An error, reserving nothing, when the syncer has stopped (a write waiting for room
+    /// would wait for ever).
+    pub(super) fn throttle(&self, bytes: u64) -> Result<(), String> {
         let max = self.dirty_max();
         let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
         let min = max / 100 * min_percent;
         let scale = self.tunables.zfs_delay_scale();
+        let oversized = bytes > max;
         let mut inner = self.txg.lock();
-        if inner.dirty_bytes + bytes > max && inner.dirty_bytes > 0 {
+        let must_wait = |inner: &super::TxgInner| {
+            (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max)
+                || (!oversized && inner.oversized_waiting > 0)
+        };
+        if must_wait(&inner) {
             self.write_stats
                 .dmu_tx_dirty_over_max
                 .fetch_add(1, Ordering::Relaxed);
-            while inner.dirty_bytes + bytes > max
-                && inner.dirty_bytes > 0
-                && !self.is_shutting_down()
-            {
-                inner.sync_requested = true;
-                self.txg.changed.notify_all();
+            if oversized {
+                inner.oversized_waiting += 1;
+            }
+            while must_wait(&inner) && !self.is_shutting_down() {
+                if !self.syncer_running() {
+                    if oversized {
+                        inner.oversized_waiting -= 1;
+                    }
+                    return Err("the TXG syncer stopped (see the daemon's log)".into());
+                }
+                // Asked for once, and only when the open TXG holds something: writers
+                // that each asked and notified at every wake-up woke one another in a
+                // loop (no sleep between), and the syncer, finding the request set again
+                // after each sync, closed empty TXGs back to back. The syncing TXG's end
+                // and a merge giving back its bytes wake the waiters themselves.
+                if !inner.sync_requested && !inner.open.is_empty() {
+                    inner.sync_requested = true;
+                    self.txg.changed.notify_all();
+                }
                 inner = self.txg.wait(inner, Duration::from_millis(100));
+            }
+            if oversized {
+                inner.oversized_waiting -= 1;
             }
         }
         let dirty = inner.dirty_bytes;
         inner.dirty_bytes += bytes;
         let delay = Duration::from_nanos(write_delay_ns(dirty, min, max, scale));
         if delay.is_zero() {
-            return;
+            return Ok(());
         }
         // As OpenZFS: a write is let go `delay` after the previous throttled one (or now,
         // if that was longer ago), so the delay bounds the rate of all writers together,
@@ -64,5 +92,25 @@ impl Engine {
             .dmu_tx_delay_us
             .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
         std::thread::sleep(wait);
+        Ok(())
+    }
+
+    /// Reserves `bytes` as dirty if the throttle would neither delay nor block a write of
+    /// them now (checked and reserved under one lock hold); false, reserving nothing,
+    /// otherwise. For writers on an async runtime's thread, which must not sleep: before,
+    /// they looked at the dirty bytes, let go of the lock and throttled, and a write that
+    /// crossed the threshold meanwhile slept its delay (up to seconds behind other
+    /// delayed writers) on a runtime worker, holding up every connection on it.
+    pub(crate) fn try_reserve_undelayed(&self, bytes: u64) -> bool {
+        let max = self.dirty_max();
+        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
+        let min = max / 100 * min_percent;
+        let mut inner = self.txg.lock();
+        let dirty = inner.dirty_bytes;
+        if dirty > min || (dirty > 0 && dirty + bytes > max) || inner.oversized_waiting > 0 {
+            return false;
+        }
+        inner.dirty_bytes += bytes;
+        true
     }
 }
