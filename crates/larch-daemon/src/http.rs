@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -52,7 +52,7 @@ use larch_engine::{Pool, tunables};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
 use crate::page::{APP_JS, CHART_JS, INDEX_HTML, STYLE_CSS};
@@ -90,6 +90,89 @@ pub struct Context {
     pub recorder: Arc<Mutex<Recorder>>,
     /// Each new second of the history, as `/api/v1/live` sends it (JSON).
     pub live: broadcast::Sender<Arc<str>>,
+    /// Places for answers built from the history ([`MAX_HISTORY_ANSWERS`]).
+    pub answers: Arc<Semaphore>,
+}
+
+/// Answers built from the history (`/api/v1/series`, `/heatmap`, `/export`) that are
+/// built or being sent at once, across both endpoints. Each is whole in memory until
+/// sent, and a long range's is several times the history's own size (its JSON or CSV
+/// text), while any local client may ask and an endpoint serves 256 connections: without
+/// a bound, clients asking together could make the daemon hold hundreds of copies. The
+/// others wait for a place (the page asks for one range at a time).
+pub const MAX_HISTORY_ANSWERS: usize = 2;
+
+/// The places for [`Context::answers`].
+pub fn history_answers() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(MAX_HISTORY_ANSWERS))
+}
+
+/// A place for one answer built from the history; `None` once the daemon is closing them.
+async fn answer_place(ctx: &Context) -> Option<OwnedSemaphorePermit> {
+    Arc::clone(&ctx.answers).acquire_owned().await.ok()
+}
+
+/// An answer's body that keeps its place until it has been sent (or the connection
+/// dropped it): handed to the connection in 64 KiB pieces of the one buffer, with its
+/// length known (a `Content-Length`, not a chunked body).
+fn placed_body(bytes: Bytes, place: OwnedSemaphorePermit) -> Body {
+    Body::new(PlacedBody {
+        rest: bytes,
+        _place: place,
+    })
+}
+
+/// See [`placed_body`].
+struct PlacedBody {
+    rest: Bytes,
+    _place: OwnedSemaphorePermit,
+}
+
+impl hyper::body::Body for PlacedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        const PIECE_BYTES: usize = 64 << 10;
+        let this = self.get_mut();
+        if this.rest.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let piece = this.rest.split_to(PIECE_BYTES.min(this.rest.len()));
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
+/// A JSON answer that keeps its place ([`placed_body`]).
+fn placed_json(value: &impl Serialize, place: OwnedSemaphorePermit) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            placed_body(Bytes::from(body), place),
+        )
+            .into_response(),
+        Err(err) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the answer: {err}"),
+        ),
+    }
+}
+
+/// The answer when no place can be had (the daemon is stopping).
+fn no_place() -> Response {
+    text(StatusCode::SERVICE_UNAVAILABLE, "the daemon is stopping")
 }
 
 /// The `/api/v1/live` streams one endpoint has open (at most [`MAX_LIVE_STREAMS`]), in
@@ -630,6 +713,9 @@ async fn api_series(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
+    let Some(place) = answer_place(&ctx).await else {
+        return no_place();
+    };
     let answer = (move || {
         let params = Params(params);
         params.check(&["ids", "from", "to", "step"])?;
@@ -638,7 +724,7 @@ async fn api_series(
         Ok::<_, Refusal>(recorder.series(&ids, range)?)
     })();
     match answer {
-        Ok(answer) => json(&answer),
+        Ok(answer) => placed_json(&answer, place),
         Err(refused) => refused.answer(),
     }
 }
@@ -647,6 +733,9 @@ async fn api_heatmap(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
+    let Some(place) = answer_place(&ctx).await else {
+        return no_place();
+    };
     let answer = (move || {
         let params = Params(params);
         params.check(&["id", "from", "to", "step"])?;
@@ -658,7 +747,7 @@ async fn api_heatmap(
         Ok::<_, Refusal>(recorder.heatmap(id, range)?)
     })();
     match answer {
-        Ok(answer) => json(&answer),
+        Ok(answer) => placed_json(&answer, place),
         Err(refused) => refused.answer(),
     }
 }
@@ -667,6 +756,9 @@ async fn api_export(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
+    let Some(place) = answer_place(&ctx).await else {
+        return no_place();
+    };
     let answer = (move || {
         let params = Params(params);
         params.check(&["ids", "from", "to", "step", "format"])?;
@@ -684,13 +776,13 @@ async fn api_export(
                             "attachment; filename=\"larch-analytics.csv\"",
                         ),
                     ],
-                    csv,
+                    placed_body(Bytes::from(csv), place),
                 )
                     .into_response())
             }
             "json" => {
                 let answer = recorder.series(&ids, range)?;
-                let body = serde_json::to_string(&answer).unwrap_or_default();
+                let body = serde_json::to_vec(&answer).unwrap_or_default();
                 Ok((
                     StatusCode::OK,
                     [
@@ -700,7 +792,7 @@ async fn api_export(
                             "attachment; filename=\"larch-analytics.json\"",
                         ),
                     ],
-                    body,
+                    placed_body(Bytes::from(body), place),
                 )
                     .into_response())
             }
@@ -1034,6 +1126,7 @@ mod tests {
             addr: "127.0.0.1:1".to_string(),
             recorder: Arc::new(Mutex::new(Recorder::new(1 << 20))),
             live: broadcast::channel(4).0,
+            answers: history_answers(),
         })
     }
 
@@ -1186,6 +1279,41 @@ mod tests {
             .await
             .expect("the connection is closed once its writes stall")
             .unwrap();
+    }
+
+    /// Answers built from the history wait for one of the places, and keep it until their
+    /// body has been read: at most MAX_HISTORY_ANSWERS are in memory at once.
+    #[tokio::test]
+    async fn history_answers_wait_for_a_place_and_keep_it_until_sent() {
+        let demo = DemoPool::new("http-answers");
+        let ctx = context(&demo);
+        ctx.recorder
+            .lock()
+            .unwrap()
+            .record(crate::unix_time_secs(), &demo.pool.report());
+        let series = || {
+            let params = HashMap::from([
+                ("ids".to_string(), "arc/hits".to_string()),
+                ("from".to_string(), "-60".to_string()),
+            ]);
+            api_series(State(Arc::clone(&ctx)), Query(params))
+        };
+        let taken: Vec<_> = (0..MAX_HISTORY_ANSWERS)
+            .map(|_| Arc::clone(&ctx.answers).try_acquire_owned().unwrap())
+            .collect();
+        // Not a speed limit: without a place the answer cannot be built at all.
+        let waited = tokio::time::timeout(Duration::from_millis(200), series()).await;
+        assert!(waited.is_err(), "answered without a place");
+        drop(taken);
+        let answer = series().await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(ctx.answers.available_permits(), MAX_HISTORY_ANSWERS - 1);
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(value["series"]["arc/hits"].is_array(), "{value}");
+        assert_eq!(ctx.answers.available_permits(), MAX_HISTORY_ANSWERS);
     }
 
     #[tokio::test]

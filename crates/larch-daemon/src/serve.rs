@@ -287,6 +287,7 @@ async fn serve(
             addr: addr.clone(),
             recorder: Arc::clone(&recorder),
             live: live.clone(),
+            answers: http::history_answers(),
         };
         let ctx = Arc::new(ctx);
         http_task = Some(tokio::spawn(http::serve(listener, Arc::clone(&ctx))));
