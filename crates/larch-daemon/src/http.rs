@@ -23,8 +23,9 @@
 //!
 //! No request stops or stalls the daemon: a head must arrive within
 //! [`REQUEST_TIMEOUT`] and fit in 16 KiB (hyper's limits), a body within the same time
-//! and [`MAX_BODY_BYTES`], an answer's writes may wait at most [`WRITE_STALL_TIMEOUT`] for
-//! the peer to take any of it, and at most [`MAX_CONNECTIONS`] connections are served at once
+//! and [`MAX_BODY_BYTES`], the peer must take 64 KiB of a waiting answer within each
+//! [`WRITE_STALL_TIMEOUT`], answers built from the history are built and sent at most
+//! [`MAX_HISTORY_ANSWERS`] at a time, and at most [`MAX_CONNECTIONS`] connections are served at once
 //! by each endpoint (more wait in the kernel's backlog), of which the remote endpoint serves
 //! at most [`MAX_CONNECTIONS_PER_ADDRESS`] from one address (more are closed at accept). When accepting fails (out of file descriptors,
 //! most likely, which a burst of NBD clients can cause), the server waits before trying
@@ -1014,7 +1015,8 @@ fn routes() -> Router<Arc<Context>> {
 }
 
 /// Serves one connection with hyper: heads within [`REQUEST_TIMEOUT`], keep-alive, and
-/// closed when the peer takes nothing of an answer for [`WRITE_STALL_TIMEOUT`].
+/// closed when the peer takes less than 64 KiB of a waiting answer in
+/// [`WRITE_STALL_TIMEOUT`] (see `http/stall.rs`).
 async fn connection(
     router: Router,
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
