@@ -1,7 +1,7 @@
 //! Pools: the configuration kept in a state directory (`pool.json`), and opening it into
 //! an engine with volumes and cache devices.
 //!
-//! One file with its unit tests (the code is under 900 lines): the tests open pools through
+//! One file with its unit tests (the code is under 950 lines): the tests open pools through
 //! private helpers here. The state directory's records for the engine are in `records`.
 
 use std::fs;
@@ -24,8 +24,8 @@ pub use records::{
     read_failed_volumes,
 };
 use records::{
-    read_committed_txg, read_distrusted, record_failed_volume, write_committed_txg,
-    write_distrusted,
+    RecordChanges, add_guids, read_committed_txg, read_distrusted, record_failed_volume,
+    update_distrusted, write_committed_txg,
 };
 
 /// Name of the configuration file in a state directory.
@@ -570,6 +570,38 @@ fn header_is_ours(path: &Path, pool_guid: u64, device_guid: u64) -> bool {
     })
 }
 
+/// Adds the cache device `d` of `pool.json` to the engine: formatted when `format_cache`,
+/// when `distrust` (the pool recorded that its log missed writes) or when its headers are
+/// blank, otherwise opened and rebuilt. A device to format is left alone when what is at
+/// its path does not carry its header. `Err` says why it is not in use.
+fn add_listed_cache_device(
+    engine: &Arc<Engine>,
+    state_dir: &Path,
+    pool_guid: u64,
+    d: &CacheDeviceConfig,
+    distrust: bool,
+    format_cache: bool,
+) -> Result<(), String> {
+    let path = resolve(state_dir, &d.path);
+    let blank = headers_are_blank(&path);
+    if distrust && !blank && !format_cache && !header_is_ours(&path, pool_guid, d.guid) {
+        // Its log must not be rebuilt, and what is at its path now is not this pool's
+        // device (a renamed disk, another pool's): formatting it could destroy someone's
+        // data. Left out until the device itself is back.
+        return Err(format!(
+            "{}: cache device {:#x} is to be formatted (its log missed writes), but the \
+             device there now does not carry its header; not touched",
+            path.display(),
+            d.guid
+        ));
+    }
+    let create = format_cache || distrust || blank;
+    engine
+        .add_cache_device(&path, pool_guid, d.guid, create)
+        .map(drop)
+        .map_err(|err| err.to_string())
+}
+
 /// The records a log device holds for the next replay, read without writing anything;
 /// `None` when it cannot be read.
 pub fn log_records_to_replay(path: &Path) -> Option<u64> {
@@ -685,15 +717,7 @@ impl Pool {
         let cache_guids: Vec<u64> = config.cache_devices.iter().map(|d| d.guid).collect();
         let sink_dir = state_dir.to_path_buf();
         engine.set_replayed_sink(Box::new(move || {
-            let mut guids = read_distrusted(&sink_dir)?;
-            let missing: Vec<u64> = (cache_guids.iter().copied())
-                .filter(|g| !guids.contains(g))
-                .collect();
-            if missing.is_empty() {
-                return Ok(());
-            }
-            guids.extend(missing);
-            write_distrusted(&sink_dir, &guids)
+            update_distrusted(&sink_dir, |guids| add_guids(guids, &cache_guids))
         }));
         for l in &config.log_devices {
             let path = resolve(state_dir, &l.path);
@@ -712,57 +736,25 @@ impl Pool {
         }
         // Cache devices whose logs the engine could not empty when it had to are formatted
         // (see `larch_engine::coherence`, rule 4), and so are all after a replay that
-        // applied records (above); the record is dropped once they are.
+        // applied records (above) and those an earlier start could not open (rule 5); the
+        // record is dropped once they are.
         let distrusted = read_distrusted(state_dir)?;
         let sink_dir = state_dir.to_path_buf();
         engine.set_distrust_sink(Box::new(move |guid| {
-            let mut guids = read_distrusted(&sink_dir)?;
-            if !guids.contains(&guid) {
-                guids.push(guid);
-            }
-            write_distrusted(&sink_dir, &guids)
+            update_distrusted(&sink_dir, |guids| add_guids(guids, &[guid]))
         }));
         let mut refused_devices = Vec::new();
-        let mut formatted = Vec::new();
-        let mut missed = Vec::new();
+        let mut changes = RecordChanges::default();
         for d in &config.cache_devices {
-            let path = resolve(state_dir, &d.path);
             let distrust = distrusted.contains(&d.guid);
-            let blank = headers_are_blank(&path);
-            if distrust && !blank && !format_cache && !header_is_ours(&path, config.guid, d.guid) {
-                // Its log must not be rebuilt, and what is at its path now is not this
-                // pool's device (a renamed disk, another pool's): formatting it could
-                // destroy someone's data. Left out until the device itself is back.
-                refused_devices.push(format!(
-                    "{}: cache device {:#x} is to be formatted (its log missed writes), but                      the device there now does not carry its header; not touched",
-                    path.display(),
-                    d.guid
-                ));
-                continue;
-            }
-            let create = format_cache || distrust || blank;
-            match engine.add_cache_device(&path, config.guid, d.guid, create) {
-                Ok(_) if distrust => formatted.push(d.guid),
-                Ok(_) => {}
-                Err(err) => {
-                    refused_devices.push(err.to_string());
-                    // The pool goes on without it, and its writes from now on tombstone
-                    // none of its copies: its log must not be rebuilt when it comes back.
-                    if !distrust {
-                        missed.push(d.guid);
-                    }
-                }
+            let result =
+                add_listed_cache_device(&engine, state_dir, config.guid, d, distrust, format_cache);
+            if let Err(why) = changes.note(d.guid, distrust, result) {
+                refused_devices.push(why);
             }
         }
-        if !formatted.is_empty() || !missed.is_empty() {
-            let mut left: Vec<u64> = distrusted
-                .into_iter()
-                .filter(|g| !formatted.contains(g))
-                .collect();
-            left.extend(missed);
-            // Written before any volume is served: no write happens before the record.
-            write_distrusted(state_dir, &left)?;
-        }
+        // Written before any volume is served: no write happens before the record.
+        changes.record(state_dir)?;
         Ok(Pool {
             state_dir: state_dir.to_path_buf(),
             config,
@@ -778,26 +770,56 @@ impl Pool {
     }
 
     /// Brings the running engine's cache devices in line with `config` (as `larch cache
-    /// add/remove` left it): adds new devices, removes dropped ones. Returns what it did.
+    /// add/remove` left it): adds new devices, and devices of `pool.json` that are not in
+    /// use (missing at open, and back now), by the rules of [`Pool::open`]; removes
+    /// dropped ones. Returns what it did.
     pub fn apply_cache_config(&self, config: &PoolConfig) -> Vec<String> {
         let mut done = Vec::new();
         let running = self.engine.devices();
-        for d in &config.cache_devices {
+        let mut new: Vec<&CacheDeviceConfig> = (config.cache_devices.iter())
+            .filter(|d| {
+                !running
+                    .iter()
+                    .any(|r| r.guid == d.guid && r.state() != crate::DeviceState::Removed)
+            })
+            .collect();
+        // A device the pool must format (its log missed writes: it was missing when the
+        // pool opened, say) is formatted here as at open. Rebuilt instead, its log would
+        // bring back copies of blocks overwritten while it was away.
+        let read = if new.is_empty() {
+            Ok(Vec::new())
+        } else {
+            read_distrusted(&self.state_dir)
+        };
+        let distrusted = match read {
+            Ok(distrusted) => distrusted,
+            Err(err) => {
+                done.push(format!(
+                    "cache devices not added: {DISTRUSTED_FILE} cannot be read: {err}"
+                ));
+                new.clear();
+                Vec::new()
+            }
+        };
+        let mut changes = RecordChanges::default();
+        for d in new {
             let path = resolve(&self.state_dir, &d.path);
-            let known = running
-                .iter()
-                .any(|r| r.guid == d.guid && r.state() != crate::DeviceState::Removed);
-            if known {
-                continue;
+            let distrust = distrusted.contains(&d.guid);
+            let result = add_listed_cache_device(
+                &self.engine,
+                &self.state_dir,
+                config.guid,
+                d,
+                distrust,
+                false,
+            );
+            match changes.note(d.guid, distrust, result) {
+                Ok(()) => done.push(format!("cache device {} added", path.display())),
+                Err(why) => done.push(format!("cache device not used: {why}")),
             }
-            let create = headers_are_blank(&path);
-            match self
-                .engine
-                .add_cache_device(&path, config.guid, d.guid, create)
-            {
-                Ok(_) => done.push(format!("cache device {} added", path.display())),
-                Err(err) => done.push(format!("cache device not used: {err}")),
-            }
+        }
+        if let Err(err) = changes.record(&self.state_dir) {
+            done.push(format!("cache devices: {err}"));
         }
         for r in running {
             let wanted = config.cache_devices.iter().any(|d| d.guid == r.guid);

@@ -1,5 +1,6 @@
-//! The engine driven directly (no NBD): ARC size control and the L2 index's handling of
-//! copies that failed verification. Real files, real cache devices, real restarts.
+//! The engine driven directly (no NBD): ARC size control, the L2 index's handling of
+//! copies that failed verification, and a pool's cache devices across restarts. Real
+//! files, real cache devices, real restarts.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -862,5 +863,101 @@ fn a_demand_read_joining_a_prefetch_makes_the_block_a_demand_block() {
     assert_eq!(s.stat("demand_hit_predictive_prefetch"), 0);
     s.engine.shutdown();
     drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The guids the pool's record `l2-format` lists: cache devices to format, not rebuild.
+fn to_format(dir: &Path) -> Vec<u64> {
+    match std::fs::read_to_string(dir.join("l2-format")) {
+        Ok(text) => serde_json::from_str(&text).expect("l2-format is a list of guids"),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A cache device missing when the pool opened misses the writes of that run, so the pool
+/// records that it must be formatted; when it comes back while a later run serves (the
+/// daemon applies a change of pool.json: here `larch cache add` of another device), it is
+/// formatted as a start would format it. Before, that add rebuilt its log (no write had
+/// been seen in that run yet), and a block overwritten while it was away read back its
+/// old bytes from it (a review's finding).
+#[test]
+fn a_device_to_format_that_comes_back_while_the_pool_runs_is_formatted_not_rebuilt() {
+    use larch_engine::manage::{self, Target};
+    use larch_engine::{DemoSizes, Pool, PoolConfig, create_demo};
+    let dir = scratch("l2-format-at-runtime");
+    create_demo(&dir, DemoSizes::TINY).expect("demo pool");
+    let device = dir.join("cache0.img");
+    let away = dir.join("cache0.away");
+    let guid = PoolConfig::load(&dir).expect("pool.json").cache_devices[0].guid;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = |pool: &Pool, block: u64| -> Bytes {
+        let vol = pool.volumes[0].entry();
+        runtime
+            .block_on(pool.engine.read_block(vol, block, false))
+            .expect("read")
+    };
+    let stat = |pool: &Pool, name: &str| -> u64 {
+        let stats: HashMap<String, u64> = pool.engine.arcstats().into_iter().collect();
+        stats[name]
+    };
+
+    // Run 1: block 0 (zeroes) is cached on the device.
+    let pool = Pool::open(&dir, false).expect("run 1");
+    assert!(
+        read(&pool, 0).iter().all(|&b| b == 0),
+        "a new volume reads zeroes"
+    );
+    pool.engine.feed_once(&pool.engine.devices()[0], 8 << 20);
+    assert_eq!(stat(&pool, "l2_blocks"), 1, "block 0 is on the device");
+    pool.close().expect("close");
+    drop(pool);
+
+    // Run 2, without the device: it is recorded, and block 0 is overwritten and synced.
+    std::fs::rename(&device, &away).expect("take the device away");
+    let pool = Pool::open(&dir, false).expect("run 2");
+    assert_eq!(pool.refused_devices.len(), 1, "{:?}", pool.refused_devices);
+    assert_eq!(to_format(&dir), vec![guid]);
+    let written = vec![0x5a; BLOCK as usize];
+    pool.engine
+        .write_blocks(
+            pool.volumes[0].entry(),
+            &[(0, BlockBuf::from_vec(written.clone()))],
+            true,
+        )
+        .expect("sync write");
+    pool.close().expect("close");
+    drop(pool);
+
+    // Run 3 starts without it too, and nothing is written; then it is back.
+    let pool = Pool::open(&dir, false).expect("run 3");
+    assert_eq!(pool.refused_devices.len(), 1, "{:?}", pool.refused_devices);
+    std::fs::rename(&away, &device).expect("bring the device back");
+    let other = dir.join("cache1.img");
+    std::fs::write(&other, vec![0u8; 4 << 20]).expect("another device");
+    manage::add_cache_device(Target::Running(&pool), &other, false).expect("cache add");
+    let config = PoolConfig::load(&dir).expect("pool.json");
+    let done = pool.apply_cache_config(&config);
+    assert_eq!(done.len(), 1, "{done:?}");
+    wait_online(&pool.engine);
+    let back = pool.engine.devices();
+    let back = back
+        .iter()
+        .find(|d| d.guid == guid)
+        .expect("the device is in use");
+    assert_eq!(back.state(), DeviceState::Online, "{:?}", back.fault());
+    let got = read(&pool, 0);
+    assert!(
+        got[..] == written[..],
+        "stale read: block 0 begins {:02x?}, not {:02x?}",
+        &got[..8],
+        &written[..8]
+    );
+    assert_eq!(stat(&pool, "l2_hits"), 0);
+    assert!(to_format(&dir).is_empty(), "formatted, and off the record");
+    pool.close().expect("close");
+    drop(pool);
     let _ = std::fs::remove_dir_all(&dir);
 }

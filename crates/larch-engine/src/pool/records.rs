@@ -8,6 +8,7 @@
 use std::fs;
 use std::io;
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +162,9 @@ pub fn clear_failed_volume(state_dir: &Path, guid: u64) -> io::Result<Option<Vol
 
 /// The file in a state directory that lists the cache devices (by guid) whose logs must
 /// not be rebuilt: the engine could not empty them when their tombstones could not be
-/// written, so the next open formats them.
+/// written, a start could not open them, or an intent-log replay applied records. The
+/// pool formats each the next time it adds it (at open, or when the device is back while
+/// the pool runs) and then takes it off the list.
 pub const DISTRUSTED_FILE: &str = "l2-format";
 
 pub(super) fn read_distrusted(state_dir: &Path) -> io::Result<Vec<u64>> {
@@ -180,6 +183,81 @@ pub(super) fn read_distrusted(state_dir: &Path) -> io::Result<Vec<u64>> {
 pub(super) fn write_distrusted(state_dir: &Path, guids: &[u64]) -> io::Result<()> {
     let text = serde_json::to_string(guids).map_err(io::Error::other)?;
     write_state_file(state_dir, DISTRUSTED_FILE, text.as_bytes())
+}
+
+/// Held across every read-modify-write of [`DISTRUSTED_FILE`] in this process (the pool
+/// lock keeps other processes out): the engine's sinks add guids from its threads while
+/// the pool takes formatted devices off the record, at open and when a device comes back
+/// at runtime, and neither may write back a list that lost the other's change (a guid
+/// lost from the record lets a log that missed writes be rebuilt).
+static DISTRUSTED_LOCK: Mutex<()> = Mutex::new(());
+
+/// Changes the record of [`DISTRUSTED_FILE`]: `change` edits the guids read, and the
+/// record is written (durably) if they changed.
+pub(super) fn update_distrusted(
+    state_dir: &Path,
+    change: impl FnOnce(&mut Vec<u64>),
+) -> io::Result<()> {
+    let _held = DISTRUSTED_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut guids = read_distrusted(state_dir)?;
+    let before = guids.clone();
+    change(&mut guids);
+    if guids == before {
+        return Ok(());
+    }
+    write_distrusted(state_dir, &guids)
+}
+
+/// Adds `guids` to a list of guids, each once.
+pub(super) fn add_guids(list: &mut Vec<u64>, guids: &[u64]) {
+    for &guid in guids {
+        if !list.contains(&guid) {
+            list.push(guid);
+        }
+    }
+}
+
+/// What adding the cache devices of `pool.json` changes in the record of devices to
+/// format ([`DISTRUSTED_FILE`]).
+#[derive(Default)]
+pub(super) struct RecordChanges {
+    /// Devices on the record that were formatted: off it.
+    formatted: Vec<u64>,
+    /// Devices that could not be added: the pool goes on without them, and its writes
+    /// from now on tombstone none of their copies, so their logs must not be rebuilt
+    /// when they come back.
+    missed: Vec<u64>,
+}
+
+impl RecordChanges {
+    /// Notes what adding device `guid` (on the record if `distrust`) gave, and passes it on.
+    pub(super) fn note(
+        &mut self,
+        guid: u64,
+        distrust: bool,
+        result: Result<(), String>,
+    ) -> Result<(), String> {
+        match &result {
+            Ok(()) if distrust => self.formatted.push(guid),
+            Ok(()) => {}
+            Err(_) if !distrust => self.missed.push(guid),
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Writes the changes to the record, if any.
+    pub(super) fn record(&self, state_dir: &Path) -> io::Result<()> {
+        if self.formatted.is_empty() && self.missed.is_empty() {
+            return Ok(());
+        }
+        update_distrusted(state_dir, |guids| {
+            guids.retain(|g| !self.formatted.contains(g));
+            add_guids(guids, &self.missed);
+        })
+    }
 }
 
 #[cfg(test)]
