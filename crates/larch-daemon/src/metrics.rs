@@ -309,7 +309,7 @@ const DEVICE_COUNTERS: &[Counters<CacheDeviceReport>] = &[
     },
     Counters {
         name: "larch_cache_device_read_errors_total",
-        help: "cache-device reads that failed or did not verify",
+        help: "cache-device reads that failed or did not verify (not those of copies the ring wrote over during the read)",
         value: |d| d.read_errors,
     },
     Counters {

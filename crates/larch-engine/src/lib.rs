@@ -17,7 +17,8 @@
 //! hit (one shard lock of [`arc::SHARDS`], never a global lock); otherwise one reader
 //! leads and the others wait for it; the leader reads the cache device if the L2 index
 //! has a readable copy, verifies it, and falls back to the backing store on any failure
-//! (counted in `l2_cksum_bad`/`l2_io_error`); the block then enters the ARC.
+//! (counted in `l2_cksum_bad`/`l2_io_error`, or `l2_evicted_in_flight` when the ring wrote
+//! over the copy during the read); the block then enters the ARC.
 //!
 //! # Write path
 //! A write is merged into whole blocks, each copied into a buffer of its own. Under the

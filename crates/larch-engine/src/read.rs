@@ -162,8 +162,9 @@ impl Engine {
         if let Some(loc) = l2.filter(|_| l2_enabled) {
             match self.read_l2(&key, index_key(&key), psize, loc).await {
                 L2Read::Hit(bytes) => data = Some(bytes),
-                // The copy failed and is counted: the backing store has the block.
-                L2Read::BadCopy => count_miss = false,
+                // The copy failed, or the ring wrote over it during the read; either is
+                // counted: the backing store has the block.
+                L2Read::BadCopy | L2Read::Evicted => count_miss = false,
                 L2Read::Unavailable => {}
             }
         }

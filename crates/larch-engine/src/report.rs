@@ -220,7 +220,8 @@ pub struct CacheDeviceReport {
     pub reads: u64,
     /// Bytes read.
     pub read_bytes: u64,
-    /// Reads that failed or did not verify.
+    /// Reads that failed or did not verify (a copy the ring wrote over during its read
+    /// is not counted: `l2_evicted_in_flight`).
     pub read_errors: u64,
     /// Feed batches written.
     pub writes: u64,

@@ -78,6 +78,7 @@ stats! {
         l2_write_bytes: Counter in Bytes, "bytes of data written to cache devices";
         l2_cksum_bad: Counter, "cache-device reads whose checksum did not match (served from the backing store)";
         l2_io_error: Counter, "cache-device reads that failed (served from the backing store)";
+        l2_evicted_in_flight: Counter, "cache-device reads whose copy the ring's evict hand passed and wrote over while they were in flight, so that it did not verify (served from the backing store; not in l2_cksum_bad, not a device error; larch's)";
         l2_feeds: Counter, "feeds that wrote something";
         l2_writes_sent: Counter, "feed batches written";
         l2_writes_error: Counter, "feed batches that failed";

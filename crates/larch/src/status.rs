@@ -213,7 +213,7 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
     );
     let _ = writeln!(
         out,
-        "  L2: size {} in {} blocks, hits {} misses {} ({:.1}% hit), feeds {}, written {}, wasted feed {}, cksum_bad {} io_error {}",
+        "  L2: size {} in {} blocks, hits {} misses {} ({:.1}% hit), feeds {}, written {}, wasted feed {}, cksum_bad {} io_error {} evicted_in_flight {}",
         format_size(a.get("l2_size")?),
         a.get("l2_blocks")?,
         a.get("l2_hits")?,
@@ -224,6 +224,7 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
         format_size(a.get("l2_wasted_feed_bytes")?),
         a.get("l2_cksum_bad")?,
         a.get("l2_io_error")?,
+        a.get("l2_evicted_in_flight")?,
     );
     Ok(out)
 }

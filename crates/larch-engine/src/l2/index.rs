@@ -178,6 +178,9 @@ pub struct DeviceIndex {
     ring_bytes: u64,
     /// Full ring position (sectors) of the newest entry.
     newest_pos: u64,
+    /// Ring position (bytes) the evict hand has passed: the ring may have written over
+    /// any record below it.
+    passed: u64,
     /// A freed chunk kept for the next push (saves an allocation per chunk of feed).
     spare: Option<Box<[Entry]>>,
 }
@@ -221,6 +224,7 @@ impl DeviceIndex {
             ring_start,
             ring_bytes,
             newest_pos: 0,
+            passed: 0,
             spare: None,
         })
     }
@@ -316,6 +320,13 @@ impl DeviceIndex {
         }
         self.at_mut(i).set_flag(BAD);
         true
+    }
+
+    /// Whether the evict hand has passed ring position `ring_pos` (bytes): the record
+    /// that was there may have been written over since (a read that looked the copy up
+    /// before may find other bytes).
+    pub fn passed(&self, ring_pos: u64) -> bool {
+        ring_pos < self.passed
     }
 
     /// Whether `key` has an entry (live, or failed and waiting to be tombstoned).
@@ -565,6 +576,7 @@ impl DeviceIndex {
     /// Pops every entry whose record lies below ring position `floor` (bytes): the
     /// evict hand passed it. Calls `evicted` with the key and copy of each live one.
     pub fn evict_below(&mut self, floor: u64, mut evicted: impl FnMut(u64, Copy)) {
+        self.passed = self.passed.max(floor);
         while self.len > 0 {
             let e = *self.at(0);
             let copy = self.copy_of(&e);

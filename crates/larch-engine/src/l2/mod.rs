@@ -63,7 +63,8 @@ pub struct DeviceIo {
     pub reads: AtomicU64,
     /// Bytes read.
     pub read_bytes: AtomicU64,
-    /// Reads that failed or did not verify.
+    /// Reads that failed or did not verify (a copy the ring wrote over during its read
+    /// is not counted: `l2_evicted_in_flight`).
     pub read_errors: AtomicU64,
     /// Feed batches written.
     pub writes: AtomicU64,

@@ -21,6 +21,10 @@ pub(crate) enum L2Read {
     /// The copy failed (I/O error or checksum): it is marked bad and counted; the
     /// backing store has the block.
     BadCopy,
+    /// The ring's evict hand passed the copy while it was read, and the bytes read did
+    /// not verify: a feed wrote over it meanwhile. Counted as such, not as a device
+    /// error; the index has dropped the copy already. The backing store has the block.
+    Evicted,
     /// The device is not online (faulted, removed): nothing was read or counted.
     Unavailable,
 }
@@ -63,6 +67,12 @@ impl Engine {
                 L2Read::Hit(bytes)
             }
             Err(err) => {
+                if err.is_checksum() && self.evicted_since(key, &loc) {
+                    self.stats
+                        .l2_evicted_in_flight
+                        .fetch_add(1, Ordering::Relaxed);
+                    return L2Read::Evicted;
+                }
                 device.io.read_errors.fetch_add(1, Ordering::Relaxed);
                 let counter = if err.is_checksum() {
                     &self.stats.l2_cksum_bad
@@ -74,6 +84,18 @@ impl Engine {
                 L2Read::BadCopy
             }
         }
+    }
+
+    /// Whether the evict hand passed the copy at `loc` since it was looked up. The read
+    /// holds no lock while the device works, so a feed can move the hand past the copy
+    /// and write over its space before the read gets there: bytes that fail verification
+    /// then say nothing about the device.
+    fn evicted_since(&self, key: &larch_policy::BlockKey, loc: &L2Loc) -> bool {
+        let mut shard = self.arc.shard(key);
+        shard
+            .l2
+            .device_mut(loc.device)
+            .is_some_and(|d| d.passed(loc.copy.ring_pos))
     }
 
     /// Reads and verifies `copy` from `device`: through io_uring when it is on and the
@@ -138,5 +160,115 @@ impl Engine {
         if let Some(d) = shard.l2.device_mut(loc.device) {
             d.mark_bad(index_key, loc.copy.ring_pos);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::atomic::AtomicU64;
+
+    use larch_io::{BlockDevice, MemDevice};
+
+    use super::*;
+    use crate::arc::index_key;
+    use crate::backing::{BackingStore, LatencyModel};
+    use crate::volumes::VolumeSpec;
+
+    const BLOCK: u64 = 4096;
+    const BLOCKS: u64 = 4096;
+
+    /// Block `b`'s bytes on the backing store: no two blocks alike.
+    fn contents(b: u64) -> Vec<u8> {
+        (0..BLOCK).map(|i| (i ^ b ^ (b >> 8)) as u8).collect()
+    }
+
+    /// A read that looked its copy up before the ring came round to it finds other bytes:
+    /// that is a race with the feed, counted as `l2_evicted_in_flight`, not a checksum
+    /// error of the device (a review's finding: it counted as `l2_cksum_bad` and a device
+    /// read error). A copy the hand has not passed whose bytes are wrong is still one.
+    #[test]
+    fn a_copy_the_ring_wrote_over_during_its_read_is_not_a_device_error() {
+        let engine = Engine::new(1 << 20);
+        engine.tunables.set("l2arc_io_uring", "0").unwrap();
+        let mut volume = Vec::with_capacity((BLOCKS * BLOCK) as usize);
+        for b in 0..BLOCKS {
+            volume.extend_from_slice(&contents(b));
+        }
+        let backing = BackingStore::on_device(
+            "volume",
+            Arc::new(MemDevice::from_bytes(volume)),
+            LatencyModel::default(),
+        );
+        let vol = engine
+            .add_volume(VolumeSpec::new(7, BLOCK as u32), Arc::new(backing))
+            .expect("volume");
+        let mem = Arc::new(MemDevice::new(4 << 20));
+        let device = engine
+            .add_cache_device_on(
+                Arc::clone(&mem) as Arc<dyn BlockDevice>,
+                Path::new("mem"),
+                1,
+                2,
+                true,
+            )
+            .expect("cache device");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let read = |b: u64| runtime.block_on(engine.read_block(&vol, b, false));
+        let stat = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+
+        // Block 0 is fed; a reader looks its copy up.
+        read(0).expect("read");
+        engine.feed_once(&device, 1 << 20);
+        let key = vol.info.key(0);
+        let ik = index_key(&key);
+        let loc = engine
+            .arc
+            .shard(&key)
+            .l2
+            .get_for_read(ik)
+            .expect("block 0 is fed");
+        // Before its read reaches the device, feeds go round the ring past the copy.
+        let mut next = 1;
+        loop {
+            let mut bytes = vec![0u8; BLOCK as usize];
+            mem.read_at(&mut bytes, loc.copy.daddr)
+                .expect("device read");
+            if !engine.arc.shard(&key).l2.contains(ik) && bytes != contents(0) {
+                break;
+            }
+            assert!(next < BLOCKS, "the ring never came round to block 0's copy");
+            for b in next..next + 64 {
+                read(b).expect("read");
+            }
+            next += 64;
+            engine.feed_once(&device, 1 << 20);
+        }
+        let got = runtime.block_on(engine.read_l2(&key, ik, BLOCK as usize, loc));
+        assert!(matches!(got, L2Read::Evicted), "{got:?}");
+        assert_eq!(stat(&engine.stats.l2_evicted_in_flight), 1);
+        assert_eq!(stat(&engine.stats.l2_cksum_bad), 0);
+        assert_eq!(stat(&device.io.read_errors), 0);
+
+        // The newest copy, damaged on the device while indexed: a device error.
+        let last = vol.info.key(next - 1);
+        let ik = index_key(&last);
+        let loc = engine
+            .arc
+            .shard(&last)
+            .l2
+            .get_for_read(ik)
+            .expect("fed last");
+        mem.write_at(&[0xff; 64], loc.copy.daddr)
+            .expect("damage it");
+        let got = runtime.block_on(engine.read_l2(&last, ik, BLOCK as usize, loc));
+        assert!(matches!(got, L2Read::BadCopy), "{got:?}");
+        assert_eq!(stat(&engine.stats.l2_cksum_bad), 1);
+        assert_eq!(stat(&device.io.read_errors), 1);
+        assert_eq!(stat(&engine.stats.l2_evicted_in_flight), 1);
+        engine.shutdown();
     }
 }
