@@ -56,7 +56,7 @@
 //!    or checked) faults the device and empties its log: the entries behind that block
 //!    were neither indexed nor tombstoned, and a later walk that could read it would bring
 //!    them back. A device removed while it rebuilds stays removed: the rebuild's end
-//!    attaches nothing and installs no writer.
+//!    attaches nothing, installs no writer and drops the tombstones its walk queued.
 //!
 //! 7. When step 2 emptied a log during a rebuild, the writer the rebuild installs writes
 //!    headers that point at no log ([`larch_l2::L2Device::hide_log`]) until the commit

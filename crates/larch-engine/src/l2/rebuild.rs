@@ -528,7 +528,10 @@ impl Engine {
             if device.state() != DeviceState::Rebuilding {
                 // Removed (or faulted) while it was rebuilding: its log was emptied then,
                 // and it must not come back to life with the rebuilt index and writer.
+                // The tombstones the walk queued since are for that dead log, and no
+                // writer will ever take them: they go too.
                 device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+                self.coherence.drop_tombstones(device.index);
                 self.coherence.rebuild_ended();
                 return;
             }
@@ -1048,6 +1051,16 @@ mod tests {
             .expect("add")
     }
 
+    /// Waits until the walk has read the device's header and waits for its first log
+    /// block (what it walks is decided then, whatever happens to the log after).
+    fn wait_for_walk(dev: &Rigged) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while dev.waited.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the walk never reached the log");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn wait_for_rebuilds(engine: &Engine) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while engine.coherence.rebuilds_running() > 0 {
@@ -1105,6 +1118,60 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The tombstones a rebuild queues (a batch at a time) for a device removed while it
+    /// rebuilds are dropped at its end: no writer will take them. Before, they stayed
+    /// queued until the pool closed (a review's finding).
+    #[test]
+    fn a_device_removed_while_it_rebuilds_leaves_no_tombstones_queued() {
+        let engine = engine_with_volume(64);
+        let inner = Arc::new(MemDevice::new(4 << 20));
+        let options = CreateOptions {
+            pool_guid: POOL,
+            device_guid: DEVICE,
+            sector_bytes: BLOCK,
+            ..CreateOptions::default()
+        };
+        let mut l2 = L2Device::create(Arc::clone(&inner), &options).expect("create");
+        // Copies of a volume the engine does not have: the walk tombstones each, more
+        // than a batch of them.
+        let payload = vec![7u8; BLOCK as usize];
+        let foreign: Vec<u64> = (0..TOMBSTONE_BATCH as u64 + 100).collect();
+        for blocks in foreign.chunks(256) {
+            let records: Vec<Record<'_>> = blocks
+                .iter()
+                .map(|&block| Record {
+                    key: larch_l2::BlockKey {
+                        volume_guid: VOLUME + 1,
+                        block_number: block,
+                    },
+                    generation: 1,
+                    bytes: &payload,
+                    logical_size: BLOCK as u32,
+                    compression: Compression::Off,
+                    content: ContentType::Data,
+                    arc_state: ArcState::Mru,
+                    prefetch: false,
+                })
+                .collect();
+            l2.write_batch(&records).expect("batch");
+        }
+        l2.commit_log().expect("commit");
+        drop(l2);
+        let dev = Rigged::new(inner, usize::MAX, true);
+        let device = add(&engine, Arc::clone(&dev));
+        wait_for_walk(&dev);
+        assert!(engine.remove_cache_device(device.index));
+        dev.open();
+        wait_for_rebuilds(&engine);
+        assert_eq!(device.state(), DeviceState::Removed);
+        assert!(
+            engine.stats.l2_tombstones.load(Ordering::Relaxed) >= TOMBSTONE_BATCH as u64,
+            "the walk queued a batch of tombstones after the removal"
+        );
+        assert_eq!(engine.coherence.queued_tombstones(), 0);
+        engine.shutdown();
     }
 
     /// Writes during a rebuild make a TXG empty the device's log before it writes the
