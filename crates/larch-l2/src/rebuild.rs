@@ -673,6 +673,10 @@ pub enum Seen {
     /// restored, a tombstone hides every older entry of the key). The visitor remembers
     /// the key from now on.
     First,
+    /// The first data entry of its key, which the visitor does not restore (the engine
+    /// tombstones it instead: a volume it does not have, over its index's cap): it hides
+    /// the key's older entries as [`Seen::First`] does, but is not counted as restored.
+    Dropped,
     /// A newer entry or tombstone of the key came before: this one is superseded.
     Again,
 }
@@ -805,9 +809,11 @@ pub fn rebuild(
 /// accepted, data entries whose record lies behind the evict hand excepted
 /// (counted as evicted). The restorer keeps the set of keys it has met and answers for
 /// each entry whether it is the first of its key ([`Seen::First`]: a data entry is
-/// restored, a tombstone hides the key from then on) or not ([`Seen::Again`]:
-/// superseded). Nothing per entry is kept here, so the caller decides what a restored
-/// entry costs in memory.
+/// restored, a tombstone hides the key from then on; [`Seen::Dropped`]: a data entry the
+/// restorer does not restore, which hides the key all the same) or not ([`Seen::Again`]:
+/// superseded). The restored counters (`l2_rebuild_bufs`, `_size`, `_asize`) count the
+/// data entries answered [`Seen::First`]. Nothing per entry is kept here, so the caller
+/// decides what a restored entry costs in memory.
 ///
 /// The counters, the progress callback, `max_entries` (checked after each block, against
 /// the data entries restored so far) and cancellation behave as in [`rebuild`], which is
@@ -839,14 +845,15 @@ pub fn rebuild_with(
                 continue;
             }
             let ring_pos = *pos;
-            if restorer.sight(Sighting { entry, ring_pos }) == Seen::Again {
-                stats.l2_rebuild_superseded += 1;
-                continue;
-            }
-            if ring_pos.is_some() {
-                stats.l2_rebuild_bufs += 1;
-                stats.l2_rebuild_size += u64::from(entry.logical_size);
-                stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));
+            match restorer.sight(Sighting { entry, ring_pos }) {
+                Seen::Again => stats.l2_rebuild_superseded += 1,
+                Seen::Dropped => {}
+                Seen::First if ring_pos.is_some() => {
+                    stats.l2_rebuild_bufs += 1;
+                    stats.l2_rebuild_size += u64::from(entry.logical_size);
+                    stats.l2_rebuild_asize += geo.asize(u64::from(entry.physical_size));
+                }
+                Seen::First => {}
             }
         }
         progress.log_blocks += 1;

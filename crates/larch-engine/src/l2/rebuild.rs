@@ -101,7 +101,8 @@ struct Restore<'e> {
     deferred: bool,
     /// Copies met while deferred that the index did not take.
     pending: Vec<Pending>,
-    /// Entries the walk counted as restored that turned out superseded.
+    /// Corrections to the walk's counters that only the built tables, or the end, could
+    /// tell.
     undone: Undone,
     geometry: Geometry,
 }
@@ -112,32 +113,41 @@ struct Pending {
     generation: u64,
     ik: u64,
     shard: u8,
-    logical_size: u32,
-    physical_size: u32,
 }
 
-/// Restored entries to take back from the walk's counters: they were superseded by a
-/// newer copy, which only the built tables could tell.
+/// Corrections to the walk's counters: entries it counted as restored that were not
+/// restored in the end (a newer copy found when the tables were built, a block written
+/// during the rebuild), and entries answered [`Seen::Dropped`] that turned out superseded
+/// by a newer indexed copy.
 #[derive(Clone, Copy, Debug, Default)]
 struct Undone {
     entries: u64,
     size: u64,
     asize: u64,
+    superseded: u64,
 }
 
 impl Undone {
-    fn count(&mut self, logical_size: u32, physical_size: u32, geometry: &Geometry) {
+    /// A restored entry (a whole uncompressed block of `psize` bytes, as the index takes
+    /// them) that is not restored after all.
+    fn unrestore(&mut self, psize: u32, geometry: &Geometry) {
         self.entries += 1;
-        self.size += u64::from(logical_size);
-        self.asize += geometry.asize(u64::from(physical_size));
+        self.size += u64::from(psize);
+        self.asize += geometry.asize(u64::from(psize));
     }
 
-    /// Moves them from restored to superseded.
+    /// A restored entry found superseded by a newer copy.
+    fn supersede(&mut self, psize: u32, geometry: &Geometry) {
+        self.unrestore(psize, geometry);
+        self.superseded += 1;
+    }
+
+    /// Takes the entries back from restored, and counts the superseded ones.
     fn correct(&self, stats: &mut larch_l2::RebuildStats) {
         stats.l2_rebuild_bufs -= self.entries;
         stats.l2_rebuild_size -= self.size;
         stats.l2_rebuild_asize -= self.asize;
-        stats.l2_rebuild_superseded += self.entries;
+        stats.l2_rebuild_superseded += self.superseded;
     }
 }
 
@@ -194,10 +204,11 @@ impl<'e> Restore<'e> {
         if !self.met_foreign.insert(sighting.key()) {
             return Seen::Again;
         }
-        if sighting.ring_pos.is_some() {
-            self.tombstone(sighting.key(), sighting.entry.generation);
+        if sighting.ring_pos.is_none() {
+            return Seen::First;
         }
-        Seen::First
+        self.tombstone(sighting.key(), sighting.entry.generation);
+        Seen::Dropped
     }
 
     /// An entry of a known block. One lookup in the index for the common case (a key met
@@ -247,14 +258,14 @@ impl<'e> Restore<'e> {
         }
         self.met.insert(ik);
         self.tombstone(sighting.key(), e.generation);
-        Seen::First
+        Seen::Dropped
     }
 
     /// An entry of a known block while the index's tables are not built: an indexable
     /// copy goes into the queue (its duplicates are found when the tables are built); any
-    /// other key is remembered as met, and a copy the index does not take waits to learn
-    /// whether a newer copy of its block is indexed (then it is superseded) or not (then
-    /// it is tombstoned).
+    /// other key is remembered as met, and a copy the index does not take (dropped) waits
+    /// to learn whether a newer copy of its block is indexed (then it is superseded) or
+    /// not (then it is tombstoned).
     fn sight_deferred(
         &mut self,
         sighting: Sighting<'_>,
@@ -280,10 +291,8 @@ impl<'e> Restore<'e> {
             generation: e.generation,
             ik,
             shard: block.shard,
-            logical_size: e.logical_size,
-            physical_size: e.physical_size,
         });
-        Seen::First
+        Seen::Dropped
     }
 
     /// Builds the index's hash tables from the queues (once): duplicates found there
@@ -303,13 +312,14 @@ impl<'e> Restore<'e> {
             index.index_unindexed(|key, copy| {
                 let psize = engine.psize_of(key);
                 tally.sub(copy.flags, psize);
-                undone.count(psize, psize, &geometry);
+                undone.supersede(psize, &geometry);
             });
         }
         self.tally = tally;
         for p in std::mem::take(&mut self.pending) {
             if self.shards[usize::from(p.shard)].contains(p.ik) {
-                undone.count(p.logical_size, p.physical_size, &geometry);
+                // Dropped when met, so never counted as restored.
+                undone.superseded += 1;
             } else {
                 self.tombstone(p.key, p.generation);
             }
@@ -403,8 +413,9 @@ impl<'e> Restore<'e> {
     }
 
     /// Under the gate: drops the copies of blocks written since the rebuild began (their
-    /// tombstones are queued), attaches the indexes and publishes their counters.
-    fn attach(mut self) {
+    /// tombstones are queued), attaches the indexes and publishes their counters. Returns
+    /// the corrections to the walk's counters (what it counted as restored and was not).
+    fn attach(mut self) -> Undone {
         self.build_tables();
         let written = self.engine.coherence.written_during_rebuild();
         // The generation that superseded a copy is not known here, only that it is at
@@ -417,8 +428,9 @@ impl<'e> Restore<'e> {
             };
             let shard = &mut self.shards[shard_of(&key)];
             if let Some(copy) = shard.remove(index_key(&key)) {
-                self.tally
-                    .sub(copy.flags, volume.info.block_len(key.block) as u32);
+                let psize = volume.info.block_len(key.block) as u32;
+                self.tally.sub(copy.flags, psize);
+                self.undone.unrestore(psize, &self.geometry);
                 let on_disk = larch_l2::BlockKey {
                     volume_guid: volume.info.guid,
                     block_number: key.block,
@@ -432,6 +444,7 @@ impl<'e> Restore<'e> {
         }
         self.device.rebuild_index_bytes.store(0, Ordering::Relaxed);
         self.tally.apply(&self.engine.stats);
+        self.undone
     }
 }
 
@@ -511,8 +524,13 @@ impl Engine {
             // chain its next blocks onto them, so a later rebuild that reads that block
             // could serve copies written over meanwhile. The device's log is not kept
             // (rule 4: faulted and emptied; `larch cache add` takes it back empty).
-            // The walk's counters still tell what it met (`l2_rebuild_cksum_lb_errors`...).
-            *device.rebuild.lock() = Some(end.stats);
+            // The walk's counters still tell what it met (`l2_rebuild_cksum_lb_errors`...),
+            // but nothing it met is restored.
+            let mut stats = end.stats;
+            stats.l2_rebuild_bufs = 0;
+            stats.l2_rebuild_size = 0;
+            stats.l2_rebuild_asize = 0;
+            *device.rebuild.lock() = Some(stats);
             device.rebuild_index_bytes.store(0, Ordering::Relaxed);
             let why = format!("rebuild stopped before the end of its log: {:?}", end.stop);
             self.end_rebuild_faulted(device, why);
@@ -520,7 +538,6 @@ impl Engine {
         }
         // The tables are built before the gate is taken: that is most of the indexing.
         restore.build_tables();
-        restore.undone.correct(&mut end.stats);
         {
             // Under the gate: no write changes a generation while the index goes in, and
             // the writer is installed before any write can find an entry (rule 3).
@@ -535,7 +552,9 @@ impl Engine {
                 self.coherence.rebuild_ended();
                 return;
             }
-            restore.attach();
+            // The counters say what was restored: the walk counted what the tables or
+            // the writes since took back.
+            restore.attach().correct(&mut end.stats);
             let mut writer = writer;
             let mut slot = device.writer();
             // Under the writer's lock, where a TXG empties the log of a device still
@@ -683,8 +702,8 @@ mod tests {
     }
 
     /// Newest first: the first entry of a key wins, a tombstone hides older copies, copies
-    /// the index cannot take are tombstoned, and the index holds exactly the winners
-    /// (once its tables are built).
+    /// the index cannot take are tombstoned (and answered as dropped, not restored), and
+    /// the index holds exactly the winners (once its tables are built).
     #[test]
     fn the_newest_entry_of_each_key_is_indexed_and_the_rest_tombstoned() {
         let engine = engine_with_volume(1000);
@@ -702,15 +721,17 @@ mod tests {
             physical_size: 100,
             ..data(3, 5, pos(3))
         };
-        assert_eq!(sight(&mut restore, &compressed), Seen::First);
+        assert_eq!(sight(&mut restore, &compressed), Seen::Dropped);
         assert_eq!(sight(&mut restore, &data(3, 4, pos(4))), Seen::Again);
         let foreign = LogEntryPhys {
             volume_guid: VOLUME + 1,
             ..data(4, 3, pos(5))
         };
-        assert_eq!(sight(&mut restore, &foreign), Seen::First);
+        assert_eq!(sight(&mut restore, &foreign), Seen::Dropped);
         assert_eq!(sight(&mut restore, &foreign), Seen::Again);
-        assert_eq!(sight(&mut restore, &data(1000, 3, pos(6))), Seen::First);
+        let foreign_tomb = LogEntryPhys::tombstone(VOLUME + 1, 9, 3);
+        assert_eq!(sight(&mut restore, &foreign_tomb), Seen::First);
+        assert_eq!(sight(&mut restore, &data(1000, 3, pos(6))), Seen::Dropped);
         assert_eq!(sight(&mut restore, &data(5, 2, pos(7))), Seen::First);
         restore.build_tables();
 
@@ -741,8 +762,9 @@ mod tests {
     /// Two data copies of a block with no tombstone between them: the walk answers both
     /// as first while the tables are not built; building them keeps the newer, marks the
     /// older dead and takes it back from the counters. An older copy the index would not
-    /// take is superseded by the newer indexed one, not tombstoned (a tombstone would hide
-    /// the indexed copy at the next restart).
+    /// take (answered as dropped: never counted as restored) is superseded by the newer
+    /// indexed one, not tombstoned (a tombstone would hide the indexed copy at the next
+    /// restart).
     #[test]
     fn duplicates_found_when_the_tables_are_built_are_superseded() {
         let engine = engine_with_volume(100);
@@ -757,7 +779,7 @@ mod tests {
             physical_size: 100,
             ..data(2, 7, pos(3))
         };
-        assert_eq!(sight(&mut restore, &compressed), Seen::First);
+        assert_eq!(sight(&mut restore, &compressed), Seen::Dropped);
         assert_eq!(sight(&mut restore, &data(2, 6, pos(4))), Seen::Again);
         restore.build_tables();
         assert_eq!(built(&restore, 1).map(|c| c.ring_pos), Some(pos(0)));
@@ -771,16 +793,18 @@ mod tests {
         );
         restore.shards.iter().for_each(DeviceIndex::check);
         assert!(restore.tombstones.is_empty(), "{:?}", restore.tombstones);
+        // What the walk counted: the three entries answered first.
         let mut stats = larch_l2::RebuildStats {
-            l2_rebuild_bufs: 4,
-            l2_rebuild_size: 3 * BLOCK + 512,
-            l2_rebuild_asize: 4 * BLOCK,
+            l2_rebuild_bufs: 3,
+            l2_rebuild_size: 3 * BLOCK,
+            l2_rebuild_asize: 3 * BLOCK,
+            l2_rebuild_superseded: 1,
             ..Default::default()
         };
         restore.undone.correct(&mut stats);
         assert_eq!(stats.l2_rebuild_bufs, 2);
-        assert_eq!(stats.l2_rebuild_superseded, 2);
-        assert_eq!(stats.l2_rebuild_size, BLOCK + 512);
+        assert_eq!(stats.l2_rebuild_superseded, 3);
+        assert_eq!(stats.l2_rebuild_size, 2 * BLOCK);
         assert_eq!(stats.l2_rebuild_asize, 2 * BLOCK);
         assert_eq!(restore.tally.blocks(), 2);
         engine.shutdown();
@@ -795,14 +819,20 @@ mod tests {
         let (device, geometry) = device();
         let mut restore = Restore::new(&engine, &device, &geometry, 0);
         restore.cap_bytes = 1;
+        let indexed = CAP_CHECK_ENTRIES - 1;
         for n in 0..blocks {
             let block = (n * 7919) % blocks;
+            let want = if n < indexed {
+                Seen::First
+            } else {
+                Seen::Dropped
+            };
             assert_eq!(
                 sight(&mut restore, &data(block, 1, (blocks - n) * BLOCK)),
-                Seen::First
+                want,
+                "entry {n}"
             );
         }
-        let indexed = CAP_CHECK_ENTRIES - 1;
         let live: u64 = restore.shards.iter().map(|s| s.live() as u64).sum();
         assert_eq!(live, indexed);
         assert_eq!(
@@ -826,7 +856,8 @@ mod tests {
     }
 
     /// Blocks written while the walk ran leave the index when it is attached, with a
-    /// tombstone each; the rest is attached and counted.
+    /// tombstone each, and are taken back from what the walk counted as restored; the
+    /// rest is attached and counted.
     #[test]
     fn keys_written_during_the_rebuild_are_tombstoned_at_attach() {
         let engine = engine_with_volume(100);
@@ -842,11 +873,14 @@ mod tests {
             engine.coherence.note_write(key(50));
         }
         let generation = engine.fresh_generation();
-        {
+        let undone = {
             let _gate = engine.coherence.gate();
-            restore.attach();
+            let undone = restore.attach();
             engine.coherence.rebuild_ended();
-        }
+            undone
+        };
+        assert_eq!((undone.entries, undone.size), (1, BLOCK), "block 3");
+        assert_eq!(undone.superseded, 0);
         assert!(attached(&engine, 3).is_none());
         assert_eq!(attached(&engine, 4).map(|c| c.ring_pos), Some(96 * BLOCK));
         assert_eq!(engine.stats.l2_blocks.load(Ordering::Relaxed), 9);
@@ -966,6 +1000,41 @@ mod tests {
         engine.shutdown();
     }
 
+    /// The rebuild's counters (`l2_rebuild_bufs`, `_size`, `_asize`, and so the "restored
+    /// N blocks" of the pool's history) count the copies it restored, which are the ones
+    /// it indexed: not those of blocks the pool does not have (tombstoned instead), nor
+    /// those of blocks written while it ran. Before, they counted every first entry of a
+    /// key (a review's finding).
+    #[test]
+    fn the_rebuild_counts_the_copies_it_restored_and_no_others() {
+        // Blocks 30, 31 and 32 of the log lie past the end of this volume.
+        let engine = engine_with_volume(20);
+        let dev = Rigged::new(logged_device(), usize::MAX, true);
+        let device = add(&engine, Arc::clone(&dev));
+        // The write comes once the walk has its header: a TXG that empties the log from
+        // then on does not change what the walk reads.
+        wait_for_walk(&dev);
+        let vol = engine.volumes.get(0).expect("the volume");
+        let written = crate::arc::BlockBuf::from_vec(vec![0xab; BLOCK as usize]);
+        engine
+            .write_blocks(&vol, &[(3, written)], false)
+            .expect("write");
+        dev.open();
+        wait_for_rebuilds(&engine);
+        assert_eq!(device.state(), DeviceState::Online);
+        let restored = engine.stats.l2_blocks.load(Ordering::Relaxed);
+        assert_eq!(restored, 18, "blocks 0..20 but 3 and 7");
+        let stats = device.rebuild_stats().expect("stats");
+        assert_eq!(stats.l2_rebuild_bufs, restored);
+        assert_eq!(stats.l2_rebuild_size, restored * BLOCK);
+        assert_eq!(stats.l2_rebuild_asize, restored * BLOCK);
+        assert_eq!(stats.l2_rebuild_superseded, 2, "the old copies of 5 and 7");
+        let arcstats: HashMap<String, u64> = engine.arcstats().into_iter().collect();
+        assert_eq!(arcstats["l2_rebuild_bufs"], restored);
+        assert_eq!(arcstats["l2_rebuild_size"], restored * BLOCK);
+        engine.shutdown();
+    }
+
     /// A device whose reads past its header slots fail from the `fail_from`-th on, and
     /// wait while `held`.
     struct Rigged {
@@ -1080,12 +1149,12 @@ mod tests {
         let device = add(&engine, Arc::clone(&dev));
         wait_for_rebuilds(&engine);
         assert_eq!(device.state(), DeviceState::Faulted);
+        let stats = device.rebuild_stats().expect("the walk's counters");
         assert!(
-            device
-                .rebuild_stats()
-                .is_some_and(|s| s.l2_rebuild_io_errors > 0),
+            stats.l2_rebuild_io_errors > 0,
             "the walk's counters say what stopped it"
         );
+        assert_eq!(stats.l2_rebuild_bufs, 0, "and that nothing was restored");
         assert!(attached(&engine, 32).is_none(), "nothing of it is served");
         let header = larch_l2::read_header(&*dev.inner).expect("header").header;
         let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
