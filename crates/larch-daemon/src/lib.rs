@@ -42,6 +42,7 @@ pub mod page;
 pub mod recorder;
 pub mod serve;
 pub mod status;
+pub mod stderr;
 pub mod systemd;
 
 #[cfg(test)]

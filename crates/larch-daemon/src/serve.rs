@@ -121,6 +121,11 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     // exists (the pool's and the runtime's start below), and the environment changes only
     // when systemd passed sockets to this very process.
     unsafe { systemd::receive_sockets() }.context("the sockets systemd passed")?;
+    // Until this function returns (its last messages included), standard error stays
+    // writable whatever happens to its reader (see the module).
+    let _stderr = crate::stderr::StderrShield::install()
+        .map_err(|err| eprintln!("larch serve: standard error not shielded: {err}"))
+        .ok();
     let state_dir = &options.state_dir;
     if state_dir.exists() && !state_dir.is_dir() {
         bail!("--state-dir {}: not a directory", state_dir.display());
@@ -358,9 +363,14 @@ async fn serve(
         http_addr.clone(),
         history,
     );
+    // The signal handlers are in place before the first status says the pool runs (a
+    // SIGTERM before them would end the process at once instead of closing the pool).
+    tokio::spawn(shut_down_on_signal(
+        server.clone(),
+        ShutdownSignals::install(),
+    ));
     let stop_keeper = Arc::new(tokio::sync::Notify::new());
     let keeper = tokio::spawn(keeper.run(Arc::clone(&pool), Arc::clone(&stop_keeper)));
-    tokio::spawn(shut_down_on_signal(server.clone()));
     let mut tasks = Vec::new();
     for listener in listeners {
         let server = server.clone();
@@ -410,21 +420,40 @@ async fn serve(
     Ok(http_addr)
 }
 
+/// The handlers of SIGINT and SIGTERM, installed when made (not when first awaited).
+struct ShutdownSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn install() -> ShutdownSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|err| eprintln!("larch serve: {name} not handled: {err}"))
+                .ok()
+        };
+        ShutdownSignals {
+            interrupt: install(SignalKind::interrupt(), "SIGINT"),
+            terminate: install(SignalKind::terminate(), "SIGTERM"),
+        }
+    }
+}
+
 /// Waits for SIGINT or SIGTERM, then shuts the NBD server down.
-async fn shut_down_on_signal(server: Server<Volume>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let terminated = async {
-        match term.as_mut() {
-            Some(term) => {
-                term.recv().await;
+async fn shut_down_on_signal(server: Server<Volume>, signals: ShutdownSignals) {
+    async fn received(signal: Option<tokio::signal::unix::Signal>) {
+        match signal {
+            Some(mut signal) => {
+                signal.recv().await;
             }
             None => std::future::pending::<()>().await,
         }
-    };
+    }
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminated => {}
+        () = received(signals.interrupt) => {}
+        () = received(signals.terminate) => {}
     }
     eprintln!("larch serve: shutting down");
     systemd::notify_stopping();

@@ -27,6 +27,7 @@ mod volume;
 #[cfg(test)]
 mod testing;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -147,7 +148,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("larch: error: {err:#}");
+            // Not eprintln!: it panics when standard error is closed, and the exit code
+            // would no longer say that the command failed.
+            let _ = writeln!(std::io::stderr(), "larch: error: {err:#}");
             ExitCode::from(2)
         }
     }

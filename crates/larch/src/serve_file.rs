@@ -116,6 +116,11 @@ pub enum IoMode {
 /// Runs `larch serve-file` until SIGTERM/SIGINT (or, with `--stdio`, the end of the
 /// connection); exits 0 after a graceful shutdown.
 pub fn run(args: ServeFileArgs) -> anyhow::Result<ExitCode> {
+    // Standard error stays writable whatever happens to its reader (servers ignore
+    // SIGPIPE, and eprintln! panics when a write fails).
+    let _stderr = larch_daemon::stderr::StderrShield::install()
+        .map_err(|err| eprintln!("larch serve-file: standard error not shielded: {err}"))
+        .ok();
     let ServeFileArgs { path, options } = args;
     let args = *options;
     let min_block = parse_size(&args.min_block_size)?;

@@ -143,6 +143,68 @@ fn send_signal(pid: u32, signal: &str) {
     assert!(status.success());
 }
 
+/// A daemon whose standard error's reader went away still stops on SIGTERM, cleanly.
+/// Before, its next message failed with EPIPE (servers ignore SIGPIPE) and `eprintln!`
+/// panicked in the signal task: "shutting down" was never followed by the shutdown, and
+/// the daemon served on, ignoring SIGTERM and SIGINT.
+#[test]
+fn a_daemon_whose_stderr_reader_left_still_stops_on_sigterm() {
+    let dir = scratch("stderr-gone");
+    let state = dir.join("pool");
+    let socket = dir.join("pool.sock");
+    let mut child = larch()
+        .args(["serve", "--state-dir"])
+        .arg(&state)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--demo-volume-size", "16M", "--demo-cache-size", "16M"])
+        .args(["--demo-arc-max", "1M", "--http", "off"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start larch serve");
+    // Read standard error up to the line that says the NBD server listens, then close it.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(n > 0, "larch serve ended before serving");
+        if line.contains("NBD on") {
+            break;
+        }
+    }
+    drop(stderr);
+    // Running (its signal handlers in place) once its status says so.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(state.join("status.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|status| status["running"] == true)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "larch serve never reported running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    send_signal(child.id(), "TERM");
+    // A liveness guard, not a speed check: the daemon either stops or never does.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("larch serve ignored SIGTERM once its standard error was closed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "larch serve exited {status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// OpenZFS's stat conservation: the L2 size by state (MRU, MFU, prefetch) and by type
 /// (data, metadata) each add up to `l2_asize`.
 fn assert_l2_conservation(status: &serde_json::Value) {
