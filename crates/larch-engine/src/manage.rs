@@ -381,6 +381,16 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
 /// crash can leave acknowledged sync writes only on a device the pool forgot. For a
 /// stopped pool, records the device still holds are not replayed at the next start.
 pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
+    remove_log_device_with(target, false)
+}
+
+/// [`remove_log_device`] of a stopped pool whose log holds acknowledged writes not yet
+/// replayed (after a crash), discarding them (`larch log remove --force`).
+pub fn remove_log_device_discarding(target: Target<'_>) -> Result<String, ManageError> {
+    remove_log_device_with(target, true)
+}
+
+fn remove_log_device_with(target: Target<'_>, discard: bool) -> Result<String, ManageError> {
     let _guard = target.lock()?;
     let dir = target.state_dir();
     let mut config = target.load()?;
@@ -389,6 +399,26 @@ pub fn remove_log_device(target: Target<'_>) -> Result<String, ManageError> {
     };
     if let Target::Running(pool) = target {
         pool.engine.detach_log().map_err(ManageError::Refused)?;
+    } else if !discard {
+        // A stopped pool's log may hold sync writes that were acknowledged and never
+        // reached their volumes (the pool was killed): only the next start replays them,
+        // and without the device they would be gone. (A running pool replayed its log
+        // at open, and detach_log syncs before letting go.)
+        let path = if removed.path.is_absolute() {
+            removed.path.clone()
+        } else {
+            dir.join(&removed.path)
+        };
+        let pending = crate::log_records_to_replay(&path).unwrap_or(0);
+        if pending > 0 {
+            return Err(ManageError::Refused(format!(
+                "the log device {} holds {pending} acknowledged writes not yet replayed (the \
+                 pool was not stopped cleanly): start the pool once (`larch serve`, then stop \
+                 it) so they reach their volumes, then remove it; or remove it with --force, \
+                 which discards those writes",
+                path.display()
+            )));
+        }
     }
     save(dir, &config)?;
     Ok(format!("log device {} removed", removed.path.display()))

@@ -36,6 +36,11 @@ pub enum LogCommand {
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
+        /// Remove it even though it holds acknowledged writes not yet replayed (a pool that
+        /// was killed and not started since): those writes are lost. Without it, such a
+        /// log device is refused.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -62,7 +67,7 @@ pub fn run(cmd: LogCommand) -> anyhow::Result<ExitCode> {
                 None => manage::add_log_device(Target::Files(&state_dir), &path, force)?,
             }
         }
-        LogCommand::Remove { state_dir } => {
+        LogCommand::Remove { state_dir, force } => {
             load(&state_dir)?;
             match client::find(&state_dir) {
                 Some(daemon) => daemon.change("/admin/log/remove", &[])?,
@@ -74,7 +79,11 @@ pub fn run(cmd: LogCommand) -> anyhow::Result<ExitCode> {
                              first, or serve with --http"
                         );
                     }
-                    manage::remove_log_device(Target::Files(&state_dir))?
+                    if force {
+                        manage::remove_log_device_discarding(Target::Files(&state_dir))?
+                    } else {
+                        manage::remove_log_device(Target::Files(&state_dir))?
+                    }
                 }
             }
         }

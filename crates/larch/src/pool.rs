@@ -64,7 +64,28 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
         }
         PoolCommand::Destroy { state_dir, force } => {
             let config = load(&state_dir)?;
+            // Acknowledged sync writes that only the log device holds (the pool was killed
+            // and not started since) are lost with the pool: say so before, and after.
+            let pending: u64 = (config.log_devices.iter())
+                .map(|log| {
+                    let path = if log.path.is_absolute() {
+                        log.path.clone()
+                    } else {
+                        state_dir.join(&log.path)
+                    };
+                    larch_engine::log_records_to_replay(&path).unwrap_or(0)
+                })
+                .sum();
             if !force {
+                if pending > 0 {
+                    bail!(
+                        "pool {}'s log device holds {pending} acknowledged writes not yet \
+                         replayed (the pool was not stopped cleanly): start the pool once \
+                         (`larch serve`, then stop it) so they reach their volumes; \
+                         destroying it now needs --force and discards them",
+                        config.name
+                    );
+                }
                 bail!(
                     "destroying pool {} needs --force (volume and device data are kept)",
                     config.name
@@ -72,6 +93,12 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             }
             // Not under a daemon that has the pool open.
             let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
+            if pending > 0 {
+                eprintln!(
+                    "larch: warning: {pending} acknowledged writes the log device held and \
+                     no volume has are discarded"
+                );
+            }
             // Everything the pool kept here, so that a new pool in this directory starts
             // with none of it (an old analytics history, a record that a cache device must
             // be formatted, a committed TXG). TLS certificates stay: clients may trust them.

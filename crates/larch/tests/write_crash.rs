@@ -170,7 +170,8 @@ fn acknowledged_durable_writes_survive_kill_9_at_random_moments() {
 /// `larch volume remove` refuses while the pool is served, and while the log device holds
 /// acknowledged writes a restart must replay (after a kill -9): a replay that finds
 /// records of a volume the pool no longer has cannot put them anywhere, and the pool
-/// would not open (a reviewer's finding). After a clean start and stop it succeeds.
+/// would not open (a reviewer's finding). `larch log remove` refuses then too, and `larch
+/// pool destroy` says the writes would be lost. After a clean start and stop it succeeds.
 #[test]
 fn a_volume_cannot_be_removed_while_the_log_holds_its_writes() {
     let state = scratch("volume-remove-log");
@@ -210,6 +211,20 @@ fn a_volume_cannot_be_removed_while_the_log_holds_its_writes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "removed with unreplayed log records");
     assert!(stderr.contains("not yet replayed"), "{stderr}");
+    // Nor is the log device removed, nor the pool destroyed without saying so (before,
+    // `larch log remove` dropped the records without a word).
+    for args in [
+        &["log", "remove", "--state-dir", dir][..],
+        &["pool", "destroy", "--state-dir", dir],
+    ] {
+        let out = common::larch().args(args).output().expect("run larch");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} went through");
+        assert!(
+            stderr.contains("acknowledged writes not yet replayed") && stderr.contains("--force"),
+            "{args:?}: {stderr}"
+        );
+    }
     // A clean start (replay) and stop, then the removal goes through.
     let daemon = Daemon::start(&state, "off");
     assert!(daemon.stop().success());
