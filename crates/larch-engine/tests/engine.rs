@@ -278,6 +278,24 @@ fn bad_copy_case(name: &str, uring: bool) {
 /// The dirty limit of [`dirty_peak_of`].
 const DIRTY_LIMIT: u64 = 2 << 20;
 
+/// A 32 MiB volume of 16K blocks whose backing store (in `dir`) takes `write_us` per
+/// write, in a 16 MiB ARC, under a dirty limit of [`DIRTY_LIMIT`].
+fn slow_store(dir: &Path, write_us: u64) -> (PathBuf, Setup) {
+    let backing = dir.join("vol.img");
+    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
+    let slow = LatencyModel {
+        write_min_us: write_us,
+        write_max_us: write_us,
+        ..LatencyModel::default()
+    };
+    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    s.engine
+        .tunables
+        .set("zfs_dirty_data_max", &DIRTY_LIMIT.to_string())
+        .unwrap();
+    (backing, s)
+}
+
 /// Runs `writers` threads, thread `w` calling `write(engine, volume, w)`, against a 32 MiB
 /// volume of 16K blocks whose backing store takes `write_us` per write, under a dirty
 /// limit of [`DIRTY_LIMIT`]; flushes; checks that every block holds `contents(b, version)`
@@ -292,19 +310,8 @@ fn dirty_peak_of(
 ) -> HashMap<String, u64> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dir = scratch(name);
-    let backing = dir.join("vol.img");
-    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
-    let slow = LatencyModel {
-        write_min_us: write_us,
-        write_max_us: write_us,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    let (backing, s) = slow_store(&dir, write_us);
     let (engine, vol) = (Arc::clone(&s.engine), Arc::clone(&s.vol));
-    engine
-        .tunables
-        .set("zfs_dirty_data_max", &DIRTY_LIMIT.to_string())
-        .unwrap();
     let peak = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let monitor = {
@@ -417,19 +424,8 @@ fn thread_cpu() -> Duration {
 #[test]
 fn writers_waiting_at_the_dirty_limit_sleep_rather_than_wake_each_other() {
     let dir = scratch("throttle-sleep");
-    let backing = dir.join("vol.img");
-    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
-    let slow = LatencyModel {
-        write_min_us: 1_500_000,
-        write_max_us: 1_500_000,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    let (_, s) = slow_store(&dir, 1_500_000);
     let engine = Arc::clone(&s.engine);
-    engine
-        .tunables
-        .set("zfs_dirty_data_max", &DIRTY_LIMIT.to_string())
-        .unwrap();
     // 16 writes of 8 blocks (128 KiB) each, from three threads: the limit (2 MiB) is
     // reached at once and the rest wait for the first sync.
     let threads: Vec<_> = (0..3u64)
@@ -477,19 +473,8 @@ fn writers_waiting_at_the_dirty_limit_sleep_rather_than_wake_each_other() {
 fn a_write_larger_than_the_dirty_limit_is_not_starved_by_smaller_ones() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dir = scratch("throttle-oversized");
-    let backing = dir.join("vol.img");
-    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
-    let slow = LatencyModel {
-        write_min_us: 2000,
-        write_max_us: 2000,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    let (backing, s) = slow_store(&dir, 2000);
     let engine = Arc::clone(&s.engine);
-    engine
-        .tunables
-        .set("zfs_dirty_data_max", &DIRTY_LIMIT.to_string())
-        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let small_writes = Arc::new(AtomicU64::new(0));
     // Four writers of one block at a time, so that the open TXG is never empty when a
@@ -556,19 +541,8 @@ fn a_write_larger_than_the_dirty_limit_is_not_starved_by_smaller_ones() {
 #[test]
 fn an_async_write_made_on_the_callers_thread_never_waits_for_the_throttle() {
     let dir = scratch("throttle-now");
-    let backing = dir.join("vol.img");
-    std::fs::write(&backing, vec![0u8; 32 << 20]).expect("backing file");
-    let slow = LatencyModel {
-        write_min_us: 1_000_000,
-        write_max_us: 1_000_000,
-        ..LatencyModel::default()
-    };
-    let s = Setup::with_latency(&backing, 16 << 20, slow);
+    let (_, s) = slow_store(&dir, 1_000_000);
     let engine = Arc::clone(&s.engine);
-    engine
-        .tunables
-        .set("zfs_dirty_data_max", &DIRTY_LIMIT.to_string())
-        .unwrap();
     let block = |b: u64| vec![(b, BlockBuf::from_vec(contents(b, 1)))];
     assert!(matches!(
         engine.try_write_async_now(&s.vol, &block(0)),
