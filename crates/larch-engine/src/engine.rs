@@ -347,6 +347,12 @@ impl Engine {
                     eprintln!("larch: {why}");
                 }
             }
+            device.release_file_lock();
+        }
+        // Nothing writes the devices from here on: their files are free for another pool
+        // (or this one opened again) even while something still holds this engine.
+        if let Some(log) = self.log_device() {
+            log.release_file_lock();
         }
     }
 

@@ -234,6 +234,9 @@ pub fn add_cache_device(
             )));
         }
     }
+    // Held while the headers are looked at and zeroed: a file another running pool uses
+    // is refused (--force included) before anything touches it.
+    let file_lock = hold_device(path)?;
     if let Some(contents) = not_blank(path, config.guid)? {
         if !force {
             return Err(ManageError::Refused(format!(
@@ -243,6 +246,9 @@ pub fn add_cache_device(
         }
         zero_headers(path)?;
     }
+    // A running pool's engine takes the lock again for as long as it uses the device (a
+    // second lock of this process would conflict with this one).
+    drop(file_lock);
     let guid = new_guid();
     let added = match target {
         Target::Files(_) => None,
@@ -342,6 +348,8 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
             path.display()
         )));
     }
+    // Held while the headers are looked at and zeroed, as for a cache device.
+    let file_lock = hold_device(path)?;
     if !crate::pool::log_is_blank(path) {
         if !force {
             return Err(ManageError::Refused(format!(
@@ -351,6 +359,7 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
         }
         zero_headers(path)?;
     }
+    drop(file_lock);
     // The configuration names the device before the running pool acknowledges a single
     // sync write from it: a crash in between must find it at the next start (blank, so it
     // is formatted then), not forget a device that holds acknowledged writes.
@@ -425,8 +434,9 @@ fn remove_log_device_with(target: Target<'_>, discard: bool) -> Result<String, M
 }
 
 /// Why `path` cannot be the backing store of a new volume of the pool in `dir` (`None`
-/// when it can): it is one of the pool's cache or log devices, or another volume's backing
-/// store while either volume is writable.
+/// when it can): it is one of the pool's cache or log devices, another volume's backing
+/// store while either volume is writable, or it carries a larch cache-device or log-device
+/// header (any pool's: the volume and the device would overwrite each other).
 pub fn backing_in_use(
     dir: &Path,
     config: &PoolConfig,
@@ -442,6 +452,15 @@ pub fn backing_in_use(
     if device {
         return Some(format!(
             "{} is a cache or log device of this pool",
+            path.display()
+        ));
+    }
+    if let Some(kind) = larch_device_kind(path) {
+        return Some(format!(
+            "{} holds a larch {kind} header: it is (or was) a {kind} of a pool, which a volume \
+             on it would overwrite; use another file, or, if no pool uses it any more, zero \
+             its first 8 KiB (`dd if=/dev/zero of={} bs=4K count=2 conv=notrunc`)",
+            path.display(),
             path.display()
         ));
     }
@@ -486,18 +505,51 @@ fn absolute(path: &Path) -> PathBuf {
         .unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// What a device holds when its header slots are not all zero (`None` when blank).
-fn not_blank(path: &Path, pool_guid: u64) -> Result<Option<String>, ManageError> {
+/// The lock a cache or log device's file is looked at and zeroed under
+/// ([`crate::pool::lock_device`]): refused when another process holds it.
+fn hold_device(path: &Path) -> Result<Option<fs::File>, ManageError> {
+    crate::pool::lock_device(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => ManageError::Refused(e.to_string()),
+        _ => ManageError::Io(e.to_string()),
+    })
+}
+
+/// The first `2 * HEADER_SLOT_BYTES` of a device (both header slots of a cache or log
+/// device), and how many of them it has (fewer when it is smaller).
+fn read_header_slots(path: &Path) -> std::io::Result<(Vec<u8>, usize)> {
     let mut slots = vec![0u8; 2 * HEADER_SLOT_BYTES as usize];
-    let io = |e: std::io::Error| ManageError::Io(format!("reading {}: {e}", path.display()));
-    let mut file = fs::File::open(path).map_err(io)?;
+    let mut file = fs::File::open(path)?;
     let mut filled = 0;
     while filled < slots.len() {
-        match file.read(&mut slots[filled..]).map_err(io)? {
+        match file.read(&mut slots[filled..])? {
             0 => break,
             n => filled += n,
         }
     }
+    Ok((slots, filled))
+}
+
+/// Which larch device a header slot of `path` says it is ("cache device" or "log
+/// device"), by the magic at the head of either slot (a damaged header still names its
+/// kind); `None` when neither does or it cannot be read.
+fn larch_device_kind(path: &Path) -> Option<&'static str> {
+    let (slots, filled) = read_header_slots(path).ok()?;
+    slots[..filled]
+        .chunks_exact(HEADER_SLOT_BYTES as usize)
+        .find_map(|slot| {
+            let magic = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+            match magic {
+                larch_format::HEADER_MAGIC => Some("cache device"),
+                larch_format::zil::ZIL_HEADER_MAGIC => Some("log device"),
+                _ => None,
+            }
+        })
+}
+
+/// What a device holds when its header slots are not all zero (`None` when blank).
+fn not_blank(path: &Path, pool_guid: u64) -> Result<Option<String>, ManageError> {
+    let (slots, filled) = read_header_slots(path)
+        .map_err(|e| ManageError::Io(format!("reading {}: {e}", path.display())))?;
     if filled < slots.len() {
         return Err(ManageError::Refused(format!(
             "{} has {filled} bytes: too small for a cache device",
@@ -775,5 +827,138 @@ mod tests {
         assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
         pool.close().unwrap();
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file another running pool uses (its volume's backing file, its cache or log
+    /// device) is never taken as a cache or log device, --force or not, and a pool that
+    /// lists such a file does not open it; a file the pool let go of is free again (a
+    /// reviewer's finding: another pool's volume, its first 8 KiB zero, passed as a blank
+    /// cache device and the feed overwrote it while that pool served it).
+    #[test]
+    fn another_running_pool_s_files_are_not_taken_as_devices() {
+        let first_dir = fs::canonicalize(demo("held-first")).unwrap();
+        let first = Pool::open(&first_dir, true).unwrap();
+        let log = first_dir.join("log.img");
+        fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+        add_log_device(Target::Running(&first), &log, false).unwrap();
+        // The first pool's volume: blank at its head, data behind.
+        let volume = first_dir.join("vol0.img");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&volume)
+            .and_then(|f| f.write_all_at(&[0x5a; 4096], 64 << 10))
+            .unwrap();
+        let second_dir = fs::canonicalize(demo("held-second")).unwrap();
+        let held = [volume.clone(), first_dir.join("cache0.img"), log.clone()];
+        for path in &held {
+            for force in [false, true] {
+                let err = add_cache_device(Target::Files(&second_dir), path, force).unwrap_err();
+                assert!(
+                    matches!(err, ManageError::Refused(ref m)
+                        if m.contains("in use by another running pool")
+                            && m.contains(&*path.to_string_lossy())),
+                    "{}: {err}",
+                    path.display()
+                );
+                let err = add_log_device(Target::Files(&second_dir), path, force).unwrap_err();
+                assert!(
+                    matches!(err, ManageError::Refused(ref m) if m.contains("in use")),
+                    "{}: {err}",
+                    path.display()
+                );
+            }
+        }
+        assert_eq!(
+            PoolConfig::load(&second_dir).unwrap().cache_devices.len(),
+            1
+        );
+        assert!(
+            PoolConfig::load(&second_dir)
+                .unwrap()
+                .log_devices
+                .is_empty()
+        );
+        let mut block = [0u8; 4096];
+        let file = fs::File::open(&volume).unwrap();
+        file.read_exact_at(&mut block, 64 << 10).unwrap();
+        assert_eq!(block, [0x5a; 4096], "the first pool's volume was written");
+        // A pool whose pool.json names them (edited by hand) does not use them either: the
+        // cache device is left out, the log device stops the open.
+        let mut config = PoolConfig::load(&second_dir).unwrap();
+        config.cache_devices[0].path = volume.clone();
+        config.save(&second_dir).unwrap();
+        let second = Pool::open(&second_dir, false).unwrap();
+        assert!(
+            second
+                .refused_devices
+                .iter()
+                .any(|why| why.contains("in use")),
+            "{:?}",
+            second.refused_devices
+        );
+        assert!(pool_devices_of(&second).is_empty());
+        second.close().unwrap();
+        drop(second);
+        config.log_devices.push(crate::pool::LogDeviceConfig {
+            path: log.clone(),
+            guid: new_guid(),
+        });
+        config.save(&second_dir).unwrap();
+        let text = Pool::open(&second_dir, false)
+            .err()
+            .expect("opened")
+            .to_string();
+        assert!(text.contains("in use by another running pool"), "{text}");
+        // A device the first pool removes is free at once, for it or another pool.
+        let cache = first_dir.join("cache0.img");
+        remove_cache_device(Target::Running(&first), &cache).unwrap();
+        add_cache_device(Target::Running(&first), &cache, true).unwrap();
+        remove_log_device(Target::Running(&first)).unwrap();
+        add_log_device(Target::Running(&first), &log, true).unwrap();
+        first.close().unwrap();
+        drop(first);
+        // Closed: the second pool may have them (forced: they carry the first's headers).
+        add_cache_device(Target::Files(&second_dir), &cache, true).unwrap();
+        for dir in [&first_dir, &second_dir] {
+            fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    fn pool_devices_of(pool: &Pool) -> Vec<PathBuf> {
+        (pool.engine.devices().iter())
+            .filter(|d| d.state() != DeviceState::Removed)
+            .map(|d| d.path.clone())
+            .collect()
+    }
+
+    /// A file that carries a larch cache-device or log-device header is not taken as a
+    /// volume's backing store, whichever pool it belongs to (a reviewer's finding:
+    /// `volume add --backing` of another pool's device was accepted).
+    #[test]
+    fn a_cache_or_log_device_is_not_taken_as_a_backing_store() {
+        let first_dir = fs::canonicalize(demo("device-backing-first")).unwrap();
+        let first = Pool::open(&first_dir, true).unwrap();
+        let log = first_dir.join("log.img");
+        fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+        add_log_device(Target::Running(&first), &log, false).unwrap();
+        first.close().unwrap();
+        drop(first);
+        let second_dir = fs::canonicalize(demo("device-backing-second")).unwrap();
+        let config = PoolConfig::load(&second_dir).unwrap();
+        for (path, kind) in [(first_dir.join("cache0.img"), "cache"), (log, "log")] {
+            let why = backing_in_use(&second_dir, &config, &path, false).expect("accepted");
+            assert!(
+                why.contains(&format!("larch {kind} device header")) && why.contains("dd "),
+                "{why}"
+            );
+        }
+        // A blank file or an ordinary volume is fine.
+        assert_eq!(
+            backing_in_use(&second_dir, &config, &first_dir.join("vol0.img"), false),
+            None
+        );
+        for dir in [&first_dir, &second_dir] {
+            fs::remove_dir_all(dir).unwrap();
+        }
     }
 }

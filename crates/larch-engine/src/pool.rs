@@ -514,34 +514,62 @@ pub struct Pool {
     _backing_locks: Vec<fs::File>,
 }
 
-/// Locks a volume's backing file for the pool that opens it: exclusively for a writable
-/// volume, shared for a read-only one, so that two running pools (or two volumes of one)
-/// never write one backing file without knowing of each other. Returns the descriptor
-/// that holds the lock (`None` for a block device: udev and partitioning tools take
-/// `flock` locks of their own on those, and a transient one must not stop a pool).
-fn lock_backing(path: &Path, read_only: bool) -> io::Result<Option<fs::File>> {
+/// Takes a `flock` on the regular file at `path` without waiting (shared or exclusive)
+/// and returns the descriptor that holds it; `None` for a block device (udev and
+/// partitioning tools take `flock` locks of their own on those, and a transient one must
+/// not stop a pool). `WouldBlock` when another open file holds a lock that conflicts.
+/// The pool locks every file it writes this way: volumes' backing files, cache devices
+/// and log devices.
+fn lock_file(path: &Path, shared: bool) -> io::Result<Option<fs::File>> {
     let file = fs::File::open(path)?;
     if !file.metadata()?.is_file() {
         return Ok(None);
     }
-    let mode = if read_only {
-        libc::LOCK_SH
-    } else {
-        libc::LOCK_EX
-    };
+    let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
     // SAFETY: flock on a descriptor this function owns; it only changes lock state.
     if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "in use by another running pool or another volume of this one (a writable \
-                 volume needs its backing file to itself)",
-            ));
-        }
-        return Err(err);
+        return Err(io::Error::last_os_error());
     }
     Ok(Some(file))
+}
+
+/// Locks a volume's backing file for the pool that opens it: exclusively for a writable
+/// volume, shared for a read-only one, so that two running pools (or two volumes of one)
+/// never write one backing file without knowing of each other ([`lock_file`]).
+fn lock_backing(path: &Path, read_only: bool) -> io::Result<Option<fs::File>> {
+    lock_file(path, read_only).map_err(|err| {
+        if err.kind() != io::ErrorKind::WouldBlock {
+            return err;
+        }
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "in use by another running pool or another volume of this one (a writable \
+             volume needs its backing file to itself)",
+        )
+    })
+}
+
+/// Locks a cache or log device file, exclusively, for as long as the pool uses it (or,
+/// for `larch cache add` and `larch log add`, while they look at it and zero its
+/// headers): another running pool's volume, cache device or log device is then refused,
+/// where its first 8 KiB alone (zero at the start of many volumes) cannot tell. The
+/// error names the file; `WouldBlock` when another process holds it.
+pub(crate) fn lock_device(path: &Path) -> io::Result<Option<fs::File>> {
+    lock_file(path, false).map_err(|err| {
+        if err.kind() == io::ErrorKind::WouldBlock {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{} is in use by another running pool (as a volume's backing file, a \
+                     cache device or a log device) or another process: stop that pool or \
+                     remove the file from it, or use another file",
+                    path.display()
+                ),
+            )
+        } else {
+            io::Error::new(err.kind(), format!("locking {}: {err}", path.display()))
+        }
+    })
 }
 
 /// Whether both header slots of a device are all zeroes: a log that larch invalidated

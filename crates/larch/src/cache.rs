@@ -17,7 +17,7 @@ use crate::files::{absolute, create_file, load, path_line};
 pub enum CacheCommand {
     /// Add a cache device (L2ARC): a running daemon formats it and feeds it at once,
     /// otherwise the next start does. It must be blank (its first 8 KiB zero) unless
-    /// --force.
+    /// --force, and never in use by another running pool.
     Add {
         /// The file or block device.
         path: PathBuf,

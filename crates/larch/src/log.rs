@@ -16,7 +16,8 @@ use crate::files::{absolute, create_file, load, path_line};
 pub enum LogCommand {
     /// Add the pool's log device (SLOG) for the intent log: sync writes are then
     /// acknowledged once logged there. A running daemon formats it and uses it within a
-    /// second. It must be blank (its first 8 KiB zero) unless --force.
+    /// second. It must be blank (its first 8 KiB zero) unless --force, and never in use
+    /// by another running pool.
     Add {
         /// The file or block device (a small fast one: a few seconds of writes).
         path: PathBuf,

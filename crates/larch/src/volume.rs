@@ -24,7 +24,8 @@ pub enum VolumeCommand {
     Add {
         /// The volume's name (its NBD export name).
         name: String,
-        /// The backing file or block device, or s3://BUCKET/PREFIX.
+        /// The backing file or block device (not a larch cache or log device), or
+        /// s3://BUCKET/PREFIX.
         #[arg(long)]
         backing: PathBuf,
         /// Create the backing file with this size (sparse) when it does not exist; for an

@@ -106,6 +106,10 @@ pub struct CacheDevice {
     rebuild_index_bytes: AtomicU64,
     /// I/O counters of this device.
     pub io: DeviceIo,
+    /// The descriptor whose `flock` keeps other pools off the device file while this one
+    /// uses it (`crate::pool::lock_device`): from its add to its removal or the engine's
+    /// shutdown. `None` for a block device or a device given in process.
+    file_lock: RankedMutex<Option<std::fs::File>>,
 }
 
 impl CacheDevice {
@@ -139,6 +143,7 @@ impl CacheDevice {
             rebuild_entries: AtomicU64::new(0),
             rebuild_permille: AtomicU64::new(0),
             rebuild_index_bytes: AtomicU64::new(0),
+            file_lock: RankedMutex::leaf(None),
             io: DeviceIo::default(),
         }
     }
@@ -193,6 +198,11 @@ impl CacheDevice {
     }
 
     /// Takes the writer out of use, remembering its last header.
+    /// Releases the device file's lock: the pool no longer writes it.
+    pub(crate) fn release_file_lock(&self) {
+        self.file_lock.lock().take();
+    }
+
     fn drop_writer(&self) {
         let writer = self.writer().take();
         if let Some(l2) = writer {
@@ -366,7 +376,10 @@ impl CacheDevices {
 
 impl Engine {
     /// Adds a cache device: formats it (`create`) or opens it and rebuilds its index in
-    /// the background. A device whose header names another pool or device is refused.
+    /// the background. A device whose header names another pool or device is refused, and
+    /// so is a file another process holds locked (another running pool's volume, cache or
+    /// log device): the device's file stays locked until it is removed or the engine shuts
+    /// down.
     pub fn add_cache_device(
         self: &Arc<Self>,
         path: &Path,
@@ -374,9 +387,13 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<Arc<CacheDevice>> {
+        let file_lock = crate::pool::lock_device(path)?;
         let dev = FileDevice::open(path, &FileOptions::default())
             .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
-        self.add_cache_device_on(Arc::new(dev), path, pool_guid, device_guid, create)
+        let device =
+            self.add_cache_device_on(Arc::new(dev), path, pool_guid, device_guid, create)?;
+        *device.file_lock.lock() = file_lock;
+        Ok(device)
     }
 
     /// [`Engine::add_cache_device`] on any [`BlockDevice`] (in-process tests use a
@@ -512,6 +529,8 @@ impl Engine {
         if let Err(why) = self.forget_log(&device) {
             eprintln!("larch: cache device {}: {why}", device.path.display());
         }
+        // The pool writes it no more: another pool (or this one, adding it again) may.
+        device.release_file_lock();
         true
     }
 

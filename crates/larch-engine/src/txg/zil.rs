@@ -43,6 +43,10 @@ pub struct LogHandle {
     draining: AtomicBool,
     /// Time of each commit's write (records written and the device flushed).
     pub commit_latency: LatencyHistogram,
+    /// The descriptor whose `flock` keeps other pools off the device file while this one
+    /// uses it (`crate::pool::lock_device`), until it is detached or the engine shuts
+    /// down. `None` for a block device or a device given in process.
+    file_lock: RankedMutex<Option<std::fs::File>>,
 }
 
 impl LogHandle {
@@ -51,6 +55,11 @@ impl LogHandle {
         if fault.is_none() {
             *fault = Some(why);
         }
+    }
+
+    /// Releases the device file's lock: the pool no longer writes it.
+    pub(crate) fn release_file_lock(&self) {
+        self.file_lock.lock().take();
     }
 
     /// Why it stopped taking records, if it did.
@@ -251,7 +260,9 @@ impl Engine {
     /// blocks may be older; [`crate::coherence`] rule 5), and TXG numbers continue after
     /// the log's.
     /// Call it after the volumes are registered and before cache devices are added.
-    /// Returns the records replayed.
+    /// Returns the records replayed. A file another process holds locked (another running
+    /// pool's volume, cache or log device) is refused; the device's file stays locked until
+    /// it is detached or the engine shuts down.
     pub fn attach_log(
         &self,
         path: &Path,
@@ -260,8 +271,9 @@ impl Engine {
         create: bool,
     ) -> io::Result<u64> {
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
+        let file_lock = crate::pool::lock_device(path)?;
         let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
-        self.attach_log_device(dev, path, pool_guid, device_guid, create)
+        self.attach_locked(dev, path, pool_guid, device_guid, create, file_lock)
     }
 
     /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
@@ -273,6 +285,19 @@ impl Engine {
         pool_guid: u64,
         device_guid: u64,
         create: bool,
+    ) -> io::Result<u64> {
+        self.attach_locked(dev, path, pool_guid, device_guid, create, None)
+    }
+
+    /// [`Engine::attach_log_device`], keeping `file_lock` with the attached log.
+    fn attach_locked(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+        file_lock: Option<std::fs::File>,
     ) -> io::Result<u64> {
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let (device, replayed) = if create {
@@ -329,6 +354,7 @@ impl Engine {
             fault: RankedMutex::leaf(None),
             draining: AtomicBool::new(false),
             commit_latency: LatencyHistogram::new(),
+            file_lock: RankedMutex::leaf(file_lock),
         });
         *self.log.write() = Some(handle);
         inner.sync_requested = true;
@@ -463,6 +489,8 @@ impl Engine {
         }
         drop(slot);
         self.txg.lock().pending.clear();
+        // The pool writes it no more: another pool (or this one, adding it again) may.
+        log.release_file_lock();
         Ok(Some(log))
     }
 }
