@@ -276,11 +276,37 @@ impl Daemon {
             .with_context(|| format!("sending {path} to the daemon (pid {})", self.pid))?;
         match code {
             200 => Ok(answer),
-            400..=499 => bail!("the daemon (pid {}) refused: {}", self.pid, answer.trim()),
-            _ => bail!("the daemon (pid {}) failed: {}", self.pid, answer.trim()),
+            _ => Err(NotDone {
+                pid: self.pid,
+                refused: (400..=499).contains(&code),
+                answer: answer.trim().to_string(),
+            }
+            .into()),
         }
     }
 }
+
+/// The daemon's answer to a change it did not make (any status but 200): unlike an error
+/// on the way, it says that the daemon took nothing into use (a file the command created
+/// for the change may go again).
+#[derive(Debug)]
+pub struct NotDone {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// Refused (4xx) rather than failed (5xx).
+    pub refused: bool,
+    /// Its reason.
+    pub answer: String,
+}
+
+impl std::fmt::Display for NotDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.refused { "refused" } else { "failed" };
+        write!(f, "the daemon (pid {}) {what}: {}", self.pid, self.answer)
+    }
+}
+
+impl std::error::Error for NotDone {}
 
 #[cfg(test)]
 mod tests {

@@ -219,21 +219,7 @@ pub fn add_cache_device(
             path.display()
         )));
     }
-    match fs::metadata(path) {
-        Ok(m) if m.is_file() || m.file_type().is_block_device() => {}
-        Ok(_) => {
-            return Err(ManageError::Invalid(format!(
-                "{} is neither a file nor a block device",
-                path.display()
-            )));
-        }
-        Err(_) => {
-            return Err(ManageError::Invalid(format!(
-                "{} does not exist (give --size to create a file)",
-                path.display()
-            )));
-        }
-    }
+    check_file_or_block_device(path)?;
     // Held while the headers are looked at and zeroed: a file another running pool uses
     // is refused (--force included) before anything touches it.
     let file_lock = hold_device(path)?;
@@ -342,12 +328,7 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
             path.display()
         )));
     }
-    if !fs::metadata(path).is_ok_and(|m| m.is_file() || m.file_type().is_block_device()) {
-        return Err(ManageError::Invalid(format!(
-            "{} is not an existing file or block device (give --size to create a file)",
-            path.display()
-        )));
-    }
+    check_file_or_block_device(path)?;
     // Held while the headers are looked at and zeroed, as for a cache device.
     let file_lock = hold_device(path)?;
     if !crate::pool::log_is_blank(path) {
@@ -431,6 +412,24 @@ fn remove_log_device_with(target: Target<'_>, discard: bool) -> Result<String, M
     }
     save(dir, &config)?;
     Ok(format!("log device {} removed", removed.path.display()))
+}
+
+/// Refuses what cannot be a cache device, a log device or a volume's backing store: a
+/// path where nothing is, or something that is neither a regular file nor a block device
+/// (a directory, `/dev/null`).
+pub fn check_file_or_block_device(path: &Path) -> Result<(), ManageError> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() || m.file_type().is_block_device() => Ok(()),
+        Ok(_) => Err(ManageError::Invalid(format!(
+            "{} is neither a file nor a block device",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ManageError::Invalid(format!(
+            "{} does not exist (give --size to create a file)",
+            path.display()
+        ))),
+        Err(e) => Err(ManageError::Io(format!("{}: {e}", path.display()))),
+    }
 }
 
 /// Why `path` cannot be the backing store of a new volume of the pool in `dir` (`None`

@@ -10,7 +10,7 @@ use larch_daemon::client;
 use larch_engine::manage::{self, Target};
 use larch_engine::units::parse_size;
 
-use crate::files::{absolute, create_file, load, path_line};
+use crate::files::{absolute, create_sized, keep_unless_not_done, load, path_line};
 
 /// `larch cache ...`
 #[derive(clap::Subcommand)]
@@ -21,7 +21,8 @@ pub enum CacheCommand {
     Add {
         /// The file or block device.
         path: PathBuf,
-        /// Create the file with this size when it does not exist.
+        /// Create the file with this size when it does not exist (an existing one must have
+        /// this size already; a file created for an add that fails is removed again).
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
         /// Format the device even though it holds data (another pool's cache device, a
@@ -53,16 +54,18 @@ pub fn run(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
         } => {
             load(&state_dir)?;
             let path = absolute(&path)?;
-            if let Some(size) = size {
-                create_file(&path, size)?;
-            }
-            match client::find(&state_dir) {
+            let created = create_sized(&path, size)?;
+            let daemon = client::find(&state_dir);
+            let via_daemon = daemon.is_some();
+            let added = match daemon {
                 Some(daemon) => {
                     let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
-                    daemon.change("/admin/cache/add", &lines)?
+                    daemon.change("/admin/cache/add", &lines)
                 }
-                None => manage::add_cache_device(Target::Files(&state_dir), &path, force)?,
-            }
+                None => manage::add_cache_device(Target::Files(&state_dir), &path, force)
+                    .map_err(anyhow::Error::from),
+            };
+            keep_unless_not_done(created, added, via_daemon)?
         }
         CacheCommand::Remove { path, state_dir } => {
             load(&state_dir)?;
@@ -75,4 +78,47 @@ pub fn run(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
     };
     println!("{}", done.trim_end());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: CacheCommand,
+    }
+
+    /// A cache device file created by an add that then fails goes again, and --size never
+    /// ignores an existing file of another size (a reviewer's finding: `cache add tiny.img
+    /// --size 4K` was refused and left tiny.img).
+    #[test]
+    fn a_refused_add_leaves_no_file_and_size_must_match() {
+        let dir = std::env::temp_dir().join(format!("larch-cache-{}-sizes", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        larch_engine::create_demo(&dir, larch_engine::DemoSizes::TINY).unwrap();
+        let cache = |args: &[&str]| {
+            let state = ["--state-dir", dir.to_str().unwrap()];
+            let args = ["cache", "add"].iter().chain(args).chain(&state);
+            run(Cli::try_parse_from(args)?.command)
+        };
+        let tiny = dir.join("tiny.img");
+        let err = cache(&[tiny.to_str().unwrap(), "--size", "4K"]).unwrap_err();
+        assert!(err.to_string().contains("too small"), "{err}");
+        assert!(!tiny.exists(), "the refused add left its file");
+        let used = dir.join("used.img");
+        std::fs::write(&used, vec![0u8; 4 << 20]).unwrap();
+        let err = cache(&[used.to_str().unwrap(), "--size", "8M"]).unwrap_err();
+        assert!(
+            err.to_string().contains("exists with 4194304 bytes"),
+            "{err}"
+        );
+        assert_eq!(std::fs::metadata(&used).unwrap().len(), 4 << 20);
+        let new = dir.join("new.img");
+        cache(&[new.to_str().unwrap(), "--size", "4M"]).unwrap();
+        assert_eq!(std::fs::metadata(&new).unwrap().len(), 4 << 20);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -38,19 +38,98 @@ pub fn save(config: &PoolConfig, state_dir: &Path) -> anyhow::Result<()> {
     })
 }
 
-/// Creates `path` with `size` bytes (sparse) unless it exists.
-pub fn create_file(path: &Path, size: u64) -> anyhow::Result<()> {
-    if path.exists() {
-        return Ok(());
+/// A file this command created: removed again when dropped before [`NewFile::keep`], so
+/// that a command that fails leaves no file behind.
+#[must_use = "dropped, the file is removed"]
+pub struct NewFile {
+    path: Option<PathBuf>,
+}
+
+impl NewFile {
+    /// The command succeeded: the file stays.
+    pub fn keep(mut self) {
+        self.path = None;
+    }
+}
+
+impl Drop for NewFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// What a command's `--size` asks of `path`: a missing file is created with `size` bytes
+/// (sparse), and returned as a [`NewFile`] for the caller to keep once the command
+/// succeeded; an existing file or block device must have that size already (`None` then:
+/// nothing was created). Nothing is created without `size`. Call it once everything else
+/// the command checks has been checked.
+pub fn create_sized(path: &Path, size: Option<u64>) -> anyhow::Result<Option<NewFile>> {
+    let Some(size) = size else {
+        return Ok(None);
+    };
+    if size == 0 {
+        bail!("--size must be above 0");
+    }
+    if let Some(have) = existing_size(path)? {
+        if have != size {
+            bail!(
+                "{} exists with {have} bytes; drop --size to use it as it is, or remove it",
+                path.display()
+            );
+        }
+        return Ok(None);
     }
     let file = std::fs::OpenOptions::new()
         .create_new(true)
         .write(true)
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
+    let created = NewFile {
+        path: Some(path.to_path_buf()),
+    };
     file.set_len(size)
-        .with_context(|| format!("sizing {}", path.display()))?;
-    Ok(())
+        .with_context(|| format!("sizing {} to {size} bytes", path.display()))?;
+    Ok(Some(created))
+}
+
+/// The outcome of a command that may have created `created` for a device: the file stays
+/// when the change was made, and when it may have been (an error on the way to the
+/// daemon, `via_daemon`, which may have taken the device into use before it); it goes
+/// when the change was not made (refused here, or answered so by the daemon).
+pub fn keep_unless_not_done<T>(
+    created: Option<NewFile>,
+    outcome: anyhow::Result<T>,
+    via_daemon: bool,
+) -> anyhow::Result<T> {
+    let maybe_made = match &outcome {
+        Ok(_) => true,
+        Err(err) => {
+            via_daemon
+                && err
+                    .downcast_ref::<larch_daemon::client::NotDone>()
+                    .is_none()
+        }
+    };
+    if maybe_made && let Some(created) = created {
+        created.keep();
+    }
+    outcome
+}
+
+/// The size of the file or block device at `path`, `None` when nothing is there.
+pub fn existing_size(path: &Path) -> anyhow::Result<Option<u64>> {
+    use std::io::{Seek, SeekFrom};
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(None);
+    }
+    larch_engine::manage::check_file_or_block_device(path)?;
+    // Seeking to the end gives the size of regular files and block devices alike.
+    let size = std::fs::File::open(path)
+        .and_then(|mut f| f.seek(SeekFrom::End(0)))
+        .with_context(|| format!("reading the size of {}", path.display()))?;
+    Ok(Some(size))
 }
 
 /// `path`, relative to the current directory unless it is absolute.

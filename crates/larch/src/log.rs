@@ -9,7 +9,7 @@ use larch_daemon::client;
 use larch_engine::manage::{self, Target};
 use larch_engine::units::parse_size;
 
-use crate::files::{absolute, create_file, load, path_line};
+use crate::files::{absolute, create_sized, keep_unless_not_done, load, path_line};
 
 /// `larch log ...`
 #[derive(clap::Subcommand)]
@@ -21,7 +21,8 @@ pub enum LogCommand {
     Add {
         /// The file or block device (a small fast one: a few seconds of writes).
         path: PathBuf,
-        /// Create the file with this size when it does not exist.
+        /// Create the file with this size when it does not exist (an existing one must have
+        /// this size already; a file created for an add that fails is removed again).
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
         /// Format the device even though it holds data.
@@ -57,16 +58,18 @@ pub fn run(cmd: LogCommand) -> anyhow::Result<ExitCode> {
         } => {
             load(&state_dir)?;
             let path = absolute(&path)?;
-            if let Some(size) = size {
-                create_file(&path, size)?;
-            }
-            match client::find(&state_dir) {
+            let created = create_sized(&path, size)?;
+            let daemon = client::find(&state_dir);
+            let via_daemon = daemon.is_some();
+            let added = match daemon {
                 Some(daemon) => {
                     let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
-                    daemon.change("/admin/log/add", &lines)?
+                    daemon.change("/admin/log/add", &lines)
                 }
-                None => manage::add_log_device(Target::Files(&state_dir), &path, force)?,
-            }
+                None => manage::add_log_device(Target::Files(&state_dir), &path, force)
+                    .map_err(anyhow::Error::from),
+            };
+            keep_unless_not_done(created, added, via_daemon)?
         }
         LogCommand::Remove { state_dir, force } => {
             load(&state_dir)?;

@@ -8,7 +8,7 @@ use anyhow::bail;
 use larch_engine::units::parse_size;
 use larch_engine::{CacheMode, LatencyModel, SyncMode, VolumeConfig, new_guid};
 
-use crate::files::{absolute, create_file, load_locked, save};
+use crate::files::{absolute, create_sized, existing_size, load_locked, save};
 
 /// `larch volume ...`
 #[derive(clap::Subcommand)]
@@ -28,8 +28,9 @@ pub enum VolumeCommand {
         /// s3://BUCKET/PREFIX.
         #[arg(long)]
         backing: PathBuf,
-        /// Create the backing file with this size (sparse) when it does not exist; for an
-        /// object store, the size of a new volume.
+        /// Create the backing file with this size (sparse) when it does not exist (an
+        /// existing one must have this size already; a file created for an add that fails
+        /// is removed again); for an object store, the size of a new volume.
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
         /// Object store: the endpoint (default: AWS_ENDPOINT_URL, the profile's
@@ -221,18 +222,23 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             {
                 bail!("{why}");
             }
-            if let Some(size) = size {
-                create_file(&backing, size)?;
-            }
-            if !backing.exists() {
+            // Everything is checked before a file is created, and a file created here goes
+            // again when the add fails after all.
+            volume.backing = backing.clone();
+            config.volumes.push(volume);
+            config.validate().map_err(anyhow::Error::msg)?;
+            let have = existing_size(&backing)?;
+            if have.is_none() && size.is_none() {
                 bail!(
                     "{} does not exist (give --size to create it)",
                     backing.display()
                 );
             }
-            volume.backing = backing;
-            config.volumes.push(volume);
+            let created = create_sized(&backing, size)?;
             save(&config, &state_dir)?;
+            if let Some(created) = created {
+                created.keep();
+            }
             println!("added volume {name} (served from the next `larch serve` start)");
         }
         VolumeCommand::Remove { name, state_dir } => {
@@ -403,6 +409,105 @@ fn object_volume(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: VolumeCommand,
+    }
+
+    /// Runs `larch volume ARGS --state-dir DIR`.
+    fn volume(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<ExitCode> {
+        let state = dir.to_str().unwrap();
+        let state = ["--state-dir", state];
+        let args = ["volume"].iter().chain(args).chain(&state);
+        run(Cli::try_parse_from(args)?.command)
+    }
+
+    /// A pool with no volumes in a fresh directory for the test `name`.
+    fn empty_pool(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("larch-volume-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = larch_engine::create_demo(&dir, larch_engine::DemoSizes::TINY).unwrap();
+        config.volumes.clear();
+        config.save(&dir).unwrap();
+        dir
+    }
+
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let config = larch_engine::PoolConfig::load(dir).unwrap();
+        config.volumes.into_iter().map(|v| v.name).collect()
+    }
+
+    /// An add that is refused creates no file, and --size never resizes or silently
+    /// ignores an existing file (a reviewer's finding: a refused add left a 10G file that
+    /// the next add, with --size 20G, took as it was).
+    #[test]
+    fn a_refused_add_leaves_no_file_and_size_must_match_an_existing_file() {
+        let dir = empty_pool("sizes");
+        let a = dir.join("a.img");
+        let a_path = a.to_str().unwrap();
+        let err = volume(
+            &dir,
+            &[
+                "add",
+                "a",
+                "--backing",
+                a_path,
+                "--size",
+                "10M",
+                "--volblocksize",
+                "3K",
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("volblocksize 3072"), "{err}");
+        assert!(!a.exists(), "a refused add created its backing file");
+        std::fs::write(&a, vec![7u8; 1 << 20]).unwrap();
+        let err = volume(&dir, &["add", "a", "--backing", a_path, "--size", "2M"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("exists with 1048576 bytes; drop --size to use it as it is, or remove it"),
+            "{err}"
+        );
+        assert_eq!(std::fs::metadata(&a).unwrap().len(), 1 << 20);
+        assert!(names(&dir).is_empty());
+        volume(&dir, &["add", "a", "--backing", a_path, "--size", "1M"]).unwrap();
+        let b = dir.join("b.img");
+        volume(
+            &dir,
+            &["add", "b", "--backing", b.to_str().unwrap(), "--size", "2M"],
+        )
+        .unwrap();
+        assert_eq!(std::fs::metadata(&b).unwrap().len(), 2 << 20);
+        assert_eq!(names(&dir), ["a", "b"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file created for a command that then fails goes again.
+    #[test]
+    fn a_file_created_for_a_failed_command_is_removed() {
+        let dir = empty_pool("created");
+        let path = dir.join("huge.img");
+        // No file system takes a file of 2^64 - 1 bytes: created, then refused.
+        let err = crate::files::create_sized(&path, Some(u64::MAX))
+            .err()
+            .expect("sized");
+        assert!(err.to_string().contains("sizing"), "{err}");
+        assert!(!path.exists(), "the file stayed");
+        let created = crate::files::create_sized(&path, Some(4096)).unwrap();
+        drop(created);
+        assert!(!path.exists(), "a file not kept stayed");
+        crate::files::create_sized(&path, Some(4096))
+            .unwrap()
+            .unwrap()
+            .keep();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// `volume add` refuses what the pool would refuse at start (before, a lease above a
     /// day was recorded in pool.json and every `larch serve` refused the volume).
