@@ -152,6 +152,9 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             sync,
             state_dir,
         } => {
+            if name.is_empty() {
+                bail!("the volume's name is empty: give a name (its NBD export name)");
+            }
             let (mut config, _config_lock) = load_locked(&state_dir)?;
             if config.volumes.iter().any(|v| v.name == name) {
                 bail!("the pool already has a volume {name}");
@@ -228,9 +231,22 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             config.volumes.push(volume);
             config.validate().map_err(anyhow::Error::msg)?;
             let have = existing_size(&backing)?;
-            if have.is_none() && size.is_none() {
+            let Some(bytes) = have.or(size) else {
                 bail!(
                     "{} does not exist (give --size to create it)",
+                    backing.display()
+                );
+            };
+            // A volume of no blocks serves nothing, and its pool fails every shutdown.
+            if bytes < volblocksize {
+                let what = if have.is_some() {
+                    "has"
+                } else {
+                    "--size gives it"
+                };
+                bail!(
+                    "{} {what} {bytes} bytes: a volume needs at least one block \
+                     ({volblocksize} bytes); give a larger file or --size",
                     backing.display()
                 );
             }
@@ -465,6 +481,12 @@ mod tests {
         .to_string();
         assert!(err.contains("volblocksize 3072"), "{err}");
         assert!(!a.exists(), "a refused add created its backing file");
+        // Too small for one block: refused before anything is created.
+        let err = volume(&dir, &["add", "a", "--backing", a_path, "--size", "4K"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least one block"), "{err}");
+        assert!(!a.exists(), "a refused add created its backing file");
         std::fs::write(&a, vec![7u8; 1 << 20]).unwrap();
         let err = volume(&dir, &["add", "a", "--backing", a_path, "--size", "2M"])
             .unwrap_err()
@@ -506,6 +528,47 @@ mod tests {
             .unwrap()
             .keep();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Backing stores that cannot serve are refused at add, not at the next start (a
+    /// reviewer's finding: a directory, /dev/null, /dev/zero, an empty file and an empty
+    /// name were all accepted).
+    #[test]
+    fn backings_that_cannot_serve_and_empty_names_are_refused() {
+        let dir = empty_pool("unusable");
+        let empty = dir.join("empty.img");
+        std::fs::write(&empty, b"").unwrap();
+        let sub = dir.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        for (backing, why) in [
+            (sub.to_str().unwrap(), "neither a file nor a block device"),
+            ("/dev/null", "neither a file nor a block device"),
+            ("/dev/zero", "neither a file nor a block device"),
+            (empty.to_str().unwrap(), "has 0 bytes"),
+        ] {
+            let err = volume(&dir, &["add", "v", "--backing", backing])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{backing}: {err}");
+        }
+        let good = dir.join("good.img");
+        let err = volume(
+            &dir,
+            &[
+                "add",
+                "",
+                "--backing",
+                good.to_str().unwrap(),
+                "--size",
+                "1M",
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("name is empty"), "{err}");
+        assert!(!good.exists());
+        assert!(names(&dir).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
