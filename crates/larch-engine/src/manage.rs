@@ -88,12 +88,14 @@ impl Target<'_> {
 
     fn load(&self) -> Result<PoolConfig, ManageError> {
         let dir = self.state_dir();
-        PoolConfig::load(dir).map_err(|e| {
-            ManageError::Io(format!(
+        PoolConfig::load(dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ManageError::Io(format!(
                 "no pool in {} ({}: {e})",
                 dir.display(),
                 dir.join(CONFIG_FILE).display()
-            ))
+            )),
+            // Damaged or unreadable: the error says which, and names the file.
+            _ => ManageError::Io(e.to_string()),
         })
     }
 }

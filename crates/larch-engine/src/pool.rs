@@ -311,14 +311,23 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// Reads `pool.json` from a state directory.
+    /// Reads `pool.json` from a state directory: `NotFound` when there is none (no pool
+    /// there), `InvalidData` when it does not parse, with a message that says so and
+    /// what to do.
     pub fn load(state_dir: &Path) -> io::Result<PoolConfig> {
         let path = state_dir.join(CONFIG_FILE);
-        let text = fs::read_to_string(&path)?;
+        let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
+            // Left as it is: callers tell "no pool here" from this kind.
+            io::ErrorKind::NotFound => e,
+            kind => io::Error::new(kind, format!("reading {}: {e}", path.display())),
+        })?;
         serde_json::from_str(&text).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
+                format!(
+                    "{} is damaged: {e}; restore it from a copy or move it aside",
+                    path.display()
+                ),
             )
         })
     }

@@ -7,16 +7,28 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use larch_engine::PoolConfig;
 
-/// The pool of `state_dir`, or an error that says how to create one.
+/// The pool of `state_dir`, or an error that says how to create one (none there) or that
+/// its `pool.json` is damaged.
 pub fn load(state_dir: &Path) -> anyhow::Result<PoolConfig> {
-    PoolConfig::load(state_dir).with_context(|| no_pool(state_dir))
+    PoolConfig::load(state_dir).map_err(|e| pool_error(state_dir, e))
 }
 
 /// The pool of `state_dir` with its configuration lock held, for a change that saves it
 /// again (see [`larch_engine::ConfigLock`]): hold the lock until the save.
 pub fn load_locked(state_dir: &Path) -> anyhow::Result<(PoolConfig, larch_engine::ConfigLock)> {
-    let lock = larch_engine::ConfigLock::acquire(state_dir).with_context(|| no_pool(state_dir))?;
+    let lock =
+        larch_engine::ConfigLock::acquire(state_dir).map_err(|e| pool_error(state_dir, e))?;
     Ok((load(state_dir)?, lock))
+}
+
+/// An error about the pool of `state_dir`: "no pool" (with how to create one) when there
+/// is none, else the error as it is (it names the file and what is wrong).
+pub fn pool_error(state_dir: &Path, err: std::io::Error) -> anyhow::Error {
+    if err.kind() == std::io::ErrorKind::NotFound {
+        anyhow::Error::new(err).context(no_pool(state_dir))
+    } else {
+        anyhow::Error::new(err)
+    }
 }
 
 fn no_pool(state_dir: &Path) -> String {

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use larch_daemon::client;
-use larch_engine::{PoolConfig, tunables};
+use larch_engine::tunables;
 use serde_json::json;
 
 /// Arguments of `larch get`.
@@ -81,8 +81,7 @@ fn row(name: &str, file: Option<u64>, running: Option<u64>, pool_default: Option
 
 /// `larch get [NAME...]`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
-    let config = PoolConfig::load(&args.state_dir)
-        .with_context(|| format!("no pool in {}", args.state_dir.display()))?;
+    let config = crate::files::load(&args.state_dir)?;
     let known: Vec<&str> = tunables::TUNABLES.iter().map(|t| t.name).collect();
     for name in &args.names {
         if !known.contains(&name.as_str()) {

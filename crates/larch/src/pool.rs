@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use larch_engine::units::{format_size, parse_size};
 use larch_engine::{PoolConfig, new_guid};
 
-use crate::files::{load, save};
+use crate::files::{pool_error, save};
 
 /// `larch pool ...`
 #[derive(clap::Subcommand)]
@@ -66,10 +66,21 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             );
         }
         PoolCommand::Destroy { state_dir, force } => {
-            let config = load(&state_dir)?;
+            // A damaged pool.json is no reason to keep a pool the user wants gone.
+            let (name, config) = match PoolConfig::load(&state_dir) {
+                Ok(config) => (config.name.clone(), Some(config)),
+                Err(err) if err.kind() == std::io::ErrorKind::InvalidData && force => (
+                    format!("of {} (its pool.json was damaged)", state_dir.display()),
+                    None,
+                ),
+                Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+                    bail!("{err} (or destroy the pool with --force)")
+                }
+                Err(err) => return Err(pool_error(&state_dir, err)),
+            };
             // Acknowledged sync writes that only the log device holds (the pool was killed
             // and not started since) are lost with the pool: say so before, and after.
-            let pending: u64 = (config.log_devices.iter())
+            let pending: u64 = (config.iter().flat_map(|c| &c.log_devices))
                 .map(|log| {
                     let path = if log.path.is_absolute() {
                         log.path.clone()
@@ -82,17 +93,13 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             if !force {
                 if pending > 0 {
                     bail!(
-                        "pool {}'s log device holds {pending} acknowledged writes not yet \
+                        "pool {name}'s log device holds {pending} acknowledged writes not yet \
                          replayed (the pool was not stopped cleanly): start the pool once \
                          (`larch serve`, then stop it) so they reach their volumes; \
-                         destroying it now needs --force and discards them",
-                        config.name
+                         destroying it now needs --force and discards them"
                     );
                 }
-                bail!(
-                    "destroying pool {} needs --force (volume and device data are kept)",
-                    config.name
-                );
+                bail!("destroying pool {name} needs --force (volume and device data are kept)");
             }
             // Not under a daemon that has the pool open.
             let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
@@ -118,7 +125,7 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             ] {
                 let _ = std::fs::remove_file(state_dir.join(file));
             }
-            println!("destroyed pool {}", config.name);
+            println!("destroyed pool {name}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -144,6 +151,38 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("larch-pool-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    /// A damaged pool.json is reported as such by every command, and `pool destroy
+    /// --force` still forgets the pool (a reviewer's finding: every command said "no
+    /// pool" while `pool create` said the directory held one, and destroy failed).
+    #[test]
+    fn a_damaged_pool_json_is_named_and_can_be_destroyed() {
+        let dir = scratch("damaged");
+        let state = dir.to_str().unwrap();
+        pool(&["create", "tank", "--state-dir", state]).unwrap();
+        std::fs::write(dir.join("pool.json"), b"{\"name\": \"tank\", ").unwrap();
+        let damaged = format!("{} is damaged: ", dir.join("pool.json").display());
+        for err in [
+            crate::files::load(&dir).unwrap_err(),
+            crate::files::load_locked(&dir).unwrap_err(),
+            pool(&["destroy", "--state-dir", state]).unwrap_err(),
+        ] {
+            let text = format!("{err:#}");
+            assert!(
+                text.contains(&damaged)
+                    && text.contains("restore it from a copy or move it aside")
+                    && !text.contains("no pool"),
+                "{text}"
+            );
+        }
+        let err = pool(&["create", "tank", "--state-dir", state]).unwrap_err();
+        assert!(err.to_string().contains("already holds a pool"), "{err}");
+        pool(&["destroy", "--force", "--state-dir", state]).unwrap();
+        assert!(!dir.join("pool.json").exists());
+        let err = crate::files::load(&dir).unwrap_err();
+        assert!(format!("{err:#}").contains("no pool in"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A pool with an empty name is refused, and leaves no directory behind (a reviewer's
