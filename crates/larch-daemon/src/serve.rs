@@ -243,9 +243,20 @@ fn print_banner(pool: &Pool, created: bool) {
             );
         }
     }
+    // The limit in force: tunables.json's zfs_arc_max, when it sets one, overrides
+    // pool.json's (as it did at open).
+    let arc_max = pool.engine.tunables.zfs_arc_max();
+    let source = if arc_max == c.arc_max_bytes {
+        String::new()
+    } else {
+        format!(
+            ", from tunables.json; pool.json's arc_max_bytes is {}",
+            format_size(c.arc_max_bytes)
+        )
+    };
     eprintln!(
-        "  ARC: at most {} of data (zfs_arc_max)",
-        format_size(c.arc_max_bytes)
+        "  ARC: at most {} of data (zfs_arc_max{source})",
+        format_size(arc_max)
     );
 }
 

@@ -598,14 +598,27 @@ fn set_changes_tunables_of_a_running_daemon_and_refuses_bad_values() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("pool demo: serving"), "{text}");
+    // zfs_arc_max saved in tunables.json overrides pool.json's (1M here).
+    let out = larch()
+        .args(["set", "--state-dir"])
+        .arg(&state)
+        .arg("zfs_arc_max=8M")
+        .output()
+        .unwrap();
+    succeeded(&out, "larch set zfs_arc_max=8M");
     daemon.stop();
-    // The saved tunables apply at the next start too.
+    // The saved tunables apply at the next start too, and its banner gives the ARC limit
+    // in force, not pool.json's (a reviewer's finding: it said 1M while the ARC had 8M).
     let daemon = Daemon::start(&state);
     daemon.wait_for(
-        |s| s["tunables"]["l2arc_write_max"] == 8 << 20,
+        |s| s["tunables"]["l2arc_write_max"] == 8 << 20 && s["tunables"]["zfs_arc_max"] == 8 << 20,
         "tunables after restart",
     );
-    daemon.stop();
+    let stderr = daemon.stop();
+    assert!(
+        stderr.contains("ARC: at most 8.0M of data (zfs_arc_max, from tunables.json; pool.json's arc_max_bytes is 1.0M)"),
+        "{stderr}"
+    );
 }
 
 fn run_ok(args: &[&str], state: &Path) {
