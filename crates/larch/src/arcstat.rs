@@ -32,14 +32,14 @@ pub fn run(args: ArcstatArgs) -> anyhow::Result<ExitCode> {
     if args.interval == 0 {
         bail!("the interval must be at least 1 second");
     }
-    let mut previous = status::read(&args.state_dir, HINT)?.pool.arcstats;
+    let mut previous = status::read_running(&args.state_dir, HINT)?.pool.arcstats;
     let mut printed = 0u64;
     loop {
         if args.count.is_some_and(|c| printed >= c) {
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_secs(args.interval));
-        let now = status::read(&args.state_dir, HINT)?.pool.arcstats;
+        let now = status::read_running(&args.state_dir, HINT)?.pool.arcstats;
         if printed.is_multiple_of(20) {
             println!("{}", header());
         }

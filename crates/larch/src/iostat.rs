@@ -100,11 +100,11 @@ pub fn run(args: IostatArgs) -> anyhow::Result<ExitCode> {
     if args.interval == 0 {
         bail!("the interval must be at least 1 second");
     }
-    let mut previous = io_rows(&status::read(&args.state_dir, HINT)?);
+    let mut previous = io_rows(&status::read_running(&args.state_dir, HINT)?);
     let mut printed = 0u64;
     while args.count.is_none_or(|c| printed < c) {
         std::thread::sleep(Duration::from_secs(args.interval));
-        let status = status::read(&args.state_dir, HINT)?;
+        let status = status::read_running(&args.state_dir, HINT)?;
         let rows = io_rows(&status);
         print!("{}", report(&status.pool.pool, &rows, &previous, &args));
         previous = rows;

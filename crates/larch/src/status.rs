@@ -32,6 +32,32 @@ pub fn read(state_dir: &Path, hint: &str) -> anyhow::Result<StatusReport> {
     StatusReport::from_json(&text).with_context(|| format!("{}", path.display()))
 }
 
+/// How old a running daemon's status may be before it counts as not running: it writes
+/// one every second.
+const FRESH_SECS: u64 = 5;
+
+/// Whether `status` comes from a daemon that runs at `now` (seconds since the epoch): it
+/// said it runs, and said so within the last [`FRESH_SECS`].
+fn is_running(status: &StatusReport, now: u64) -> bool {
+    status.running && now.saturating_sub(status.time) < FRESH_SECS
+}
+
+/// The status of the daemon that serves the pool of `state_dir` now, for the commands
+/// that follow it over time (`arcstat`, `iostat`): an error when none does, instead of
+/// lines of zeros from an old status.
+pub fn read_running(state_dir: &Path, hint: &str) -> anyhow::Result<StatusReport> {
+    let status = read(state_dir, hint)?;
+    let now = larch_daemon::unix_time_secs();
+    if !is_running(&status, now) {
+        anyhow::bail!(
+            "larch serve for {} is not running (last status {} s ago)",
+            state_dir.display(),
+            now.saturating_sub(status.time)
+        );
+    }
+    Ok(status)
+}
+
 /// `larch status`.
 pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let hint = format!(
@@ -64,8 +90,7 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
     let report = &status.pool;
     let mut out = String::new();
     let age = now.saturating_sub(status.time);
-    let running = status.running && age < 5;
-    let state = if running {
+    let state = if is_running(status, now) {
         format!("serving (pid {})", status.pid)
     } else {
         format!("not running (status from {age} s ago)")
@@ -322,5 +347,44 @@ mod tests {
                 "{state:?}"
             );
         }
+    }
+
+    /// `arcstat` and `iostat` stop with an error when the daemon is not running, whether
+    /// it stopped cleanly or its last status is old (a reviewer's finding: they printed
+    /// rows of zeros from the last status file for ever).
+    #[test]
+    fn arcstat_and_iostat_stop_when_the_daemon_is_not_running() {
+        let dir =
+            std::env::temp_dir().join(format!("larch-cli-{}-stale-status", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = larch_daemon::unix_time_secs();
+        for (running, time) in [(true, now - 60), (false, now)] {
+            let mut report = status("stale");
+            report.running = running;
+            report.time = time;
+            report.write(&dir).unwrap();
+            let arcstat = crate::arcstat::run(crate::arcstat::ArcstatArgs {
+                interval: 1,
+                count: Some(1),
+                state_dir: dir.clone(),
+            });
+            let iostat = crate::iostat::run(crate::iostat::IostatArgs {
+                interval: 1,
+                count: Some(1),
+                state_dir: dir.clone(),
+                latency: false,
+            });
+            for outcome in [arcstat, iostat] {
+                let err = outcome.expect_err("ran on a stopped daemon's status");
+                let text = err.to_string();
+                assert!(
+                    text.contains(&format!("larch serve for {} is not running", dir.display()))
+                        && text.contains("(last status "),
+                    "{text}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
