@@ -18,7 +18,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "larch-data")]
     pub state_dir: PathBuf,
     /// Serve NBD on this TCP address (the default when no --socket is given).
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_addr)]
     pub listen: Option<String>,
     /// Serve NBD on this Unix socket.
     #[arg(long, value_name = "PATH")]
@@ -41,7 +41,7 @@ pub struct ServeArgs {
     /// Serve /metrics, /arcstats, /status and the management requests of `larch set` and
     /// `larch cache` over HTTP on this loopback address ("off" for none; port 0 picks a
     /// free port, recorded in status.json and daemon.json).
-    #[arg(long, default_value = "127.0.0.1:9920")]
+    #[arg(long, default_value = "127.0.0.1:9920", value_parser = parse_http)]
     pub http: String,
     /// Memory the history of the Analytics page may hold (an hour of seconds and a day
     /// of minutes; the oldest seconds go first when it is full), or "off" to keep none.
@@ -52,11 +52,34 @@ pub struct ServeArgs {
     /// Also serve the Analytics page and the read API to other machines on this address,
     /// over HTTPS with the NBD server's certificate (--tls); every request needs the token
     /// (`larch analytics url` prints it). Management stays on --http.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_addr)]
     pub http_remote: Option<String>,
     /// TLS, access rules and connection limits of the NBD server.
     #[command(flatten)]
     pub security: NbdSecurityArgs,
+}
+
+/// A TCP address of `--listen` and `--http-remote` (`HOST:PORT`: an IP address, or a name
+/// that resolves), checked before anything opens: a typo is a usage error, not a pool
+/// opened (its cache devices rebuilt, its intent log replayed) only to stop at the bind.
+/// An address that parses but cannot be bound still fails at the bind.
+fn parse_addr(text: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs;
+    match text.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(text.to_string()),
+        Ok(None) => Err(format!("{text:?} names no address")),
+        Err(err) => Err(format!(
+            "{text:?} is not a TCP address ({err}): give ADDR:PORT, such as 127.0.0.1:10809"
+        )),
+    }
+}
+
+/// `--http`: an address as [`parse_addr`] takes it, or "off".
+fn parse_http(text: &str) -> Result<String, String> {
+    if text == "off" {
+        return Ok(text.to_string());
+    }
+    parse_addr(text).map_err(|why| format!("{why}, or \"off\""))
 }
 
 impl Default for ServeArgs {
@@ -153,5 +176,43 @@ mod tests {
         assert_eq!(with("1M").unwrap().history_max_bytes, Some(1 << 20));
         let err = with("lots").unwrap_err().to_string();
         assert!(err.contains("--history lots"), "{err}");
+    }
+
+    /// Addresses that do not parse are usage errors before anything opens (a reviewer's
+    /// finding: `--listen garbage` opened the whole pool before it failed, and `--http
+    /// garbage` only logged and served without the management endpoint).
+    #[test]
+    fn listen_and_http_addresses_that_do_not_parse_are_usage_errors() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|cli| cli.serve)
+        };
+        for args in [
+            ["--listen", "garbage"],
+            ["--listen", "127.0.0.1:99999"],
+            ["--http", "garbage"],
+            ["--http", "127.0.0.1"],
+            ["--http-remote", "0.0.0.0:x"],
+        ] {
+            let err = parse(&args).err().expect("parsed");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains(args[0]) && text.contains("ADDR:PORT"),
+                "{text}"
+            );
+        }
+        let args = parse(&["--listen", "127.0.0.1:0", "--http", "off"]).unwrap();
+        assert_eq!(args.listen.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(args.options().unwrap().http, None);
+        let args = parse(&["--http", "[::1]:9920", "--http-remote", "0.0.0.0:9921"]).unwrap();
+        assert_eq!(args.http, "[::1]:9920");
+        assert_eq!(args.http_remote.as_deref(), Some("0.0.0.0:9921"));
     }
 }
