@@ -225,6 +225,7 @@ pub fn add_cache_device(
     // Held while the headers are looked at and zeroed: a file another running pool uses
     // is refused (--force included) before anything touches it.
     let file_lock = hold_device(path)?;
+    check_cache_device_size(path)?;
     if let Some(contents) = not_blank(path, config.guid)? {
         if !force {
             return Err(ManageError::Refused(format!(
@@ -513,6 +514,28 @@ fn hold_device(path: &Path) -> Result<Option<fs::File>, ManageError> {
         std::io::ErrorKind::WouldBlock => ManageError::Refused(e.to_string()),
         _ => ManageError::Io(e.to_string()),
     })
+}
+
+/// Refuses a device too small for a cache device's ring, saying how large it must be
+/// (before, this was found only when the pool formatted it: at once on a running pool,
+/// at the next start otherwise).
+fn check_cache_device_size(path: &Path) -> Result<(), ManageError> {
+    use std::io::{Seek, SeekFrom};
+    let bytes = fs::File::open(path)
+        .and_then(|mut f| f.seek(SeekFrom::End(0)))
+        .map_err(|e| ManageError::Io(format!("reading the size of {}: {e}", path.display())))?;
+    let sector_bytes = larch_l2::CreateOptions::default().sector_bytes;
+    match larch_l2::Geometry::for_device(bytes, sector_bytes) {
+        Err(larch_l2::L2Error::DeviceTooSmall { min_bytes, .. }) => {
+            Err(ManageError::Refused(format!(
+                "{} has {bytes} bytes: too small for a cache device, which needs at least \
+                 {min_bytes} ({})",
+                path.display(),
+                crate::units::format_size(min_bytes)
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The first `2 * HEADER_SLOT_BYTES` of a device (both header slots of a cache or log

@@ -106,7 +106,11 @@ mod tests {
         };
         let tiny = dir.join("tiny.img");
         let err = cache(&[tiny.to_str().unwrap(), "--size", "4K"]).unwrap_err();
-        assert!(err.to_string().contains("too small"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("too small for a cache device, which needs at least"),
+            "{err}"
+        );
         assert!(!tiny.exists(), "the refused add left its file");
         let used = dir.join("used.img");
         std::fs::write(&used, vec![0u8; 4 << 20]).unwrap();

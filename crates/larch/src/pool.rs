@@ -19,7 +19,7 @@ pub enum PoolCommand {
         /// Where its state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
-        /// zfs_arc_max: bytes of data the ARC may hold.
+        /// zfs_arc_max: bytes of data the ARC may hold (at least 1M).
         #[arg(long, default_value = "1G", value_parser = parse_size)]
         arc_max: u64,
     },
@@ -45,9 +45,13 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             if name.is_empty() {
                 bail!("the pool's name is empty: give a name");
             }
+            if arc_max < 1 << 20 {
+                bail!("--arc-max {arc_max}: the ARC needs at least 1M");
+            }
             if state_dir.join(larch_engine::pool::CONFIG_FILE).exists() {
                 bail!("{} already holds a pool", state_dir.display());
             }
+            let made_dir = !state_dir.exists();
             std::fs::create_dir_all(&state_dir)
                 .with_context(|| format!("creating {}", state_dir.display()))?;
             let config = PoolConfig {
@@ -58,7 +62,13 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                 cache_devices: Vec::new(),
                 log_devices: Vec::new(),
             };
-            save(&config, &state_dir)?;
+            if let Err(err) = save(&config, &state_dir) {
+                if made_dir {
+                    // A failed create leaves no directory behind (only an empty one goes).
+                    let _ = std::fs::remove_dir(&state_dir);
+                }
+                return Err(err);
+            }
             println!(
                 "created pool {name} in {} (zfs_arc_max {})",
                 state_dir.display(),
@@ -185,12 +195,15 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A pool with an empty name is refused, and leaves no directory behind (a reviewer's
-    /// finding: `pool create ''` was taken).
+    /// A create that is refused says which flag is wrong and leaves no directory behind
+    /// (a reviewer's finding: `--arc-max 0` named the JSON field `arc_max_bytes` and left
+    /// an empty directory; an empty name was taken).
     #[test]
-    fn a_pool_with_an_empty_name_is_refused() {
+    fn a_refused_create_names_the_flag_and_leaves_nothing() {
         let dir = scratch("refused");
         let state = dir.to_str().unwrap();
+        let err = pool(&["create", "tank", "--arc-max", "0", "--state-dir", state]).unwrap_err();
+        assert!(err.to_string().contains("--arc-max 0"), "{err}");
         let err = pool(&["create", "", "--state-dir", state]).unwrap_err();
         assert!(err.to_string().contains("name is empty"), "{err}");
         assert!(!dir.exists(), "a refused create left {}", dir.display());

@@ -227,6 +227,12 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             }
             // Everything is checked before a file is created, and a file created here goes
             // again when the add fails after all.
+            if !(4096..=128 << 10).contains(&volblocksize) || !volblocksize.is_power_of_two() {
+                bail!(
+                    "--volblocksize {}: a power of two from 4K to 128K is needed",
+                    larch_engine::units::format_size_exact(volblocksize)
+                );
+            }
             volume.backing = backing.clone();
             config.volumes.push(volume);
             config.validate().map_err(anyhow::Error::msg)?;
@@ -479,7 +485,7 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("volblocksize 3072"), "{err}");
+        assert!(err.contains("--volblocksize 3K: a power of two"), "{err}");
         assert!(!a.exists(), "a refused add created its backing file");
         // Too small for one block: refused before anything is created.
         let err = volume(&dir, &["add", "a", "--backing", a_path, "--size", "4K"])
