@@ -528,8 +528,8 @@ pub struct Pool {
 /// partitioning tools take `flock` locks of their own on those, and a transient one must
 /// not stop a pool). `WouldBlock` when another open file holds a lock that conflicts.
 /// The pool locks every file it writes this way: volumes' backing files, cache devices
-/// and log devices.
-fn lock_file(path: &Path, shared: bool) -> io::Result<Option<fs::File>> {
+/// and log devices; `larch serve-file` locks the file it serves the same way.
+pub fn lock_file(path: &Path, shared: bool) -> io::Result<Option<fs::File>> {
     let file = fs::File::open(path)?;
     if !file.metadata()?.is_file() {
         return Ok(None);

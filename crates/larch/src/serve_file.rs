@@ -283,6 +283,10 @@ fn remove_stale_socket(path: &Path) -> anyhow::Result<()> {
 /// A file or block device served as one export.
 pub struct FileExport {
     file: Arc<File>,
+    /// The `flock` on a regular file for as long as it is served (exclusive when
+    /// writable, shared when read-only), as a pool locks its backing files: a pool and
+    /// serve-file, or two serve-files, never write one file without knowing of each other.
+    _lock: Option<File>,
     size_bytes: u64,
     read_only: bool,
     regular: bool,
@@ -322,11 +326,24 @@ impl FileExport {
                 path.display()
             );
         }
+        let lock = larch_engine::lock_file(path, read_only).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                anyhow::anyhow!(
+                    "{} is in use: a running larch pool serves it as a volume, or another \
+                     larch serve-file{} serves it; stop that first",
+                    path.display(),
+                    if read_only { " that writes" } else { "" }
+                )
+            } else {
+                anyhow::anyhow!("locking {}: {err}", path.display())
+            }
+        })?;
         // Works for block devices too, where the metadata length is 0.
         let size_bytes = file.seek(SeekFrom::End(0))?;
         let memory_backed = regular && is_memory_backed(&file);
         let export = FileExport {
             file: Arc::new(file),
+            _lock: lock,
             size_bytes,
             read_only,
             regular,

@@ -438,6 +438,37 @@ fn a_pool_is_served_by_one_process_at_a_time() {
     let stderr = serve_expecting_failure(&state2, &not_socket);
     assert!(stderr.contains("not a socket"), "{stderr}");
     assert_eq!(std::fs::read(&not_socket).unwrap(), b"keep me");
+    // `larch serve-file` of the volume's backing file is refused too, read-only or not:
+    // before, it served (and wrote) the file under the pool (a reviewer's finding).
+    for read_only in [false, true] {
+        let mut serve_file = larch();
+        serve_file
+            .arg("serve-file")
+            .arg(state.join("vol0.img"))
+            .arg("--socket")
+            .arg(dir.join("file.sock"));
+        if read_only {
+            serve_file.arg("--read-only");
+        }
+        let mut child = serve_file
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run larch serve-file");
+        // A refused serve-file ends at once; one that serves would run for ever.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve-file served the pool's backing file (read-only: {read_only})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "serve-file served the pool's file");
+        assert!(stderr.contains("is in use"), "{stderr}");
+    }
     // The daemon kept serving throughout.
     assert!(read_image(&daemon, &dir) == image, "data changed");
     // The lock goes with its process, even after kill -9: the next start opens the pool.
