@@ -1,7 +1,8 @@
 //! What the daemon does every second besides serving: apply edits of `tunables.json` and
 //! `pool.json` (how changes made while no HTTP endpoint answered reach it), show rebuild
-//! progress and announce rebuilds and faults of cache devices, write the status file, and
-//! print the optional stats line.
+//! progress and announce rebuilds and faults of cache devices, write the status file,
+//! record the header sequences the cache devices reached, and print the optional stats
+//! line.
 //!
 //! A tick does file I/O (the status file is fsynced, a cache device added in `pool.json`
 //! is formatted), so it runs on tokio's blocking pool, never on the workers that serve
@@ -50,6 +51,11 @@ pub(crate) struct History {
 
 /// Seconds between saves of the history (it is also saved at a clean stop).
 const HISTORY_SAVE_SECS: u64 = 60;
+
+/// Seconds between records of the header sequences the cache devices reached
+/// (`l2-sequences.json`; also written at a clean stop): an image of a device taken before
+/// the last record is formatted, not rebuilt, if it is put back.
+const L2_SEQUENCES_RECORD_SECS: u64 = 60;
 
 impl Housekeeper {
     /// Housekeeping of `pool`, which has just been opened: the files as they are now are
@@ -109,6 +115,11 @@ impl Housekeeper {
         self.progress.show(devices, self.tick);
         self.announce(pool, devices);
         self.write_status(pool, &status);
+        if self.tick.is_multiple_of(L2_SEQUENCES_RECORD_SECS)
+            && let Err(err) = pool.record_l2_sequences()
+        {
+            eprintln!("larch serve: {}: {err}", larch_engine::L2_SEQUENCES_FILE);
+        }
         if let Some(history) = &self.history {
             let save = self.tick.is_multiple_of(HISTORY_SAVE_SECS);
             // Taken before the recorder, so that copies are written in the order taken.

@@ -152,6 +152,9 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     for refused in &pool.refused_devices {
         eprintln!("larch serve: cache device not used: {refused}");
     }
+    for formatted in &pool.formatted_devices {
+        history::append(state_dir, &format!("cache device formatted: {formatted}"));
+    }
     for refused in &pool.refused_tunables {
         eprintln!("larch serve: tunables.json: {refused}");
     }

@@ -80,8 +80,8 @@ pub use engine::Engine;
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
-    CacheDeviceConfig, ConfigLock, DemoSizes, FAILED_VOLUMES_FILE, Pool, PoolConfig, PoolLock,
-    VolumeConfig, clear_failed_volume, create_demo, is_object_url, lock_file,
+    CacheDeviceConfig, ConfigLock, DemoSizes, FAILED_VOLUMES_FILE, L2_SEQUENCES_FILE, Pool,
+    PoolConfig, PoolLock, VolumeConfig, clear_failed_volume, create_demo, is_object_url, lock_file,
     log_records_to_replay, new_guid, node_name, read_failed_volumes, write_private_state_file,
     write_state_file,
 };

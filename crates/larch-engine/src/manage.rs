@@ -295,6 +295,14 @@ pub fn remove_cache_device(target: Target<'_>, path: &Path) -> Result<String, Ma
             pool.engine.remove_cache_device(device.index);
         }
     }
+    // Its record goes with it (a device added again is formatted under a new guid).
+    crate::pool::drop_l2_sequence(dir, removed.guid).map_err(|e| {
+        ManageError::Io(format!(
+            "cache device {} removed, but {}: {e}",
+            path.display(),
+            crate::pool::L2_SEQUENCES_FILE
+        ))
+    })?;
     Ok(format!("cache device {} removed", path.display()))
 }
 

@@ -20,12 +20,13 @@ use crate::volumes::{CacheMode, SyncMode, VolumeSpec};
 
 mod records;
 pub use records::{
-    COMMITTED_TXG_FILE, DISTRUSTED_FILE, FAILED_VOLUMES_FILE, clear_failed_volume,
-    read_failed_volumes,
+    COMMITTED_TXG_FILE, DISTRUSTED_FILE, FAILED_VOLUMES_FILE, L2_SEQUENCES_FILE,
+    clear_failed_volume, read_failed_volumes,
 };
 use records::{
-    RecordChanges, add_guids, read_committed_txg, read_distrusted, record_failed_volume,
-    update_distrusted, write_committed_txg,
+    RecordChanges, add_guids, read_committed_txg, read_distrusted, read_l2_sequences,
+    record_failed_volume, set_sequences, update_distrusted, update_l2_sequences,
+    write_committed_txg,
 };
 
 /// Name of the configuration file in a state directory.
@@ -366,8 +367,8 @@ impl PoolConfig {
 /// temporary file that is fsynced, then renamed over `name`, then the directory is
 /// fsynced. A crash leaves the old file or the new one, never a mix, and once this
 /// returns the new one survives a power loss. Every state file goes through here
-/// (`pool.json`, `tunables.json`, `committed-txg`, `l2-format`, `failed-volumes.json`, and
-/// the daemon's files).
+/// (`pool.json`, `tunables.json`, `committed-txg`, `l2-format`, `l2-sequences.json`,
+/// `failed-volumes.json`, and the daemon's files).
 pub fn write_state_file(state_dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     write_state_file_mode(state_dir, name, bytes, 0o644)
 }
@@ -508,6 +509,9 @@ pub struct Pool {
     /// Cache devices that could not be used (foreign, unreadable), with the reason: the
     /// pool serves without them.
     pub refused_devices: Vec<String>,
+    /// Cache devices formatted at open although their logs were valid, with the reason
+    /// (an older image of the device: see [`L2_SEQUENCES_FILE`]); they serve empty.
+    pub formatted_devices: Vec<String>,
     /// Saved tunables (`tunables.json`) that were refused, with the reason.
     pub refused_tunables: Vec<String>,
     /// Records replayed from the intent log at open (`None`: no log device, or a new one).
@@ -607,10 +611,35 @@ fn header_is_ours(path: &Path, pool_guid: u64, device_guid: u64) -> bool {
     })
 }
 
+/// The newest header sequence on the device at `path` when it is this pool's cache device
+/// `device_guid` and that sequence is below `recorded`, the one the pool saw it reach: an
+/// older image of the device (restored from a snapshot or a copy), whose log lacks the
+/// tombstones of the blocks overwritten since, so it must not be rebuilt.
+fn older_image(path: &Path, pool_guid: u64, device_guid: u64, recorded: u64) -> Option<u64> {
+    use larch_io::BlockDevice;
+    let dev = larch_io::FileDevice::open(path, &larch_io::FileOptions::default()).ok()?;
+    let read = larch_l2::read_header(&dev).ok()?;
+    larch_l2::validate_header(
+        &read.header,
+        dev.len_bytes(),
+        Some((pool_guid, device_guid)),
+    )
+    .ok()?;
+    (read.header.sequence < recorded).then_some(read.header.sequence)
+}
+
+/// A cache device of `pool.json` that [`add_listed_cache_device`] added.
+struct Added {
+    device: Arc<crate::CacheDevice>,
+    /// Why it was formatted although its log was valid, if it was.
+    formatted: Option<String>,
+}
+
 /// Adds the cache device `d` of `pool.json` to the engine: formatted when `format_cache`,
-/// when `distrust` (the pool recorded that its log missed writes) or when its headers are
-/// blank, otherwise opened and rebuilt. A device to format is left alone when what is at
-/// its path does not carry its header. `Err` says why it is not in use.
+/// when `distrust` (the pool recorded that its log missed writes), when its headers are
+/// blank or when its header is older than `recorded` (the sequence the pool saw it reach,
+/// [`L2_SEQUENCES_FILE`]), otherwise opened and rebuilt. A device to format is left alone
+/// when what is at its path does not carry its header. `Err` says why it is not in use.
 fn add_listed_cache_device(
     engine: &Arc<Engine>,
     state_dir: &Path,
@@ -618,7 +647,8 @@ fn add_listed_cache_device(
     d: &CacheDeviceConfig,
     distrust: bool,
     format_cache: bool,
-) -> Result<(), String> {
+    recorded: Option<u64>,
+) -> Result<Added, String> {
     let path = resolve(state_dir, &d.path);
     let blank = headers_are_blank(&path);
     if distrust && !blank && !format_cache && !header_is_ours(&path, pool_guid, d.guid) {
@@ -632,11 +662,46 @@ fn add_listed_cache_device(
             d.guid
         ));
     }
-    let create = format_cache || distrust || blank;
-    engine
+    let older = match recorded {
+        Some(recorded) if !(format_cache || distrust || blank) => {
+            older_image(&path, pool_guid, d.guid, recorded).map(|found| {
+                format!(
+                    "{}: cache device {:#x} is an older image of itself (header sequence \
+                     {found}, the pool saw it reach {recorded}): its log may serve blocks \
+                     overwritten since, so it is formatted, not rebuilt",
+                    path.display(),
+                    d.guid
+                )
+            })
+        }
+        _ => None,
+    };
+    let create = format_cache || distrust || blank || older.is_some();
+    let device = engine
         .add_cache_device(&path, pool_guid, d.guid, create)
-        .map(drop)
-        .map_err(|err| err.to_string())
+        .map_err(|err| err.to_string())?;
+    if let Some(why) = &older {
+        eprintln!("larch: {why}");
+    }
+    Ok(Added {
+        device,
+        formatted: older,
+    })
+}
+
+/// Drops the record of the cache device `guid` ([`L2_SEQUENCES_FILE`]): it left the pool.
+pub(crate) fn drop_l2_sequence(state_dir: &Path, guid: u64) -> io::Result<()> {
+    update_l2_sequences(state_dir, |sequences| {
+        sequences.remove(&guid);
+    })
+}
+
+/// The sequence each added device has reached (formatted: the new format's), to record.
+fn reached(added: &[Arc<crate::CacheDevice>]) -> Vec<(u64, Option<u64>)> {
+    added
+        .iter()
+        .map(|device| (device.guid, device.sequence_reached()))
+        .collect()
 }
 
 /// The records a log device holds for the next replay, read without writing anything;
@@ -780,24 +845,54 @@ impl Pool {
         engine.set_distrust_sink(Box::new(move |guid| {
             update_distrusted(&sink_dir, |guids| add_guids(guids, &[guid]))
         }));
+        // The header sequence the pool saw each device reach: an older image of a device
+        // is formatted (see `L2_SEQUENCES_FILE`).
+        let sequences = read_l2_sequences(state_dir)?;
         let mut refused_devices = Vec::new();
+        let mut formatted_devices = Vec::new();
+        let mut added = Vec::new();
         let mut changes = RecordChanges::default();
         for d in &config.cache_devices {
             let distrust = distrusted.contains(&d.guid);
-            let result =
-                add_listed_cache_device(&engine, state_dir, config.guid, d, distrust, format_cache);
-            if let Err(why) = changes.note(d.guid, distrust, result) {
-                refused_devices.push(why);
+            let recorded = sequences.get(&d.guid).copied();
+            let result = add_listed_cache_device(
+                &engine,
+                state_dir,
+                config.guid,
+                d,
+                distrust,
+                format_cache,
+                recorded,
+            );
+            match result {
+                Ok(Added { device, formatted }) => {
+                    changes.note(d.guid, distrust, true);
+                    formatted_devices.extend(formatted);
+                    added.push(device);
+                }
+                Err(why) => {
+                    changes.note(d.guid, distrust, false);
+                    refused_devices.push(why);
+                }
             }
         }
         // Written before any volume is served: no write happens before the record.
         changes.record(state_dir)?;
+        // Each added device's record is what it has reached now (a formatted one starts
+        // again from its new header); devices no longer in the pool have none. Devices
+        // missing now keep theirs, to be checked when they are back.
+        let reached = reached(&added);
+        update_l2_sequences(state_dir, |sequences| {
+            sequences.retain(|guid, _| config.cache_devices.iter().any(|d| d.guid == *guid));
+            set_sequences(sequences, &reached);
+        })?;
         Ok(Pool {
             state_dir: state_dir.to_path_buf(),
             config,
             engine,
             volumes,
             refused_devices,
+            formatted_devices,
             refused_tunables,
             log_replayed,
             config_lock: Mutex::new(false),
@@ -838,7 +933,24 @@ impl Pool {
                 Vec::new()
             }
         };
+        // And so is an older image of a device, as at open.
+        let read = if new.is_empty() {
+            Ok(Default::default())
+        } else {
+            read_l2_sequences(&self.state_dir)
+        };
+        let sequences = match read {
+            Ok(sequences) => sequences,
+            Err(err) => {
+                done.push(format!(
+                    "cache devices not added: {L2_SEQUENCES_FILE} cannot be read: {err}"
+                ));
+                new.clear();
+                Default::default()
+            }
+        };
         let mut changes = RecordChanges::default();
+        let mut added = Vec::new();
         for d in new {
             let path = resolve(&self.state_dir, &d.path);
             let distrust = distrusted.contains(&d.guid);
@@ -849,20 +961,49 @@ impl Pool {
                 d,
                 distrust,
                 false,
+                sequences.get(&d.guid).copied(),
             );
-            match changes.note(d.guid, distrust, result) {
-                Ok(()) => done.push(format!("cache device {} added", path.display())),
+            changes.note(d.guid, distrust, result.is_ok());
+            match result {
+                Ok(Added {
+                    device,
+                    formatted: Some(why),
+                }) => {
+                    added.push(device);
+                    done.push(format!(
+                        "cache device {} added, formatted: {why}",
+                        path.display()
+                    ));
+                }
+                Ok(Added { device, .. }) => {
+                    added.push(device);
+                    done.push(format!("cache device {} added", path.display()));
+                }
                 Err(why) => done.push(format!("cache device not used: {why}")),
             }
         }
         if let Err(err) = changes.record(&self.state_dir) {
             done.push(format!("cache devices: {err}"));
         }
+        let mut dropped = Vec::new();
         for r in running {
             let wanted = config.cache_devices.iter().any(|d| d.guid == r.guid);
             if !wanted && r.state() != crate::DeviceState::Removed {
                 self.engine.remove_cache_device(r.index);
+                dropped.push(r.guid);
                 done.push(format!("cache device {} removed", r.path.display()));
+            }
+        }
+        // Added devices are recorded at what they reached (a formatted one from its new
+        // header), removed ones are no longer recorded.
+        if !(added.is_empty() && dropped.is_empty()) {
+            let reached = reached(&added);
+            let recorded = update_l2_sequences(&self.state_dir, |sequences| {
+                sequences.retain(|guid, _| !dropped.contains(guid));
+                set_sequences(sequences, &reached);
+            });
+            if let Err(err) = recorded {
+                done.push(format!("cache devices: {L2_SEQUENCES_FILE}: {err}"));
             }
         }
         done.extend(self.apply_log_config(config));
@@ -916,7 +1057,33 @@ impl Pool {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
         self.engine.shutdown();
+        // The sequences the devices reached, exactly: an image of one taken before now is
+        // then caught at the next open.
+        if let Err(err) = self.record_l2_sequences() {
+            eprintln!("larch: {L2_SEQUENCES_FILE} not written: {err}");
+        }
         close_volumes(&self.volumes)
+    }
+
+    /// Records the header sequence each cache device in use (or faulted) has reached
+    /// ([`L2_SEQUENCES_FILE`]): at a clean close, and periodically while the pool runs
+    /// (the daemon's housekeeping), so that an older image of a device put back later is
+    /// formatted rather than rebuilt. Devices not in the engine keep their record.
+    pub fn record_l2_sequences(&self) -> io::Result<()> {
+        update_l2_sequences(&self.state_dir, |sequences| {
+            // Under the record's lock: a device formatted meanwhile has its record reset
+            // after this, never before (see `L2_SEQUENCES_LOCK`).
+            let devices = self.engine.devices();
+            let in_use: Vec<_> = devices
+                .into_iter()
+                .filter(|d| d.state() != crate::DeviceState::Removed)
+                .collect();
+            let reached: Vec<_> = reached(&in_use)
+                .into_iter()
+                .filter(|(_, sequence)| sequence.is_some())
+                .collect();
+            set_sequences(sequences, &reached);
+        })
     }
 }
 

@@ -935,3 +935,135 @@ fn a_device_to_format_that_comes_back_while_the_pool_runs_is_formatted_not_rebui
     drop(pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A cache device put back as an older image of itself (a snapshot or a copy taken before
+/// some overwrites, the backing store not rolled back) passes every check of its header,
+/// but its log lacks the tombstones of the blocks overwritten since: rebuilt, it served
+/// their old bytes (a review's finding). The pool records the header sequence each device
+/// reached (`l2-sequences.json`), so such an image is formatted, not rebuilt.
+#[test]
+fn an_older_image_of_a_cache_device_is_formatted_not_rebuilt() {
+    use larch_engine::{DemoSizes, L2_SEQUENCES_FILE, Pool, PoolConfig, create_demo};
+    let dir = scratch("l2-older-image");
+    create_demo(&dir, DemoSizes::TINY).expect("demo pool");
+    let device = dir.join("cache0.img");
+    let image = dir.join("cache0.snapshot");
+    let guid = PoolConfig::load(&dir).expect("pool.json").cache_devices[0].guid;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = |pool: &Pool, block: u64| -> Bytes {
+        let vol = pool.volumes[0].entry();
+        runtime
+            .block_on(pool.engine.read_block(vol, block, false))
+            .expect("read")
+    };
+    let stat = |pool: &Pool, name: &str| -> u64 {
+        let stats: HashMap<String, u64> = pool.engine.arcstats().into_iter().collect();
+        stats[name]
+    };
+    let recorded = || -> HashMap<String, u64> {
+        let text = std::fs::read_to_string(dir.join(L2_SEQUENCES_FILE)).expect("the record");
+        serde_json::from_str(&text).expect("guids to sequences")
+    };
+
+    // Run 1: block 0 (zeroes) is cached on the device; a clean close records its sequence.
+    let pool = Pool::open(&dir, false).expect("run 1");
+    assert!(
+        read(&pool, 0).iter().all(|&b| b == 0),
+        "a new volume reads zeroes"
+    );
+    pool.engine.feed_once(&pool.engine.devices()[0], 8 << 20);
+    assert_eq!(stat(&pool, "l2_blocks"), 1, "block 0 is on the device");
+    pool.close().expect("close");
+    drop(pool);
+    let first = recorded()[&guid.to_string()];
+    std::fs::copy(&device, &image).expect("an image of the device");
+
+    // Run 2: the device is rebuilt, block 0 is overwritten (its tombstone goes to the
+    // device's log) and the pool closes cleanly.
+    let pool = Pool::open(&dir, false).expect("run 2");
+    wait_online(&pool.engine);
+    assert_eq!(stat(&pool, "l2_blocks"), 1, "rebuilt with block 0");
+    let written = vec![0x5a; BLOCK as usize];
+    pool.engine
+        .write_blocks(
+            pool.volumes[0].entry(),
+            &[(0, BlockBuf::from_vec(written.clone()))],
+            true,
+        )
+        .expect("sync write");
+    pool.close().expect("close");
+    drop(pool);
+    let second = recorded()[&guid.to_string()];
+    let on_device = {
+        let dev = larch_io::FileDevice::open(&device, &larch_io::FileOptions::default())
+            .expect("the device");
+        larch_l2::read_header(&dev)
+            .expect("its header")
+            .header
+            .sequence
+    };
+    assert_eq!(
+        second, on_device,
+        "a clean close records the device's sequence"
+    );
+    assert!(
+        second > first,
+        "the tombstone's commit wrote headers: {first} -> {second}"
+    );
+
+    // Run 3, with the image of run 1 put back: formatted, and block 0 reads what run 2
+    // wrote.
+    std::fs::copy(&image, &device).expect("the older image put back");
+    let pool = Pool::open(&dir, false).expect("run 3");
+    wait_online(&pool.engine);
+    assert!(
+        pool.refused_devices.is_empty(),
+        "{:?}",
+        pool.refused_devices
+    );
+    let got = read(&pool, 0);
+    assert!(
+        got[..] == written[..],
+        "stale read: block 0 begins {:02x?}, not {:02x?}",
+        &got[..8],
+        &written[..8]
+    );
+    assert_eq!(stat(&pool, "l2_hits"), 0);
+    assert_eq!(
+        pool.formatted_devices.len(),
+        1,
+        "{:?}",
+        pool.formatted_devices
+    );
+    assert!(
+        pool.formatted_devices[0].contains("older image"),
+        "{:?}",
+        pool.formatted_devices
+    );
+    let reset = recorded()[&guid.to_string()];
+    assert!(
+        reset < first,
+        "the record starts again with the format: {reset}"
+    );
+    pool.close().expect("close");
+    drop(pool);
+
+    // Run 4: the formatted device is current, so it is rebuilt (no false alarm).
+    let pool = Pool::open(&dir, false).expect("run 4");
+    assert!(
+        pool.formatted_devices.is_empty(),
+        "{:?}",
+        pool.formatted_devices
+    );
+    assert!(
+        pool.refused_devices.is_empty(),
+        "{:?}",
+        pool.refused_devices
+    );
+    pool.close().expect("close");
+    drop(pool);
+    let _ = std::fs::remove_dir_all(&dir);
+}

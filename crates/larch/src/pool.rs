@@ -121,7 +121,8 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             }
             // Everything the pool kept here, so that a new pool in this directory starts
             // with none of it (an old analytics history, a record that a cache device must
-            // be formatted, a committed TXG). TLS certificates stay: clients may trust them.
+            // be formatted, the header sequences its cache devices reached, a committed
+            // TXG). TLS certificates stay: clients may trust them.
             for file in [
                 "pool.json",
                 "tunables.json",
@@ -129,6 +130,7 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                 "history",
                 "committed-txg",
                 "l2-format",
+                "l2-sequences.json",
                 "analytics.bin",
                 "daemon.json",
                 "config.lock",

@@ -259,6 +259,7 @@ fn a_destroyed_pool_leaves_no_state_for_the_next_one() {
         "history",
         "committed-txg",
         "l2-format",
+        "l2-sequences.json",
         "analytics.bin",
         "daemon.json",
         "config.lock",

@@ -97,6 +97,10 @@ pub struct CacheDevice {
     /// opened, or the writer's last when the writer was dropped), for emptying its log
     /// without reading it back.
     known_header: RankedMutex<Option<DevHeaderPhys>>,
+    /// Whether `known_header` is the last header of a writer that an I/O error poisoned:
+    /// the header write that failed may not have landed, so the device may be one
+    /// sequence short of it (until a header is written over it, [`Engine::forget_log`]).
+    known_header_unsure: AtomicBool,
     state: AtomicU8,
     fault: RankedMutex<Option<String>>,
     rebuild: RankedMutex<Option<RebuildStats>>,
@@ -137,6 +141,7 @@ impl CacheDevice {
             writer: RankedMutex::new(Rank::DeviceWriter, writer),
             geometry,
             known_header: RankedMutex::leaf(None),
+            known_header_unsure: AtomicBool::new(false),
             state: AtomicU8::new(state as u8),
             fault: RankedMutex::leaf(None),
             rebuild: RankedMutex::leaf(None),
@@ -197,6 +202,23 @@ impl CacheDevice {
         self.writer.lock()
     }
 
+    /// A header sequence this device has reached on the media, never more than it has:
+    /// its writer's, or else the newest header known to be on it; one less when an I/O
+    /// error poisoned that writer, since the header write that failed may not have landed.
+    /// `None` when nothing of it is known (never formatted). The pool records it so that
+    /// an older image of the device is not rebuilt (`l2-sequences.json`).
+    pub fn sequence_reached(&self) -> Option<u64> {
+        let from_writer = self.writer().as_ref().map(|l2| {
+            let sequence = l2.header().sequence;
+            sequence.saturating_sub(u64::from(l2.is_poisoned()))
+        });
+        from_writer.or_else(|| {
+            let known = self.known_header.lock().map(|h| h.sequence)?;
+            let unsure = self.known_header_unsure.load(Ordering::Acquire);
+            Some(known.saturating_sub(u64::from(unsure)))
+        })
+    }
+
     /// Takes the writer out of use, remembering its last header.
     /// Releases the device file's lock: the pool no longer writes it.
     pub(crate) fn release_file_lock(&self) {
@@ -206,6 +228,10 @@ impl CacheDevice {
     fn drop_writer(&self) {
         let writer = self.writer().take();
         if let Some(l2) = writer {
+            // Unsure first: a reader between the two stores then understates, never
+            // overstates, what the device reached.
+            self.known_header_unsure
+                .store(l2.is_poisoned(), Ordering::Release);
             *self.known_header.lock() = Some(l2.header());
         }
     }
@@ -574,6 +600,7 @@ impl Engine {
         match forgotten {
             Ok(header) => {
                 *device.known_header.lock() = Some(header);
+                device.known_header_unsure.store(false, Ordering::Release);
                 Ok(())
             }
             // A device that was never formatted has no log to forget.
@@ -663,5 +690,60 @@ mod tests {
         // took index 0 again, and the entries of both.
         assert!(devices.push(path, 3, dev(), None).is_none());
         assert_eq!(devices.all().len(), 2);
+    }
+
+    /// What the pool records of a device (`l2-sequences.json`) never exceeds the newest
+    /// header on it, or it would format a current device as an older image of itself: not
+    /// while it is fed, not when a header write fails (the writer has counted the header
+    /// that did not land), and not once it is faulted and its log could not be emptied.
+    #[test]
+    fn the_sequence_reached_never_exceeds_the_devices() {
+        use crate::backing::{BackingStore, LatencyModel};
+        use crate::volumes::VolumeSpec;
+        const BLOCK: u64 = 4096;
+        let engine = Engine::new(64 << 20);
+        let backing: Arc<dyn BlockDevice> = Arc::new(larch_io::MemDevice::new(64 * BLOCK));
+        let store = BackingStore::on_device("volume", backing, LatencyModel::default());
+        let vol = engine
+            .add_volume(VolumeSpec::new(7, BLOCK as u32), Arc::new(store))
+            .expect("volume");
+        let faulty = Arc::new(larch_io::FaultyDevice::new(8 << 20));
+        let device = engine
+            .add_cache_device_on(Arc::clone(&faulty) as _, Path::new("faulty"), 1, 2, true)
+            .expect("formatted");
+        let on_device = || {
+            larch_l2::read_header(&*faulty)
+                .expect("a header")
+                .header
+                .sequence
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let read = |blocks: std::ops::Range<u64>| {
+            for block in blocks {
+                runtime
+                    .block_on(engine.read_block(&vol, block, false))
+                    .expect("read");
+            }
+        };
+        assert_eq!(device.sequence_reached(), Some(on_device()), "formatted");
+        read(0..16);
+        assert!(engine.feed_once(&device, 1 << 20) > 0, "fed");
+        assert!(on_device() > 1, "the feed wrote headers");
+        assert_eq!(device.sequence_reached(), Some(on_device()), "fed");
+        // Header writes fail from now on: the next feed's poisons the writer, which has
+        // already counted it, and the device is faulted with its log not emptied.
+        faulty.fail_writes(0..2 * larch_format::HEADER_SLOT_BYTES);
+        read(16..32);
+        engine.feed_once(&device, 1 << 20);
+        assert_eq!(device.state(), DeviceState::Faulted);
+        let reached = device.sequence_reached().expect("known");
+        assert!(
+            reached <= on_device(),
+            "{reached} recorded, {} on the device",
+            on_device()
+        );
+        engine.shutdown();
     }
 }

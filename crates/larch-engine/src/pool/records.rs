@@ -5,6 +5,7 @@
 //! backing store failed with the blocks they lost. Each is read at open and written
 //! through [`write_state_file`] (atomic and durable) before the engine goes on.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -232,20 +233,13 @@ pub(super) struct RecordChanges {
 }
 
 impl RecordChanges {
-    /// Notes what adding device `guid` (on the record if `distrust`) gave, and passes it on.
-    pub(super) fn note(
-        &mut self,
-        guid: u64,
-        distrust: bool,
-        result: Result<(), String>,
-    ) -> Result<(), String> {
-        match &result {
-            Ok(()) if distrust => self.formatted.push(guid),
-            Ok(()) => {}
-            Err(_) if !distrust => self.missed.push(guid),
-            Err(_) => {}
+    /// Notes whether adding device `guid` (on the record if `distrust`) succeeded.
+    pub(super) fn note(&mut self, guid: u64, distrust: bool, added: bool) {
+        match (added, distrust) {
+            (true, true) => self.formatted.push(guid),
+            (false, false) => self.missed.push(guid),
+            _ => {}
         }
-        result
     }
 
     /// Writes the changes to the record, if any.
@@ -257,6 +251,65 @@ impl RecordChanges {
             guids.retain(|g| !self.formatted.contains(g));
             add_guids(guids, &self.missed);
         })
+    }
+}
+
+/// The file in a state directory that records, per cache device guid, the header
+/// sequence the pool has seen that device reach: exactly at a clean close, and at least
+/// every minute while the daemon runs ([`crate::Pool::record_l2_sequences`]). A device
+/// whose newest header is older than its record is an older image of itself (restored
+/// from a snapshot or a copy): its log lacks the tombstones of later overwrites, so it is
+/// formatted, never rebuilt. Each value is at most what the device really reached, so the
+/// record never condemns a current device.
+pub const L2_SEQUENCES_FILE: &str = "l2-sequences.json";
+
+/// The sequences recorded in `state_dir`, by device guid (none when the file is absent).
+pub(super) fn read_l2_sequences(state_dir: &Path) -> io::Result<BTreeMap<u64, u64>> {
+    match fs::read_to_string(state_dir.join(L2_SEQUENCES_FILE)) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{L2_SEQUENCES_FILE}: {e}"),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Held across every read-modify-write of [`L2_SEQUENCES_FILE`] in this process. The
+/// periodic record takes the devices' sequences under it too: a device formatted at
+/// runtime has its record reset under it, after the format, so a record of the device
+/// before its format cannot be written over the reset.
+static L2_SEQUENCES_LOCK: Mutex<()> = Mutex::new(());
+
+/// Changes the record of [`L2_SEQUENCES_FILE`]: `change` edits the sequences read (it runs
+/// under [`L2_SEQUENCES_LOCK`]), and the record is written (durably) if they changed.
+pub(super) fn update_l2_sequences(
+    state_dir: &Path,
+    change: impl FnOnce(&mut BTreeMap<u64, u64>),
+) -> io::Result<()> {
+    let _held = L2_SEQUENCES_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut sequences = read_l2_sequences(state_dir)?;
+    let before = sequences.clone();
+    change(&mut sequences);
+    if sequences == before {
+        return Ok(());
+    }
+    let text = serde_json::to_string_pretty(&sequences).map_err(io::Error::other)?;
+    write_state_file(state_dir, L2_SEQUENCES_FILE, text.as_bytes())
+}
+
+/// Sets the record of each device of `reached` (guid, sequence reached; `None`: nothing
+/// known of it, its record is dropped).
+pub(super) fn set_sequences(sequences: &mut BTreeMap<u64, u64>, reached: &[(u64, Option<u64>)]) {
+    for &(guid, sequence) in reached {
+        match sequence {
+            Some(sequence) => sequences.insert(guid, sequence),
+            None => sequences.remove(&guid),
+        };
     }
 }
 
