@@ -122,7 +122,7 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
             // Everything the pool kept here, so that a new pool in this directory starts
             // with none of it (an old analytics history, a record that a cache device must
             // be formatted, the header sequences its cache devices reached, a committed
-            // TXG). TLS certificates stay: clients may trust them.
+            // TXG, the failures of its volumes). TLS certificates stay: clients may trust them.
             for file in [
                 "pool.json",
                 "tunables.json",
@@ -131,6 +131,7 @@ pub fn run(cmd: PoolCommand) -> anyhow::Result<ExitCode> {
                 "committed-txg",
                 "l2-format",
                 "l2-sequences.json",
+                "failed-volumes.json",
                 "analytics.bin",
                 "daemon.json",
                 "config.lock",

@@ -248,7 +248,11 @@ fn a_destroyed_pool_leaves_no_state_for_the_next_one() {
     let daemon = Daemon::start(&state, "127.0.0.1:0");
     assert!(daemon.stop().success());
     // What a pool can leave besides pool.json (some only after failures).
-    for (file, text) in [("committed-txg", "7\n"), ("l2-format", "[1]\n")] {
+    for (file, text) in [
+        ("committed-txg", "7\n"),
+        ("l2-format", "[1]\n"),
+        ("failed-volumes.json", "[]\n"),
+    ] {
         std::fs::write(state.join(file), text).unwrap();
     }
     run_ok(&["pool", "destroy", "--state-dir", dir, "--force"]);
@@ -260,6 +264,7 @@ fn a_destroyed_pool_leaves_no_state_for_the_next_one() {
         "committed-txg",
         "l2-format",
         "l2-sequences.json",
+        "failed-volumes.json",
         "analytics.bin",
         "daemon.json",
         "config.lock",
