@@ -9,7 +9,7 @@
 #
 # Needs fio with the nbd engine, nbdkit and a release build (cargo build --release --bin larch).
 set -uo pipefail
-cd /work/main
+cd "$(dirname "$0")/.."
 larch=$PWD/target/release/larch
 work=$(mktemp -d /tmp/larch-wake.XXXXXX)
 trap 'pkill -TERM -f "serve --state-dir $work" || true; [ -n "${npid:-}" ] && kill "$npid" 2>/dev/null; sleep 1; rm -rf "$work"' EXIT
