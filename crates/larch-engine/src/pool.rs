@@ -704,6 +704,27 @@ fn reached(added: &[Arc<crate::CacheDevice>]) -> Vec<(u64, Option<u64>)> {
         .collect()
 }
 
+/// A state-directory record [`Pool::apply_cache_config`] needs for the devices it is about
+/// to add: not read when there are none; when it cannot be read, none is added (`new` is
+/// emptied, and `done` says why).
+fn read_unless_none_new<T: Default>(
+    new: &mut Vec<&CacheDeviceConfig>,
+    done: &mut Vec<String>,
+    file: &str,
+    read: impl FnOnce() -> io::Result<T>,
+) -> T {
+    if new.is_empty() {
+        return T::default();
+    }
+    read().unwrap_or_else(|err| {
+        done.push(format!(
+            "cache devices not added: {file} cannot be read: {err}"
+        ));
+        new.clear();
+        T::default()
+    })
+}
+
 /// The records a log device holds for the next replay, read without writing anything;
 /// `None` when it cannot be read.
 pub fn log_records_to_replay(path: &Path) -> Option<u64> {
@@ -918,37 +939,13 @@ impl Pool {
         // A device the pool must format (its log missed writes: it was missing when the
         // pool opened, say) is formatted here as at open. Rebuilt instead, its log would
         // bring back copies of blocks overwritten while it was away.
-        let read = if new.is_empty() {
-            Ok(Vec::new())
-        } else {
+        let distrusted = read_unless_none_new(&mut new, &mut done, DISTRUSTED_FILE, || {
             read_distrusted(&self.state_dir)
-        };
-        let distrusted = match read {
-            Ok(distrusted) => distrusted,
-            Err(err) => {
-                done.push(format!(
-                    "cache devices not added: {DISTRUSTED_FILE} cannot be read: {err}"
-                ));
-                new.clear();
-                Vec::new()
-            }
-        };
+        });
         // And so is an older image of a device, as at open.
-        let read = if new.is_empty() {
-            Ok(Default::default())
-        } else {
+        let sequences = read_unless_none_new(&mut new, &mut done, L2_SEQUENCES_FILE, || {
             read_l2_sequences(&self.state_dir)
-        };
-        let sequences = match read {
-            Ok(sequences) => sequences,
-            Err(err) => {
-                done.push(format!(
-                    "cache devices not added: {L2_SEQUENCES_FILE} cannot be read: {err}"
-                ));
-                new.clear();
-                Default::default()
-            }
-        };
+        });
         let mut changes = RecordChanges::default();
         let mut added = Vec::new();
         for d in new {

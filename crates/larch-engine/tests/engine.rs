@@ -848,6 +848,33 @@ fn to_format(dir: &Path) -> Vec<u64> {
     }
 }
 
+/// Reads of a pool's first volume from a test's thread.
+struct PoolReader(tokio::runtime::Runtime);
+
+impl PoolReader {
+    fn new() -> PoolReader {
+        PoolReader(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+        )
+    }
+
+    fn read(&self, pool: &larch_engine::Pool, block: u64) -> Bytes {
+        let vol = pool.volumes[0].entry();
+        self.0
+            .block_on(pool.engine.read_block(vol, block, false))
+            .expect("read")
+    }
+}
+
+/// One of a pool's arcstats.
+fn pool_stat(pool: &larch_engine::Pool, name: &str) -> u64 {
+    let stats: HashMap<String, u64> = pool.engine.arcstats().into_iter().collect();
+    stats[name]
+}
+
 /// A cache device missing when the pool opened misses the writes of that run, so the pool
 /// records that it must be formatted; when it comes back while a later run serves (the
 /// daemon applies a change of pool.json: here `larch cache add` of another device), it is
@@ -863,20 +890,9 @@ fn a_device_to_format_that_comes_back_while_the_pool_runs_is_formatted_not_rebui
     let device = dir.join("cache0.img");
     let away = dir.join("cache0.away");
     let guid = PoolConfig::load(&dir).expect("pool.json").cache_devices[0].guid;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let read = |pool: &Pool, block: u64| -> Bytes {
-        let vol = pool.volumes[0].entry();
-        runtime
-            .block_on(pool.engine.read_block(vol, block, false))
-            .expect("read")
-    };
-    let stat = |pool: &Pool, name: &str| -> u64 {
-        let stats: HashMap<String, u64> = pool.engine.arcstats().into_iter().collect();
-        stats[name]
-    };
+    let reader = PoolReader::new();
+    let read = |pool: &Pool, block: u64| reader.read(pool, block);
+    let stat = pool_stat;
 
     // Run 1: block 0 (zeroes) is cached on the device.
     let pool = Pool::open(&dir, false).expect("run 1");
@@ -949,20 +965,9 @@ fn an_older_image_of_a_cache_device_is_formatted_not_rebuilt() {
     let device = dir.join("cache0.img");
     let image = dir.join("cache0.snapshot");
     let guid = PoolConfig::load(&dir).expect("pool.json").cache_devices[0].guid;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let read = |pool: &Pool, block: u64| -> Bytes {
-        let vol = pool.volumes[0].entry();
-        runtime
-            .block_on(pool.engine.read_block(vol, block, false))
-            .expect("read")
-    };
-    let stat = |pool: &Pool, name: &str| -> u64 {
-        let stats: HashMap<String, u64> = pool.engine.arcstats().into_iter().collect();
-        stats[name]
-    };
+    let reader = PoolReader::new();
+    let read = |pool: &Pool, block: u64| reader.read(pool, block);
+    let stat = pool_stat;
     let recorded = || -> HashMap<String, u64> {
         let text = std::fs::read_to_string(dir.join(L2_SEQUENCES_FILE)).expect("the record");
         serde_json::from_str(&text).expect("guids to sequences")
