@@ -1,8 +1,10 @@
 //! Pools: the configuration kept in a state directory (`pool.json`), and opening it into
 //! an engine with volumes and cache devices.
 //!
-//! One file with its unit tests (the code is under 950 lines): the tests open pools through
-//! private helpers here. The state directory's records for the engine are in `records`.
+//! One file with its unit tests (the code is about 1,100 lines): the tests open pools
+//! through private helpers here, and opening a pool and applying a changed `pool.json`
+//! share the rules for each device. The state directory's records for the engine are in
+//! `records`.
 
 use std::fs;
 use std::io::{self, Read};

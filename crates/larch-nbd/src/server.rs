@@ -1,5 +1,9 @@
 //! The async server: listeners, connections, and the request pipeline over an [`Export`].
 //!
+//! One file (about 1,000 lines): the negotiation, the transmission loop and shutdown read
+//! the same server state and limits; the pieces that stand alone are in `server/` (the
+//! accepted streams, the queues, request reading, the socket spin).
+//!
 //! One connection is one task: on the runtime that accepted it, or, with
 //! [`Server::with_connection_threads`], on a thread of its own running a single-threaded
 //! runtime (the socket moves to that runtime's reactor). It negotiates, then loops over
