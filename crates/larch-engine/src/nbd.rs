@@ -61,6 +61,10 @@ impl Export for Volume {
         Ok(Volume::write(self, offset, &data, fua).await?)
     }
 
+    fn idle_yield(&self) -> bool {
+        self.idle_yield()
+    }
+
     fn write_chunk_bytes(&self) -> u32 {
         self.info().block_bytes
     }

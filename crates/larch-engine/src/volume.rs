@@ -490,6 +490,12 @@ impl Volume {
         }
     }
 
+    /// Whether the NBD server's idle connection threads may yield their CPU while others
+    /// work (the `nbd_idle_yield` tunable).
+    pub fn idle_yield(&self) -> bool {
+        self.engine.tunables.nbd_idle_yield()
+    }
+
     /// Offers a client request's blocks to the pool's access log.
     fn note_access(&self, offset: u64, length: u64, write: bool, sequential: bool) {
         if !self.engine.tunables.mrc_sample() {

@@ -283,6 +283,13 @@ pub trait Export: Send + Sync + 'static {
         fua: bool,
     ) -> impl Future<Output = ExportResult<()>> + Send;
 
+    /// Whether an idle connection thread may yield its CPU for a moment, instead of
+    /// parking, while other connections have work (see the server's socket watch; true
+    /// by default). Asked at each idle moment, so an export can switch it at run time.
+    fn idle_yield(&self) -> bool {
+        true
+    }
+
     /// Where the export would have a WRITE's payload cut (its block size), or 0 (the
     /// default) for one buffer. When not 0, the server reads each payload into one buffer
     /// per piece between multiples of it (each buffer an allocation of its own, filled

@@ -532,8 +532,11 @@ impl<E: Export> Server<E> {
         // Spinning watches the socket. Under TLS a record may already wait decrypted in
         // the TLS state, where the socket does not show it: the spin then only costs its
         // bounded moment before the read finds it. On a bare socket the spin reads what
-        // arrives itself (SpunRead).
-        let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners)));
+        // arrives itself (SpunRead). Only a connection on a thread of its own (`bulk` is
+        // then the accepting runtime) may yield while others work: a task on a shared
+        // runtime would hold up the tasks behind it on its worker.
+        let own_thread = bulk.is_some();
+        let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners), own_thread));
         let reader = BufReader::with_capacity(128 * 1024, SpunRead::new(reader, bare));
         self.transmit(reader, writer, negotiated, shutdown_rx, spin, bulk)
             .await
@@ -748,7 +751,7 @@ impl<E: Export> Server<E> {
                 && reader.buffer().is_empty()
                 && deadline.is_none()
                 && let Some(spin) = spin.as_mut()
-                && spin.wait_briefly(reader.get_mut())
+                && spin.wait_briefly(reader.get_mut(), export.idle_yield())
                 && !reader.get_ref().holds_bytes()
             {
                 // The next request arrived while spinning but is still in the socket (the
@@ -783,6 +786,9 @@ impl<E: Export> Server<E> {
                 }
             };
             let request_ready = matches!(event, Event::Readable(Ok(true)));
+            if request_ready && let Some(spin) = spin.as_mut() {
+                spin.note_request();
+            }
             let mut budget_ready = None;
             match event {
                 Event::Completed => inflight.drain_done(&mut out),

@@ -1,6 +1,6 @@
-//! The socket spin of an idle connection: a moment of busy-polling before its thread
-//! parks, for clients at queue depth 1 (see [`Spin`]), and the read half that takes
-//! what a spin read off the socket ([`SpunRead`]).
+//! The socket watch of an idle connection: a moment of polling before its thread parks
+//! (see [`Spin`]), and the read half that takes what a watch read off the socket
+//! ([`SpunRead`]).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -16,24 +16,52 @@ use super::conn::BoxedRead;
 
 /// How long an idle connection watches its socket before parking.
 const SPIN_FOR: Duration = Duration::from_micros(50);
-/// After a watch that saw nothing, this many idle moments pass without one.
+/// After a spin that saw nothing, this many idle moments pass without one.
 const SPIN_BACKOFF: u32 = 64;
-/// Bytes a spin reads off a bare socket at once: a request header and a small write.
+/// Most `sched_yield` calls in one yielding watch (it ends sooner if [`SPIN_FOR`] passes).
+const MAX_YIELDS: u32 = 4;
+/// Bytes a watch reads off a bare socket at once: a request header and a small write.
 const SPUN_BYTES: usize = 16 * 1024;
 
-/// Busy-polling of a connection's socket for a moment when it falls idle (nothing read,
-/// running or to write). A client at queue depth 1 sends its next request a few
-/// microseconds after it reads a reply; a thread that parks meanwhile is woken by the
-/// kernel, which on a virtual machine costs more than the request itself (measured:
-/// BENCHMARKS.md). At most one connection per spare core spins at a time, none on a
-/// single core, and a connection whose watch saw nothing skips the next
-/// [`SPIN_BACKOFF`] idle moments, so idle and busy connections cost (almost) nothing.
+/// A moment of polling a connection's socket when it falls idle (nothing read, running
+/// or to write), before its thread parks in the reactor. A client at queue depth 1 sends
+/// its next request a few microseconds after it reads a reply; a thread that parks
+/// meanwhile is woken by the kernel, and on a virtual machine a wake-up that lands on a
+/// halted vCPU costs an interrupt and a VM exit, more than the request itself (measured:
+/// BENCHMARKS.md). The watch takes one of two forms:
+///
+/// - **Spin**, when no other connection has work: busy-polling for up to [`SPIN_FOR`],
+///   one connection per spare core at a time, none on a single core; a spin that saw
+///   nothing skips the next [`SPIN_BACKOFF`] idle moments, so an idle connection costs
+///   (almost) nothing.
+/// - **Yield**, when other connections have work and this one's client sent a single
+///   request since the last idle moment (a client at queue depth 1): the same watch, but
+///   calling `sched_yield` between looks (at most [`MAX_YIELDS`] times), so any runnable
+///   thread (another connection's, the client's on the same machine, the syncer) takes
+///   the CPU first; the watch mostly fills time in which the vCPU would otherwise halt.
+///   Any number of connections may yield at once and a miss has no back-off: with many
+///   clients at queue depth 1 the gain comes from a connection's thread being runnable
+///   when its request arrives (no wake-up, no interrupt), and a cap or a back-off lost
+///   most of it. Measured (BENCHMARKS.md, issue 18): 1.3-1.8x the ARC hits at 4-64 such
+///   clients, a median read 5-50x faster, but a p99 two to three times longer at 8-32 of
+///   them (more threads stay runnable, so a woken one waits longer for a CPU); so a
+///   client that pipelines (more than one request per burst), whose p99 tripled with
+///   the yield and whose rate did not move, does not yield. Only a connection on a
+///   thread of its own yields (on a shared runtime it would hold up the tasks behind it),
+///   and only while the export allows it (the `nbd_idle_yield` tunable). A watch costs
+///   at most [`SPIN_FOR`] of CPU per idle moment, and an idle moment follows a burst of
+///   replies, so a connection with no requests costs nothing.
 pub(super) struct Spin {
     fd: RawFd,
     spinners: Arc<Spinners>,
     skip: u32,
     /// Whether this connection is counted in `Spinners::busy`.
     busy: bool,
+    /// Whether the connection runs on a thread of its own, the only place a watch may
+    /// yield (on a shared runtime it would hold up the tasks behind it).
+    may_yield: bool,
+    /// Requests read since the last idle moment.
+    burst: u32,
 }
 
 /// The server's count of connections spinning now, how many may, and how many
@@ -57,13 +85,20 @@ impl Spinners {
 }
 
 impl Spin {
-    pub(super) fn new(fd: RawFd, spinners: Arc<Spinners>) -> Spin {
+    pub(super) fn new(fd: RawFd, spinners: Arc<Spinners>, own_thread: bool) -> Spin {
         Spin {
             fd,
             spinners,
             skip: 0,
             busy: false,
+            may_yield: own_thread,
+            burst: 0,
         }
+    }
+
+    /// Records that a request was read (the burst [`Spin::wait_briefly`] looks at).
+    pub(super) fn note_request(&mut self) {
+        self.burst = self.burst.saturating_add(1);
     }
 
     /// Records whether the connection has work (requests running, replies to write).
@@ -78,25 +113,33 @@ impl Spin {
         }
     }
 
-    /// Watches the socket for up to [`SPIN_FOR`]; true if data (or the end of the stream)
-    /// arrived meanwhile. On a bare socket the watch reads what arrives into `read`, which
-    /// hands it out before reading the socket again (saving the reactor's turn and a
-    /// second read); otherwise it only peeks.
-    pub(super) fn wait_briefly(&mut self, read: &mut SpunRead) -> bool {
+    /// Watches the socket for up to [`SPIN_FOR`] (spinning or yielding, see [`Spin`];
+    /// `yield_allowed`: the export's say); true if data (or the end of the stream)
+    /// arrived meanwhile. On a bare socket the watch reads what arrives into `read`,
+    /// which hands it out before reading the socket again (saving the reactor's turn and
+    /// a second read); otherwise it only peeks.
+    pub(super) fn wait_briefly(&mut self, read: &mut SpunRead, yield_allowed: bool) -> bool {
+        let burst = std::mem::take(&mut self.burst);
         if read.holds_bytes() {
             return true;
         }
-        if self.skip > 0 {
-            self.skip -= 1;
-            return false;
-        }
         let s = &self.spinners;
-        if s.busy.load(Ordering::Acquire) > 0 {
+        if s.max == 0 {
             return false;
         }
-        if s.now.fetch_add(1, Ordering::AcqRel) >= s.max {
-            s.now.fetch_sub(1, Ordering::AcqRel);
+        let yielding = s.busy.load(Ordering::Acquire) > 0;
+        if yielding && !(self.may_yield && yield_allowed && burst <= 1) {
             return false;
+        }
+        if !yielding {
+            if self.skip > 0 {
+                self.skip -= 1;
+                return false;
+            }
+            if s.now.fetch_add(1, Ordering::AcqRel) >= s.max {
+                s.now.fetch_sub(1, Ordering::AcqRel);
+                return false;
+            }
         }
         let started = std::time::Instant::now();
         let mut arrived = false;
@@ -107,6 +150,7 @@ impl Spin {
         } else {
             (&mut byte as *mut u8, 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
         };
+        let mut yields = 0;
         while started.elapsed() < SPIN_FOR {
             // SAFETY: receives at most `len` bytes into a valid buffer of that length
             // that nothing else uses meanwhile; the descriptor belongs to this
@@ -122,11 +166,22 @@ impl Spin {
                 arrived = true;
                 break;
             }
-            std::hint::spin_loop();
+            if yielding {
+                if yields == MAX_YIELDS {
+                    break;
+                }
+                yields += 1;
+                // SAFETY: sched_yield takes no arguments and touches no memory of ours.
+                unsafe { libc::sched_yield() };
+            } else {
+                std::hint::spin_loop();
+            }
         }
-        s.now.fetch_sub(1, Ordering::AcqRel);
-        if !arrived {
-            self.skip = SPIN_BACKOFF;
+        if !yielding {
+            s.now.fetch_sub(1, Ordering::AcqRel);
+            if !arrived {
+                self.skip = SPIN_BACKOFF;
+            }
         }
         arrived
     }
@@ -210,18 +265,18 @@ mod tests {
     fn an_idle_connection_sees_a_request_that_arrives_while_it_spins() {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let shared = spinners(1);
-        let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
+        let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
         let mut read = peeking();
-        assert!(!spin.wait_briefly(&mut read), "nothing sent yet");
+        assert!(!spin.wait_briefly(&mut read, true), "nothing sent yet");
         assert_eq!(
             spin.skip, SPIN_BACKOFF,
             "a watch that saw nothing backs off"
         );
         client.write_all(b"x").unwrap();
         for _ in 0..SPIN_BACKOFF {
-            assert!(!spin.wait_briefly(&mut read), "backing off");
+            assert!(!spin.wait_briefly(&mut read, true), "backing off");
         }
-        assert!(spin.wait_briefly(&mut read), "the byte is waiting");
+        assert!(spin.wait_briefly(&mut read, true), "the byte is waiting");
         assert_eq!(
             shared.now.load(Ordering::Acquire),
             0,
@@ -233,28 +288,90 @@ mod tests {
         assert_eq!(&byte, b"x");
         // The stream's end counts as arrived too (the reader then sees it).
         drop(client);
-        assert!(spin.wait_briefly(&mut read));
+        assert!(spin.wait_briefly(&mut read, true));
     }
 
     #[test]
-    fn no_spinning_while_another_connection_is_busy_or_without_a_spare_core() {
+    fn while_another_connection_has_work_a_connection_yields_with_no_slot_and_no_back_off() {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
-        client.write_all(b"x").unwrap();
         let shared = spinners(1);
-        let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
-        let mut other = Spin::new(server.as_raw_fd(), Arc::clone(&shared));
+        let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
+        let mut other = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
         let mut read = peeking();
+        // A third connection holds the only spinning slot.
+        shared.now.store(1, Ordering::Release);
+        assert!(
+            !spin.wait_briefly(&mut read, true),
+            "no slot, and nobody else works"
+        );
+        assert_eq!(spin.skip, 0, "no slot is not a miss");
         other.set_busy(true);
-        assert!(!spin.wait_briefly(&mut read), "another connection has work");
+        assert!(
+            !spin.wait_briefly(&mut read, true),
+            "a yielding watch that saw nothing"
+        );
+        assert_eq!(spin.skip, 0, "a yielding watch has no back-off");
+        client.write_all(b"x").unwrap();
+        assert!(
+            spin.wait_briefly(&mut read, true),
+            "the very next idle moment watches again and sees the byte"
+        );
+        assert_eq!(
+            shared.now.load(Ordering::Acquire),
+            1,
+            "no slot taken or given"
+        );
+        spin.note_request();
+        assert!(spin.wait_briefly(&mut read, true), "a burst of one request");
+        spin.note_request();
+        spin.note_request();
+        assert!(
+            !spin.wait_briefly(&mut read, true),
+            "a client that pipelined does not yield"
+        );
+        assert!(
+            spin.wait_briefly(&mut read, true),
+            "the burst is counted from each idle moment"
+        );
+        assert!(
+            !spin.wait_briefly(&mut read, false),
+            "nor while the export says no"
+        );
         drop(other);
         assert_eq!(
             shared.busy.load(Ordering::Acquire),
             0,
             "dropping releases it"
         );
-        assert!(spin.wait_briefly(&mut read));
-        let mut single = Spin::new(server.as_raw_fd(), spinners(0));
-        assert!(!single.wait_briefly(&mut read), "a single core never spins");
+    }
+
+    #[test]
+    fn no_watch_while_another_connection_works_on_a_shared_runtime_or_without_a_spare_core() {
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        client.write_all(b"x").unwrap();
+        let shared = spinners(1);
+        let mut task = Spin::new(server.as_raw_fd(), Arc::clone(&shared), false);
+        let mut other = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
+        let mut read = peeking();
+        other.set_busy(true);
+        assert!(
+            !task.wait_briefly(&mut read, true),
+            "a task on a shared runtime does not hold its worker while others work"
+        );
+        other.set_busy(false);
+        assert!(
+            task.wait_briefly(&mut read, true),
+            "it spins when nobody else works"
+        );
+        let lone = spinners(0);
+        let mut single = Spin::new(server.as_raw_fd(), Arc::clone(&lone), true);
+        let mut busy_there = Spin::new(server.as_raw_fd(), lone, true);
+        assert!(
+            !single.wait_briefly(&mut read, true),
+            "a single core never spins"
+        );
+        busy_there.set_busy(true);
+        assert!(!single.wait_briefly(&mut read, true), "nor yields");
     }
 
     #[tokio::test]
@@ -264,13 +381,13 @@ mod tests {
         let fd = server.as_raw_fd();
         let server = tokio::net::UnixStream::from_std(server).unwrap();
         let mut read = SpunRead::new(Box::new(server), true);
-        let mut spin = Spin::new(fd, spinners(1));
+        let mut spin = Spin::new(fd, spinners(1), true);
         client.write_all(b"first").unwrap();
-        assert!(spin.wait_briefly(&mut read));
+        assert!(spin.wait_briefly(&mut read, true));
         assert!(read.holds_bytes(), "the spin read the bytes itself");
         client.write_all(b" second").unwrap();
         assert!(
-            spin.wait_briefly(&mut read),
+            spin.wait_briefly(&mut read, true),
             "bytes held count as arrived, and the spin reads no more over them"
         );
         let mut got = [0u8; 12];
@@ -279,7 +396,7 @@ mod tests {
         assert!(!read.holds_bytes());
         // The end of the stream is left for the reader to see.
         drop(client);
-        assert!(spin.wait_briefly(&mut read));
+        assert!(spin.wait_briefly(&mut read, true));
         assert!(!read.holds_bytes());
         let mut rest = Vec::new();
         read.read_to_end(&mut rest).await.unwrap();
