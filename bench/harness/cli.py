@@ -31,9 +31,16 @@ def parse_args(argv):
     parser.add_argument("--no-benchmarks-md", action="store_true", help="leave BENCHMARKS.md alone")
     parser.add_argument("--benchmarks-md", default=os.path.join(REPO, "BENCHMARKS.md"), help=argparse.SUPPRESS)
     parser.add_argument("--keep-raw", action="store_true", help="also keep fio's raw JSON output in OUT/raw")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="tunables",
+                        help="a larch tunable for every larch pool of the run (`larch set`; repeatable), "
+                        "e.g. --set nbd_idle_yield=0; the report names it")
     parser.add_argument("--report-only", metavar="RESULTS_JSON",
                         help="rewrite plots and reports from an earlier run's results.json")
     args = parser.parse_args(argv)
+    for assignment in args.tunables:
+        name, sep, value = assignment.partition("=")
+        if not sep or not name or not value:
+            parser.error("--set takes NAME=VALUE, not %r" % assignment)
     args.workloads = workloads.by_name(args.only.split(",")) if args.only else list(workloads.WORKLOADS)
     args.system_names = args.systems.split(",") if args.systems else list(systems.LABELS)
     unknown = [s for s in args.system_names if s not in systems.LABELS]
@@ -124,6 +131,7 @@ def main(argv=None):
         "scale": scale.as_dict(),
         "systems_unavailable": unavailable,
         "nbdkit_allowance_bytes": systems.NBDKIT_ALLOWANCE_BYTES,
+        "tunables_set": list(args.tunables),
         "workloads": [],
         "interrupted": False,
     }
@@ -144,7 +152,7 @@ def main(argv=None):
         data_path = os.path.join(work_dir, "data.img")
         log("writing %s of random data to %s" % (report.fmt_bytes(scale.data_bytes), data_path))
         systems.fill_random(data_path, scale.data_bytes, seed=1)
-        run = runner.Runner(scale, work_dir, larch_bin, data_path, log, raw_dir, unavailable)
+        run = runner.Runner(scale, work_dir, larch_bin, data_path, log, raw_dir, unavailable, args.tunables)
         for workload in args.workloads:
             results["workloads"].append(run.run(workload, args.system_names))
     except KeyboardInterrupt:

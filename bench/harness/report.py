@@ -308,6 +308,14 @@ def _when_s(timestamp):
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def tunables_text(assignments):
+    """What the setup says of larch's tunables (bench/run --set)."""
+    if not assignments:
+        return "tunables at their defaults"
+    return "tunables at their defaults except %s (`bench/run --set`)" % ", ".join(
+        "`%s`" % a for a in assignments)
+
+
 def setup_text(results):
     scale = results["scale"]
     capped = ""
@@ -322,7 +330,7 @@ def setup_text(results):
         "and every write %d ms (larch's `--read-latency-ms`/`--write-latency-ms`; nbdkit's "
         "delay filter `rdelay`/`wdelay` under its cache filter). larch: `zfs_arc_max` %s, "
         "cache device %s (a file on the same disk, O_DIRECT), log device %s, volblocksize %s, "
-        "tunables at their defaults. nbdkit's cache filter: `cache-on-read=true`, "
+        "%s. nbdkit's cache filter: `cache-on-read=true`, "
         "`cache-max-size` %s (ARC + L2), its default 64K blocks, its cache file in the same "
         "directory as larch's cache device (through the page cache: with this machine's free "
         "memory, a DRAM cache)%s. `nbdkit memory` (`allocator=malloc`, one flat array: the "
@@ -339,6 +347,7 @@ def setup_text(results):
             fmt_bytes(scale["l2_bytes"]),
             fmt_bytes(scale["log_bytes"]),
             scale["volblocksize"],
+            tunables_text(results.get("tunables_set") or []),
             fmt_bytes(scale["cache_bytes"]),
             capped,
             (results["tools"].get("fio") or "?").replace("fio-", ""),

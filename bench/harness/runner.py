@@ -138,8 +138,9 @@ def _bytes_read(record):
 
 
 class Runner:
-    def __init__(self, scale, work_dir, larch_bin, data_path, log, raw_dir=None, unavailable=None):
+    def __init__(self, scale, work_dir, larch_bin, data_path, log, raw_dir=None, unavailable=None, tunables=()):
         self.scale = scale
+        self.tunables = list(tunables)
         self.work_dir = work_dir
         self.larch_bin = larch_bin
         self.data_path = data_path
@@ -237,7 +238,8 @@ class Runner:
                 file.truncate(extent)
         else:
             backing = self.data_path
-        return systems.Context(self.larch_bin, self.scale, backing, extent, workload.fresh_backing)
+        return systems.Context(self.larch_bin, self.scale, backing, extent, workload.fresh_backing,
+                               tunables=self.tunables)
 
     def _extent(self, workload):
         """Bytes from offset 0 that the workload touches."""

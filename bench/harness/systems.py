@@ -243,6 +243,8 @@ class Larch(System):
     def setup(self):
         larch, scale = self.ctx.larch_bin, self.ctx.scale
         _run([larch, "pool", "create", "bench", "--state-dir", self.state_dir, "--arc-max", str(scale.arc_bytes)], self.commands)
+        if self.ctx.tunables:
+            _run([larch, "set", *self.ctx.tunables, "--state-dir", self.state_dir], self.commands)
         _run(
             [
                 larch, "volume", "add", "vol", "--backing", self.ctx.backing, "--volblocksize", scale.volblocksize,
@@ -632,8 +634,10 @@ class QemuNbdDevice(System):
 class Context:
     """What a system needs from the run: binaries, sizes, the backing file of its workload."""
 
-    def __init__(self, larch_bin, scale, backing, backing_bytes, fresh_backing, tmpfs_dir="/dev/shm"):
+    def __init__(self, larch_bin, scale, backing, backing_bytes, fresh_backing, tmpfs_dir="/dev/shm", tunables=()):
         self.larch_bin = larch_bin
+        # NAME=VALUE tunables every larch pool gets (`larch set`) before it serves.
+        self.tunables = list(tunables)
         self.scale = scale
         self.backing = backing
         self.backing_bytes = backing_bytes

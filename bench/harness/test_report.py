@@ -169,6 +169,15 @@ class NewColumns(unittest.TestCase):
         self.assertEqual(report.shell_quote("--filename=$WORK/a b"), '"--filename=$WORK/a b"')
 
 
+class Tunables(unittest.TestCase):
+    def test_the_setup_names_tunables_set_for_the_run(self):
+        r = results([])
+        self.assertIn("tunables at their defaults. ", report.setup_text(r))
+        r["tunables_set"] = ["nbd_idle_yield=0", "l2arc_write_max=64M"]
+        self.assertIn("tunables at their defaults except `nbd_idle_yield=0`, `l2arc_write_max=64M` "
+                      "(`bench/run --set`). ", report.setup_text(r))
+
+
 class Binary(unittest.TestCase):
     START = {"size": 1, "mtime": 1795348000.0, "sha256": "a" * 64}
 

@@ -167,7 +167,7 @@ tunables! {
     write_partial_defer: Flag = 1, 0, 1;
         "acknowledge async writes of part of a block not in the ARC before the block is read (larch's); 0: read the block first, as ZFS does"
     nbd_idle_yield: Flag = 1, 0, 1;
-        "an idle NBD connection thread whose client sent one request yields its CPU for up to 50 us instead of parking while other connections work: more reads at many queue-depth-1 clients, a longer p99 (larch's)"
+        "an idle NBD connection whose client waits for each reply watches its socket for up to 50 us calling sched_yield, not spinning or parking: more reads at queue depth 1, a longer p99 with many such clients (larch's)"
     mrc_sample: Flag = 1, 0, 1;
         "sample block accesses for the miss-ratio curves of larch advise and the Analytics page (larch's)"
 }

@@ -18,6 +18,9 @@ use super::conn::BoxedRead;
 const SPIN_FOR: Duration = Duration::from_micros(50);
 /// After a spin that saw nothing, this many idle moments pass without one.
 const SPIN_BACKOFF: u32 = 64;
+/// After this many yielding watches in a row saw nothing, [`SPIN_BACKOFF`] idle moments
+/// pass without one.
+const YIELD_MISSES: u32 = 8;
 /// Most `sched_yield` calls in one yielding watch (it ends sooner if [`SPIN_FOR`] passes).
 const MAX_YIELDS: u32 = 4;
 /// Bytes a watch reads off a bare socket at once: a request header and a small write.
@@ -30,27 +33,28 @@ const SPUN_BYTES: usize = 16 * 1024;
 /// halted vCPU costs an interrupt and a VM exit, more than the request itself (measured:
 /// BENCHMARKS.md). The watch takes one of two forms:
 ///
-/// - **Spin**, when no other connection has work: busy-polling for up to [`SPIN_FOR`],
-///   one connection per spare core at a time, none on a single core; a spin that saw
-///   nothing skips the next [`SPIN_BACKOFF`] idle moments, so an idle connection costs
-///   (almost) nothing.
-/// - **Yield**, when other connections have work and this one's client sent a single
-///   request since the last idle moment (a client at queue depth 1): the same watch, but
-///   calling `sched_yield` between looks (at most [`MAX_YIELDS`] times), so any runnable
-///   thread (another connection's, the client's on the same machine, the syncer) takes
-///   the CPU first; the watch mostly fills time in which the vCPU would otherwise halt.
-///   Any number of connections may yield at once and a miss has no back-off: with many
-///   clients at queue depth 1 the gain comes from a connection's thread being runnable
-///   when its request arrives (no wake-up, no interrupt), and a cap or a back-off lost
-///   most of it. Measured (BENCHMARKS.md, issue 18): 1.3-1.8x the ARC hits at 4-64 such
-///   clients, a median read 5-50x faster, but a p99 two to three times longer at 8-32 of
-///   them (more threads stay runnable, so a woken one waits longer for a CPU); so a
-///   client that pipelines (more than one request per burst), whose p99 tripled with
-///   the yield and whose rate did not move, does not yield. Only a connection on a
-///   thread of its own yields (on a shared runtime it would hold up the tasks behind it),
-///   and only while the export allows it (the `nbd_idle_yield` tunable). A watch costs
-///   at most [`SPIN_FOR`] of CPU per idle moment, and an idle moment follows a burst of
-///   replies, so a connection with no requests costs nothing.
+/// - **Yield**, when the client sent a single request since the last idle moment (it
+///   waits for each reply: queue depth 1), the connection has a thread of its own and
+///   the export allows it (the `nbd_idle_yield` tunable): looks at the socket for up to
+///   [`SPIN_FOR`], calling `sched_yield` between looks, so any runnable thread (another
+///   connection's, the client's on the same machine, the syncer) takes the CPU first.
+///   The thread stays runnable, so the request finds it awake (no wake-up, no interrupt),
+///   and the client's own wake-up can land on a CPU that is not halted. Any number of
+///   connections may yield at once; while other connections have work a watch yields at
+///   most [`MAX_YIELDS`] times. After [`YIELD_MISSES`] watches in a row saw nothing, the
+///   next [`SPIN_BACKOFF`] idle moments have none.
+/// - **Spin**, otherwise, and only while no other connection has work: busy-polling for
+///   up to [`SPIN_FOR`], one connection per spare core at a time; a spin that saw nothing
+///   skips the next [`SPIN_BACKOFF`] idle moments.
+///
+/// Neither runs on a single core. Measured (BENCHMARKS.md, "Issue 18: the socket watch
+/// yields"): with the yield, 1.3x the ARC hits of one QD1 client and 1.1-1.8x at 4-64
+/// of them, a median read up to 15x shorter, but a p99 two to three times longer at
+/// 8-32 clients (more threads stay runnable, so a woken one waits longer for a CPU); a
+/// pipelining client gained nothing from it and had its p99 tripled, hence the spin for
+/// it. A watch costs at most [`SPIN_FOR`] of CPU per idle moment (a yielding one mostly
+/// CPU that would otherwise idle), and an idle moment follows a burst of replies, so a
+/// connection with no requests costs nothing.
 pub(super) struct Spin {
     fd: RawFd,
     spinners: Arc<Spinners>,
@@ -58,10 +62,13 @@ pub(super) struct Spin {
     /// Whether this connection is counted in `Spinners::busy`.
     busy: bool,
     /// Whether the connection runs on a thread of its own, the only place a watch may
-    /// yield (on a shared runtime it would hold up the tasks behind it).
+    /// yield (on a shared runtime, a watch holds up the tasks behind it on its worker,
+    /// so it only spins, when nothing else has work).
     may_yield: bool,
     /// Requests read since the last idle moment.
     burst: u32,
+    /// Watches in a row that saw nothing.
+    misses: u32,
 }
 
 /// The server's count of connections spinning now, how many may, and how many
@@ -93,6 +100,7 @@ impl Spin {
             busy: false,
             may_yield: own_thread,
             burst: 0,
+            misses: 0,
         }
     }
 
@@ -127,19 +135,19 @@ impl Spin {
         if s.max == 0 {
             return false;
         }
-        let yielding = s.busy.load(Ordering::Acquire) > 0;
-        if yielding && !(self.may_yield && yield_allowed && burst <= 1) {
+        let yielding = self.may_yield && yield_allowed && burst <= 1;
+        let others_busy = s.busy.load(Ordering::Acquire) > 0;
+        if others_busy && !yielding {
             return false;
         }
-        if !yielding {
-            if self.skip > 0 {
-                self.skip -= 1;
-                return false;
-            }
-            if s.now.fetch_add(1, Ordering::AcqRel) >= s.max {
-                s.now.fetch_sub(1, Ordering::AcqRel);
-                return false;
-            }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        let spinning = !yielding;
+        if spinning && s.now.fetch_add(1, Ordering::AcqRel) >= s.max {
+            s.now.fetch_sub(1, Ordering::AcqRel);
+            return false;
         }
         let started = std::time::Instant::now();
         let mut arrived = false;
@@ -167,7 +175,7 @@ impl Spin {
                 break;
             }
             if yielding {
-                if yields == MAX_YIELDS {
+                if others_busy && yields == MAX_YIELDS {
                     break;
                 }
                 yields += 1;
@@ -177,9 +185,16 @@ impl Spin {
                 std::hint::spin_loop();
             }
         }
-        if !yielding {
+        if spinning {
             s.now.fetch_sub(1, Ordering::AcqRel);
-            if !arrived {
+        }
+        if arrived {
+            self.misses = 0;
+        } else {
+            // A spin backs off after one miss, a yielding watch after a run of them.
+            self.misses += 1;
+            if spinning || self.misses == YIELD_MISSES {
+                self.misses = 0;
                 self.skip = SPIN_BACKOFF;
             }
         }
@@ -262,21 +277,19 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_connection_sees_a_request_that_arrives_while_it_spins() {
+    fn a_spin_sees_what_waits_and_backs_off_after_a_miss() {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let shared = spinners(1);
         let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
         let mut read = peeking();
-        assert!(!spin.wait_briefly(&mut read, true), "nothing sent yet");
-        assert_eq!(
-            spin.skip, SPIN_BACKOFF,
-            "a watch that saw nothing backs off"
-        );
+        // The export says no yield: the watch spins.
+        assert!(!spin.wait_briefly(&mut read, false), "nothing sent yet");
+        assert_eq!(spin.skip, SPIN_BACKOFF, "a spin that saw nothing backs off");
         client.write_all(b"x").unwrap();
         for _ in 0..SPIN_BACKOFF {
-            assert!(!spin.wait_briefly(&mut read, true), "backing off");
+            assert!(!spin.wait_briefly(&mut read, false), "backing off");
         }
-        assert!(spin.wait_briefly(&mut read, true), "the byte is waiting");
+        assert!(spin.wait_briefly(&mut read, false), "the byte is waiting");
         assert_eq!(
             shared.now.load(Ordering::Acquire),
             0,
@@ -288,46 +301,45 @@ mod tests {
         assert_eq!(&byte, b"x");
         // The stream's end counts as arrived too (the reader then sees it).
         drop(client);
-        assert!(spin.wait_briefly(&mut read, true));
+        assert!(spin.wait_briefly(&mut read, false));
     }
 
     #[test]
-    fn while_another_connection_has_work_a_connection_yields_with_no_slot_and_no_back_off() {
+    fn a_queue_depth_1_client_yields_with_no_slot_and_backs_off_after_a_run_of_misses() {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let shared = spinners(1);
         let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
         let mut other = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
         let mut read = peeking();
-        // A third connection holds the only spinning slot.
+        // A third connection holds the only spinning slot: a yielding watch needs none.
         shared.now.store(1, Ordering::Release);
-        assert!(
-            !spin.wait_briefly(&mut read, true),
-            "no slot, and nobody else works"
-        );
-        assert_eq!(spin.skip, 0, "no slot is not a miss");
-        other.set_busy(true);
-        assert!(
-            !spin.wait_briefly(&mut read, true),
-            "a yielding watch that saw nothing"
-        );
-        assert_eq!(spin.skip, 0, "a yielding watch has no back-off");
-        client.write_all(b"x").unwrap();
-        assert!(
-            spin.wait_briefly(&mut read, true),
-            "the very next idle moment watches again and sees the byte"
-        );
+        for busy_others in [false, true] {
+            other.set_busy(busy_others);
+            for miss in 1..YIELD_MISSES {
+                spin.note_request();
+                assert!(!spin.wait_briefly(&mut read, true), "miss {miss}");
+                assert_eq!(spin.skip, 0, "no back-off after {miss} misses");
+            }
+            client.write_all(b"x").unwrap();
+            assert!(spin.wait_briefly(&mut read, true), "sees the byte");
+            std::io::Read::read_exact(&mut &server, &mut [0u8; 1]).unwrap();
+            for _ in 0..YIELD_MISSES {
+                assert!(!spin.wait_briefly(&mut read, true));
+            }
+            assert_eq!(spin.skip, SPIN_BACKOFF, "a run of misses backs off");
+            spin.skip = 0;
+        }
         assert_eq!(
             shared.now.load(Ordering::Acquire),
             1,
             "no slot taken or given"
         );
-        spin.note_request();
-        assert!(spin.wait_briefly(&mut read, true), "a burst of one request");
+        client.write_all(b"x").unwrap();
         spin.note_request();
         spin.note_request();
         assert!(
             !spin.wait_briefly(&mut read, true),
-            "a client that pipelined does not yield"
+            "a client that pipelined does not yield while others work"
         );
         assert!(
             spin.wait_briefly(&mut read, true),
@@ -337,6 +349,17 @@ mod tests {
             !spin.wait_briefly(&mut read, false),
             "nor while the export says no"
         );
+        other.set_busy(false);
+        spin.note_request();
+        spin.note_request();
+        assert!(
+            !spin.wait_briefly(&mut read, true),
+            "alone, a client that pipelined spins, which needs the slot"
+        );
+        shared.now.store(0, Ordering::Release);
+        spin.note_request();
+        spin.note_request();
+        assert!(spin.wait_briefly(&mut read, true), "and spins with it");
         drop(other);
         assert_eq!(
             shared.busy.load(Ordering::Acquire),
@@ -368,10 +391,14 @@ mod tests {
         let mut busy_there = Spin::new(server.as_raw_fd(), lone, true);
         assert!(
             !single.wait_briefly(&mut read, true),
-            "a single core never spins"
+            "a single core never yields"
         );
+        assert!(!single.wait_briefly(&mut read, false), "nor spins");
         busy_there.set_busy(true);
-        assert!(!single.wait_briefly(&mut read, true), "nor yields");
+        assert!(
+            !single.wait_briefly(&mut read, true),
+            "nor yields while others work"
+        );
     }
 
     #[tokio::test]
