@@ -490,8 +490,8 @@ impl Volume {
         }
     }
 
-    /// Whether the NBD server's idle connection threads may yield their CPU while others
-    /// work (the `nbd_idle_yield` tunable).
+    /// Whether the NBD server's idle connections may watch their sockets yielding their
+    /// CPU (the `nbd_idle_yield` tunable; docs/nbd.md).
     pub fn idle_yield(&self) -> bool {
         self.engine.tunables.nbd_idle_yield()
     }

@@ -283,9 +283,10 @@ pub trait Export: Send + Sync + 'static {
         fua: bool,
     ) -> impl Future<Output = ExportResult<()>> + Send;
 
-    /// Whether an idle connection thread may yield its CPU for a moment, instead of
-    /// parking, while other connections have work (see the server's socket watch; true
-    /// by default). Asked at each idle moment, so an export can switch it at run time.
+    /// Whether an idle connection whose client waits for each reply may watch its socket
+    /// yielding its CPU between looks, rather than spinning (or parking, while other
+    /// connections have work): see the server's socket watch; true by default. Asked at
+    /// each idle moment, so an export can switch it at run time.
     fn idle_yield(&self) -> bool {
         true
     }

@@ -533,8 +533,8 @@ impl<E: Export> Server<E> {
         // the TLS state, where the socket does not show it: the spin then only costs its
         // bounded moment before the read finds it. On a bare socket the spin reads what
         // arrives itself (SpunRead). Only a connection on a thread of its own (`bulk` is
-        // then the accepting runtime) may yield while others work: a task on a shared
-        // runtime would hold up the tasks behind it on its worker.
+        // then the accepting runtime) may yield: on a shared runtime a watch holds up the
+        // tasks behind it on its worker, so there it only spins, when nothing else works.
         let own_thread = bulk.is_some();
         let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners), own_thread));
         let reader = BufReader::with_capacity(128 * 1024, SpunRead::new(reader, bare));

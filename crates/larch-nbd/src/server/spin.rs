@@ -18,8 +18,8 @@ use super::conn::BoxedRead;
 const SPIN_FOR: Duration = Duration::from_micros(50);
 /// After a spin that saw nothing, this many idle moments pass without one.
 const SPIN_BACKOFF: u32 = 64;
-/// After this many yielding watches in a row saw nothing, [`SPIN_BACKOFF`] idle moments
-/// pass without one.
+/// After this many yielding watches in a row saw nothing while no other connection had
+/// work, [`SPIN_BACKOFF`] idle moments pass without one.
 const YIELD_MISSES: u32 = 8;
 /// Most `sched_yield` calls in one yielding watch (it ends sooner if [`SPIN_FOR`] passes).
 const MAX_YIELDS: u32 = 4;
@@ -41,8 +41,9 @@ const SPUN_BYTES: usize = 16 * 1024;
 ///   The thread stays runnable, so the request finds it awake (no wake-up, no interrupt),
 ///   and the client's own wake-up can land on a CPU that is not halted. Any number of
 ///   connections may yield at once; while other connections have work a watch yields at
-///   most [`MAX_YIELDS`] times. After [`YIELD_MISSES`] watches in a row saw nothing, the
-///   next [`SPIN_BACKOFF`] idle moments have none.
+///   most [`MAX_YIELDS`] times and a miss has no back-off (one costs a few yields, and a
+///   back-off there lost much of the gain); otherwise, after [`YIELD_MISSES`] watches in
+///   a row saw nothing, the next [`SPIN_BACKOFF`] idle moments have none.
 /// - **Spin**, otherwise, and only while no other connection has work: busy-polling for
 ///   up to [`SPIN_FOR`], one connection per spare core at a time; a spin that saw nothing
 ///   skips the next [`SPIN_BACKOFF`] idle moments.
@@ -190,10 +191,14 @@ impl Spin {
         }
         if arrived {
             self.misses = 0;
-        } else {
-            // A spin backs off after one miss, a yielding watch after a run of them.
+        } else if spinning {
+            self.skip = SPIN_BACKOFF;
+        } else if !others_busy {
+            // A yielding watch with nothing else to run kept its CPU for SPIN_FOR: it
+            // backs off after a run of them. One among busy connections cost a few
+            // yields; backing off there lost much of the gain.
             self.misses += 1;
-            if spinning || self.misses == YIELD_MISSES {
+            if self.misses == YIELD_MISSES {
                 self.misses = 0;
                 self.skip = SPIN_BACKOFF;
             }
@@ -305,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_depth_1_client_yields_with_no_slot_and_backs_off_after_a_run_of_misses() {
+    fn a_queue_depth_1_client_yields_with_no_slot_and_backs_off_after_a_run_of_lone_misses() {
         let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
         let shared = spinners(1);
         let mut spin = Spin::new(server.as_raw_fd(), Arc::clone(&shared), true);
@@ -313,22 +318,28 @@ mod tests {
         let mut read = peeking();
         // A third connection holds the only spinning slot: a yielding watch needs none.
         shared.now.store(1, Ordering::Release);
-        for busy_others in [false, true] {
-            other.set_busy(busy_others);
-            for miss in 1..YIELD_MISSES {
-                spin.note_request();
-                assert!(!spin.wait_briefly(&mut read, true), "miss {miss}");
-                assert_eq!(spin.skip, 0, "no back-off after {miss} misses");
-            }
-            client.write_all(b"x").unwrap();
-            assert!(spin.wait_briefly(&mut read, true), "sees the byte");
-            std::io::Read::read_exact(&mut &server, &mut [0u8; 1]).unwrap();
-            for _ in 0..YIELD_MISSES {
-                assert!(!spin.wait_briefly(&mut read, true));
-            }
-            assert_eq!(spin.skip, SPIN_BACKOFF, "a run of misses backs off");
-            spin.skip = 0;
+        for miss in 1..YIELD_MISSES {
+            spin.note_request();
+            assert!(!spin.wait_briefly(&mut read, true), "miss {miss}");
+            assert_eq!(spin.skip, 0, "no back-off after {miss} misses");
         }
+        client.write_all(b"x").unwrap();
+        assert!(spin.wait_briefly(&mut read, true), "sees the byte");
+        std::io::Read::read_exact(&mut &server, &mut [0u8; 1]).unwrap();
+        for _ in 0..YIELD_MISSES {
+            assert!(!spin.wait_briefly(&mut read, true));
+        }
+        assert_eq!(spin.skip, SPIN_BACKOFF, "a run of misses backs off");
+        spin.skip = 0;
+        // While others work, a miss costs a few yields and has no back-off.
+        other.set_busy(true);
+        for _ in 0..2 * YIELD_MISSES {
+            assert!(!spin.wait_briefly(&mut read, true));
+        }
+        assert_eq!(spin.skip, 0, "no back-off among busy connections");
+        client.write_all(b"x").unwrap();
+        assert!(spin.wait_briefly(&mut read, true), "sees the byte");
+        std::io::Read::read_exact(&mut &server, &mut [0u8; 1]).unwrap();
         assert_eq!(
             shared.now.load(Ordering::Acquire),
             1,
