@@ -21,6 +21,9 @@ const SPIN_BACKOFF: u32 = 64;
 /// After this many yielding watches in a row saw nothing while no other connection had
 /// work, [`SPIN_BACKOFF`] idle moments pass without one.
 const YIELD_MISSES: u32 = 8;
+/// Idle moments after a burst of more than one request (a client that pipelines) in
+/// which the connection does not yield.
+const PIPELINED_MEMORY: u32 = 1024;
 /// Most `sched_yield` calls in one yielding watch (it ends sooner if [`SPIN_FOR`] passes).
 const MAX_YIELDS: u32 = 4;
 /// Bytes a watch reads off a bare socket at once: a request header and a small write.
@@ -33,9 +36,10 @@ const SPUN_BYTES: usize = 16 * 1024;
 /// halted vCPU costs an interrupt and a VM exit, more than the request itself (measured:
 /// BENCHMARKS.md). The watch takes one of two forms:
 ///
-/// - **Yield**, when the client sent a single request since the last idle moment (it
-///   waits for each reply: queue depth 1), the connection has a thread of its own and
-///   the export allows it (the `nbd_idle_yield` tunable): looks at the socket for up to
+/// - **Yield**, when the client waits for each reply (queue depth 1: no burst of more
+///   than one request between two of the last [`PIPELINED_MEMORY`] idle moments), the
+///   connection has a thread of its own and the export allows it (the `nbd_idle_yield`
+///   tunable): looks at the socket for up to
 ///   [`SPIN_FOR`], calling `sched_yield` between looks, so any runnable thread (another
 ///   connection's, the client's on the same machine, the syncer) takes the CPU first.
 ///   The thread stays runnable, so the request finds it awake (no wake-up, no interrupt),
@@ -68,6 +72,8 @@ pub(super) struct Spin {
     may_yield: bool,
     /// Requests read since the last idle moment.
     burst: u32,
+    /// Idle moments left before a client seen pipelining counts as at queue depth 1.
+    pipelined_for: u32,
     /// Watches in a row that saw nothing.
     misses: u32,
 }
@@ -101,6 +107,7 @@ impl Spin {
             busy: false,
             may_yield: own_thread,
             burst: 0,
+            pipelined_for: 0,
             misses: 0,
         }
     }
@@ -136,7 +143,14 @@ impl Spin {
         if s.max == 0 {
             return false;
         }
-        let yielding = self.may_yield && yield_allowed && burst <= 1;
+        // A client at queue depth 1 never has a second request out before its reply: a
+        // burst of more proves it pipelines, for a while.
+        if burst > 1 {
+            self.pipelined_for = PIPELINED_MEMORY;
+        } else {
+            self.pipelined_for = self.pipelined_for.saturating_sub(1);
+        }
+        let yielding = self.may_yield && yield_allowed && self.pipelined_for == 0;
         let others_busy = s.busy.load(Ordering::Acquire) > 0;
         if others_busy && !yielding {
             return false;
@@ -352,9 +366,16 @@ mod tests {
             !spin.wait_briefly(&mut read, true),
             "a client that pipelined does not yield while others work"
         );
+        for moment in 1..PIPELINED_MEMORY {
+            spin.note_request();
+            assert!(
+                !spin.wait_briefly(&mut read, true),
+                "nor for a while after ({moment} bursts of one since)"
+            );
+        }
         assert!(
             spin.wait_briefly(&mut read, true),
-            "the burst is counted from each idle moment"
+            "then it counts as at queue depth 1 again"
         );
         assert!(
             !spin.wait_briefly(&mut read, false),
@@ -368,8 +389,6 @@ mod tests {
             "alone, a client that pipelined spins, which needs the slot"
         );
         shared.now.store(0, Ordering::Release);
-        spin.note_request();
-        spin.note_request();
         assert!(spin.wait_briefly(&mut read, true), "and spins with it");
         drop(other);
         assert_eq!(
