@@ -53,11 +53,11 @@ const SPUN_BYTES: usize = 16 * 1024;
 ///   skips the next [`SPIN_BACKOFF`] idle moments.
 ///
 /// Neither runs on a single core. Measured (BENCHMARKS.md, "Issue 18: the socket watch
-/// yields"): with the yield, 1.3x the ARC hits of one QD1 client and 1.1-1.8x at 4-64
-/// of them, a median read up to 15x shorter, but a p99 two to three times longer at
-/// 8-32 clients (more threads stay runnable, so a woken one waits longer for a CPU); a
-/// pipelining client gained nothing from it and had its p99 tripled, hence the spin for
-/// it. A watch costs at most [`SPIN_FOR`] of CPU per idle moment (a yielding one mostly
+/// yields"; 2 vCPUs): with the yield, 1.2-1.3x the ARC hits of one QD1 client, 1.1x its
+/// L2 hits, 1.2-2x the ARC hits of 4-64 of them, a median read of 9 µs instead of up to
+/// 290, but a p99 of 1.5-2.7 ms at 8-16 clients (more threads stay runnable, so a woken
+/// one waits longer for a CPU); a pipelining client gained nothing from it and lost up
+/// to a quarter of its rate, hence the spin for it. A watch costs at most [`SPIN_FOR`] of CPU per idle moment (a yielding one mostly
 /// CPU that would otherwise idle), and an idle moment follows a burst of replies, so a
 /// connection with no requests costs nothing.
 pub(super) struct Spin {
