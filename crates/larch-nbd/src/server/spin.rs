@@ -39,9 +39,9 @@ const SPUN_BYTES: usize = 16 * 1024;
 /// - **Yield**, when the client waits for each reply (queue depth 1: no burst of more
 ///   than one request between two of the last [`PIPELINED_MEMORY`] idle moments), the
 ///   connection has a thread of its own and the export allows it (the `nbd_idle_yield`
-///   tunable): looks at the socket for up to
-///   [`SPIN_FOR`], calling `sched_yield` between looks, so any runnable thread (another
-///   connection's, the client's on the same machine, the syncer) takes the CPU first.
+///   tunable): looks at the socket for up to [`SPIN_FOR`], calling `sched_yield`
+///   between looks, so any runnable thread (another connection's, the client's on the
+///   same machine, the syncer) takes the CPU first.
 ///   The thread stays runnable, so the request finds it awake (no wake-up, no interrupt),
 ///   and the client's own wake-up can land on a CPU that is not halted. Any number of
 ///   connections may yield at once; while other connections have work a watch yields at
@@ -57,9 +57,10 @@ const SPUN_BYTES: usize = 16 * 1024;
 /// L2 hits, 1.2-2x the ARC hits of 4-64 of them, a median read of 9 µs instead of up to
 /// 290, but a p99 of 1.5-2.7 ms at 8-16 clients (more threads stay runnable, so a woken
 /// one waits longer for a CPU); a pipelining client gained nothing from it and lost up
-/// to a quarter of its rate, hence the spin for it. A watch costs at most [`SPIN_FOR`] of CPU per idle moment (a yielding one mostly
-/// CPU that would otherwise idle), and an idle moment follows a burst of replies, so a
-/// connection with no requests costs nothing.
+/// to a quarter of its rate, hence the spin for it. A watch costs at most [`SPIN_FOR`]
+/// of CPU per idle moment (a yielding one mostly CPU that would otherwise idle), and an
+/// idle moment follows a burst of replies, so a connection with no requests costs
+/// nothing.
 pub(super) struct Spin {
     fd: RawFd,
     spinners: Arc<Spinners>,
