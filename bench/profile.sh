@@ -2,7 +2,7 @@
 # perf profiles of two paths of `larch serve` (issue 18 asks for them before and after its
 # changes): the async write path (fio 1 MiB sequential writes, QD8, into a file-backed
 # volume: the syncer's TXG writes are in the profile) and the L2 hit path (4K random reads
-# at QD1 from a warmed cache device with a small ARC). For each it records the daemon's
+# from a warmed cache device with a small ARC, at 1 job x QD1 and at 4 jobs x QD8). For each it records the daemon's
 # threads with call graphs for SECONDS while fio runs, and writes `perf report`'s flat and
 # caller views plus fio's figures to OUT.
 #
@@ -85,6 +85,7 @@ serve "$WORK/l"
 fio --name=warm --ioengine=nbd --uri="$(uri)" --rw=randread --bs=4k --size=256M --iodepth=8 \
     --numjobs=2 --time_based --runtime=45 >/dev/null
 profile l2-hit-qd1 --rw=randread --bs=4k --size=256M --iodepth=1
+profile l2-hit-4x8 --rw=randread --bs=4k --size=256M --iodepth=8 --numjobs=4 --group_reporting
 "$L" status --state-dir "$WORK/l" --json | python3 -c '
 import json, sys
 a = json.load(sys.stdin)["arcstats"]

@@ -21,6 +21,10 @@ use larch_engine::{BackingStore, BlockBuf, Engine, LatencyModel, VolumeSpec};
 
 const VOLUME_BYTES: u64 = 4 << 30;
 
+/// The larch binary's allocator, so that the engine alone is compared like for like.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(

@@ -2,6 +2,32 @@
 //! its arguments, prints, and returns the process exit code; errors are printed once,
 //! here. The daemon itself (`larch serve`) is the library `larch_daemon`.
 
+/// jemalloc instead of glibc's malloc: block buffers are allocated by connection threads
+/// and freed by the syncer's and the ARC's, and glibc's arenas spent a third of the async
+/// write path's CPU on that (locks, chunk coalescing); jemalloc took 8K-block async writes
+/// 1.4x faster with the same peak resident memory (BENCHMARKS.md, "Issue 18: jemalloc").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Gives the pages jemalloc holds free back to the system (every arena's `purge`): the
+/// engine calls it where it would call glibc's `malloc_trim`, when resident memory is far
+/// above what the cache accounts for.
+fn purge_free_memory() {
+    // MALLCTL_ARENAS_ALL: every arena.
+    const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
+    // SAFETY: a NUL-terminated name of a control that takes and returns nothing (all
+    // pointers null, length 0), as jemalloc's mallctl documents for `arena.<i>.purge`.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            PURGE_ALL.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
+}
+
 mod advise;
 mod analytics;
 mod arcstat;
@@ -110,6 +136,7 @@ const VERSION: &str = concat!(
 );
 
 fn main() -> ExitCode {
+    larch_engine::arc::set_free_memory_release(purge_free_memory);
     let cli = Cli::parse();
     let serves = matches!(
         cli.command,

@@ -25,7 +25,7 @@ use larch_policy::shards::shard_of;
 use larch_policy::{Access, Action, BlockKey, BufType, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
-pub use sizing::{default_arc_min, default_dirty_data_max};
+pub use sizing::{default_arc_min, default_dirty_data_max, set_free_memory_release};
 
 use crate::l2::index::{ShardL2, pack_key};
 use crate::lock::{Rank, RankedGuard, RankedMutex};

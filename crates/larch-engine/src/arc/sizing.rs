@@ -74,6 +74,17 @@ fn resident_bytes() -> Option<u64> {
 /// as fast as requests free memory.
 pub(crate) const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How the process's allocator gives freed memory back to the system, when the program
+/// installed another allocator than the C library's ([`set_free_memory_release`]).
+static RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Tells the engine how to give freed memory back to the system: for a program whose
+/// global allocator is not the C library's `malloc` (the `larch` binary uses jemalloc),
+/// whose `malloc_trim` the engine calls otherwise. The first call wins.
+pub fn set_free_memory_release(release: fn()) {
+    let _ = RELEASE.set(release);
+}
+
 /// Gives memory the process freed back to the system when resident memory exceeds what
 /// the cache accounts for (`accounted_bytes`: the ARC's data and headers, the L2 index)
 /// by more than a slack. glibc's allocator keeps what it frees in its arenas (one per
@@ -82,8 +93,9 @@ pub(crate) const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 /// hundreds of MiB resident that nothing uses (measured: 247 MiB resident for a 64 MiB
 /// ARC, 80 MiB after `malloc_trim`). `malloc_trim` costs tens of ms on a fragmented heap
 /// of a million blocks, so it runs only when resident memory is that far over, and the
-/// caller runs it at most every [`TRIM_INTERVAL`]. Returns whether it trimmed. Elsewhere
-/// than glibc it does nothing.
+/// caller runs it at most every [`TRIM_INTERVAL`]. Returns whether it trimmed. With
+/// another allocator it calls what [`set_free_memory_release`] installed; elsewhere than
+/// glibc without one it does nothing.
 pub(crate) fn release_free_memory(accounted_bytes: u64) -> bool {
     let Some(resident) = resident_bytes() else {
         return false;
@@ -91,6 +103,10 @@ pub(crate) fn release_free_memory(accounted_bytes: u64) -> bool {
     let limit = accounted_bytes + accounted_bytes / 8 + RESIDENT_SLACK_BYTES;
     if resident <= limit {
         return false;
+    }
+    if let Some(release) = RELEASE.get() {
+        release();
+        return true;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of the allocator's own arenas.
