@@ -260,4 +260,26 @@ mod tests {
             assert_eq!(c(&arc), once);
         }
     }
+
+    static RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn count_release() {
+        RELEASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A program with its own allocator has its release called, once resident memory is
+    /// past what the cache accounts for plus the slack, and not below that.
+    #[test]
+    fn an_installed_release_is_called_when_resident_memory_is_far_over() {
+        set_free_memory_release(count_release);
+        let before = RELEASES.load(std::sync::atomic::Ordering::SeqCst);
+        // Accounting for far more than the process holds: nothing to give back.
+        assert!(!release_free_memory(1 << 40));
+        assert_eq!(RELEASES.load(std::sync::atomic::Ordering::SeqCst), before);
+        // 96 MiB touched, accounting for none of it: past the 64 MiB slack.
+        let held = vec![1u8; 96 << 20];
+        assert!(release_free_memory(0));
+        assert!(RELEASES.load(std::sync::atomic::Ordering::SeqCst) > before);
+        drop(std::hint::black_box(held));
+    }
 }
