@@ -265,8 +265,8 @@ pub(super) async fn read_payload<R: AsyncRead + Unpin>(
 }
 
 /// Reads `piece` bytes into `data`: what the reader holds already (it read ahead past the
-/// header), then the rest, a large rest straight from the socket, a small one through the
-/// reader's buffer.
+/// header), then the rest: of a piece of [`DIRECT_READ_BYTES`] or more straight from the
+/// socket, of a smaller one through the reader's buffer.
 async fn fill<R: AsyncRead + Unpin, B: BufMut>(
     reader: &mut BufReader<R>,
     data: &mut B,
@@ -279,7 +279,10 @@ async fn fill<R: AsyncRead + Unpin, B: BufMut>(
     let mut got = held;
     while got < piece {
         let want = piece - got;
-        let read = if want >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
+        // The piece's size decides, not what is left of it: a rest read through the
+        // reader's buffer would fill that buffer with up to 128 KiB of what follows, to
+        // be copied out again for the next piece, and so on through the payload.
+        let read = if piece >= DIRECT_READ_BYTES && reader.buffer().is_empty() {
             let mut direct = reader.get_mut().take(want as u64);
             within(stall, direct.read_buf(data)).await?
         } else {
@@ -446,5 +449,74 @@ pub(super) async fn execute<E: Export>(
         },
         // The connection task handles DISC itself.
         Request::Disc => status_frame(cookie, Ok(())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::ReadBuf;
+
+    use super::*;
+
+    /// An in-memory stream that hands out at most `step` bytes per read, as a socket
+    /// hands out what has arrived; `at` is how far it has been read.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let n = buf
+                .remaining()
+                .min(this.step)
+                .min(this.data.len() - this.at);
+            buf.put_slice(&this.data[this.at..this.at + n]);
+            this.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A payload of large pieces whose start the reader already holds (read ahead with
+    /// the request's header) comes out whole, and reading it leaves what follows it in
+    /// the stream: each piece's rest is read straight from the stream, so nothing past
+    /// the payload lands in the reader's buffer to be copied out again.
+    #[test]
+    fn large_pieces_are_read_past_the_buffer_and_no_further_than_the_payload() {
+        const PIECE: u32 = 128 << 10;
+        let len = 2 * PIECE;
+        let mut data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        data.extend_from_slice(b"the next request");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let stream = Trickle {
+                data: data.clone(),
+                at: 0,
+                step: 100_000,
+            };
+            let mut reader = BufReader::with_capacity(128 << 10, stream);
+            // The header's read brought the payload's first 100,000 bytes along.
+            assert_eq!(reader.fill_buf().await.unwrap().len(), 100_000);
+            let chunks = read_payload(&mut reader, len, 0, PIECE, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(chunks.len(), 2);
+            let read: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(read, data[..len as usize]);
+            assert!(reader.buffer().is_empty());
+            assert_eq!(reader.get_ref().at, len as usize);
+        });
     }
 }
