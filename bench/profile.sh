@@ -2,9 +2,9 @@
 # perf profiles of two paths of `larch serve` (issue 18 asks for them before and after its
 # changes): the async write path (fio 1 MiB sequential writes, QD8, into a file-backed
 # volume: the syncer's TXG writes are in the profile) and the L2 hit path (4K random reads
-# from a warmed cache device with a small ARC, at 1 job x QD1 and at 4 jobs x QD8). For each it records the daemon's
-# threads with call graphs for SECONDS while fio runs, and writes `perf report`'s flat and
-# caller views plus fio's figures to OUT.
+# from a warmed cache device with a small ARC, at 1 job x QD1 and at 4 jobs x QD8). For
+# each it records the daemon's threads with call graphs for SECONDS while fio runs, and
+# writes `perf report`'s flat and caller views plus fio's figures to OUT.
 #
 #   bench/profile.sh OUT-DIR            # release build, 10 s profiles
 #   SECONDS_=20 LARCH_BIN=... bench/profile.sh OUT-DIR

@@ -15,6 +15,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn purge_free_memory() {
     // MALLCTL_ARENAS_ALL: every arena.
     const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
+    // Best effort: an error (none is expected) leaves the pages where they are.
     // SAFETY: a NUL-terminated name of a control that takes and returns nothing (all
     // pointers null, length 0), as jemalloc's mallctl documents for `arena.<i>.purge`.
     unsafe {
