@@ -661,6 +661,19 @@ fn client_with(
 /// deletes — goes to `quick`, whose attempts keep a short limit. One limit for both would
 /// be either too short for a large object on an ordinary link (every attempt timing out
 /// and starting over) or, for a renewal on a dead connection, longer than the lease.
+/// How many times a PUT whose body the store refused as damaged on the way is sent
+/// again before the refusal fails it.
+#[cfg(feature = "s3")]
+const BODY_REFUSED_RETRIES: u32 = 3;
+
+/// Whether the store refused a PUT because the body it received did not match the signed
+/// SHA-256 of the request (`XAmzContentSHA256Mismatch`: AWS, Ceph's gateway). The client
+/// gives such an answer as an error whose text carries the store's code.
+#[cfg(feature = "s3")]
+fn body_refused(err: &object_store::Error) -> bool {
+    err.to_string().contains("XAmzContentSHA256Mismatch")
+}
+
 #[cfg(feature = "s3")]
 #[derive(Debug)]
 struct Routed {
@@ -719,7 +732,21 @@ impl ObjectStore for Routed {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let store = self.store_for_put(location);
-        store.put_opts(location, payload, opts).await
+        // A body the store refused as damaged on the way was not stored (the store checks
+        // it against its signed SHA-256 before anything else): sending it again is safe,
+        // conditional or not, and on a link that flipped a bit once it gets through.
+        let mut refused = 0;
+        loop {
+            match store
+                .put_opts(location, payload.clone(), opts.clone())
+                .await
+            {
+                Err(err) if refused < BODY_REFUSED_RETRIES && body_refused(&err) => {
+                    refused += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn put_multipart_opts(
@@ -1075,13 +1102,21 @@ mod tests {
     /// response, which closes the connection) and notes what it received.
     #[cfg(feature = "s3")]
     fn recording_store(answer: &'static [u8]) -> (String, Seen) {
+        recording_store_answering(vec![answer])
+    }
+
+    /// As [`recording_store`], answering the first request with the first answer, the
+    /// second with the second, and so on, the last answer for the rest.
+    #[cfg(feature = "s3")]
+    fn recording_store_answering(answers: Vec<&'static [u8]>) -> (String, Seen) {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for stream in listener.incoming() {
+            for (n, stream) in listener.incoming().enumerate() {
                 let Ok(mut stream) = stream else { return };
+                let answer = answers[n.min(answers.len() - 1)];
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut request = Request {
                     method: String::new(),
@@ -1171,8 +1206,8 @@ mod tests {
 
     /// Every PUT carries the SHA-256 of its body in `x-amz-content-sha256`, among the
     /// signed headers: the store checks the body it received against it, so a body
-    /// damaged on the way is refused at the PUT instead of stored. The store's refusal
-    /// (400 XAmzContentSHA256Mismatch) fails the PUT, naming it.
+    /// damaged on the way is refused at the PUT instead of stored. A refusal that lasts
+    /// (400 XAmzContentSHA256Mismatch to every attempt) fails the PUT, naming it.
     #[cfg(feature = "s3")]
     #[test]
     fn puts_carry_the_signed_sha256_of_their_body_and_a_refusal_fails_them() {
@@ -1249,6 +1284,67 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A PUT the store refused as damaged on the way is sent again, the same body, and
+    /// succeeds when the next attempt gets through; one refused every time is sent
+    /// [`BODY_REFUSED_RETRIES`] more times, then fails.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn a_put_refused_as_damaged_is_sent_again() {
+        use object_store::ObjectStoreExt;
+        const BODY: &[u8] = b"larch block bytes";
+        const STORED: &[u8] = b"HTTP/1.1 200 OK\r\netag: \"1\"\r\ncontent-length: 0\r\n\
+                                connection: close\r\n\r\n";
+        const MISMATCH: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n\
+                                  content-length: 74\r\nconnection: close\r\n\r\n\
+                                  <?xml version=\"1.0\"?><Error><Code>XAmzContentSHA256Mismatch\
+                                  </Code></Error>";
+        let vars = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("KEY".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
+            _ => None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        let key = "vols/a/data/000000000000-0000000000000001-0000000000000001";
+        let put = |answers: Vec<&'static [u8]>| {
+            let (endpoint, seen) = recording_store_answering(answers);
+            let settings = Settings {
+                endpoint: Some(endpoint),
+                ..Settings::default()
+            };
+            let (store, _) = client_with(&location, &settings, &vars, CREDENTIALS_REFRESH).unwrap();
+            let got = runtime.block_on(async move {
+                store
+                    .put(&ObjPath::from(key), PutPayload::from_static(BODY))
+                    .await
+            });
+            // The server records each request just after answering it: wait for the
+            // number expected, then make sure no other follows.
+            (got, seen)
+        };
+        let requests = |seen: &Seen, expected: usize| {
+            let got: Vec<_> = (0..expected)
+                .map(|_| seen.recv_timeout(Duration::from_secs(10)).unwrap())
+                .collect();
+            assert!(seen.recv_timeout(Duration::from_millis(300)).is_err());
+            got
+        };
+        let (got, seen) = put(vec![MISMATCH, STORED]);
+        assert!(got.is_ok(), "{got:?}");
+        let sent = requests(&seen, 2);
+        assert!(sent.iter().all(|r| r.method == "PUT" && r.body == BODY));
+        let (got, seen) = put(vec![MISMATCH]);
+        let err = got.expect_err("a body refused every time");
+        assert!(
+            err.to_string().contains("XAmzContentSHA256Mismatch"),
+            "{err}"
+        );
+        requests(&seen, 1 + BODY_REFUSED_RETRIES as usize);
     }
 
     /// Keys in the environment are used as they are; with a session token among them the
