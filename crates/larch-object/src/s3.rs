@@ -654,13 +654,6 @@ fn client_with(
     Ok((Arc::new(routed), warning))
 }
 
-/// The store larch's volumes talk to: two clients of one store that differ only in how
-/// long an attempt may take. Uploads and whole reads of data objects (up to 64 MiB each)
-/// go to `bulk`, whose attempts may take as long as their bytes need; everything else —
-/// the root (whose writes renew the lease), map pages, one block's ranged read, listings,
-/// deletes — goes to `quick`, whose attempts keep a short limit. One limit for both would
-/// be either too short for a large object on an ordinary link (every attempt timing out
-/// and starting over) or, for a renewal on a dead connection, longer than the lease.
 /// How many times a PUT whose body the store refused as damaged on the way is sent
 /// again before the refusal fails it.
 #[cfg(feature = "s3")]
@@ -674,6 +667,13 @@ fn body_refused(err: &object_store::Error) -> bool {
     err.to_string().contains("XAmzContentSHA256Mismatch")
 }
 
+/// The store larch's volumes talk to: two clients of one store that differ only in how
+/// long an attempt may take. Uploads and whole reads of data objects (up to 64 MiB each)
+/// go to `bulk`, whose attempts may take as long as their bytes need; everything else —
+/// the root (whose writes renew the lease), map pages, one block's ranged read, listings,
+/// deletes — goes to `quick`, whose attempts keep a short limit. One limit for both would
+/// be either too short for a large object on an ordinary link (every attempt timing out
+/// and starting over) or, for a renewal on a dead connection, longer than the lease.
 #[cfg(feature = "s3")]
 #[derive(Debug)]
 struct Routed {
@@ -1204,6 +1204,30 @@ mod tests {
         assert_eq!(head(), ("KEY2".into(), Some("token2".into())));
     }
 
+    /// The body the PUT tests send.
+    #[cfg(feature = "s3")]
+    const BODY: &[u8] = b"larch block bytes";
+    /// A store's answer to a PUT it stored.
+    #[cfg(feature = "s3")]
+    const STORED: &[u8] = b"HTTP/1.1 200 OK\r\netag: \"1\"\r\ncontent-length: 0\r\n\
+                            connection: close\r\n\r\n";
+    /// A store's answer to a PUT whose body did not match its signed SHA-256.
+    #[cfg(feature = "s3")]
+    const MISMATCH: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n\
+                              content-length: 74\r\nconnection: close\r\n\r\n\
+                              <?xml version=\"1.0\"?><Error><Code>XAmzContentSHA256Mismatch\
+                              </Code></Error>";
+
+    /// An environment with static keys and nothing else.
+    #[cfg(feature = "s3")]
+    fn keys_only(name: &str) -> Option<std::ffi::OsString> {
+        match name {
+            "AWS_ACCESS_KEY_ID" => Some("KEY".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
+            _ => None,
+        }
+    }
+
     /// Every PUT carries the SHA-256 of its body in `x-amz-content-sha256`, among the
     /// signed headers: the store checks the body it received against it, so a body
     /// damaged on the way is refused at the PUT instead of stored. A refusal that lasts
@@ -1212,21 +1236,10 @@ mod tests {
     #[test]
     fn puts_carry_the_signed_sha256_of_their_body_and_a_refusal_fails_them() {
         use object_store::ObjectStoreExt;
-        const BODY: &[u8] = b"larch block bytes";
         // `printf 'larch block bytes' | sha256sum`
         const BODY_SHA256: &str =
             "726b1690acd42c13ad515947db33c9b684f3e07fcfe656e364b5091c875320fc";
-        const STORED: &[u8] = b"HTTP/1.1 200 OK\r\netag: \"1\"\r\ncontent-length: 0\r\n\
-                                connection: close\r\n\r\n";
-        const MISMATCH: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n\
-                                  content-length: 74\r\nconnection: close\r\n\r\n\
-                                  <?xml version=\"1.0\"?><Error><Code>XAmzContentSHA256Mismatch\
-                                  </Code></Error>";
-        let vars = |name: &str| match name {
-            "AWS_ACCESS_KEY_ID" => Some("KEY".into()),
-            "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
-            _ => None,
-        };
+        let vars = keys_only;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1293,18 +1306,7 @@ mod tests {
     #[test]
     fn a_put_refused_as_damaged_is_sent_again() {
         use object_store::ObjectStoreExt;
-        const BODY: &[u8] = b"larch block bytes";
-        const STORED: &[u8] = b"HTTP/1.1 200 OK\r\netag: \"1\"\r\ncontent-length: 0\r\n\
-                                connection: close\r\n\r\n";
-        const MISMATCH: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n\
-                                  content-length: 74\r\nconnection: close\r\n\r\n\
-                                  <?xml version=\"1.0\"?><Error><Code>XAmzContentSHA256Mismatch\
-                                  </Code></Error>";
-        let vars = |name: &str| match name {
-            "AWS_ACCESS_KEY_ID" => Some("KEY".into()),
-            "AWS_SECRET_ACCESS_KEY" => Some("secret".into()),
-            _ => None,
-        };
+        let vars = keys_only;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
