@@ -1228,6 +1228,31 @@ mod tests {
         }
     }
 
+    /// PUTs [`BODY`] at `key` through a client (static keys) of a recording store that
+    /// gives `answers` (see [`recording_store_answering`]): the PUT's outcome, and what
+    /// the store received.
+    #[cfg(feature = "s3")]
+    fn put_body(
+        key: &str,
+        answers: Vec<&'static [u8]>,
+    ) -> (object_store::Result<object_store::PutResult>, Seen) {
+        use object_store::ObjectStoreExt;
+        let (endpoint, seen) = recording_store_answering(answers);
+        let settings = Settings {
+            endpoint: Some(endpoint),
+            ..Settings::default()
+        };
+        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        let (store, _) =
+            client_with(&location, &settings, &keys_only, CREDENTIALS_REFRESH).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = runtime.block_on(store.put(&ObjPath::from(key), PutPayload::from_static(BODY)));
+        (got, seen)
+    }
+
     /// Every PUT carries the SHA-256 of its body in `x-amz-content-sha256`, among the
     /// signed headers: the store checks the body it received against it, so a body
     /// damaged on the way is refused at the PUT instead of stored. A refusal that lasts
@@ -1235,40 +1260,20 @@ mod tests {
     #[cfg(feature = "s3")]
     #[test]
     fn puts_carry_the_signed_sha256_of_their_body_and_a_refusal_fails_them() {
-        use object_store::ObjectStoreExt;
         // `printf 'larch block bytes' | sha256sum`
         const BODY_SHA256: &str =
             "726b1690acd42c13ad515947db33c9b684f3e07fcfe656e364b5091c875320fc";
-        let vars = keys_only;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let location = Location::parse("s3://bucket/vols/a").unwrap();
+        // A data object's key, which goes to the bulk client, and the root's, which goes
+        // to the quick one: both are built alike.
         let put = |answer: &'static [u8]| {
-            let (endpoint, seen) = recording_store(answer);
-            let settings = Settings {
-                endpoint: Some(endpoint),
-                ..Settings::default()
-            };
-            let (store, _) = client_with(&location, &settings, &vars, CREDENTIALS_REFRESH).unwrap();
-            // A data object's key, which goes to the bulk client, and the root's, which
-            // goes to the quick one: both are built alike.
-            let mut results = Vec::new();
-            for key in [
+            [
                 "vols/a/data/000000000000-0000000000000001-0000000000000001",
                 "vols/a/larch-volume",
-            ] {
-                let store = Arc::clone(&store);
-                let got = runtime.block_on(async move {
-                    store
-                        .put(&ObjPath::from(key), PutPayload::from_static(BODY))
-                        .await
-                });
-                let request = seen.recv_timeout(Duration::from_secs(10)).unwrap();
-                results.push((got, request));
-            }
-            results
+            ]
+            .map(|key| {
+                let (got, seen) = put_body(key, vec![answer]);
+                (got, seen.recv_timeout(Duration::from_secs(10)).unwrap())
+            })
         };
         for (got, request) in put(STORED) {
             assert!(got.is_ok(), "{got:?}");
@@ -1305,30 +1310,9 @@ mod tests {
     #[cfg(feature = "s3")]
     #[test]
     fn a_put_refused_as_damaged_is_sent_again() {
-        use object_store::ObjectStoreExt;
-        let vars = keys_only;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let location = Location::parse("s3://bucket/vols/a").unwrap();
         let key = "vols/a/data/000000000000-0000000000000001-0000000000000001";
-        let put = |answers: Vec<&'static [u8]>| {
-            let (endpoint, seen) = recording_store_answering(answers);
-            let settings = Settings {
-                endpoint: Some(endpoint),
-                ..Settings::default()
-            };
-            let (store, _) = client_with(&location, &settings, &vars, CREDENTIALS_REFRESH).unwrap();
-            let got = runtime.block_on(async move {
-                store
-                    .put(&ObjPath::from(key), PutPayload::from_static(BODY))
-                    .await
-            });
-            // The server records each request just after answering it: wait for the
-            // number expected, then make sure no other follows.
-            (got, seen)
-        };
+        // The server records each request just after answering it: wait for the number
+        // expected, then make sure no other follows.
         let requests = |seen: &Seen, expected: usize| {
             let got: Vec<_> = (0..expected)
                 .map(|_| seen.recv_timeout(Duration::from_secs(10)).unwrap())
@@ -1336,11 +1320,11 @@ mod tests {
             assert!(seen.recv_timeout(Duration::from_millis(300)).is_err());
             got
         };
-        let (got, seen) = put(vec![MISMATCH, STORED]);
+        let (got, seen) = put_body(key, vec![MISMATCH, STORED]);
         assert!(got.is_ok(), "{got:?}");
         let sent = requests(&seen, 2);
         assert!(sent.iter().all(|r| r.method == "PUT" && r.body == BODY));
-        let (got, seen) = put(vec![MISMATCH]);
+        let (got, seen) = put_body(key, vec![MISMATCH]);
         let err = got.expect_err("a body refused every time");
         assert!(
             err.to_string().contains("XAmzContentSHA256Mismatch"),
