@@ -88,9 +88,9 @@ impl Gateway {
             .output()
             .expect("run scripts/ceph-rgw");
         if !out.status.success() {
-            let log = std::fs::read_to_string(dir.join("log/start.log")).unwrap_or_default();
+            // The script's stderr says which step failed, with the logs' ends and the free space.
             return Err(format!(
-                "{}{}{log}",
+                "{}{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             ));
