@@ -55,8 +55,11 @@
 //! 6. A rebuild whose walk stops before the end of the log (a block that cannot be read
 //!    or checked) faults the device and empties its log: the entries behind that block
 //!    were neither indexed nor tombstoned, and a later walk that could read it would bring
-//!    them back. A device removed while it rebuilds stays removed: the rebuild's end
-//!    attaches nothing, installs no writer and drops the tombstones its walk queued.
+//!    them back. Once the log is emptied on the device, the device comes back in use,
+//!    empty (a writer resumes after the emptied header, chaining onto no block, as on a
+//!    device formatted at runtime, rule 5); if it could not be emptied, it stays faulted.
+//!    A device removed while it rebuilds stays removed: the rebuild's end attaches
+//!    nothing, installs no writer and drops the tombstones its walk queued.
 //!
 //! 7. When step 2 emptied a log during a rebuild, the writer the rebuild installs writes
 //!    headers that point at no log ([`larch_l2::L2Device::hide_log`]) until the commit

@@ -178,6 +178,22 @@ pub enum StopReason {
     Cancelled,
 }
 
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::ChainEnd => f.write_str("the end of the log"),
+            StopReason::EvictHand => f.write_str("the evict hand"),
+            StopReason::Invalid { ptr, error } => write!(
+                f,
+                "log block {} at ring byte {} refused: {error}",
+                ptr.sequence, ptr.block_pos
+            ),
+            StopReason::EntryLimit => f.write_str("the entry limit"),
+            StopReason::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
 impl StopReason {
     /// Whether the walk reached the natural end of the log.
     pub fn is_clean(&self) -> bool {

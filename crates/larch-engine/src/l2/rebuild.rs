@@ -523,7 +523,8 @@ impl Engine {
             // entries behind it were neither indexed nor tombstoned, and the writer would
             // chain its next blocks onto them, so a later rebuild that reads that block
             // could serve copies written over meanwhile. The device's log is not kept
-            // (rule 4: faulted and emptied; `larch cache add` takes it back empty).
+            // (rule 6: faulted and emptied), and the device comes back at once, empty,
+            // as the next start would bring it (OpenZFS too keeps such a device in use).
             // The walk's counters still tell what it met (`l2_rebuild_cksum_lb_errors`...),
             // but nothing it met is restored.
             let mut stats = end.stats;
@@ -532,8 +533,9 @@ impl Engine {
             stats.l2_rebuild_asize = 0;
             *device.rebuild.lock() = Some(stats);
             device.rebuild_index_bytes.store(0, Ordering::Relaxed);
-            let why = format!("rebuild stopped before the end of its log: {:?}", end.stop);
+            let why = format!("rebuild stopped before the end of its log: {}", end.stop);
             self.end_rebuild_faulted(device, why);
+            self.resume_emptied(device, pool_guid);
             return;
         }
         // The tables are built before the gate is taken: that is most of the indexing.
@@ -611,6 +613,79 @@ impl Engine {
                 .map_err(|e| format!("rebuild failed: {e}"))?;
         index::fresh_index(&geometry)?;
         Ok((geometry, header))
+    }
+
+    /// Puts a device whose rebuild stopped early back in use, empty, once its log was
+    /// emptied on the device (rule 6): its header then points at no log block, so a
+    /// writer that resumes after it chains its blocks onto nothing, and no copy written
+    /// before can be found by any later rebuild, as on a device formatted at runtime
+    /// (rule 5). Left faulted when the log could not be emptied (the pool recorded that
+    /// the device is to be formatted), when the device cannot be opened again, or when it
+    /// was removed meanwhile.
+    fn resume_emptied(&self, device: &CacheDevice, pool_guid: u64) {
+        let emptied = device
+            .known_header
+            .lock()
+            .is_some_and(|h| h.newest.iter().all(|p| p.is_null()))
+            && !device.known_header_unsure.load(Ordering::Acquire);
+        if !emptied {
+            return;
+        }
+        let mut options = RebuildOptions {
+            prefetch: false,
+            max_entries: None,
+            progress: None,
+        };
+        let opened = L2Device::open(
+            Arc::clone(device.dev()),
+            Some((pool_guid, device.guid)),
+            &mut options,
+        );
+        let mut writer = match opened {
+            Ok((writer, outcome)) if outcome.entries.is_empty() && outcome.stop.is_clean() => {
+                writer
+            }
+            Ok((_, outcome)) => {
+                eprintln!(
+                    "larch: cache device {}: its emptied log still held {} entries (stopped at \
+                     {}); left faulted",
+                    device.path.display(),
+                    outcome.entries.len(),
+                    outcome.stop
+                );
+                return;
+            }
+            Err(err) => {
+                eprintln!(
+                    "larch: cache device {}: opening it again after emptying its log failed \
+                     ({err}); left faulted",
+                    device.path.display()
+                );
+                return;
+            }
+        };
+        writer.set_track_records(false);
+        let geometry = writer.geometry();
+        if index::fresh_index(&geometry).is_err() {
+            return;
+        }
+        // As a removal takes them: a device removed meanwhile stays removed.
+        let _io = self.coherence.feed_io();
+        let _gate = self.coherence.gate();
+        if device.state() != DeviceState::Faulted {
+            return;
+        }
+        for mut shard in self.arc.shards() {
+            let fresh = index::fresh_index(&geometry).expect("the geometry fits, checked above");
+            shard.l2.attach(device.index, fresh);
+        }
+        *device.writer() = Some(writer);
+        *device.fault.lock() = None;
+        device.set_state(DeviceState::Online);
+        eprintln!(
+            "larch: cache device {}: back in use, empty (its log was emptied)",
+            device.path.display()
+        );
     }
 
     /// A rebuild that could not finish: the device is faulted and its log emptied, since
@@ -1141,14 +1216,23 @@ mod tests {
     /// A log block that cannot be read ends the walk before the end of the log: the
     /// entries behind it were neither indexed nor tombstoned, so the log is not kept (a
     /// later walk that could read that block would bring back copies overwritten
-    /// meanwhile): the device is faulted and its log emptied.
+    /// meanwhile): its log is emptied, and the device comes back in use at once, empty,
+    /// with a writer that resumes after the emptied header (before, it stayed faulted, and
+    /// unfed, until the next start: a tester's finding).
     #[test]
-    fn a_walk_cut_short_by_a_read_error_faults_the_device_instead_of_keeping_its_log() {
+    fn a_walk_cut_short_by_a_read_error_empties_the_log_and_the_device_comes_back_empty() {
         let engine = engine_with_volume(64);
         let dev = Rigged::new(logged_device(), 2, false);
+        let before = larch_l2::read_header(&*dev.inner).expect("header").header;
         let device = add(&engine, Arc::clone(&dev));
         wait_for_rebuilds(&engine);
-        assert_eq!(device.state(), DeviceState::Faulted);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while device.state() != DeviceState::Online {
+            assert!(Instant::now() < deadline, "state {:?}", device.state());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(device.fault(), None);
+        assert!(device.writer().is_some(), "a writer was installed");
         let stats = device.rebuild_stats().expect("the walk's counters");
         assert!(
             stats.l2_rebuild_io_errors > 0,
@@ -1157,6 +1241,12 @@ mod tests {
         assert_eq!(stats.l2_rebuild_bufs, 0, "and that nothing was restored");
         assert!(attached(&engine, 32).is_none(), "nothing of it is served");
         let header = larch_l2::read_header(&*dev.inner).expect("header").header;
+        assert!(
+            header.sequence > before.sequence,
+            "the emptied log's header supersedes the old one: {} after {}",
+            header.sequence,
+            before.sequence
+        );
         let outcome = larch_l2::rebuild(&*dev.inner, &header, &mut RebuildOptions::default());
         assert!(outcome.entries.is_empty(), "its log was emptied");
     }
