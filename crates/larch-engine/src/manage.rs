@@ -340,6 +340,7 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
         )));
     }
     check_file_or_block_device(path)?;
+    check_log_device_size(path)?;
     // Held while the headers are looked at and zeroed, as for a cache device.
     let file_lock = hold_device(path)?;
     if !crate::pool::log_is_blank(path) {
@@ -528,22 +529,43 @@ fn hold_device(path: &Path) -> Result<Option<fs::File>, ManageError> {
 /// (before, this was found only when the pool formatted it: at once on a running pool,
 /// at the next start otherwise).
 fn check_cache_device_size(path: &Path) -> Result<(), ManageError> {
-    use std::io::{Seek, SeekFrom};
-    let bytes = fs::File::open(path)
-        .and_then(|mut f| f.seek(SeekFrom::End(0)))
-        .map_err(|e| ManageError::Io(format!("reading the size of {}: {e}", path.display())))?;
+    let bytes = device_bytes(path)?;
     let sector_bytes = larch_l2::CreateOptions::default().sector_bytes;
     match larch_l2::Geometry::for_device(bytes, sector_bytes) {
         Err(larch_l2::L2Error::DeviceTooSmall { min_bytes, .. }) => {
-            Err(ManageError::Refused(format!(
-                "{} has {bytes} bytes: too small for a cache device, which needs at least \
-                 {min_bytes} ({})",
-                path.display(),
-                crate::units::format_size(min_bytes)
-            )))
+            Err(too_small(path, bytes, "a cache device", min_bytes))
         }
         _ => Ok(()),
     }
+}
+
+/// Refuses a device too small for a log device's ring. Before, a stopped pool took it,
+/// and its next start failed on it (every volume unserved until `larch log remove`).
+fn check_log_device_size(path: &Path) -> Result<(), ManageError> {
+    let bytes = device_bytes(path)?;
+    let sector_bytes = larch_zil::CreateOptions::default().sector_bytes;
+    match larch_zil::Geometry::for_device(bytes, sector_bytes) {
+        Err(larch_zil::LogError::DeviceTooSmall { min_bytes, .. }) => {
+            Err(too_small(path, bytes, "a log device", min_bytes))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The size of the file or block device at `path`.
+fn device_bytes(path: &Path) -> Result<u64, ManageError> {
+    use std::io::{Seek, SeekFrom};
+    fs::File::open(path)
+        .and_then(|mut f| f.seek(SeekFrom::End(0)))
+        .map_err(|e| ManageError::Io(format!("reading the size of {}: {e}", path.display())))
+}
+
+fn too_small(path: &Path, bytes: u64, what: &str, min_bytes: u64) -> ManageError {
+    ManageError::Refused(format!(
+        "{} has {bytes} bytes: too small for {what}, which needs at least {min_bytes} ({})",
+        path.display(),
+        crate::units::format_size(min_bytes)
+    ))
 }
 
 /// The first `2 * HEADER_SLOT_BYTES` of a device (both header slots of a cache or log
@@ -857,6 +879,33 @@ mod tests {
             "the log is still in use"
         );
         assert_eq!(PoolConfig::load(&dir).unwrap().cache_devices.len(), 1);
+        pool.close().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A stopped pool refuses a log device too small for its ring, with the size it needs,
+    /// and stays as it was: before, it took one, and the next start failed on it (a tester's
+    /// finding; an all-zero 4 KiB file was called "not blank").
+    #[test]
+    fn a_stopped_pool_refuses_a_log_device_too_small_to_open() {
+        let dir = fs::canonicalize(demo("log-too-small")).unwrap();
+        let files = Target::Files(&dir);
+        for (name, bytes) in [("zeros.img", 4096), ("small.img", 20 << 10)] {
+            let path = dir.join(name);
+            fs::write(&path, vec![0u8; bytes]).unwrap();
+            let err = add_log_device(files, &path, false).unwrap_err();
+            assert!(
+                matches!(err, ManageError::Refused(ref m)
+                    if m.contains(&format!("has {bytes} bytes: too small for a log device, which needs at least"))),
+                "{err}"
+            );
+        }
+        assert!(PoolConfig::load(&dir).unwrap().log_devices.is_empty());
+        let log = dir.join("log.img");
+        fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+        add_log_device(files, &log, false).unwrap();
+        let pool = Pool::open(&dir, false).unwrap();
+        assert!(pool.engine.log_report().is_some());
         pool.close().unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }

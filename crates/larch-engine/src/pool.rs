@@ -6,6 +6,7 @@
 //! share the rules for each device. The state directory's records for the engine are in
 //! `records`.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
@@ -388,16 +389,21 @@ fn write_state_file_mode(state_dir: &Path, name: &str, bytes: &[u8], mode: u32) 
     let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     // A leftover temporary file (a crash between create and rename) may have another mode.
     let _ = fs::remove_file(&tmp);
-    let mut file = fs::OpenOptions::new()
+    let written = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(&tmp)
-        .map_err(named)?;
-    io::Write::write_all(&mut file, bytes).map_err(named)?;
-    file.sync_all().map_err(named)?;
-    drop(file);
-    fs::rename(&tmp, &path).map_err(named)?;
+        .and_then(|mut file| {
+            io::Write::write_all(&mut file, bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, &path));
+    if let Err(err) = written {
+        // A full file system: the partial temporary file goes, not left beside the file.
+        let _ = fs::remove_file(&tmp);
+        return Err(named(err));
+    }
     fs::File::open(state_dir)
         .and_then(|dir| dir.sync_all())
         .map_err(named)
@@ -511,6 +517,9 @@ pub struct Pool {
     /// Cache devices that could not be used (foreign, unreadable), with the reason: the
     /// pool serves without them.
     pub refused_devices: Vec<String>,
+    /// The cache devices of `pool.json` not in use now, by guid, with why: those refused
+    /// at open, and at each later change of the configuration (`larch status` lists them).
+    pub unused_devices: Mutex<BTreeMap<u64, String>>,
     /// Cache devices formatted at open although their logs were valid, with the reason
     /// (an older image of the device: see [`L2_SEQUENCES_FILE`]); they serve empty.
     pub formatted_devices: Vec<String>,
@@ -872,6 +881,7 @@ impl Pool {
         // is formatted (see `L2_SEQUENCES_FILE`).
         let sequences = read_l2_sequences(state_dir)?;
         let mut refused_devices = Vec::new();
+        let mut unused_devices = BTreeMap::new();
         let mut formatted_devices = Vec::new();
         let mut added = Vec::new();
         let mut changes = RecordChanges::default();
@@ -895,6 +905,7 @@ impl Pool {
                 }
                 Err(why) => {
                     changes.note(d.guid, distrust, false);
+                    unused_devices.insert(d.guid, why.clone());
                     refused_devices.push(why);
                 }
             }
@@ -915,6 +926,7 @@ impl Pool {
             engine,
             volumes,
             refused_devices,
+            unused_devices: Mutex::new(unused_devices),
             formatted_devices,
             refused_tunables,
             log_replayed,
@@ -963,6 +975,16 @@ impl Pool {
                 sequences.get(&d.guid).copied(),
             );
             changes.note(d.guid, distrust, result.is_ok());
+            {
+                let mut unused = self
+                    .unused_devices
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match &result {
+                    Ok(_) => unused.remove(&d.guid),
+                    Err(why) => unused.insert(d.guid, why.clone()),
+                };
+            }
             match result {
                 Ok(Added {
                     device,
@@ -984,6 +1006,11 @@ impl Pool {
         if let Err(err) = changes.record(&self.state_dir) {
             done.push(format!("cache devices: {err}"));
         }
+        // A device taken out of pool.json is no longer "not used": it is not the pool's.
+        self.unused_devices
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|guid, _| config.cache_devices.iter().any(|d| d.guid == *guid));
         let mut dropped = Vec::new();
         for r in running {
             let wanted = config.cache_devices.iter().any(|d| d.guid == r.guid);
@@ -1111,6 +1138,28 @@ fn close_volumes(volumes: &[Arc<Volume>]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state file that cannot be written leaves no temporary file behind (a tester's
+    /// finding: on a full file system, `analytics.bin.tmp` and `failed-volumes.json.tmp`
+    /// stayed), and the file it was to replace is as it was.
+    #[test]
+    fn a_failed_state_file_write_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("larch-state-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        // A directory in the file's place: the rename over it fails after the write.
+        fs::create_dir_all(dir.join("record.json").join("inside")).unwrap();
+        let err = write_state_file(&dir, "record.json", b"{}").unwrap_err();
+        assert!(err.to_string().contains("record.json"), "{err}");
+        assert!(
+            !dir.join("record.json.tmp").exists(),
+            "the temporary file stayed"
+        );
+        assert!(dir.join("record.json").join("inside").is_dir());
+        write_state_file(&dir, "other.json", b"{}").unwrap();
+        assert_eq!(fs::read(dir.join("other.json")).unwrap(), b"{}");
+        assert!(!dir.join("other.json.tmp").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A volume whose close fails (its store is down at shutdown) does not keep the
     /// volumes after it from committing their staged blocks and giving their leases up;

@@ -22,6 +22,10 @@ pub struct PoolReport {
     pub volumes: Vec<VolumeReport>,
     /// Its cache devices, in the order they were added.
     pub cache_devices: Vec<CacheDeviceReport>,
+    /// Cache devices `pool.json` lists that the pool does not use (foreign, unreadable,
+    /// too small, another pool's), each with why.
+    #[serde(default)]
+    pub unused_cache_devices: Vec<String>,
     /// How cache-device reads are done (`io_uring`, `threads`, ...).
     pub l2_read_path: String,
     /// The log device, if the pool has one.
@@ -368,6 +372,13 @@ impl Pool {
             pool_guid: self.config.guid,
             volumes,
             cache_devices: engine.device_reports(),
+            unused_cache_devices: self
+                .unused_devices
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect(),
             l2_read_path: engine.l2_read_path(),
             log_device: engine.log_report(),
             tunables: engine.tunables.values(),

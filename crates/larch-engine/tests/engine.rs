@@ -924,6 +924,12 @@ fn a_device_to_format_that_comes_back_while_the_pool_runs_is_formatted_not_rebui
     // Run 3 starts without it too, and nothing is written; then it is back.
     let pool = Pool::open(&dir, false).expect("run 3");
     assert_eq!(pool.refused_devices.len(), 1, "{:?}", pool.refused_devices);
+    // The report says so (`larch status` lists it), until the device is in use again.
+    assert_eq!(
+        pool.report().unused_cache_devices,
+        pool.refused_devices,
+        "the missing device is reported as not used"
+    );
     std::fs::rename(&away, &device).expect("bring the device back");
     let other = dir.join("cache1.img");
     std::fs::write(&other, vec![0u8; 4 << 20]).expect("another device");
@@ -938,6 +944,7 @@ fn a_device_to_format_that_comes_back_while_the_pool_runs_is_formatted_not_rebui
         .find(|d| d.guid == guid)
         .expect("the device is in use");
     assert_eq!(back.state(), DeviceState::Online, "{:?}", back.fault());
+    assert!(pool.report().unused_cache_devices.is_empty());
     let got = read(&pool, 0);
     assert!(
         got[..] == written[..],

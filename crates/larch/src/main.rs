@@ -178,8 +178,46 @@ fn main() -> ExitCode {
         Err(err) => {
             // Not eprintln!: it panics when standard error is closed, and the exit code
             // would no longer say that the command failed.
-            let _ = writeln!(std::io::stderr(), "larch: error: {err:#}");
+            let _ = writeln!(std::io::stderr(), "larch: error: {}", error_text(&err));
             ExitCode::from(2)
         }
+    }
+}
+
+/// An error and its causes, joined by ": " as anyhow's `{:#}` does, but without a cause
+/// whose text an earlier one already carries: the I/O errors of the lower crates say
+/// their OS error in their own text and also give it as their source, so `larch dump` of
+/// a missing file said "No such file or directory (os error 2)" twice.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.is_empty() {
+            text = cause;
+        } else if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::error_text;
+
+    /// Causes already in the text are not repeated; new ones are joined as anyhow does.
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let os = || std::io::Error::from_raw_os_error(2);
+        let err = anyhow::Error::from(os())
+            .context(format!("read at offset 0: {}", os()))
+            .context("cannot open x");
+        assert_eq!(
+            error_text(&err),
+            "cannot open x: read at offset 0: No such file or directory (os error 2)"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&plain), format!("{plain:#}"));
     }
 }

@@ -63,7 +63,8 @@ pub struct ServeFileOptions {
     /// Description shown by `nbdinfo --list`.
     #[arg(long, default_value = "", value_name = "TEXT")]
     pub description: String,
-    /// Minimum block size: offsets and lengths must be multiples of it (power of two).
+    /// Minimum block size: offsets and lengths must be multiples of it (a power of two that
+    /// divides the size of the file).
     #[arg(long, default_value = "1", value_name = "BYTES")]
     pub min_block_size: String,
     /// Largest READ/WRITE request accepted.
@@ -359,6 +360,17 @@ impl FileExport {
             .block_sizes()
             .validate()
             .map_err(|e| anyhow::anyhow!("--min-block-size: {e}"))?;
+        let tail = size_bytes % u64::from(min_block_bytes);
+        if tail != 0 {
+            // Every request must be a multiple of the minimum, so the tail could never be
+            // read or written (nbdcopy fails on it).
+            anyhow::bail!(
+                "--min-block-size {min_block_bytes}: {} has {size_bytes} bytes, not a multiple \
+                 of it, and clients could never reach its last {tail}; give a block size that \
+                 divides the size, or resize the file",
+                path.display()
+            );
+        }
         Ok(export)
     }
 
@@ -797,5 +809,32 @@ impl Export for FileExport {
             Err(err) => Err(err),
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose size is not a multiple of `--min-block-size` is refused at start, naming
+    /// the bytes clients could never reach (a tester's finding: its tail answered EINVAL to
+    /// every request, and nbdcopy failed); sizes that divide are served.
+    #[test]
+    fn a_size_not_a_multiple_of_the_minimum_block_is_refused() {
+        let dir = std::env::temp_dir().join(format!("larch-serve-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let open = |bytes: usize, min_block: u32| {
+            let path = dir.join(format!("{bytes}-{min_block}.img"));
+            std::fs::write(&path, vec![7u8; bytes]).unwrap();
+            FileExport::open(&path, true, min_block, IoMode::Auto).map(|e| e.size_bytes)
+        };
+        let err = open(20_000, 4096).unwrap_err().to_string();
+        assert!(
+            err.contains("has 20000 bytes, not a multiple") && err.contains("last 3616"),
+            "{err}"
+        );
+        assert_eq!(open(20_000, 1).unwrap(), 20_000);
+        assert_eq!(open(16_384, 4096).unwrap(), 16_384);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -189,7 +189,9 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
             );
         }
     }
-    for d in &report.cache_devices {
+    // A removed device stays in the engine's list (its index is never reused): it is not
+    // the pool's any more, and removing and adding a device again listed it each time.
+    for d in (report.cache_devices.iter()).filter(|d| d.state != DeviceState::Removed) {
         let mut line = format!(
             "  cache {}: {} {}",
             d.path,
@@ -216,6 +218,9 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
                 "    cache device I/O: {mode}: the page cache keeps copies of what it reads and writes"
             );
         }
+    }
+    for why in &report.unused_cache_devices {
+        let _ = writeln!(out, "  cache device not used: {why}");
     }
     let a = &report.arcstats;
     let ratio = |h: u64, m: u64| {
@@ -286,6 +291,26 @@ mod tests {
         assert_eq!(lines.len(), 5, "{text}");
         let old = render(&status, 1_010).unwrap();
         assert!(old.starts_with("pool demo: not running (status from 10 s ago)\n"));
+    }
+
+    /// A removed device is not listed (removed and added again, the same file was listed
+    /// once per removal), and a device pool.json lists but the pool does not use is, with
+    /// why (it showed only on the daemon's stderr: a tester's findings).
+    #[test]
+    fn removed_devices_are_not_listed_and_unused_ones_are() {
+        let mut status = status("status-unused");
+        let mut removed = status.pool.cache_devices[0].clone();
+        removed.state = DeviceState::Removed;
+        status.pool.cache_devices.insert(0, removed);
+        status.pool.unused_cache_devices = vec!["/x/cache1.img: not a larch cache device".into()];
+        let text = render(&status, 1_001).unwrap();
+        let cache_lines = text.lines().filter(|l| l.starts_with("  cache /")).count();
+        assert_eq!(cache_lines, 1, "{text}");
+        assert!(!text.contains("removed"), "{text}");
+        assert!(
+            text.contains("  cache device not used: /x/cache1.img: not a larch cache device\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use larch_engine::units::parse_size;
 use larch_engine::{CacheMode, LatencyModel, SyncMode, VolumeConfig, new_guid};
 
@@ -255,6 +255,22 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                      ({volblocksize} bytes); give a larger file or --size",
                     backing.display()
                 );
+            }
+            if have.is_some() && !readonly {
+                // Opened for writing as `larch serve` will open it (nothing is written): a
+                // file on a read-only file system, or one this user may not write, is
+                // refused now, not by every later start of the pool.
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&backing)
+                    .with_context(|| {
+                        format!(
+                            "{} cannot be opened for writing (give --readonly for a \
+                             read-only volume)",
+                            backing.display()
+                        )
+                    })?;
             }
             let created = create_sized(&backing, size)?;
             save(&config, &state_dir)?;
@@ -558,6 +574,22 @@ mod tests {
                 .to_string();
             assert!(err.contains(why), "{backing}: {err}");
         }
+        // A file nobody may write, root included (sysfs refuses it; a tester's finding was
+        // a file on a read-only file system): refused unless the volume is read-only.
+        let unwritable = "/sys/devices/system/cpu/online";
+        let add = |extra: &[&str]| {
+            let args = ["add", "v", "--backing", unwritable, "--volblocksize", "4K"];
+            volume(&dir, &[&args[..], extra].concat())
+        };
+        let err = format!("{:#}", add(&[]).unwrap_err());
+        assert!(
+            err.contains("cannot be opened for writing (give --readonly"),
+            "{err}"
+        );
+        assert!(names(&dir).is_empty());
+        add(&["--readonly"]).unwrap();
+        assert_eq!(names(&dir), ["v"]);
+        volume(&dir, &["remove", "v"]).unwrap();
         let good = dir.join("good.img");
         let err = volume(
             &dir,

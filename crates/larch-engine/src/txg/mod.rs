@@ -213,7 +213,8 @@ impl Txg {
 }
 
 impl Engine {
-    /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`.
+    /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`, and
+    /// at least 1 MiB.
     pub(crate) fn dirty_max(&self) -> u64 {
         self.tunables
             .zfs_dirty_data_max()
