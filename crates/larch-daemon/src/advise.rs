@@ -372,6 +372,16 @@ pub fn advise(curves: &Curves, today: &Today, device: Option<(&str, f64)>) -> Ad
         ));
     } else if misses < 0.02 {
         lines.push("the ARC already serves nearly every read: an L2ARC would not help".to_string());
+    } else if misses - curves.cold_share < 0.02 {
+        // What is missed is (nearly) all first reads: the caches already hold what is read
+        // again (a tester's finding: this was called a working set far beyond the caches).
+        lines.push(format!(
+            "the caches already hold what is read again: the {:.0}% of reads they miss are \
+             first reads of blocks ({:.0}% of all reads were), which no cache serves; \
+             neither an L2ARC nor a bigger ARC would help",
+            100.0 * misses,
+            100.0 * curves.cold_share
+        ));
     } else if let Some(best) = what_if
         .iter()
         .filter(|p| p.arc_bytes == today.arc_bytes && p.misses_served >= 0.5)
@@ -656,6 +666,25 @@ mod tests {
                 .iter()
                 .any(|l| l.contains("still warming"))
         );
+        // The ARC holds the 1 GiB working set; the 11% it misses are first reads: no cache
+        // helps, and the working set is not called "far beyond" the caches (a tester's
+        // finding on cloudPhysicsIO.csv with a 4G ARC).
+        let mut cold = uniform();
+        cold.arc = vec![(GIB / 4, 0.5), (GIB, 0.89), (100 * GIB, 0.89)];
+        cold.lru = cold.arc.clone();
+        cold.working_set = vec![(3600, GIB as f64)];
+        cold.cold_share = 0.11;
+        let fits = Today {
+            arc_bytes: 4 * GIB,
+            arc_hit_ratio: 0.89,
+            ..today()
+        };
+        let lines = advise(&cold, &fits, Some(("nvme", 90.0))).lines;
+        assert!(
+            lines.iter().any(|l| l.contains("first reads of blocks")),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains("far beyond")), "{lines:?}");
         let mut writes = uniform();
         writes.write_share = 0.8;
         assert!(

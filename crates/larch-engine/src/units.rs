@@ -55,10 +55,12 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
         return Err(err("too large"));
     }
-    if bytes.fract() != 0.0 {
+    // A fraction of a suffix rounds to the nearest byte (`1.2T` is not a whole number of
+    // bytes, and nobody typing it means a fraction of one); a fraction of a byte is refused.
+    if shift == 0 && bytes.fract() != 0.0 {
         return Err(err("not a whole number of bytes"));
     }
-    Ok(bytes as u64)
+    Ok(bytes.round() as u64)
 }
 
 /// Formats a byte count with the largest binary suffix that keeps it readable, e.g. `16.0M`.
@@ -103,6 +105,10 @@ mod tests {
         assert_eq!(parse_size("16MiB"), Ok(16 << 20));
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
         assert_eq!(parse_size("2T"), Ok(2 << 40));
+        // Fractions of a suffix round to the nearest byte (a tester's finding: "1.2T", in
+        // docs/simulator.md's own example, was refused).
+        assert_eq!(parse_size("1.2T"), Ok(1_319_413_953_331));
+        assert_eq!(parse_size("1.1K"), Ok(1126));
     }
 
     #[test]

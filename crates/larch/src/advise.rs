@@ -172,7 +172,10 @@ fn from_trace(args: &AdviseArgs, arc: Option<u64>, l2: Option<u64>) -> anyhow::R
     // second and the warm-up that follows from them would be that clock's, not the
     // workload's.
     let timed = read.timed;
-    let curves = larch_engine::mrc::curves_of(&sampler, last_ms);
+    let mut curves = larch_engine::mrc::curves_of(&sampler, last_ms);
+    // A trace that ended warms no further: the live pool's "still warming, ask again later"
+    // does not apply (its first reads show in the overall cold share instead).
+    curves.recent_cold_share = 0.0;
     let ram = advise::device_read_us("ram", block).map_err(|e| anyhow!(e))?;
     let miss =
         advise::device_read_us(&args.backing, block).map_err(|e| anyhow!("--backing: {e}"))?;

@@ -10,9 +10,10 @@
 //! One file: the presets, the file keys, the flags and the summary text all name the same
 //! fields of `SimConfig` and read as one table; the tests of their precedence sit beside.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
@@ -53,7 +54,7 @@ pub struct RunArgs {
     #[arg(long = "cache", value_name = "SPEC")]
     pub caches: Vec<String>,
     /// No cache devices (the "before" of seed 000 and seed 002's NOL2ARC).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "caches")]
     pub no_l2: bool,
     /// Size of the volume.
     #[arg(long, value_name = "SIZE")]
@@ -84,7 +85,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIME")]
     pub think: Option<String>,
     /// Open loop instead: requests arriving per second (Poisson).
-    #[arg(long, value_name = "PER_SECOND")]
+    #[arg(long, value_name = "PER_SECOND", conflicts_with_all = ["threads", "think"])]
     pub rate: Option<f64>,
     /// Time a request spends outside the cache (network, protocol), added to each reply.
     #[arg(long, value_name = "TIME")]
@@ -468,6 +469,7 @@ fn set_tunable(
 struct FileGave {
     duration: bool,
     step: bool,
+    volume: bool,
 }
 
 /// Applies a configuration file's keys.
@@ -547,6 +549,7 @@ fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<FileGave> {
     let gave = FileGave {
         duration: file.duration.is_some(),
         step: file.step.is_some(),
+        volume: file.volume.is_some(),
     };
     if let Some(table) = &file.tunables {
         for (name, value) in table {
@@ -613,7 +616,10 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     // millions of samples).
     let chose_duration = args.duration.is_some() || file.duration;
     cfg.step_s = match &args.step {
-        Some(v) => (time("--step", v)? / SECOND_NS).max(1),
+        Some(v) => match time("--step", v)? / SECOND_NS {
+            0 => bail!("--step {v}: at least 1 s"),
+            s => s,
+        },
         None if file.step => cfg.step_s,
         None if chose_duration && cfg.duration_ns <= 3600 * SECOND_NS => 1,
         None if chose_duration => cfg.step_s.max(60),
@@ -649,6 +655,20 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     }
     if let Some(v) = &args.ads {
         cfg.workload.ads_bytes = size("--ads", v)?;
+    }
+    // An active data set larger than the preset's volume, and no volume size given: the
+    // volume grows to hold it, if the primary storage does (docs/simulator.md's own
+    // examples gave `--ads` alone, and were refused as larger than the volume).
+    if args.volume.is_none() && !file.volume && cfg.workload.ads_bytes > cfg.volume_bytes {
+        let grown = cfg
+            .workload
+            .ads_bytes
+            .next_multiple_of(u64::from(cfg.block_bytes.max(1)));
+        let room = larch_sim::device::parse_spec(&cfg.primary, cfg.seed)
+            .map_or(0, |primary| primary.capacity_bytes());
+        if grown <= room {
+            cfg.volume_bytes = grown;
+        }
     }
     if let Some(v) = &args.io {
         cfg.workload.io_bytes =
@@ -725,6 +745,14 @@ fn secs(s: Option<u64>) -> String {
 }
 
 fn ms(us: f64) -> String {
+    if !us.is_finite() {
+        // Past the heat maps' last bound: say so, not "inf".
+        let top_ns = (0..larch_policy::buckets::BUCKETS)
+            .filter_map(larch_policy::buckets::upper_ns)
+            .max()
+            .unwrap_or(0);
+        return format!("> {:.0} s", top_ns as f64 / 1e9);
+    }
     if us >= 1000.0 {
         format!("{:.2} ms", us / 1000.0)
     } else {
@@ -857,8 +885,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = configure(&args)?;
     let show = !args.quiet;
     let started = Instant::now();
+    // A line a second on a terminal, every 10 s otherwise (as `sim replay`): the simulator
+    // reports every simulated minute, several times a second of wall time, which flooded
+    // logs.
+    let every = if std::io::stderr().is_terminal() {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    };
+    let mut shown: Option<Instant> = None;
     let mut progress = |p: sim::Progress| {
-        if show {
+        if show && shown.is_none_or(|at| at.elapsed() >= every) {
+            shown = Some(Instant::now());
             eprintln!(
                 "larch sim: {:.1} of {:.1} h simulated, {} block I/Os, {:.0} s",
                 p.virtual_s as f64 / 3600.0,
@@ -940,6 +978,20 @@ mod tests {
         let cfg = configure(&args).unwrap();
         assert_eq!(cfg.arc_max_bytes, 64 * GIB);
         assert_eq!(cfg.caches.len(), 2);
+        // A data set larger than the preset's volume makes the volume its size (the small
+        // preset's is 64G), unless the volume is given or the primary storage cannot hold it.
+        let ads = |ads: &str, volume: Option<&str>| {
+            configure(&RunArgs {
+                ads: Some(ads.into()),
+                volume: volume.map(Into::into),
+                ..RunArgs::default()
+            })
+            .map(|cfg| cfg.volume_bytes)
+        };
+        assert_eq!(ads("200G", None).unwrap(), 200 * GIB);
+        assert_eq!(ads("1G", None).unwrap(), 64 * GIB);
+        assert!(ads("200G", Some("100G")).is_err(), "a volume given stays");
+        assert!(ads("1024T", None).is_err(), "more than the disks hold");
         assert_eq!(cfg.tunables.l2arc_write_max, 16 << 20);
         assert_eq!(
             cfg.switch,
@@ -991,6 +1043,7 @@ mod tests {
             (
                 RunArgs {
                     ads: Some("1T".into()),
+                    volume: Some("64G".into()),
                     ..RunArgs::default()
                 },
                 "workload.ads",

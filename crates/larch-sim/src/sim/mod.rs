@@ -449,7 +449,8 @@ impl Run<'_> {
             served
         };
         let latency = done - now + self.cfg.frontend_ns;
-        self.rec.request(r.write, source, latency, bytes);
+        self.rec
+            .request(now + latency, r.write, source, latency, bytes);
         latency
     }
 }
