@@ -146,6 +146,7 @@ mod tests {
                 "pool_guid",
                 "volumes",
                 "cache_devices",
+                "unused_cache_devices",
                 "l2_read_path",
                 "log_device",
                 "tunables",
