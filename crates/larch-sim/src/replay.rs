@@ -197,15 +197,7 @@ mod tests {
     use larch_policy::{Arc, ArcConfig, Lru};
 
     fn read(offset_bytes: u64, length_bytes: u64) -> Record {
-        Record {
-            time_ms: None,
-            volume: 0,
-            op: Op::Read,
-            extent: Extent::Bytes {
-                offset_bytes,
-                length_bytes,
-            },
-        }
+        Record::read_bytes(offset_bytes, length_bytes)
     }
 
     #[test]

@@ -73,6 +73,19 @@ pub struct Record {
 }
 
 impl Record {
+    /// An untimed read of `length_bytes` at `offset_bytes` of volume 0 (a `.lis` record).
+    pub fn read_bytes(offset_bytes: u64, length_bytes: u64) -> Record {
+        Record {
+            time_ms: None,
+            volume: 0,
+            op: Op::Read,
+            extent: Extent::Bytes {
+                offset_bytes,
+                length_bytes,
+            },
+        }
+    }
+
     /// The blocks of `block_size_bytes` the record touches: (first block, count, size of
     /// each). A whole object is one block of its own size. More than `max_blocks` blocks, or
     /// a range past 2^64 bytes, is a malformed record.
@@ -538,15 +551,7 @@ fn parse_lis(line: &str) -> Result<Record, String> {
     let length_bytes = count
         .checked_mul(SECTOR_BYTES)
         .ok_or("page count too large")?;
-    Ok(Record {
-        time_ms: None,
-        volume: 0,
-        op: Op::Read,
-        extent: Extent::Bytes {
-            offset_bytes,
-            length_bytes,
-        },
-    })
+    Ok(Record::read_bytes(offset_bytes, length_bytes))
 }
 
 /// Units of a CSV time column.
@@ -759,15 +764,7 @@ mod tests {
     /// finding: it was refused as ending past them); one byte more is refused.
     #[test]
     fn a_range_may_end_at_the_top_of_the_address_space() {
-        let record = |offset_bytes: u64, length_bytes: u64| Record {
-            time_ms: None,
-            volume: 0,
-            op: Op::Read,
-            extent: Extent::Bytes {
-                offset_bytes,
-                length_bytes,
-            },
-        };
+        let record = Record::read_bytes;
         let top = u64::MAX - 4095;
         assert_eq!(
             record(top, 4096).blocks(4096, 16),

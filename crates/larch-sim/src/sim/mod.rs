@@ -184,7 +184,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         threads,
         cfg.seed,
     )?;
-    let rec = Recorder::new(cfg.step_s, &cache);
+    let rec = Recorder::new(cfg.step_s, cfg.duration_ns, &cache);
     let prefetch_blocks = cfg
         .tunables
         .prefetch_max_distance

@@ -383,9 +383,11 @@ pub struct Recorder {
     heat: Vec<Vec<Vec<u32>>>,
     /// Requests and device I/Os completed in the open interval.
     completed: Completed,
-    /// Those that complete in later intervals, by interval index (bounded by the run's
-    /// intervals: one entry per interval, whatever the load).
+    /// Those that complete in later intervals of the run, by interval index (one entry
+    /// per interval, whatever the load; what completes after the run is not kept).
     later: BTreeMap<usize, Completed>,
+    /// The run's intervals: its duration in whole steps.
+    intervals: usize,
     times: Vec<u64>,
     last: CacheCounters,
     cache_devices: usize,
@@ -400,8 +402,8 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder for `cache` sampled every `step_s` seconds.
-    pub fn new(step_s: u64, cache: &SimCache) -> Recorder {
+    /// A recorder for `cache` sampled every `step_s` seconds over a run of `duration_ns`.
+    pub fn new(step_s: u64, duration_ns: Nanos, cache: &SimCache) -> Recorder {
         let v = VOLUME_NAME;
         let mut defs = Vec::new();
         let mut def = |id: String, label: String, unit: &'static str, kind: &'static str| {
@@ -557,6 +559,7 @@ impl Recorder {
             heat_defs,
             completed: Completed::new(heats, cache.devices.len()),
             later: BTreeMap::new(),
+            intervals: (duration_ns / (step_s * super::config::SECOND_NS).max(1)) as usize,
             times: Vec::new(),
             last: CacheCounters::default(),
             cache_devices: cache.devices.len(),
@@ -579,28 +582,37 @@ impl Recorder {
         latency_ns: Nanos,
         bytes: u64,
     ) {
-        self.completed_at(done_ns)
-            .add(write, source, latency_ns, bytes);
+        if let Some(completed) = self.completed_at(done_ns) {
+            completed.add(write, source, latency_ns, bytes);
+        }
     }
 
     /// Where what completes at `done_ns` is counted: the open interval if it closes at or
-    /// after `done_ns` (or has closed already), else the later interval it falls in.
-    fn completed_at(&mut self, done_ns: Nanos) -> &mut Completed {
+    /// after `done_ns` (or has closed already), else the later interval it falls in;
+    /// `None` after the run.
+    fn completed_at(&mut self, done_ns: Nanos) -> Option<&mut Completed> {
         // Interval k ends at (k + 1) steps.
         let k = (done_ns.saturating_sub(1) / self.step_ns.max(1)) as usize;
         if k <= self.times.len() {
-            return &mut self.completed;
+            return Some(&mut self.completed);
+        }
+        if k >= self.intervals {
+            return None;
         }
         let (heats, devices) = (self.heat.len(), self.cache_devices);
-        self.later
-            .entry(k)
-            .or_insert_with(|| Completed::new(heats, devices))
+        Some(
+            self.later
+                .entry(k)
+                .or_insert_with(|| Completed::new(heats, devices)),
+        )
     }
 
     /// The device I/Os the cache did since the last call.
     pub fn device_ios(&mut self, cache: &mut SimCache) {
         for io in cache.ios.drain(..) {
-            self.completed_at(io.at_ns + io.latency_ns).add_io(&io);
+            if let Some(completed) = self.completed_at(io.at_ns + io.latency_ns) {
+                completed.add_io(&io);
+            }
         }
     }
 
