@@ -7,6 +7,9 @@
 //! Adding a cache device never overwrites data silently: a device whose header slots
 //! are not blank (another pool's cache device, a file system, anything else) is refused
 //! unless the user forces it.
+//!
+//! One file with its unit tests (the code is under 700 lines): the tests open pools and
+//! call the private checks (device sizes, headers, same-file) the functions share.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -529,43 +532,50 @@ fn hold_device(path: &Path) -> Result<Option<fs::File>, ManageError> {
 /// (before, this was found only when the pool formatted it: at once on a running pool,
 /// at the next start otherwise).
 fn check_cache_device_size(path: &Path) -> Result<(), ManageError> {
-    let bytes = device_bytes(path)?;
     let sector_bytes = larch_l2::CreateOptions::default().sector_bytes;
-    match larch_l2::Geometry::for_device(bytes, sector_bytes) {
-        Err(larch_l2::L2Error::DeviceTooSmall { min_bytes, .. }) => {
-            Err(too_small(path, bytes, "a cache device", min_bytes))
-        }
-        _ => Ok(()),
-    }
+    check_device_size(
+        path,
+        "a cache device",
+        |bytes| match larch_l2::Geometry::for_device(bytes, sector_bytes) {
+            Err(larch_l2::L2Error::DeviceTooSmall { min_bytes, .. }) => Some(min_bytes),
+            _ => None,
+        },
+    )
 }
 
 /// Refuses a device too small for a log device's ring. Before, a stopped pool took it,
 /// and its next start failed on it (every volume unserved until `larch log remove`).
 fn check_log_device_size(path: &Path) -> Result<(), ManageError> {
-    let bytes = device_bytes(path)?;
     let sector_bytes = larch_zil::CreateOptions::default().sector_bytes;
-    match larch_zil::Geometry::for_device(bytes, sector_bytes) {
-        Err(larch_zil::LogError::DeviceTooSmall { min_bytes, .. }) => {
-            Err(too_small(path, bytes, "a log device", min_bytes))
-        }
-        _ => Ok(()),
-    }
+    check_device_size(
+        path,
+        "a log device",
+        |bytes| match larch_zil::Geometry::for_device(bytes, sector_bytes) {
+            Err(larch_zil::LogError::DeviceTooSmall { min_bytes, .. }) => Some(min_bytes),
+            _ => None,
+        },
+    )
 }
 
-/// The size of the file or block device at `path`.
-fn device_bytes(path: &Path) -> Result<u64, ManageError> {
+/// Refuses the file or block device at `path` as too small for `what` when `min_bytes`
+/// of its size names the least it needs.
+fn check_device_size(
+    path: &Path,
+    what: &str,
+    min_bytes: impl FnOnce(u64) -> Option<u64>,
+) -> Result<(), ManageError> {
     use std::io::{Seek, SeekFrom};
-    fs::File::open(path)
+    let bytes = fs::File::open(path)
         .and_then(|mut f| f.seek(SeekFrom::End(0)))
-        .map_err(|e| ManageError::Io(format!("reading the size of {}: {e}", path.display())))
-}
-
-fn too_small(path: &Path, bytes: u64, what: &str, min_bytes: u64) -> ManageError {
-    ManageError::Refused(format!(
-        "{} has {bytes} bytes: too small for {what}, which needs at least {min_bytes} ({})",
-        path.display(),
-        crate::units::format_size(min_bytes)
-    ))
+        .map_err(|e| ManageError::Io(format!("reading the size of {}: {e}", path.display())))?;
+    match min_bytes(bytes) {
+        Some(min_bytes) => Err(ManageError::Refused(format!(
+            "{} has {bytes} bytes: too small for {what}, which needs at least {min_bytes} ({})",
+            path.display(),
+            crate::units::format_size(min_bytes)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The first `2 * HEADER_SLOT_BYTES` of a device (both header slots of a cache or log
