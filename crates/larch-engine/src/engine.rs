@@ -2,78 +2,68 @@
 //! its end. Each part lives in its own module and owns its state; the flows that cross
 //! parts (a read, a write, a feed, a rebuild, a TXG sync) are in their modules too.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use larch_io::BlockDevice;
 use larch_l2::RebuildStats;
 
-use crate::arc::{ArcCache, ArcSizer, TRIM_INTERVAL, release_free_memory, sizing_limits};
+use crate::arc::{ArcCache, ArcSizer, BlockBuf, TRIM_INTERVAL, release_free_memory, sizing_limits};
 use crate::backing::BackingStore;
 use crate::coherence::{Coherence, DistrustSink};
-use crate::l2::CacheDevices;
-use crate::lock::{RankedMutex, RankedRwLock};
+use crate::l2::{CacheDevice, CacheDevices, L2Arc};
+use crate::lock::RankedMutex;
+use crate::read::{Reader, Served};
 use crate::report::{CacheDeviceReport, LatencyReport, LogDeviceReport, RebuildReport};
+use crate::run::{Background, Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
 use crate::tunables::Tunables;
-use crate::txg::{LogHandle, Txg, zil::Committed};
+use crate::txg::zil::ReplayedSink;
+use crate::txg::{CommittedSink, Faults, LogHandle, PartialWrites, Syncer, Txg, TxgParts};
 use crate::volumes::{VolumeEntry, VolumeFailure, VolumeSpec, Volumes};
 
-/// An I/O error naming the device (`path`) it came from.
-pub(crate) fn device_error(path: &std::path::Path, e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(format!("{}: {e}", path.display()))
-}
-
-/// The engine shared by every volume of a pool.
+/// The engine shared by every volume of a pool: the assembly of its parts. It builds
+/// them, wires each to the few others it works with, owns their threads, and is the
+/// library's entry point: its methods hand each request to the part whose flow it is.
 pub struct Engine {
     /// The ARC: shards of policy, buffers, in-flight reads and L2 index.
-    pub(crate) arc: ArcCache,
+    pub(crate) arc: Arc<ArcCache>,
     /// ARC sizing and memory pressure.
     sizer: ArcSizer,
-    /// The cache devices.
-    pub(crate) l2: CacheDevices,
+    /// The cache devices and their flows (feed, rebuild, reads, faults).
+    pub(crate) l2: Arc<L2Arc>,
     /// What the no-stale-read argument relies on.
-    pub(crate) coherence: Coherence,
+    pub(crate) coherence: Arc<Coherence>,
     /// The volumes, by slot.
-    pub(crate) volumes: Volumes,
-    /// Transaction groups.
-    pub(crate) txg: Txg,
-    /// The intent log's device, if the pool has one.
-    pub(crate) log: RankedRwLock<Option<Arc<LogHandle>>>,
-    /// The pool's record of committed TXGs outside the log device.
-    pub(crate) committed: Committed,
+    pub(crate) volumes: Arc<Volumes>,
+    /// The TXG engine: writes, FLUSH, the throttle and the intent log.
+    pub(crate) txg: Arc<Txg>,
+    /// Writes smaller than a block waiting for their merge.
+    pub(crate) partials: Arc<PartialWrites>,
+    /// The read path.
+    reader: Reader,
     /// The tunables (OpenZFS names).
-    pub tunables: Tunables,
+    pub tunables: Arc<Tunables>,
     /// The counters of the read path and the L2ARC.
-    pub stats: EngineStats,
+    pub stats: Arc<EngineStats>,
     /// The counters of the write path.
-    pub write_stats: WriteStats,
+    pub write_stats: Arc<WriteStats>,
     /// The pool's clients' accesses, sampled for its miss-ratio curves.
     pub access_log: crate::mrc::AccessLog,
-    next_generation: AtomicU64,
-    shutdown: AtomicBool,
-    /// Wakes threads sleeping until their next round (feeders) at shutdown.
-    wake: (RankedMutex<()>, Condvar),
-    syncer: RankedMutex<Option<JoinHandle<()>>>,
-    syncer_done: AtomicBool,
-    /// The feeder threads.
-    pub(crate) threads: RankedMutex<Vec<JoinHandle<()>>>,
+    life: Arc<Lifecycle>,
     /// The runtime blocking I/O and prefetch run on, when set ([`Engine::run_background_on`]).
-    background: std::sync::OnceLock<tokio::runtime::Handle>,
-    /// Partial-write merges waiting for a merge thread (`txg::partial`).
-    pub(crate) merge_queue: crate::txg::MergeQueue,
+    pub(crate) background: Arc<Background>,
+    syncer: RankedMutex<Option<JoinHandle<()>>>,
+    /// The feeder threads.
+    threads: RankedMutex<Vec<JoinHandle<()>>>,
     /// Faults tests inject.
-    #[cfg(feature = "fault-injection")]
-    pub(crate) faults: Faults,
-}
-
-/// Faults the power-loss tests inject to show that they catch what the faults break.
-#[cfg(feature = "fault-injection")]
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    /// The syncer skips step 1 (tombstones and rebuild logs) before writing a TXG.
-    pub(crate) skip_tombstone_commit: AtomicBool,
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    faults: Arc<Faults>,
 }
 
 impl Engine {
@@ -84,7 +74,7 @@ impl Engine {
     /// shared blocking pool keeps the thread count bounded. Without it (or after a second
     /// call, which changes nothing) they run on the caller's runtime.
     pub fn run_background_on(&self, runtime: tokio::runtime::Handle) {
-        let _ = self.background.set(runtime);
+        self.background.set(runtime);
     }
 
     /// Where volume failures are recorded from now on (see
@@ -99,88 +89,108 @@ impl Engine {
         self.volumes.restore_failure(failure)
     }
 
-    /// The runtime set by [`Engine::run_background_on`].
-    pub(crate) fn background_runtime(&self) -> Option<&tokio::runtime::Handle> {
-        self.background.get()
-    }
-
-    /// Runs `work` on the blocking pool (see [`Engine::run_background_on`]).
-    pub(crate) fn spawn_blocking<F, R>(&self, work: F) -> tokio::task::JoinHandle<R>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-    {
-        match self.background.get() {
-            Some(runtime) => runtime.spawn_blocking(work),
-            None => tokio::task::spawn_blocking(work),
-        }
-    }
-
-    /// Runs `task` in the background (see [`Engine::run_background_on`]).
-    pub(crate) fn spawn_background<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        match self.background.get() {
-            Some(runtime) => runtime.spawn(task),
-            None => tokio::spawn(task),
-        }
-    }
-
     /// An engine whose ARC holds at most `arc_max_bytes` of data (`zfs_arc_max`), with its
     /// TXG syncer and its ARC size control thread (limits set at runtime, memory
     /// pressure), which stop with [`Engine::shutdown`].
     pub fn new(arc_max_bytes: u64) -> Arc<Engine> {
-        let tunables = crate::tunables::starting(arc_max_bytes);
+        let tunables = Arc::new(crate::tunables::starting(arc_max_bytes));
         let limits = sizing_limits(&tunables);
-        // Generations only need to differ from those of older copies of the same block.
-        // Starting from the wall clock in µs keeps them above any earlier run's.
-        let start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(1);
-        let engine = Arc::new(Engine {
-            arc: ArcCache::new(limits.0, limits.1),
-            sizer: ArcSizer::new(limits),
-            l2: CacheDevices::new(),
-            coherence: Coherence::new(),
-            volumes: Volumes::default(),
-            txg: Txg::new(1),
-            log: RankedRwLock::leaf(None),
-            committed: Committed::new(),
-            tunables,
-            stats: EngineStats::default(),
-            write_stats: WriteStats::default(),
-            access_log: crate::mrc::AccessLog::new(),
-            next_generation: AtomicU64::new(start),
-            shutdown: AtomicBool::new(false),
-            wake: (RankedMutex::leaf(()), Condvar::new()),
-            syncer: RankedMutex::leaf(None),
-            syncer_done: AtomicBool::new(false),
-            threads: RankedMutex::leaf(Vec::new()),
-            background: std::sync::OnceLock::new(),
-            merge_queue: crate::txg::MergeQueue::default(),
-            #[cfg(feature = "fault-injection")]
-            faults: Faults::default(),
+        let arc = Arc::new(ArcCache::new(limits.0, limits.1));
+        let coherence = Arc::new(Coherence::new());
+        let volumes = Arc::new(Volumes::default());
+        let stats = Arc::new(EngineStats::default());
+        let write_stats = Arc::new(WriteStats::default());
+        let generations = Arc::new(Generations::new());
+        let life = Arc::new(Lifecycle::new());
+        let background = Arc::new(Background::default());
+        let l2 = Arc::new(L2Arc {
+            devices: CacheDevices::new(),
+            arc: Arc::clone(&arc),
+            coherence: Arc::clone(&coherence),
+            volumes: Arc::clone(&volumes),
+            tunables: Arc::clone(&tunables),
+            stats: Arc::clone(&stats),
+            life: Arc::clone(&life),
+            generations: Arc::clone(&generations),
+            background: Arc::clone(&background),
         });
-        let syncer_engine = Arc::clone(&engine);
+        let txg = Arc::new(Txg::new(
+            1,
+            TxgParts {
+                arc: Arc::clone(&arc),
+                coherence: Arc::clone(&coherence),
+                volumes: Arc::clone(&volumes),
+                tunables: Arc::clone(&tunables),
+                stats: Arc::clone(&stats),
+                write_stats: Arc::clone(&write_stats),
+                generations: Arc::clone(&generations),
+                life: Arc::clone(&life),
+            },
+        ));
+        let partials = Arc::new(PartialWrites::new(
+            Arc::clone(&txg),
+            Arc::clone(&arc),
+            Arc::clone(&volumes),
+            Arc::clone(&tunables),
+            Arc::clone(&stats),
+            Arc::clone(&write_stats),
+            Arc::clone(&background),
+        ));
+        let reader = Reader {
+            arc: Arc::clone(&arc),
+            l2: Arc::clone(&l2),
+            stats: Arc::clone(&stats),
+            tunables: Arc::clone(&tunables),
+            generations: Arc::clone(&generations),
+            background: Arc::clone(&background),
+        };
+        let faults = Arc::new(Faults::default());
+        let syncer = Syncer {
+            txg: Arc::clone(&txg),
+            l2: Arc::clone(&l2),
+            arc: Arc::clone(&arc),
+            coherence: Arc::clone(&coherence),
+            volumes: Arc::clone(&volumes),
+            tunables: Arc::clone(&tunables),
+            write_stats: Arc::clone(&write_stats),
+            life: Arc::clone(&life),
+            faults: Arc::clone(&faults),
+        };
+        let syncer_life = Arc::clone(&life);
         let syncer = std::thread::Builder::new()
             .name("larch-txg-sync".into())
             .spawn(move || {
                 // Set however the loop ends: should it panic (a bug), FLUSHes and sync
                 // writes waiting for it get an error instead of waiting for ever.
-                struct Done<'a>(&'a AtomicBool);
-                impl Drop for Done<'_> {
+                struct Done(Arc<Lifecycle>);
+                impl Drop for Done {
                     fn drop(&mut self) {
-                        self.0.store(true, Ordering::Release);
+                        self.0.syncer_ended();
                     }
                 }
-                let _done = Done(&syncer_engine.syncer_done);
-                syncer_engine.syncer_loop();
+                let _done = Done(syncer_life);
+                syncer.run();
             })
             .expect("spawn the TXG syncer");
-        *engine.syncer.lock() = Some(syncer);
+        let engine = Arc::new(Engine {
+            sizer: ArcSizer::new(limits),
+            arc,
+            l2,
+            coherence,
+            volumes,
+            txg,
+            partials,
+            reader,
+            tunables,
+            stats,
+            write_stats,
+            access_log: crate::mrc::AccessLog::new(),
+            life,
+            background,
+            syncer: RankedMutex::leaf(Some(syncer)),
+            threads: RankedMutex::leaf(Vec::new()),
+            faults,
+        });
         let weak = Arc::downgrade(&engine);
         let _ = std::thread::Builder::new()
             .name("larch-arc-size".into())
@@ -191,7 +201,7 @@ impl Engine {
                     let Some(engine) = weak.upgrade() else {
                         return;
                     };
-                    if engine.is_shutting_down() {
+                    if engine.life.is_shutting_down() {
                         return;
                     }
                     let shrank = engine.adjust_arc_size();
@@ -217,7 +227,7 @@ impl Engine {
         // A volume added while a log device takes records may have records from the open
         // TXG on: an object volume records that none of its log's are older (see
         // `attach_log_device`).
-        if self.log_device().is_some() {
+        if self.txg.zil.device().is_some() {
             let before_open = self.txg_state().1.saturating_sub(1);
             backing
                 .catch_up(before_open)
@@ -279,38 +289,6 @@ impl Engine {
         self.arc.l2_index_bytes()
     }
 
-    pub(crate) fn fresh_generation(&self) -> u64 {
-        self.next_generation.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The newest generation issued so far.
-    pub(crate) fn newest_generation(&self) -> u64 {
-        self.next_generation
-            .load(Ordering::Relaxed)
-            .saturating_sub(1)
-    }
-
-    pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutdown.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn syncer_running(&self) -> bool {
-        !self.syncer_done.load(Ordering::Acquire)
-    }
-
-    /// Sleeps for `wait`, or until shutdown begins.
-    pub(crate) fn sleep_unless_shutdown(&self, wait: Duration) {
-        let deadline = Instant::now() + wait;
-        let mut guard = self.wake.0.lock();
-        while !self.is_shutting_down() {
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            guard = guard.wait_timeout(&self.wake.1, deadline - now);
-        }
-    }
-
     /// Makes the syncer skip the tombstone commit before TXG writes (a test fault).
     #[cfg(feature = "fault-injection")]
     pub fn inject_skip_tombstone_commit(&self, on: bool) {
@@ -323,13 +301,9 @@ impl Engine {
     /// its queued tombstones), so a restart comes back warm.
     pub fn shutdown(&self) {
         // Partial writes acknowledged and not merged yet join the TXGs first.
-        self.merge_all_partials();
-        self.merge_queue.stop();
-        self.shutdown.store(true, Ordering::Release);
-        {
-            let _guard = self.wake.0.lock();
-            self.wake.1.notify_all();
-        }
+        self.partials.merge_all_partials();
+        self.partials.queue.stop();
+        self.life.begin_shutdown();
         self.txg.wake_all();
         let syncer = self.syncer.lock().take();
         if let Some(handle) = syncer {
@@ -340,10 +314,10 @@ impl Engine {
             let _ = handle.join();
         }
         let _io = self.coherence.feed_io();
-        for device in self.l2.all() {
-            if let Err(err) = self.commit_device_log(&device) {
+        for device in self.l2.devices.all() {
+            if let Err(err) = self.l2.commit_device_log(&device) {
                 let why = format!("log commit at shutdown failed: {err}");
-                if let Err(why) = self.fault_device(&device, why) {
+                if let Err(why) = self.l2.fault_device(&device, why) {
                     eprintln!("larch: {why}");
                 }
             }
@@ -351,7 +325,7 @@ impl Engine {
         }
         // Nothing writes the devices from here on: their files are free for another pool
         // (or this one opened again) even while something still holds this engine.
-        if let Some(log) = self.log_device() {
+        if let Some(log) = self.txg.zil.device() {
             log.release_file_lock();
         }
     }
@@ -359,6 +333,7 @@ impl Engine {
     /// The report of every cache device.
     pub fn device_reports(&self) -> Vec<CacheDeviceReport> {
         self.l2
+            .devices
             .all()
             .iter()
             .map(|d| {
@@ -395,7 +370,7 @@ impl Engine {
 
     /// The report of the log device, if there is one.
     pub fn log_report(&self) -> Option<LogDeviceReport> {
-        self.log_device().map(|l| {
+        self.txg.zil.device().map(|l| {
             let s = l.stats();
             LogDeviceReport {
                 path: l.path.display().to_string(),
@@ -432,7 +407,7 @@ impl Engine {
         out.extend(named(self.write_stats.values()));
         let (dirty, open, synced) = self.txg_state();
         let mut rebuild = RebuildStats::default();
-        let devices = self.l2.all();
+        let devices = self.l2.devices.all();
         for r in devices.iter().filter_map(|d| d.rebuild_stats()) {
             rebuild.l2_rebuild_success += r.l2_rebuild_success;
             rebuild.l2_rebuild_io_errors += r.l2_rebuild_io_errors;
@@ -443,9 +418,9 @@ impl Engine {
         }
         out.extend(named(vec![
             ("dirty_bytes", dirty),
-            ("dirty_data_max", self.dirty_max()),
-            ("write_partial_pending", self.pending_partials()),
-            ("zil_itx_pending", self.log_pending_records()),
+            ("dirty_data_max", self.txg.dirty_max()),
+            ("write_partial_pending", self.partials.pending_partials()),
+            ("zil_itx_pending", self.txg.log_pending_records()),
             ("txg_open", open),
             ("txg_synced", synced),
             ("l2_hdr_size", self.arc.l2_index_bytes()),
@@ -467,5 +442,178 @@ impl Engine {
     /// Tombstones queued for cache-device logs and not yet committed.
     pub fn queued_tombstones(&self) -> usize {
         self.coherence.queued_tombstones()
+    }
+
+    /// Reads one block of a volume through the ARC, the cache devices and the backing
+    /// store. `None` means the backing store failed (the client gets EIO).
+    pub async fn read_block(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        block: u64,
+        prefetch: bool,
+    ) -> Option<Bytes> {
+        self.reader.read_block(vol, block, prefetch).await
+    }
+
+    /// [`Engine::read_block`], and where the block came from.
+    pub async fn read_block_served(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        block: u64,
+        prefetch: bool,
+    ) -> (Option<Bytes>, Served) {
+        self.reader.read_block_served(vol, block, prefetch).await
+    }
+
+    /// Writes whole blocks of a volume (see `Txg::write_blocks`): returns when the
+    /// write may be acknowledged. Blocking.
+    pub fn write_blocks(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: &[(u64, BlockBuf)],
+        sync: bool,
+    ) -> Result<(), String> {
+        self.txg.write_blocks(vol, blocks, sync)
+    }
+
+    /// [`Engine::write_blocks`] of an async write from a thread that must not block: `None`,
+    /// doing nothing, when the throttle would delay it (see `Txg::try_write_async_now`).
+    pub fn try_write_async_now(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: &[(u64, BlockBuf)],
+    ) -> Option<Result<(), String>> {
+        self.txg.try_write_async_now(vol, blocks)
+    }
+
+    /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
+    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
+        self.txg.flush_writes(vol)
+    }
+
+    /// Closes the open TXG and waits until it and every TXG before it synced, for every
+    /// volume (tests and tools).
+    pub fn sync_all(&self) -> Result<(), String> {
+        self.txg.sync_all()
+    }
+
+    /// Dirty bytes, open TXG, synced TXG (for stats).
+    pub fn txg_state(&self) -> (u64, u64, u64) {
+        self.txg.txg_state()
+    }
+
+    /// The log device, if one is attached.
+    pub fn log_device(&self) -> Option<Arc<LogHandle>> {
+        self.txg.zil.device()
+    }
+
+    /// Attaches the pool's log device, replaying its log first unless `create` formats
+    /// it (see `IntentLog::attach`). Returns the records replayed.
+    pub fn attach_log(
+        &self,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        self.txg
+            .zil
+            .attach(&self.txg, path, pool_guid, device_guid, create)
+    }
+
+    /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it.
+    pub fn attach_log_device(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<u64> {
+        (self.txg.zil).attach_device(&self.txg, dev, path, pool_guid, device_guid, create)
+    }
+
+    /// The committed TXG the pool recorded outside the log device, and where to record
+    /// later ones when the log device cannot (see `IntentLog::set_committed_txg_sink`).
+    /// Call after the volumes are registered and before [`Engine::attach_log`].
+    pub fn set_committed_txg_sink(&self, floor: u64, sink: CommittedSink) {
+        self.txg.zil.set_committed_txg_sink(&self.txg, floor, sink);
+    }
+
+    /// Where the pool records that a replay applied records (see
+    /// `IntentLog::set_replayed_sink`). Call before [`Engine::attach_log`].
+    pub fn set_replayed_sink(&self, sink: ReplayedSink) {
+        self.txg.zil.set_replayed_sink(sink);
+    }
+
+    /// Takes the log device out of use without losing what it covers (see
+    /// `IntentLog::detach`). `Ok(None)` when there is none.
+    pub fn detach_log(&self) -> Result<Option<Arc<LogHandle>>, String> {
+        self.txg.zil.detach(&self.txg)
+    }
+
+    /// Adds a cache device: formats it (`create`) or opens it and rebuilds its index in
+    /// the background (see `L2Arc::add_device`); its feeder thread is the engine's.
+    pub fn add_cache_device(
+        &self,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<Arc<CacheDevice>> {
+        let added = self.l2.add_device(path, pool_guid, device_guid, create);
+        self.keep_feeder(added)
+    }
+
+    /// [`Engine::add_cache_device`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it.
+    pub fn add_cache_device_on(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        path: &Path,
+        pool_guid: u64,
+        device_guid: u64,
+        create: bool,
+    ) -> io::Result<Arc<CacheDevice>> {
+        let added = self
+            .l2
+            .add_device_on(dev, path, pool_guid, device_guid, create);
+        self.keep_feeder(added)
+    }
+
+    /// Keeps a new device's feeder thread, for [`Engine::shutdown`] to join.
+    fn keep_feeder(
+        &self,
+        added: io::Result<(Arc<CacheDevice>, JoinHandle<()>)>,
+    ) -> io::Result<Arc<CacheDevice>> {
+        let (device, feeder) = added?;
+        let mut threads = self.threads.lock();
+        // Feeders of removed devices have ended: their handles need no join.
+        threads.retain(|t| !t.is_finished());
+        threads.push(feeder);
+        Ok(device)
+    }
+
+    /// Removes a cache device at runtime (see `L2Arc::remove_device`).
+    pub fn remove_cache_device(&self, index: u16) -> bool {
+        self.l2.remove_device(index)
+    }
+
+    /// The cache devices.
+    pub fn devices(&self) -> Vec<Arc<CacheDevice>> {
+        self.l2.devices.all()
+    }
+
+    /// How cache-device reads are done now: `io_uring`, `threads` (switched off or not
+    /// set up yet) or `threads (io_uring unavailable: why)`.
+    pub fn l2_read_path(&self) -> String {
+        self.l2.devices.read_path(self.tunables.l2arc_io_uring())
+    }
+
+    /// One feed of at most `budget_bytes` to `device` (see `L2Arc::feed_once`). Returns
+    /// the bytes of data written.
+    pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
+        self.l2.feed_once(device, budget_bytes)
     }
 }

@@ -520,9 +520,9 @@ fn absolute(path: &Path) -> PathBuf {
 }
 
 /// The lock a cache or log device's file is looked at and zeroed under
-/// ([`crate::pool::lock_device`]): refused when another process holds it.
+/// ([`crate::files::lock_device`]): refused when another process holds it.
 fn hold_device(path: &Path) -> Result<Option<fs::File>, ManageError> {
-    crate::pool::lock_device(path).map_err(|e| match e.kind() {
+    crate::files::lock_device(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => ManageError::Refused(e.to_string()),
         _ => ManageError::Io(e.to_string()),
     })

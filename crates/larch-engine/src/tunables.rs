@@ -8,7 +8,7 @@
 //!
 //! `tunables.json` in a pool's state directory carries what `larch set` saved to a
 //! running daemon and across restarts; it is written with the pool's atomic, fsynced
-//! state-file writer ([`crate::pool::write_state_file`]).
+//! state-file writer ([`crate::files::write_state_file`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -119,7 +119,7 @@ tunables! {
         "seconds between TXG syncs"
     zfs_vdev_async_write_max_active: Count = 32, 1, 1000;
         "most writes a TXG sync has in flight to one backing store"
-    zfs_dirty_data_max: Size = crate::arc::default_dirty_data_max(), M, u64::MAX,
+    zfs_dirty_data_max: Size = crate::system::default_dirty_data_max(), M, u64::MAX,
         default "10% of RAM, at most 4G";
         "most dirty bytes in DRAM (also at most half of zfs_arc_max)"
     zfs_dirty_data_sync_percent: Count = 20, 1, 100;
@@ -315,14 +315,17 @@ pub fn load(state_dir: &Path) -> io::Result<BTreeMap<String, String>> {
 /// Saves tunables in a state directory (atomically and durably).
 pub fn save(state_dir: &Path, saved: &BTreeMap<String, String>) -> io::Result<()> {
     let text = serde_json::to_string_pretty(saved).map_err(io::Error::other)?;
-    crate::pool::write_state_file(state_dir, TUNABLES_FILE, text.as_bytes())
+    crate::files::write_state_file(state_dir, TUNABLES_FILE, text.as_bytes())
 }
 
 /// The tunables an engine of `arc_max_bytes` starts with, before saved ones apply: the
 /// defaults, with `zfs_arc_max` the pool's ARC size.
 pub fn starting(arc_max_bytes: u64) -> Tunables {
     let tunables = Tunables::default();
-    tunables.store("zfs_arc_max", arc_max_bytes.max(crate::arc::SHARDS as u64));
+    tunables.store(
+        "zfs_arc_max",
+        arc_max_bytes.max(larch_policy::shards::SHARDS as u64),
+    );
     tunables
 }
 

@@ -346,7 +346,7 @@ impl Volume {
         for stripe in stripes {
             guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
         }
-        let may_defer = !self.engine.write_is_sync(&self.entry, fua);
+        let may_defer = !self.entry.info.write_is_sync(fua);
         let end = offset + data.len() as u64;
         let mut new_blocks: Vec<(u64, BlockBuf)> = Vec::new();
         let mut deferred = false;
@@ -360,11 +360,12 @@ impl Volume {
             };
             let at = (from - start) as usize;
             let offer = loop {
-                match self
-                    .engine
-                    .offer_piece(&self.entry, block, at, piece, may_defer)
-                {
-                    Offer::Wait(done) => self.engine.wait_partial(&self.entry, block, done).await,
+                match (self.engine.partials).offer_piece(&self.entry, block, at, piece, may_defer) {
+                    Offer::Wait(done) => {
+                        (self.engine.partials)
+                            .wait_partial(&self.entry, block, done)
+                            .await
+                    }
                     offer => break offer,
                 }
             };
@@ -400,10 +401,9 @@ impl Volume {
         if new_blocks.is_empty() {
             // Every piece waits for its merge; its bytes are dirty already.
             drop(guards);
-            if deferred && engine.throttle_due() {
-                let _ = self
-                    .engine
-                    .spawn_blocking(move || engine.throttle_reserved())
+            if deferred && engine.txg.throttle_due() {
+                let _ = (self.engine.background)
+                    .spawn_blocking(move || engine.txg.throttle_reserved())
                     .await;
             }
             return Ok(());
@@ -417,7 +417,7 @@ impl Volume {
         // stripes: if this future is dropped (its connection died) while it runs, the
         // stripes stay held until it has made its blocks dirty, so no later write of
         // those blocks can pass it and be overwritten by bytes merged before it.
-        let now = if self.engine.write_is_sync(&self.entry, fua) {
+        let now = if self.entry.info.write_is_sync(fua) {
             None
         } else {
             engine.try_write_async_now(&entry, &new_blocks)
@@ -426,7 +426,7 @@ impl Volume {
             drop(guards);
             Ok(result)
         } else {
-            self.engine
+            (self.engine.background)
                 .spawn_blocking(move || {
                     let result = engine.write_blocks(&entry, &new_blocks, fua);
                     drop(guards);
@@ -476,11 +476,10 @@ impl Volume {
             return Err(VolumeError::Io(why));
         }
         // Partial writes acknowledged before the FLUSH join the TXGs (and the log) first.
-        self.engine.settle_all_partials(&self.entry).await;
+        self.engine.partials.settle_all_partials(&self.entry).await;
         let engine = Arc::clone(&self.engine);
         let entry = Arc::clone(&self.entry);
-        match self
-            .engine
+        match (self.engine.background)
             .spawn_blocking(move || engine.flush_writes(&entry))
             .await
         {
@@ -541,7 +540,7 @@ impl Volume {
         for block in range.start..range.end.min(self.entry.info.blocks()) {
             let engine = Arc::clone(&self.engine);
             let entry = Arc::clone(&self.entry);
-            self.engine.spawn_background(async move {
+            self.engine.background.spawn(async move {
                 engine.read_block(&entry, block, true).await;
             });
         }
@@ -558,7 +557,7 @@ impl Volume {
     ) -> Result<(Vec<Bytes>, Served), VolumeError> {
         let blocks = self.blocks_of(offset, length);
         // A partial write acknowledged before this read is seen by it.
-        self.engine
+        (self.engine.partials)
             .settle_partials(&self.entry, blocks.clone())
             .await;
         let failed =

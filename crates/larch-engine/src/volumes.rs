@@ -15,114 +15,13 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use larch_policy::BlockKey;
-
 use crate::backing::BackingStore;
 use crate::l2::index::{MAX_BLOCK, VOLUME_SLOTS};
 use crate::lock::{RankedMutex, RankedRwLock};
+use crate::stats::WriteStats;
 
-/// How a volume uses a cache level (ZFS `primarycache`/`secondarycache`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheMode {
-    /// Data and metadata.
-    All,
-    /// Metadata only (the NBD front end reads data, so for it this is "nothing").
-    Metadata,
-    /// Nothing.
-    None,
-}
-
-/// When a volume's writes are durable (ZFS `sync`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncMode {
-    /// FUA writes and FLUSH are made durable before they are acknowledged.
-    #[default]
-    Standard,
-    /// Every write is made durable before it is acknowledged.
-    Always,
-    /// Nothing waits for durability: FUA and FLUSH are acknowledged at once. A crash
-    /// loses up to `zfs_txg_timeout` seconds of acknowledged writes.
-    Disabled,
-}
-
-/// A volume's identity and properties, as the caller registers it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VolumeSpec {
-    /// Identity of the volume in cache-device logs and intent-log records.
-    pub guid: u64,
-    /// Block size (`volblocksize`).
-    pub block_bytes: u32,
-    /// `primarycache`.
-    pub primarycache: CacheMode,
-    /// `secondarycache`.
-    pub secondarycache: CacheMode,
-    /// `sync`.
-    pub sync: SyncMode,
-    /// `readonly`.
-    pub read_only: bool,
-}
-
-impl VolumeSpec {
-    /// A writable volume of `block_bytes` blocks that caches everything, `sync=standard`.
-    pub fn new(guid: u64, block_bytes: u32) -> VolumeSpec {
-        VolumeSpec {
-            guid,
-            block_bytes,
-            primarycache: CacheMode::All,
-            secondarycache: CacheMode::All,
-            sync: SyncMode::Standard,
-            read_only: false,
-        }
-    }
-}
-
-/// What the engine needs to know of a volume on every request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VolumeInfo {
-    /// Identity of the volume in cache-device logs and intent-log records.
-    pub guid: u64,
-    /// Its slot: the volume part of every in-memory key.
-    pub slot: u16,
-    /// Size in bytes.
-    pub size_bytes: u64,
-    /// Block size (`volblocksize`).
-    pub block_bytes: u32,
-    /// `primarycache`.
-    pub primarycache: CacheMode,
-    /// `secondarycache`.
-    pub secondarycache: CacheMode,
-    /// `sync`.
-    pub sync: SyncMode,
-    /// `readonly`.
-    pub read_only: bool,
-}
-
-impl VolumeInfo {
-    /// Bytes of block `block` (the last block may be short; 0 past the end).
-    pub fn block_len(&self, block: u64) -> usize {
-        let start = block.saturating_mul(u64::from(self.block_bytes));
-        self.size_bytes
-            .saturating_sub(start)
-            .min(u64::from(self.block_bytes)) as usize
-    }
-
-    /// Number of blocks.
-    pub fn blocks(&self) -> u64 {
-        self.size_bytes.div_ceil(u64::from(self.block_bytes))
-    }
-
-    /// The in-memory key of block `block`.
-    pub fn key(&self, block: u64) -> BlockKey {
-        BlockKey::new(u64::from(self.slot), block)
-    }
-
-    /// Device offset of block `block` on the backing store.
-    pub fn offset_of(&self, block: u64) -> u64 {
-        block * u64::from(self.block_bytes)
-    }
-}
+pub(crate) mod info;
+pub use info::{CacheMode, SyncMode, VolumeInfo, VolumeSpec};
 
 /// One volume of the table: what it is, where its bytes are, and whether its backing
 /// store failed.
@@ -141,7 +40,7 @@ pub struct VolumeEntry {
     /// Whether `lost` has any block (read on every read: a lock-free check first).
     any_lost: AtomicBool,
     /// Its partial-block writes waiting for their block's read.
-    pub(crate) partials: crate::txg::Partials,
+    pub(crate) partials: crate::txg::partial::table::Partials,
 }
 
 impl VolumeEntry {
@@ -272,7 +171,7 @@ impl Volumes {
             failure: RankedMutex::leaf(None),
             lost: RankedMutex::leaf(HashSet::new()),
             any_lost: AtomicBool::new(false),
-            partials: crate::txg::Partials::default(),
+            partials: crate::txg::partial::table::Partials::default(),
         });
         table.by_slot.push(Arc::clone(&entry));
         table.by_guid.insert(spec.guid, slot);
@@ -341,6 +240,17 @@ impl Volumes {
                 )
             }),
             None => Ok(()),
+        }
+    }
+
+    /// [`Volumes::record_failure`], logging and counting (in `write_stats`) a record that
+    /// could not be written.
+    pub(crate) fn record_failure_counted(&self, vol: &VolumeEntry, write_stats: &WriteStats) {
+        if let Err(err) = self.record_failure(vol) {
+            eprintln!("larch: {err}");
+            write_stats
+                .volume_failure_record_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

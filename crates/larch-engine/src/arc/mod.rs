@@ -14,6 +14,7 @@
 //! from a vector of exactly the block's length: a block written by a 32 MiB NBD request
 //! must not keep the whole request alive (issue 14, defect 1).
 
+mod flight;
 mod sizing;
 
 use std::collections::HashMap;
@@ -25,12 +26,15 @@ use larch_policy::shards::shard_of;
 use larch_policy::{Access, Action, BlockKey, BufType, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
-pub use sizing::{default_arc_min, default_dirty_data_max, set_free_memory_release};
+
+pub use crate::system::default_dirty_data_max;
+pub(crate) use flight::InFlight;
+pub use flight::Served;
+pub use sizing::{default_arc_min, set_free_memory_release};
 
 use crate::l2::index::{ShardL2, pack_key};
 use crate::lock::{Rank, RankedGuard, RankedMutex};
-use crate::read::InFlight;
-use crate::volumes::{CacheMode, VolumeInfo};
+use crate::volumes::info::{CacheMode, VolumeInfo};
 
 /// Shards of the ARC: each has its own lock, policy instance (with 1/SHARDS of the
 /// target) and buffers (`larch_policy::shards`, which the simulator splits its ARC by too).

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::{ArcCache, SHARDS};
 use crate::lock::{Rank, RankedMutex};
 use crate::stats::EngineStats;
+use crate::system::meminfo;
 use crate::tunables::Tunables;
 
 /// How long the ARC does not grow after memory pressure (OpenZFS `arc_grow_retry`, 5 s).
@@ -21,27 +22,9 @@ const ARC_GROW_RETRY: Duration = Duration::from_secs(5);
 /// of a few hundred MiB (an ARC review's finding).
 const SHRINK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The default `zfs_dirty_data_max`: 10% of RAM, at most 4 GiB (OpenZFS).
-pub fn default_dirty_data_max() -> u64 {
-    meminfo()
-        .map_or(4 << 30, |(total, _)| total / 10)
-        .min(4 << 30)
-}
-
 /// The automatic `zfs_arc_min` for a `zfs_arc_max`.
 pub fn default_arc_min(arc_max_bytes: u64) -> u64 {
     arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32))
-}
-
-/// MemTotal and MemAvailable of /proc/meminfo, in bytes.
-fn meminfo() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(name))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    };
-    Some((field("MemTotal:")?, field("MemAvailable:")?))
 }
 
 /// The limits in force for these tunables: (`zfs_arc_min`, `zfs_arc_max`), the automatic

@@ -16,10 +16,9 @@ use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, Mfu
 use larch_policy::{BufType, State};
 
 use super::index::{self, READ};
-use super::{CacheDevice, DeviceState};
+use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
-use crate::engine::Engine;
 
 /// A block chosen for a feed, with its bytes and on-disk identity.
 struct Candidate {
@@ -28,14 +27,14 @@ struct Candidate {
     volume_guid: u64,
 }
 
-impl Engine {
+impl L2Arc {
     /// The feeder thread's loop (after the device's rebuild): one feed per interval, as
     /// `larch_policy::feed::next_feed` paces it, until shutdown.
     pub(crate) fn feed_loop(&self, device: &Arc<CacheDevice>) {
         let mut wrote_bytes = 0u64;
         let mut unfed_seen = self.arc.unfed_evictions();
         let mut behind = false;
-        while !self.is_shutting_down() {
+        while !self.life.is_shutting_down() {
             let t = &self.tunables;
             let rules = budget_rules(t);
             let allowance = feed::write_allowance(&rules, self.arc.warm());
@@ -50,10 +49,11 @@ impl Engine {
                 wrote_bytes,
                 behind,
             );
-            self.sleep_unless_shutdown(Duration::from_millis(pace.wait_ms));
+            self.life
+                .sleep_unless_shutdown(Duration::from_millis(pace.wait_ms));
             // A removed device never comes back (a later add is a new device with a
             // feeder of its own): its feeder ends.
-            if self.is_shutting_down() || device.state() == DeviceState::Removed {
+            if self.life.is_shutting_down() || device.state() == DeviceState::Removed {
                 break;
             }
             wrote_bytes = match device.state() {
@@ -72,7 +72,7 @@ impl Engine {
 
     /// One feed of at most `budget_bytes` to `device`: choose (the policy), copy, write,
     /// index. Returns the bytes of data written.
-    pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
+    pub(crate) fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
         if self.l2_index_bytes_all() >= self.l2_index_cap() {
             // OpenZFS `l2arc_hdr_limit_reached`: no feed while the index is at its cap.
             self.stats

@@ -17,15 +17,21 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 use larch_format::DevHeaderPhys;
 use larch_io::{BlockDevice, FileDevice, FileOptions};
 use larch_l2::{CreateOptions, Geometry, L2Device, RebuildStats};
 
-use crate::coherence::Tombstone;
-use crate::engine::{Engine, device_error};
+use crate::arc::ArcCache;
+use crate::coherence::{Coherence, Tombstone};
+use crate::error::device_error;
 use crate::latency::LatencyHistogram;
 use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
+use crate::run::{Background, Generations, Lifecycle};
+use crate::stats::EngineStats;
+use crate::tunables::Tunables;
+use crate::volumes::Volumes;
 use uring::UringReader;
 
 /// The L2 index's memory cap never goes below this (4 MiB: ~130,000 blocks).
@@ -99,7 +105,7 @@ pub struct CacheDevice {
     known_header: RankedMutex<Option<DevHeaderPhys>>,
     /// Whether `known_header` is the last header of a writer that an I/O error poisoned:
     /// the header write that failed may not have landed, so the device may be one
-    /// sequence short of it (until a header is written over it, [`Engine::forget_log`]).
+    /// sequence short of it (until a header is written over it, [`L2Arc::forget_log`]).
     known_header_unsure: AtomicBool,
     state: AtomicU8,
     fault: RankedMutex<Option<String>>,
@@ -111,7 +117,7 @@ pub struct CacheDevice {
     /// I/O counters of this device.
     pub io: DeviceIo,
     /// The descriptor whose `flock` keeps other pools off the device file while this one
-    /// uses it (`crate::pool::lock_device`): from its add to its removal or the engine's
+    /// uses it (`crate::files::lock_device`): from its add to its removal or the engine's
     /// shutdown. `None` for a block device or a device given in process.
     file_lock: RankedMutex<Option<std::fs::File>>,
 }
@@ -400,41 +406,56 @@ impl CacheDevices {
     }
 }
 
-impl Engine {
+/// The L2ARC: the cache devices and their flows — adding, removing and faulting a device,
+/// the feed, the rebuild, and verified reads of cached copies ([`read`]). It reads and
+/// changes the ARC's shards (where the L2 index lives) under the coherence rules.
+pub(crate) struct L2Arc {
+    pub(crate) devices: CacheDevices,
+    pub(crate) arc: Arc<ArcCache>,
+    pub(crate) coherence: Arc<Coherence>,
+    pub(crate) volumes: Arc<Volumes>,
+    pub(crate) tunables: Arc<Tunables>,
+    pub(crate) stats: Arc<EngineStats>,
+    pub(crate) life: Arc<Lifecycle>,
+    pub(crate) generations: Arc<Generations>,
+    pub(crate) background: Arc<Background>,
+}
+
+impl L2Arc {
     /// Adds a cache device: formats it (`create`) or opens it and rebuilds its index in
     /// the background. A device whose header names another pool or device is refused, and
     /// so is a file another process holds locked (another running pool's volume, cache or
     /// log device): the device's file stays locked until it is removed or the engine shuts
     /// down.
-    pub fn add_cache_device(
+    pub(crate) fn add_device(
         self: &Arc<Self>,
         path: &Path,
         pool_guid: u64,
         device_guid: u64,
         create: bool,
-    ) -> io::Result<Arc<CacheDevice>> {
-        let file_lock = crate::pool::lock_device(path)?;
+    ) -> io::Result<(Arc<CacheDevice>, JoinHandle<()>)> {
+        let file_lock = crate::files::lock_device(path)?;
         let dev = FileDevice::open(path, &FileOptions::default())
             .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
-        let device =
-            self.add_cache_device_on(Arc::new(dev), path, pool_guid, device_guid, create)?;
+        let (device, feeder) =
+            self.add_device_on(Arc::new(dev), path, pool_guid, device_guid, create)?;
         *device.file_lock.lock() = file_lock;
-        Ok(device)
+        Ok((device, feeder))
     }
 
-    /// [`Engine::add_cache_device`] on any [`BlockDevice`] (in-process tests use a
-    /// fault-injecting one); `path` names it.
-    pub fn add_cache_device_on(
+    /// [`L2Arc::add_device`] on any [`BlockDevice`] (in-process tests use a
+    /// fault-injecting one); `path` names it. Returns the device and its feeder thread.
+    pub(crate) fn add_device_on(
         self: &Arc<Self>,
         dev: Arc<dyn BlockDevice>,
         path: &Path,
         pool_guid: u64,
         device_guid: u64,
         create: bool,
-    ) -> io::Result<Arc<CacheDevice>> {
+    ) -> io::Result<(Arc<CacheDevice>, JoinHandle<()>)> {
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let full = || named(&TOO_MANY_DEVICES);
-        if !self.l2.has_room() {
+        if !self.devices.has_room() {
             return Err(full());
         }
         let t = &self.tunables;
@@ -473,7 +494,7 @@ impl Engine {
                     return Err(named(&why));
                 }
             };
-            let Some(device) = self.l2.push(path, device_guid, dev, None) else {
+            let Some(device) = self.devices.push(path, device_guid, dev, None) else {
                 self.coherence.rebuild_ended();
                 return Err(full());
             };
@@ -492,7 +513,7 @@ impl Engine {
             // Online from the start: until its index is attached below, nothing finds a
             // copy on it and nothing feeds it (its feeder starts after).
             let device = self
-                .l2
+                .devices
                 .push(path, device_guid, dev, Some(writer))
                 .ok_or_else(full)?;
             for mut shard in self.arc.shards() {
@@ -502,15 +523,15 @@ impl Engine {
             }
             device
         };
-        let engine = Arc::clone(self);
+        let l2 = Arc::clone(self);
         let feeder_device = Arc::clone(&device);
         let handle = std::thread::Builder::new()
             .name(format!("larch-l2-{}", device.index))
             .spawn(move || {
                 if rebuild {
-                    engine.rebuild_device(&feeder_device, pool_guid);
+                    l2.rebuild_device(&feeder_device, pool_guid);
                 }
-                engine.feed_loop(&feeder_device);
+                l2.feed_loop(&feeder_device);
             });
         let handle = match handle {
             Ok(handle) => handle,
@@ -527,11 +548,7 @@ impl Engine {
                 return Err(named(&err));
             }
         };
-        let mut threads = self.threads.lock();
-        // Feeders of removed devices have ended: their handles need no join.
-        threads.retain(|t| !t.is_finished());
-        threads.push(handle);
-        Ok(device)
+        Ok((device, handle))
     }
 
     /// Removes a cache device at runtime: no new reads go to it, its index entries are
@@ -541,8 +558,8 @@ impl Engine {
     /// It holds `feed_io` until the log is emptied, so no TXG writes a backing store
     /// meanwhile (a TXG commits tombstones under `feed_io` first), but not the gate:
     /// writers go on.
-    pub fn remove_cache_device(&self, index: u16) -> bool {
-        let Some(device) = self.l2.get(index) else {
+    pub(crate) fn remove_device(&self, index: u16) -> bool {
+        let Some(device) = self.devices.get(index) else {
             return false;
         };
         let _io = self.coherence.feed_io();
@@ -631,30 +648,19 @@ impl Engine {
     }
 
     /// DRAM held by the L2 index with the indexes that rebuilds are building (what the
-    /// cap, [`Engine::l2_index_cap`], bounds).
+    /// cap, [`L2Arc::l2_index_cap`], bounds).
     pub(crate) fn l2_index_bytes_all(&self) -> u64 {
         self.arc.l2_index_bytes() + self.l2_index_bytes_building(None)
     }
 
     /// DRAM of the indexes that rebuilds are building, but device `except`'s.
     pub(crate) fn l2_index_bytes_building(&self, except: Option<u16>) -> u64 {
-        self.l2
+        self.devices
             .all()
             .iter()
             .filter(|d| Some(d.index) != except)
             .map(|d| d.rebuild_index_bytes.load(Ordering::Relaxed))
             .sum()
-    }
-
-    /// The cache devices.
-    pub fn devices(&self) -> Vec<Arc<CacheDevice>> {
-        self.l2.all()
-    }
-
-    /// How cache-device reads are done now: `io_uring`, `threads` (switched off or not
-    /// set up yet) or `threads (io_uring unavailable: why)`.
-    pub fn l2_read_path(&self) -> String {
-        self.l2.read_path(self.tunables.l2arc_io_uring())
     }
 
     /// Commits a device's log now, with the tombstones queued for it (a clean shutdown).
@@ -673,6 +679,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Engine;
 
     #[test]
     fn indexes_are_never_reused_and_a_full_list_refuses_more() {

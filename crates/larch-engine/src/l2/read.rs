@@ -9,9 +9,8 @@ use bytes::Bytes;
 use larch_io::IoError;
 use larch_l2::{CopyRef, ReadError};
 
-use super::CacheDevice;
 use super::index::L2Loc;
-use crate::engine::Engine;
+use super::{CacheDevice, L2Arc};
 
 /// What reading a cached copy gave.
 #[derive(Debug)]
@@ -29,17 +28,17 @@ pub(crate) enum L2Read {
     Unavailable,
 }
 
-impl Engine {
+impl L2Arc {
     /// Reads the copy at `loc` of a block of `psize` bytes whose index key is
     /// `index_key` (in the shard of `key`).
     pub(crate) async fn read_l2(
-        self: &Arc<Self>,
+        &self,
         key: &larch_policy::BlockKey,
         index_key: u64,
         psize: usize,
         loc: L2Loc,
     ) -> L2Read {
-        let Some(device) = self.l2.get(loc.device) else {
+        let Some(device) = self.devices.get(loc.device) else {
             return L2Read::Unavailable;
         };
         let Some(geometry) = device.readable_geometry() else {
@@ -102,7 +101,7 @@ impl Engine {
     /// device has a descriptor, else (or when the ring is full) on the blocking pool.
     /// Returns the record's bytes.
     async fn read_copy(
-        self: &Arc<Self>,
+        &self,
         device: &Arc<CacheDevice>,
         geometry: &larch_l2::Geometry,
         copy: &CopyRef,
@@ -111,8 +110,8 @@ impl Engine {
         let size = copy.size_bytes as usize;
         let len = copy.read_len(geometry);
         let reader = self
-            .l2
-            .uring_reader(self.tunables.l2arc_io_uring(), self.background_runtime());
+            .devices
+            .uring_reader(self.tunables.l2arc_io_uring(), self.background.runtime());
         if let Some(reader) = reader {
             match reader.read(device.dev(), copy.daddr, len).await {
                 Ok(Some(bytes)) => {
@@ -138,6 +137,7 @@ impl Engine {
         }
         let (device, geometry, copy) = (Arc::clone(device), *geometry, *copy);
         let read = self
+            .background
             .spawn_blocking(move || larch_l2::read_copy(&**device.dev(), &geometry, &copy))
             .await
             .map_err(|e| {
@@ -173,6 +173,7 @@ mod tests {
     use super::*;
     use crate::arc::index_key;
     use crate::backing::{BackingStore, LatencyModel};
+    use crate::engine::Engine;
     use crate::volumes::VolumeSpec;
 
     const BLOCK: u64 = 4096;
@@ -247,7 +248,7 @@ mod tests {
             next += 64;
             engine.feed_once(&device, 1 << 20);
         }
-        let got = runtime.block_on(engine.read_l2(&key, ik, BLOCK as usize, loc));
+        let got = runtime.block_on(engine.l2.read_l2(&key, ik, BLOCK as usize, loc));
         assert!(matches!(got, L2Read::Evicted), "{got:?}");
         assert_eq!(stat(&engine.stats.l2_evicted_in_flight), 1);
         assert_eq!(stat(&engine.stats.l2_cksum_bad), 0);
@@ -264,7 +265,7 @@ mod tests {
             .expect("fed last");
         mem.write_at(&[0xff; 64], loc.copy.daddr)
             .expect("damage it");
-        let got = runtime.block_on(engine.read_l2(&last, ik, BLOCK as usize, loc));
+        let got = runtime.block_on(engine.l2.read_l2(&last, ik, BLOCK as usize, loc));
         assert!(matches!(got, L2Read::BadCopy), "{got:?}");
         assert_eq!(stat(&engine.stats.l2_cksum_bad), 1);
         assert_eq!(stat(&device.io.read_errors), 1);

@@ -34,10 +34,9 @@ use larch_policy::BlockKey;
 use larch_policy::shards::shard_of;
 
 use super::index::{self, DeviceIndex, KeySet, PushFront, Tally, flags_of};
-use super::{CacheDevice, DeviceState};
+use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
-use crate::engine::Engine;
 use crate::volumes::VolumeEntry;
 
 /// Entries met between two looks at the index's memory cap.
@@ -71,7 +70,7 @@ struct Block {
 
 /// A device's index while its rebuild builds it, not yet attached to the shards.
 struct Restore<'e> {
-    engine: &'e Engine,
+    l2: &'e L2Arc,
     device: &'e CacheDevice,
     /// One index per engine shard, built newest first.
     shards: Vec<DeviceIndex>,
@@ -155,13 +154,13 @@ impl<'e> Restore<'e> {
     /// A rebuild's index for `device`, whose log holds at most `logged` entries: each
     /// shard's table is sized once for its share of them, as far as the cap allows.
     fn new(
-        engine: &'e Engine,
+        l2: &'e L2Arc,
         device: &'e CacheDevice,
         geometry: &Geometry,
         logged: u64,
     ) -> Restore<'e> {
-        let cap_bytes = engine.l2_index_cap();
-        let room = cap_bytes.saturating_sub(engine.l2_index_bytes_all()) / INDEX_BYTES_PER_ENTRY;
+        let cap_bytes = l2.l2_index_cap();
+        let room = cap_bytes.saturating_sub(l2.l2_index_bytes_all()) / INDEX_BYTES_PER_ENTRY;
         // A little over the even share: the shards' shares differ by a fraction of one.
         let per_shard = logged.min(room) / SHARDS as u64;
         let per_shard = (per_shard + per_shard / 64) as usize;
@@ -173,13 +172,13 @@ impl<'e> Restore<'e> {
                 index
             })
             .collect();
-        let others = engine
-            .l2
+        let others = l2
+            .devices
             .all()
             .iter()
             .any(|d| d.index != device.index && d.state() == DeviceState::Online);
         Restore {
-            engine,
+            l2,
             device,
             shards,
             met: KeySet::default(),
@@ -251,7 +250,7 @@ impl<'e> Restore<'e> {
         // A copy the index does not take is tombstoned: only indexed copies are
         // tombstoned when their block is overwritten later (rule 0).
         if self.over_cap {
-            self.engine
+            self.l2
                 .stats
                 .l2_rebuild_lowmem
                 .fetch_add(1, Ordering::Relaxed);
@@ -304,13 +303,13 @@ impl<'e> Restore<'e> {
             return;
         }
         self.deferred = false;
-        let engine = self.engine;
+        let l2 = self.l2;
         let geometry = self.geometry;
         let mut undone = Undone::default();
         let mut tally = self.tally;
         for index in &mut self.shards {
             index.index_unindexed(|key, copy| {
-                let psize = engine.psize_of(key);
+                let psize = l2.psize_of(key);
                 tally.sub(copy.flags, psize);
                 undone.supersede(psize, &geometry);
             });
@@ -331,7 +330,7 @@ impl<'e> Restore<'e> {
     /// volume is known (as first asked) and the block lies inside it.
     fn block_of(&mut self, guid: u64, block: u64) -> Option<Block> {
         if self.last_volume.0 != Some(guid) {
-            let volumes = &self.engine.volumes;
+            let volumes = &self.l2.volumes;
             let volume = self
                 .volumes
                 .entry(guid)
@@ -360,7 +359,7 @@ impl<'e> Restore<'e> {
             && block.psize == e.physical_size
             && !(self.others
                 && self
-                    .engine
+                    .l2
                     .arc
                     .shard(&block.key)
                     .l2
@@ -377,12 +376,12 @@ impl<'e> Restore<'e> {
     }
 
     fn queue_tombstones(&mut self) {
-        let stats = &self.engine.stats;
+        let stats = &self.l2.stats;
         stats
             .l2_tombstones
             .fetch_add(self.tombstones.len() as u64, Ordering::Relaxed);
         for tombstone in self.tombstones.drain(..) {
-            self.engine
+            self.l2
                 .coherence
                 .queue_tombstone(self.device.index, tombstone);
         }
@@ -401,10 +400,9 @@ impl<'e> Restore<'e> {
         self.device
             .rebuild_index_bytes
             .store(own, Ordering::Relaxed);
-        let engine = self.engine;
-        let all = own
-            + engine.arc.l2_index_bytes()
-            + engine.l2_index_bytes_building(Some(self.device.index));
+        let l2 = self.l2;
+        let all =
+            own + l2.arc.l2_index_bytes() + l2.l2_index_bytes_building(Some(self.device.index));
         if all >= self.cap_bytes {
             self.over_cap = true;
             // The entries met from now on are looked up, not queued.
@@ -417,13 +415,13 @@ impl<'e> Restore<'e> {
     /// the corrections to the walk's counters (what it counted as restored and was not).
     fn attach(mut self) -> Undone {
         self.build_tables();
-        let written = self.engine.coherence.written_during_rebuild();
+        let written = self.l2.coherence.written_during_rebuild();
         // The generation that superseded a copy is not known here, only that it is at
         // most the newest one issued; a tombstone hides every older entry of its key
         // whatever its generation.
-        let generation = self.engine.newest_generation();
+        let generation = self.l2.generations.newest();
         for key in written {
-            let Some(volume) = self.engine.volumes.get(key.volume as u16) else {
+            let Some(volume) = self.l2.volumes.get(key.volume as u16) else {
                 continue;
             };
             let shard = &mut self.shards[shard_of(&key)];
@@ -439,11 +437,11 @@ impl<'e> Restore<'e> {
             }
         }
         self.queue_tombstones();
-        for (mut shard, index) in self.engine.arc.shards().zip(self.shards) {
+        for (mut shard, index) in self.l2.arc.shards().zip(self.shards) {
             shard.l2.attach(self.device.index, index);
         }
         self.device.rebuild_index_bytes.store(0, Ordering::Relaxed);
-        self.tally.apply(&self.engine.stats);
+        self.tally.apply(&self.l2.stats);
         self.undone
     }
 }
@@ -458,7 +456,7 @@ impl larch_l2::Restorer for Restore<'_> {
     }
 }
 
-impl Engine {
+impl L2Arc {
     /// Opens a device's log, restores its live entries into the L2 index, and puts it
     /// online. Entries of blocks written since the rebuild began, and entries past the
     /// index's memory cap, are tombstoned instead, in the commit that ends the rebuild.
@@ -711,6 +709,7 @@ mod tests {
 
     use super::*;
     use crate::backing::{BackingStore, LatencyModel};
+    use crate::engine::Engine;
     use crate::volumes::VolumeSpec;
 
     const POOL: u64 = 0x5ca1_0001;
@@ -783,7 +782,7 @@ mod tests {
     fn the_newest_entry_of_each_key_is_indexed_and_the_rest_tombstoned() {
         let engine = engine_with_volume(1000);
         let (device, geometry) = device();
-        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let mut restore = Restore::new(&engine.l2, &device, &geometry, 0);
         let pos = |n: u64| (1000 - n) * BLOCK;
         assert_eq!(sight(&mut restore, &data(1, 9, pos(0))), Seen::First);
         let tomb = LogEntryPhys::tombstone(VOLUME, 2, 8);
@@ -844,7 +843,7 @@ mod tests {
     fn duplicates_found_when_the_tables_are_built_are_superseded() {
         let engine = engine_with_volume(100);
         let (device, geometry) = device();
-        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let mut restore = Restore::new(&engine.l2, &device, &geometry, 0);
         let pos = |n: u64| (100 - n) * BLOCK;
         assert_eq!(sight(&mut restore, &data(1, 9, pos(0))), Seen::First);
         assert_eq!(sight(&mut restore, &data(2, 9, pos(1))), Seen::First);
@@ -892,7 +891,7 @@ mod tests {
         let blocks = 2 * CAP_CHECK_ENTRIES;
         let engine = engine_with_volume(blocks);
         let (device, geometry) = device();
-        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let mut restore = Restore::new(&engine.l2, &device, &geometry, 0);
         restore.cap_bytes = 1;
         let indexed = CAP_CHECK_ENTRIES - 1;
         for n in 0..blocks {
@@ -938,7 +937,7 @@ mod tests {
         let engine = engine_with_volume(100);
         let (device, geometry) = device();
         engine.coherence.rebuild_began();
-        let mut restore = Restore::new(&engine, &device, &geometry, 0);
+        let mut restore = Restore::new(&engine.l2, &device, &geometry, 0);
         for block in 0..10 {
             sight(&mut restore, &data(block, 1, (100 - block) * BLOCK));
         }
@@ -947,7 +946,7 @@ mod tests {
             engine.coherence.note_write(key(3));
             engine.coherence.note_write(key(50));
         }
-        let generation = engine.fresh_generation();
+        let generation = engine.l2.generations.fresh();
         let undone = {
             let _gate = engine.coherence.gate();
             let undone = restore.attach();

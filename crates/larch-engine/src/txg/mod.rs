@@ -27,7 +27,7 @@
 //! The **write throttle** ([`throttle`]) delays writers as dirty data approaches the
 //! limit and blocks them at it.
 
-mod partial;
+pub(crate) mod partial;
 mod syncer;
 mod throttle;
 pub(crate) mod zil;
@@ -41,14 +41,19 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use larch_policy::BlockKey;
 
-pub(crate) use partial::{MergeQueue, Offer, Partials};
+pub(crate) use partial::{Offer, PartialWrites};
 pub use zil::{CommittedSink, LogHandle};
 
-use crate::arc::{BlockBuf, index_key};
-use crate::coherence::Tombstone;
-use crate::engine::Engine;
+use crate::arc::{ArcCache, BlockBuf, index_key};
+use crate::coherence::{Coherence, Tombstone};
 use crate::lock::{Rank, RankedGuard, RankedMutex};
-use crate::volumes::{SyncMode, VolumeEntry};
+use crate::run::{Generations, Lifecycle};
+use crate::stats::{EngineStats, WriteStats};
+use crate::tunables::Tunables;
+use crate::volumes::{SyncMode, VolumeEntry, Volumes};
+
+pub(crate) use syncer::{Faults, Syncer};
+pub(crate) use zil::IntentLog;
 
 /// A dirty block waiting in a TXG.
 #[derive(Clone)]
@@ -152,15 +157,39 @@ struct TxgInner {
     oversized_waiting: usize,
 }
 
-/// The TXG machinery of an engine.
+/// The parts the write path reads and changes besides the TXG state: a write changes
+/// generations in the ARC under the coherence gate, counts, and waits on the syncer.
+pub(crate) struct TxgParts {
+    pub(crate) arc: Arc<ArcCache>,
+    pub(crate) coherence: Arc<Coherence>,
+    pub(crate) volumes: Arc<Volumes>,
+    pub(crate) tunables: Arc<Tunables>,
+    pub(crate) stats: Arc<EngineStats>,
+    pub(crate) write_stats: Arc<WriteStats>,
+    pub(crate) generations: Arc<Generations>,
+    pub(crate) life: Arc<Lifecycle>,
+}
+
+/// The TXG engine: the open and syncing TXGs' state shared by writers and the syncer,
+/// and the write path's flows over it (writes, FLUSH, the throttle, the intent log's
+/// group commit). The syncer ([`Syncer`]) runs beside it on its own thread.
 pub(crate) struct Txg {
     inner: RankedMutex<TxgInner>,
     /// Signalled when a TXG synced or a sync is requested.
     changed: Condvar,
+    /// The intent log: the log device and the committed TXG recorded outside it.
+    pub(crate) zil: IntentLog,
+    arc: Arc<ArcCache>,
+    coherence: Arc<Coherence>,
+    tunables: Arc<Tunables>,
+    stats: Arc<EngineStats>,
+    write_stats: Arc<WriteStats>,
+    generations: Arc<Generations>,
+    life: Arc<Lifecycle>,
 }
 
 impl Txg {
-    pub(crate) fn new(first_txg: u64) -> Txg {
+    pub(crate) fn new(first_txg: u64, parts: TxgParts) -> Txg {
         Txg {
             inner: RankedMutex::new(
                 Rank::Txg,
@@ -181,6 +210,18 @@ impl Txg {
                 },
             ),
             changed: Condvar::new(),
+            zil: IntentLog::new(
+                parts.volumes,
+                Arc::clone(&parts.coherence),
+                Arc::clone(&parts.write_stats),
+            ),
+            arc: parts.arc,
+            coherence: parts.coherence,
+            tunables: parts.tunables,
+            stats: parts.stats,
+            write_stats: parts.write_stats,
+            generations: parts.generations,
+            life: parts.life,
         }
     }
 
@@ -210,9 +251,7 @@ impl Txg {
             inner.synced_txg = next - 1;
         }
     }
-}
 
-impl Engine {
     /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`, and
     /// at least 1 MiB.
     pub(crate) fn dirty_max(&self) -> u64 {
@@ -236,13 +275,13 @@ impl Engine {
         let bytes = Self::check_blocks(vol, blocks)?;
         self.throttle(bytes)?;
         let (txg, seq) = self.make_dirty(vol, blocks, bytes);
-        if !self.write_is_sync(vol, sync) {
+        if !vol.info.write_is_sync(sync) {
             return Ok(());
         }
         if let Some(seq) = seq
-            && self.log_is_usable()
+            && self.zil.is_usable()
         {
-            self.log_commit_upto(seq)?;
+            self.zil.commit_upto(self, seq)?;
         } else {
             self.wait_synced(txg)?;
         }
@@ -250,9 +289,9 @@ impl Engine {
         vol.failure().map_or(Ok(()), Err)
     }
 
-    /// [`Engine::write_blocks`] of an async write from a thread that must not block (an
+    /// [`Txg::write_blocks`] of an async write from a thread that must not block (an
     /// async runtime's): the blocks are made dirty at once if the throttle would neither
-    /// delay nor block them ([`Engine::try_reserve_undelayed`]); `None`, doing nothing,
+    /// delay nor block them ([`Txg::try_reserve_undelayed`]); `None`, doing nothing,
     /// if it would: the caller then writes them where it may wait.
     pub fn try_write_async_now(
         &self,
@@ -300,17 +339,17 @@ impl Engine {
         if vol.info.sync == SyncMode::Disabled {
             return Ok(());
         }
-        if self.log_is_usable() {
-            let upto = self.txg.lock().next_seq - 1;
-            self.log_commit_upto(upto)?;
+        if self.zil.is_usable() {
+            let upto = self.lock().next_seq - 1;
+            self.zil.commit_upto(self, upto)?;
         } else {
-            let txg = self.txg.lock().open_txg;
+            let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
         }
         vol.failure().map_or(Ok(()), Err)
     }
 
-    /// Dirties blocks (see [`Engine::write_blocks`]) and returns the TXG they joined and,
+    /// Dirties blocks (see [`Txg::write_blocks`]) and returns the TXG they joined and,
     /// with a log device attached, the sequence number of their last pending record.
     /// `reserved` bytes of them were counted as dirty already (by the throttle).
     fn make_dirty(
@@ -320,10 +359,10 @@ impl Engine {
         reserved: u64,
     ) -> (u64, Option<u64>) {
         let generations = self.change_generations(vol, blocks);
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
         // Decided under the TXG lock, which the log device's attach takes too.
-        let keep_pending = self.log_is_usable();
+        let keep_pending = self.zil.is_usable();
         let txg = inner.open_txg;
         let mut last_seq = None;
         for ((block, data), generation) in blocks.iter().zip(generations) {
@@ -360,7 +399,7 @@ impl Engine {
         let sync_percent = self.tunables.zfs_dirty_data_sync_percent().min(100);
         if inner.open_bytes >= self.dirty_max() / 100 * sync_percent {
             inner.sync_requested = true;
-            self.txg.changed.notify_all();
+            self.changed.notify_all();
         }
         (txg, last_seq)
     }
@@ -376,7 +415,7 @@ impl Engine {
         let mut generations = Vec::with_capacity(blocks.len());
         for (block, data) in blocks {
             let key = vol.info.key(*block);
-            let generation = self.fresh_generation();
+            let generation = self.generations.fresh();
             let psize = vol.info.block_len(*block) as u32;
             let removed = {
                 let mut shard = self.arc.shard(&key);
@@ -412,12 +451,12 @@ impl Engine {
         self.wait_synced_quiet(txg)
     }
 
-    /// [`Engine::wait_synced`] without counting it.
+    /// [`Txg::wait_synced`] without counting it.
     pub(crate) fn wait_synced_quiet(&self, txg: u64) -> Result<(), String> {
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         while inner.synced_txg < txg {
-            if !self.syncer_running() {
-                return Err(if self.is_shutting_down() {
+            if !self.life.syncer_running() {
+                return Err(if self.life.is_shutting_down() {
                     "the pool is shutting down".into()
                 } else {
                     "the TXG syncer stopped (see the daemon's log)".into()
@@ -427,9 +466,9 @@ impl Engine {
             // at it, and asking again would close the next TXG too for nothing.
             if inner.open_txg <= txg {
                 inner.sync_requested = true;
-                self.txg.changed.notify_all();
+                self.changed.notify_all();
             }
-            inner = self.txg.wait(inner, Duration::from_millis(100));
+            inner = self.wait(inner, Duration::from_millis(100));
         }
         Ok(())
     }
@@ -437,17 +476,17 @@ impl Engine {
     /// Closes the open TXG and waits until it and every TXG before it synced, as a FLUSH
     /// without a log device does, for every volume (tests and tools).
     pub fn sync_all(&self) -> Result<(), String> {
-        let txg = self.txg.lock().open_txg;
+        let txg = self.lock().open_txg;
         self.wait_synced_quiet(txg)
     }
 
     /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
-    /// sees them; [`Engine::release_dirty`] gives them back once it is merged), if they
+    /// sees them; [`Txg::release_dirty`] gives them back once it is merged), if they
     /// fit under the dirty limit or nothing is dirty (as the throttle lets a write pass);
     /// false, counting nothing, if they do not.
     fn try_reserve_dirty(&self, bytes: u64) -> bool {
         let max = self.dirty_max();
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         if (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max) || inner.oversized_waiting > 0
         {
             return false;
@@ -456,19 +495,19 @@ impl Engine {
         true
     }
 
-    /// Gives back bytes [`Engine::try_reserve_dirty`] counted, and wakes throttled writers.
+    /// Gives back bytes [`Txg::try_reserve_dirty`] counted, and wakes throttled writers.
     fn release_dirty(&self, bytes: u64) {
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         inner.dirty_bytes -= bytes;
         drop(inner);
-        self.txg.changed.notify_all();
+        self.changed.notify_all();
     }
 
     /// Whether a write now would be delayed by the throttle (dirty bytes past
     /// `zfs_delay_min_dirty_percent` of the limit).
     pub(crate) fn throttle_due(&self) -> bool {
         let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
-        self.txg.lock().dirty_bytes > self.dirty_max() / 100 * min_percent
+        self.lock().dirty_bytes > self.dirty_max() / 100 * min_percent
     }
 
     /// Throttles a write whose bytes are counted as dirty already (a partial write that
@@ -478,23 +517,14 @@ impl Engine {
         let _ = self.throttle(0);
     }
 
-    /// Whether writes to `vol` with FUA set to `fua` are acknowledged only once durable.
-    pub(crate) fn write_is_sync(&self, vol: &VolumeEntry, fua: bool) -> bool {
-        match vol.info.sync {
-            SyncMode::Disabled => false,
-            SyncMode::Always => true,
-            SyncMode::Standard => fua,
-        }
-    }
-
     /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).
     pub(crate) fn log_pending_records(&self) -> u64 {
-        self.txg.lock().pending.len() as u64
+        self.lock().pending.len() as u64
     }
 
     /// Dirty bytes, open TXG, synced TXG (for stats).
     pub fn txg_state(&self) -> (u64, u64, u64) {
-        let inner = self.txg.lock();
+        let inner = self.lock();
         (inner.dirty_bytes, inner.open_txg, inner.synced_txg)
     }
 }

@@ -40,17 +40,24 @@
 //! dirty bytes while holding it) and above the ARC shards (the ARC is looked at before
 //! the table is taken, never while it is held).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::arc::BlockBuf;
-use crate::engine::Engine;
-use crate::lock::{Rank, RankedMutex};
-use crate::volumes::VolumeEntry;
+pub(crate) mod table;
+
+use table::{Pending, Piece, Stage};
+
+use super::Txg;
+use crate::arc::{ArcCache, BlockBuf};
+use crate::lock::RankedMutex;
+use crate::run::Background;
+use crate::stats::{EngineStats, WriteStats};
+use crate::tunables::Tunables;
+use crate::volumes::{VolumeEntry, Volumes};
 
 /// Merge threads at most, over all volumes, so block reads for merges in flight at
 /// once: like the syncer's 32 writes in flight, enough to keep a slow or remote store
@@ -77,75 +84,13 @@ pub(crate) const READ_ATTEMPTS: u32 = 3;
 /// merge read was stalled held ~100 bytes of heap per byte of dirty data counted.
 const PIECE_OVERHEAD_BYTES: u64 = 96;
 
-/// One write's piece of a block.
-struct Piece {
-    /// Where it starts in the block.
-    at: usize,
-    bytes: Bytes,
-}
-
-/// Where a pending partial is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// Waiting for a merge to start.
-    Queued,
-    /// Its block is being read; writes still join it.
-    Reading,
-    /// Its pieces are being laid over the block and made dirty; writers wait.
-    Applying,
-}
-
-/// The writes of one block waiting for its merge.
-struct Pending {
-    stage: Stage,
-    pieces: Vec<Piece>,
-    /// Dirty bytes reserved for it (released when it is merged).
-    reserved: u64,
-    /// Set to `true` once it is merged (or failed) and gone from the table.
-    done: tokio::sync::watch::Sender<bool>,
-}
-
-/// A volume's pending partial writes, by block.
-pub(crate) struct Partials {
-    table: RankedMutex<HashMap<u64, Pending>>,
-    /// Entries in the table: lets reads and whole-block writes skip the lock when 0.
-    count: AtomicUsize,
-}
-
-impl Default for Partials {
-    fn default() -> Partials {
-        Partials {
-            table: RankedMutex::new(Rank::Partials, HashMap::new()),
-            count: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl std::fmt::Debug for Partials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Partials({})", self.count.load(Ordering::Relaxed))
-    }
-}
-
-impl Partials {
-    /// Blocks with writes waiting for their merge.
-    pub(crate) fn len(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
-    }
-
-    /// The completion of `block`'s pending partial, if it has one.
-    fn waiter(&self, block: u64) -> Option<tokio::sync::watch::Receiver<bool>> {
-        self.table.lock().get(&block).map(|p| p.done.subscribe())
-    }
-}
-
-/// What became of a write's piece of one block ([`Engine::offer_piece`]).
+/// What became of a write's piece of one block ([`PartialWrites::offer_piece`]).
 pub(crate) enum Offer {
     /// It joined the block's pending partial (a new one, or one already there): the
     /// write may be acknowledged.
     Pending,
     /// The block's pending partial is being merged (or the write is sync): wait for it
-    /// ([`Engine::wait_partial`]) and offer the piece again.
+    /// ([`PartialWrites::wait_partial`]) and offer the piece again.
     Wait(tokio::sync::watch::Receiver<bool>),
     /// Write it as before: whole, or merged with the block from the ARC.
     Direct,
@@ -184,11 +129,25 @@ impl MergeQueue {
     }
 }
 
+/// The partial writes of an engine: the merge queue with its threads, and the flows of
+/// pending partials (offering a piece, waiting for and settling merges, merging). A
+/// merge ends in the TXG engine's write path.
+pub(crate) struct PartialWrites {
+    pub(crate) queue: MergeQueue,
+    txg: Arc<Txg>,
+    arc: Arc<ArcCache>,
+    volumes: Arc<Volumes>,
+    tunables: Arc<Tunables>,
+    stats: Arc<EngineStats>,
+    write_stats: Arc<WriteStats>,
+    background: Arc<Background>,
+}
+
 /// A merge thread: merges queued blocks until it has been idle for
 /// [`MERGE_THREAD_IDLE`], or the engine stops or is gone.
-fn merge_thread(engine: Weak<Engine>) {
-    while let Some((engine, vol, block)) = next_merge(&engine) {
-        engine.merge_partial(&vol, block);
+fn merge_thread(partials: Weak<PartialWrites>) {
+    while let Some((partials, vol, block)) = next_merge(&partials) {
+        partials.merge_partial(&vol, block);
     }
 }
 
@@ -196,9 +155,11 @@ fn merge_thread(engine: Weak<Engine>) {
 /// is to end (it is counted out). Jobs are due in the order they were queued: one idle
 /// thread sleeps until the first is, the others until they are woken, so that a job's
 /// time wakes one thread, not all of them.
-fn next_merge(engine: &Weak<Engine>) -> Option<(Arc<Engine>, Arc<VolumeEntry>, u64)> {
-    let strong = engine.upgrade()?;
-    let queue = &strong.merge_queue;
+fn next_merge(
+    partials: &Weak<PartialWrites>,
+) -> Option<(Arc<PartialWrites>, Arc<VolumeEntry>, u64)> {
+    let strong = partials.upgrade()?;
+    let queue = &strong.queue;
     let mut state = queue.state.lock();
     let mut idle_since = Instant::now();
     loop {
@@ -252,7 +213,29 @@ fn covers(pieces: &[Piece], len: usize) -> bool {
     reached >= len
 }
 
-impl Engine {
+impl PartialWrites {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        txg: Arc<Txg>,
+        arc: Arc<ArcCache>,
+        volumes: Arc<Volumes>,
+        tunables: Arc<Tunables>,
+        stats: Arc<EngineStats>,
+        write_stats: Arc<WriteStats>,
+        background: Arc<Background>,
+    ) -> PartialWrites {
+        PartialWrites {
+            queue: MergeQueue::default(),
+            txg,
+            arc,
+            volumes,
+            tunables,
+            stats,
+            write_stats,
+            background,
+        }
+    }
+
     /// Offers one block's piece of a write (`bytes` at `at` in `block`; `may_defer`:
     /// the write is async). See the module documentation for what each answer means.
     /// The caller holds the block's write stripe (`Volume`), so no other writer offers a
@@ -277,7 +260,9 @@ impl Engine {
                 // At the dirty limit the piece waits for the merge instead, then writes
                 // through the throttle like any write.
                 let charge = bytes.len() as u64 + PIECE_OVERHEAD_BYTES;
-                if pending.stage == Stage::Applying || !may_defer || !self.try_reserve_dirty(charge)
+                if pending.stage == Stage::Applying
+                    || !may_defer
+                    || !self.txg.try_reserve_dirty(charge)
                 {
                     return Offer::Wait(pending.done.subscribe());
                 }
@@ -311,7 +296,7 @@ impl Engine {
         let mut table = partials.table.lock();
         // Counted as dirty only if it fits under the limit: at the limit the write reads
         // its block and goes through the throttle, which waits for room.
-        if !self.try_reserve_dirty(reserved) {
+        if !self.txg.try_reserve_dirty(reserved) {
             return Offer::Direct;
         }
         let earlier = table.insert(
@@ -342,7 +327,7 @@ impl Engine {
     /// Queues `block`'s merge for the merge threads, due [`MERGE_GRACE`] from now, and
     /// starts a thread when more merges wait than threads do.
     fn queue_merge(self: &Arc<Self>, vol: &Arc<VolumeEntry>, block: u64) {
-        let queue = &self.merge_queue;
+        let queue = &self.queue;
         let mut state = queue.state.lock();
         state.jobs.push_back(Job {
             vol: Arc::clone(vol),
@@ -357,13 +342,13 @@ impl Engine {
         }
         state.threads += 1;
         drop(state);
-        let engine = Arc::downgrade(self);
+        let partials = Arc::downgrade(self);
         let started = std::thread::Builder::new()
             .name("larch-merge".into())
-            .spawn(move || merge_thread(engine));
+            .spawn(move || merge_thread(partials));
         if started.is_err() {
             // No thread: the job waits for another one, a reader, a FLUSH or shutdown.
-            self.merge_queue.state.lock().threads -= 1;
+            self.queue.state.lock().threads -= 1;
         }
     }
 
@@ -377,10 +362,11 @@ impl Engine {
         mut done: tokio::sync::watch::Receiver<bool>,
     ) {
         if !*done.borrow() {
-            let engine = Arc::clone(self);
+            let partials = Arc::clone(self);
             let vol = Arc::clone(vol);
             let _ = self
-                .spawn_blocking(move || engine.merge_partial(&vol, block))
+                .background
+                .spawn_blocking(move || partials.merge_partial(&vol, block))
                 .await;
         }
         // An error means the sender is gone, which happens only once it is done.
@@ -478,7 +464,8 @@ impl Engine {
                 // pieces' part is given back below. (A reservation smaller than the block
                 // hands over what it has; make_dirty counts the rest.)
                 handed = reserved.min(len as u64);
-                self.make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], handed);
+                self.txg
+                    .make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], handed);
                 self.write_stats
                     .write_partial_merges
                     .fetch_add(1, Ordering::Relaxed);
@@ -495,7 +482,7 @@ impl Engine {
                 // The acknowledged pieces are gone: the block reads as an error from now on,
                 // never as the store's older bytes (as after a failed TXG).
                 vol.lose(std::iter::once(block));
-                self.record_volume_failure(vol);
+                self.volumes.record_failure_counted(vol, &self.write_stats);
                 self.write_stats
                     .write_partial_errors
                     .fetch_add(1, Ordering::Relaxed);
@@ -506,7 +493,7 @@ impl Engine {
             .remove(&block)
             .expect("only its merge removes a pending partial");
         vol.partials.count.fetch_sub(1, Ordering::SeqCst);
-        self.release_dirty(pending.reserved - handed);
+        self.txg.release_dirty(pending.reserved - handed);
         drop(table);
         pending.done.send_replace(true);
     }
@@ -568,6 +555,7 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::backing::{BackingStore, LatencyModel};
+    use crate::engine::Engine;
     use crate::volume::Volume;
     use crate::volumes::VolumeSpec;
     use larch_io::{BlockDevice, MemDevice};
@@ -598,7 +586,7 @@ mod tests {
     /// FLUSH or the shutdown runs them), a volume of 16 blocks of 8K filled with 0xee.
     fn setup() -> (Arc<Engine>, Arc<MemDevice>, Volume) {
         let engine = Engine::new(16 << 20);
-        engine.merge_queue.stop();
+        engine.partials.queue.stop();
         let device = Arc::new(MemDevice::from_bytes(vec![0xee; 16 * BLOCK]));
         let store = BackingStore::on_device(
             "mem",
@@ -685,9 +673,9 @@ mod tests {
                 done: tokio::sync::watch::Sender::new(false),
             },
         );
-        assert!(engine.try_reserve_dirty((BLOCK + 100) as u64));
+        assert!(engine.txg.try_reserve_dirty((BLOCK + 100) as u64));
         entry.partials.count.fetch_add(1, Ordering::SeqCst);
-        engine.merge_partial(&entry, 4);
+        engine.partials.merge_partial(&entry, 4);
         let seen = rt.block_on(volume.read(4 * 8192, 200)).unwrap().concat();
         assert!(seen[..50] == [1; 50], "the first write's bytes survive");
         assert!(seen[50..150] == [2; 100] && seen[150..] == [0xee; 50]);

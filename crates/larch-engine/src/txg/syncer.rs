@@ -9,22 +9,48 @@ use std::time::{Duration, Instant};
 
 use larch_policy::BlockKey;
 
-use super::DirtyBlock;
+use super::{DirtyBlock, Txg};
+use crate::arc::ArcCache;
 use crate::backing::BackingStore;
-use crate::engine::Engine;
-use crate::l2::{CacheDevice, DeviceState};
-use crate::volumes::VolumeEntry;
+use crate::coherence::Coherence;
+use crate::l2::{CacheDevice, DeviceState, L2Arc};
+use crate::run::Lifecycle;
+use crate::stats::WriteStats;
+use crate::tunables::Tunables;
+use crate::volumes::{VolumeEntry, Volumes};
 
-impl Engine {
+/// Faults the power-loss tests inject to show that they catch what the faults break.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    /// The syncer skips step 1 (tombstones and rebuild logs) before writing a TXG.
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) skip_tombstone_commit: AtomicBool,
+}
+
+/// The syncer: the parts a TXG sync reads and changes. It runs on its own thread
+/// ([`Syncer::run`]) until the engine shuts down.
+pub(crate) struct Syncer {
+    pub(crate) txg: Arc<Txg>,
+    pub(crate) l2: Arc<L2Arc>,
+    pub(crate) arc: Arc<ArcCache>,
+    pub(crate) coherence: Arc<Coherence>,
+    pub(crate) volumes: Arc<Volumes>,
+    pub(crate) tunables: Arc<Tunables>,
+    pub(crate) write_stats: Arc<WriteStats>,
+    pub(crate) life: Arc<Lifecycle>,
+    pub(crate) faults: Arc<Faults>,
+}
+
+impl Syncer {
     /// The syncer thread's loop: waits for a reason to sync, then syncs the open TXG.
     /// Returns at shutdown, after syncing what is dirty.
-    pub(crate) fn syncer_loop(&self) {
+    pub(crate) fn run(&self) {
         loop {
             let mut inner = self.txg.lock();
             loop {
                 let timeout = Duration::from_secs(self.tunables.zfs_txg_timeout());
                 let due = inner.open_since.elapsed() >= timeout;
-                let stopping = self.is_shutting_down();
+                let stopping = self.life.is_shutting_down();
                 if inner.sync_requested || stopping || (due && !inner.open.is_empty()) {
                     break;
                 }
@@ -33,7 +59,7 @@ impl Engine {
                 }
                 inner = self.txg.wait(inner, Duration::from_millis(50));
             }
-            let stopping = self.is_shutting_down();
+            let stopping = self.life.is_shutting_down();
             // Close the open TXG.
             let txg = inner.open_txg;
             let blocks = std::mem::take(&mut inner.open);
@@ -124,7 +150,7 @@ impl Engine {
             }
         }
         // 3. The log may forget this TXG (see `zil`).
-        self.txg_committed(txg);
+        self.txg.zil.txg_committed(txg);
         let s = &self.write_stats;
         if !blocks.is_empty() {
             s.txg_syncs.fetch_add(1, Ordering::Relaxed);
@@ -154,22 +180,10 @@ impl Engine {
         // Recorded before the TXG is committed (the caller's next step): from then on the
         // intent log no longer holds these writes, and the record is all that keeps a
         // restart from serving the store's older bytes.
-        self.record_volume_failure(&vol);
+        self.volumes.record_failure_counted(&vol, &self.write_stats);
         for (block, dirty) in list {
             let key = vol.info.key(*block);
             self.arc.shard(&key).write_failed(key, dirty.generation);
-        }
-    }
-
-    /// Records `vol`'s failure in the pool's state directory (see
-    /// [`crate::volumes::Volumes::set_failure_sink`]); logs and counts a record that
-    /// could not be written.
-    pub(crate) fn record_volume_failure(&self, vol: &VolumeEntry) {
-        if let Err(err) = self.volumes.record_failure(vol) {
-            eprintln!("larch: {err}");
-            self.write_stats
-                .volume_failure_record_errors
-                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -179,7 +193,7 @@ impl Engine {
     /// its log emptied; `Err` only when that failed too and the pool could not record it.
     fn commit_tombstones(&self) -> Result<(), String> {
         let _io = self.coherence.feed_io();
-        for device in self.l2.all() {
+        for device in self.l2.devices.all() {
             if self.skip_tombstone_commit() {
                 continue;
             }
@@ -195,7 +209,7 @@ impl Engine {
                 let queued = self.coherence.take_tombstones(device.index);
                 // A commit that needs space moves the evict hand: the index entries it
                 // passes go before their space is overwritten, as in a feed.
-                let evict = |floor: u64| self.evict_below(device.index, floor);
+                let evict = |floor: u64| self.l2.evict_below(device.index, floor);
                 let committed = CacheDevice::append_tombstones(l2, &queued, evict).and_then(|()| {
                     if l2.open_entries() > 0 {
                         l2.commit_log_with(evict).map(drop)
@@ -205,7 +219,9 @@ impl Engine {
                 });
                 if let Err(err) = committed {
                     drop(writer);
-                    return self.fault_device(device, format!("tombstone commit failed: {err}"));
+                    return self
+                        .l2
+                        .fault_device(device, format!("tombstone commit failed: {err}"));
                 }
                 Ok(())
             }
@@ -213,7 +229,7 @@ impl Engine {
                 if self.coherence.forget_in_rebuild_once(device.index) {
                     // Under the writer's lock: the rebuild installs its writer (and then
                     // writes its first header) only after this returns.
-                    return self.forget_log(device);
+                    return self.l2.forget_log(device);
                 }
                 Ok(())
             }

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use larch_policy::throttle::write_delay_ns;
 
-use crate::engine::Engine;
+use super::Txg;
 
-impl Engine {
+impl Txg {
     /// Delays a writer of `bytes` as the dirty data approaches the limit; blocks it at
     /// the limit until a sync frees room. The bytes are counted as dirty from here on
     /// (reserved under the same lock hold as the check), and the caller must hand them to
-    /// [`Engine::make_dirty`] as reserved: before, writers that passed the check together
+    /// [`Txg::make_dirty`] as reserved: before, writers that passed the check together
     /// all added their bytes after it, and dirty data passed the limit by as much as the
     /// writes in flight (OpenZFS reserves too, `dsl_dir_tempreserve_space`).
     ///
@@ -35,7 +35,7 @@ impl Engine {
         let min = max / 100 * min_percent;
         let scale = self.tunables.zfs_delay_scale();
         let oversized = bytes > max;
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         let must_wait = |inner: &super::TxgInner| {
             (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max)
                 || (!oversized && inner.oversized_waiting > 0)
@@ -47,8 +47,8 @@ impl Engine {
             if oversized {
                 inner.oversized_waiting += 1;
             }
-            while must_wait(&inner) && !self.is_shutting_down() {
-                if !self.syncer_running() {
+            while must_wait(&inner) && !self.life.is_shutting_down() {
+                if !self.life.syncer_running() {
                     if oversized {
                         inner.oversized_waiting -= 1;
                     }
@@ -61,9 +61,9 @@ impl Engine {
                 // and a merge giving back its bytes wake the waiters themselves.
                 if !inner.sync_requested && !inner.open.is_empty() {
                     inner.sync_requested = true;
-                    self.txg.changed.notify_all();
+                    self.changed.notify_all();
                 }
-                inner = self.txg.wait(inner, Duration::from_millis(100));
+                inner = self.wait(inner, Duration::from_millis(100));
             }
             if oversized {
                 inner.oversized_waiting -= 1;
@@ -105,7 +105,7 @@ impl Engine {
         let max = self.dirty_max();
         let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
         let min = max / 100 * min_percent;
-        let mut inner = self.txg.lock();
+        let mut inner = self.lock();
         let dirty = inner.dirty_bytes;
         if dirty > min || (dirty > 0 && dirty + bytes > max) || inner.oversized_waiting > 0 {
             return false;

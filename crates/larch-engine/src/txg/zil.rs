@@ -12,18 +12,20 @@ use std::time::{Duration, Instant};
 
 use larch_io::{BlockDevice, FileDevice, FileOptions};
 
-use super::PendingRecord;
-use crate::engine::{Engine, device_error};
+use super::{PendingRecord, Txg};
+use crate::coherence::Coherence;
+use crate::error::device_error;
 use crate::latency::LatencyHistogram;
-use crate::lock::RankedMutex;
-use crate::volumes::VolumeEntry;
+use crate::lock::{RankedMutex, RankedRwLock};
+use crate::stats::WriteStats;
+use crate::volumes::{VolumeEntry, Volumes};
 
 /// Records a committed TXG durably outside the log device (see
-/// [`Engine::set_committed_txg_sink`]).
+/// `Engine::set_committed_txg_sink`).
 pub type CommittedSink = Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 /// Records, before the log forgets them, that a replay applied records (see
-/// [`Engine::set_replayed_sink`]).
+/// `Engine::set_replayed_sink`).
 pub type ReplayedSink = Box<dyn Fn() -> io::Result<()> + Send + Sync>;
 
 /// A log device attached to the engine.
@@ -44,7 +46,7 @@ pub struct LogHandle {
     /// Time of each commit's write (records written and the device flushed).
     pub commit_latency: LatencyHistogram,
     /// The descriptor whose `flock` keeps other pools off the device file while this one
-    /// uses it (`crate::pool::lock_device`), until it is detached or the engine shuts
+    /// uses it (`crate::files::lock_device`), until it is detached or the engine shuts
     /// down. `None` for a block device or a device given in process.
     file_lock: RankedMutex<Option<std::fs::File>>,
 }
@@ -81,7 +83,7 @@ impl LogHandle {
 }
 
 /// The pool's record of committed TXGs outside the log device.
-pub(crate) struct Committed {
+struct Committed {
     /// TXGs up to this one are on the backing stores, as the pool (not the log device)
     /// recorded it: replay skips their records even if the log could not record it.
     floor: AtomicU64,
@@ -94,7 +96,7 @@ pub(crate) struct Committed {
 }
 
 impl Committed {
-    pub(crate) fn new() -> Committed {
+    fn new() -> Committed {
         Committed {
             floor: AtomicU64::new(0),
             sink: RankedMutex::leaf(None),
@@ -103,33 +105,59 @@ impl Committed {
     }
 }
 
-impl Engine {
-    /// The log device, if one is attached.
-    pub fn log_device(&self) -> Option<Arc<LogHandle>> {
-        self.log.read().clone()
+/// The intent log of the pool: its log device, if one is attached, and the record of
+/// committed TXGs outside it. Its flows are the group commit that makes sync writes and
+/// FLUSHes durable, attaching (with replay) and detaching the device, and step 3 of a
+/// TXG sync; each takes the TXG engine whose state the records belong to.
+pub(crate) struct IntentLog {
+    slot: RankedRwLock<Option<Arc<LogHandle>>>,
+    committed: Committed,
+    volumes: Arc<Volumes>,
+    coherence: Arc<Coherence>,
+    write_stats: Arc<WriteStats>,
+}
+
+impl IntentLog {
+    pub(super) fn new(
+        volumes: Arc<Volumes>,
+        coherence: Arc<Coherence>,
+        write_stats: Arc<WriteStats>,
+    ) -> IntentLog {
+        IntentLog {
+            slot: RankedRwLock::leaf(None),
+            committed: Committed::new(),
+            volumes,
+            coherence,
+            write_stats,
+        }
     }
 
-    pub(super) fn log_is_usable(&self) -> bool {
-        self.log_device().is_some_and(|l| l.is_healthy())
+    /// The log device, if one is attached.
+    pub(crate) fn device(&self) -> Option<Arc<LogHandle>> {
+        self.slot.read().clone()
+    }
+
+    pub(super) fn is_usable(&self) -> bool {
+        self.device().is_some_and(|l| l.is_healthy())
     }
 
     /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
     /// takes all pending records, in order, and commits them to the log in one call;
     /// the others wait for it (group commit, ordered). If the log cannot take them (full,
     /// failed), the leader syncs their TXGs instead, for the whole group.
-    pub(super) fn log_commit_upto(&self, seq: u64) -> Result<(), String> {
-        let covers_from = self.log_device().map_or(0, |l| l.covers_from_txg);
-        let mut inner = self.txg.lock();
+    pub(super) fn commit_upto(&self, txg: &Txg, seq: u64) -> Result<(), String> {
+        let covers_from = self.device().map_or(0, |l| l.covers_from_txg);
+        let mut inner = txg.lock();
         loop {
             if inner.durable_seq >= seq {
                 drop(inner);
                 // Writes from before the log took over are in older TXGs.
-                return self.wait_synced_quiet(covers_from.saturating_sub(1));
+                return txg.wait_synced_quiet(covers_from.saturating_sub(1));
             }
             if !inner.log_busy {
                 break;
             }
-            inner = self.txg.wait(inner, Duration::from_millis(100));
+            inner = txg.wait(inner, Duration::from_millis(100));
         }
         inner.log_busy = true;
         let synced = inner.synced_txg;
@@ -138,17 +166,17 @@ impl Engine {
         drop(inner);
         group.retain(|r| r.txg > synced);
         let result = if self.commit_records(&group) {
-            self.wait_synced_quiet(covers_from.saturating_sub(1))
+            txg.wait_synced_quiet(covers_from.saturating_sub(1))
         } else {
-            let txg = group.iter().map(|r| r.txg).max().unwrap_or(0);
-            self.wait_synced(txg)
+            let newest = group.iter().map(|r| r.txg).max().unwrap_or(0);
+            txg.wait_synced(newest)
         };
-        let mut inner = self.txg.lock();
+        let mut inner = txg.lock();
         inner.log_busy = false;
         if result.is_ok() {
             inner.durable_seq = inner.durable_seq.max(upto);
         }
-        self.txg.changed.notify_all();
+        txg.changed.notify_all();
         drop(inner);
         result
     }
@@ -156,7 +184,7 @@ impl Engine {
     /// Commits records to the log device. False when the log cannot take them (full,
     /// failed, removed): the caller falls back to syncing the TXG.
     fn commit_records(&self, records: &[PendingRecord]) -> bool {
-        let Some(log) = self.log_device() else {
+        let Some(log) = self.device() else {
             return false;
         };
         if records.is_empty() {
@@ -230,7 +258,7 @@ impl Engine {
     /// replay that applied records is followed by no cache-device rebuild in that run, so
     /// no rebuild needs them: the devices are formatted, [`crate::coherence`] rule 5.)
     pub(super) fn txg_committed(&self, txg: u64) {
-        let Some(log) = self.log_device() else {
+        let Some(log) = self.device() else {
             return;
         };
         let Err(err) = log.device.txg_committed(txg) else {
@@ -263,35 +291,39 @@ impl Engine {
     /// Returns the records replayed. A file another process holds locked (another running
     /// pool's volume, cache or log device) is refused; the device's file stays locked until
     /// it is detached or the engine shuts down.
-    pub fn attach_log(
+    pub(crate) fn attach(
         &self,
+        txg: &Txg,
         path: &Path,
         pool_guid: u64,
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
-        let file_lock = crate::pool::lock_device(path)?;
+        let file_lock = crate::files::lock_device(path)?;
         let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
-        self.attach_locked(dev, path, pool_guid, device_guid, create, file_lock)
+        self.attach_locked(txg, dev, path, pool_guid, device_guid, create, file_lock)
     }
 
-    /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
+    /// [`IntentLog::attach`] on any [`BlockDevice`] (in-process tests use a
     /// fault-injecting one); `path` names it.
-    pub fn attach_log_device(
+    pub(crate) fn attach_device(
         &self,
+        txg: &Txg,
         dev: Arc<dyn BlockDevice>,
         path: &Path,
         pool_guid: u64,
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        self.attach_locked(dev, path, pool_guid, device_guid, create, None)
+        self.attach_locked(txg, dev, path, pool_guid, device_guid, create, None)
     }
 
-    /// [`Engine::attach_log_device`], keeping `file_lock` with the attached log.
+    /// [`IntentLog::attach_device`], keeping `file_lock` with the attached log.
+    #[allow(clippy::too_many_arguments)]
     fn attach_locked(
         &self,
+        txg: &Txg,
         dev: Arc<dyn BlockDevice>,
         path: &Path,
         pool_guid: u64,
@@ -325,14 +357,14 @@ impl Engine {
                 .max(replay.max_txg().unwrap_or(0))
                 .max(self.committed.floor.load(Ordering::Acquire))
                 + 1;
-            self.txg.start_at(next);
+            txg.start_at(next);
             (device, replayed)
         };
         // Before the log takes records: an object volume whose replay dropped every record
         // (another node had committed) records that commit and that the log holds nothing
         // of earlier runs above the TXG before the open one, so that a crash before this
         // run's first commit drops none of the records it is about to write.
-        let before_open = self.txg.lock().open_txg.saturating_sub(1);
+        let before_open = txg.lock().open_txg.saturating_sub(1);
         for vol in self.volumes.all() {
             vol.backing.catch_up(before_open).map_err(|e| {
                 io::Error::other(format!(
@@ -345,7 +377,7 @@ impl Engine {
         // records, so every write that joins after this has one, and the ones before it
         // are in the open TXG or older, which a FLUSH answered from the log waits for
         // (`covers_from_txg`); a sync of the open TXG is requested at once.
-        let mut inner = self.txg.lock();
+        let mut inner = txg.lock();
         let handle = Arc::new(LogHandle {
             path: path.to_path_buf(),
             guid: device_guid,
@@ -356,9 +388,9 @@ impl Engine {
             commit_latency: LatencyHistogram::new(),
             file_lock: RankedMutex::leaf(file_lock),
         });
-        *self.log.write() = Some(handle);
+        *self.slot.write() = Some(handle);
         inner.sync_requested = true;
-        self.txg.changed.notify_all();
+        txg.changed.notify_all();
         drop(inner);
         Ok(replayed)
     }
@@ -366,9 +398,9 @@ impl Engine {
     /// The committed TXG the pool recorded outside the log device (its state directory),
     /// and where to record later ones when the log device cannot take them (a failed or
     /// removed log). Call after the volumes are registered and before
-    /// [`Engine::attach_log`]: replay skips records of TXGs up to the floor, which the
+    /// [`IntentLog::attach`]: replay skips records of TXGs up to the floor, which the
     /// backing stores hold (possibly with newer data on top).
-    pub fn set_committed_txg_sink(&self, floor: u64, sink: CommittedSink) {
+    pub(crate) fn set_committed_txg_sink(&self, txg: &Txg, floor: u64, sink: CommittedSink) {
         self.committed.floor.store(floor, Ordering::Release);
         // TXG numbers continue above the floor, and above every object volume's discarded
         // records, whatever log device is attached later (a blank one, or none): a record
@@ -376,15 +408,15 @@ impl Engine {
         let above = (self.volumes.all().iter())
             .map(|v| v.backing.log_discard_through())
             .fold(floor, u64::max);
-        self.txg.start_at(above.saturating_add(1));
+        txg.start_at(above.saturating_add(1));
         *self.committed.sink.lock() = Some(sink);
     }
 
     /// Where the pool records that a replay applied records, before the log can forget
     /// them: every cache device is then to be formatted rather than rebuilt, at this start
     /// and at any start after a crash that comes before they are (coherence rule 5). Call
-    /// before [`Engine::attach_log`].
-    pub fn set_replayed_sink(&self, sink: ReplayedSink) {
+    /// before [`IntentLog::attach`].
+    pub(crate) fn set_replayed_sink(&self, sink: ReplayedSink) {
         *self.committed.replayed.lock() = Some(sink);
     }
 
@@ -400,7 +432,7 @@ impl Engine {
         }
     }
 
-    /// Applies replayed records (see [`Engine::attach_log`]).
+    /// Applies replayed records (see [`IntentLog::attach`]).
     fn replay_log(&self, replay: &larch_zil::Replay) -> io::Result<u64> {
         let floor = self.committed.floor.load(Ordering::Acquire);
         let mut touched: HashMap<u64, Arc<VolumeEntry>> = HashMap::new();
@@ -463,32 +495,32 @@ impl Engine {
     /// there is no log device. `Err` when the open TXG could not be synced (the syncer
     /// stopped): the log stays in use, since it may hold the only copy of acknowledged
     /// sync writes, and the caller must keep it in the pool's configuration.
-    pub fn detach_log(&self) -> Result<Option<Arc<LogHandle>>, String> {
-        let Some(log) = self.log_device() else {
+    pub(crate) fn detach(&self, txg: &Txg) -> Result<Option<Arc<LogHandle>>, String> {
+        let Some(log) = self.device() else {
             return Ok(None);
         };
         log.draining.store(true, Ordering::Release);
-        let txg = self.txg.lock().open_txg;
-        if let Err(why) = self.wait_synced_quiet(txg) {
+        let open = txg.lock().open_txg;
+        if let Err(why) = txg.wait_synced_quiet(open) {
             log.draining.store(false, Ordering::Release);
             return Err(format!(
-                "TXG {txg} could not be synced ({why}): the log device may hold the only \
+                "TXG {open} could not be synced ({why}): the log device may hold the only \
                  copy of acknowledged sync writes, so it stays"
             ));
         }
-        let synced = self.txg.lock().synced_txg;
+        let synced = txg.lock().synced_txg;
         if let Err(err) = log.device.txg_committed(synced) {
             log.fail(format!("log header update at removal failed: {err}"));
             if let Err(why) = self.record_committed_elsewhere(synced) {
                 eprintln!("larch: {why}");
             }
         }
-        let mut slot = self.log.write();
+        let mut slot = self.slot.write();
         if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, &log)) {
             *slot = None;
         }
         drop(slot);
-        self.txg.lock().pending.clear();
+        txg.lock().pending.clear();
         // The pool writes it no more: another pool (or this one, adding it again) may.
         log.release_file_lock();
         Ok(Some(log))
