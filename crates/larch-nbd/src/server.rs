@@ -261,91 +261,8 @@ impl<E: Export> Server<E> {
         exports: Vec<NamedExport<E>>,
         security: Security,
     ) -> Result<Server<E>, ServerError> {
-        if limits.max_request_bytes < 64 * 1024 {
-            return Err(ServerError::BadLimit(
-                "max_request_bytes must be at least 64 KiB",
-            ));
-        }
-        if limits.max_connections == 0
-            || limits.max_inflight_per_connection == 0
-            || limits.max_connections_per_address == 0
-        {
-            return Err(ServerError::BadLimit(
-                "connection and in-flight limits must be positive",
-            ));
-        }
-        if limits.max_option_bytes < 1024 {
-            return Err(ServerError::BadLimit(
-                "max_option_bytes must be at least 1 KiB",
-            ));
-        }
-        // wait_idle takes every connection's permit at once, counted in a u32.
-        if limits.max_connections > (Semaphore::MAX_PERMITS >> 1).min(u32::MAX as usize)
-            || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
-        {
-            return Err(ServerError::BadLimit("limit too large"));
-        }
-        // Compared in the budget's units, not in bytes: a request takes its length rounded
-        // up to them and the budget holds its size rounded down, and tokio's semaphore
-        // serves the oldest waiter first, so a request the whole budget cannot hold would
-        // stop every connection's WRITEs and READs for ever.
-        let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
-            .unwrap_or(usize::MAX)
-            .min(Semaphore::MAX_PERMITS >> 1);
-        if budget_units < budget_units_of(limits.max_request_bytes) as usize {
-            return Err(ServerError::BadLimit(
-                "max_payload_bytes_in_flight must hold max_request_bytes rounded up to 4 KiB",
-            ));
-        }
-        if limits.stall_timeout.is_zero() {
-            return Err(ServerError::BadLimit("stall_timeout must be positive"));
-        }
-        if [
-            limits.stall_timeout,
-            limits.shutdown_grace,
-            limits.handshake_timeout,
-        ]
-        .iter()
-        .any(|t| *t > MAX_TIMEOUT)
-        {
-            return Err(ServerError::BadLimit(
-                "stall_timeout, shutdown_grace and handshake_timeout must be at most a day",
-            ));
-        }
-        let mut names = HashSet::new();
-        let mut infos = Vec::with_capacity(exports.len());
-        for e in &exports {
-            if !names.insert(e.name.clone()) {
-                return Err(ServerError::DuplicateName(e.name.clone()));
-            }
-            let bad = |s: &str| s.len() > crate::proto::STRING_MAX_BYTES || s.contains('\0');
-            if bad(&e.name) || bad(&e.description) {
-                return Err(ServerError::BadString(e.name.clone()));
-            }
-            let mut sizes = e.export.block_sizes();
-            sizes
-                .validate()
-                .map_err(|reason| ServerError::BadBlockSizes {
-                    name: e.name.clone(),
-                    reason,
-                })?;
-            // The server's request cap narrows what the export allows; keep the result
-            // a multiple of the minimum and no smaller than the preferred size.
-            let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
-            sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
-            // The spec (and qemu) want the preferred size a power of two: round it down.
-            // The minimum is a power of two no larger than the maximum, so this never
-            // goes below it.
-            let preferred = sizes.preferred_bytes.min(sizes.maximum_bytes);
-            sizes.preferred_bytes = (1u32 << preferred.ilog2()).max(sizes.minimum_bytes);
-            infos.push(ExportInfo {
-                name: e.name.clone(),
-                description: e.description.clone(),
-                size_bytes: e.export.size_bytes(),
-                features: e.export.features(),
-                block_sizes: sizes,
-            });
-        }
+        let budget_units = check_limits(&limits)?;
+        let (infos, names) = export_infos(&exports, &limits)?;
         if security
             .tls
             .as_ref()
@@ -996,6 +913,106 @@ enum Event {
     GraceOver,
     /// Time to check that queued replies moved into the socket within the stall timeout.
     StallCheck,
+}
+
+/// Checks `limits` for [`Server::with_security`]; returns the payload budget's size in
+/// its units.
+fn check_limits(limits: &ServerLimits) -> Result<usize, ServerError> {
+    if limits.max_request_bytes < 64 * 1024 {
+        return Err(ServerError::BadLimit(
+            "max_request_bytes must be at least 64 KiB",
+        ));
+    }
+    if limits.max_connections == 0
+        || limits.max_inflight_per_connection == 0
+        || limits.max_connections_per_address == 0
+    {
+        return Err(ServerError::BadLimit(
+            "connection and in-flight limits must be positive",
+        ));
+    }
+    if limits.max_option_bytes < 1024 {
+        return Err(ServerError::BadLimit(
+            "max_option_bytes must be at least 1 KiB",
+        ));
+    }
+    // wait_idle takes every connection's permit at once, counted in a u32.
+    if limits.max_connections > (Semaphore::MAX_PERMITS >> 1).min(u32::MAX as usize)
+        || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
+    {
+        return Err(ServerError::BadLimit("limit too large"));
+    }
+    // Compared in the budget's units, not in bytes: a request takes its length rounded
+    // up to them and the budget holds its size rounded down, and tokio's semaphore
+    // serves the oldest waiter first, so a request the whole budget cannot hold would
+    // stop every connection's WRITEs and READs for ever.
+    let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
+        .unwrap_or(usize::MAX)
+        .min(Semaphore::MAX_PERMITS >> 1);
+    if budget_units < budget_units_of(limits.max_request_bytes) as usize {
+        return Err(ServerError::BadLimit(
+            "max_payload_bytes_in_flight must hold max_request_bytes rounded up to 4 KiB",
+        ));
+    }
+    if limits.stall_timeout.is_zero() {
+        return Err(ServerError::BadLimit("stall_timeout must be positive"));
+    }
+    if [
+        limits.stall_timeout,
+        limits.shutdown_grace,
+        limits.handshake_timeout,
+    ]
+    .iter()
+    .any(|t| *t > MAX_TIMEOUT)
+    {
+        return Err(ServerError::BadLimit(
+            "stall_timeout, shutdown_grace and handshake_timeout must be at most a day",
+        ));
+    }
+    Ok(budget_units)
+}
+
+/// What the negotiation tells of each of `exports` (their block sizes narrowed to
+/// `limits`), and their names; checks the names, descriptions and block sizes.
+fn export_infos<E: Export>(
+    exports: &[NamedExport<E>],
+    limits: &ServerLimits,
+) -> Result<(Vec<ExportInfo>, HashSet<String>), ServerError> {
+    let mut names = HashSet::new();
+    let mut infos = Vec::with_capacity(exports.len());
+    for e in exports {
+        if !names.insert(e.name.clone()) {
+            return Err(ServerError::DuplicateName(e.name.clone()));
+        }
+        let bad = |s: &str| s.len() > crate::proto::STRING_MAX_BYTES || s.contains('\0');
+        if bad(&e.name) || bad(&e.description) {
+            return Err(ServerError::BadString(e.name.clone()));
+        }
+        let mut sizes = e.export.block_sizes();
+        sizes
+            .validate()
+            .map_err(|reason| ServerError::BadBlockSizes {
+                name: e.name.clone(),
+                reason,
+            })?;
+        // The server's request cap narrows what the export allows; keep the result
+        // a multiple of the minimum and no smaller than the preferred size.
+        let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
+        sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
+        // The spec (and qemu) want the preferred size a power of two: round it down.
+        // The minimum is a power of two no larger than the maximum, so this never
+        // goes below it.
+        let preferred = sizes.preferred_bytes.min(sizes.maximum_bytes);
+        sizes.preferred_bytes = (1u32 << preferred.ilog2()).max(sizes.minimum_bytes);
+        infos.push(ExportInfo {
+            name: e.name.clone(),
+            description: e.description.clone(),
+            size_bytes: e.export.size_bytes(),
+            features: e.export.features(),
+            block_sizes: sizes,
+        });
+    }
+    Ok((infos, names))
 }
 
 /// The payload budget counts in units of this many bytes.
