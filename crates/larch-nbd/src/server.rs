@@ -1,16 +1,22 @@
 //! The async server: listeners, connections, and the request pipeline over an [`Export`].
 //!
-//! One file (about 1,000 lines): the negotiation, the transmission loop and shutdown read
-//! the same server state and limits; the pieces that stand alone are in `server/` (the
-//! accepted streams, the queues, request reading, the socket spin).
+//! This file holds what reads the server's shared state and limits: building the server,
+//! accepting, the negotiation and shutdown. The pieces that stand alone are in `server/`:
+//! the accepted streams (`conn`), the queues, request reading (`request`), the socket
+//! spin, and the transmission phase of a connection (`transmit`).
 //!
 //! One connection is one task: on the runtime that accepted it, or, with
 //! [`Server::with_connection_threads`], on a thread of its own running a single-threaded
-//! runtime (the socket moves to that runtime's reactor). It negotiates, then loops over
-//! three kinds of event: a request arrived (it is read, validated, and its export future joins the in-flight
-//! set), requests completed (their replies join the output queue), or the socket can take
-//! more output (one `writev` of every queued reply). The task polls the in-flight futures
-//! itself rather than spawning a task per request: on a machine with few cores the
+//! runtime (the socket moves to that runtime's reactor). It negotiates, then runs a
+//! `Transmission`, whose loop is an event source and a handler of a closed `Event` enum:
+//! `next_event` waits (in one biased `select!` of cancel-safe futures) for requests to
+//! complete (their replies join the output queue), for the socket to take more output
+//! (one `writev` of every queued reply), for the payload budget to admit a waiting
+//! request, for a request to arrive, for shutdown, its grace period, or the check that
+//! replies keep moving; `handle_event` acts on what it returned, then reads, validates
+//! and starts the next request if one is ready (its export future joins the in-flight
+//! set). The task polls the in-flight futures itself rather than spawning a task per
+//! request: on a machine with few cores the
 //! cross-thread wake-ups of spawned tasks and a separate writer task cost more than the
 //! protocol work (measured: see BENCHMARKS.md). Only bulk transfers (≥ 64 KiB), which
 //! are dominated by copying, get a task of their own so that they use several cores. Requests still run concurrently and
@@ -37,7 +43,7 @@
 //! ends.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,35 +51,30 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 mod conn;
 mod queues;
 mod request;
 mod spin;
+mod transmit;
 use conn::{
     AddressSlot, Conn, NEGOTIATION_BUFFER_BYTES, accept, into_halves, is_transient_accept_error,
 };
-use queues::{
-    InFlight, MAX_IOSLICES, OUTPUT_HIGH_WATER_BYTES, OUTPUT_UNBUDGETED_BYTES, Output, Reply,
-};
-use request::{
-    BudgetWait, MIN_BYTES_PER_SEC, PendingPayload, far_future, grace_over, is_bulk, is_stall,
-    later_by, payload_time, read_head, read_payload, reply_error, run, stalled, too_slow,
-    wait_budget,
-};
+use request::{far_future, later_by};
 use spin::{Spin, Spinners, SpunRead};
 use tokio::time::Instant;
+use transmit::Transmission;
 
 use crate::access::{AccessRules, ClientIdentity};
-use crate::export::{Errno, Export};
+use crate::export::Export;
 use crate::handshake::{
     self, ExportInfo, Negotiated, Negotiation, NegotiationError, NegotiationLimits, Step, TlsMode,
 };
 use crate::tls::TlsSettings;
-use crate::transmission::{BadRequestMagic, TransmissionContext, error_frame};
+use crate::transmission::BadRequestMagic;
 
 /// Limits of one server, each configurable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,91 +262,8 @@ impl<E: Export> Server<E> {
         exports: Vec<NamedExport<E>>,
         security: Security,
     ) -> Result<Server<E>, ServerError> {
-        if limits.max_request_bytes < 64 * 1024 {
-            return Err(ServerError::BadLimit(
-                "max_request_bytes must be at least 64 KiB",
-            ));
-        }
-        if limits.max_connections == 0
-            || limits.max_inflight_per_connection == 0
-            || limits.max_connections_per_address == 0
-        {
-            return Err(ServerError::BadLimit(
-                "connection and in-flight limits must be positive",
-            ));
-        }
-        if limits.max_option_bytes < 1024 {
-            return Err(ServerError::BadLimit(
-                "max_option_bytes must be at least 1 KiB",
-            ));
-        }
-        // wait_idle takes every connection's permit at once, counted in a u32.
-        if limits.max_connections > (Semaphore::MAX_PERMITS >> 1).min(u32::MAX as usize)
-            || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
-        {
-            return Err(ServerError::BadLimit("limit too large"));
-        }
-        // Compared in the budget's units, not in bytes: a request takes its length rounded
-        // up to them and the budget holds its size rounded down, and tokio's semaphore
-        // serves the oldest waiter first, so a request the whole budget cannot hold would
-        // stop every connection's WRITEs and READs for ever.
-        let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
-            .unwrap_or(usize::MAX)
-            .min(Semaphore::MAX_PERMITS >> 1);
-        if budget_units < budget_units_of(limits.max_request_bytes) as usize {
-            return Err(ServerError::BadLimit(
-                "max_payload_bytes_in_flight must hold max_request_bytes rounded up to 4 KiB",
-            ));
-        }
-        if limits.stall_timeout.is_zero() {
-            return Err(ServerError::BadLimit("stall_timeout must be positive"));
-        }
-        if [
-            limits.stall_timeout,
-            limits.shutdown_grace,
-            limits.handshake_timeout,
-        ]
-        .iter()
-        .any(|t| *t > MAX_TIMEOUT)
-        {
-            return Err(ServerError::BadLimit(
-                "stall_timeout, shutdown_grace and handshake_timeout must be at most a day",
-            ));
-        }
-        let mut names = HashSet::new();
-        let mut infos = Vec::with_capacity(exports.len());
-        for e in &exports {
-            if !names.insert(e.name.clone()) {
-                return Err(ServerError::DuplicateName(e.name.clone()));
-            }
-            let bad = |s: &str| s.len() > crate::proto::STRING_MAX_BYTES || s.contains('\0');
-            if bad(&e.name) || bad(&e.description) {
-                return Err(ServerError::BadString(e.name.clone()));
-            }
-            let mut sizes = e.export.block_sizes();
-            sizes
-                .validate()
-                .map_err(|reason| ServerError::BadBlockSizes {
-                    name: e.name.clone(),
-                    reason,
-                })?;
-            // The server's request cap narrows what the export allows; keep the result
-            // a multiple of the minimum and no smaller than the preferred size.
-            let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
-            sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
-            // The spec (and qemu) want the preferred size a power of two: round it down.
-            // The minimum is a power of two no larger than the maximum, so this never
-            // goes below it.
-            let preferred = sizes.preferred_bytes.min(sizes.maximum_bytes);
-            sizes.preferred_bytes = (1u32 << preferred.ilog2()).max(sizes.minimum_bytes);
-            infos.push(ExportInfo {
-                name: e.name.clone(),
-                description: e.description.clone(),
-                size_bytes: e.export.size_bytes(),
-                features: e.export.features(),
-                block_sizes: sizes,
-            });
-        }
+        let budget_units = check_limits(&limits)?;
+        let (infos, names) = export_infos(&exports, &limits)?;
         if security
             .tls
             .as_ref()
@@ -538,8 +456,17 @@ impl<E: Export> Server<E> {
         let own_thread = bulk.is_some();
         let spin = spin_fd.map(|fd| Spin::new(fd, Arc::clone(&self.inner.spinners), own_thread));
         let reader = BufReader::with_capacity(128 * 1024, SpunRead::new(reader, bare));
-        self.transmit(reader, writer, negotiated, shutdown_rx, spin, bulk)
-            .await
+        Transmission::new(
+            &self.inner,
+            reader,
+            writer,
+            negotiated,
+            shutdown_rx,
+            spin,
+            bulk,
+        )
+        .serve()
+        .await
     }
 
     /// What the access rules let `client` do with each export.
@@ -671,331 +598,106 @@ impl<E: Export> Server<E> {
             }
         }
     }
-
-    async fn transmit<W>(
-        &self,
-        mut reader: BufReader<SpunRead>,
-        mut writer: W,
-        negotiated: Negotiated,
-        mut shutdown_rx: watch::Receiver<bool>,
-        mut spin: Option<Spin>,
-        bulk: Option<tokio::runtime::Handle>,
-    ) -> Result<(), ConnectionError>
-    where
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
-        let limits = self.inner.limits;
-        let info = &self.inner.infos[negotiated.export_index];
-        let export = Arc::clone(&self.inner.exports[negotiated.export_index].export);
-        let mut features = info.features;
-        features.read_only |= negotiated.read_only;
-        let chunk_bytes = export.write_chunk_bytes();
-        let ctx = TransmissionContext {
-            size_bytes: info.size_bytes,
-            features,
-            block_sizes: info.block_sizes,
-            structured_replies: negotiated.structured_replies,
-            base_allocation: negotiated.base_allocation,
-        };
-        let mut inflight = InFlight::default();
-        let mut out = Output::default();
-        let budget = Arc::clone(&self.inner.payload_budget);
-        // A request whose WRITE payload or READ reply waits for the payload budget, and
-        // its wait.
-        let mut pending: Option<PendingPayload> = None;
-        let mut budget_wait: Option<BudgetWait> = None;
-        let mut reading = true;
-        let mut result: Result<(), ConnectionError> = Ok(());
-        let mut deadline: Option<Instant> = None;
-        // While replies are queued, the socket must take them at MIN_BYTES_PER_SEC or
-        // faster, measured over each stall timeout: a client that stops reading, or
-        // reads a byte now and then, would otherwise keep the connection, and the budget
-        // its READ replies hold, for ever. `progress` is when the queue last emptied,
-        // filled from empty or moved a window's worth of bytes (`moved` since then); one
-        // timer, moved only when it fires, checks it, so a reply costs no timer
-        // registration.
-        let mut progress = Instant::now();
-        let mut moved: u64 = 0;
-        let window_bytes = (limits.stall_timeout.as_secs_f64() * MIN_BYTES_PER_SEC as f64) as u64;
-        let mut queued = false;
-        let stall_check = tokio::time::sleep_until(progress + limits.stall_timeout);
-        tokio::pin!(stall_check);
-        loop {
-            if deadline.is_none() && *shutdown_rx.borrow_and_update() {
-                deadline = Some(later_by(limits.shutdown_grace));
-            }
-            if !reading && inflight.is_empty() && out.is_empty() {
-                break;
-            }
-            if out.is_empty() {
-                queued = false;
-            } else if !queued {
-                queued = true;
-                progress = Instant::now();
-                moved = 0;
-            }
-            let can_read = reading
-                && pending.is_none()
-                && inflight.len() < limits.max_inflight_per_connection
-                && out.held_bytes() < OUTPUT_HIGH_WATER_BYTES
-                && out.unbudgeted_bytes() < OUTPUT_UNBUDGETED_BYTES;
-            let grace_end = deadline.unwrap_or_else(far_future);
-            let mut slices = [IoSlice::new(&[]); MAX_IOSLICES];
-            let nslices = out.fill_slices(&mut slices);
-            let idle = inflight.is_empty() && out.is_empty();
-            if let Some(spin) = spin.as_mut() {
-                spin.set_busy(!idle);
-            }
-            if can_read
-                && idle
-                && reader.buffer().is_empty()
-                && deadline.is_none()
-                && let Some(spin) = spin.as_mut()
-                && spin.wait_briefly(reader.get_mut(), export.idle_yield())
-                && !reader.get_ref().holds_bytes()
-            {
-                // The next request arrived while spinning but is still in the socket (the
-                // spin only peeked): let the reactor see it (a yielded task runs again
-                // after the runtime polls its I/O driver). Bytes the spin read itself are
-                // handed to the reader below with no system call.
-                tokio::task::yield_now().await;
-            }
-            // Requests already in the read buffer are taken first (no system call), so a
-            // burst of pipelined requests completes together and its replies share one
-            // writev. Otherwise: completions, then writes, then new requests.
-            let event = if can_read && !reader.buffer().is_empty() {
-                Event::Readable(Ok(true))
-            } else {
-                tokio::select! {
-                    biased;
-                    () = inflight.completions(), if !inflight.is_empty() => Event::Completed,
-                    wrote = writer.write_vectored(&slices[..nslices]), if nslices > 0 => {
-                        Event::Wrote(wrote)
-                    }
-                    permit = wait_budget(&mut budget_wait), if budget_wait.is_some() => {
-                        Event::Budget(permit)
-                    }
-                    filled = reader.fill_buf(), if can_read => {
-                        Event::Readable(filled.map(|b| !b.is_empty()))
-                    }
-                    _ = shutdown_rx.changed(), if deadline.is_none() => Event::Shutdown,
-                    () = tokio::time::sleep_until(grace_end), if deadline.is_some() => {
-                        Event::GraceOver
-                    }
-                    () = &mut stall_check, if queued => Event::StallCheck,
-                }
-            };
-            let request_ready = matches!(event, Event::Readable(Ok(true)));
-            if request_ready && let Some(spin) = spin.as_mut() {
-                spin.note_request();
-            }
-            let mut budget_ready = None;
-            match event {
-                Event::Completed => inflight.drain_done(&mut out),
-                Event::Wrote(Ok(0)) => {
-                    result = Err(io::Error::from(io::ErrorKind::WriteZero).into());
-                    break;
-                }
-                Event::Wrote(Ok(n)) => {
-                    out.advance(n);
-                    moved += n as u64;
-                    if out.is_empty() || moved >= window_bytes {
-                        progress = Instant::now();
-                        moved = 0;
-                    }
-                    // Sockets need no flush (it returns at once); a buffered writer
-                    // such as stdout does, or the reply would sit in its buffer. A TLS
-                    // stream's flush waits until the socket takes every record, so it is
-                    // bounded like a write.
-                    if out.is_empty() {
-                        match tokio::time::timeout(limits.stall_timeout, writer.flush()).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(err)) => {
-                                result = Err(err.into());
-                                break;
-                            }
-                            Err(_) => {
-                                result = Err(stalled("flushing replies", limits.stall_timeout));
-                                break;
-                            }
-                        }
-                    }
-                }
-                Event::Wrote(Err(err)) => {
-                    result = Err(err.into());
-                    break;
-                }
-                Event::Readable(Ok(true)) => {}
-                Event::Readable(Ok(false)) => reading = false,
-                Event::Readable(Err(err)) => {
-                    reading = false;
-                    result = Err(err.into());
-                }
-                Event::Budget(permit) => {
-                    budget_wait = None;
-                    match permit {
-                        Some(permit) => budget_ready = Some(permit),
-                        None => {
-                            result = Err(io::Error::other("the payload budget was closed").into());
-                            break;
-                        }
-                    }
-                }
-                Event::Shutdown => {}
-                Event::GraceOver => break,
-                Event::StallCheck => {
-                    if progress.elapsed() >= limits.stall_timeout {
-                        result = Err(too_slow(format!(
-                            "the client took its replies slower than {} KiB/s for {:?}",
-                            MIN_BYTES_PER_SEC / 1024,
-                            limits.stall_timeout
-                        )));
-                        break;
-                    }
-                    stall_check.as_mut().reset(progress + limits.stall_timeout);
-                }
-            }
-            // The next request: one the budget now admits, or a new one. Reading the rest
-            // of a request is not cancel-safe; only the grace deadline may interrupt it,
-            // and then the connection closes anyway. A client that stops sending midway
-            // is cut off after the stall timeout, finishing nothing more: it may hold
-            // budget that other connections wait for.
-            let (head, permit) = if let Some(permit) = budget_ready {
-                let head = pending
-                    .take()
-                    .expect("the budget is waited for only with a request pending");
-                (head, Some(permit))
-            } else if request_ready {
-                let read = tokio::select! {
-                    read = read_head(&mut reader, &ctx, &limits) => read,
-                    () = grace_over(&mut shutdown_rx, deadline, limits.shutdown_grace) => break,
-                };
-                match read {
-                    Ok(head) if head.budget_bytes(limits.max_request_bytes) == 0 => (head, None),
-                    Ok(head) => {
-                        let units = budget_units_of(head.budget_bytes(limits.max_request_bytes));
-                        match Arc::clone(&budget).try_acquire_many_owned(units) {
-                            Ok(permit) => (head, Some(permit)),
-                            Err(_) => {
-                                // Over budget: answer what completes, read nothing more
-                                // until the request fits. One wait, kept until it is
-                                // served: tokio's semaphore serves its oldest waiter
-                                // first, and a wait made anew would queue last again.
-                                budget_wait =
-                                    Some(Box::pin(Arc::clone(&budget).acquire_many_owned(units)));
-                                pending = Some(head);
-                                continue;
-                            }
-                        }
-                    }
-                    Err(err) if is_stall(&err) => {
-                        result = Err(err);
-                        break;
-                    }
-                    Err(err) => {
-                        // Out of sync or cut off: finish what is in flight, read no more.
-                        reading = false;
-                        result = Err(err);
-                        continue;
-                    }
-                }
-            } else {
-                continue;
-            };
-            let payload = if head.len > 0 {
-                // The whole payload, not only each read of it, has a deadline (see
-                // payload_time): the request holds its share of the budget meanwhile.
-                let whole = payload_time(head.len, limits.stall_timeout);
-                let read = tokio::select! {
-                    read = read_payload(
-                        &mut reader,
-                        head.len,
-                        head.hdr.offset,
-                        chunk_bytes,
-                        limits.stall_timeout,
-                    ) => read,
-                    () = tokio::time::sleep(whole) => Err(too_slow(format!(
-                        "a WRITE payload of {} bytes took longer than {whole:?} (the stall \
-                         timeout, then {} KiB/s)",
-                        head.len,
-                        MIN_BYTES_PER_SEC / 1024
-                    ))),
-                    () = grace_over(&mut shutdown_rx, deadline, limits.shutdown_grace) => break,
-                };
-                match read {
-                    Ok(data) => Some(data),
-                    Err(err) if is_stall(&err) => {
-                        result = Err(err);
-                        break;
-                    }
-                    Err(err) => {
-                        reading = false;
-                        result = Err(err);
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
-            let PendingPayload { hdr, checked, .. } = head;
-            if hdr.command == crate::proto::cmd::DISC {
-                reading = false;
-                continue;
-            }
-            if deadline.is_some() {
-                out.push(reply_error(&hdr, Errno::Shutdown, &ctx), None);
-                continue;
-            }
-            match checked {
-                Ok(request) if is_bulk(&request) => {
-                    // Large transfers are mostly memory copies: run them as their own
-                    // task so several can proceed on other cores at once.
-                    let export = Arc::clone(&export);
-                    let structured = ctx.structured_replies;
-                    let cookie = hdr.cookie;
-                    let work = async move {
-                        run(&*export, request, cookie, payload, structured, permit).await
-                    };
-                    let task = match &bulk {
-                        Some(runtime) => runtime.spawn(work),
-                        None => tokio::spawn(work),
-                    };
-                    inflight.push(Box::pin(async move {
-                        task.await.unwrap_or_else(|_| Reply {
-                            frame: error_frame(cookie, Errno::Io, structured),
-                            budget: None,
-                        })
-                    }));
-                }
-                Ok(request) => {
-                    let structured = ctx.structured_replies;
-                    let export = Arc::clone(&export);
-                    inflight.push(Box::pin(async move {
-                        run(&*export, request, hdr.cookie, payload, structured, permit).await
-                    }));
-                }
-                Err(errno) => out.push(reply_error(&hdr, errno, &ctx), None),
-            }
-        }
-        // Best effort: the client may already be gone, or may read nothing more (a TLS
-        // close waits for the socket to take its alert), so it is bounded too.
-        let close_within = limits.stall_timeout.min(limits.shutdown_grace);
-        let _ = tokio::time::timeout(close_within, writer.shutdown()).await;
-        result
-    }
 }
 
-/// What woke the connection task.
-enum Event {
-    Completed,
-    Wrote(io::Result<usize>),
-    Readable(io::Result<bool>),
-    /// The payload budget admits the pending request (`None`: the budget was closed).
-    Budget(Option<OwnedSemaphorePermit>),
-    Shutdown,
-    GraceOver,
-    /// Time to check that queued replies moved into the socket within the stall timeout.
-    StallCheck,
+/// Checks `limits` for [`Server::with_security`]; returns the payload budget's size in
+/// its units.
+fn check_limits(limits: &ServerLimits) -> Result<usize, ServerError> {
+    if limits.max_request_bytes < 64 * 1024 {
+        return Err(ServerError::BadLimit(
+            "max_request_bytes must be at least 64 KiB",
+        ));
+    }
+    if limits.max_connections == 0
+        || limits.max_inflight_per_connection == 0
+        || limits.max_connections_per_address == 0
+    {
+        return Err(ServerError::BadLimit(
+            "connection and in-flight limits must be positive",
+        ));
+    }
+    if limits.max_option_bytes < 1024 {
+        return Err(ServerError::BadLimit(
+            "max_option_bytes must be at least 1 KiB",
+        ));
+    }
+    // wait_idle takes every connection's permit at once, counted in a u32.
+    if limits.max_connections > (Semaphore::MAX_PERMITS >> 1).min(u32::MAX as usize)
+        || limits.max_inflight_per_connection > Semaphore::MAX_PERMITS >> 1
+    {
+        return Err(ServerError::BadLimit("limit too large"));
+    }
+    // Compared in the budget's units, not in bytes: a request takes its length rounded
+    // up to them and the budget holds its size rounded down, and tokio's semaphore
+    // serves the oldest waiter first, so a request the whole budget cannot hold would
+    // stop every connection's WRITEs and READs for ever.
+    let budget_units = usize::try_from(limits.max_payload_bytes_in_flight / BUDGET_UNIT_BYTES)
+        .unwrap_or(usize::MAX)
+        .min(Semaphore::MAX_PERMITS >> 1);
+    if budget_units < budget_units_of(limits.max_request_bytes) as usize {
+        return Err(ServerError::BadLimit(
+            "max_payload_bytes_in_flight must hold max_request_bytes rounded up to 4 KiB",
+        ));
+    }
+    if limits.stall_timeout.is_zero() {
+        return Err(ServerError::BadLimit("stall_timeout must be positive"));
+    }
+    if [
+        limits.stall_timeout,
+        limits.shutdown_grace,
+        limits.handshake_timeout,
+    ]
+    .iter()
+    .any(|t| *t > MAX_TIMEOUT)
+    {
+        return Err(ServerError::BadLimit(
+            "stall_timeout, shutdown_grace and handshake_timeout must be at most a day",
+        ));
+    }
+    Ok(budget_units)
+}
+
+/// What the negotiation tells of each of `exports` (their block sizes narrowed to
+/// `limits`), and their names; checks the names, descriptions and block sizes.
+fn export_infos<E: Export>(
+    exports: &[NamedExport<E>],
+    limits: &ServerLimits,
+) -> Result<(Vec<ExportInfo>, HashSet<String>), ServerError> {
+    let mut names = HashSet::new();
+    let mut infos = Vec::with_capacity(exports.len());
+    for e in exports {
+        if !names.insert(e.name.clone()) {
+            return Err(ServerError::DuplicateName(e.name.clone()));
+        }
+        let bad = |s: &str| s.len() > crate::proto::STRING_MAX_BYTES || s.contains('\0');
+        if bad(&e.name) || bad(&e.description) {
+            return Err(ServerError::BadString(e.name.clone()));
+        }
+        let mut sizes = e.export.block_sizes();
+        sizes
+            .validate()
+            .map_err(|reason| ServerError::BadBlockSizes {
+                name: e.name.clone(),
+                reason,
+            })?;
+        // The server's request cap narrows what the export allows; keep the result
+        // a multiple of the minimum and no smaller than the preferred size.
+        let capped = sizes.maximum_bytes.min(limits.max_request_bytes);
+        sizes.maximum_bytes = capped - capped % sizes.minimum_bytes;
+        // The spec (and qemu) want the preferred size a power of two: round it down.
+        // The minimum is a power of two no larger than the maximum, so this never
+        // goes below it.
+        let preferred = sizes.preferred_bytes.min(sizes.maximum_bytes);
+        sizes.preferred_bytes = (1u32 << preferred.ilog2()).max(sizes.minimum_bytes);
+        infos.push(ExportInfo {
+            name: e.name.clone(),
+            description: e.description.clone(),
+            size_bytes: e.export.size_bytes(),
+            features: e.export.features(),
+            block_sizes: sizes,
+        });
+    }
+    Ok((infos, names))
 }
 
 /// The payload budget counts in units of this many bytes.

@@ -1,8 +1,8 @@
 //! A request's part of a connection: reading its header and its WRITE payload from the
 //! socket (every read bounded by the stall timeout, a payload by a minimum rate, and each
 //! raced against the shutdown grace), waiting for its share of the payload budget, and
-//! running it against the export. The connection's event loop ([`super::Server`]'s
-//! `transmit`) decides when each runs.
+//! running it against the export. The connection's event loop
+//! ([`super::transmit::Transmission`]) decides when each runs.
 
 use std::io;
 use std::time::Duration;
