@@ -466,14 +466,16 @@ impl Engine {
     }
 
     /// Writes whole blocks of a volume (see `Txg::write_blocks`): returns when the
-    /// write may be acknowledged. Blocking.
+    /// write may be acknowledged: at once for an async write, once durable for a sync
+    /// one (`fua`, or the volume's `sync=always`; never with `sync=disabled`). Blocking.
     pub fn write_blocks(
         &self,
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
-        sync: bool,
+        fua: bool,
     ) -> Result<(), String> {
-        self.txg.write_blocks(vol, blocks, sync)
+        self.txg
+            .write_blocks(vol, blocks, vol.info.write_is_sync(fua))
     }
 
     /// [`Engine::write_blocks`] of an async write from a thread that must not block: `None`,

@@ -20,6 +20,10 @@ use crate::stats::EngineStats;
 use crate::tunables::Tunables;
 use crate::volumes::VolumeEntry;
 
+/// Tries of a client's block read from the backing store (see
+/// [`VolumeEntry::read_block_into`]).
+const CLIENT_READ_ATTEMPTS: u32 = 1;
+
 /// The read path: the parts a block read goes through.
 pub(crate) struct Reader {
     pub(crate) arc: Arc<ArcCache>,
@@ -132,13 +136,12 @@ impl Reader {
         block: u64,
         psize: usize,
     ) -> Option<Bytes> {
-        self.stats.backing_reads.fetch_add(1, Ordering::Relaxed);
         let vol = Arc::clone(vol);
+        let stats = Arc::clone(&self.stats);
         self.background
             .spawn_blocking(move || {
                 let mut buf = vec![0u8; psize];
-                vol.backing
-                    .read_at(&mut buf, vol.info.offset_of(block))
+                vol.read_block_into(block, &mut buf, CLIENT_READ_ATTEMPTS, &stats.backing_reads)
                     .ok()?;
                 Some(Bytes::from(buf))
             })

@@ -346,7 +346,9 @@ impl Volume {
         for stripe in stripes {
             guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
         }
-        let may_defer = !self.entry.info.write_is_sync(fua);
+        // Decided once for the whole write.
+        let sync = info.write_is_sync(fua);
+        let may_defer = !sync;
         let end = offset + data.len() as u64;
         let mut new_blocks: Vec<(u64, BlockBuf)> = Vec::new();
         let mut deferred = false;
@@ -417,7 +419,7 @@ impl Volume {
         // stripes: if this future is dropped (its connection died) while it runs, the
         // stripes stay held until it has made its blocks dirty, so no later write of
         // those blocks can pass it and be overwritten by bytes merged before it.
-        let now = if self.entry.info.write_is_sync(fua) {
+        let now = if sync {
             None
         } else {
             engine.try_write_async_now(&entry, &new_blocks)
@@ -428,7 +430,7 @@ impl Volume {
         } else {
             (self.engine.background)
                 .spawn_blocking(move || {
-                    let result = engine.write_blocks(&entry, &new_blocks, fua);
+                    let result = engine.txg.write_blocks(&entry, &new_blocks, sync);
                     drop(guards);
                     result
                 })

@@ -157,6 +157,31 @@ struct TxgInner {
     oversized_waiting: usize,
 }
 
+/// What [`Txg::make_dirty`] did: the TXG the blocks joined, the sequence number of
+/// their last pending record (with a log device attached), and the pending records it
+/// took as the intent log's leader.
+struct Dirtied {
+    txg: u64,
+    seq: Option<u64>,
+    group: Option<zil::Group>,
+}
+
+impl TxgInner {
+    /// Makes the caller the intent log's leader, if no commit is in progress: it takes
+    /// every pending record, to commit them (see [`IntentLog::commit_upto`]).
+    fn lead_log(&mut self) -> Option<zil::Group> {
+        if self.log_busy {
+            return None;
+        }
+        self.log_busy = true;
+        Some(zil::Group {
+            records: self.pending.take(),
+            synced: self.synced_txg,
+            upto: self.next_seq - 1,
+        })
+    }
+}
+
 /// The parts the write path reads and changes besides the TXG state: a write changes
 /// generations in the ARC under the coherence gate, counts, and waits on the syncer.
 pub(crate) struct TxgParts {
@@ -252,20 +277,19 @@ impl Txg {
         }
     }
 
-    /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`, and
-    /// at least 1 MiB.
-    pub(crate) fn dirty_max(&self) -> u64 {
-        self.tunables
-            .zfs_dirty_data_max()
-            .min(self.tunables.zfs_arc_max() / 2)
-            .max(1 << 20)
-    }
-
     /// Writes whole blocks of a volume: throttled, dirty in the ARC and in the open TXG,
     /// every cache-device copy of them tombstoned (made durable before the TXG reaches the
     /// backing store). Returns when the write may be acknowledged: at once for an async
-    /// write, once durable for a sync one (`sync`, or the volume's `sync=always`).
+    /// write, once durable for a sync one. `sync` is decided by the caller, once, from
+    /// the request's FUA and the volume's `sync` property ([`VolumeInfo::write_is_sync`]).
     /// Blocking.
+    ///
+    /// The TXG lock is taken twice on the way: by the throttle, and to make the blocks
+    /// dirty, which also makes a sync write the intent log's leader when no commit is in
+    /// progress (it takes the pending records in the same hold); a leader takes it once
+    /// more to end its commit.
+    ///
+    /// [`VolumeInfo::write_is_sync`]: crate::volumes::VolumeInfo::write_is_sync
     pub fn write_blocks(
         &self,
         vol: &Arc<VolumeEntry>,
@@ -274,16 +298,17 @@ impl Txg {
     ) -> Result<(), String> {
         let bytes = Self::check_blocks(vol, blocks)?;
         self.throttle(bytes)?;
-        let (txg, seq) = self.make_dirty(vol, blocks, bytes);
-        if !vol.info.write_is_sync(sync) {
+        let dirtied = self.make_dirty(vol, blocks, bytes, sync);
+        if !sync {
             return Ok(());
         }
-        if let Some(seq) = seq
-            && self.zil.is_usable()
-        {
-            self.zil.commit_upto(self, seq)?;
-        } else {
-            self.wait_synced(txg)?;
+        match dirtied.seq {
+            // A leader commits its group whatever became of the log since (a failed log
+            // makes it sync the group's TXGs instead).
+            Some(seq) if dirtied.group.is_some() || self.zil.is_usable() => {
+                self.zil.commit_upto(self, seq, dirtied.group)?
+            }
+            _ => self.wait_synced(dirtied.txg)?,
         }
         // A TXG of this volume that failed to reach its backing store.
         vol.failure().map_or(Ok(()), Err)
@@ -305,7 +330,7 @@ impl Txg {
         if !self.try_reserve_undelayed(bytes) {
             return None;
         }
-        self.make_dirty(vol, blocks, bytes);
+        self.make_dirty(vol, blocks, bytes, false);
         Some(Ok(()))
     }
 
@@ -340,8 +365,13 @@ impl Txg {
             return Ok(());
         }
         if self.zil.is_usable() {
-            let upto = self.lock().next_seq - 1;
-            self.zil.commit_upto(self, upto)?;
+            let (upto, group) = {
+                let mut inner = self.lock();
+                let upto = inner.next_seq - 1;
+                let lead = inner.durable_seq < upto;
+                (upto, lead.then(|| inner.lead_log()).flatten())
+            };
+            self.zil.commit_upto(self, upto, group)?;
         } else {
             let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
@@ -349,15 +379,18 @@ impl Txg {
         vol.failure().map_or(Ok(()), Err)
     }
 
-    /// Dirties blocks (see [`Txg::write_blocks`]) and returns the TXG they joined and,
-    /// with a log device attached, the sequence number of their last pending record.
-    /// `reserved` bytes of them were counted as dirty already (by the throttle).
+    /// Dirties blocks (see [`Txg::write_blocks`]) in one hold of the TXG lock: they join
+    /// the open TXG and, with a log device attached, get their pending records. `reserved`
+    /// bytes of them were counted as dirty already (by the throttle). With `lead_log`
+    /// (a sync write), the caller becomes the intent log's leader if no commit is in
+    /// progress, and takes the pending records in the same hold.
     fn make_dirty(
         &self,
         vol: &VolumeEntry,
         blocks: &[(u64, BlockBuf)],
         reserved: u64,
-    ) -> (u64, Option<u64>) {
+        lead_log: bool,
+    ) -> Dirtied {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
@@ -401,7 +434,16 @@ impl Txg {
             inner.sync_requested = true;
             self.changed.notify_all();
         }
-        (txg, last_seq)
+        let group = if lead_log && keep_pending {
+            inner.lead_log()
+        } else {
+            None
+        };
+        Dirtied {
+            txg,
+            seq: last_seq,
+            group,
+        }
     }
 
     /// Gives each block a new generation and makes `data` its dirty contents in the ARC,
@@ -478,36 +520,6 @@ impl Txg {
     pub fn sync_all(&self) -> Result<(), String> {
         let txg = self.lock().open_txg;
         self.wait_synced_quiet(txg)
-    }
-
-    /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
-    /// sees them; [`Txg::release_dirty`] gives them back once it is merged), if they
-    /// fit under the dirty limit or nothing is dirty (as the throttle lets a write pass);
-    /// false, counting nothing, if they do not.
-    fn try_reserve_dirty(&self, bytes: u64) -> bool {
-        let max = self.dirty_max();
-        let mut inner = self.lock();
-        if (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max) || inner.oversized_waiting > 0
-        {
-            return false;
-        }
-        inner.dirty_bytes += bytes;
-        true
-    }
-
-    /// Gives back bytes [`Txg::try_reserve_dirty`] counted, and wakes throttled writers.
-    fn release_dirty(&self, bytes: u64) {
-        let mut inner = self.lock();
-        inner.dirty_bytes -= bytes;
-        drop(inner);
-        self.changed.notify_all();
-    }
-
-    /// Whether a write now would be delayed by the throttle (dirty bytes past
-    /// `zfs_delay_min_dirty_percent` of the limit).
-    pub(crate) fn throttle_due(&self) -> bool {
-        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
-        self.lock().dirty_bytes > self.dirty_max() / 100 * min_percent
     }
 
     /// Throttles a write whose bytes are counted as dirty already (a partial write that

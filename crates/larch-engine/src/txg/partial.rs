@@ -435,13 +435,15 @@ impl PartialWrites {
             // Looked at after the read: a TXG that fails meanwhile marks its blocks lost
             // before it drops them from the ARC, so a block whose newest write it lost is
             // seen here and not merged over the store's older bytes.
-            self.read_for_merge(vol, block, &mut buf).and_then(|()| {
-                if vol.is_lost(block) {
-                    Err("a failed TXG lost its newest acknowledged write".to_string())
-                } else {
-                    Ok(())
-                }
-            })
+            (vol.read_block_into(block, &mut buf, READ_ATTEMPTS, &self.stats.backing_reads))
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    if vol.is_lost(block) {
+                        Err("a failed TXG lost its newest acknowledged write".to_string())
+                    } else {
+                        Ok(())
+                    }
+                })
         };
         // Applying: no piece joins it from here on, so its reservation is final.
         let (pieces, reserved) = {
@@ -464,8 +466,8 @@ impl PartialWrites {
                 // pieces' part is given back below. (A reservation smaller than the block
                 // hands over what it has; make_dirty counts the rest.)
                 handed = reserved.min(len as u64);
-                self.txg
-                    .make_dirty(vol, &[(block, BlockBuf::from_vec(buf))], handed);
+                let merged = [(block, BlockBuf::from_vec(buf))];
+                self.txg.make_dirty(vol, &merged, handed, false);
                 self.write_stats
                     .write_partial_merges
                     .fetch_add(1, Ordering::Relaxed);
@@ -496,22 +498,6 @@ impl PartialWrites {
         self.txg.release_dirty(pending.reserved - handed);
         drop(table);
         pending.done.send_replace(true);
-    }
-
-    /// Reads a block from its backing store for a merge, trying [`READ_ATTEMPTS`] times.
-    fn read_for_merge(&self, vol: &VolumeEntry, block: u64, buf: &mut [u8]) -> Result<(), String> {
-        let mut last = String::new();
-        for attempt in 0..READ_ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(50 << attempt));
-            }
-            self.stats.backing_reads.fetch_add(1, Ordering::Relaxed);
-            match vol.backing.read_at(buf, vol.info.offset_of(block)) {
-                Ok(()) => return Ok(()),
-                Err(err) => last = err.to_string(),
-            }
-        }
-        Err(last)
     }
 
     /// Merges every pending partial of every volume, and waits for merges other threads

@@ -17,9 +17,35 @@ use std::time::{Duration, Instant};
 
 use larch_policy::throttle::write_delay_ns;
 
-use super::Txg;
+use super::{Txg, TxgInner};
+
+/// The dirty limit's one rule, which every writer goes by: bytes fit when nothing is
+/// dirty (a write larger than the limit passes alone) or when they keep the dirty bytes
+/// within `max`; and while a write larger than the limit waits for the dirty bytes to
+/// reach zero, the others (`behind_oversized`) wait behind it.
+impl TxgInner {
+    fn fits(&self, bytes: u64, max: u64, behind_oversized: bool) -> bool {
+        let over = self.dirty_bytes > 0 && self.dirty_bytes + bytes > max;
+        !over && !(behind_oversized && self.oversized_waiting > 0)
+    }
+}
 
 impl Txg {
+    /// The dirty limit in force: `zfs_dirty_data_max`, at most half of `zfs_arc_max`, and
+    /// at least 1 MiB.
+    pub(crate) fn dirty_max(&self) -> u64 {
+        self.tunables
+            .zfs_dirty_data_max()
+            .min(self.tunables.zfs_arc_max() / 2)
+            .max(1 << 20)
+    }
+
+    /// Dirty bytes past which writes are delayed: `zfs_delay_min_dirty_percent` of the
+    /// limit `max`.
+    fn delay_min(&self, max: u64) -> u64 {
+        max / 100 * self.tunables.zfs_delay_min_dirty_percent().min(100)
+    }
+
     /// Delays a writer of `bytes` as the dirty data approaches the limit; blocks it at
     /// the limit until a sync frees room. The bytes are counted as dirty from here on
     /// (reserved under the same lock hold as the check), and the caller must hand them to
@@ -31,15 +57,11 @@ impl Txg {
     /// would wait for ever).
     pub(super) fn throttle(&self, bytes: u64) -> Result<(), String> {
         let max = self.dirty_max();
-        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
-        let min = max / 100 * min_percent;
+        let min = self.delay_min(max);
         let scale = self.tunables.zfs_delay_scale();
         let oversized = bytes > max;
         let mut inner = self.lock();
-        let must_wait = |inner: &super::TxgInner| {
-            (inner.dirty_bytes > 0 && inner.dirty_bytes + bytes > max)
-                || (!oversized && inner.oversized_waiting > 0)
-        };
+        let must_wait = |inner: &TxgInner| !inner.fits(bytes, max, !oversized);
         if must_wait(&inner) {
             self.write_stats
                 .dmu_tx_dirty_over_max
@@ -103,14 +125,41 @@ impl Txg {
     /// delayed writers) on a runtime worker, holding up every connection on it.
     pub(crate) fn try_reserve_undelayed(&self, bytes: u64) -> bool {
         let max = self.dirty_max();
-        let min_percent = self.tunables.zfs_delay_min_dirty_percent().min(100);
-        let min = max / 100 * min_percent;
+        let min = self.delay_min(max);
         let mut inner = self.lock();
-        let dirty = inner.dirty_bytes;
-        if dirty > min || (dirty > 0 && dirty + bytes > max) || inner.oversized_waiting > 0 {
+        if inner.dirty_bytes > min || !inner.fits(bytes, max, true) {
             return false;
         }
         inner.dirty_bytes += bytes;
         true
+    }
+
+    /// Counts `bytes` of a partial write waiting for its merge as dirty (the throttle
+    /// sees them; [`Txg::release_dirty`] gives them back once it is merged), if they
+    /// fit under the dirty limit or nothing is dirty (as the throttle lets a write pass);
+    /// false, counting nothing, if they do not.
+    pub(super) fn try_reserve_dirty(&self, bytes: u64) -> bool {
+        let max = self.dirty_max();
+        let mut inner = self.lock();
+        if !inner.fits(bytes, max, true) {
+            return false;
+        }
+        inner.dirty_bytes += bytes;
+        true
+    }
+
+    /// Gives back bytes [`Txg::try_reserve_dirty`] counted, and wakes throttled writers.
+    pub(super) fn release_dirty(&self, bytes: u64) {
+        let mut inner = self.lock();
+        inner.dirty_bytes -= bytes;
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// Whether a write now would be delayed by the throttle (dirty bytes past
+    /// `zfs_delay_min_dirty_percent` of the limit).
+    pub(crate) fn throttle_due(&self) -> bool {
+        let min = self.delay_min(self.dirty_max());
+        self.lock().dirty_bytes > min
     }
 }

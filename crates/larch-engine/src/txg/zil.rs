@@ -20,6 +20,14 @@ use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
 use crate::volumes::{VolumeEntry, Volumes};
 
+/// The pending records a leader of the group commit took: every record up to `upto`;
+/// those of TXGs up to `synced` are on the backing stores already.
+pub(super) struct Group {
+    pub(super) records: Vec<PendingRecord>,
+    pub(super) synced: u64,
+    pub(super) upto: u64,
+}
+
 /// Records a committed TXG durably outside the log device (see
 /// `Engine::set_committed_txg_sink`).
 pub type CommittedSink = Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
@@ -144,31 +152,50 @@ impl IntentLog {
     /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
     /// takes all pending records, in order, and commits them to the log in one call;
     /// the others wait for it (group commit, ordered). If the log cannot take them (full,
-    /// failed), the leader syncs their TXGs instead, for the whole group.
-    pub(super) fn commit_upto(&self, txg: &Txg, seq: u64) -> Result<(), String> {
-        let covers_from = self.device().map_or(0, |l| l.covers_from_txg);
-        let mut inner = txg.lock();
-        loop {
-            if inner.durable_seq >= seq {
-                drop(inner);
-                // Writes from before the log took over are in older TXGs.
-                return txg.wait_synced_quiet(covers_from.saturating_sub(1));
+    /// failed), the leader syncs their TXGs instead, for the whole group. `led`: the
+    /// group the caller took as leader already ([`Txg::make_dirty`], a FLUSH).
+    pub(super) fn commit_upto(
+        &self,
+        txg: &Txg,
+        seq: u64,
+        led: Option<Group>,
+    ) -> Result<(), String> {
+        // Writes from before the log took over are in older TXGs, which must be synced.
+        let covered = self
+            .device()
+            .map_or(0, |l| l.covers_from_txg)
+            .saturating_sub(1);
+        let group = match led {
+            Some(group) => group,
+            None => {
+                let mut inner = txg.lock();
+                loop {
+                    if inner.durable_seq >= seq {
+                        let synced = inner.synced_txg >= covered;
+                        drop(inner);
+                        return if synced {
+                            Ok(())
+                        } else {
+                            txg.wait_synced_quiet(covered)
+                        };
+                    }
+                    if let Some(group) = inner.lead_log() {
+                        break group;
+                    }
+                    inner = txg.wait(inner, Duration::from_millis(100));
+                }
             }
-            if !inner.log_busy {
-                break;
-            }
-            inner = txg.wait(inner, Duration::from_millis(100));
-        }
-        inner.log_busy = true;
-        let synced = inner.synced_txg;
-        let mut group = inner.pending.take();
-        let upto = inner.next_seq - 1;
-        drop(inner);
-        group.retain(|r| r.txg > synced);
-        let result = if self.commit_records(&group) {
-            txg.wait_synced_quiet(covers_from.saturating_sub(1))
+        };
+        let Group {
+            mut records,
+            synced,
+            upto,
+        } = group;
+        records.retain(|r| r.txg > synced);
+        let result = if self.commit_records(&records) {
+            Ok(())
         } else {
-            let newest = group.iter().map(|r| r.txg).max().unwrap_or(0);
+            let newest = records.iter().map(|r| r.txg).max().unwrap_or(0);
             txg.wait_synced(newest)
         };
         let mut inner = txg.lock();
@@ -177,8 +204,14 @@ impl IntentLog {
             inner.durable_seq = inner.durable_seq.max(upto);
         }
         txg.changed.notify_all();
+        let synced = inner.synced_txg >= covered;
         drop(inner);
-        result
+        result?;
+        if synced {
+            Ok(())
+        } else {
+            txg.wait_synced_quiet(covered)
+        }
     }
 
     /// Commits records to the log device. False when the log cannot take them (full,
