@@ -56,24 +56,32 @@ impl Options {
     pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
 
     /// Why these options cannot be used, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OptionsError> {
         if self.lease.is_zero() || self.lease > Options::MAX_DURATION {
-            return Err(format!(
-                "a lease of {:?} is not above zero and at most a day",
-                self.lease
-            ));
+            return Err(OptionsError::Lease(self.lease));
         }
         if self.skew > Options::MAX_DURATION {
-            return Err(format!(
-                "a clock skew of {:?} is more than a day",
-                self.skew
-            ));
+            return Err(OptionsError::Skew(self.skew));
         }
         if self.uploads == 0 {
-            return Err("uploads at once must be at least 1".into());
+            return Err(OptionsError::NoUploads);
         }
         Ok(())
     }
+}
+
+/// Why [`Options`] cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// A lease of zero or longer than [`Options::MAX_DURATION`].
+    #[error("a lease of {0:?} is not above zero and at most a day")]
+    Lease(Duration),
+    /// A clock skew longer than [`Options::MAX_DURATION`].
+    #[error("a clock skew of {0:?} is more than a day")]
+    Skew(Duration),
+    /// No uploads at once.
+    #[error("uploads at once must be at least 1")]
+    NoUploads,
 }
 
 impl Default for Options {
@@ -163,7 +171,7 @@ impl LocalState {
             layout::open(layout::Kind::LocalState, bytes)?
         };
         serde_json::from_slice(body)
-            .map_err(|e| layout::LayoutError::Parse("local volume state", e.to_string()))
+            .map_err(|e| layout::LayoutError::Parse("local volume state", e.into()))
     }
 
     /// This state applied to the volume whose root is `root`: itself, or, when it was
@@ -1973,7 +1981,7 @@ mod tests {
             caught_up_token: 2,
         };
         let bytes = state.encode();
-        assert_eq!(LocalState::decode(&bytes), Ok(state));
+        assert_eq!(LocalState::decode(&bytes).unwrap(), state);
         let old = br#"{"token":5,"seen_seq":10,"log_discard_through":7,"pending_token":5}"#;
         let loaded = LocalState::decode(old).unwrap();
         assert_eq!((loaded.volume, loaded.token, loaded.seen_seq), (0, 5, 10));
