@@ -299,21 +299,33 @@ fn cache_fields(lines: &[String], allow_force: bool) -> Result<(PathBuf, bool), 
 
 /// Whether a request may change the pool: from this machine, with the management token
 /// (or, for a tunable, the page's token when `page_may` is set).
-fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap, page_may: bool) -> Result<(), String> {
+fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap, page_may: bool) -> Result<(), Forbidden> {
     if !peer.0.ip().is_loopback() {
-        return Err("management only from this machine".to_string());
+        return Err(Forbidden::NotLocal);
     }
     match headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
         Some(token) if same_token(token.trim(), &ctx.token) => Ok(()),
         Some(token) if page_may && same_token(token.trim(), &ctx.page_token) => Ok(()),
-        Some(token) if same_token(token.trim(), &ctx.page_token) => Err(format!(
-            "the Analytics page's token may change tunables only; this change needs the \
-             token of daemon.json in {TOKEN_HEADER}"
-        )),
-        _ => Err(format!(
-            "changes need the token of daemon.json in {TOKEN_HEADER}"
-        )),
+        Some(token) if same_token(token.trim(), &ctx.page_token) => Err(Forbidden::PageToken),
+        _ => Err(Forbidden::NoToken),
     }
+}
+
+/// Why [`guard`] refuses a change (the answer is a 403 saying so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+enum Forbidden {
+    /// Not from a loopback address.
+    #[error("management only from this machine")]
+    NotLocal,
+    /// The page's token, for a change it may not make.
+    #[error(
+        "the Analytics page's token may change tunables only; this change needs the token \
+         of daemon.json in {TOKEN_HEADER}"
+    )]
+    PageToken,
+    /// No token, or a wrong one.
+    #[error("changes need the token of daemon.json in {TOKEN_HEADER}")]
+    NoToken,
 }
 
 /// Reads a request body within [`REQUEST_TIMEOUT`] and [`MAX_BODY_BYTES`].
@@ -364,7 +376,7 @@ async fn admin(
     body: Body,
 ) -> Response {
     if let Err(why) = guard(&ctx, peer, &headers, false) {
-        return text(StatusCode::FORBIDDEN, why);
+        return text(StatusCode::FORBIDDEN, why.to_string());
     }
     let body = match read_body(body).await {
         Ok(body) => body,
@@ -466,7 +478,7 @@ struct SetTunable {
 
 async fn set_tunable(ctx: Arc<Context>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
     if let Err(why) = guard(&ctx, peer, &headers, true) {
-        return api_error(StatusCode::FORBIDDEN, why, None);
+        return api_error(StatusCode::FORBIDDEN, why.to_string(), None);
     }
     let body = match read_body(body).await {
         Ok(body) => body,
@@ -633,12 +645,12 @@ async fn api_advise(
             Some(spec) => Some((
                 spec.to_string(),
                 crate::advise::device_read_us(spec, today.block_bytes)
-                    .map_err(|e| Refusal::bad(e, "device"))?,
+                    .map_err(|e| Refusal::bad(e.to_string(), "device"))?,
             )),
             None if today.l2_hit_us.is_none() => Some((
                 "nvme".to_string(),
                 crate::advise::device_read_us("nvme", today.block_bytes)
-                    .map_err(|e| Refusal::bad(e, "device"))?,
+                    .map_err(|e| Refusal::bad(e.to_string(), "device"))?,
             )),
             None => None,
         };

@@ -1067,41 +1067,62 @@ impl SavedSample {
     }
 }
 
+/// Why a saved history file is not taken (it is set aside and a new history starts).
+#[derive(Debug, thiserror::Error)]
+enum HistoryFileError {
+    /// Too short, or not the history's magic.
+    #[error("not a larch history (bad magic)")]
+    Magic,
+    /// Another version of the file.
+    #[error("history version {0}; this larch reads version {FILE_VERSION}")]
+    Version(u32),
+    /// The payload's checksum does not match.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// The payload does not decompress.
+    #[error("decompressing: {0}")]
+    Decompress(#[source] io::Error),
+    /// The payload decompresses to more than the limit.
+    #[error("it holds more than {limit} bytes of history, more than --history allows")]
+    TooLarge {
+        /// The limit, bytes.
+        limit: u64,
+    },
+    /// The decompressed JSON is not a history.
+    #[error("decoding: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
 impl Saved {
     /// The file's history; refused when it would decompress to more than `limit` bytes
     /// (a file saved under a larger `--history`, or not the daemon's own).
-    fn decode(bytes: &[u8], limit: u64) -> Result<Saved, String> {
+    fn decode(bytes: &[u8], limit: u64) -> Result<Saved, HistoryFileError> {
         if bytes.len() < 16 || &bytes[..8] != FILE_MAGIC {
-            return Err("not a larch history (bad magic)".to_string());
+            return Err(HistoryFileError::Magic);
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if version != FILE_VERSION {
-            return Err(format!(
-                "history version {version}; this larch reads version {FILE_VERSION}"
-            ));
+            return Err(HistoryFileError::Version(version));
         }
         let checksum = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
         let payload = &bytes[16..];
         if crc32c::crc32c(payload) != checksum {
-            return Err("checksum mismatch".to_string());
+            return Err(HistoryFileError::Checksum);
         }
         // Decompressed at most to the limit: a start never needs more memory for the file
         // than the history it may hold (a file saved under a larger `--history` would, and
         // a crash loop under a memory limit would follow).
         let mut json = Vec::new();
-        let decoder = zstd::Decoder::new(payload).map_err(|e| format!("decompressing: {e}"))?;
+        let decoder = zstd::Decoder::new(payload).map_err(HistoryFileError::Decompress)?;
         io::Read::read_to_end(
             &mut io::Read::take(decoder, limit.saturating_add(1)),
             &mut json,
         )
-        .map_err(|e| format!("decompressing: {e}"))?;
+        .map_err(HistoryFileError::Decompress)?;
         if json.len() as u64 > limit {
-            return Err(format!(
-                "it holds more than {limit} bytes of history, more than --history allows"
-            ));
+            return Err(HistoryFileError::TooLarge { limit });
         }
-        let mut saved: Saved =
-            serde_json::from_slice(&json).map_err(|e| format!("decoding: {e}"))?;
+        let mut saved: Saved = serde_json::from_slice(&json).map_err(HistoryFileError::Decode)?;
         // Samples in time order, each tier.
         saved.seconds.sort_by_key(|s| s.time);
         saved.minutes.sort_by_key(|s| s.time);
@@ -1381,7 +1402,10 @@ mod tests {
         let bytes = std::fs::read(dir.join(HISTORY_FILE)).unwrap();
         let saved = Saved::decode(&bytes, max * 8).expect("within 8x its bound");
         assert!(!saved.seconds.is_empty());
-        let refused = Saved::decode(&bytes, 4096).err().expect("past the limit");
+        let refused = Saved::decode(&bytes, 4096)
+            .err()
+            .expect("past the limit")
+            .to_string();
         assert!(refused.contains("more than 4096 bytes"), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
