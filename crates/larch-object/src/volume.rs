@@ -1128,18 +1128,7 @@ impl ObjectVolume {
             .collect();
         let object_size =
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
-        let limit = uploads_at_once(object_size, self.options.uploads);
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(jobs)
-                .buffer_unordered(limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            // An object this node's map names may be gone because another node took the
-            // volume and committed: then that is the reason to give.
-            return Err(self.lost_to_another().unwrap_or(err));
-        }
+        self.upload_all(jobs, uploads_at_once(object_size, self.options.uploads))?;
         // 2. The map pages that changed, each a new object.
         let mut refs = Vec::new();
         let mut page_jobs = Vec::new();
@@ -1153,16 +1142,7 @@ impl ObjectVolume {
             page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
         }
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
-        let page_limit = self.options.uploads.max(1);
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(page_jobs)
-                .buffer_unordered(page_limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            return Err(self.lost_to_another().unwrap_or(err));
-        }
+        self.upload_all(page_jobs, self.options.uploads.max(1))?;
         // 3. The commit point: the root, conditional on the version this node last wrote.
         // `state` is held from here on only: renewals went on during the uploads.
         let mut state = self.state.lock().expect("state lock");
@@ -1215,6 +1195,25 @@ impl ObjectVolume {
     /// The future that writes data object `object` for commit `version`: the blocks given,
     /// and where they do not cover the object, its blocks as `previous` wrote them
     /// (read whole, every record verified) or zeros.
+    /// Runs a commit's uploads, `limit` at once. An object this node's map names may be
+    /// gone because another node took the volume and committed: when that is so, a failure
+    /// says so rather than what failed.
+    fn upload_all(
+        &self,
+        jobs: Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+        limit: usize,
+    ) -> io::Result<()> {
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        written
+            .map(drop)
+            .map_err(|err| self.lost_to_another().unwrap_or(err))
+    }
+
     fn upload_object(
         &self,
         object: u64,
