@@ -529,12 +529,25 @@ pub fn today_of(
     }
 }
 
+/// A device spec the simulator's models do not parse ([`device_read_us`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("device {spec:?}: {source}")]
+pub struct DeviceError {
+    /// The spec as given.
+    pub spec: String,
+    /// Why it does not parse.
+    pub source: larch_sim::device::SpecError,
+}
+
 /// The mean time of a random read of `block_bytes` on an idle device of the simulator's
 /// models (`nvme`, `ssd`, `readzilla`, ...), µs: what an L2ARC on it would add to an ARC
 /// miss that it serves.
-pub fn device_read_us(spec: &str, block_bytes: u64) -> Result<f64, String> {
+pub fn device_read_us(spec: &str, block_bytes: u64) -> Result<f64, DeviceError> {
     use larch_sim::device::{IoKind, parse_spec};
-    let mut device = parse_spec(spec, 1).map_err(|e| format!("device {spec:?}: {e}"))?;
+    let mut device = parse_spec(spec, 1).map_err(|source| DeviceError {
+        spec: spec.to_string(),
+        source,
+    })?;
     let capacity = device.capacity_bytes().max(block_bytes * 2);
     let blocks = capacity / block_bytes.max(512);
     let mut rng = larch_sim::SplitMix64::new(7);

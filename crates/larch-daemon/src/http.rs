@@ -299,21 +299,33 @@ fn cache_fields(lines: &[String], allow_force: bool) -> Result<(PathBuf, bool), 
 
 /// Whether a request may change the pool: from this machine, with the management token
 /// (or, for a tunable, the page's token when `page_may` is set).
-fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap, page_may: bool) -> Result<(), String> {
+fn guard(ctx: &Context, peer: Peer, headers: &HeaderMap, page_may: bool) -> Result<(), Forbidden> {
     if !peer.0.ip().is_loopback() {
-        return Err("management only from this machine".to_string());
+        return Err(Forbidden::NotLocal);
     }
     match headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
         Some(token) if same_token(token.trim(), &ctx.token) => Ok(()),
         Some(token) if page_may && same_token(token.trim(), &ctx.page_token) => Ok(()),
-        Some(token) if same_token(token.trim(), &ctx.page_token) => Err(format!(
-            "the Analytics page's token may change tunables only; this change needs the \
-             token of daemon.json in {TOKEN_HEADER}"
-        )),
-        _ => Err(format!(
-            "changes need the token of daemon.json in {TOKEN_HEADER}"
-        )),
+        Some(token) if same_token(token.trim(), &ctx.page_token) => Err(Forbidden::PageToken),
+        _ => Err(Forbidden::NoToken),
     }
+}
+
+/// Why [`guard`] refuses a change (the answer is a 403 saying so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+enum Forbidden {
+    /// Not from a loopback address.
+    #[error("management only from this machine")]
+    NotLocal,
+    /// The page's token, for a change it may not make.
+    #[error(
+        "the Analytics page's token may change tunables only; this change needs the token \
+         of daemon.json in {TOKEN_HEADER}"
+    )]
+    PageToken,
+    /// No token, or a wrong one.
+    #[error("changes need the token of daemon.json in {TOKEN_HEADER}")]
+    NoToken,
 }
 
 /// Reads a request body within [`REQUEST_TIMEOUT`] and [`MAX_BODY_BYTES`].
@@ -364,7 +376,7 @@ async fn admin(
     body: Body,
 ) -> Response {
     if let Err(why) = guard(&ctx, peer, &headers, false) {
-        return text(StatusCode::FORBIDDEN, why);
+        return text(StatusCode::FORBIDDEN, why.to_string());
     }
     let body = match read_body(body).await {
         Ok(body) => body,
@@ -466,7 +478,7 @@ struct SetTunable {
 
 async fn set_tunable(ctx: Arc<Context>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
     if let Err(why) = guard(&ctx, peer, &headers, true) {
-        return api_error(StatusCode::FORBIDDEN, why, None);
+        return api_error(StatusCode::FORBIDDEN, why.to_string(), None);
     }
     let body = match read_body(body).await {
         Ok(body) => body,
@@ -633,12 +645,12 @@ async fn api_advise(
             Some(spec) => Some((
                 spec.to_string(),
                 crate::advise::device_read_us(spec, today.block_bytes)
-                    .map_err(|e| Refusal::bad(e, "device"))?,
+                    .map_err(|e| Refusal::bad(e.to_string(), "device"))?,
             )),
             None if today.l2_hit_us.is_none() => Some((
                 "nvme".to_string(),
                 crate::advise::device_read_us("nvme", today.block_bytes)
-                    .map_err(|e| Refusal::bad(e, "device"))?,
+                    .map_err(|e| Refusal::bad(e.to_string(), "device"))?,
             )),
             None => None,
         };
@@ -710,97 +722,102 @@ async fn api_catalog(State(ctx): State<Arc<Context>>) -> Response {
     })
 }
 
+/// Answers a question to the history while holding one of the answers' places:
+/// parameters other than `allowed` are refused; `ask` takes what is asked from the
+/// recorder (under its lock), and `answer` makes the response, whose body keeps the place
+/// until it is sent.
+async fn ask_history<T>(
+    ctx: &Context,
+    params: HashMap<String, String>,
+    allowed: &[&str],
+    ask: impl FnOnce(&Params, &Recorder) -> Result<T, Refusal>,
+    answer: impl FnOnce(T, OwnedSemaphorePermit) -> Response,
+) -> Response {
+    let Some(place) = answer_place(ctx).await else {
+        return no_place();
+    };
+    let params = Params(params);
+    let asked = params.check(allowed).and_then(|()| {
+        let recorder = ctx.recorder.lock().expect("recorder lock");
+        ask(&params, &recorder)
+    });
+    match asked {
+        Ok(asked) => answer(asked, place),
+        Err(refused) => refused.answer(),
+    }
+}
+
 async fn api_series(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let Some(place) = answer_place(&ctx).await else {
-        return no_place();
-    };
-    let answer = (move || {
-        let params = Params(params);
-        params.check(&["ids", "from", "to", "step"])?;
+    let allowed = ["ids", "from", "to", "step"];
+    let ask = |params: &Params, recorder: &Recorder| {
         let (ids, range) = (params.ids()?, params.range()?);
-        let recorder = ctx.recorder.lock().expect("recorder lock");
-        Ok::<_, Refusal>(recorder.series(&ids, range)?)
-    })();
-    match answer {
-        Ok(answer) => placed_json(&answer, place),
-        Err(refused) => refused.answer(),
-    }
+        Ok(recorder.series(&ids, range)?)
+    };
+    ask_history(&ctx, params, &allowed, ask, |a, place| {
+        placed_json(&a, place)
+    })
+    .await
 }
 
 async fn api_heatmap(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let Some(place) = answer_place(&ctx).await else {
-        return no_place();
-    };
-    let answer = (move || {
-        let params = Params(params);
-        params.check(&["id", "from", "to", "step"])?;
+    let allowed = ["id", "from", "to", "step"];
+    let ask = |params: &Params, recorder: &Recorder| {
         let id = params
             .get("id")
             .ok_or_else(|| Refusal::bad("expected a heat map id", "id"))?;
         let range = params.range()?;
-        let recorder = ctx.recorder.lock().expect("recorder lock");
-        Ok::<_, Refusal>(recorder.heatmap(id, range)?)
-    })();
-    match answer {
-        Ok(answer) => placed_json(&answer, place),
-        Err(refused) => refused.answer(),
-    }
+        Ok(recorder.heatmap(id, range)?)
+    };
+    ask_history(&ctx, params, &allowed, ask, |a, place| {
+        placed_json(&a, place)
+    })
+    .await
 }
 
 async fn api_export(
     State(ctx): State<Arc<Context>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let Some(place) = answer_place(&ctx).await else {
-        return no_place();
-    };
-    let answer = (move || {
-        let params = Params(params);
-        params.check(&["ids", "from", "to", "step", "format"])?;
+    let allowed = ["ids", "from", "to", "step", "format"];
+    let ask = |params: &Params, recorder: &Recorder| {
         let (ids, range) = (params.ids()?, params.range()?);
-        let recorder = ctx.recorder.lock().expect("recorder lock");
         match params.get("format").unwrap_or("csv") {
-            "csv" => {
-                let csv = recorder.csv(&ids, range)?;
-                Ok((
-                    StatusCode::OK,
-                    [
-                        (header::CONTENT_TYPE, "text/csv"),
-                        (
-                            header::CONTENT_DISPOSITION,
-                            "attachment; filename=\"larch-analytics.csv\"",
-                        ),
-                    ],
-                    placed_body(Bytes::from(csv), place),
-                )
-                    .into_response())
-            }
+            "csv" => Ok((
+                "text/csv",
+                "attachment; filename=\"larch-analytics.csv\"",
+                recorder.csv(&ids, range)?.into_bytes(),
+            )),
             "json" => {
                 let answer = recorder.series(&ids, range)?;
                 let body = serde_json::to_vec(&answer).unwrap_or_default();
                 Ok((
-                    StatusCode::OK,
-                    [
-                        (header::CONTENT_TYPE, "application/json"),
-                        (
-                            header::CONTENT_DISPOSITION,
-                            "attachment; filename=\"larch-analytics.json\"",
-                        ),
-                    ],
-                    placed_body(Bytes::from(body), place),
-                )
-                    .into_response())
+                    "application/json",
+                    "attachment; filename=\"larch-analytics.json\"",
+                    body,
+                ))
             }
             _ => Err(Refusal::bad("expected csv or json", "format")),
         }
-    })();
-    answer.unwrap_or_else(Refusal::answer)
+    };
+    let answer = |(content_type, disposition, body): (&'static str, &'static str, Vec<u8>),
+                  place| {
+        (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, content_type),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            placed_body(Bytes::from(body), place),
+        )
+            .into_response()
+    };
+    ask_history(&ctx, params, &allowed, ask, answer).await
 }
 
 /// One open `/api/v1/live` stream, counted in its endpoint's [`LiveSlots`] until dropped.
@@ -1315,6 +1332,49 @@ mod tests {
             .unwrap();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert!(value["series"]["arc/hits"].is_array(), "{value}");
+        assert_eq!(ctx.answers.available_permits(), MAX_HISTORY_ANSWERS);
+    }
+
+    /// The history's questions answer with their content type and file name, and refuse
+    /// an unknown parameter, a missing heat map id and an unknown export format.
+    #[tokio::test]
+    async fn history_questions_answer_or_refuse() {
+        let demo = DemoPool::new("http-questions");
+        let ctx = context(&demo);
+        let now = crate::unix_time_secs();
+        ctx.recorder
+            .lock()
+            .unwrap()
+            .record(now, &demo.pool.report());
+        let params = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let header = |r: &Response, name| r.headers()[name].to_str().unwrap().to_string();
+        let export = |format| {
+            let asked = params(&[("ids", "arc/hits"), ("from", "-60"), ("format", format)]);
+            api_export(State(Arc::clone(&ctx)), Query(asked))
+        };
+        for (format, content_type) in [("csv", "text/csv"), ("json", "application/json")] {
+            let answer = export(format).await;
+            assert_eq!(answer.status(), StatusCode::OK, "{format}");
+            assert_eq!(header(&answer, header::CONTENT_TYPE), content_type);
+            assert_eq!(
+                header(&answer, header::CONTENT_DISPOSITION),
+                format!("attachment; filename=\"larch-analytics.{format}\"")
+            );
+        }
+        assert_eq!(export("xml").await.status(), StatusCode::BAD_REQUEST);
+        let unknown = params(&[("ids", "arc/hits"), ("color", "red")]);
+        let refused = api_series(State(Arc::clone(&ctx)), Query(unknown)).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        let no_id = api_heatmap(State(Arc::clone(&ctx)), Query(params(&[]))).await;
+        assert_eq!(no_id.status(), StatusCode::BAD_REQUEST);
+        let no_such = params(&[("id", "cache/none/read")]);
+        let refused = api_heatmap(State(Arc::clone(&ctx)), Query(no_such)).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
         assert_eq!(ctx.answers.available_permits(), MAX_HISTORY_ANSWERS);
     }
 

@@ -15,6 +15,8 @@
 //! - [`history`]: the pool's history file (`zpool history`).
 //! - [`status`]: [`status::StatusReport`], the pool's report with the daemon's pid and
 //!   time, as `status.json` and `/status` carry it.
+//! - [`report_fields`]: the report's per-volume and per-device fields with their names in
+//!   `/metrics` and in the Analytics history: one table, which both read.
 //! - [`metrics`]: the Prometheus and kstat texts of a report (`/metrics`, `/arcstats`).
 //! - [`recorder`]: the history of the pool the Analytics page shows (per-second series and
 //!   latency histograms, an hour of seconds and a day of minutes).
@@ -40,6 +42,7 @@ pub mod http;
 pub mod metrics;
 pub mod page;
 pub mod recorder;
+pub mod report_fields;
 pub mod serve;
 pub mod status;
 pub mod stderr;

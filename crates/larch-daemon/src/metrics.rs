@@ -24,16 +24,22 @@
 //! `larch_arcstats_zil_commit_seconds_total`, and the fixed-point fraction `pd` stays
 //! `larch_arcstats_pd`. Backing stores are `larch_backing_*{volume="..."}`, cache devices
 //! `larch_cache_device_*{device="PATH"}`, and their latencies histograms in seconds
-//! (`larch_backing_read_latency_seconds`, ...). Every family has a help line.
+//! (`larch_backing_read_latency_seconds`, ...); their names and help lines are in
+//! [`crate::report_fields`], beside the history's names of the same fields. Every family
+//! has a help line.
 
 use larch_engine::PoolReport;
 use larch_engine::latency::LatencySnapshot;
-use larch_engine::report::{CacheDeviceReport, LatencyReport, VolumeReport};
+use larch_engine::report::VolumeReport;
 use larch_engine::stats::{StatKind, StatUnit};
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
+
+use crate::report_fields::{
+    DEVICE_FIELDS, DEVICE_LATENCIES, Field, Latency, OBJECT_FIELDS, VOLUME_FIELDS, VOLUME_LATENCIES,
+};
 
 /// The content type of the text [`prometheus()`] writes: the classic exposition format,
 /// version 0.0.4.
@@ -140,203 +146,51 @@ fn arcstat_families(report: &PoolReport, out: &mut Vec<MetricFamily>) {
     }
 }
 
-/// A counter family over a list of items (volumes or cache devices): its name, its help
-/// and the counter of one item.
-struct Counters<T: 'static> {
-    name: &'static str,
-    help: &'static str,
-    value: fn(&T) -> u64,
-}
-
-/// A latency histogram family over a list of items: its name, its help and the histogram
-/// of one item.
-struct Latencies<T: 'static> {
-    name: &'static str,
-    help: &'static str,
-    latency: fn(&T) -> &LatencyReport,
-}
-
-/// The counter and histogram families of a list of items (volumes or cache devices), each
-/// sample labelled `key="its name"`; nothing when there is no item (a family must have a
-/// sample).
+/// The counter, gauge and histogram families of a list of items (volumes or cache
+/// devices) that have one in `/metrics`, each sample labelled `key="its name"`; nothing
+/// when there is no item (a family must have a sample).
 fn item_families<T>(
     items: &[T],
     key: &str,
     name: fn(&T) -> &str,
-    counters: &[Counters<T>],
-    latencies: &[Latencies<T>],
+    fields: &[Field<T>],
+    latencies: &[Latency<T>],
     out: &mut Vec<MetricFamily>,
 ) {
     if items.is_empty() {
         return;
     }
-    for c in counters {
-        let mut f = family(c.name.to_string(), c.help, MetricType::COUNTER);
+    for field in fields {
+        let Some(metric) = &field.metric else {
+            continue;
+        };
+        let kind = match field.kind {
+            StatKind::Counter => MetricType::COUNTER,
+            StatKind::Gauge => MetricType::GAUGE,
+        };
+        let mut f = family(metric.name.to_string(), metric.help, kind);
         for item in items {
-            let sample = counter(Some((key, name(item))), (c.value)(item) as f64);
-            f.mut_metric().push(sample);
+            let (label, value) = (Some((key, name(item))), (field.value)(item) as f64);
+            f.mut_metric().push(match field.kind {
+                StatKind::Counter => counter(label, value),
+                StatKind::Gauge => gauge(label, value),
+            });
         }
         out.push(f);
     }
-    for l in latencies {
-        let mut f = family(l.name.to_string(), l.help, MetricType::HISTOGRAM);
+    for latency in latencies {
+        let Some(metric) = &latency.metric else {
+            continue;
+        };
+        let mut f = family(metric.name.to_string(), metric.help, MetricType::HISTOGRAM);
         for item in items {
-            let sample = histogram(Some((key, name(item))), &(l.latency)(item).snapshot());
-            f.mut_metric().push(sample);
+            let snapshot = (latency.latency)(item).snapshot();
+            f.mut_metric()
+                .push(histogram(Some((key, name(item))), &snapshot));
         }
         out.push(f);
     }
 }
-
-/// The counters of each volume's backing store, labelled `volume="NAME"`.
-const BACKING_COUNTERS: &[Counters<VolumeReport>] = &[
-    Counters {
-        name: "larch_backing_reads_total",
-        help: "reads issued to the volume's backing store",
-        value: |v| v.backing_reads,
-    },
-    Counters {
-        name: "larch_backing_read_bytes_total",
-        help: "bytes read from the volume's backing store",
-        value: |v| v.backing_read_bytes,
-    },
-    Counters {
-        name: "larch_backing_writes_total",
-        help: "writes issued to the volume's backing store",
-        value: |v| v.backing_writes,
-    },
-    Counters {
-        name: "larch_backing_write_bytes_total",
-        help: "bytes written to the volume's backing store",
-        value: |v| v.backing_write_bytes,
-    },
-    Counters {
-        name: "larch_backing_flushes_total",
-        help: "flushes (fdatasync) of the volume's backing store",
-        value: |v| v.backing_flushes,
-    },
-    Counters {
-        name: "larch_backing_errors_total",
-        help: "failed operations on the volume's backing store",
-        value: |v| v.backing_errors,
-    },
-];
-
-/// The counters of each object-store volume, labelled `volume="NAME"`.
-const OBJECT_COUNTERS: &[Counters<VolumeReport>] = &[
-    Counters {
-        name: "larch_object_gets_total",
-        help: "GET requests to the volume's object store",
-        value: |v| v.object.as_ref().map_or(0, |o| o.gets),
-    },
-    Counters {
-        name: "larch_object_get_bytes_total",
-        help: "bytes the GET requests returned",
-        value: |v| v.object.as_ref().map_or(0, |o| o.get_bytes),
-    },
-    Counters {
-        name: "larch_object_puts_total",
-        help: "PUT requests to the volume's object store",
-        value: |v| v.object.as_ref().map_or(0, |o| o.puts),
-    },
-    Counters {
-        name: "larch_object_put_bytes_total",
-        help: "bytes the PUT requests sent (data objects, map pages, roots)",
-        value: |v| v.object.as_ref().map_or(0, |o| o.put_bytes),
-    },
-    Counters {
-        name: "larch_object_deletes_total",
-        help: "objects deleted (superseded objects and, at open, garbage of earlier runs)",
-        value: |v| v.object.as_ref().map_or(0, |o| o.deletes),
-    },
-    Counters {
-        name: "larch_object_delete_errors_total",
-        help: "deletes that failed after the client's retries (the objects stay until a later open's collection; also in larch_object_errors_total)",
-        value: |v| v.object.as_ref().map_or(0, |o| o.delete_errors),
-    },
-    Counters {
-        name: "larch_object_errors_total",
-        help: "object-store requests that failed after the client's retries",
-        value: |v| v.object.as_ref().map_or(0, |o| o.errors),
-    },
-    Counters {
-        name: "larch_object_commits_total",
-        help: "commits (one per TXG that changed the volume)",
-        value: |v| v.object.as_ref().map_or(0, |o| o.commits),
-    },
-    Counters {
-        name: "larch_object_committed_bytes_total",
-        help: "bytes of blocks the commits made durable (put bytes over these: write amplification)",
-        value: |v| v.object.as_ref().map_or(0, |o| o.committed_bytes),
-    },
-    Counters {
-        name: "larch_object_objects_merged_total",
-        help: "data objects read before their upload because only some of their blocks changed",
-        value: |v| v.object.as_ref().map_or(0, |o| o.objects_merged),
-    },
-];
-
-/// The latency histograms of each volume's backing store.
-const BACKING_LATENCIES: &[Latencies<VolumeReport>] = &[
-    Latencies {
-        name: "larch_backing_read_latency_seconds",
-        help: "time of backing-store reads (the system call and the latency model's delay)",
-        latency: |v| &v.backing_read_latency,
-    },
-    Latencies {
-        name: "larch_backing_write_latency_seconds",
-        help: "time of backing-store writes (the system call and the latency model's delay)",
-        latency: |v| &v.backing_write_latency,
-    },
-    Latencies {
-        name: "larch_backing_flush_latency_seconds",
-        help: "time of backing-store flushes (one fdatasync)",
-        latency: |v| &v.backing_flush_latency,
-    },
-];
-
-/// The counters of each cache device, labelled `device="PATH"`.
-const DEVICE_COUNTERS: &[Counters<CacheDeviceReport>] = &[
-    Counters {
-        name: "larch_cache_device_reads_total",
-        help: "block reads from the cache device (hits and failed attempts)",
-        value: |d| d.reads,
-    },
-    Counters {
-        name: "larch_cache_device_read_bytes_total",
-        help: "bytes read from the cache device",
-        value: |d| d.read_bytes,
-    },
-    Counters {
-        name: "larch_cache_device_read_errors_total",
-        help: "cache-device reads that failed or did not verify (not those of copies the ring wrote over during the read)",
-        value: |d| d.read_errors,
-    },
-    Counters {
-        name: "larch_cache_device_writes_total",
-        help: "feed batches written to the cache device",
-        value: |d| d.writes,
-    },
-    Counters {
-        name: "larch_cache_device_write_bytes_total",
-        help: "bytes of data feeds wrote to the cache device",
-        value: |d| d.write_bytes,
-    },
-];
-
-/// The latency histograms of each cache device.
-const DEVICE_LATENCIES: &[Latencies<CacheDeviceReport>] = &[
-    Latencies {
-        name: "larch_cache_device_read_latency_seconds",
-        help: "time of cache-device block reads, checksum verification included",
-        latency: |d| &d.read_latency,
-    },
-    Latencies {
-        name: "larch_cache_device_write_latency_seconds",
-        help: "time of cache-device feed batches, log commit included",
-        latency: |d| &d.write_latency,
-    },
-];
 
 /// The metric families of a report: the arcstats, then the backing stores' and the cache
 /// devices' counters and latency histograms.
@@ -347,8 +201,8 @@ fn families(report: &PoolReport) -> Vec<MetricFamily> {
         &report.volumes,
         "volume",
         |v| &v.name,
-        BACKING_COUNTERS,
-        BACKING_LATENCIES,
+        VOLUME_FIELDS,
+        VOLUME_LATENCIES,
         &mut out,
     );
     let object_volumes: Vec<VolumeReport> = report
@@ -361,7 +215,7 @@ fn families(report: &PoolReport) -> Vec<MetricFamily> {
         &object_volumes,
         "volume",
         |v| &v.name,
-        OBJECT_COUNTERS,
+        OBJECT_FIELDS,
         &[],
         &mut out,
     );
@@ -369,7 +223,7 @@ fn families(report: &PoolReport) -> Vec<MetricFamily> {
         &report.cache_devices,
         "device",
         |d| &d.path,
-        DEVICE_COUNTERS,
+        DEVICE_FIELDS,
         DEVICE_LATENCIES,
         &mut out,
     );
@@ -557,14 +411,19 @@ mod tests {
             assert!(!name.contains("_us_") && !name.ends_with("_us"), "{name}");
             families += 1;
         }
+        let exposed = VOLUME_FIELDS.iter().filter(|f| f.metric.is_some()).count()
+            + VOLUME_LATENCIES
+                .iter()
+                .filter(|l| l.metric.is_some())
+                .count()
+            + DEVICE_FIELDS.iter().filter(|f| f.metric.is_some()).count()
+            + DEVICE_LATENCIES
+                .iter()
+                .filter(|l| l.metric.is_some())
+                .count();
         assert_eq!(
             families,
-            report.arcstats.0.len()
-                + BACKING_COUNTERS.len()
-                + BACKING_LATENCIES.len()
-                + DEVICE_COUNTERS.len()
-                + DEVICE_LATENCIES.len()
-                + 1 // larch_history_bytes
+            report.arcstats.0.len() + exposed + 1 // larch_history_bytes
         );
         let kstats = kstat(&report);
         assert!(kstats.starts_with("name                            type data\n"));

@@ -28,6 +28,11 @@ use larch_engine::report::LatencyReport;
 use larch_engine::stats::{StatKind, StatUnit, kind_of};
 use serde::{Deserialize, Serialize};
 
+use crate::report_fields::{
+    DEVICE_FIELDS, DEVICE_LATENCIES, Field, LOG_FIELDS, LOG_LATENCIES, Latency, VOLUME_FIELDS,
+    VOLUME_LATENCIES,
+};
+
 /// Name of the saved history in the state directory.
 pub const HISTORY_FILE: &str = "analytics.bin";
 /// Seconds kept at 1-second resolution.
@@ -314,6 +319,54 @@ enum Reading {
     Gauge(f64),
 }
 
+/// A series reading: its id, label, unit and value.
+type SeriesReading = (String, String, &'static str, Reading);
+
+/// The readings of one item's fields that the history shows ([`crate::report_fields`]):
+/// `id` is the item's part of the series ids, `shown` its name in their labels.
+fn item_readings<T>(
+    item: &T,
+    id: &str,
+    shown: &str,
+    fields: &[Field<T>],
+    readings: &mut Vec<SeriesReading>,
+) {
+    for field in fields {
+        let Some(series) = &field.series else {
+            continue;
+        };
+        let value = (field.value)(item);
+        let reading = match field.kind {
+            StatKind::Counter => Reading::Counter(value),
+            StatKind::Gauge => Reading::Gauge(value as f64),
+        };
+        readings.push((series.id(id), series.label(shown), series.unit, reading));
+    }
+}
+
+/// The latency histograms of one item that the history shows, named as in
+/// [`item_readings`].
+fn item_heats<'r, T>(
+    item: &'r T,
+    id: &str,
+    shown: &str,
+    latencies: &[Latency<T>],
+    heats: &mut Vec<(String, String, &'r LatencyReport)>,
+) {
+    for latency in latencies {
+        if let Some(heat) = &latency.heat {
+            heats.push((heat.id(id), heat.label(shown), (latency.latency)(item)));
+        }
+    }
+}
+
+/// The last part of a device's path, as the page names the device.
+fn file_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map_or(path.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
 /// The unit of an arcstat's series, from the unit its declaration names and its kind (a
 /// counter's series is a rate).
 fn arcstat_unit(name: &str, kind: StatKind) -> &'static str {
@@ -413,7 +466,7 @@ impl Recorder {
         if in_order {
             self.last_time = Some(now);
         }
-        let mut readings: Vec<(String, String, &'static str, Reading)> = Vec::new();
+        let mut readings: Vec<SeriesReading> = Vec::new();
         let mut heats: Vec<(String, String, &LatencyReport)> = Vec::new();
         for (name, &value) in &report.arcstats.0 {
             let kind = kind_of(name);
@@ -430,153 +483,18 @@ impl Recorder {
         }
         for v in &report.volumes {
             let n = &v.name;
-            let reads =
-                v.read_arc_latency.count + v.read_l2_latency.count + v.read_backing_latency.count;
-            for (q, label, unit, value) in [
-                ("read_ops", "reads", "ops/s", reads),
-                ("write_ops", "writes", "ops/s", v.write_latency.count),
-                ("read_bytes", "bytes read", "bytes/s", v.read_bytes),
-                ("write_bytes", "bytes written", "bytes/s", v.write_bytes),
-                (
-                    "read_arc_ops",
-                    "reads from the ARC",
-                    "ops/s",
-                    v.read_arc_latency.count,
-                ),
-                (
-                    "read_l2_ops",
-                    "reads from cache devices",
-                    "ops/s",
-                    v.read_l2_latency.count,
-                ),
-                (
-                    "read_backing_ops",
-                    "reads from the backing store",
-                    "ops/s",
-                    v.read_backing_latency.count,
-                ),
-            ] {
-                readings.push((
-                    format!("volume/{n}/{q}"),
-                    format!("{n} {label}"),
-                    unit,
-                    Reading::Counter(value),
-                ));
-            }
-            for (q, label, unit, value) in [
-                ("read_ops", "reads", "ops/s", v.backing_reads),
-                ("write_ops", "writes", "ops/s", v.backing_writes),
-                ("flush_ops", "flushes", "ops/s", v.backing_flushes),
-                ("read_bytes", "bytes read", "bytes/s", v.backing_read_bytes),
-                (
-                    "write_bytes",
-                    "bytes written",
-                    "bytes/s",
-                    v.backing_write_bytes,
-                ),
-            ] {
-                readings.push((
-                    format!("backing/{n}/{q}"),
-                    format!("{n} backing store {label}"),
-                    unit,
-                    Reading::Counter(value),
-                ));
-            }
-            for (q, label, latency) in [
-                ("read_arc", "reads served from the ARC", &v.read_arc_latency),
-                (
-                    "read_l2",
-                    "reads served from cache devices",
-                    &v.read_l2_latency,
-                ),
-                (
-                    "read_backing",
-                    "reads served from the backing store",
-                    &v.read_backing_latency,
-                ),
-                ("write", "writes", &v.write_latency),
-            ] {
-                heats.push((format!("frontend/{n}/{q}"), format!("{n} {label}"), latency));
-            }
-            for (q, latency) in [
-                ("read", &v.backing_read_latency),
-                ("write", &v.backing_write_latency),
-                ("flush", &v.backing_flush_latency),
-            ] {
-                heats.push((
-                    format!("backing/{n}/{q}"),
-                    format!("{n} backing store {q}s"),
-                    latency,
-                ));
-            }
+            item_readings(v, n, n, VOLUME_FIELDS, &mut readings);
+            item_heats(v, n, n, VOLUME_LATENCIES, &mut heats);
         }
         for d in &report.cache_devices {
-            let g = format!("{:016x}", d.guid);
-            let name = Path::new(&d.path)
-                .file_name()
-                .map_or(d.path.clone(), |f| f.to_string_lossy().into_owned());
-            for (q, label, unit, reading) in [
-                ("read_ops", "reads", "ops/s", Reading::Counter(d.reads)),
-                ("write_ops", "writes", "ops/s", Reading::Counter(d.writes)),
-                (
-                    "read_bytes",
-                    "bytes read",
-                    "bytes/s",
-                    Reading::Counter(d.read_bytes),
-                ),
-                (
-                    "write_bytes",
-                    "bytes written (feed)",
-                    "bytes/s",
-                    Reading::Counter(d.write_bytes),
-                ),
-                (
-                    "blocks",
-                    "blocks cached",
-                    "blocks",
-                    Reading::Gauge(d.blocks as f64),
-                ),
-            ] {
-                readings.push((
-                    format!("cache/{g}/{q}"),
-                    format!("{name} (cache) {label}"),
-                    unit,
-                    reading,
-                ));
-            }
-            heats.push((
-                format!("cache/{g}/read"),
-                format!("{name} (cache) reads"),
-                &d.read_latency,
-            ));
-            heats.push((
-                format!("cache/{g}/write"),
-                format!("{name} (cache) writes"),
-                &d.write_latency,
-            ));
+            let (g, name) = (format!("{:016x}", d.guid), file_name(&d.path));
+            item_readings(d, &g, &name, DEVICE_FIELDS, &mut readings);
+            item_heats(d, &g, &name, DEVICE_LATENCIES, &mut heats);
         }
         if let Some(l) = &report.log_device {
-            let g = format!("{:016x}", l.guid);
-            let name = Path::new(&l.path)
-                .file_name()
-                .map_or(l.path.clone(), |f| f.to_string_lossy().into_owned());
-            for (q, label, unit, value) in [
-                ("commits", "commits", "per second", l.commits),
-                ("records", "records", "per second", l.records),
-                ("write_bytes", "bytes logged", "bytes/s", l.bytes),
-            ] {
-                readings.push((
-                    format!("log/{g}/{q}"),
-                    format!("{name} (log) {label}"),
-                    unit,
-                    Reading::Counter(value),
-                ));
-            }
-            heats.push((
-                format!("log/{g}/write"),
-                format!("{name} (log) commits"),
-                &l.commit_latency,
-            ));
+            let (g, name) = (format!("{:016x}", l.guid), file_name(&l.path));
+            item_readings(l, &g, &name, LOG_FIELDS, &mut readings);
+            item_heats(l, &g, &name, LOG_LATENCIES, &mut heats);
         }
         let switch = report.tunables.get("l2arc_enabled").copied().unwrap_or(1);
         readings.push((
@@ -1067,41 +985,62 @@ impl SavedSample {
     }
 }
 
+/// Why a saved history file is not taken (it is set aside and a new history starts).
+#[derive(Debug, thiserror::Error)]
+enum HistoryFileError {
+    /// Too short, or not the history's magic.
+    #[error("not a larch history (bad magic)")]
+    Magic,
+    /// Another version of the file.
+    #[error("history version {0}; this larch reads version {FILE_VERSION}")]
+    Version(u32),
+    /// The payload's checksum does not match.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// The payload does not decompress.
+    #[error("decompressing: {0}")]
+    Decompress(#[source] io::Error),
+    /// The payload decompresses to more than the limit.
+    #[error("it holds more than {limit} bytes of history, more than --history allows")]
+    TooLarge {
+        /// The limit, bytes.
+        limit: u64,
+    },
+    /// The decompressed JSON is not a history.
+    #[error("decoding: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
 impl Saved {
     /// The file's history; refused when it would decompress to more than `limit` bytes
     /// (a file saved under a larger `--history`, or not the daemon's own).
-    fn decode(bytes: &[u8], limit: u64) -> Result<Saved, String> {
+    fn decode(bytes: &[u8], limit: u64) -> Result<Saved, HistoryFileError> {
         if bytes.len() < 16 || &bytes[..8] != FILE_MAGIC {
-            return Err("not a larch history (bad magic)".to_string());
+            return Err(HistoryFileError::Magic);
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if version != FILE_VERSION {
-            return Err(format!(
-                "history version {version}; this larch reads version {FILE_VERSION}"
-            ));
+            return Err(HistoryFileError::Version(version));
         }
         let checksum = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
         let payload = &bytes[16..];
         if crc32c::crc32c(payload) != checksum {
-            return Err("checksum mismatch".to_string());
+            return Err(HistoryFileError::Checksum);
         }
         // Decompressed at most to the limit: a start never needs more memory for the file
         // than the history it may hold (a file saved under a larger `--history` would, and
         // a crash loop under a memory limit would follow).
         let mut json = Vec::new();
-        let decoder = zstd::Decoder::new(payload).map_err(|e| format!("decompressing: {e}"))?;
+        let decoder = zstd::Decoder::new(payload).map_err(HistoryFileError::Decompress)?;
         io::Read::read_to_end(
             &mut io::Read::take(decoder, limit.saturating_add(1)),
             &mut json,
         )
-        .map_err(|e| format!("decompressing: {e}"))?;
+        .map_err(HistoryFileError::Decompress)?;
         if json.len() as u64 > limit {
-            return Err(format!(
-                "it holds more than {limit} bytes of history, more than --history allows"
-            ));
+            return Err(HistoryFileError::TooLarge { limit });
         }
-        let mut saved: Saved =
-            serde_json::from_slice(&json).map_err(|e| format!("decoding: {e}"))?;
+        let mut saved: Saved = serde_json::from_slice(&json).map_err(HistoryFileError::Decode)?;
         // Samples in time order, each tier.
         saved.seconds.sort_by_key(|s| s.time);
         saved.minutes.sort_by_key(|s| s.time);
@@ -1381,7 +1320,10 @@ mod tests {
         let bytes = std::fs::read(dir.join(HISTORY_FILE)).unwrap();
         let saved = Saved::decode(&bytes, max * 8).expect("within 8x its bound");
         assert!(!saved.seconds.is_empty());
-        let refused = Saved::decode(&bytes, 4096).err().expect("past the limit");
+        let refused = Saved::decode(&bytes, 4096)
+            .err()
+            .expect("past the limit")
+            .to_string();
         assert!(refused.contains("more than 4096 bytes"), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

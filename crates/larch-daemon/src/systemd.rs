@@ -17,6 +17,26 @@
 //! The `LISTEN_*` variables are read by the pure [`parse_listen_env`], which decides which
 //! descriptors are ours and what each one serves; only turning them into listeners touches
 //! the descriptors.
+//!
+//! Why not `sd-notify`'s own `listen_fds_with_names` (0.5), which the readiness messages
+//! use the crate for: its parsing differs from what larch does, and tests check, in ways
+//! that matter.
+//! - It reads the process's environment itself, so the parse cannot be tested as a
+//!   function of the values (tests would have to set variables every test thread shares).
+//! - With `LISTEN_FDS=0` and `LISTEN_FDNAMES=` (empty), which systemd sets when it passes
+//!   no sockets, it counts one name for no descriptor and fails ("invalid
+//!   LISTEN_FDNAMES"); larch starts.
+//! - Its errors are bare `io::Error`s ("invalid LISTEN_PID"); larch's [`ActivationError`]
+//!   names the variable and its value, and says how many names and descriptors there are.
+//! - It does not trim the numbers (` 4242 ` is refused), names unnamed descriptors
+//!   `unknown` (larch keeps the name empty and says `unnamed`), and makes every descriptor
+//!   close-on-exec before larch has looked at it, failing the whole activation with a bare
+//!   `EBADF` for one that is not open, where larch names the descriptor and its name.
+//! - Its `_and_unset_env` forms remove the variables always; larch leaves another
+//!   process's inherited ones alone.
+//!
+//! So the crate does the notifications (`READY=1`, `STOPPING=1`, `STATUS=`) and larch
+//! parses `LISTEN_*` itself, following sd_listen_fds(3).
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

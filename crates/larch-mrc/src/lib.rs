@@ -170,27 +170,21 @@ impl Default for SamplerConfig {
 
 impl SamplerConfig {
     /// Checks that the values make sense together.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SamplerConfigError> {
         if !(16..=1 << 30).contains(&self.max_samples) {
-            return Err(format!(
-                "max_samples {} is not between 16 and 2^30",
-                self.max_samples
-            ));
+            return Err(SamplerConfigError::MaxSamples(self.max_samples));
         }
         if !(self.initial_rate > 0.0 && self.initial_rate <= 1.0) {
-            return Err(format!(
-                "the sampling rate {} is not in (0, 1]",
-                self.initial_rate
-            ));
+            return Err(SamplerConfigError::InitialRate(self.initial_rate));
         }
         if self.sizes.is_empty() || self.sizes.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("the curve's sizes must be ascending and not empty".into());
+            return Err(SamplerConfigError::SizesNotAscending);
         }
         if self.sizes[0] == 0 {
-            return Err("a cache size of 0 has no curve".into());
+            return Err(SamplerConfigError::ZeroSize);
         }
         if self.max_sampled_per_s == Some(0) {
-            return Err("a budget of 0 sampled accesses a second samples nothing".into());
+            return Err(SamplerConfigError::ZeroBudget);
         }
         // Every miniature is an ARC of the template with its sizes replaced by a scaled size
         // of at least one byte: a template the policy refuses (a `meta_balance` of 0, say)
@@ -202,10 +196,33 @@ impl SamplerConfig {
                 ..self.arc_template.clone()
             }
             .validate()
-            .map_err(|e| format!("the miniature ARCs' template: {e}"))?;
+            .map_err(SamplerConfigError::ArcTemplate)?;
         }
         Ok(())
     }
+}
+
+/// Why a [`SamplerConfig`] is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SamplerConfigError {
+    /// [`SamplerConfig::max_samples`] is out of range.
+    #[error("max_samples {0} is not between 16 and 2^30")]
+    MaxSamples(usize),
+    /// [`SamplerConfig::initial_rate`] is not a rate.
+    #[error("the sampling rate {0} is not in (0, 1]")]
+    InitialRate(f64),
+    /// [`SamplerConfig::sizes`] is empty or not strictly ascending.
+    #[error("the curve's sizes must be ascending and not empty")]
+    SizesNotAscending,
+    /// [`SamplerConfig::sizes`] starts at 0.
+    #[error("a cache size of 0 has no curve")]
+    ZeroSize,
+    /// [`SamplerConfig::max_sampled_per_s`] is 0.
+    #[error("a budget of 0 sampled accesses a second samples nothing")]
+    ZeroBudget,
+    /// The policy refuses [`SamplerConfig::arc_template`].
+    #[error("the miniature ARCs' template: {0}")]
+    ArcTemplate(#[source] larch_policy::ConfigError),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -375,7 +392,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// A sampler; `cfg` must validate.
-    pub fn new(cfg: SamplerConfig) -> Result<Sampler, String> {
+    pub fn new(cfg: SamplerConfig) -> Result<Sampler, SamplerConfigError> {
         cfg.validate()?;
         let threshold = threshold_of(cfg.initial_rate);
         let tree = Fenwick::new(cfg.max_samples.saturating_mul(4).min(1 << 14));
@@ -1282,7 +1299,7 @@ mod tests {
             arc_template: bad.clone(),
             ..SamplerConfig::default()
         };
-        let err = Sampler::new(cfg).err().expect("refused");
+        let err = Sampler::new(cfg).err().expect("refused").to_string();
         assert!(err.contains("meta_balance"), "{err}");
         let mut lru_only = Sampler::new(SamplerConfig {
             arc_template: bad,

@@ -1,10 +1,11 @@
 //! Block traces as sampler accesses (feature `trace`), read by `larch-sim`'s readers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use larch_policy::BlockKey;
 use larch_sim::replay::UNTIMED_TICK_MS;
-use larch_sim::{Format, Op, TraceReader};
+use larch_sim::trace::RecordError;
+use larch_sim::{Format, Op, TraceError, TraceReader};
 
 use crate::Access;
 
@@ -21,6 +22,24 @@ pub struct TraceRead {
     pub timed: bool,
 }
 
+/// Why a trace's accesses could not all be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceAccessError {
+    /// The trace could not be opened or a record could not be parsed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// A record parsed but cannot be split into blocks ([`larch_sim::Record::blocks`]).
+    #[error("{}: record {record}: {source}", path.display())]
+    Record {
+        /// The trace file.
+        path: PathBuf,
+        /// The record's number, 1-based.
+        record: u64,
+        /// What is wrong with it.
+        source: RecordError,
+    },
+}
+
 /// Reads a trace and calls `each` with every block access, in order, split into blocks
 /// of `block_size_bytes`; a trace without times advances by the simulator's tick per
 /// record. A request continuing where the previous one of its volume ended is
@@ -30,17 +49,21 @@ pub fn for_each_access(
     format: Option<Format>,
     block_size_bytes: u32,
     mut each: impl FnMut(&Access),
-) -> Result<TraceRead, String> {
-    let mut reader = TraceReader::open(path, format).map_err(|e| e.to_string())?;
+) -> Result<TraceRead, TraceAccessError> {
+    let mut reader = TraceReader::open(path, format)?;
     let mut origin: Option<u64> = None;
     let mut now_ms = 0u64;
     let mut records = 0u64;
     let mut next_of: std::collections::HashMap<u64, u64> = Default::default();
-    while let Some(record) = reader.next_record().map_err(|e| e.to_string())? {
+    while let Some(record) = reader.next_record()? {
         records += 1;
         let (first, count, bytes) = record
             .blocks(block_size_bytes, MAX_BLOCKS_PER_RECORD)
-            .map_err(|e| format!("{}: record {records}: {e}", path.display()))?;
+            .map_err(|source| TraceAccessError::Record {
+                path: path.to_path_buf(),
+                record: records,
+                source,
+            })?;
         match record.time_ms {
             Some(t) => {
                 let o = *origin.get_or_insert(t);

@@ -80,7 +80,7 @@ pub enum Kind {
 }
 
 /// Why bytes read from the store are not what they claim to be.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     /// Too short, wrong magic, version or kind.
     #[error("not a larch {0} (bad header)")]
@@ -90,15 +90,140 @@ pub enum LayoutError {
     Checksum(&'static str),
     /// The body does not parse.
     #[error("{0} does not parse: {1}")]
-    Parse(&'static str, String),
+    Parse(&'static str, #[source] BodyError),
     /// A block record is not the one expected.
     #[error("block {block}: {why}")]
     Record {
         /// The block.
         block: u64,
         /// What is wrong.
-        why: String,
+        #[source]
+        why: RecordFault,
     },
+}
+
+/// Why the body of an envelope does not parse as its kind.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// It is not the JSON of its kind.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// It is a root that [`Root::decode`] refuses.
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// A map page's body is not [`PAGE_OBJECTS`] entries long.
+    #[error("{0} bytes")]
+    PageLength(usize),
+}
+
+/// What is wrong with a block's record ([`verify_record`], [`build_object`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordFault {
+    /// The record is not a block and its trailer long.
+    #[error("record of {found} bytes, expected {expected}")]
+    Length {
+        /// Its length.
+        found: usize,
+        /// A block and a trailer.
+        expected: usize,
+    },
+    /// The trailer's magic or version is not a record's.
+    #[error("not a block record")]
+    NotARecord,
+    /// The record's checksum does not match its bytes.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// The record is another volume's.
+    #[error("belongs to volume {0:#x}")]
+    OtherVolume(u64),
+    /// The record is another block's.
+    #[error("is block {0}")]
+    OtherBlock(u64),
+    /// The record was written by another commit than the map names.
+    #[error("written by commit {written}, the map says {expected}")]
+    OtherCommit {
+        /// The commit the record names.
+        written: u64,
+        /// The commit the map names.
+        expected: u64,
+    },
+    /// A block given to [`build_object`] is neither whole nor the volume's short last one.
+    #[error(
+        "{given} bytes given, the volume's blocks are {block_bytes} ({inside} inside the volume)"
+    )]
+    BlockLength {
+        /// Bytes given.
+        given: usize,
+        /// The volume's block size.
+        block_bytes: usize,
+        /// Bytes of the block inside the volume.
+        inside: u64,
+    },
+}
+
+/// Why a root's geometry or numbers cannot be taken ([`Root::decode`], [`Root::check_new`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RootError {
+    /// The block size is not a power of two from 512 bytes to 1 MiB.
+    #[error("block size {0} is not allowed")]
+    BlockSize(u32),
+    /// No blocks per object, or objects larger than [`MAX_OBJECT_BYTES`].
+    #[error("{object_blocks} blocks per object ({object_bytes} bytes, at most {MAX_OBJECT_BYTES})")]
+    ObjectSize {
+        /// Blocks per object.
+        object_blocks: u32,
+        /// Bytes per object.
+        object_bytes: u64,
+    },
+    /// A size of 0 or above [`MAX_VOLUME_BYTES`].
+    #[error("size {0} (at most {MAX_VOLUME_BYTES})")]
+    VolumeSize(u64),
+    /// A counter at or above [`COUNTER_LIMIT`].
+    #[error("{what} {value} (must be below 2^62)")]
+    Counter {
+        /// Which counter.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A page beyond what the size needs, or one with no version.
+    #[error("a map page out of range")]
+    PageOutOfRange,
+    /// Pages not strictly ascending.
+    #[error("map pages out of order")]
+    PagesOutOfOrder,
+    /// A new volume's root could grow past [`MAX_ROOT_BYTES`] ([`Root::check_new`]).
+    #[error(
+        "a volume of {size_bytes} bytes in objects of {object_bytes} bytes has {pages} map \
+         pages, and its root would grow to {largest} bytes once all are written, more than \
+         the {MAX_ROOT_BYTES} a reader accepts: {}",
+        object_size_advice(*.smallest_object_blocks, *.block_bytes)
+    )]
+    RootTooLarge {
+        /// The volume's size.
+        size_bytes: u64,
+        /// Bytes per object.
+        object_bytes: u64,
+        /// Map pages of the volume.
+        pages: u64,
+        /// Bytes of its largest root.
+        largest: u64,
+        /// The fewest blocks per object that fit, if any do ([`Root::smallest_object_blocks`]).
+        smallest_object_blocks: Option<u32>,
+        /// The volume's block size.
+        block_bytes: u32,
+    },
+}
+
+/// What to do about a root that could grow too large: the smallest object size that fits.
+fn object_size_advice(smallest_object_blocks: Option<u32>, block_bytes: u32) -> String {
+    match smallest_object_blocks {
+        Some(blocks) => format!(
+            "use objects of at least {} bytes ({blocks} blocks of {block_bytes})",
+            u64::from(blocks) * u64::from(block_bytes)
+        ),
+        None => "no object size works for this size".into(),
+    }
 }
 
 fn kind_name(kind: Kind) -> &'static str {
@@ -233,28 +358,25 @@ impl Root {
     pub fn decode(bytes: &[u8]) -> Result<Root, LayoutError> {
         let body = open(Kind::Root, bytes)?;
         let root: Root = serde_json::from_slice(body)
-            .map_err(|e| LayoutError::Parse("volume root", e.to_string()))?;
+            .map_err(|e| LayoutError::Parse("volume root", e.into()))?;
         root.check()
-            .map_err(|why| LayoutError::Parse("volume root", why))?;
+            .map_err(|why| LayoutError::Parse("volume root", why.into()))?;
         Ok(root)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), RootError> {
         if !(512..=(1 << 20)).contains(&self.block_bytes) || !self.block_bytes.is_power_of_two() {
-            return Err(format!("block size {} is not allowed", self.block_bytes));
+            return Err(RootError::BlockSize(self.block_bytes));
         }
         let object_bytes = u64::from(self.object_blocks) * u64::from(self.block_bytes);
         if self.object_blocks == 0 || object_bytes > MAX_OBJECT_BYTES {
-            return Err(format!(
-                "{} blocks per object ({object_bytes} bytes, at most {MAX_OBJECT_BYTES})",
-                self.object_blocks
-            ));
+            return Err(RootError::ObjectSize {
+                object_blocks: self.object_blocks,
+                object_bytes,
+            });
         }
         if self.size_bytes == 0 || self.size_bytes > MAX_VOLUME_BYTES {
-            return Err(format!(
-                "size {} (at most {MAX_VOLUME_BYTES})",
-                self.size_bytes
-            ));
+            return Err(RootError::VolumeSize(self.size_bytes));
         }
         // The next commit and the next owner's token are one more than these: a store
         // that names a number near u64::MAX must not make that addition wrap.
@@ -264,7 +386,7 @@ impl Root {
             ("lease token", self.lease.token),
         ] {
             if n >= COUNTER_LIMIT {
-                return Err(format!("{what} {n} (must be below 2^62)"));
+                return Err(RootError::Counter { what, value: n });
             }
         }
         // Pages in range and strictly ascending: a root names at most the pages the
@@ -275,10 +397,10 @@ impl Root {
             .iter()
             .any(|p| p.page >= pages || !p.version.exists())
         {
-            return Err("a map page out of range".into());
+            return Err(RootError::PageOutOfRange);
         }
         if self.pages.windows(2).any(|w| w[0].page >= w[1].page) {
-            return Err("map pages out of order".into());
+            return Err(RootError::PagesOutOfOrder);
         }
         Ok(())
     }
@@ -288,28 +410,20 @@ impl Root {
     /// written, would be larger than a reader accepts ([`MAX_ROOT_BYTES`]). Such a volume
     /// would work until most of it was written and then never open again. Not part of
     /// `decode`'s checks: a volume created before this one existed stays readable.
-    pub fn check_new(&self) -> Result<(), String> {
+    pub fn check_new(&self) -> Result<(), RootError> {
         self.check()?;
         let largest = self.largest_bytes();
         if largest <= MAX_ROOT_BYTES {
             return Ok(());
         }
-        let object_bytes = u64::from(self.object_blocks) * u64::from(self.block_bytes);
-        let advice = match self.smallest_object_blocks() {
-            Some(blocks) => format!(
-                "use objects of at least {} bytes ({blocks} blocks of {})",
-                u64::from(blocks) * u64::from(self.block_bytes),
-                self.block_bytes
-            ),
-            None => "no object size works for this size".into(),
-        };
-        Err(format!(
-            "a volume of {} bytes in objects of {object_bytes} bytes has {} map pages, and \
-             its root would grow to {largest} bytes once all are written, more than the \
-             {MAX_ROOT_BYTES} a reader accepts: {advice}",
-            self.size_bytes,
-            self.pages_max()
-        ))
+        Err(RootError::RootTooLarge {
+            size_bytes: self.size_bytes,
+            object_bytes: u64::from(self.object_blocks) * u64::from(self.block_bytes),
+            pages: self.pages_max(),
+            largest,
+            smallest_object_blocks: self.smallest_object_blocks(),
+            block_bytes: self.block_bytes,
+        })
     }
 
     /// Map pages of the volume: a root names at most this many.
@@ -472,7 +586,7 @@ pub fn decode_page(bytes: &[u8], checksum: u64) -> Result<Vec<Version>, LayoutEr
     if body.len() as u64 != PAGE_OBJECTS * 16 {
         return Err(LayoutError::Parse(
             "map page",
-            format!("{} bytes", body.len()),
+            BodyError::PageLength(body.len()),
         ));
     }
     Ok(body
@@ -498,35 +612,34 @@ pub fn verify_record(
     block: u64,
     seq: u64,
 ) -> Result<&[u8], LayoutError> {
-    let bad = |why: String| LayoutError::Record { block, why };
+    let bad = |why| LayoutError::Record { block, why };
     if record.len() != block_bytes + TRAILER_BYTES {
-        return Err(bad(format!(
-            "record of {} bytes, expected {}",
-            record.len(),
-            block_bytes + TRAILER_BYTES
-        )));
+        return Err(bad(RecordFault::Length {
+            found: record.len(),
+            expected: block_bytes + TRAILER_BYTES,
+        }));
     }
     let (data, trailer) = record.split_at(block_bytes);
     let word = u32::from_le_bytes(trailer[0..4].try_into().expect("4 bytes"));
     let version = u16::from_le_bytes(trailer[4..6].try_into().expect("2 bytes"));
     let long = |at: usize| u64::from_le_bytes(trailer[at..at + 8].try_into().expect("8 bytes"));
     if word != RECORD_MAGIC || version != RECORD_VERSION {
-        return Err(bad("not a block record".into()));
+        return Err(bad(RecordFault::NotARecord));
     }
     if record_checksum(data, &trailer[..32]) != long(32) {
-        return Err(bad("checksum mismatch".into()));
+        return Err(bad(RecordFault::Checksum));
     }
     if long(8) != volume {
-        return Err(bad(format!("belongs to volume {:#x}", long(8))));
+        return Err(bad(RecordFault::OtherVolume(long(8))));
     }
     if long(16) != block {
-        return Err(bad(format!("is block {}", long(16))));
+        return Err(bad(RecordFault::OtherBlock(long(16))));
     }
     if long(24) != seq {
-        return Err(bad(format!(
-            "written by commit {}, the map says {seq}",
-            long(24)
-        )));
+        return Err(bad(RecordFault::OtherCommit {
+            written: long(24),
+            expected: seq,
+        }));
     }
     Ok(data)
 }
@@ -554,12 +667,11 @@ pub fn build_object<'a>(
         if !root.block_len_fits(block, data.len()) {
             return Err(LayoutError::Record {
                 block,
-                why: format!(
-                    "{} bytes given, the volume's blocks are {block_bytes} ({} inside the \
-                     volume)",
-                    data.len(),
-                    root.block_len(block)
-                ),
+                why: RecordFault::BlockLength {
+                    given: data.len(),
+                    block_bytes,
+                    inside: root.block_len(block),
+                },
             });
         }
         let start = out.len();
@@ -724,6 +836,7 @@ mod tests {
         let err = big.check_new().unwrap_err();
         let blocks = big.smallest_object_blocks().unwrap();
         let fitting = u64::from(blocks) * 4096;
+        let err = err.to_string();
         assert!(err.contains(&format!("at least {fitting} bytes")), "{err}");
         let with = |blocks| Root::new(7, 8 << 40, 4096, blocks);
         assert_eq!(with(blocks).check_new(), Ok(()));

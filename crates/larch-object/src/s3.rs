@@ -61,7 +61,7 @@ pub struct Location {
 impl Location {
     /// Parses `s3://BUCKET` or `s3://BUCKET/PREFIX` for a new volume (`larch volume
     /// add`): the prefix must be of the characters [`check_prefix`] allows.
-    pub fn parse(url: &str) -> Result<Location, String> {
+    pub fn parse(url: &str) -> Result<Location, LocationError> {
         let (location, refused) = Location::parse_recorded(url)?;
         match refused {
             Some(why) => Err(why),
@@ -73,27 +73,31 @@ impl Location {
     /// [`Location::parse`] now refuses is still taken, with the reason as a warning, so
     /// that a pool made by an earlier larch keeps opening (its objects are under the
     /// prefix as object_store encodes it, and the collection of garbage matches that).
-    pub fn parse_recorded(url: &str) -> Result<(Location, Option<String>), String> {
+    pub fn parse_recorded(url: &str) -> Result<(Location, Option<LocationError>), LocationError> {
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| format!("{url:?} is not an s3:// address"))?;
+            .ok_or_else(|| LocationError::NotS3 {
+                url: url.to_string(),
+            })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let valid_bucket = (3..=63).contains(&bucket.len())
             && bucket
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
         if !valid_bucket {
-            return Err(format!(
-                "{url}: {bucket:?} is not a bucket name (3-63 lowercase letters, digits, '-', '.')"
-            ));
+            return Err(LocationError::Bucket {
+                url: url.to_string(),
+                bucket: bucket.to_string(),
+            });
         }
         let prefix = prefix.trim_matches('/');
-        let refused = check_prefix(prefix).err().map(|why| {
-            format!(
-                "{url}: the prefix {prefix:?} {why}; a prefix is made of letters, digits, \
-                 '-', '_' and '.', in segments separated by single '/' (no segment '.' or '..')"
-            )
-        });
+        let refused = check_prefix(prefix)
+            .err()
+            .map(|source| LocationError::Prefix {
+                url: url.to_string(),
+                prefix: prefix.to_string(),
+                source,
+            });
         let location = Location {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
@@ -111,6 +115,66 @@ impl Location {
     }
 }
 
+/// Why an `s3://` address cannot be a volume's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    /// It does not start with `s3://`.
+    #[error("{url:?} is not an s3:// address")]
+    NotS3 {
+        /// The address.
+        url: String,
+    },
+    /// The bucket is not a bucket name.
+    #[error("{url}: {bucket:?} is not a bucket name (3-63 lowercase letters, digits, '-', '.')")]
+    Bucket {
+        /// The address.
+        url: String,
+        /// Its bucket.
+        bucket: String,
+    },
+    /// The prefix is of characters or segments [`check_prefix`] refuses.
+    #[error(
+        "{url}: the prefix {prefix:?} {source}; a prefix is made of letters, digits, '-', '_' \
+         and '.', in segments separated by single '/' (no segment '.' or '..')"
+    )]
+    Prefix {
+        /// The address.
+        url: String,
+        /// Its prefix, without a leading or trailing '/'.
+        prefix: String,
+        /// What is wrong with it.
+        source: PrefixError,
+    },
+}
+
+/// What is wrong with a prefix ([`check_prefix`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    /// Two '/' in a row.
+    #[error("has an empty segment ('//')")]
+    EmptySegment,
+    /// A '.' or '..' segment.
+    #[error("has the segment {0:?}")]
+    DotSegment(String),
+    /// A character outside ASCII letters, digits, '-', '_' and '.'.
+    #[error("has {character:?}{}", stored_note(.stored.as_deref()))]
+    Character {
+        /// The first such character.
+        character: char,
+        /// The prefix as the S3 client would store its keys, when it would encode it.
+        stored: Option<String>,
+    },
+}
+
+/// Where the S3 client would store the keys of a prefix it encodes, said so that the owner
+/// of a volume added before the check (which no longer opens) knows where its objects are.
+fn stored_note(stored: Option<&str>) -> String {
+    match stored {
+        Some(stored) => format!(" (the S3 client would store its keys under {stored:?})"),
+        None => String::new(),
+    }
+}
+
 /// Why `prefix` (without a leading or trailing '/') cannot be a volume's prefix, if it
 /// cannot: its segments may hold only ASCII letters, digits, '-', '_' and '.', and none
 /// may be empty, '.' or '..'.
@@ -125,31 +189,24 @@ impl Location {
 /// URLs; a space, `&` or `;` splits a shell command), and a volume's address is typed and
 /// pasted into commands. A '.' or '..' segment names another place to any tool that takes
 /// the key for a file path.
-fn check_prefix(prefix: &str) -> Result<(), String> {
+fn check_prefix(prefix: &str) -> Result<(), PrefixError> {
     if prefix.is_empty() {
         return Ok(());
     }
     for segment in prefix.split('/') {
         if segment.is_empty() {
-            return Err("has an empty segment ('//')".into());
+            return Err(PrefixError::EmptySegment);
         }
         if segment == "." || segment == ".." {
-            return Err(format!("has the segment {segment:?}"));
+            return Err(PrefixError::DotSegment(segment.to_string()));
         }
         let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-        if let Some(c) = segment.chars().find(|&c| !allowed(c)) {
+        if let Some(character) = segment.chars().find(|&c| !allowed(c)) {
             let stored = ObjPath::from(prefix);
-            let encoded = if stored.as_ref() == prefix {
-                String::new()
-            } else {
-                // Said, so that the owner of a volume added before this check (which no
-                // longer opens) knows where its objects are.
-                format!(
-                    " (the S3 client would store its keys under {:?})",
-                    stored.as_ref()
-                )
-            };
-            return Err(format!("has {c:?}{encoded}"));
+            return Err(PrefixError::Character {
+                character,
+                stored: (stored.as_ref() != prefix).then(|| stored.as_ref().to_string()),
+            });
         }
     }
     Ok(())
@@ -199,25 +256,22 @@ impl Settings {
     /// Why these settings cannot be used, if they cannot: a lease of 2 s to
     /// [`MAX_LEASE_SECS`], and a stall of at least 1 s and below the lease (a node
     /// retrying past its lease would write after another node may have taken over).
-    pub fn check(&self) -> Result<(), String> {
-        let lease = self.lease_secs.unwrap_or(60);
-        let stall = self.stall_secs.unwrap_or(30);
-        if !(2..=MAX_LEASE_SECS).contains(&lease) {
-            return Err(format!(
-                "the lease of {lease} s is not from 2 s to {MAX_LEASE_SECS} s (a day)"
-            ));
+    pub fn check(&self) -> Result<(), SettingsError> {
+        let lease_secs = self.lease_secs.unwrap_or(60);
+        let stall_secs = self.stall_secs.unwrap_or(30);
+        if !(2..=MAX_LEASE_SECS).contains(&lease_secs) {
+            return Err(SettingsError::Lease { lease_secs });
         }
-        if stall == 0 || stall >= lease {
-            return Err(format!(
-                "the stall bound of {stall} s is not from 1 s to below the lease ({lease} s)"
-            ));
+        if stall_secs == 0 || stall_secs >= lease_secs {
+            return Err(SettingsError::Stall {
+                stall_secs,
+                lease_secs,
+            });
         }
         if let Some(bytes) = self.object_bytes
             && !(1..=MAX_OBJECT_BYTES).contains(&bytes)
         {
-            return Err(format!(
-                "an object size of {bytes} bytes is not from 1 byte to {MAX_OBJECT_BYTES}"
-            ));
+            return Err(SettingsError::ObjectSize { bytes });
         }
         Ok(())
     }
@@ -227,6 +281,33 @@ impl Settings {
     pub fn transfer_timeout(&self) -> Duration {
         transfer_timeout(self.object_bytes.unwrap_or(MAX_OBJECT_BYTES))
     }
+}
+
+/// Why [`Settings`] cannot be used ([`Settings::check`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// A lease shorter than 2 s or longer than [`MAX_LEASE_SECS`].
+    #[error("the lease of {lease_secs} s is not from 2 s to {MAX_LEASE_SECS} s (a day)")]
+    Lease {
+        /// The lease asked for.
+        lease_secs: u64,
+    },
+    /// A stall bound of 0 or not below the lease.
+    #[error(
+        "the stall bound of {stall_secs} s is not from 1 s to below the lease ({lease_secs} s)"
+    )]
+    Stall {
+        /// The stall bound asked for.
+        stall_secs: u64,
+        /// The lease.
+        lease_secs: u64,
+    },
+    /// An object size of 0 or above [`MAX_OBJECT_BYTES`].
+    #[error("an object size of {bytes} bytes is not from 1 byte to {MAX_OBJECT_BYTES}")]
+    ObjectSize {
+        /// The object size.
+        bytes: u64,
+    },
 }
 
 /// The longest lease accepted, seconds (a day): a lease is renewed every quarter of it,
@@ -298,9 +379,11 @@ fn home_file(vars: Vars<'_>, name: &str, file: &str) -> Option<PathBuf> {
 /// The entries of one section of an AWS INI file (none if the file has no such section),
 /// or why the file could not be read.
 #[cfg(feature = "s3")]
-fn ini_section(path: &std::path::Path, section: &str) -> Result<Vec<(String, String)>, String> {
-    let ini =
-        ini::Ini::load_from_file(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+fn ini_section(path: &std::path::Path, section: &str) -> Result<Vec<(String, String)>, IniError> {
+    let ini = ini::Ini::load_from_file(path).map_err(|source| IniError {
+        path: path.to_path_buf(),
+        source,
+    })?;
     Ok(ini
         .section(Some(section))
         .map(|props| {
@@ -310,6 +393,15 @@ fn ini_section(path: &std::path::Path, section: &str) -> Result<Vec<(String, Str
                 .collect()
         })
         .unwrap_or_default())
+}
+
+/// Why an AWS INI file could not be read.
+#[cfg(feature = "s3")]
+#[derive(Debug, thiserror::Error)]
+#[error("reading {}: {source}", path.display())]
+struct IniError {
+    path: PathBuf,
+    source: ini::Error,
 }
 
 /// A profile's two files, `~/.aws/credentials` and `~/.aws/config` (or where
@@ -328,7 +420,7 @@ struct ProfileEntries {
     entries: Vec<(String, String)>,
     /// Why a file could not be read (a missing config file is normal: only said when the
     /// credentials are missing too).
-    problems: Vec<String>,
+    problems: Vec<IniError>,
 }
 
 #[cfg(feature = "s3")]
@@ -470,7 +562,8 @@ impl ProfileCredentials {
             }
             None if !held.failing => {
                 held.failing = true;
-                let mut why = read.problems.join("; ");
+                let problems: Vec<String> = read.problems.iter().map(|p| p.to_string()).collect();
+                let mut why = problems.join("; ");
                 if why.is_empty() {
                     why = "no aws_access_key_id and aws_secret_access_key in it".into();
                 }
@@ -837,7 +930,7 @@ mod tests {
         assert_eq!(with(None, None).check(), Ok(()));
         assert_eq!(with(Some(MAX_LEASE_SECS), Some(30)).check(), Ok(()));
         let huge = with(Some(u64::MAX), None);
-        let err = huge.check().unwrap_err();
+        let err = huge.check().unwrap_err().to_string();
         assert!(err.contains(&u64::MAX.to_string()), "{err}");
         assert_eq!(huge.lease(), Duration::from_secs(MAX_LEASE_SECS));
         assert!(with(Some(1), None).check().is_err());
@@ -940,7 +1033,7 @@ mod tests {
     #[test]
     fn prefixes_with_other_characters_or_segments_are_refused_and_say_why() {
         let refused = |url: &str| {
-            let err = Location::parse(url).expect_err(url);
+            let err = Location::parse(url).expect_err(url).to_string();
             assert!(
                 err.contains("letters, digits, '-', '_' and '.'"),
                 "{url}: {err}"
@@ -950,7 +1043,7 @@ mod tests {
         // A pool made before the check still opens such a volume, with the reason.
         let (recorded, warning) = Location::parse_recorded("s3://bucket/vols/vol~1").unwrap();
         assert_eq!(recorded.prefix, "vols/vol~1");
-        assert!(warning.is_some_and(|w| w.contains("has '~'")));
+        assert!(warning.is_some_and(|w| w.to_string().contains("has '~'")));
         let err = refused("s3://bucket/vols/vol~1");
         assert!(
             err.contains("has '~'") && err.contains("\"vols/vol%7E1\""),

@@ -56,24 +56,32 @@ impl Options {
     pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
 
     /// Why these options cannot be used, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), OptionsError> {
         if self.lease.is_zero() || self.lease > Options::MAX_DURATION {
-            return Err(format!(
-                "a lease of {:?} is not above zero and at most a day",
-                self.lease
-            ));
+            return Err(OptionsError::Lease(self.lease));
         }
         if self.skew > Options::MAX_DURATION {
-            return Err(format!(
-                "a clock skew of {:?} is more than a day",
-                self.skew
-            ));
+            return Err(OptionsError::Skew(self.skew));
         }
         if self.uploads == 0 {
-            return Err("uploads at once must be at least 1".into());
+            return Err(OptionsError::NoUploads);
         }
         Ok(())
     }
+}
+
+/// Why [`Options`] cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// A lease of zero or longer than [`Options::MAX_DURATION`].
+    #[error("a lease of {0:?} is not above zero and at most a day")]
+    Lease(Duration),
+    /// A clock skew longer than [`Options::MAX_DURATION`].
+    #[error("a clock skew of {0:?} is more than a day")]
+    Skew(Duration),
+    /// No uploads at once.
+    #[error("uploads at once must be at least 1")]
+    NoUploads,
 }
 
 impl Default for Options {
@@ -163,7 +171,7 @@ impl LocalState {
             layout::open(layout::Kind::LocalState, bytes)?
         };
         serde_json::from_slice(body)
-            .map_err(|e| layout::LayoutError::Parse("local volume state", e.to_string()))
+            .map_err(|e| layout::LayoutError::Parse("local volume state", e.into()))
     }
 
     /// This state applied to the volume whose root is `root`: itself, or, when it was
@@ -1120,18 +1128,7 @@ impl ObjectVolume {
             .collect();
         let object_size =
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
-        let limit = uploads_at_once(object_size, self.options.uploads);
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(jobs)
-                .buffer_unordered(limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            // An object this node's map names may be gone because another node took the
-            // volume and committed: then that is the reason to give.
-            return Err(self.lost_to_another().unwrap_or(err));
-        }
+        self.upload_all(jobs, uploads_at_once(object_size, self.options.uploads))?;
         // 2. The map pages that changed, each a new object.
         let mut refs = Vec::new();
         let mut page_jobs = Vec::new();
@@ -1145,16 +1142,7 @@ impl ObjectVolume {
             page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
         }
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
-        let page_limit = self.options.uploads.max(1);
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(page_jobs)
-                .buffer_unordered(page_limit)
-                .try_collect()
-                .await
-        });
-        if let Err(err) = written {
-            return Err(self.lost_to_another().unwrap_or(err));
-        }
+        self.upload_all(page_jobs, self.options.uploads.max(1))?;
         // 3. The commit point: the root, conditional on the version this node last wrote.
         // `state` is held from here on only: renewals went on during the uploads.
         let mut state = self.state.lock().expect("state lock");
@@ -1207,6 +1195,25 @@ impl ObjectVolume {
     /// The future that writes data object `object` for commit `version`: the blocks given,
     /// and where they do not cover the object, its blocks as `previous` wrote them
     /// (read whole, every record verified) or zeros.
+    /// Runs a commit's uploads, `limit` at once. An object this node's map names may be
+    /// gone because another node took the volume and committed: when that is so, a failure
+    /// says so rather than what failed.
+    fn upload_all(
+        &self,
+        jobs: Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+        limit: usize,
+    ) -> io::Result<()> {
+        let written: io::Result<Vec<()>> = self.run(async move {
+            stream::iter(jobs)
+                .buffer_unordered(limit)
+                .try_collect()
+                .await
+        });
+        written
+            .map(drop)
+            .map_err(|err| self.lost_to_another().unwrap_or(err))
+    }
+
     fn upload_object(
         &self,
         object: u64,
@@ -1973,7 +1980,7 @@ mod tests {
             caught_up_token: 2,
         };
         let bytes = state.encode();
-        assert_eq!(LocalState::decode(&bytes), Ok(state));
+        assert_eq!(LocalState::decode(&bytes).unwrap(), state);
         let old = br#"{"token":5,"seen_seq":10,"log_discard_through":7,"pending_token":5}"#;
         let loaded = LocalState::decode(old).unwrap();
         assert_eq!((loaded.volume, loaded.token, loaded.seen_seq), (0, 5, 10));

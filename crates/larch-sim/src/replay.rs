@@ -3,7 +3,7 @@
 
 use larch_policy::{Access, Action, BlockKey, Policy};
 
-use crate::trace::{Op, Record};
+use crate::trace::{Op, Record, RecordError};
 
 /// What to do with write records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,18 +17,21 @@ pub enum WriteMode {
 }
 
 impl std::str::FromStr for WriteMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<WriteMode, String> {
+    type Err = UnknownWriteMode;
+    fn from_str(s: &str) -> Result<WriteMode, UnknownWriteMode> {
         match s {
             "access" => Ok(WriteMode::Access),
             "skip" => Ok(WriteMode::Skip),
             "invalidate" => Ok(WriteMode::Invalidate),
-            _ => Err(format!(
-                "unknown write mode {s:?} (one of: access, skip, invalidate)"
-            )),
+            _ => Err(UnknownWriteMode(s.to_string())),
         }
     }
 }
+
+/// A write mode name that is not one of [`WriteMode`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown write mode {0:?} (one of: access, skip, invalidate)")]
+pub struct UnknownWriteMode(pub String);
 
 /// How to replay.
 #[derive(Clone, Copy, Debug)]
@@ -130,12 +133,12 @@ impl<'p> Replayer<'p> {
     }
 
     /// The blocks a record touches: (first block, count, size of each).
-    fn blocks(&self, record: &Record) -> Result<(u64, u64, u32), String> {
+    fn blocks(&self, record: &Record) -> Result<(u64, u64, u32), RecordError> {
         record.blocks(self.cfg.block_size_bytes, self.cfg.max_blocks_per_record)
     }
 
     /// Replays one record. An `Err` means the record is malformed; nothing was replayed.
-    pub fn record(&mut self, record: &Record) -> Result<(), String> {
+    pub fn record(&mut self, record: &Record) -> Result<(), RecordError> {
         let (first, count, size_bytes) = self.blocks(record)?;
         self.advance_clock(record.time_ms);
         self.counts.records += 1;

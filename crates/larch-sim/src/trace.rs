@@ -19,7 +19,6 @@
 //!   (bytes), u32 sg count, u16 SCSI command (0x28 read, 0x2a write), u16 version, u64 lbn
 //!   (sectors), u64 time (µs).
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -93,7 +92,7 @@ impl Record {
         &self,
         block_size_bytes: u32,
         max_blocks: u64,
-    ) -> Result<(u64, u64, u32), String> {
+    ) -> Result<(u64, u64, u32), RecordError> {
         let bs = u64::from(block_size_bytes.max(1));
         match self.extent {
             Extent::Object { id, size_bytes } => {
@@ -106,13 +105,11 @@ impl Record {
                 // Its last byte, which may be 2^64 - 1 itself.
                 let last = offset_bytes
                     .checked_add(length_bytes.max(1) - 1)
-                    .ok_or("range ends past 2^64 bytes")?;
+                    .ok_or(RecordError::PastU64Bytes)?;
                 let first = offset_bytes / bs;
                 let count = last / bs - first + 1;
                 if count > max_blocks {
-                    return Err(format!(
-                        "record spans {count} blocks, more than the limit of {max_blocks}"
-                    ));
+                    return Err(RecordError::TooManyBlocks { count, max_blocks });
                 }
                 Ok((first, count, block_size_bytes))
             }
@@ -156,23 +153,129 @@ impl Format {
 }
 
 impl FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Format, String> {
+    type Err = UnknownFormatName;
+    fn from_str(s: &str) -> Result<Format, UnknownFormatName> {
         Format::ALL
             .iter()
             .find(|(_, n)| *n == s)
             .map(|(f, _)| *f)
-            .ok_or_else(|| {
-                let names: Vec<_> = Format::ALL.iter().map(|(_, n)| *n).collect();
-                format!("unknown trace format {s:?} (one of: {})", names.join(", "))
-            })
+            .ok_or_else(|| UnknownFormatName(s.to_string()))
     }
 }
 
+/// A format name that is not one of [`Format::ALL`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown trace format {0:?} (one of: {names})", names = format_names())]
+pub struct UnknownFormatName(pub String);
+
+/// The command-line names of the formats, comma-separated.
+fn format_names() -> String {
+    let names: Vec<_> = Format::ALL.iter().map(|(_, n)| *n).collect();
+    names.join(", ")
+}
+
+/// What is wrong with one trace record (or line): the reason in a [`TraceError::Parse`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// A field that should be a non-negative integer is not.
+    #[error("{what} {field:?} is not a non-negative integer")]
+    NotInteger {
+        /// What the field holds (`block number`, `offset`, ...).
+        what: &'static str,
+        /// The field as given, trimmed.
+        field: String,
+    },
+    /// A `.lis` line has no page count.
+    #[error("missing page count")]
+    MissingPageCount,
+    /// A `.lis` line asks for no pages.
+    #[error("page count is 0")]
+    ZeroPageCount,
+    /// A value times its unit does not fit in 64 bits.
+    #[error("{what} too large")]
+    TooLarge {
+        /// What overflowed (`start page`, `page count`, `offset`, `size`).
+        what: &'static str,
+    },
+    /// The first CSV line is neither a header nor one of the known layouts.
+    #[error(
+        "CSV line with {columns} columns and no header: expected timestamp,offset,size,op \
+         or a header row naming the columns"
+    )]
+    UnknownCsvLayout {
+        /// The line's number of columns.
+        columns: usize,
+    },
+    /// A CSV header names no column for a field every record needs.
+    #[error("CSV header has no {names} column")]
+    MissingCsvColumn {
+        /// The column names looked for, as a phrase (`size or length`).
+        names: &'static str,
+    },
+    /// A CSV line has fewer columns than the trace's layout.
+    #[error("{found} columns where the trace has {expected}")]
+    TooFewColumns {
+        /// Columns on the line.
+        found: usize,
+        /// Columns of the layout.
+        expected: usize,
+    },
+    /// A fractional timestamp is not a number.
+    #[error("timestamp {0:?} is not a number")]
+    TimestampNotNumber(String),
+    /// A timestamp is negative or not finite.
+    #[error("timestamp {0:?} is not a time")]
+    TimestampNotTime(String),
+    /// The operation field names neither a read nor a write.
+    #[error("operation {0:?} is neither a read nor a write")]
+    NotReadOrWrite(String),
+    /// A vscsi record's SCSI command is neither a read nor a write.
+    #[error("SCSI command {0:#x} is neither a read nor a write")]
+    NotReadOrWriteCommand(u16),
+    /// A binary trace ends inside a record.
+    #[error("truncated record: {filled} of {size} bytes")]
+    Truncated {
+        /// Bytes of the record present.
+        filled: usize,
+        /// Bytes of a record.
+        size: usize,
+    },
+    /// A text line is longer than [`MAX_LINE_BYTES`].
+    #[error("line longer than {MAX_LINE_BYTES} bytes")]
+    LineTooLong,
+    /// A text line is not UTF-8.
+    #[error("line is not UTF-8 text")]
+    NotUtf8,
+    /// The record's byte range ends past 2^64 bytes.
+    #[error("range ends past 2^64 bytes")]
+    PastU64Bytes,
+    /// The record touches more blocks than the reader allows ([`Record::blocks`]).
+    #[error("record spans {count} blocks, more than the limit of {max_blocks}")]
+    TooManyBlocks {
+        /// Blocks the record touches.
+        count: u64,
+        /// The limit.
+        max_blocks: u64,
+    },
+    /// The record's time, counted from the first record's, is past what the simulator's
+    /// nanosecond clock holds.
+    #[error(
+        "time {time_ms} ms is {after_ms} ms after the first record's, past the simulator's \
+         clock (584 years)"
+    )]
+    PastSimulatorClock {
+        /// The record's time.
+        time_ms: u64,
+        /// How long after the first record's.
+        after_ms: u64,
+    },
+}
+
 /// Why a trace could not be read. Parse errors name the file and the line (or record).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read.
+    #[error("{}: {source}", path.display())]
     Io {
         /// The trace file.
         path: PathBuf,
@@ -180,40 +283,24 @@ pub enum TraceError {
         source: io::Error,
     },
     /// A line or record is malformed.
+    #[error("{}:{line}: {source}", path.display())]
     Parse {
         /// The trace file.
         path: PathBuf,
         /// 1-based line number (text formats) or record number (binary formats).
         line: u64,
         /// What is wrong.
-        message: String,
+        source: RecordError,
     },
     /// The format could not be detected.
+    #[error("{}: {reason}; choose one with --format", path.display())]
     UnknownFormat {
         /// The trace file.
         path: PathBuf,
         /// Why detection failed.
-        message: String,
+        reason: &'static str,
     },
 }
-
-impl fmt::Display for TraceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TraceError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            TraceError::Parse {
-                path,
-                line,
-                message,
-            } => write!(f, "{}:{line}: {message}", path.display()),
-            TraceError::UnknownFormat { path, message } => {
-                write!(f, "{}: {message}; choose one with --format", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for TraceError {}
 
 /// Opens `path`, undoing zstd or gzip compression when its magic bytes say so.
 pub fn open_decompressed(path: &Path) -> Result<Box<dyn BufRead + Send>, TraceError> {
@@ -289,9 +376,9 @@ pub fn detect_format(path: &Path) -> Result<Format, TraceError> {
         filled += n;
     }
     head.truncate(filled);
-    let unknown = |message: &str| TraceError::UnknownFormat {
+    let unknown = |reason| TraceError::UnknownFormat {
         path: path.to_path_buf(),
-        message: message.to_string(),
+        reason,
     };
     let text =
         std::str::from_utf8(&head).map_err(|_| unknown("binary content of unknown layout"))?;
@@ -359,11 +446,11 @@ impl TraceReader {
 
     /// An error about the record last read, naming the file and the record's line (or
     /// number): for what a reader of the records finds wrong with one.
-    pub fn parse_error(&self, message: impl Into<String>) -> TraceError {
+    pub fn parse_error(&self, source: RecordError) -> TraceError {
         TraceError::Parse {
             path: self.path.clone(),
             line: self.line_number,
-            message: message.into(),
+            source,
         }
     }
 
@@ -400,7 +487,7 @@ impl TraceReader {
         }
         self.line_number += 1;
         if filled < size {
-            return Err(self.parse_error(format!("truncated record: {filled} of {size} bytes")));
+            return Err(self.parse_error(RecordError::Truncated { filled, size }));
         }
         let r = &self.record;
         let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
@@ -422,9 +509,7 @@ impl TraceReader {
             0x28 | 0x08 | 0x88 | 0xa8 => Op::Read,
             0x2a | 0x0a | 0x8a | 0xaa => Op::Write,
             other => {
-                return Err(self.parse_error(format!(
-                    "SCSI command {other:#x} is neither a read nor a write"
-                )));
+                return Err(self.parse_error(RecordError::NotReadOrWriteCommand(other)));
             }
         };
         Ok(Some(Record {
@@ -454,12 +539,12 @@ impl TraceReader {
             self.line_number += 1;
             if n as u64 == MAX_LINE_BYTES && self.record.last() != Some(&b'\n') {
                 self.skip_rest_of_line()?;
-                return Err(self.parse_error(format!("line longer than {MAX_LINE_BYTES} bytes")));
+                return Err(self.parse_error(RecordError::LineTooLong));
             }
             self.line.clear();
             match std::str::from_utf8(&self.record) {
                 Ok(text) => self.line.push_str(text),
-                Err(_) => return Err(self.parse_error("line is not UTF-8 text")),
+                Err(_) => return Err(self.parse_error(RecordError::NotUtf8)),
             }
             let line = self.line.trim();
             if line.is_empty() || line.starts_with('#') || line == "*" {
@@ -518,14 +603,15 @@ impl Iterator for TraceReader {
     }
 }
 
-fn parse_u64(field: &str, what: &str) -> Result<u64, String> {
-    field
-        .trim()
-        .parse::<u64>()
-        .map_err(|_| format!("{what} {:?} is not a non-negative integer", field.trim()))
+fn parse_u64(field: &str, what: &'static str) -> Result<u64, RecordError> {
+    let field = field.trim();
+    field.parse::<u64>().map_err(|_| RecordError::NotInteger {
+        what,
+        field: field.to_string(),
+    })
 }
 
-fn parse_text(line: &str) -> Result<Record, String> {
+fn parse_text(line: &str) -> Result<Record, RecordError> {
     let block = parse_u64(line, "block number")?;
     Ok(Record {
         time_ms: None,
@@ -538,19 +624,22 @@ fn parse_text(line: &str) -> Result<Record, String> {
     })
 }
 
-fn parse_lis(line: &str) -> Result<Record, String> {
+fn parse_lis(line: &str) -> Result<Record, RecordError> {
     let mut fields = line.split_whitespace();
     let start = parse_u64(fields.next().unwrap_or(""), "start page")?;
-    let count = parse_u64(fields.next().ok_or("missing page count")?, "page count")?;
+    let count = parse_u64(
+        fields.next().ok_or(RecordError::MissingPageCount)?,
+        "page count",
+    )?;
     if count == 0 {
-        return Err("page count is 0".to_string());
+        return Err(RecordError::ZeroPageCount);
     }
     let offset_bytes = start
         .checked_mul(SECTOR_BYTES)
-        .ok_or("start page too large")?;
+        .ok_or(RecordError::TooLarge { what: "start page" })?;
     let length_bytes = count
         .checked_mul(SECTOR_BYTES)
-        .ok_or("page count too large")?;
+        .ok_or(RecordError::TooLarge { what: "page count" })?;
     Ok(Record::read_bytes(offset_bytes, length_bytes))
 }
 
@@ -579,7 +668,7 @@ struct CsvLayout {
 
 impl CsvLayout {
     /// Finds the layout from the first record line; returns whether that line is a header.
-    fn detect(line: &str) -> Result<(CsvLayout, bool), String> {
+    fn detect(line: &str) -> Result<(CsvLayout, bool), RecordError> {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let is_number = |f: &str| f.parse::<f64>().is_ok();
         // A header names every column; a record has numbers in it.
@@ -618,17 +707,12 @@ impl CsvLayout {
                 op: 3,
                 volume: Some(4),
             },
-            n => {
-                return Err(format!(
-                    "CSV line with {n} columns and no header: expected timestamp,offset,size,op \
-                     or a header row naming the columns"
-                ));
-            }
+            columns => return Err(RecordError::UnknownCsvLayout { columns }),
         };
         Ok((layout, false))
     }
 
-    fn from_header(names: &[&str]) -> Result<CsvLayout, String> {
+    fn from_header(names: &[&str]) -> Result<CsvLayout, RecordError> {
         let find = |candidates: &[&str]| {
             names.iter().position(|n| {
                 let n = n.to_ascii_lowercase();
@@ -639,15 +723,24 @@ impl CsvLayout {
         let (offset, offset_unit_bytes) = match find(&["offset", "offset_bytes", "byte_offset"]) {
             Some(i) => (i, 1),
             None => (
-                find(&["lbn", "lba", "sector", "offset_sectors"])
-                    .ok_or("CSV header has no offset, lba or lbn column")?,
+                find(&["lbn", "lba", "sector", "offset_sectors"]).ok_or(
+                    RecordError::MissingCsvColumn {
+                        names: "offset, lba or lbn",
+                    },
+                )?,
                 SECTOR_BYTES,
             ),
         };
-        let size = find(&["size", "length", "len", "size_bytes", "bytes"])
-            .ok_or("CSV header has no size or length column")?;
-        let op = find(&["op", "type", "iotype", "io_type", "rw", "opcode", "cmd"])
-            .ok_or("CSV header has no op, type or iotype column")?;
+        let size = find(&["size", "length", "len", "size_bytes", "bytes"]).ok_or(
+            RecordError::MissingCsvColumn {
+                names: "size or length",
+            },
+        )?;
+        let op = find(&["op", "type", "iotype", "io_type", "rw", "opcode", "cmd"]).ok_or(
+            RecordError::MissingCsvColumn {
+                names: "op, type or iotype",
+            },
+        )?;
         let volume = find(&["volume", "lun", "disk", "device", "volume_id"]);
         // cloudPhysics-style headers name the time `time` in µs; SYSTOR names it `Timestamp`
         // in fractional seconds. The unit is decided per value: a decimal point means seconds.
@@ -663,14 +756,13 @@ impl CsvLayout {
         })
     }
 
-    fn parse(&self, line: &str) -> Result<Record, String> {
+    fn parse(&self, line: &str) -> Result<Record, RecordError> {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         if fields.len() < self.columns {
-            return Err(format!(
-                "{} columns where the trace has {}",
-                fields.len(),
-                self.columns
-            ));
+            return Err(RecordError::TooFewColumns {
+                found: fields.len(),
+                expected: self.columns,
+            });
         }
         let time_ms = match self.time {
             None => None,
@@ -690,22 +782,22 @@ impl CsvLayout {
             extent: Extent::Bytes {
                 offset_bytes: offset
                     .checked_mul(self.offset_unit_bytes)
-                    .ok_or("offset too large")?,
+                    .ok_or(RecordError::TooLarge { what: "offset" })?,
                 length_bytes: size
                     .checked_mul(self.size_unit_bytes)
-                    .ok_or("size too large")?,
+                    .ok_or(RecordError::TooLarge { what: "size" })?,
             },
         })
     }
 }
 
-fn parse_time_ms(field: &str, unit: TimeUnit) -> Result<u64, String> {
+fn parse_time_ms(field: &str, unit: TimeUnit) -> Result<u64, RecordError> {
     if field.contains('.') || unit == TimeUnit::Seconds {
         let seconds: f64 = field
             .parse()
-            .map_err(|_| format!("timestamp {field:?} is not a number"))?;
+            .map_err(|_| RecordError::TimestampNotNumber(field.to_string()))?;
         if !seconds.is_finite() || seconds < 0.0 {
-            return Err(format!("timestamp {field:?} is not a time"));
+            return Err(RecordError::TimestampNotTime(field.to_string()));
         }
         return Ok((seconds * 1000.0) as u64);
     }
@@ -721,11 +813,11 @@ fn is_op(field: &str) -> bool {
     parse_op(field).is_ok() && field.chars().any(|c| c.is_ascii_alphabetic())
 }
 
-fn parse_op(field: &str) -> Result<Op, String> {
+fn parse_op(field: &str) -> Result<Op, RecordError> {
     match field.trim().to_ascii_lowercase().as_str() {
         "r" | "read" | "rs" | "0" | "28" | "0x28" => Ok(Op::Read),
         "w" | "write" | "ws" | "1" | "2a" | "0x2a" => Ok(Op::Write),
-        other => Err(format!("operation {other:?} is neither a read nor a write")),
+        other => Err(RecordError::NotReadOrWrite(other.to_string())),
     }
 }
 
@@ -878,9 +970,27 @@ mod tests {
     fn csv_errors_name_the_problem() {
         assert!(CsvLayout::detect("a,b").is_err());
         let (layout, _) = CsvLayout::detect("1,2,3,R").unwrap();
-        assert!(layout.parse("1,2,3").unwrap_err().contains("columns"));
-        assert!(layout.parse("1,x,3,R").unwrap_err().contains("offset"));
-        assert!(layout.parse("1,2,3,Q").unwrap_err().contains("neither"));
+        assert!(
+            layout
+                .parse("1,2,3")
+                .unwrap_err()
+                .to_string()
+                .contains("columns")
+        );
+        assert!(
+            layout
+                .parse("1,x,3,R")
+                .unwrap_err()
+                .to_string()
+                .contains("offset")
+        );
+        assert!(
+            layout
+                .parse("1,2,3,Q")
+                .unwrap_err()
+                .to_string()
+                .contains("neither")
+        );
     }
 
     fn reader_over(bytes: &[u8], format: Format) -> TraceReader {

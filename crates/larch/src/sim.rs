@@ -96,11 +96,11 @@ fn parse_block_size(text: &str) -> Result<u32, String> {
     Ok(bytes as u32)
 }
 
-fn parse_format(text: &str) -> Result<Format, String> {
+fn parse_format(text: &str) -> Result<Format, larch_sim::trace::UnknownFormatName> {
     text.parse()
 }
 
-fn parse_write_mode(text: &str) -> Result<WriteMode, String> {
+fn parse_write_mode(text: &str) -> Result<WriteMode, larch_sim::replay::UnknownWriteMode> {
     text.parse()
 }
 

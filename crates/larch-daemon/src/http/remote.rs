@@ -319,19 +319,39 @@ mod tests {
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {VIEW}\r\n\r\n")
     }
 
+    /// Why no answer's head came.
+    #[derive(Debug, thiserror::Error)]
+    enum NoAnswer {
+        /// The request could not be sent.
+        #[error(transparent)]
+        Send(std::io::Error),
+        /// The connection ended after what it holds.
+        #[error("closed after {0:?}")]
+        Closed(String),
+        /// Reading failed after what it holds.
+        #[error("{source} after {got:?}")]
+        Failed { source: std::io::Error, got: String },
+    }
+
     /// Reads an answer's head (through its blank line); what came of the stream if it
     /// ended or failed first. Panics after [`PATIENCE`].
-    async fn head(stream: &mut (impl AsyncRead + Unpin)) -> Result<String, String> {
+    async fn head(stream: &mut (impl AsyncRead + Unpin)) -> Result<String, NoAnswer> {
         let mut got = Vec::new();
         let mut buf = [0u8; 1024];
         while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let text = |got: &[u8]| String::from_utf8_lossy(got).into_owned();
             match tokio::time::timeout(PATIENCE, stream.read(&mut buf))
                 .await
                 .expect("an answer, or the end of the connection, in time")
             {
-                Ok(0) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&got))),
+                Ok(0) => return Err(NoAnswer::Closed(text(&got))),
                 Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(err) => return Err(format!("{err} after {:?}", String::from_utf8_lossy(&got))),
+                Err(source) => {
+                    return Err(NoAnswer::Failed {
+                        source,
+                        got: text(&got),
+                    });
+                }
             }
         }
         Ok(String::from_utf8_lossy(&got).into_owned())
@@ -341,11 +361,11 @@ mod tests {
     async fn ask(
         stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
         request: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, NoAnswer> {
         stream
             .write_all(request.as_bytes())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(NoAnswer::Send)?;
         head(stream).await
     }
 

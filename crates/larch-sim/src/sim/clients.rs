@@ -6,7 +6,7 @@ use std::f64::consts::TAU;
 use super::config::{Pattern, Workload};
 use crate::device::Nanos;
 use crate::replay::MAX_BLOCKS_PER_RECORD;
-use crate::trace::{Extent, Op, Record, TraceError, TraceReader};
+use crate::trace::{Extent, Op, Record, RecordError, TraceError, TraceReader};
 use crate::workload::{SplitMix64, Zipf};
 
 /// One request of the workload.
@@ -57,7 +57,7 @@ struct Placement {
 /// a hash of its id and volume, so two objects share blocks only when their hashes meet,
 /// about as often as their footprint is a share of the volume: close to a replay, where
 /// each object is a block of its own.
-fn place(record: &Record, block_bytes: u64, volume_blocks: u64) -> Result<Placement, String> {
+fn place(record: &Record, block_bytes: u64, volume_blocks: u64) -> Result<Placement, RecordError> {
     let volume_blocks = volume_blocks.max(1);
     if let Extent::Object {
         id,
@@ -76,7 +76,8 @@ fn place(record: &Record, block_bytes: u64, volume_blocks: u64) -> Result<Placem
             partial: false,
         });
     }
-    let block_size = u32::try_from(block_bytes).map_err(|_| "block size above 4 GiB")?;
+    let block_size =
+        u32::try_from(block_bytes).expect("the generator's block size is given as a u32");
     let (first, count, _) = record.blocks(block_size, MAX_BLOCKS_PER_RECORD)?;
     let blocks = count.min(volume_blocks);
     let folded = (u128::from(record.volume) * u128::from(SCATTER) + u128::from(first))
@@ -273,7 +274,7 @@ impl Generator {
             return Ok(None);
         };
         let placed = place(&record, self.block_bytes, self.volume_blocks)
-            .map_err(|message| reader.parse_error(message))?;
+            .map_err(|source| reader.parse_error(source))?;
         let write = record.op == Op::Write;
         let at_ns = match record.time_ms {
             None => None,
@@ -282,10 +283,10 @@ impl Generator {
                 // one earlier than the record before it is issued when its turn comes.
                 let after_ms = t.saturating_sub(*first_ms.get_or_insert(t));
                 let at_ns = after_ms.checked_mul(1_000_000).ok_or_else(|| {
-                    reader.parse_error(format!(
-                        "time {t} ms is {after_ms} ms after the first record's, past the \
-                         simulator's clock (584 years)"
-                    ))
+                    reader.parse_error(RecordError::PastSimulatorClock {
+                        time_ms: t,
+                        after_ms,
+                    })
                 })?;
                 Some(at_ns)
             }
