@@ -81,6 +81,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use larch_policy::BlockKey;
 
+use crate::error::DistrustError;
 use crate::lock::{Rank, RankedGuard, RankedMutex};
 
 /// A tombstone waiting for its device's next log commit: the on-disk identity of a block
@@ -274,14 +275,10 @@ impl Coherence {
     }
 
     /// Records that the log of the device with `guid` must not be rebuilt (rule 4).
-    pub(crate) fn distrust(&self, guid: u64) -> Result<(), String> {
+    pub(crate) fn distrust(&self, guid: u64) -> Result<(), DistrustError> {
         match self.distrust.lock().as_ref() {
-            Some(sink) => sink(guid).map_err(|e| {
-                format!("recording that cache device {guid:#x} must be formatted: {e}")
-            }),
-            None => Err(format!(
-                "no place to record that cache device {guid:#x} must be formatted"
-            )),
+            Some(sink) => sink(guid).map_err(|source| DistrustError::Record { guid, source }),
+            None => Err(DistrustError::NoSink { guid }),
         }
     }
 }

@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use larch_io::BlockDevice;
-use larch_l2::RebuildStats;
 
 use crate::arc::{ArcCache, ArcSizer, BlockBuf, TRIM_INTERVAL, release_free_memory, sizing_limits};
 use crate::backing::BackingStore;
 use crate::coherence::{Coherence, DistrustSink};
+use crate::error::{DetachError, WriteError};
 use crate::l2::{CacheDevice, CacheDevices, L2Arc};
 use crate::lock::RankedMutex;
 use crate::read::{Reader, Served};
 use crate::report::{CacheDeviceReport, LatencyReport, LogDeviceReport, RebuildReport};
 use crate::run::{Background, Generations, Lifecycle};
-use crate::stats::{EngineStats, WriteStats};
+use crate::stats::{ComputedStats, EngineStats, WriteStats};
 use crate::tunables::Tunables;
 use crate::txg::zil::ReplayedSink;
 use crate::txg::{CommittedSink, Faults, LogHandle, PartialWrites, Syncer, Txg, TxgParts};
@@ -95,83 +95,41 @@ impl Engine {
     pub fn new(arc_max_bytes: u64) -> Arc<Engine> {
         let tunables = Arc::new(crate::tunables::starting(arc_max_bytes));
         let limits = sizing_limits(&tunables);
-        let arc = Arc::new(ArcCache::new(limits.0, limits.1));
-        let coherence = Arc::new(Coherence::new());
-        let volumes = Arc::new(Volumes::default());
-        let stats = Arc::new(EngineStats::default());
-        let write_stats = Arc::new(WriteStats::default());
-        let generations = Arc::new(Generations::new());
-        let life = Arc::new(Lifecycle::new());
-        let background = Arc::new(Background::default());
-        let l2 = Arc::new(L2Arc {
-            devices: CacheDevices::new(),
-            arc: Arc::clone(&arc),
-            coherence: Arc::clone(&coherence),
-            volumes: Arc::clone(&volumes),
-            tunables: Arc::clone(&tunables),
-            stats: Arc::clone(&stats),
-            life: Arc::clone(&life),
-            generations: Arc::clone(&generations),
-            background: Arc::clone(&background),
-        });
-        let txg = Arc::new(Txg::new(
-            1,
-            TxgParts {
-                arc: Arc::clone(&arc),
-                coherence: Arc::clone(&coherence),
-                volumes: Arc::clone(&volumes),
-                tunables: Arc::clone(&tunables),
-                stats: Arc::clone(&stats),
-                write_stats: Arc::clone(&write_stats),
-                generations: Arc::clone(&generations),
-                life: Arc::clone(&life),
-            },
-        ));
-        let partials = Arc::new(PartialWrites::new(
-            Arc::clone(&txg),
-            Arc::clone(&arc),
-            Arc::clone(&volumes),
-            Arc::clone(&tunables),
-            Arc::clone(&stats),
-            Arc::clone(&write_stats),
-            Arc::clone(&background),
-        ));
+        let shared = Shared {
+            arc: Arc::new(ArcCache::new(limits.0, limits.1)),
+            coherence: Arc::new(Coherence::new()),
+            volumes: Arc::new(Volumes::default()),
+            tunables,
+            stats: Arc::new(EngineStats::default()),
+            write_stats: Arc::new(WriteStats::default()),
+            generations: Arc::new(Generations::new()),
+            life: Arc::new(Lifecycle::new()),
+            background: Arc::new(Background::default()),
+        };
+        let l2 = Arc::new(shared.l2arc());
+        let txg = Arc::new(Txg::new(1, shared.txg_parts()));
+        let partials = Arc::new(shared.partial_writes(&txg));
+        let faults = Arc::new(Faults::default());
+        let syncer = spawn_syncer(shared.syncer(&txg, &l2, &faults));
+        let Shared {
+            arc,
+            coherence,
+            volumes,
+            tunables,
+            stats,
+            write_stats,
+            generations,
+            life,
+            background,
+        } = shared;
         let reader = Reader {
             arc: Arc::clone(&arc),
             l2: Arc::clone(&l2),
             stats: Arc::clone(&stats),
             tunables: Arc::clone(&tunables),
-            generations: Arc::clone(&generations),
+            generations,
             background: Arc::clone(&background),
         };
-        let faults = Arc::new(Faults::default());
-        let syncer = Syncer {
-            txg: Arc::clone(&txg),
-            l2: Arc::clone(&l2),
-            arc: Arc::clone(&arc),
-            coherence: Arc::clone(&coherence),
-            volumes: Arc::clone(&volumes),
-            tunables: Arc::clone(&tunables),
-            write_stats: Arc::clone(&write_stats),
-            life: Arc::clone(&life),
-            faults: Arc::clone(&faults),
-        };
-        let syncer_life = Arc::clone(&life);
-        let syncer = std::thread::Builder::new()
-            .name("larch-txg-sync".into())
-            .spawn(move || {
-                // Set however the loop ends: should it panic (a bug), FLUSHes and sync
-                // writes waiting for it get an error instead of waiting for ever.
-                struct Done(Arc<Lifecycle>);
-                impl Drop for Done {
-                    fn drop(&mut self) {
-                        self.0.syncer_ended();
-                    }
-                }
-                let _done = Done(syncer_life);
-                syncer.run();
-            })
-            .expect("spawn the TXG syncer");
         let engine = Arc::new(Engine {
             sizer: ArcSizer::new(limits),
             arc,
@@ -191,29 +149,7 @@ impl Engine {
             threads: RankedMutex::leaf(Vec::new()),
             faults,
         });
-        let weak = Arc::downgrade(&engine);
-        let _ = std::thread::Builder::new()
-            .name("larch-arc-size".into())
-            .spawn(move || {
-                let mut last_trim = Instant::now();
-                for pass in 1u64.. {
-                    std::thread::sleep(Duration::from_millis(250));
-                    let Some(engine) = weak.upgrade() else {
-                        return;
-                    };
-                    if engine.life.is_shutting_down() {
-                        return;
-                    }
-                    let shrank = engine.adjust_arc_size();
-                    // Resident memory is looked at once a second (it sums every shard),
-                    // and given back at most every TRIM_INTERVAL, or at once after a
-                    // shrink for memory pressure (what it freed must reach the system).
-                    let due = pass.is_multiple_of(4) && last_trim.elapsed() >= TRIM_INTERVAL;
-                    if (shrank || due) && engine.release_free_memory() {
-                        last_trim = Instant::now();
-                    }
-                }
-            });
+        spawn_arc_sizer(&engine);
         engine
     }
 
@@ -406,36 +342,28 @@ impl Engine {
         out.extend(named(self.stats.values()));
         out.extend(named(self.write_stats.values()));
         let (dirty, open, synced) = self.txg_state();
-        let mut rebuild = RebuildStats::default();
         let devices = self.l2.devices.all();
+        let mut computed = ComputedStats {
+            dirty_bytes: dirty,
+            dirty_data_max: self.txg.dirty_max(),
+            write_partial_pending: self.partials.pending_partials(),
+            zil_itx_pending: self.txg.log_pending_records(),
+            txg_open: open,
+            txg_synced: synced,
+            l2_hdr_size: self.arc.l2_index_bytes(),
+            mrc_size: self.mrc_memory_bytes(),
+            l2_ndev: devices.len() as u64,
+            ..ComputedStats::default()
+        };
         for r in devices.iter().filter_map(|d| d.rebuild_stats()) {
-            rebuild.l2_rebuild_success += r.l2_rebuild_success;
-            rebuild.l2_rebuild_io_errors += r.l2_rebuild_io_errors;
-            rebuild.l2_rebuild_cksum_lb_errors += r.l2_rebuild_cksum_lb_errors;
-            rebuild.l2_rebuild_bufs += r.l2_rebuild_bufs;
-            rebuild.l2_rebuild_size += r.l2_rebuild_size;
-            rebuild.l2_rebuild_log_blks += r.l2_rebuild_log_blks;
+            computed.l2_rebuild_success += r.l2_rebuild_success;
+            computed.l2_rebuild_io_errors += r.l2_rebuild_io_errors;
+            computed.l2_rebuild_cksum_lb_errors += r.l2_rebuild_cksum_lb_errors;
+            computed.l2_rebuild_bufs += r.l2_rebuild_bufs;
+            computed.l2_rebuild_size += r.l2_rebuild_size;
+            computed.l2_rebuild_log_blks += r.l2_rebuild_log_blks;
         }
-        out.extend(named(vec![
-            ("dirty_bytes", dirty),
-            ("dirty_data_max", self.txg.dirty_max()),
-            ("write_partial_pending", self.partials.pending_partials()),
-            ("zil_itx_pending", self.txg.log_pending_records()),
-            ("txg_open", open),
-            ("txg_synced", synced),
-            ("l2_hdr_size", self.arc.l2_index_bytes()),
-            ("mrc_size", self.mrc_memory_bytes()),
-            ("l2_ndev", devices.len() as u64),
-            ("l2_rebuild_success", rebuild.l2_rebuild_success),
-            ("l2_rebuild_io_errors", rebuild.l2_rebuild_io_errors),
-            (
-                "l2_rebuild_cksum_lb_errors",
-                rebuild.l2_rebuild_cksum_lb_errors,
-            ),
-            ("l2_rebuild_bufs", rebuild.l2_rebuild_bufs),
-            ("l2_rebuild_size", rebuild.l2_rebuild_size),
-            ("l2_rebuild_log_blks", rebuild.l2_rebuild_log_blks),
-        ]));
+        out.extend(named(computed.values()));
         out
     }
 
@@ -473,7 +401,7 @@ impl Engine {
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
         fua: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         self.txg
             .write_blocks(vol, blocks, vol.info.write_is_sync(fua))
     }
@@ -484,18 +412,18 @@ impl Engine {
         &self,
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<(), WriteError>> {
         self.txg.try_write_async_now(vol, blocks)
     }
 
     /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
-    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
+    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), WriteError> {
         self.txg.flush_writes(vol)
     }
 
     /// Closes the open TXG and waits until it and every TXG before it synced, for every
     /// volume (tests and tools).
-    pub fn sync_all(&self) -> Result<(), String> {
+    pub fn sync_all(&self) -> Result<(), WriteError> {
         self.txg.sync_all()
     }
 
@@ -551,7 +479,7 @@ impl Engine {
 
     /// Takes the log device out of use without losing what it covers (see
     /// `IntentLog::detach`). `Ok(None)` when there is none.
-    pub fn detach_log(&self) -> Result<Option<Arc<LogHandle>>, String> {
+    pub fn detach_log(&self) -> Result<Option<Arc<LogHandle>>, DetachError> {
         self.txg.zil.detach(&self.txg)
     }
 
@@ -617,5 +545,121 @@ impl Engine {
     /// the bytes of data written.
     pub fn feed_once(&self, device: &Arc<CacheDevice>, budget_bytes: u64) -> u64 {
         self.l2.feed_once(device, budget_bytes)
+    }
+}
+
+/// Starts the ARC size control thread: four passes a second (limits set at runtime,
+/// memory pressure), until the engine shuts down or is gone.
+fn spawn_arc_sizer(engine: &Arc<Engine>) {
+    let weak = Arc::downgrade(engine);
+    let _ = std::thread::Builder::new()
+        .name("larch-arc-size".into())
+        .spawn(move || {
+            let mut last_trim = Instant::now();
+            for pass in 1u64.. {
+                std::thread::sleep(Duration::from_millis(250));
+                let Some(engine) = weak.upgrade() else {
+                    return;
+                };
+                if engine.life.is_shutting_down() {
+                    return;
+                }
+                let shrank = engine.adjust_arc_size();
+                // Resident memory is looked at once a second (it sums every shard),
+                // and given back at most every TRIM_INTERVAL, or at once after a
+                // shrink for memory pressure (what it freed must reach the system).
+                let due = pass.is_multiple_of(4) && last_trim.elapsed() >= TRIM_INTERVAL;
+                if (shrank || due) && engine.release_free_memory() {
+                    last_trim = Instant::now();
+                }
+            }
+        });
+}
+
+/// Starts the TXG syncer's thread.
+fn spawn_syncer(syncer: Syncer) -> JoinHandle<()> {
+    let life = Arc::clone(&syncer.life);
+    std::thread::Builder::new()
+        .name("larch-txg-sync".into())
+        .spawn(move || {
+            // Set however the loop ends: should it panic (a bug), FLUSHes and sync
+            // writes waiting for it get an error instead of waiting for ever.
+            struct Done(Arc<Lifecycle>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.syncer_ended();
+                }
+            }
+            let _done = Done(life);
+            syncer.run();
+        })
+        .expect("spawn the TXG syncer")
+}
+
+/// The parts every flow shares, built first; each flow's part is wired from them.
+struct Shared {
+    arc: Arc<ArcCache>,
+    coherence: Arc<Coherence>,
+    volumes: Arc<Volumes>,
+    tunables: Arc<Tunables>,
+    stats: Arc<EngineStats>,
+    write_stats: Arc<WriteStats>,
+    generations: Arc<Generations>,
+    life: Arc<Lifecycle>,
+    background: Arc<Background>,
+}
+
+impl Shared {
+    fn l2arc(&self) -> L2Arc {
+        L2Arc {
+            devices: CacheDevices::new(),
+            arc: Arc::clone(&self.arc),
+            coherence: Arc::clone(&self.coherence),
+            volumes: Arc::clone(&self.volumes),
+            tunables: Arc::clone(&self.tunables),
+            stats: Arc::clone(&self.stats),
+            life: Arc::clone(&self.life),
+            generations: Arc::clone(&self.generations),
+            background: Arc::clone(&self.background),
+        }
+    }
+
+    fn txg_parts(&self) -> TxgParts {
+        TxgParts {
+            arc: Arc::clone(&self.arc),
+            coherence: Arc::clone(&self.coherence),
+            volumes: Arc::clone(&self.volumes),
+            tunables: Arc::clone(&self.tunables),
+            stats: Arc::clone(&self.stats),
+            write_stats: Arc::clone(&self.write_stats),
+            generations: Arc::clone(&self.generations),
+            life: Arc::clone(&self.life),
+        }
+    }
+
+    fn partial_writes(&self, txg: &Arc<Txg>) -> PartialWrites {
+        PartialWrites::new(
+            Arc::clone(txg),
+            Arc::clone(&self.arc),
+            Arc::clone(&self.volumes),
+            Arc::clone(&self.tunables),
+            Arc::clone(&self.stats),
+            Arc::clone(&self.write_stats),
+            Arc::clone(&self.background),
+        )
+    }
+
+    fn syncer(&self, txg: &Arc<Txg>, l2: &Arc<L2Arc>, faults: &Arc<Faults>) -> Syncer {
+        Syncer {
+            txg: Arc::clone(txg),
+            l2: Arc::clone(l2),
+            arc: Arc::clone(&self.arc),
+            coherence: Arc::clone(&self.coherence),
+            volumes: Arc::clone(&self.volumes),
+            tunables: Arc::clone(&self.tunables),
+            write_stats: Arc::clone(&self.write_stats),
+            life: Arc::clone(&self.life),
+            faults: Arc::clone(faults),
+        }
     }
 }

@@ -58,7 +58,7 @@ pub mod arc;
 pub mod backing;
 pub mod coherence;
 pub mod engine;
-mod error;
+pub mod error;
 pub mod files;
 pub mod l2;
 pub mod latency;
@@ -81,6 +81,7 @@ pub mod volumes;
 pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel};
 pub use engine::Engine;
+pub use error::{DetachError, DistrustError, SyncError, WriteError};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{

@@ -403,7 +403,9 @@ fn remove_log_device_with(target: Target<'_>, discard: bool) -> Result<String, M
         return Err(ManageError::Refused("the pool has no log device".into()));
     };
     if let Target::Running(pool) = target {
-        pool.engine.detach_log().map_err(ManageError::Refused)?;
+        pool.engine
+            .detach_log()
+            .map_err(|e| ManageError::Refused(e.to_string()))?;
     } else if !discard {
         // A stopped pool's log may hold sync writes that were acknowledged and never
         // reached their volumes (the pool was killed): only the next start replays them,

@@ -573,45 +573,7 @@ impl Pool {
             Ok(saved) => crate::tunables::apply(&engine.tunables, &saved),
             Err(err) => vec![format!("{}: {err}", crate::tunables::TUNABLES_FILE)],
         };
-        let mut volumes = Vec::new();
-        let mut backing_locks = Vec::new();
-        for v in &config.volumes {
-            let backing = if let Some(url) = v.object_url() {
-                open_object_backing(state_dir, config.guid, v, url)
-                    .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?
-            } else {
-                let path = resolve(state_dir, &v.backing);
-                let lock = lock_backing(&path, v.readonly).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("volume {}: {}: {e}", v.name, path.display()),
-                    )
-                })?;
-                backing_locks.extend(lock);
-                BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("volume {}: {}: {e}", v.name, path.display()),
-                    )
-                })?
-            };
-            let spec = VolumeSpec {
-                guid: v.guid,
-                block_bytes: v.volblocksize,
-                primarycache: v.primarycache,
-                secondarycache: v.secondarycache,
-                sync: v.sync,
-                read_only: v.readonly,
-            };
-            let entry = engine
-                .add_volume(spec, Arc::new(backing))
-                .map_err(|e| io::Error::other(format!("volume {}: {e}", v.name)))?;
-            volumes.push(Arc::new(Volume::new(
-                v.name.clone(),
-                entry,
-                Arc::clone(&engine),
-            )));
-        }
+        let (volumes, backing_locks) = open_volumes(state_dir, &config, &engine)?;
         // Volumes whose backing store failed a TXG in an earlier run stay failed, their lost
         // blocks unreadable, until the operator clears the record; failures from now on
         // are recorded as they happen.
@@ -625,43 +587,7 @@ impl Pool {
         engine.set_volume_failure_sink(Box::new(move |failure| {
             record_failed_volume(&sink_dir, failure)
         }));
-        // The pool's own record of the committed TXG (written when the log device cannot
-        // record it), then the intent log, replayed before anything is served or any
-        // cache device is added (after a replay that applied records, they are formatted:
-        // their copies of the replayed blocks may be older).
-        let floor = read_committed_txg(state_dir)?;
-        let sink_dir = state_dir.to_path_buf();
-        engine.set_committed_txg_sink(
-            floor,
-            Box::new(move |txg| write_committed_txg(&sink_dir, txg)),
-        );
-        let mut log_replayed = None;
-        // A replay that applies records means every cache device is formatted, not rebuilt
-        // (rule 5): their logs may hold copies the replayed writes superseded. The log
-        // forgets the records at its first TXG commit, which the syncer may make before
-        // the devices below are formatted, and a crash in between would find no records
-        // and rebuild stale copies. So the pool records first, before the log takes over,
-        // that they are to be formatted.
-        let cache_guids: Vec<u64> = config.cache_devices.iter().map(|d| d.guid).collect();
-        let sink_dir = state_dir.to_path_buf();
-        engine.set_replayed_sink(Box::new(move || {
-            update_distrusted(&sink_dir, |guids| add_guids(guids, &cache_guids))
-        }));
-        for l in &config.log_devices {
-            let path = resolve(state_dir, &l.path);
-            let create = log_is_blank(&path);
-            let replayed = engine
-                .attach_log(&path, config.guid, l.guid, create)
-                .map_err(|e| {
-                    io::Error::other(format!(
-                        "log device: {e} (acknowledged sync writes may be only there; \
-                         `larch log remove` drops it and them)"
-                    ))
-                })?;
-            if !create {
-                log_replayed = Some(replayed);
-            }
-        }
+        let log_replayed = attach_logs(state_dir, &config, &engine)?;
         // Cache devices whose logs the engine could not empty when it had to are formatted
         // (see `larch_engine::coherence`, rule 4), and so are all after a replay that
         // applied records (above) and those an earlier start could not open (rule 5); the
@@ -905,6 +831,99 @@ impl Pool {
             set_sequences(sequences, &reached);
         })
     }
+}
+
+/// Opens every volume of `config` (its backing file locked, or its object store) and
+/// registers it with `engine`. Returns the volumes and the locks on their backing files.
+fn open_volumes(
+    state_dir: &Path,
+    config: &PoolConfig,
+    engine: &Arc<Engine>,
+) -> io::Result<(Vec<Arc<Volume>>, Vec<fs::File>)> {
+    let mut volumes = Vec::new();
+    let mut backing_locks = Vec::new();
+    for v in &config.volumes {
+        let backing = if let Some(url) = v.object_url() {
+            open_object_backing(state_dir, config.guid, v, url)
+                .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?
+        } else {
+            let path = resolve(state_dir, &v.backing);
+            let lock = lock_backing(&path, v.readonly).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("volume {}: {}: {e}", v.name, path.display()),
+                )
+            })?;
+            backing_locks.extend(lock);
+            BackingStore::open(&path, v.readonly, v.latency).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("volume {}: {}: {e}", v.name, path.display()),
+                )
+            })?
+        };
+        let spec = VolumeSpec {
+            guid: v.guid,
+            block_bytes: v.volblocksize,
+            primarycache: v.primarycache,
+            secondarycache: v.secondarycache,
+            sync: v.sync,
+            read_only: v.readonly,
+        };
+        let entry = engine
+            .add_volume(spec, Arc::new(backing))
+            .map_err(|e| io::Error::other(format!("volume {}: {e}", v.name)))?;
+        volumes.push(Arc::new(Volume::new(
+            v.name.clone(),
+            entry,
+            Arc::clone(engine),
+        )));
+    }
+    Ok((volumes, backing_locks))
+}
+
+/// Attaches the pool's log devices, replaying their logs, after giving the engine the
+/// pool's records a replay relies on. Returns the records replayed (`None`: no log
+/// device had a log to replay).
+fn attach_logs(state_dir: &Path, config: &PoolConfig, engine: &Engine) -> io::Result<Option<u64>> {
+    // The pool's own record of the committed TXG (written when the log device cannot
+    // record it), then the intent log, replayed before anything is served or any
+    // cache device is added (after a replay that applied records, they are formatted:
+    // their copies of the replayed blocks may be older).
+    let floor = read_committed_txg(state_dir)?;
+    let sink_dir = state_dir.to_path_buf();
+    engine.set_committed_txg_sink(
+        floor,
+        Box::new(move |txg| write_committed_txg(&sink_dir, txg)),
+    );
+    let mut log_replayed = None;
+    // A replay that applies records means every cache device is formatted, not rebuilt
+    // (rule 5): their logs may hold copies the replayed writes superseded. The log
+    // forgets the records at its first TXG commit, which the syncer may make before
+    // the devices below are formatted, and a crash in between would find no records
+    // and rebuild stale copies. So the pool records first, before the log takes over,
+    // that they are to be formatted.
+    let cache_guids: Vec<u64> = config.cache_devices.iter().map(|d| d.guid).collect();
+    let sink_dir = state_dir.to_path_buf();
+    engine.set_replayed_sink(Box::new(move || {
+        update_distrusted(&sink_dir, |guids| add_guids(guids, &cache_guids))
+    }));
+    for l in &config.log_devices {
+        let path = resolve(state_dir, &l.path);
+        let create = log_is_blank(&path);
+        let replayed = engine
+            .attach_log(&path, config.guid, l.guid, create)
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "log device: {e} (acknowledged sync writes may be only there; \
+                     `larch log remove` drops it and them)"
+                ))
+            })?;
+        if !create {
+            log_replayed = Some(replayed);
+        }
+    }
+    Ok(log_replayed)
 }
 
 /// Closes the backing store of every volume that may have something to give back (writes

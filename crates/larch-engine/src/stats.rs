@@ -41,6 +41,32 @@ macro_rules! unit {
 }
 
 macro_rules! stats {
+    ($(#[$meta:meta])* computed pub struct $name:ident {
+        $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default, Clone, Copy)]
+        pub struct $name {
+            $( #[doc = $help] pub $field: u64, )+
+        }
+
+        impl $name {
+            /// Every stat of this group, as declared.
+            pub const STATS: &'static [StatDef] = &[
+                $( StatDef {
+                    name: stringify!($field),
+                    kind: StatKind::$kind,
+                    unit: unit!($($unit)?),
+                    help: $help,
+                }, )+
+            ];
+
+            /// The values, in declaration order.
+            pub fn values(&self) -> Vec<(&'static str, u64)> {
+                vec![ $( (stringify!($field), self.$field), )+ ]
+            }
+        }
+    };
     ($(#[$meta:meta])* pub struct $name:ident {
         $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
     }) => {
@@ -128,70 +154,30 @@ stats! {
     }
 }
 
-/// Stats the engine computes when asked, rather than counts.
-pub const COMPUTED: &[StatDef] = &[
-    gauge(
-        "dirty_bytes",
-        "bytes dirty in the open and the syncing TXG, and held by partial writes waiting for their merge",
-    )
-        .measured_in(StatUnit::Bytes),
-    gauge("dirty_data_max", "the dirty limit in force").measured_in(StatUnit::Bytes),
-    gauge(
-        "write_partial_pending",
-        "blocks with partial writes waiting for their merge (larch's)",
-    ),
-    gauge(
-        "zil_itx_pending",
-        "writes waiting for a sync write or FLUSH to put them in the log: at most one per block of the open and the syncing TXG (larch's)",
-    ),
-    gauge("txg_open", "the open TXG"),
-    gauge("txg_synced", "the newest TXG on the backing stores"),
-    gauge("l2_hdr_size", "DRAM held by the L2 index").measured_in(StatUnit::Bytes),
-    gauge("l2_ndev", "cache devices of the pool"),
-    gauge(
-        "mrc_size",
-        "DRAM held by the sampled access logs of the miss-ratio curves (larch's)",
-    )
-    .measured_in(StatUnit::Bytes),
-    counter("l2_rebuild_success", "cache-device rebuilds that completed"),
-    counter("l2_rebuild_io_errors", "rebuild reads that failed"),
-    counter(
-        "l2_rebuild_cksum_lb_errors",
-        "log blocks a rebuild found with a bad checksum",
-    ),
-    counter("l2_rebuild_bufs", "entries rebuilds restored"),
-    gauge(
-        "l2_rebuild_size",
-        "bytes of the entries the cache devices' rebuilds restored",
-    )
-    .measured_in(StatUnit::Bytes),
-    counter("l2_rebuild_log_blks", "log blocks rebuilds read"),
-];
-
-const fn gauge(name: &'static str, help: &'static str) -> StatDef {
-    StatDef {
-        name,
-        kind: StatKind::Gauge,
-        unit: StatUnit::Count,
-        help,
+stats! {
+    /// Stats the engine computes when asked, rather than counts: each a plain value,
+    /// filled in by `Engine::arcstats`.
+    computed pub struct ComputedStats {
+        dirty_bytes: Gauge in Bytes, "bytes dirty in the open and the syncing TXG, and held by partial writes waiting for their merge";
+        dirty_data_max: Gauge in Bytes, "the dirty limit in force";
+        write_partial_pending: Gauge, "blocks with partial writes waiting for their merge (larch's)";
+        zil_itx_pending: Gauge, "writes waiting for a sync write or FLUSH to put them in the log: at most one per block of the open and the syncing TXG (larch's)";
+        txg_open: Gauge, "the open TXG";
+        txg_synced: Gauge, "the newest TXG on the backing stores";
+        l2_hdr_size: Gauge in Bytes, "DRAM held by the L2 index";
+        mrc_size: Gauge in Bytes, "DRAM held by the sampled access logs of the miss-ratio curves (larch's)";
+        l2_ndev: Gauge, "cache devices of the pool";
+        l2_rebuild_success: Counter, "cache-device rebuilds that completed";
+        l2_rebuild_io_errors: Counter, "rebuild reads that failed";
+        l2_rebuild_cksum_lb_errors: Counter, "log blocks a rebuild found with a bad checksum";
+        l2_rebuild_bufs: Counter, "entries rebuilds restored";
+        l2_rebuild_size: Gauge in Bytes, "bytes of the entries the cache devices' rebuilds restored";
+        l2_rebuild_log_blks: Counter, "log blocks rebuilds read";
     }
 }
 
-const fn counter(name: &'static str, help: &'static str) -> StatDef {
-    StatDef {
-        name,
-        kind: StatKind::Counter,
-        unit: StatUnit::Count,
-        help,
-    }
-}
-
-impl StatDef {
-    /// The same declaration with another unit.
-    const fn measured_in(self, unit: StatUnit) -> StatDef {
-        StatDef { unit, ..self }
-    }
-}
+/// The declarations of the computed stats.
+pub const COMPUTED: &[StatDef] = ComputedStats::STATS;
 
 /// The kind of any arcstat: declared here for the engine's, by the OpenZFS rule for the
 /// policy's (sizes, targets and fractions are gauges; events are counters).

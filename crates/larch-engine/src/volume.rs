@@ -438,7 +438,8 @@ impl Volume {
         };
         match result {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(VolumeError::Io(why)),
+            // Clients hear the write path's reason as EIO's text.
+            Ok(Err(why)) => Err(VolumeError::Io(why.to_string())),
             Err(err) => Err(VolumeError::Io(err.to_string())),
         }
     }
@@ -486,7 +487,8 @@ impl Volume {
             .await
         {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(VolumeError::Io(why)),
+            // Clients hear the write path's reason as EIO's text.
+            Ok(Err(why)) => Err(VolumeError::Io(why.to_string())),
             Err(err) => Err(VolumeError::Io(err.to_string())),
         }
     }

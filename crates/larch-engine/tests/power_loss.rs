@@ -696,7 +696,7 @@ fn acknowledged_writes_survive_power_loss_and_no_read_is_stale() {
 /// Writes version `v` of block 0; `Err` when the engine refused it.
 fn write_version(opened: &Opened, seed: u64, v: u64, fua: bool) -> Result<(), String> {
     let data = BlockBuf::from_vec(contents(seed, 0, v));
-    opened.engine.write_blocks(&opened.vol, &[(0, data)], fua)
+    (opened.engine.write_blocks(&opened.vol, &[(0, data)], fua)).map_err(|e| e.to_string())
 }
 
 /// Waits until the TXG open now has synced (a 1-second `zfs_txg_timeout` brings it).

@@ -25,7 +25,7 @@ use larch_l2::{CreateOptions, Geometry, L2Device, RebuildStats};
 
 use crate::arc::ArcCache;
 use crate::coherence::{Coherence, Tombstone};
-use crate::error::device_error;
+use crate::error::{DistrustError, device_error};
 use crate::latency::LatencyHistogram;
 use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
 use crate::run::{Background, Generations, Lifecycle};
@@ -583,7 +583,11 @@ impl L2Arc {
     /// must not be rebuilt: the caller must not write the backing stores.
     ///
     /// The caller holds no lock of the device (its writer is taken here).
-    pub(crate) fn fault_device(&self, device: &CacheDevice, why: String) -> Result<(), String> {
+    pub(crate) fn fault_device(
+        &self,
+        device: &CacheDevice,
+        why: String,
+    ) -> Result<(), DistrustError> {
         eprintln!(
             "larch: cache device {} faulted: {why}",
             device.path.display()
@@ -607,7 +611,7 @@ impl L2Arc {
 
     /// Empties a device's log on disk; if the device cannot take it, records in the pool
     /// that the device must be formatted at the next open.
-    pub(crate) fn forget_log(&self, device: &CacheDevice) -> Result<(), String> {
+    pub(crate) fn forget_log(&self, device: &CacheDevice) -> Result<(), DistrustError> {
         self.stats.l2_log_forgotten.fetch_add(1, Ordering::Relaxed);
         let known = *device.known_header.lock();
         let forgotten = match known {

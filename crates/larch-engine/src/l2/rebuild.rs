@@ -497,7 +497,7 @@ impl L2Arc {
             &mut options,
             &mut restore,
         );
-        let (writer, mut end) = match opened {
+        let (writer, end) = match opened {
             Ok(pair) => pair,
             Err(err) => {
                 device.rebuild_index_bytes.store(0, Ordering::Relaxed);
@@ -538,42 +538,57 @@ impl L2Arc {
         }
         // The tables are built before the gate is taken: that is most of the indexing.
         restore.build_tables();
-        {
-            // Under the gate: no write changes a generation while the index goes in, and
-            // the writer is installed before any write can find an entry (rule 3).
-            let _gate = self.coherence.gate();
-            if device.state() != DeviceState::Rebuilding {
-                // Removed (or faulted) while it was rebuilding: its log was emptied then,
-                // and it must not come back to life with the rebuilt index and writer.
-                // The tombstones the walk queued since are for that dead log, and no
-                // writer will ever take them: they go too.
-                device.rebuild_index_bytes.store(0, Ordering::Relaxed);
-                self.coherence.drop_tombstones(device.index);
-                self.coherence.rebuild_ended();
-                return;
-            }
-            // The counters say what was restored: the walk counted what the tables or
-            // the writes since took back.
-            restore.attach().correct(&mut end.stats);
-            let mut writer = writer;
-            let mut slot = device.writer();
-            // Under the writer's lock, where a TXG empties the log of a device still
-            // rebuilding (rule 2): if one did, the headers this writer writes point at
-            // no log until the tombstones that make its log right again are all on the
-            // device (revealed below).
-            if self.coherence.log_forgotten_in_rebuild(device.index) {
-                writer.hide_log();
-            }
-            *slot = Some(writer);
-            drop(slot);
-            *device.rebuild.lock() = Some(end.stats);
-            device.set_state(DeviceState::Online);
-            self.coherence.rebuild_ended();
+        if self.install_rebuilt(device, restore, writer, end) {
+            self.end_rebuild_commit(device);
         }
-        // The commit that ends the rebuild: the tombstones queued above go out with the
-        // device's first header since it was opened (unless a TXG got there first, which
-        // commits them the same way). Under `feed_io`, so that no TXG writes a backing
-        // store between a failed commit and the device's log being emptied.
+    }
+
+    /// Puts a rebuilt index and its writer in use, under the gate: no write changes a
+    /// generation while the index goes in, and the writer is installed before any write
+    /// can find an entry (rule 3). False when the device was removed or faulted meanwhile.
+    fn install_rebuilt(
+        &self,
+        device: &CacheDevice,
+        restore: Restore<'_>,
+        writer: super::Writer,
+        mut end: larch_l2::RebuildEnd,
+    ) -> bool {
+        let _gate = self.coherence.gate();
+        if device.state() != DeviceState::Rebuilding {
+            // Removed (or faulted) while it was rebuilding: its log was emptied then,
+            // and it must not come back to life with the rebuilt index and writer.
+            // The tombstones the walk queued since are for that dead log, and no
+            // writer will ever take them: they go too.
+            device.rebuild_index_bytes.store(0, Ordering::Relaxed);
+            self.coherence.drop_tombstones(device.index);
+            self.coherence.rebuild_ended();
+            return false;
+        }
+        // The counters say what was restored: the walk counted what the tables or
+        // the writes since took back.
+        restore.attach().correct(&mut end.stats);
+        let mut writer = writer;
+        let mut slot = device.writer();
+        // Under the writer's lock, where a TXG empties the log of a device still
+        // rebuilding (rule 2): if one did, the headers this writer writes point at
+        // no log until the tombstones that make its log right again are all on the
+        // device (revealed by the commit that ends the rebuild).
+        if self.coherence.log_forgotten_in_rebuild(device.index) {
+            writer.hide_log();
+        }
+        *slot = Some(writer);
+        drop(slot);
+        *device.rebuild.lock() = Some(end.stats);
+        device.set_state(DeviceState::Online);
+        self.coherence.rebuild_ended();
+        true
+    }
+
+    /// The commit that ends a rebuild: the tombstones queued during it go out with the
+    /// device's first header since it was opened (unless a TXG got there first, which
+    /// commits them the same way). Under `feed_io`, so that no TXG writes a backing
+    /// store between a failed commit and the device's log being emptied.
+    fn end_rebuild_commit(&self, device: &CacheDevice) {
         let _io = self.coherence.feed_io();
         let committed = self.commit_device_log(device).and_then(|()| {
             device

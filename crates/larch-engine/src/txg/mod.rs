@@ -46,6 +46,7 @@ pub use zil::{CommittedSink, LogHandle};
 
 use crate::arc::{ArcCache, BlockBuf, index_key};
 use crate::coherence::{Coherence, Tombstone};
+use crate::error::WriteError;
 use crate::lock::{Rank, RankedGuard, RankedMutex};
 use crate::run::{Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
@@ -295,7 +296,7 @@ impl Txg {
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
         sync: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         let bytes = Self::check_blocks(vol, blocks)?;
         self.throttle(bytes)?;
         let dirtied = self.make_dirty(vol, blocks, bytes, sync);
@@ -311,7 +312,8 @@ impl Txg {
             _ => self.wait_synced(dirtied.txg)?,
         }
         // A TXG of this volume that failed to reach its backing store.
-        vol.failure().map_or(Ok(()), Err)
+        vol.failure()
+            .map_or(Ok(()), |why| Err(WriteError::VolumeFailed(why)))
     }
 
     /// [`Txg::write_blocks`] of an async write from a thread that must not block (an
@@ -322,7 +324,7 @@ impl Txg {
         &self,
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<(), WriteError>> {
         let bytes = match Self::check_blocks(vol, blocks) {
             Ok(bytes) => bytes,
             Err(why) => return Some(Err(why)),
@@ -335,31 +337,31 @@ impl Txg {
     }
 
     /// The bytes of `blocks` if the volume takes writes and each block is whole.
-    fn check_blocks(vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> Result<u64, String> {
+    fn check_blocks(vol: &VolumeEntry, blocks: &[(u64, BlockBuf)]) -> Result<u64, WriteError> {
         if let Some(why) = vol.failure() {
-            return Err(why);
+            return Err(WriteError::VolumeFailed(why));
         }
         if let Some((block, data)) = blocks
             .iter()
             .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
         {
-            return Err(format!(
-                "block {block} of {} bytes does not fit volume {:#x} ({} bytes per block, {} bytes)",
-                data.len(),
-                vol.info.guid,
-                vol.info.block_bytes,
-                vol.info.size_bytes
-            ));
+            return Err(WriteError::BlockMisfit {
+                block: *block,
+                len: data.len(),
+                guid: vol.info.guid,
+                block_bytes: vol.info.block_bytes,
+                size_bytes: vol.info.size_bytes,
+            });
         }
         Ok(blocks.iter().map(|(_, b)| b.len() as u64).sum())
     }
 
     /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.
-    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), String> {
+    pub fn flush_writes(&self, vol: &VolumeEntry) -> Result<(), WriteError> {
         // A failed volume answers every FLUSH with its error, sync=disabled or not: its
         // acknowledged writes are lost, and the client must hear so.
         if let Some(why) = vol.failure() {
-            return Err(why);
+            return Err(WriteError::VolumeFailed(why));
         }
         if vol.info.sync == SyncMode::Disabled {
             return Ok(());
@@ -376,7 +378,8 @@ impl Txg {
             let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
         }
-        vol.failure().map_or(Ok(()), Err)
+        vol.failure()
+            .map_or(Ok(()), |why| Err(WriteError::VolumeFailed(why)))
     }
 
     /// Dirties blocks (see [`Txg::write_blocks`]) in one hold of the TXG lock: they join
@@ -486,7 +489,7 @@ impl Txg {
 
     /// Asks for the TXGs up to `txg` to sync and waits until they did (a sync write or
     /// FLUSH without a usable log device).
-    fn wait_synced(&self, txg: u64) -> Result<(), String> {
+    fn wait_synced(&self, txg: u64) -> Result<(), WriteError> {
         self.write_stats
             .txg_sync_waits
             .fetch_add(1, Ordering::Relaxed);
@@ -494,14 +497,14 @@ impl Txg {
     }
 
     /// [`Txg::wait_synced`] without counting it.
-    pub(crate) fn wait_synced_quiet(&self, txg: u64) -> Result<(), String> {
+    pub(crate) fn wait_synced_quiet(&self, txg: u64) -> Result<(), WriteError> {
         let mut inner = self.lock();
         while inner.synced_txg < txg {
             if !self.life.syncer_running() {
                 return Err(if self.life.is_shutting_down() {
-                    "the pool is shutting down".into()
+                    WriteError::ShuttingDown
                 } else {
-                    "the TXG syncer stopped (see the daemon's log)".into()
+                    WriteError::SyncerStopped
                 });
             }
             // Asked for only while `txg` is still open: once it is closed the syncer is
@@ -517,7 +520,7 @@ impl Txg {
 
     /// Closes the open TXG and waits until it and every TXG before it synced, as a FLUSH
     /// without a log device does, for every volume (tests and tools).
-    pub fn sync_all(&self) -> Result<(), String> {
+    pub fn sync_all(&self) -> Result<(), WriteError> {
         let txg = self.lock().open_txg;
         self.wait_synced_quiet(txg)
     }

@@ -13,6 +13,7 @@ use super::{DirtyBlock, Txg};
 use crate::arc::ArcCache;
 use crate::backing::BackingStore;
 use crate::coherence::Coherence;
+use crate::error::{DistrustError, SyncError};
 use crate::l2::{CacheDevice, DeviceState, L2Arc};
 use crate::run::Lifecycle;
 use crate::stats::WriteStats;
@@ -88,7 +89,7 @@ impl Syncer {
     }
 
     /// Syncs one closed TXG (steps 1-3 of the module comment).
-    fn sync_txg(&self, txg: u64, blocks: &HashMap<BlockKey, DirtyBlock>) -> Result<(), String> {
+    fn sync_txg(&self, txg: u64, blocks: &HashMap<BlockKey, DirtyBlock>) -> Result<(), SyncError> {
         let started = Instant::now();
         let mut by_volume: HashMap<u16, Vec<(u64, &DirtyBlock)>> = HashMap::new();
         for (key, dirty) in blocks {
@@ -103,10 +104,11 @@ impl Syncer {
         {
             // No log could be made right, not even by the pool's record: writing the
             // backing stores now could let a restart serve stale copies. The TXG fails.
+            let text = why.to_string();
             for (slot, list) in &by_volume {
-                self.fail_txg(*slot, list, &why);
+                self.fail_txg(*slot, list, &text);
             }
-            return Err(why);
+            return Err(why.into());
         }
         // 2. The blocks, per volume in block order, contiguous runs in one write.
         let mut failure = None;
@@ -114,7 +116,7 @@ impl Syncer {
         for (slot, mut list) in by_volume {
             list.sort_unstable_by_key(|(block, _)| *block);
             let Some(vol) = self.volumes.get(slot) else {
-                failure = Some(format!("volume slot {slot} is not registered"));
+                failure = Some(SyncError::UnknownSlot(slot));
                 continue;
             };
             let max_active = self.tunables.zfs_vdev_async_write_max_active().max(1) as usize;
@@ -130,12 +132,13 @@ impl Syncer {
             };
             match stored {
                 Ok(n) => written += n,
-                Err(err) => {
-                    let why = format!(
-                        "backing store {} failed: {err}; TXG {txg} is not stored",
-                        vol.backing.path().display()
-                    );
-                    self.fail_txg(slot, &list, &why);
+                Err(source) => {
+                    let why = SyncError::Backing {
+                        path: vol.backing.path().display().to_string(),
+                        txg,
+                        source,
+                    };
+                    self.fail_txg(slot, &list, &why.to_string());
                     failure = Some(why);
                     continue;
                 }
@@ -191,7 +194,7 @@ impl Syncer {
     /// device commits the tombstones queued for it, and every device still rebuilding has
     /// its log emptied once for that rebuild (rule 2). A device that fails is faulted and
     /// its log emptied; `Err` only when that failed too and the pool could not record it.
-    fn commit_tombstones(&self) -> Result<(), String> {
+    fn commit_tombstones(&self) -> Result<(), DistrustError> {
         let _io = self.coherence.feed_io();
         for device in self.l2.devices.all() {
             if self.skip_tombstone_commit() {
@@ -202,7 +205,7 @@ impl Syncer {
         Ok(())
     }
 
-    fn commit_or_forget(&self, device: &Arc<CacheDevice>) -> Result<(), String> {
+    fn commit_or_forget(&self, device: &Arc<CacheDevice>) -> Result<(), DistrustError> {
         let mut writer = device.writer();
         match (writer.as_mut(), device.state()) {
             (Some(l2), _) => {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use larch_policy::throttle::write_delay_ns;
 
 use super::{Txg, TxgInner};
+use crate::error::WriteError;
 
 /// The dirty limit's one rule, which every writer goes by: bytes fit when nothing is
 /// dirty (a write larger than the limit passes alone) or when they keep the dirty bytes
@@ -55,7 +56,7 @@ impl Txg {
     ///
     /// An error, reserving nothing, when the syncer has stopped (a write waiting for room
     /// would wait for ever).
-    pub(super) fn throttle(&self, bytes: u64) -> Result<(), String> {
+    pub(super) fn throttle(&self, bytes: u64) -> Result<(), WriteError> {
         let max = self.dirty_max();
         let min = self.delay_min(max);
         let scale = self.tunables.zfs_delay_scale();
@@ -74,7 +75,7 @@ impl Txg {
                     if oversized {
                         inner.oversized_waiting -= 1;
                     }
-                    return Err("the TXG syncer stopped (see the daemon's log)".into());
+                    return Err(WriteError::SyncerStopped);
                 }
                 // Asked for once, and only when the open TXG holds something: writers
                 // that each asked and notified at every wake-up woke one another in a

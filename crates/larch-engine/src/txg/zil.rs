@@ -14,7 +14,7 @@ use larch_io::{BlockDevice, FileDevice, FileOptions};
 
 use super::{PendingRecord, Txg};
 use crate::coherence::Coherence;
-use crate::error::device_error;
+use crate::error::{DetachError, WriteError, device_error};
 use crate::latency::LatencyHistogram;
 use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
@@ -159,7 +159,7 @@ impl IntentLog {
         txg: &Txg,
         seq: u64,
         led: Option<Group>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         // Writes from before the log took over are in older TXGs, which must be synced.
         let covered = self
             .device()
@@ -528,18 +528,15 @@ impl IntentLog {
     /// there is no log device. `Err` when the open TXG could not be synced (the syncer
     /// stopped): the log stays in use, since it may hold the only copy of acknowledged
     /// sync writes, and the caller must keep it in the pool's configuration.
-    pub(crate) fn detach(&self, txg: &Txg) -> Result<Option<Arc<LogHandle>>, String> {
+    pub(crate) fn detach(&self, txg: &Txg) -> Result<Option<Arc<LogHandle>>, DetachError> {
         let Some(log) = self.device() else {
             return Ok(None);
         };
         log.draining.store(true, Ordering::Release);
         let open = txg.lock().open_txg;
-        if let Err(why) = txg.wait_synced_quiet(open) {
+        if let Err(source) = txg.wait_synced_quiet(open) {
             log.draining.store(false, Ordering::Release);
-            return Err(format!(
-                "TXG {open} could not be synced ({why}): the log device may hold the only \
-                 copy of acknowledged sync writes, so it stays"
-            ));
+            return Err(DetachError { txg: open, source });
         }
         let synced = txg.lock().synced_txg;
         if let Err(err) = log.device.txg_committed(synced) {
