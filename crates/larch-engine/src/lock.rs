@@ -31,9 +31,12 @@ pub(crate) enum Rank {
     Partials = 7,
     /// The TXG state shared by writers and the syncer.
     Txg = 8,
+    /// The intent log's group commit: pending records, how far they are durable, the
+    /// leader (`txg::zil::CommitState`); taken under the TXG lock by writers.
+    LogCommit = 9,
     /// Everything that takes no other lock while held: tables, fault notes, handles.
     #[default]
-    Leaf = 9,
+    Leaf = 10,
 }
 
 #[cfg(debug_assertions)]

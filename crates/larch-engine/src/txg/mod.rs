@@ -55,77 +55,13 @@ use crate::volumes::{SyncMode, VolumeEntry, Volumes};
 
 pub(crate) use syncer::{Faults, Syncer};
 pub(crate) use zil::IntentLog;
+use zil::PendingRecord;
 
 /// A dirty block waiting in a TXG.
 #[derive(Clone)]
 struct DirtyBlock {
     generation: u64,
     data: Bytes,
-}
-
-/// A write whose record the log does not have yet (OpenZFS keeps them as `itx`s). Every
-/// write gets one while a log device is attached; a sync write or FLUSH commits all of
-/// them up to its own. They reach the log in the order of the writes, so replay (which
-/// applies records in log order) ends every block with its newest logged bytes.
-#[derive(Clone)]
-struct PendingRecord {
-    txg: u64,
-    key: BlockKey,
-    volume_guid: u64,
-    offset: u64,
-    data: Bytes,
-}
-
-/// The writes not in the log yet, in the order they came, with each block's newest record
-/// of the open TXG found by key. A block written again in the same TXG before its record
-/// reached the log has that record's bytes replaced, not a second record: records only
-/// ever hold whole blocks, so the newest bytes at the older place replay to the same end,
-/// and the superseded buffers are not kept alive (a block rewritten a million times
-/// between two FLUSHes would otherwise pin a million buffers no count or limit sees).
-#[derive(Default)]
-struct PendingLog {
-    records: Vec<PendingRecord>,
-    /// Where each block's newest record is in `records`.
-    newest: HashMap<BlockKey, usize>,
-}
-
-impl PendingLog {
-    /// Adds `record`, or puts its bytes in the block's record of the same TXG.
-    fn push(&mut self, record: PendingRecord) {
-        if let Some(&at) = self.newest.get(&record.key)
-            && let Some(older) = self.records.get_mut(at)
-            && older.txg == record.txg
-            && older.key == record.key
-        {
-            older.data = record.data;
-            return;
-        }
-        self.newest.insert(record.key, self.records.len());
-        self.records.push(record);
-    }
-
-    /// Takes every record, in order.
-    fn take(&mut self) -> Vec<PendingRecord> {
-        self.newest.clear();
-        std::mem::take(&mut self.records)
-    }
-
-    /// Keeps the records of TXGs after `synced` (the others' blocks are on the stores).
-    fn keep_after(&mut self, synced: u64) {
-        self.records.retain(|r| r.txg > synced);
-        self.newest.clear();
-        for (at, r) in self.records.iter().enumerate() {
-            self.newest.insert(r.key, at);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.take();
-    }
-
-    fn len(&self) -> usize {
-        self.records.len()
-    }
 }
 
 /// What the syncer and the writers share.
@@ -142,14 +78,6 @@ struct TxgInner {
     dirty_bytes: u64,
     /// A waiter asked for the open TXG to sync now.
     sync_requested: bool,
-    /// Writes not in the log yet (only kept while a log device is attached).
-    pending: PendingLog,
-    /// Sequence number of the next pending record.
-    next_seq: u64,
-    /// Every record up to this one is durable (in the log, or its TXG synced).
-    durable_seq: u64,
-    /// A leader is committing records to the log.
-    log_busy: bool,
     /// When the last throttled write was let go (OpenZFS `dp_last_wakeup`): the next one
     /// waits its delay after it, so delays space writes out across all writers.
     last_wakeup: Instant,
@@ -165,22 +93,6 @@ struct Dirtied {
     txg: u64,
     seq: Option<u64>,
     group: Option<zil::Group>,
-}
-
-impl TxgInner {
-    /// Makes the caller the intent log's leader, if no commit is in progress: it takes
-    /// every pending record, to commit them (see [`IntentLog::commit_upto`]).
-    fn lead_log(&mut self) -> Option<zil::Group> {
-        if self.log_busy {
-            return None;
-        }
-        self.log_busy = true;
-        Some(zil::Group {
-            records: self.pending.take(),
-            synced: self.synced_txg,
-            upto: self.next_seq - 1,
-        })
-    }
 }
 
 /// The parts the write path reads and changes besides the TXG state: a write changes
@@ -228,10 +140,6 @@ impl Txg {
                     synced_txg: first_txg.max(1) - 1,
                     dirty_bytes: 0,
                     sync_requested: false,
-                    pending: PendingLog::default(),
-                    next_seq: 1,
-                    durable_seq: 0,
-                    log_busy: false,
                     oversized_waiting: 0,
                 },
             ),
@@ -275,6 +183,7 @@ impl Txg {
         if next > inner.open_txg && inner.open.is_empty() {
             inner.open_txg = next;
             inner.synced_txg = next - 1;
+            self.zil.synced(next - 1);
         }
     }
 
@@ -367,13 +276,7 @@ impl Txg {
             return Ok(());
         }
         if self.zil.is_usable() {
-            let (upto, group) = {
-                let mut inner = self.lock();
-                let upto = inner.next_seq - 1;
-                let lead = inner.durable_seq < upto;
-                (upto, lead.then(|| inner.lead_log()).flatten())
-            };
-            self.zil.commit_upto(self, upto, group)?;
+            self.zil.commit_all(self)?;
         } else {
             let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
@@ -400,6 +303,9 @@ impl Txg {
         // Decided under the TXG lock, which the log device's attach takes too.
         let keep_pending = self.zil.is_usable();
         let txg = inner.open_txg;
+        // The blocks' records join the log's pending ones in the order of the writes,
+        // under the TXG lock (see `IntentLog::commit_upto`).
+        let mut log = keep_pending.then(|| self.zil.commit_state());
         let mut last_seq = None;
         for ((block, data), generation) in blocks.iter().zip(generations) {
             let key = vol.info.key(*block);
@@ -419,17 +325,14 @@ impl Txg {
                     inner.dirty_bytes += len;
                 }
             }
-            if keep_pending {
-                let seq = inner.next_seq;
-                inner.next_seq += 1;
-                last_seq = Some(seq);
-                inner.pending.push(PendingRecord {
+            if let Some(log) = log.as_mut() {
+                last_seq = Some(log.push(PendingRecord {
                     txg,
                     key,
                     volume_guid: vol.info.guid,
                     offset: vol.info.offset_of(*block),
                     data: data.bytes().clone(),
-                });
+                }));
             }
         }
         let sync_percent = self.tunables.zfs_dirty_data_sync_percent().min(100);
@@ -437,11 +340,7 @@ impl Txg {
             inner.sync_requested = true;
             self.changed.notify_all();
         }
-        let group = if lead_log && keep_pending {
-            inner.lead_log()
-        } else {
-            None
-        };
+        let group = log.filter(|_| lead_log).and_then(|mut log| log.lead());
         Dirtied {
             txg,
             seq: last_seq,
@@ -534,7 +433,7 @@ impl Txg {
 
     /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).
     pub(crate) fn log_pending_records(&self) -> u64 {
-        self.lock().pending.len() as u64
+        self.zil.commit_state().pending_len()
     }
 
     /// Dirty bytes, open TXG, synced TXG (for stats).

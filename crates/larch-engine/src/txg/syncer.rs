@@ -39,6 +39,7 @@ pub(crate) struct Syncer {
     pub(crate) tunables: Arc<Tunables>,
     pub(crate) write_stats: Arc<WriteStats>,
     pub(crate) life: Arc<Lifecycle>,
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     pub(crate) faults: Arc<Faults>,
 }
 
@@ -74,7 +75,7 @@ impl Syncer {
             inner.dirty_bytes -= bytes;
             inner.synced_txg = txg;
             let synced = inner.synced_txg;
-            inner.pending.keep_after(synced);
+            self.txg.zil.synced(synced);
             if let Err(why) = result {
                 // The failed volumes are marked; their waiters see it.
                 eprintln!("larch: TXG {txg}: {why}");

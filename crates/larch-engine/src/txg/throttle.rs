@@ -27,7 +27,8 @@ use crate::error::WriteError;
 impl TxgInner {
     fn fits(&self, bytes: u64, max: u64, behind_oversized: bool) -> bool {
         let over = self.dirty_bytes > 0 && self.dirty_bytes + bytes > max;
-        !over && !(behind_oversized && self.oversized_waiting > 0)
+        let queued = behind_oversized && self.oversized_waiting > 0;
+        !(over || queued)
     }
 }
 

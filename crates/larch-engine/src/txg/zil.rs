@@ -12,13 +12,128 @@ use std::time::{Duration, Instant};
 
 use larch_io::{BlockDevice, FileDevice, FileOptions};
 
-use super::{PendingRecord, Txg};
+use std::sync::Condvar;
+
+use bytes::Bytes;
+use larch_policy::BlockKey;
+
+use super::Txg;
 use crate::coherence::Coherence;
 use crate::error::{DetachError, WriteError, device_error};
 use crate::latency::LatencyHistogram;
-use crate::lock::{RankedMutex, RankedRwLock};
+use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
 use crate::volumes::{VolumeEntry, Volumes};
+
+/// A write whose record the log does not have yet (OpenZFS keeps them as `itx`s). Every
+/// write gets one while a log device is attached; a sync write or FLUSH commits all of
+/// them up to its own. They reach the log in the order of the writes, so replay (which
+/// applies records in log order) ends every block with its newest logged bytes.
+#[derive(Clone)]
+pub(super) struct PendingRecord {
+    pub(super) txg: u64,
+    pub(super) key: BlockKey,
+    pub(super) volume_guid: u64,
+    pub(super) offset: u64,
+    pub(super) data: Bytes,
+}
+
+/// The writes not in the log yet, in the order they came, with each block's newest record
+/// of the open TXG found by key. A block written again in the same TXG before its record
+/// reached the log has that record's bytes replaced, not a second record: records only
+/// ever hold whole blocks, so the newest bytes at the older place replay to the same end,
+/// and the superseded buffers are not kept alive (a block rewritten a million times
+/// between two FLUSHes would otherwise pin a million buffers no count or limit sees).
+#[derive(Default)]
+struct PendingLog {
+    records: Vec<PendingRecord>,
+    /// Where each block's newest record is in `records`.
+    newest: HashMap<BlockKey, usize>,
+}
+
+impl PendingLog {
+    /// Adds `record`, or puts its bytes in the block's record of the same TXG.
+    fn push(&mut self, record: PendingRecord) {
+        if let Some(&at) = self.newest.get(&record.key)
+            && let Some(older) = self.records.get_mut(at)
+            && older.txg == record.txg
+            && older.key == record.key
+        {
+            older.data = record.data;
+            return;
+        }
+        self.newest.insert(record.key, self.records.len());
+        self.records.push(record);
+    }
+
+    /// Takes every record, in order.
+    fn take(&mut self) -> Vec<PendingRecord> {
+        self.newest.clear();
+        std::mem::take(&mut self.records)
+    }
+
+    /// Keeps the records of TXGs after `synced` (the others' blocks are on the stores).
+    fn keep_after(&mut self, synced: u64) {
+        self.records.retain(|r| r.txg > synced);
+        self.newest.clear();
+        for (at, r) in self.records.iter().enumerate() {
+            self.newest.insert(r.key, at);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.take();
+    }
+
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+}
+
+/// The group commit's state (OpenZFS's `zilog` lists and `zl_lock`): the pending
+/// records, their sequence numbers, how far they are durable, and whether a leader is
+/// committing. Records join it under the TXG lock (in the order of the writes); leaders
+/// and waiters take only this lock, so a sync write's commit adds no hold of the TXG lock.
+pub(super) struct CommitState {
+    pending: PendingLog,
+    /// Sequence number of the next pending record.
+    next_seq: u64,
+    /// Every record up to this one is durable (in the log, or its TXG synced).
+    durable_seq: u64,
+    /// A leader is committing records to the log.
+    busy: bool,
+    /// TXGs up to this one are on the backing stores (the syncer's, copied here with the
+    /// records it lets go).
+    synced_txg: u64,
+}
+
+impl CommitState {
+    /// Adds a write's record; returns its sequence number.
+    pub(super) fn push(&mut self, record: PendingRecord) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending.push(record);
+        seq
+    }
+
+    /// Makes the caller the leader, if no commit is in progress: it takes every pending
+    /// record, to commit them ([`IntentLog::commit_upto`]).
+    pub(super) fn lead(&mut self) -> Option<Group> {
+        if self.busy {
+            return None;
+        }
+        self.busy = true;
+        Some(Group {
+            records: self.pending.take(),
+            synced: self.synced_txg,
+            upto: self.next_seq - 1,
+        })
+    }
+
+    pub(super) fn pending_len(&self) -> u64 {
+        self.pending.len() as u64
+    }
+}
 
 /// The pending records a leader of the group commit took: every record up to `upto`;
 /// those of TXGs up to `synced` are on the backing stores already.
@@ -119,6 +234,9 @@ impl Committed {
 /// TXG sync; each takes the TXG engine whose state the records belong to.
 pub(crate) struct IntentLog {
     slot: RankedRwLock<Option<Arc<LogHandle>>>,
+    commit: RankedMutex<CommitState>,
+    /// Signalled when a leader ends its commit.
+    committed_cv: Condvar,
     committed: Committed,
     volumes: Arc<Volumes>,
     coherence: Arc<Coherence>,
@@ -133,6 +251,17 @@ impl IntentLog {
     ) -> IntentLog {
         IntentLog {
             slot: RankedRwLock::leaf(None),
+            commit: RankedMutex::new(
+                Rank::LogCommit,
+                CommitState {
+                    pending: PendingLog::default(),
+                    next_seq: 1,
+                    durable_seq: 0,
+                    busy: false,
+                    synced_txg: 0,
+                },
+            ),
+            committed_cv: Condvar::new(),
             committed: Committed::new(),
             volumes,
             coherence,
@@ -147,6 +276,31 @@ impl IntentLog {
 
     pub(super) fn is_usable(&self) -> bool {
         self.device().is_some_and(|l| l.is_healthy())
+    }
+
+    /// The group commit's state.
+    pub(super) fn commit_state(&self) -> RankedGuard<'_, CommitState> {
+        self.commit.lock()
+    }
+
+    /// The syncer synced TXGs up to `synced` (under the TXG lock): the records of those
+    /// TXGs need not reach the log any more.
+    pub(super) fn synced(&self, synced: u64) {
+        let mut state = self.commit_state();
+        state.synced_txg = synced;
+        state.pending.keep_after(synced);
+    }
+
+    /// Makes every write so far durable (a FLUSH): commits every pending record, leading
+    /// the commit if no leader is at work.
+    pub(super) fn commit_all(&self, txg: &Txg) -> Result<(), WriteError> {
+        let (upto, group) = {
+            let mut state = self.commit_state();
+            let upto = state.next_seq - 1;
+            let lead = state.durable_seq < upto;
+            (upto, lead.then(|| state.lead()).flatten())
+        };
+        self.commit_upto(txg, upto, group)
     }
 
     /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
@@ -168,21 +322,21 @@ impl IntentLog {
         let group = match led {
             Some(group) => group,
             None => {
-                let mut inner = txg.lock();
+                let mut state = self.commit_state();
                 loop {
-                    if inner.durable_seq >= seq {
-                        let synced = inner.synced_txg >= covered;
-                        drop(inner);
+                    if state.durable_seq >= seq {
+                        let synced = state.synced_txg >= covered;
+                        drop(state);
                         return if synced {
                             Ok(())
                         } else {
                             txg.wait_synced_quiet(covered)
                         };
                     }
-                    if let Some(group) = inner.lead_log() {
+                    if let Some(group) = state.lead() {
                         break group;
                     }
-                    inner = txg.wait(inner, Duration::from_millis(100));
+                    state = state.wait_timeout(&self.committed_cv, Duration::from_millis(100));
                 }
             }
         };
@@ -198,14 +352,14 @@ impl IntentLog {
             let newest = records.iter().map(|r| r.txg).max().unwrap_or(0);
             txg.wait_synced(newest)
         };
-        let mut inner = txg.lock();
-        inner.log_busy = false;
+        let mut state = self.commit_state();
+        state.busy = false;
         if result.is_ok() {
-            inner.durable_seq = inner.durable_seq.max(upto);
+            state.durable_seq = state.durable_seq.max(upto);
         }
-        txg.changed.notify_all();
-        let synced = inner.synced_txg >= covered;
-        drop(inner);
+        let synced = state.synced_txg >= covered;
+        drop(state);
+        self.committed_cv.notify_all();
         result?;
         if synced {
             Ok(())
@@ -550,7 +704,7 @@ impl IntentLog {
             *slot = None;
         }
         drop(slot);
-        txg.lock().pending.clear();
+        self.commit_state().pending.clear();
         // The pool writes it no more: another pool (or this one, adding it again) may.
         log.release_file_lock();
         Ok(Some(log))
