@@ -3,14 +3,30 @@
 //! transaction groups, an intent log on a log device).
 //!
 //! # Map
-//! - [`engine`]: the [`Engine`] and its threads; [`volumes`]: the one table of volumes,
-//!   by slot; [`arc`]: the ARC's shards (policy, buffers, in-flight reads, L2 index);
-//!   [`read`]: the read path; [`l2`]: cache devices (feed, rebuild, verified reads);
-//!   [`txg`]: the write path (TXGs, syncer, throttle, intent log); [`coherence`]: why no
-//!   restart serves stale data, and the state that argument relies on; [`volume`] and
-//!   [`nbd`]: a volume as clients use it, and served over NBD; [`pool`] and [`manage`]: a
-//!   pool's state directory and its changes; [`tunables`], [`stats`], [`report`]: what a
-//!   user sets and sees.
+//! The engine is a set of parts, each a type whose methods are that part's flows; a flow
+//! that spans parts holds (as `Arc`s, wired once when the engine is built) the few other
+//! parts it needs. No part's module names [`Engine`], and the crate's modules import one
+//! another without a cycle.
+//! - [`arc`]: the ARC's shards (policy, buffers, reads in flight, the L2 index) —
+//!   `ArcCache`, sized by `ArcSizer`;
+//! - [`read`]: the read path — `Reader` (ARC, L2ARC, backing store);
+//! - [`l2`]: the L2ARC — `L2Arc`: the cache devices and their add, remove, fault, feed,
+//!   rebuild and verified reads;
+//! - [`txg`]: the write path — `Txg` (dirty data, TXG state, writes, FLUSH, the throttle's
+//!   one dirty-limit rule), its `IntentLog` (the log device, the group commit, replay,
+//!   detach), the `Syncer` (its own thread) and `PartialWrites` (writes smaller than a
+//!   block, with their merge threads);
+//! - [`coherence`]: why no restart serves stale data, and the state that argument relies
+//!   on; [`volumes`]: the one table of volumes by slot, and what a volume is
+//!   (`volumes::info`);
+//! - `run`: what the parts share to run (shutdown, the background runtime, generations);
+//!   [`files`]: state files and device locks; [`error`]: the parts' error types;
+//! - [`engine`]: the [`Engine`], the assembly: it builds the parts, wires them, owns their
+//!   threads (the syncer, the ARC sizer, one feeder per cache device), and hands each
+//!   library call to the part whose flow it is;
+//! - [`volume`] and [`nbd`]: a volume as clients use it, and served over NBD; [`pool`]
+//!   and [`manage`]: a pool's state directory and its changes; [`tunables`], [`stats`],
+//!   [`report`]: what a user sets and sees.
 //!
 //! # Read path
 //! A read is split into `volblocksize` blocks. For each block: a buffer in the ARC is a
@@ -31,8 +47,8 @@
 //!
 //! # Lock order
 //! Locks are taken in this order, never against it; two locks of one rank are never held
-//! together. Debug builds check every acquisition ([`lock`]) and panic on the first one
-//! out of order.
+//! together. Debug builds check every acquisition of the ranked locks ([`lock`]) and panic
+//! on the first one out of order.
 //! 1. `feed_io` — one feed's I/O at a time, and the syncer's tombstone commit; held
 //!    across cache-device I/O, by background work only (feeders, syncer, rebuild end,
 //!    device removal), never by a client's request.
@@ -48,8 +64,18 @@
 //! 7. a volume's pending partial writes — writes smaller than a block waiting for the
 //!    block's read; a writer reserves its dirty bytes (the TXG state) while holding it.
 //! 8. the TXG state — shared by writers and the syncer; never held across I/O.
-//! 9. leaves — the device list, the volume table, the log device slot, the io_uring
-//!    state, fault notes, thread handles: nothing else is taken while one is held.
+//! 9. the intent log's group commit (`txg::zil::CommitState`) — writers add their records
+//!    under the TXG lock; leaders and waiters take it alone; never held across I/O.
+//! 10. leaves — the device list, the volume table, the log device slot, the io_uring
+//!     state, fault notes, thread handles: nothing else is taken while one is held.
+//!
+//! Outside the ranks: the statics of the pool's record files in `pool::records`
+//! (`DISTRUSTED_LOCK`, `L2_SEQUENCES_LOCK`: one read-modify-write of `l2-format` or
+//! `l2-sequences.json` at a time) come after every lock above — the distrust sink takes
+//! its static while the engine holds `feed_io` and the sink's slot (a leaf) — and nothing
+//! is taken while one is held. `l2::uring`'s own mutexes (a ring's submission state, its
+//! pool of aligned buffers) are taken only by cache-device reads, which hold no other
+//! lock, and take nothing inside; a thread's own ring needs none.
 //!
 //! The `Volume`'s write stripes (async mutexes per block) come before all of them: a
 //! write holds its stripes until its blocks are dirty in the ARC.

@@ -61,8 +61,10 @@ impl Reader {
             return (None, Served::Backing);
         }
         let key = info.key(block);
+        // Built once: the lookup gives it the block's generation; the install after a
+        // read, that and the time the block enters the ARC.
+        let access = self.arc.access_of(info, key, 0, prefetch);
         let (flight, generation, l2) = loop {
-            let access = self.arc.access_of(info, key, 0, prefetch);
             let lookup = self
                 .arc
                 .shard(&key)
@@ -120,7 +122,11 @@ impl Reader {
             data = None;
         }
         std::mem::forget(leading);
-        let access = self.arc.access_of(info, key, generation, prefetch);
+        let access = larch_policy::Access {
+            generation,
+            now_ms: self.arc.now_ms(),
+            ..access
+        };
         self.arc
             .shard(&key)
             .finish_read(&access, &flight, data.as_ref());

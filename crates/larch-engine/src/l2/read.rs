@@ -66,7 +66,7 @@ impl L2Arc {
                 L2Read::Hit(bytes)
             }
             Err(err) => {
-                if err.is_checksum() && self.evicted_since(key, &loc) {
+                if self.settle_failed(key, index_key, &loc, err.is_checksum()) {
                     self.stats
                         .l2_evicted_in_flight
                         .fetch_add(1, Ordering::Relaxed);
@@ -79,22 +79,36 @@ impl L2Arc {
                     &self.stats.l2_io_error
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                self.mark_bad(key, index_key, &loc);
                 L2Read::BadCopy
             }
         }
     }
 
-    /// Whether the evict hand passed the copy at `loc` since it was looked up. The read
-    /// holds no lock while the device works, so a feed can move the hand past the copy
-    /// and write over its space before the read gets there: bytes that fail verification
-    /// then say nothing about the device.
-    fn evicted_since(&self, key: &larch_policy::BlockKey, loc: &L2Loc) -> bool {
+    /// A read of the copy at `loc` failed (`checksum`: its bytes did not verify); settled
+    /// in one hold of the shard's lock. Returns whether the evict hand passed the copy
+    /// since it was looked up: the read holds no lock while the device works, so a feed
+    /// can move the hand past the copy and write over its space before the read gets
+    /// there, and bytes that fail verification then say nothing about the device.
+    /// Otherwise the copy is marked bad: the index keeps it, unread, until the block is
+    /// overwritten (which then tombstones it) or the ring passes it. Dropping it at once
+    /// would let a later overwrite skip the tombstone, and a restart could then restore
+    /// this copy if its failure was transient.
+    fn settle_failed(
+        &self,
+        key: &larch_policy::BlockKey,
+        index_key: u64,
+        loc: &L2Loc,
+        checksum: bool,
+    ) -> bool {
         let mut shard = self.arc.shard(key);
-        shard
-            .l2
-            .device_mut(loc.device)
-            .is_some_and(|d| d.passed(loc.copy.ring_pos))
+        let Some(d) = shard.l2.device_mut(loc.device) else {
+            return false;
+        };
+        if checksum && d.passed(loc.copy.ring_pos) {
+            return true;
+        }
+        d.mark_bad(index_key, loc.copy.ring_pos);
+        false
     }
 
     /// Reads and verifies `copy` from `device`: through io_uring when it is on and the
@@ -149,17 +163,6 @@ impl L2Arc {
                 })
             })??;
         Ok(Bytes::from_owner(read).slice(..size))
-    }
-
-    /// A copy failed verification: the index marks it bad, so it is not read again, but
-    /// keeps it until the block is overwritten (which then tombstones it) or the ring
-    /// passes it. Dropping it at once would let a later overwrite skip the tombstone, and
-    /// a restart could then restore this copy if its failure was transient.
-    fn mark_bad(&self, key: &larch_policy::BlockKey, index_key: u64, loc: &L2Loc) {
-        let mut shard = self.arc.shard(key);
-        if let Some(d) = shard.l2.device_mut(loc.device) {
-            d.mark_bad(index_key, loc.copy.ring_pos);
-        }
     }
 }
 
