@@ -15,7 +15,7 @@ use larch_io::BlockDevice;
 use crate::arc::{ArcCache, ArcSizer, BlockBuf, TRIM_INTERVAL, release_free_memory, sizing_limits};
 use crate::backing::BackingStore;
 use crate::coherence::{Coherence, DistrustSink};
-use crate::error::{DetachError, WriteError};
+use crate::error::{DetachError, VolumeTableError, WriteError};
 use crate::l2::{CacheDevice, CacheDevices, L2Arc};
 use crate::lock::RankedMutex;
 use crate::read::{Reader, Served};
@@ -85,7 +85,7 @@ impl Engine {
 
     /// Marks a volume failed as an earlier run recorded it: its writes fail and its lost
     /// blocks read as errors. Call after the volume is registered, before it is served.
-    pub fn restore_volume_failure(&self, failure: &VolumeFailure) -> Result<(), String> {
+    pub fn restore_volume_failure(&self, failure: &VolumeFailure) -> Result<(), VolumeTableError> {
         self.volumes.restore_failure(failure)
     }
 
@@ -159,7 +159,7 @@ impl Engine {
         &self,
         spec: VolumeSpec,
         backing: Arc<BackingStore>,
-    ) -> Result<Arc<VolumeEntry>, String> {
+    ) -> Result<Arc<VolumeEntry>, VolumeTableError> {
         // A volume added while a log device takes records may have records from the open
         // TXG on: an object volume records that none of its log's are older (see
         // `attach_log_device`).
@@ -167,7 +167,7 @@ impl Engine {
             let before_open = self.txg_state().1.saturating_sub(1);
             backing
                 .catch_up(before_open)
-                .map_err(|e| format!("recording its intent-log state: {e}"))?;
+                .map_err(VolumeTableError::LogState)?;
         }
         self.volumes.register(spec, backing)
     }

@@ -76,3 +76,81 @@ pub struct DetachError {
     #[source]
     pub source: WriteError,
 }
+
+/// Why a volume could not join the engine's table, or a recorded failure could not be
+/// applied to one.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeTableError {
+    /// `volblocksize` 0.
+    #[error("a volume's block size must not be 0")]
+    ZeroBlockSize,
+    /// The guid is in the table already.
+    #[error("volume {0:#x} is registered already")]
+    Registered(u64),
+    /// The table is full.
+    #[error("more than {0} volumes")]
+    Full(usize),
+    /// More blocks than a cache key can name.
+    #[error("{blocks} blocks of {block_bytes} bytes: more than a cache key holds ({max})")]
+    TooManyBlocks {
+        blocks: u64,
+        block_bytes: u32,
+        max: u64,
+    },
+    /// A recorded failure names a volume the pool does not have.
+    #[error("a failure is recorded for volume {0:#x}, which the pool does not have")]
+    UnknownFailed(u64),
+    /// Recording the volume's intent-log state when it joined a pool with a log device.
+    #[error("recording its intent-log state: {0}")]
+    LogState(#[source] std::io::Error),
+}
+
+/// A record the pool keeps for the engine (a volume's failure, a committed TXG) could not
+/// be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The pool's sink for a volume's failure failed.
+    #[error(
+        "recording the failure of volume {guid:#x} in the pool's state directory: {source}; after a restart its {lost} lost blocks would read as older bytes"
+    )]
+    VolumeFailure {
+        guid: u64,
+        lost: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pool's sink for the committed TXG failed.
+    #[error("recording committed TXG {txg}: {source}")]
+    CommittedTxg {
+        txg: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine was given no sink for the committed TXG.
+    #[error("no place to record committed TXG {0}: a restart may replay older log records")]
+    NoCommittedSink(u64),
+}
+
+/// A value of `pool.json` a user can get wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `arc_max_bytes` under 1 MiB.
+    #[error("arc_max_bytes {0} is below 1 MiB")]
+    ArcTooSmall(u64),
+    /// A `volblocksize` that is not a power of two from 4K to 128K.
+    #[error("volume {name}: volblocksize {volblocksize} must be a power of two from 4K to 128K")]
+    BlockSize { name: String, volblocksize: u32 },
+    /// Two volumes of one name.
+    #[error("volume name {0:?} is used twice")]
+    NameTwice(String),
+}
+
+/// The L2 index cannot hold a device's ring.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a ring of {ring_bytes} bytes in {sector_bytes}-byte sectors is too large for the L2 index"
+)]
+pub struct IndexTooLarge {
+    pub ring_bytes: u64,
+    pub sector_bytes: u64,
+}

@@ -107,7 +107,7 @@ pub mod volumes;
 pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel};
 pub use engine::Engine;
-pub use error::{DetachError, DistrustError, SyncError, WriteError};
+pub use error::{DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{

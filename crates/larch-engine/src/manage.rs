@@ -492,7 +492,7 @@ pub fn backing_in_use(
 }
 
 fn save(dir: &Path, config: &PoolConfig) -> Result<(), ManageError> {
-    config.validate().map_err(ManageError::Invalid)?;
+    (config.validate()).map_err(|e| ManageError::Invalid(e.to_string()))?;
     config
         .save(dir)
         .map_err(|e| ManageError::Io(format!("saving {}: {e}", dir.join(CONFIG_FILE).display())))

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backing::{BackingStore, LatencyModel};
 use crate::engine::Engine;
+use crate::error::ConfigError;
 use crate::volume::Volume;
 use crate::volumes::{CacheMode, SyncMode, VolumeSpec};
 
@@ -238,23 +239,20 @@ impl PoolConfig {
     }
 
     /// Checks the values a user can get wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.arc_max_bytes < (1 << 20) {
-            return Err(format!(
-                "arc_max_bytes {} is below 1 MiB",
-                self.arc_max_bytes
-            ));
+            return Err(ConfigError::ArcTooSmall(self.arc_max_bytes));
         }
         let mut names = std::collections::HashSet::new();
         for v in &self.volumes {
             if !(4096..=128 << 10).contains(&v.volblocksize) || !v.volblocksize.is_power_of_two() {
-                return Err(format!(
-                    "volume {}: volblocksize {} must be a power of two from 4K to 128K",
-                    v.name, v.volblocksize
-                ));
+                return Err(ConfigError::BlockSize {
+                    name: v.name.clone(),
+                    volblocksize: v.volblocksize,
+                });
             }
             if !names.insert(v.name.as_str()) {
-                return Err(format!("volume name {:?} is used twice", v.name));
+                return Err(ConfigError::NameTwice(v.name.clone()));
             }
         }
         Ok(())

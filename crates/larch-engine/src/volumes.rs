@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backing::BackingStore;
+use crate::error::{RecordError, VolumeTableError};
 use crate::l2::index::{MAX_BLOCK, VOLUME_SLOTS};
 use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
@@ -163,16 +164,16 @@ impl Volumes {
         &self,
         spec: VolumeSpec,
         backing: Arc<BackingStore>,
-    ) -> Result<Arc<VolumeEntry>, String> {
+    ) -> Result<Arc<VolumeEntry>, VolumeTableError> {
         if spec.block_bytes == 0 {
-            return Err("a volume's block size must not be 0".into());
+            return Err(VolumeTableError::ZeroBlockSize);
         }
         let mut table = self.table.write();
         if table.by_guid.contains_key(&spec.guid) {
-            return Err(format!("volume {:#x} is registered already", spec.guid));
+            return Err(VolumeTableError::Registered(spec.guid));
         }
         if table.by_slot.len() >= VOLUME_SLOTS {
-            return Err(format!("more than {VOLUME_SLOTS} volumes"));
+            return Err(VolumeTableError::Full(VOLUME_SLOTS));
         }
         let slot = table.by_slot.len() as u16;
         let info = VolumeInfo {
@@ -186,12 +187,11 @@ impl Volumes {
             read_only: spec.read_only,
         };
         if info.blocks() > MAX_BLOCK + 1 {
-            return Err(format!(
-                "{} blocks of {} bytes: more than a cache key holds ({})",
-                info.blocks(),
-                info.block_bytes,
-                MAX_BLOCK + 1
-            ));
+            return Err(VolumeTableError::TooManyBlocks {
+                blocks: info.blocks(),
+                block_bytes: info.block_bytes,
+                max: MAX_BLOCK + 1,
+            });
         }
         let entry = Arc::new(VolumeEntry {
             info,
@@ -238,13 +238,9 @@ impl Volumes {
 
     /// Marks the volume of `failure.guid` failed as a previous run recorded it: its writes
     /// fail and its lost blocks read as errors, as they did before the restart.
-    pub fn restore_failure(&self, failure: &VolumeFailure) -> Result<(), String> {
-        let vol = self.by_guid(failure.guid).ok_or_else(|| {
-            format!(
-                "a failure is recorded for volume {:#x}, which the pool does not have",
-                failure.guid
-            )
-        })?;
+    pub fn restore_failure(&self, failure: &VolumeFailure) -> Result<(), VolumeTableError> {
+        let vol =
+            (self.by_guid(failure.guid)).ok_or(VolumeTableError::UnknownFailed(failure.guid))?;
         vol.fail(&failure.why);
         // Blocks past the end (a backing store made smaller since) cannot be read anyway.
         let blocks = vol.info.blocks();
@@ -254,18 +250,15 @@ impl Volumes {
 
     /// Records `vol`'s failure through the sink: `Err` says why it could not be (no
     /// sink, or the sink failed), for the caller to report.
-    pub(crate) fn record_failure(&self, vol: &VolumeEntry) -> Result<(), String> {
+    pub(crate) fn record_failure(&self, vol: &VolumeEntry) -> Result<(), RecordError> {
         let Some(record) = vol.failure_record() else {
             return Ok(());
         };
         match self.failures.0.lock().as_ref() {
-            Some(sink) => sink(&record).map_err(|e| {
-                format!(
-                    "recording the failure of volume {:#x} in the pool's state directory: {e}; \
-                     after a restart its {} lost blocks would read as older bytes",
-                    record.guid,
-                    record.lost.len()
-                )
+            Some(sink) => sink(&record).map_err(|source| RecordError::VolumeFailure {
+                guid: record.guid,
+                lost: record.lost.len(),
+                source,
             }),
             None => Ok(()),
         }

@@ -676,14 +676,15 @@ impl KeySet {
 }
 
 /// An empty index for a device of geometry `geo`, or why the index cannot hold its ring.
-pub(crate) fn fresh_index(geo: &larch_l2::Geometry) -> Result<DeviceIndex, String> {
-    DeviceIndex::new(geo.ring_start, geo.ring_bytes(), geo.sector_bytes).ok_or_else(|| {
-        format!(
-            "a ring of {} bytes in {}-byte sectors is too large for the L2 index",
-            geo.ring_bytes(),
-            geo.sector_bytes
-        )
-    })
+pub(crate) fn fresh_index(
+    geo: &larch_l2::Geometry,
+) -> Result<DeviceIndex, crate::error::IndexTooLarge> {
+    DeviceIndex::new(geo.ring_start, geo.ring_bytes(), geo.sector_bytes).ok_or(
+        crate::error::IndexTooLarge {
+            ring_bytes: geo.ring_bytes(),
+            sector_bytes: geo.sector_bytes,
+        },
+    )
 }
 
 /// A shard's L2 index: one compact [`DeviceIndex`] per cache device (by device index).

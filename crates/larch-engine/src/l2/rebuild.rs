@@ -624,7 +624,7 @@ impl L2Arc {
         let geometry =
             larch_l2::validate_header(&header, dev.len_bytes(), Some((pool_guid, device.guid)))
                 .map_err(|e| format!("rebuild failed: {e}"))?;
-        index::fresh_index(&geometry)?;
+        index::fresh_index(&geometry).map_err(|e| e.to_string())?;
         Ok((geometry, header))
     }
 

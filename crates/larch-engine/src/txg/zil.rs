@@ -19,7 +19,7 @@ use larch_policy::BlockKey;
 
 use super::Txg;
 use crate::coherence::Coherence;
-use crate::error::{DetachError, WriteError, device_error};
+use crate::error::{DetachError, RecordError, WriteError, device_error};
 use crate::latency::LatencyHistogram;
 use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
@@ -609,13 +609,11 @@ impl IntentLog {
 
     /// Records that TXGs up to `txg` are on the backing stores when the log device could
     /// not: through the pool's sink, and in the replay floor.
-    fn record_committed_elsewhere(&self, txg: u64) -> Result<(), String> {
+    fn record_committed_elsewhere(&self, txg: u64) -> Result<(), RecordError> {
         self.committed.floor.fetch_max(txg, Ordering::AcqRel);
         match self.committed.sink.lock().as_ref() {
-            Some(sink) => sink(txg).map_err(|e| format!("recording committed TXG {txg}: {e}")),
-            None => Err(format!(
-                "no place to record committed TXG {txg}: a restart may replay older log records"
-            )),
+            Some(sink) => sink(txg).map_err(|source| RecordError::CommittedTxg { txg, source }),
+            None => Err(RecordError::NoCommittedSink(txg)),
         }
     }
 
