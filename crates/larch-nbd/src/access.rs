@@ -64,17 +64,33 @@ fn prefix_equal(a: &[u8], b: &[u8], bits: u8) -> bool {
     }
 }
 
-impl FromStr for Network {
-    type Err = String;
+/// Text that is not an address or an address/prefix block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    /// Not an IP address before the `/`.
+    #[error("{0:?} is not an address or an address/prefix block")]
+    Address(String),
+    /// A prefix length past the address's bits.
+    #[error("{text:?}: the prefix length must be 0 to {max}")]
+    Prefix {
+        /// The text given.
+        text: String,
+        /// The address's bits (32 or 128).
+        max: u8,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Network, String> {
+impl FromStr for Network {
+    type Err = NetworkError;
+
+    fn from_str(s: &str) -> Result<Network, NetworkError> {
         let (addr, bits) = match s.split_once('/') {
             Some((addr, bits)) => (addr, Some(bits)),
             None => (s, None),
         };
         let base: IpAddr = addr
             .parse()
-            .map_err(|_| format!("{s:?} is not an address or an address/prefix block"))?;
+            .map_err(|_| NetworkError::Address(s.to_string()))?;
         let max = if base.is_ipv4() { 32 } else { 128 };
         let prefix_bits = match bits {
             None => max,
@@ -82,7 +98,10 @@ impl FromStr for Network {
                 .parse::<u8>()
                 .ok()
                 .filter(|b| *b <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+                .ok_or_else(|| NetworkError::Prefix {
+                    text: s.to_string(),
+                    max,
+                })?,
         };
         // A block of IPv4-mapped addresses is the IPv4 block it maps, as client addresses
         // are (`contains` unmaps them).

@@ -115,29 +115,37 @@ impl Default for BlockSizes {
 
 impl BlockSizes {
     /// Checks the spec's constraints; returns a description of the first violation.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BlockSizesError> {
         let BlockSizes {
             minimum_bytes: min,
             preferred_bytes: pref,
             maximum_bytes: max,
         } = *self;
         if !min.is_power_of_two() || min > 64 * 1024 {
-            return Err(format!(
-                "minimum block size {min} is not a power of two ≤ 64 KiB"
-            ));
+            return Err(BlockSizesError::Minimum(min));
         }
         if !pref.is_power_of_two() || pref < min.max(512) {
-            return Err(format!(
-                "preferred block size {pref} is not a power of two ≥ max(minimum, 512)"
-            ));
+            return Err(BlockSizesError::Preferred(pref));
         }
         if max < pref || max % min != 0 {
-            return Err(format!(
-                "maximum payload {max} is below the preferred size or not a multiple of the minimum"
-            ));
+            return Err(BlockSizesError::Maximum(max));
         }
         Ok(())
     }
+}
+
+/// Block sizes no client could follow ([`BlockSizes::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlockSizesError {
+    /// The minimum is not a power of two up to 64 KiB.
+    #[error("minimum block size {0} is not a power of two ≤ 64 KiB")]
+    Minimum(u32),
+    /// The preferred size is not a power of two of at least the minimum and 512.
+    #[error("preferred block size {0} is not a power of two ≥ max(minimum, 512)")]
+    Preferred(u32),
+    /// The maximum payload is below the preferred size or not a multiple of the minimum.
+    #[error("maximum payload {0} is below the preferred size or not a multiple of the minimum")]
+    Maximum(u32),
 }
 
 /// What an export can do; the server derives the transmission flags from it per

@@ -32,9 +32,10 @@ pub mod transmission;
 /// tests name the same type).
 pub use bytes::Bytes;
 
-pub use access::{AccessRule, AccessRules, ClientIdentity, Network};
+pub use access::{AccessRule, AccessRules, ClientIdentity, Network, NetworkError};
 pub use export::{
-    BlockSizes, Errno, Export, ExportResult, Extent, Features, ReadData, ReadSegment, ZeroFlags,
+    BlockSizes, BlockSizesError, Errno, Export, ExportResult, Extent, Features, ReadData,
+    ReadSegment, ZeroFlags,
 };
 pub use handshake::{Access, TlsMode};
 pub use server::{

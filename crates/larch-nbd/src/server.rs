@@ -163,7 +163,8 @@ pub enum ServerError {
         /// The export.
         name: String,
         /// What is wrong.
-        reason: String,
+        #[source]
+        reason: crate::export::BlockSizesError,
     },
     /// A limit is out of range.
     #[error("bad limit: {0}")]
