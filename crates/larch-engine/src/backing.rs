@@ -381,6 +381,13 @@ impl FileMedia {
     }
 }
 
+/// A read or a write, for [`BackingStore`]'s counters.
+#[derive(Clone, Copy)]
+enum Op {
+    Read,
+    Write,
+}
+
 /// Where a backing store's bytes are.
 enum Media {
     /// A file or block device (the normal case).
@@ -597,39 +604,44 @@ impl BackingStore {
 
     /// Reads exactly `buf.len()` bytes at `offset` (blocking).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let started = Instant::now();
-        self.delay(self.latency.read_min_us, self.latency.read_max_us);
-        self.stats.reads.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .read_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        let result = match &self.media {
+        let len = buf.len();
+        self.measured(Op::Read, len, || match &self.media {
             Media::File(m) => m.file.read_exact_at(buf, offset),
             Media::Device(dev) => dev.read_at(buf, offset).map_err(io::Error::other),
             Media::Object(vol) => vol.read_at(buf, offset),
-        };
-        self.stats.read_latency.record(started.elapsed());
-        result.inspect_err(|_| {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Writes all of `buf` at `offset` (blocking).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let started = Instant::now();
-        self.delay(self.latency.write_min_us, self.latency.write_max_us);
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .write_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        let result = match &self.media {
+        self.measured(Op::Write, buf.len(), || match &self.media {
             Media::File(m) => m.file.write_all_at(buf, offset),
             Media::Device(dev) => dev.write_at(buf, offset).map_err(io::Error::other),
             Media::Object(vol) => vol.write_at(buf, offset),
+        })
+    }
+
+    /// Runs one read or write of `len` bytes: the latency model's delay first, then the
+    /// I/O, counted and timed (errors too).
+    fn measured(&self, op: Op, len: usize, io: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        let started = Instant::now();
+        let s = &self.stats;
+        let (count, bytes, latency) = match op {
+            Op::Read => {
+                self.delay(self.latency.read_min_us, self.latency.read_max_us);
+                (&s.reads, &s.read_bytes, &s.read_latency)
+            }
+            Op::Write => {
+                self.delay(self.latency.write_min_us, self.latency.write_max_us);
+                (&s.writes, &s.write_bytes, &s.write_latency)
+            }
         };
-        self.stats.write_latency.record(started.elapsed());
+        count.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(len as u64, Ordering::Relaxed);
+        let result = io();
+        latency.record(started.elapsed());
         result.inspect_err(|_| {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            s.errors.fetch_add(1, Ordering::Relaxed);
         })
     }
 

@@ -23,7 +23,7 @@ use crate::report::{CacheDeviceReport, LatencyReport, LogDeviceReport, RebuildRe
 use crate::run::{Background, Generations, Lifecycle};
 use crate::stats::{ComputedStats, EngineStats, WriteStats};
 use crate::tunables::Tunables;
-use crate::txg::zil::ReplayedSink;
+use crate::txg::zil::{LogAttach, ReplayedSink};
 use crate::txg::{CommittedSink, Faults, LogHandle, PartialWrites, Syncer, Txg, TxgParts};
 use crate::volumes::{VolumeEntry, VolumeFailure, VolumeSpec, Volumes};
 
@@ -446,9 +446,14 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        self.txg
-            .zil
-            .attach(&self.txg, path, pool_guid, device_guid, create)
+        let (dev, file_lock) = crate::txg::zil::open_file(path)?;
+        let log = LogAttach {
+            path,
+            pool_guid,
+            device_guid,
+            create,
+        };
+        self.txg.zil.attach(&self.txg, dev, file_lock, &log)
     }
 
     /// [`Engine::attach_log`] on any [`BlockDevice`] (in-process tests use a
@@ -461,7 +466,13 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        (self.txg.zil).attach_device(&self.txg, dev, path, pool_guid, device_guid, create)
+        let log = LogAttach {
+            path,
+            pool_guid,
+            device_guid,
+            create,
+        };
+        self.txg.zil.attach(&self.txg, dev, None, &log)
     }
 
     /// The committed TXG the pool recorded outside the log device, and where to record
@@ -638,15 +649,16 @@ impl Shared {
     }
 
     fn partial_writes(&self, txg: &Arc<Txg>) -> PartialWrites {
-        PartialWrites::new(
-            Arc::clone(txg),
-            Arc::clone(&self.arc),
-            Arc::clone(&self.volumes),
-            Arc::clone(&self.tunables),
-            Arc::clone(&self.stats),
-            Arc::clone(&self.write_stats),
-            Arc::clone(&self.background),
-        )
+        PartialWrites {
+            queue: Default::default(),
+            txg: Arc::clone(txg),
+            arc: Arc::clone(&self.arc),
+            volumes: Arc::clone(&self.volumes),
+            tunables: Arc::clone(&self.tunables),
+            stats: Arc::clone(&self.stats),
+            write_stats: Arc::clone(&self.write_stats),
+            background: Arc::clone(&self.background),
+        }
     }
 
     fn syncer(&self, txg: &Arc<Txg>, l2: &Arc<L2Arc>, faults: &Arc<Faults>) -> Syncer {

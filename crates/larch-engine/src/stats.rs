@@ -41,6 +41,19 @@ macro_rules! unit {
 }
 
 macro_rules! stats {
+    // The declarations of a group, as a table.
+    (@defs $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+) => {
+        /// Every stat of this group, as declared.
+        pub const STATS: &'static [StatDef] = &[
+            $( StatDef {
+                name: stringify!($field),
+                kind: StatKind::$kind,
+                unit: unit!($($unit)?),
+                help: $help,
+            }, )+
+        ];
+    };
+    // Values the engine computes when asked: plain fields it fills in.
     ($(#[$meta:meta])* computed pub struct $name:ident {
         $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
     }) => {
@@ -51,15 +64,7 @@ macro_rules! stats {
         }
 
         impl $name {
-            /// Every stat of this group, as declared.
-            pub const STATS: &'static [StatDef] = &[
-                $( StatDef {
-                    name: stringify!($field),
-                    kind: StatKind::$kind,
-                    unit: unit!($($unit)?),
-                    help: $help,
-                }, )+
-            ];
+            stats!(@defs $( $field: $kind $(in $unit)?, $help; )+);
 
             /// The values, in declaration order.
             pub fn values(&self) -> Vec<(&'static str, u64)> {
@@ -67,6 +72,7 @@ macro_rules! stats {
             }
         }
     };
+    // Counters and gauges the engine keeps as it goes: atomics.
     ($(#[$meta:meta])* pub struct $name:ident {
         $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
     }) => {
@@ -77,15 +83,7 @@ macro_rules! stats {
         }
 
         impl $name {
-            /// Every stat of this group, as declared.
-            pub const STATS: &'static [StatDef] = &[
-                $( StatDef {
-                    name: stringify!($field),
-                    kind: StatKind::$kind,
-                    unit: unit!($($unit)?),
-                    help: $help,
-                }, )+
-            ];
+            stats!(@defs $( $field: $kind $(in $unit)?, $help; )+);
 
             /// Current values, in declaration order.
             pub fn values(&self) -> Vec<(&'static str, u64)> {

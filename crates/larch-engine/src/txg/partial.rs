@@ -134,13 +134,13 @@ impl MergeQueue {
 /// merge ends in the TXG engine's write path.
 pub(crate) struct PartialWrites {
     pub(crate) queue: MergeQueue,
-    txg: Arc<Txg>,
-    arc: Arc<ArcCache>,
-    volumes: Arc<Volumes>,
-    tunables: Arc<Tunables>,
-    stats: Arc<EngineStats>,
-    write_stats: Arc<WriteStats>,
-    background: Arc<Background>,
+    pub(crate) txg: Arc<Txg>,
+    pub(crate) arc: Arc<ArcCache>,
+    pub(crate) volumes: Arc<Volumes>,
+    pub(crate) tunables: Arc<Tunables>,
+    pub(crate) stats: Arc<EngineStats>,
+    pub(crate) write_stats: Arc<WriteStats>,
+    pub(crate) background: Arc<Background>,
 }
 
 /// A merge thread: merges queued blocks until it has been idle for
@@ -214,28 +214,6 @@ fn covers(pieces: &[Piece], len: usize) -> bool {
 }
 
 impl PartialWrites {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        txg: Arc<Txg>,
-        arc: Arc<ArcCache>,
-        volumes: Arc<Volumes>,
-        tunables: Arc<Tunables>,
-        stats: Arc<EngineStats>,
-        write_stats: Arc<WriteStats>,
-        background: Arc<Background>,
-    ) -> PartialWrites {
-        PartialWrites {
-            queue: MergeQueue::default(),
-            txg,
-            arc,
-            volumes,
-            tunables,
-            stats,
-            write_stats,
-            background,
-        }
-    }
-
     /// Offers one block's piece of a write (`bytes` at `at` in `block`; `may_defer`:
     /// the write is async). See the module documentation for what each answer means.
     /// The caller holds the block's write stripe (`Volume`), so no other writer offers a

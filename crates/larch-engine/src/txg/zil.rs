@@ -135,6 +135,23 @@ impl CommitState {
     }
 }
 
+/// A log device to attach: where it is (its name in messages), whose it is, and whether
+/// to format it (`create`) rather than replay it.
+pub(crate) struct LogAttach<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) pool_guid: u64,
+    pub(crate) device_guid: u64,
+    pub(crate) create: bool,
+}
+
+/// Opens a log device's file, locked for this pool (another running pool's volume, cache
+/// or log device is refused); the lock is kept with the attached log.
+pub(crate) fn open_file(path: &Path) -> io::Result<(Arc<dyn BlockDevice>, Option<std::fs::File>)> {
+    let file_lock = crate::files::lock_device(path)?;
+    let dev = FileDevice::open(path, &FileOptions::default()).map_err(|e| device_error(path, e))?;
+    Ok((Arc::new(dev), file_lock))
+}
+
 /// The pending records a leader of the group commit took: every record up to `upto`;
 /// those of TXGs up to `synced` are on the backing stores already.
 pub(super) struct Group {
@@ -481,43 +498,12 @@ impl IntentLog {
     pub(crate) fn attach(
         &self,
         txg: &Txg,
-        path: &Path,
-        pool_guid: u64,
-        device_guid: u64,
-        create: bool,
-    ) -> io::Result<u64> {
-        let named = |e: &dyn std::fmt::Display| device_error(path, e);
-        let file_lock = crate::files::lock_device(path)?;
-        let dev = Arc::new(FileDevice::open(path, &FileOptions::default()).map_err(|e| named(&e))?);
-        self.attach_locked(txg, dev, path, pool_guid, device_guid, create, file_lock)
-    }
-
-    /// [`IntentLog::attach`] on any [`BlockDevice`] (in-process tests use a
-    /// fault-injecting one); `path` names it.
-    pub(crate) fn attach_device(
-        &self,
-        txg: &Txg,
         dev: Arc<dyn BlockDevice>,
-        path: &Path,
-        pool_guid: u64,
-        device_guid: u64,
-        create: bool,
-    ) -> io::Result<u64> {
-        self.attach_locked(txg, dev, path, pool_guid, device_guid, create, None)
-    }
-
-    /// [`IntentLog::attach_device`], keeping `file_lock` with the attached log.
-    #[allow(clippy::too_many_arguments)]
-    fn attach_locked(
-        &self,
-        txg: &Txg,
-        dev: Arc<dyn BlockDevice>,
-        path: &Path,
-        pool_guid: u64,
-        device_guid: u64,
-        create: bool,
         file_lock: Option<std::fs::File>,
+        log: &LogAttach<'_>,
     ) -> io::Result<u64> {
+        let (path, pool_guid, device_guid, create) =
+            (log.path, log.pool_guid, log.device_guid, log.create);
         let named = |e: &dyn std::fmt::Display| device_error(path, e);
         let (device, replayed) = if create {
             let device =
