@@ -175,23 +175,23 @@ tunables! {
 impl Tunables {
     /// Sets one tunable by name from text as users type it (`64M`, `1`); values out of
     /// range are refused with a reason and change nothing.
-    pub fn set(&self, name: &str, text: &str) -> Result<(), String> {
+    pub fn set(&self, name: &str, text: &str) -> Result<(), TunableError> {
         let def = lookup(name)?;
         let value = parse(def, text)?;
         let cell = self.cell(name).expect("every table entry has a cell");
         // The two ARC limits are checked against each other.
         match name {
             "zfs_arc_max" if self.zfs_arc_min() > value => {
-                return Err(format!(
-                    "{name} {value} is below zfs_arc_min {}",
-                    self.zfs_arc_min()
-                ));
+                return Err(TunableError::ArcMaxBelowMin {
+                    value,
+                    min: self.zfs_arc_min(),
+                });
             }
             "zfs_arc_min" if value > self.zfs_arc_max() => {
-                return Err(format!(
-                    "{name} {value} is above zfs_arc_max {}",
-                    self.zfs_arc_max()
-                ));
+                return Err(TunableError::ArcMinAboveMax {
+                    value,
+                    max: self.zfs_arc_max(),
+                });
             }
             _ => {}
         }
@@ -218,22 +218,29 @@ impl Tunables {
     }
 }
 
-fn lookup(name: &str) -> Result<&'static TunableDef, String> {
+fn lookup(name: &str) -> Result<&'static TunableDef, TunableError> {
     TUNABLES.iter().find(|d| d.name == name).ok_or_else(|| {
         let names: Vec<&str> = TUNABLES.iter().map(|d| d.name).collect();
-        format!("unknown tunable {name:?} (known: {})", names.join(", "))
+        TunableError::Unknown {
+            name: name.to_string(),
+            known: names.join(", "),
+        }
     })
 }
 
 /// Parses and range-checks a value of `def`.
-fn parse(def: &TunableDef, text: &str) -> Result<u64, String> {
+fn parse(def: &TunableDef, text: &str) -> Result<u64, TunableError> {
     let name = def.name;
     let value = match def.kind {
-        Kind::Size => parse_size(text).map_err(|e| format!("{name}: {e}"))?,
-        Kind::Count | Kind::Flag => text
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| format!("{name}: {text:?} is not a whole number"))?,
+        Kind::Size => parse_size(text).map_err(|source| TunableError::NotASize { name, source })?,
+        Kind::Count | Kind::Flag => {
+            text.trim()
+                .parse::<u64>()
+                .map_err(|_| TunableError::NotANumber {
+                    name,
+                    text: text.to_string(),
+                })?
+        }
     };
     if (def.min..=def.max).contains(&value) {
         return Ok(value);
@@ -243,20 +250,105 @@ fn parse(def: &TunableDef, text: &str) -> Result<u64, String> {
         Kind::Flag | Kind::Count if def.max - def.min < 3 => {
             let mut choices: Vec<String> = (def.min..=def.max).map(|v| v.to_string()).collect();
             let last = choices.pop().expect("min <= max");
-            format!("{name} is {} or {last}, not {value}", choices.join(", "))
+            TunableError::NotAChoice {
+                name,
+                choices: choices.join(", "),
+                last,
+                value,
+            }
         }
-        _ if def.max == u64::MAX => {
-            format!(
-                "{name} must be at least {}, not {value}",
-                shown(def, def.min)
-            )
-        }
-        _ => format!(
-            "{name} must be between {} and {}, not {value}",
-            shown(def, def.min),
-            shown(def, def.max)
-        ),
+        _ if def.max == u64::MAX => TunableError::TooSmall {
+            name,
+            min: shown(def, def.min),
+            value,
+        },
+        _ => TunableError::OutOfRange {
+            name,
+            min: shown(def, def.min),
+            max: shown(def, def.max),
+            value,
+        },
     })
+}
+
+/// A tunable that cannot be set to a value, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TunableError {
+    /// No tunable of that name.
+    #[error("unknown tunable {name:?} (known: {known})")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// Every tunable's name.
+        known: String,
+    },
+    /// A size tunable given something that is not a size.
+    #[error("{name}: {source}")]
+    NotASize {
+        /// The tunable.
+        name: &'static str,
+        /// Why the text is not a size.
+        #[source]
+        source: crate::units::SizeError,
+    },
+    /// A count given something that is not a whole number.
+    #[error("{name}: {text:?} is not a whole number")]
+    NotANumber {
+        /// The tunable.
+        name: &'static str,
+        /// The text given.
+        text: String,
+    },
+    /// A choice among a few values given another.
+    #[error("{name} is {choices} or {last}, not {value}")]
+    NotAChoice {
+        /// The tunable.
+        name: &'static str,
+        /// The values it takes, but the last.
+        choices: String,
+        /// The last value it takes.
+        last: String,
+        /// The value given.
+        value: u64,
+    },
+    /// A value under a tunable's minimum (it has no maximum).
+    #[error("{name} must be at least {min}, not {value}")]
+    TooSmall {
+        /// The tunable.
+        name: &'static str,
+        /// Its minimum, as users type it.
+        min: String,
+        /// The value given.
+        value: u64,
+    },
+    /// A value out of a tunable's range.
+    #[error("{name} must be between {min} and {max}, not {value}")]
+    OutOfRange {
+        /// The tunable.
+        name: &'static str,
+        /// Its minimum, as users type it.
+        min: String,
+        /// Its maximum, as users type it.
+        max: String,
+        /// The value given.
+        value: u64,
+    },
+    /// `zfs_arc_max` under `zfs_arc_min`.
+    #[error("zfs_arc_max {value} is below zfs_arc_min {min}")]
+    ArcMaxBelowMin {
+        /// The value given.
+        value: u64,
+        /// `zfs_arc_min` now.
+        min: u64,
+    },
+    /// `zfs_arc_min` over `zfs_arc_max`.
+    #[error("zfs_arc_min {value} is above zfs_arc_max {max}")]
+    ArcMinAboveMax {
+        /// The value given.
+        value: u64,
+        /// `zfs_arc_max` now.
+        max: u64,
+    },
 }
 
 fn shown(def: &TunableDef, value: u64) -> String {
@@ -267,7 +359,7 @@ fn shown(def: &TunableDef, value: u64) -> String {
 }
 
 /// Sets one tunable by name (see [`Tunables::set`]).
-pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), String> {
+pub fn set(tunables: &Tunables, name: &str, value: &str) -> Result<(), TunableError> {
     tunables.set(name, value)
 }
 
@@ -356,7 +448,7 @@ pub fn apply_in_turn(tunables: &Tunables, list: &[(String, String)]) -> Vec<(Str
             tunables
                 .set(name, value)
                 .err()
-                .map(|why| (name.clone(), why))
+                .map(|why| (name.clone(), why.to_string()))
         })
         .collect()
 }
@@ -386,12 +478,13 @@ mod tests {
         assert_eq!(v["l2arc_mfuonly"], 2);
         assert!(!t.l2arc_noprefetch());
         assert!(set(&t, "l2arc_mfuonly", "3").is_err());
-        let low = set(&t, "l2arc_write_max", "1").unwrap_err();
+        let low = set(&t, "l2arc_write_max", "1").unwrap_err().to_string();
         assert!(low.contains("between 64K and 1G"), "{low}");
         assert!(set(&t, "l2arc_noprefetch", "yes").is_err());
         assert!(
             set(&t, "nope", "1")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown tunable")
         );
         assert_eq!(values(&t).len(), TUNABLES.len());
@@ -409,7 +502,7 @@ mod tests {
         assert_eq!(t.zfetch_max_distance(), 16 << 20);
         set(&t, "zfs_arc_max", "2g").unwrap();
         assert_eq!(t.zfs_arc_max(), 2 << 30);
-        let bad = set(&t, "l2arc_write_max", "12Q").unwrap_err();
+        let bad = set(&t, "l2arc_write_max", "12Q").unwrap_err().to_string();
         assert!(
             bad.contains("l2arc_write_max") && bad.contains("unknown suffix"),
             "{bad}"
@@ -427,10 +520,16 @@ mod tests {
         assert!(
             set(&t, "zfs_arc_min", "128M")
                 .unwrap_err()
+                .to_string()
                 .contains("above")
         );
         set(&t, "zfs_arc_min", "32M").unwrap();
-        assert!(set(&t, "zfs_arc_max", "16M").unwrap_err().contains("below"));
+        assert!(
+            set(&t, "zfs_arc_max", "16M")
+                .unwrap_err()
+                .to_string()
+                .contains("below")
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// A size that did not parse, with the text and the reason.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeError {
     text: String,
     reason: &'static str,

@@ -322,33 +322,20 @@ impl Volume {
         })
     }
 
-    /// The body of [`Volume::write`] once the request is checked.
-    async fn write_blocks(
+    /// The whole blocks a write makes dirty now, and whether any of its pieces joined a
+    /// pending partial write instead (`may_defer`: an async write): each block's piece is
+    /// offered to the partial writes, then taken whole, or merged with the block's current
+    /// bytes. The caller holds the blocks' write stripes.
+    async fn gather(
         &self,
         offset: u64,
         data: Source<'_>,
-        fua: bool,
-    ) -> Result<(), VolumeError> {
-        if let Some(why) = self.entry.failure() {
-            return Err(VolumeError::Io(why));
-        }
+        blocks: std::ops::RangeInclusive<u64>,
+        may_defer: bool,
+    ) -> Result<(Vec<(u64, BlockBuf)>, bool), VolumeError> {
         let info = self.entry.info;
         let bs = u64::from(info.block_bytes);
-        let blocks = self.blocks_of(offset, data.len() as u64);
         let first = *blocks.start();
-        let mut stripes: Vec<usize> = blocks
-            .clone()
-            .map(|b| (b % WRITE_STRIPES as u64) as usize)
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
-        }
-        // Decided once for the whole write.
-        let sync = info.write_is_sync(fua);
-        let may_defer = !sync;
         let end = offset + data.len() as u64;
         let mut new_blocks: Vec<(u64, BlockBuf)> = Vec::new();
         let mut deferred = false;
@@ -399,6 +386,35 @@ impl Volume {
                 }
             }
         }
+        Ok((new_blocks, deferred))
+    }
+
+    /// The body of [`Volume::write`] once the request is checked.
+    async fn write_blocks(
+        &self,
+        offset: u64,
+        data: Source<'_>,
+        fua: bool,
+    ) -> Result<(), VolumeError> {
+        if let Some(why) = self.entry.failure() {
+            return Err(VolumeError::Io(why));
+        }
+        let info = self.entry.info;
+        let blocks = self.blocks_of(offset, data.len() as u64);
+        let mut stripes: Vec<usize> = blocks
+            .clone()
+            .map(|b| (b % WRITE_STRIPES as u64) as usize)
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
+        }
+        // Decided once for the whole write.
+        let sync = info.write_is_sync(fua);
+        let may_defer = !sync;
+        let (new_blocks, deferred) = self.gather(offset, data, blocks, may_defer).await?;
         let engine = Arc::clone(&self.engine);
         if new_blocks.is_empty() {
             // Every piece waits for its merge; its bytes are dirty already.
