@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use larch_policy::feed::FeedTunables;
+
 use crate::device::DeviceSpec;
 use crate::trace::Format;
 
@@ -261,6 +263,44 @@ impl SimTunables {
             }
         }
         Ok(())
+    }
+}
+
+/// The feed's tunables, as `larch_policy::feed` reads them (the engine's `Tunables` hand
+/// out theirs the same way).
+impl FeedTunables for SimTunables {
+    fn l2arc_write_max(&self) -> u64 {
+        self.l2arc_write_max
+    }
+    fn l2arc_write_boost(&self) -> u64 {
+        self.l2arc_write_boost
+    }
+    fn l2arc_headroom(&self) -> u64 {
+        self.l2arc_headroom
+    }
+    fn l2arc_headroom_boost(&self) -> u64 {
+        self.l2arc_headroom_boost
+    }
+    fn l2arc_feed_secs(&self) -> u64 {
+        self.l2arc_feed_secs
+    }
+    fn l2arc_feed_min_ms(&self) -> u64 {
+        self.l2arc_feed_min_ms
+    }
+    fn l2arc_feed_again(&self) -> bool {
+        self.l2arc_feed_again
+    }
+    fn l2arc_feed_follow(&self) -> bool {
+        self.l2arc_feed_follow
+    }
+    fn l2arc_noprefetch(&self) -> bool {
+        self.l2arc_noprefetch
+    }
+    fn l2arc_nowrite(&self) -> bool {
+        self.l2arc_nowrite
+    }
+    fn l2arc_mfuonly(&self) -> u64 {
+        self.l2arc_mfuonly
     }
 }
 
