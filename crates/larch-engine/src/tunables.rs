@@ -1,6 +1,9 @@
 //! Tunables: OpenZFS names and meanings, settable at runtime, declared once.
 //!
-//! The table below is the only place a tunable is spelled out. From it come the
+//! The table below is the only place a tunable is spelled out. Each takes its default from
+//! `larch_policy::tunables::DEFAULTS` under its own name, the table the simulator reads
+//! too, unless the table gives one: the two decided by the pool or the machine
+//! (`zfs_arc_max`, `zfs_dirty_data_max`). From it come the
 //! [`Tunables`] struct and its typed getters, the defaults, parsing and range checks
 //! ([`set`]), the values `larch get` and `status.json` show ([`values`]), and the help
 //! text of `larch get`/`larch set --help` and the docs ([`TUNABLES`]). Values live in
@@ -15,6 +18,8 @@ use std::fs;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use larch_policy::tunables::DEFAULTS;
 
 use crate::units::{format_size_exact, parse_size};
 
@@ -57,8 +62,12 @@ macro_rules! tunables {
     (@get $kind:ident, $cell:expr) => { $cell.load(Ordering::Relaxed) };
     (@words) => { None };
     (@words $words:literal) => { Some($words) };
+    (@stored Flag, $value:expr) => { u64::from($value) };
+    (@stored $kind:ident, $value:expr) => { $value };
+    (@default $name:ident, $kind:ident) => { tunables!(@stored $kind, DEFAULTS.$name) };
+    (@default $name:ident, $kind:ident, $default:expr) => { $default };
     ($(
-        $name:ident: $kind:ident = $default:expr, $min:expr, $max:expr $(, default $words:literal)?;
+        $name:ident: $kind:ident $(= $default:expr)?, $min:expr, $max:expr $(, default $words:literal)?;
         $help:literal
     )+) => {
         /// The tunables of a pool (OpenZFS names; see [`TUNABLES`] for each one's meaning
@@ -70,7 +79,7 @@ macro_rules! tunables {
 
         impl Default for Tunables {
             fn default() -> Tunables {
-                Tunables { $( $name: AtomicU64::new($default), )+ }
+                Tunables { $( $name: AtomicU64::new(tunables!(@default $name, $kind $(, $default)?)), )+ }
             }
         }
 
@@ -111,64 +120,64 @@ const G: u64 = 1 << 30;
 tunables! {
     zfs_arc_max: Size = G, M, u64::MAX, default "pool.json";
         "most bytes of data the ARC holds (the pool's arc_max_bytes unless set)"
-    zfs_arc_min: Size = 0, 0, u64::MAX;
+    zfs_arc_min: Size, 0, u64::MAX;
         "the ARC target never shrinks below this (0: min(zfs_arc_max, max(32M, zfs_arc_max/32)))"
-    zfs_arc_sys_free: Size = 0, 0, u64::MAX;
+    zfs_arc_sys_free: Size, 0, u64::MAX;
         "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)"
-    zfs_txg_timeout: Count = 5, 1, 600;
+    zfs_txg_timeout: Count, 1, 600;
         "seconds between TXG syncs"
-    zfs_vdev_async_write_max_active: Count = 32, 1, 1000;
+    zfs_vdev_async_write_max_active: Count, 1, 1000;
         "most writes a TXG sync has in flight to one backing store"
     zfs_dirty_data_max: Size = crate::system::default_dirty_data_max(), M, u64::MAX,
         default "10% of RAM, at most 4G";
         "most dirty bytes in DRAM (also at most half of zfs_arc_max)"
-    zfs_dirty_data_sync_percent: Count = 20, 1, 100;
+    zfs_dirty_data_sync_percent: Count, 1, 100;
         "a TXG syncs early when its dirty bytes pass this percent of the limit"
-    zfs_delay_min_dirty_percent: Count = 60, 1, 100;
+    zfs_delay_min_dirty_percent: Count, 1, 100;
         "the write throttle starts at this percent of the dirty limit"
-    zfs_delay_scale: Count = 500_000, 0, 1_000_000_000;
+    zfs_delay_scale: Count, 0, 1_000_000_000;
         "scale of the write throttle's delay curve, ns"
-    l2arc_write_max: Size = 32 * M, 64 * K, G;
+    l2arc_write_max: Size, 64 * K, G;
         "bytes written to each cache device per feed"
-    l2arc_write_boost: Size = 32 * M, 0, G;
+    l2arc_write_boost: Size, 0, G;
         "extra bytes per feed until the ARC first evicts (it is cold)"
-    l2arc_headroom: Count = 8, 0, 1000;
+    l2arc_headroom: Count, 0, 1000;
         "scan depth per feed, as a multiple of l2arc_write_max (0 = unlimited)"
-    l2arc_headroom_boost: Count = 200, 100, 10_000;
+    l2arc_headroom_boost: Count, 100, 10_000;
         "percent applied to l2arc_headroom"
-    l2arc_meta_percent: Count = 33, 1, 100;
+    l2arc_meta_percent: Count, 1, 100;
         "DRAM the L2 index may use, in percent of zfs_arc_max (at least 4M)"
-    l2arc_rebuild_blocks_min_l2size: Size = 0, 0, u64::MAX;
+    l2arc_rebuild_blocks_min_l2size: Size, 0, u64::MAX;
         "cache devices smaller than this are formatted at start, not rebuilt"
-    l2arc_feed_secs: Count = 1, 1, 3600;
+    l2arc_feed_secs: Count, 1, 3600;
         "seconds between feeds"
-    l2arc_feed_min_ms: Count = 200, 10, 60_000;
+    l2arc_feed_min_ms: Count, 10, 60_000;
         "interval when feeding again quickly"
-    l2arc_feed_again: Flag = 1, 0, 1;
+    l2arc_feed_again: Flag, 0, 1;
         "feed again after l2arc_feed_min_ms when a feed wrote over half its budget"
-    l2arc_feed_follow: Flag = 1, 0, 1;
+    l2arc_feed_follow: Flag, 0, 1;
         "feed every l2arc_feed_min_ms (same bytes per second) while blocks leave the ARC unfed (larch's)"
-    l2arc_noprefetch: Flag = 1, 0, 1;
+    l2arc_noprefetch: Flag, 0, 1;
         "do not feed blocks read by prefetch"
-    l2arc_nowrite: Flag = 1, 0, 1;
+    l2arc_nowrite: Flag, 0, 1;
         "do not feed blocks written and not read since (larch's; OpenZFS feeds them)"
-    l2arc_io_uring: Flag = 1, 0, 1;
+    l2arc_io_uring: Flag, 0, 1;
         "read cache devices through io_uring (larch's; 0: through a pool of threads)"
-    l2arc_mfuonly: Count = 0, 0, 2;
+    l2arc_mfuonly: Count, 0, 2;
         "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata"
-    l2arc_enabled: Flag = 1, 0, 1;
+    l2arc_enabled: Flag, 0, 1;
         "the L2ARC switch: 0 stops reads from and feeds to every cache device at once, keeping what they hold; 1 resumes (larch's)"
-    l2arc_rebuild_enabled: Flag = 1, 0, 1;
+    l2arc_rebuild_enabled: Flag, 0, 1;
         "rebuild cache devices' indexes at start"
-    zfs_prefetch_disable: Flag = 0, 0, 1;
+    zfs_prefetch_disable: Flag, 0, 1;
         "turn the sequential-read prefetcher off"
-    zfetch_max_distance: Size = 8 * M, 0, 256 * M;
+    zfetch_max_distance: Size, 0, 256 * M;
         "most bytes read ahead of a sequential stream (at most 1/8 of zfs_arc_max)"
-    write_partial_defer: Flag = 1, 0, 1;
+    write_partial_defer: Flag, 0, 1;
         "acknowledge async writes of part of a block not in the ARC before the block is read (larch's); 0: read the block first, as ZFS does"
-    nbd_idle_yield: Flag = 1, 0, 1;
+    nbd_idle_yield: Flag, 0, 1;
         "an idle NBD connection whose client waits for each reply watches its socket for up to 50 us calling sched_yield, not spinning or parking: more reads at queue depth 1, a longer p99 with many such clients (larch's)"
-    mrc_sample: Flag = 1, 0, 1;
+    mrc_sample: Flag, 0, 1;
         "sample block accesses for the miss-ratio curves of larch advise and the Analytics page (larch's)"
 }
 

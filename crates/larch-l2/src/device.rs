@@ -391,9 +391,9 @@ impl<D: BlockDevice> L2Device<D> {
     }
 
     /// The most ring bytes one batch may span (records, log blocks and the skipped tail):
-    /// a quarter of the ring.
+    /// a quarter of the ring, as `larch_policy::ring::RingSpace::max_batch_bytes` says.
     pub fn max_batch_bytes(&self) -> u64 {
-        self.geo.ring_bytes() / 4
+        self.space.max_batch_bytes()
     }
 
     /// A log block is committed early once its records span this many ring bytes, so

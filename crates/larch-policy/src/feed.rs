@@ -7,7 +7,7 @@
 //! and where larch differs:
 //! 1. **Budget.** A feed writes at most `l2arc_write_max`, plus `l2arc_write_boost` while
 //!    the ARC is cold (it has not evicted yet: nothing is lost by writing more), and never
-//!    more than one batch of the device may hold. It scans at most `l2arc_headroom` times
+//!    more than one batch of the device may hold ([`batch_data_limit`]). It scans at most `l2arc_headroom` times
 //!    that (times `l2arc_headroom_boost` percent) from the cold end of each list: blocks
 //!    nearer the hot end are not about to be evicted, so feeding them would waste device
 //!    writes.
@@ -25,8 +25,52 @@
 //!    budget while blocks the feed could have written leave the ARC unfed, so the feed
 //!    keeps up with an ARC that turns over faster than once a second, at the same bytes
 //!    per second.
+//!
+//! The tunables reach these decisions one way: the engine's and the simulator's tunables
+//! both implement [`FeedTunables`], and [`BudgetRules::from_tunables`],
+//! [`PaceRules::from_tunables`] and [`FeedRules::from_tunables`] read them.
 
 use crate::{Arc, BlockKey, BufType, State};
+
+/// The tunables the feed's decisions read, by their OpenZFS (or larch's) names. The
+/// engine's `Tunables` and the simulator's `SimTunables` implement it by handing out
+/// their values, so that both turn the same values into the same rules.
+pub trait FeedTunables {
+    /// `l2arc_write_max`, bytes.
+    fn l2arc_write_max(&self) -> u64;
+    /// `l2arc_write_boost`, bytes.
+    fn l2arc_write_boost(&self) -> u64;
+    /// `l2arc_headroom` (0: scan without limit).
+    fn l2arc_headroom(&self) -> u64;
+    /// `l2arc_headroom_boost`, percent.
+    fn l2arc_headroom_boost(&self) -> u64;
+    /// `l2arc_feed_secs`.
+    fn l2arc_feed_secs(&self) -> u64;
+    /// `l2arc_feed_min_ms`.
+    fn l2arc_feed_min_ms(&self) -> u64;
+    /// `l2arc_feed_again`.
+    fn l2arc_feed_again(&self) -> bool;
+    /// `l2arc_feed_follow` (larch's).
+    fn l2arc_feed_follow(&self) -> bool;
+    /// `l2arc_noprefetch`.
+    fn l2arc_noprefetch(&self) -> bool;
+    /// `l2arc_nowrite` (larch's).
+    fn l2arc_nowrite(&self) -> bool;
+    /// `l2arc_mfuonly` (0, 1 or 2; see [`MfuOnly::from_tunable`]).
+    fn l2arc_mfuonly(&self) -> u64;
+}
+
+/// The bytes of data one feed may write to a device whose batches may span
+/// `max_batch_bytes` of its ring
+/// ([`RingSpace::max_batch_bytes`](crate::ring::RingSpace::max_batch_bytes)): three
+/// quarters of it. The batch carries
+/// more than its records' data within that span (the log blocks that describe them,
+/// sector padding, and a ring tail skipped when a record does not fit before the ring's
+/// end), and a batch the writer refuses as too long is skipped whole; the quarter kept
+/// for those leaves a full feed room to be written.
+pub fn batch_data_limit(max_batch_bytes: u64) -> u64 {
+    max_batch_bytes / 4 * 3
+}
 
 /// The lists a feed scans, in order: metadata first, MFU before MRU.
 pub const FEED_ORDER: [(State, BufType); 4] = [
@@ -78,6 +122,17 @@ pub struct FeedRules {
     pub mfu_only: MfuOnly,
 }
 
+impl FeedRules {
+    /// The rules `tunables` set (decision 3).
+    pub fn from_tunables(tunables: &(impl FeedTunables + ?Sized)) -> FeedRules {
+        FeedRules {
+            noprefetch: tunables.l2arc_noprefetch(),
+            nowrite: tunables.l2arc_nowrite(),
+            mfu_only: MfuOnly::from_tunable(tunables.l2arc_mfuonly()),
+        }
+    }
+}
+
 /// How much one feed may write and scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FeedBudget {
@@ -100,10 +155,23 @@ pub struct BudgetRules {
     pub headroom_boost_percent: u64,
 }
 
+impl BudgetRules {
+    /// The rules `tunables` set (decision 1).
+    pub fn from_tunables(tunables: &(impl FeedTunables + ?Sized)) -> BudgetRules {
+        BudgetRules {
+            write_max_bytes: tunables.l2arc_write_max(),
+            write_boost_bytes: tunables.l2arc_write_boost(),
+            headroom: tunables.l2arc_headroom(),
+            headroom_boost_percent: tunables.l2arc_headroom_boost(),
+        }
+    }
+}
+
 impl FeedBudget {
     /// The budget of the next feed (decision 1): `pace_bytes` is what [`next_feed`] allows
     /// (`l2arc_write_max` and its share when following), boosted while the ARC is cold,
-    /// cut to `batch_limit_bytes` (what one batch of the device may carry).
+    /// cut to `batch_limit_bytes` (what one batch of the device may carry,
+    /// [`batch_data_limit`]).
     pub fn new(rules: &BudgetRules, pace_bytes: u64, batch_limit_bytes: u64) -> FeedBudget {
         let write_bytes = pace_bytes.min(batch_limit_bytes);
         let scan_bytes = if rules.headroom == 0 {
@@ -203,6 +271,18 @@ pub struct PaceRules {
     pub feed_again: bool,
     /// `l2arc_feed_follow`.
     pub feed_follow: bool,
+}
+
+impl PaceRules {
+    /// The rules `tunables` set (decision 4).
+    pub fn from_tunables(tunables: &(impl FeedTunables + ?Sized)) -> PaceRules {
+        PaceRules {
+            feed_secs: tunables.l2arc_feed_secs(),
+            feed_min_ms: tunables.l2arc_feed_min_ms(),
+            feed_again: tunables.l2arc_feed_again(),
+            feed_follow: tunables.l2arc_feed_follow(),
+        }
+    }
 }
 
 /// When the next feed comes and how much it may write.
@@ -406,6 +486,87 @@ mod tests {
             u64::MAX,
         );
         assert_eq!(open.scan_bytes, u64::MAX);
+    }
+
+    /// Tunables as a caller holds them: every value distinct, so that a swapped pair shows.
+    struct Values;
+
+    impl FeedTunables for Values {
+        fn l2arc_write_max(&self) -> u64 {
+            1
+        }
+        fn l2arc_write_boost(&self) -> u64 {
+            2
+        }
+        fn l2arc_headroom(&self) -> u64 {
+            3
+        }
+        fn l2arc_headroom_boost(&self) -> u64 {
+            4
+        }
+        fn l2arc_feed_secs(&self) -> u64 {
+            5
+        }
+        fn l2arc_feed_min_ms(&self) -> u64 {
+            6
+        }
+        fn l2arc_feed_again(&self) -> bool {
+            true
+        }
+        fn l2arc_feed_follow(&self) -> bool {
+            false
+        }
+        fn l2arc_noprefetch(&self) -> bool {
+            false
+        }
+        fn l2arc_nowrite(&self) -> bool {
+            true
+        }
+        fn l2arc_mfuonly(&self) -> u64 {
+            2
+        }
+    }
+
+    #[test]
+    fn the_rules_read_each_tunable_by_its_name() {
+        let budget = BudgetRules::from_tunables(&Values);
+        assert_eq!(
+            budget,
+            BudgetRules {
+                write_max_bytes: 1,
+                write_boost_bytes: 2,
+                headroom: 3,
+                headroom_boost_percent: 4,
+            }
+        );
+        let pace = PaceRules::from_tunables(&Values);
+        assert_eq!(
+            pace,
+            PaceRules {
+                feed_secs: 5,
+                feed_min_ms: 6,
+                feed_again: true,
+                feed_follow: false,
+            }
+        );
+        let eligible = FeedRules::from_tunables(&Values);
+        assert_eq!(
+            eligible,
+            FeedRules {
+                noprefetch: false,
+                nowrite: true,
+                mfu_only: MfuOnly::DataOnly,
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_keeps_a_quarter_of_its_span_for_log_blocks_padding_and_the_tail() {
+        let ring = crate::ring::RingSpace::new(64 << 20, 4096);
+        assert_eq!(ring.max_batch_bytes(), 16 << 20);
+        assert_eq!(batch_data_limit(ring.max_batch_bytes()), 12 << 20);
+        // Rounded down to whole quarters: never more than three quarters.
+        assert_eq!(batch_data_limit(7), 3);
     }
 
     #[test]

@@ -63,8 +63,9 @@
 //! a cache device's ring places records and where its evict hand goes ([`ring`]), how
 //! one ARC is split into independently locked shards ([`shards`]), when reads are
 //! sequential enough to read ahead ([`prefetch`]), and how long a writer waits as dirty
-//! data nears its limit ([`throttle`]); and the latency scale of every histogram
-//! ([`buckets`]), so that simulated and measured latencies read alike.
+//! data nears its limit ([`throttle`]); the latency scale of every histogram
+//! ([`buckets`]), so that simulated and measured latencies read alike; and the tunables'
+//! defaults ([`tunables`]), so that both start from the same values.
 
 pub mod adapt;
 mod arc;
@@ -78,6 +79,7 @@ pub mod shards;
 pub mod stats;
 pub mod testing;
 pub mod throttle;
+pub mod tunables;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
 pub use list::HEADER_BYTES;

@@ -69,6 +69,14 @@ impl RingSpace {
         self.ring_bytes
     }
 
+    /// The most ring bytes one batch may span (its records, log blocks and a skipped
+    /// tail): a quarter of the ring. `larch-l2`'s writer refuses a longer batch
+    /// (`BatchTooLarge`) and a feed sizes its data to fit
+    /// ([`crate::feed::batch_data_limit`]).
+    pub fn max_batch_bytes(&self) -> u64 {
+        self.ring_bytes / 4
+    }
+
     /// The allocation unit.
     pub fn sector_bytes(&self) -> u64 {
         self.sector_bytes

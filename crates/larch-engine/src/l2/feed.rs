@@ -12,13 +12,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use larch_l2::{ArcState, Compression, ContentType, Record};
-use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, MfuOnly, PaceRules};
+use larch_policy::feed::{
+    self, BudgetRules, FeedBudget, FeedPick, FeedRules, FeedTunables, PaceRules,
+};
 use larch_policy::{BufType, State};
 
 use super::index::{self, READ};
 use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
+use crate::tunables::Tunables;
 
 /// A block chosen for a feed, with its bytes and on-disk identity.
 struct Candidate {
@@ -35,20 +38,10 @@ impl L2Arc {
         let mut unfed_seen = self.arc.unfed_evictions();
         let mut behind = false;
         while !self.life.is_shutting_down() {
-            let t = &self.tunables;
-            let rules = budget_rules(t);
-            let allowance = feed::write_allowance(&rules, self.arc.warm());
-            let pace = feed::next_feed(
-                &PaceRules {
-                    feed_secs: t.l2arc_feed_secs(),
-                    feed_min_ms: t.l2arc_feed_min_ms(),
-                    feed_again: t.l2arc_feed_again(),
-                    feed_follow: t.l2arc_feed_follow(),
-                },
-                allowance,
-                wrote_bytes,
-                behind,
-            );
+            let t = &*self.tunables;
+            let allowance = feed::write_allowance(&BudgetRules::from_tunables(t), self.arc.warm());
+            let pace =
+                feed::next_feed(&PaceRules::from_tunables(t), allowance, wrote_bytes, behind);
             self.life
                 .sleep_unless_shutdown(Duration::from_millis(pace.wait_ms));
             // A removed device never comes back (a later add is a new device with a
@@ -85,12 +78,11 @@ impl L2Arc {
         let _io = self.coherence.feed_io();
         let watch = self.coherence.watch_feed();
         let batch_limit = match device.writer().as_ref() {
-            // The batch also carries log blocks, sector padding and perhaps a skipped
-            // ring tail: keep the data to 3/4 of what one batch may span.
-            Some(l2) => l2.max_batch_bytes() / 4 * 3,
+            Some(l2) => feed::batch_data_limit(l2.max_batch_bytes()),
             None => return 0,
         };
-        let budget = FeedBudget::new(&budget_rules(&self.tunables), budget_bytes, batch_limit);
+        let rules = BudgetRules::from_tunables(&*self.tunables);
+        let budget = FeedBudget::new(&rules, budget_bytes, batch_limit);
         let candidates = self.choose(&budget);
         if candidates.is_empty() {
             return 0;
@@ -151,12 +143,7 @@ impl L2Arc {
     /// written without the gate; what writes overwrite meanwhile is sorted out when it is
     /// indexed).
     fn choose(&self, budget: &FeedBudget) -> Vec<Candidate> {
-        let t = &self.tunables;
-        let rules = FeedRules {
-            noprefetch: t.l2arc_noprefetch(),
-            nowrite: t.l2arc_nowrite(),
-            mfu_only: MfuOnly::from_tunable(t.l2arc_mfuonly()),
-        };
+        let rules = FeedRules::from_tunables(&*self.tunables);
         let share = budget.split(SHARDS as u64);
         let mut picks = Vec::new();
         let mut chosen: Vec<(FeedPick, Bytes)> = Vec::new();
@@ -280,12 +267,40 @@ impl L2Arc {
     }
 }
 
-fn budget_rules(t: &crate::tunables::Tunables) -> BudgetRules {
-    BudgetRules {
-        write_max_bytes: t.l2arc_write_max(),
-        write_boost_bytes: t.l2arc_write_boost(),
-        headroom: t.l2arc_headroom(),
-        headroom_boost_percent: t.l2arc_headroom_boost(),
+/// The feed's tunables, as `larch_policy::feed` reads them.
+impl FeedTunables for Tunables {
+    fn l2arc_write_max(&self) -> u64 {
+        Tunables::l2arc_write_max(self)
+    }
+    fn l2arc_write_boost(&self) -> u64 {
+        Tunables::l2arc_write_boost(self)
+    }
+    fn l2arc_headroom(&self) -> u64 {
+        Tunables::l2arc_headroom(self)
+    }
+    fn l2arc_headroom_boost(&self) -> u64 {
+        Tunables::l2arc_headroom_boost(self)
+    }
+    fn l2arc_feed_secs(&self) -> u64 {
+        Tunables::l2arc_feed_secs(self)
+    }
+    fn l2arc_feed_min_ms(&self) -> u64 {
+        Tunables::l2arc_feed_min_ms(self)
+    }
+    fn l2arc_feed_again(&self) -> bool {
+        Tunables::l2arc_feed_again(self)
+    }
+    fn l2arc_feed_follow(&self) -> bool {
+        Tunables::l2arc_feed_follow(self)
+    }
+    fn l2arc_noprefetch(&self) -> bool {
+        Tunables::l2arc_noprefetch(self)
+    }
+    fn l2arc_nowrite(&self) -> bool {
+        Tunables::l2arc_nowrite(self)
+    }
+    fn l2arc_mfuonly(&self) -> u64 {
+        Tunables::l2arc_mfuonly(self)
     }
 }
 

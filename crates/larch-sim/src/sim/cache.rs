@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, MfuOnly, PaceRules};
+use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, PaceRules};
 use larch_policy::ring::RingSpace;
 use larch_policy::shards::{SHARDS, shard_config, shard_of};
 use larch_policy::{Access, Action, Arc, BlockKey, BufType, State};
@@ -212,6 +212,9 @@ impl SimCache {
         let devices = devices
             .into_iter()
             .map(|(name, model, capacity)| {
+                // The whole device is ring: the engine's `larch_l2::Geometry` keeps two
+                // 4 KiB header slots before it, which the simulator does not model (a
+                // batch limit, a quarter of the ring, 2 KiB larger on devices of GiBs).
                 let ring_bytes = (capacity / SECTOR_BYTES * SECTOR_BYTES).max(SECTOR_BYTES * 16);
                 L2Device {
                     name,
@@ -554,18 +557,12 @@ impl SimCache {
     /// The pace of feeds: when device `d`'s next feed runs after the one that ran now.
     fn pace(&mut self, d: usize) -> feed::FeedPace {
         let t = &self.tunables;
-        let rules = budget_rules(t);
-        let allowance = feed::write_allowance(&rules, self.warm);
+        let allowance = feed::write_allowance(&BudgetRules::from_tunables(t), self.warm);
         let dev = &mut self.devices[d];
         let behind = self.unfed_bytes > dev.unfed_seen;
         dev.unfed_seen = self.unfed_bytes;
         feed::next_feed(
-            &PaceRules {
-                feed_secs: t.l2arc_feed_secs,
-                feed_min_ms: t.l2arc_feed_min_ms,
-                feed_again: t.l2arc_feed_again,
-                feed_follow: t.l2arc_feed_follow,
-            },
+            &PaceRules::from_tunables(t),
             allowance,
             dev.wrote_last,
             behind,
@@ -579,7 +576,7 @@ impl SimCache {
         if self.devices[d].budget_bytes == 0 {
             // The first feed: the allowance of a cold ARC.
             self.devices[d].budget_bytes =
-                feed::write_allowance(&budget_rules(&self.tunables), self.warm);
+                feed::write_allowance(&BudgetRules::from_tunables(&self.tunables), self.warm);
         }
         self.devices[d].wrote_last = 0;
         let budget = self.devices[d].budget_bytes;
@@ -624,13 +621,13 @@ impl SimCache {
     }
 
     fn feed_once(&mut self, now: Nanos, d: usize, budget_bytes: u64) -> Option<(u64, Nanos)> {
-        let batch_limit = self.devices[d].ring.ring_bytes() / 4 / 4 * 3;
-        let budget = FeedBudget::new(&budget_rules(&self.tunables), budget_bytes, batch_limit);
-        let rules = FeedRules {
-            noprefetch: self.tunables.l2arc_noprefetch,
-            nowrite: self.tunables.l2arc_nowrite,
-            mfu_only: MfuOnly::from_tunable(self.tunables.l2arc_mfuonly),
-        };
+        let batch_limit = feed::batch_data_limit(self.devices[d].ring.max_batch_bytes());
+        let budget = FeedBudget::new(
+            &BudgetRules::from_tunables(&self.tunables),
+            budget_bytes,
+            batch_limit,
+        );
+        let rules = FeedRules::from_tunables(&self.tunables);
         let share = budget.split(SHARDS as u64);
         let mut picks = std::mem::take(&mut self.picks);
         picks.clear();
@@ -942,13 +939,4 @@ pub struct ArcSizes {
     pub headers: u64,
     /// Blocks on cache devices.
     pub l2_blocks: u64,
-}
-
-fn budget_rules(t: &SimTunables) -> BudgetRules {
-    BudgetRules {
-        write_max_bytes: t.l2arc_write_max,
-        write_boost_bytes: t.l2arc_write_boost,
-        headroom: t.l2arc_headroom,
-        headroom_boost_percent: t.l2arc_headroom_boost,
-    }
 }

@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+use larch_policy::feed::FeedTunables;
+use larch_policy::tunables::{DEFAULTS, DIRTY_DATA_MAX_CAP_BYTES};
+
 use crate::device::DeviceSpec;
 use crate::trace::Format;
 
@@ -171,28 +174,30 @@ pub struct SimTunables {
 
 impl Default for SimTunables {
     /// larch's defaults (docs/engine.md), which are OpenZFS's where larch has not changed
-    /// them.
+    /// them: the daemon's, from the table both read (`larch_policy::tunables`). The dirty
+    /// limit, 10% of RAM on the daemon's machine, is its cap: the simulated machine has no
+    /// RAM to take 10% of.
     fn default() -> SimTunables {
         SimTunables {
-            l2arc_write_max: 32 << 20,
-            l2arc_write_boost: 32 << 20,
-            l2arc_headroom: 8,
-            l2arc_headroom_boost: 200,
-            l2arc_feed_secs: 1,
-            l2arc_feed_min_ms: 200,
-            l2arc_feed_again: true,
-            l2arc_feed_follow: true,
-            l2arc_noprefetch: true,
-            l2arc_nowrite: true,
-            l2arc_mfuonly: 0,
+            l2arc_write_max: DEFAULTS.l2arc_write_max,
+            l2arc_write_boost: DEFAULTS.l2arc_write_boost,
+            l2arc_headroom: DEFAULTS.l2arc_headroom,
+            l2arc_headroom_boost: DEFAULTS.l2arc_headroom_boost,
+            l2arc_feed_secs: DEFAULTS.l2arc_feed_secs,
+            l2arc_feed_min_ms: DEFAULTS.l2arc_feed_min_ms,
+            l2arc_feed_again: DEFAULTS.l2arc_feed_again,
+            l2arc_feed_follow: DEFAULTS.l2arc_feed_follow,
+            l2arc_noprefetch: DEFAULTS.l2arc_noprefetch,
+            l2arc_nowrite: DEFAULTS.l2arc_nowrite,
+            l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
             secondarycache: true,
-            txg_timeout_s: 5,
-            dirty_data_max: 4 << 30,
-            dirty_data_sync_percent: 20,
-            delay_min_dirty_percent: 60,
-            delay_scale_ns: 500_000,
-            prefetch_disable: false,
-            prefetch_max_distance: 8 << 20,
+            txg_timeout_s: DEFAULTS.zfs_txg_timeout,
+            dirty_data_max: DIRTY_DATA_MAX_CAP_BYTES,
+            dirty_data_sync_percent: DEFAULTS.zfs_dirty_data_sync_percent,
+            delay_min_dirty_percent: DEFAULTS.zfs_delay_min_dirty_percent,
+            delay_scale_ns: DEFAULTS.zfs_delay_scale,
+            prefetch_disable: DEFAULTS.zfs_prefetch_disable,
+            prefetch_max_distance: DEFAULTS.zfetch_max_distance,
             feed_round_robin: false,
         }
     }
@@ -261,6 +266,44 @@ impl SimTunables {
             }
         }
         Ok(())
+    }
+}
+
+/// The feed's tunables, as `larch_policy::feed` reads them (the engine's `Tunables` hand
+/// out theirs the same way).
+impl FeedTunables for SimTunables {
+    fn l2arc_write_max(&self) -> u64 {
+        self.l2arc_write_max
+    }
+    fn l2arc_write_boost(&self) -> u64 {
+        self.l2arc_write_boost
+    }
+    fn l2arc_headroom(&self) -> u64 {
+        self.l2arc_headroom
+    }
+    fn l2arc_headroom_boost(&self) -> u64 {
+        self.l2arc_headroom_boost
+    }
+    fn l2arc_feed_secs(&self) -> u64 {
+        self.l2arc_feed_secs
+    }
+    fn l2arc_feed_min_ms(&self) -> u64 {
+        self.l2arc_feed_min_ms
+    }
+    fn l2arc_feed_again(&self) -> bool {
+        self.l2arc_feed_again
+    }
+    fn l2arc_feed_follow(&self) -> bool {
+        self.l2arc_feed_follow
+    }
+    fn l2arc_noprefetch(&self) -> bool {
+        self.l2arc_noprefetch
+    }
+    fn l2arc_nowrite(&self) -> bool {
+        self.l2arc_nowrite
+    }
+    fn l2arc_mfuonly(&self) -> u64 {
+        self.l2arc_mfuonly
     }
 }
 
