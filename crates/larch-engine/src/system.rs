@@ -1,10 +1,12 @@
 //! What the engine reads of the system it runs on: its memory (`/proc/meminfo`).
 
+use larch_policy::tunables::DIRTY_DATA_MAX_CAP_BYTES;
+
 /// The default `zfs_dirty_data_max`: 10% of RAM, at most 4 GiB (OpenZFS).
 pub fn default_dirty_data_max() -> u64 {
     meminfo()
-        .map_or(4 << 30, |(total, _)| total / 10)
-        .min(4 << 30)
+        .map_or(DIRTY_DATA_MAX_CAP_BYTES, |(total, _)| total / 10)
+        .min(DIRTY_DATA_MAX_CAP_BYTES)
 }
 
 /// MemTotal and MemAvailable of /proc/meminfo, in bytes.
