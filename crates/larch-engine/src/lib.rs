@@ -100,7 +100,7 @@ pub mod stats;
 mod system;
 pub mod tunables;
 pub mod txg;
-pub mod units;
+pub use larch_policy::units;
 pub mod volume;
 pub mod volumes;
 

@@ -80,6 +80,7 @@ pub mod stats;
 pub mod testing;
 pub mod throttle;
 pub mod tunables;
+pub mod units;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
 pub use list::HEADER_BYTES;

@@ -545,39 +545,15 @@ fn parse_size_or_zero(field: &'static str, text: &str) -> Result<u64, SpecError>
     })
 }
 
-/// `512`, `8K`, `1.5T`, `4TiB`: binary suffixes, fractions rounded to a byte; `None` if the
-/// text is not a size or the size does not fit in a u64.
+/// `512`, `8K`, `1.5T`, `4TiB`: a size as every larch size is read
+/// ([`larch_policy::units::parse_size`]); `None` if the text is not one.
 fn size_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return None,
-    };
-    if let Ok(whole) = number.parse::<u64>() {
-        return whole.checked_mul(1 << shift);
-    }
-    let value = number.parse::<f64>().ok()?;
-    let bytes = (value * (1u64 << shift) as f64).round();
-    // u64::MAX as f64 rounds up to 2^64, so the comparison must be strict.
-    (bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
+    larch_policy::units::parse_size(text).ok()
 }
 
 /// A size as a spec would give it: the largest binary suffix that divides it exactly.
 fn format_size(bytes: u64) -> String {
-    for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{suffix}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
+    larch_policy::units::format_size_exact(bytes)
 }
 
 impl fmt::Display for DeviceSpec {

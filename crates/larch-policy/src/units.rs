@@ -1,5 +1,7 @@
 //! Parsing and printing of byte sizes as users type them: `512`, `8K`, `16M`, `1.5G`, `2TiB`.
-//! Suffixes are binary (K = 1024), as in `zfs` and `fio`.
+//! Suffixes are binary (K = 1024), as in `zfs` and `fio`. The one size parser: the
+//! engine's tunables and the CLI's flags (through `larch_engine::units`) and the
+//! simulator's device specs all read sizes here.
 
 use std::fmt;
 
