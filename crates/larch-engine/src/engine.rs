@@ -447,12 +447,7 @@ impl Engine {
         create: bool,
     ) -> io::Result<u64> {
         let (dev, file_lock) = crate::txg::zil::open_file(path)?;
-        let log = LogAttach {
-            path,
-            pool_guid,
-            device_guid,
-            create,
-        };
+        let log = LogAttach::new(path, pool_guid, device_guid, create);
         self.txg.zil.attach(&self.txg, dev, file_lock, &log)
     }
 
@@ -466,12 +461,7 @@ impl Engine {
         device_guid: u64,
         create: bool,
     ) -> io::Result<u64> {
-        let log = LogAttach {
-            path,
-            pool_guid,
-            device_guid,
-            create,
-        };
+        let log = LogAttach::new(path, pool_guid, device_guid, create);
         self.txg.zil.attach(&self.txg, dev, None, &log)
     }
 

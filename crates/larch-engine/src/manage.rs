@@ -229,15 +229,13 @@ pub fn add_cache_device(
     // is refused (--force included) before anything touches it.
     let file_lock = hold_device(path)?;
     check_cache_device_size(path)?;
-    if let Some(contents) = not_blank(path, config.guid)? {
-        if !force {
-            return Err(ManageError::Refused(format!(
-                "{} {contents}; refusing to overwrite it (--force formats it anyway)",
-                path.display()
-            )));
-        }
-        zero_headers(path)?;
-    }
+    let found = not_blank(path, config.guid)?.map(|contents| {
+        format!(
+            "{} {contents}; refusing to overwrite it (--force formats it anyway)",
+            path.display()
+        )
+    });
+    clear_headers(path, found, force)?;
     // A running pool's engine takes the lock again for as long as it uses the device (a
     // second lock of this process would conflict with this one).
     drop(file_lock);
@@ -346,15 +344,13 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
     check_log_device_size(path)?;
     // Held while the headers are looked at and zeroed, as for a cache device.
     let file_lock = hold_device(path)?;
-    if !crate::pool::log_is_blank(path) {
-        if !force {
-            return Err(ManageError::Refused(format!(
-                "{} is not blank (its first 8 KiB hold data); --force formats it",
-                path.display()
-            )));
-        }
-        zero_headers(path)?;
-    }
+    let found = (!crate::pool::log_is_blank(path)).then(|| {
+        format!(
+            "{} is not blank (its first 8 KiB hold data); --force formats it",
+            path.display()
+        )
+    });
+    clear_headers(path, found, force)?;
     drop(file_lock);
     // The configuration names the device before the running pool acknowledges a single
     // sync write from it: a crash in between must find it at the next start (blank, so it
@@ -642,6 +638,17 @@ fn not_blank(path: &Path, pool_guid: u64) -> Result<Option<String>, ManageError>
             slots.len() / 1024
         ),
     }))
+}
+
+/// Zeroes the headers of a device about to be formatted when something is on it (`found`:
+/// the refusal, saying what) and `force` says to; refused otherwise. Nothing on it: nothing
+/// to do.
+fn clear_headers(path: &Path, found: Option<String>, force: bool) -> Result<(), ManageError> {
+    match found {
+        None => Ok(()),
+        Some(refusal) if !force => Err(ManageError::Refused(refusal)),
+        Some(_) => zero_headers(path),
+    }
 }
 
 /// Zeroes both header slots (durably): the pool formats the device when it opens it.

@@ -40,54 +40,48 @@ macro_rules! unit {
     };
 }
 
+/// What a stat's field holds: an atomic the engine updates as it goes, or a plain value
+/// it computes when asked.
+trait StatValue {
+    fn value(&self) -> u64;
+}
+
+impl StatValue for AtomicU64 {
+    fn value(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+}
+
+impl StatValue for u64 {
+    fn value(&self) -> u64 {
+        *self
+    }
+}
+
 macro_rules! stats {
-    // The declarations of a group, as a table.
-    (@defs $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+) => {
-        /// Every stat of this group, as declared.
-        pub const STATS: &'static [StatDef] = &[
-            $( StatDef {
-                name: stringify!($field),
-                kind: StatKind::$kind,
-                unit: unit!($($unit)?),
-                help: $help,
-            }, )+
-        ];
-    };
-    // Values the engine computes when asked: plain fields it fills in.
-    ($(#[$meta:meta])* computed pub struct $name:ident {
-        $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
-    }) => {
-        $(#[$meta])*
-        #[derive(Debug, Default, Clone, Copy)]
-        pub struct $name {
-            $( #[doc = $help] pub $field: u64, )+
-        }
-
-        impl $name {
-            stats!(@defs $( $field: $kind $(in $unit)?, $help; )+);
-
-            /// The values, in declaration order.
-            pub fn values(&self) -> Vec<(&'static str, u64)> {
-                vec![ $( (stringify!($field), self.$field), )+ ]
-            }
-        }
-    };
-    // Counters and gauges the engine keeps as it goes: atomics.
-    ($(#[$meta:meta])* pub struct $name:ident {
+    ($(#[$meta:meta])* pub struct $name:ident<$store:ty> {
         $( $field:ident: $kind:ident $(in $unit:ident)?, $help:literal; )+
     }) => {
         $(#[$meta])*
         #[derive(Debug, Default)]
         pub struct $name {
-            $( #[doc = $help] pub $field: AtomicU64, )+
+            $( #[doc = $help] pub $field: $store, )+
         }
 
         impl $name {
-            stats!(@defs $( $field: $kind $(in $unit)?, $help; )+);
+            /// Every stat of this group, as declared.
+            pub const STATS: &'static [StatDef] = &[
+                $( StatDef {
+                    name: stringify!($field),
+                    kind: StatKind::$kind,
+                    unit: unit!($($unit)?),
+                    help: $help,
+                }, )+
+            ];
 
             /// Current values, in declaration order.
             pub fn values(&self) -> Vec<(&'static str, u64)> {
-                vec![ $( (stringify!($field), self.$field.load(Ordering::Relaxed)), )+ ]
+                vec![ $( (stringify!($field), StatValue::value(&self.$field)), )+ ]
             }
         }
     };
@@ -95,7 +89,7 @@ macro_rules! stats {
 
 stats! {
     /// Counters of the read path, the L2ARC and memory pressure.
-    pub struct EngineStats {
+    pub struct EngineStats<AtomicU64> {
         l2_hits: Counter, "reads served from a cache device";
         l2_misses: Counter, "misses, in a pool with cache devices, that went to the backing store";
         l2_read_bytes: Counter in Bytes, "bytes read from cache devices for hits";
@@ -130,7 +124,7 @@ stats! {
 
 stats! {
     /// Counters of the write path.
-    pub struct WriteStats {
+    pub struct WriteStats<AtomicU64> {
         txg_syncs: Counter, "TXGs synced";
         txg_last_sync_us: Gauge in Micros, "duration of the last TXG sync";
         txg_sync_us: Counter in Micros, "total duration of TXG syncs";
@@ -155,7 +149,8 @@ stats! {
 stats! {
     /// Stats the engine computes when asked, rather than counts: each a plain value,
     /// filled in by `Engine::arcstats`.
-    computed pub struct ComputedStats {
+    #[derive(Clone, Copy)]
+    pub struct ComputedStats<u64> {
         dirty_bytes: Gauge in Bytes, "bytes dirty in the open and the syncing TXG, and held by partial writes waiting for their merge";
         dirty_data_max: Gauge in Bytes, "the dirty limit in force";
         write_partial_pending: Gauge, "blocks with partial writes waiting for their merge (larch's)";

@@ -144,6 +144,17 @@ pub(crate) struct LogAttach<'a> {
     pub(crate) create: bool,
 }
 
+impl<'a> LogAttach<'a> {
+    pub(crate) fn new(path: &'a Path, pool_guid: u64, device_guid: u64, create: bool) -> Self {
+        LogAttach {
+            path,
+            pool_guid,
+            device_guid,
+            create,
+        }
+    }
+}
+
 /// Opens a log device's file, locked for this pool (another running pool's volume, cache
 /// or log device is refused); the lock is kept with the attached log.
 pub(crate) fn open_file(path: &Path) -> io::Result<(Arc<dyn BlockDevice>, Option<std::fs::File>)> {
