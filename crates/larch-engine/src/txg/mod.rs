@@ -196,8 +196,8 @@ impl Txg {
     ///
     /// The TXG lock is taken twice on the way: by the throttle, and to make the blocks
     /// dirty, which also makes a sync write the intent log's leader when no commit is in
-    /// progress (it takes the pending records in the same hold); a leader takes it once
-    /// more to end its commit.
+    /// progress (it takes the pending records in the same hold); the commit itself takes
+    /// only the intent log's own lock.
     ///
     /// [`VolumeInfo::write_is_sync`]: crate::volumes::VolumeInfo::write_is_sync
     pub fn write_blocks(
