@@ -1,5 +1,6 @@
 //! The device header.
 
+use crate::check::{bad, magic, prefix, reserved_zero, sealed};
 use crate::layout::{bytes, bytes_mut, dev_header, get, put};
 use crate::{FormatError, LogBlockPtrPhys, checksum};
 
@@ -112,30 +113,9 @@ impl DevHeaderPhys {
     /// checked against the actual device by the reader.
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
         let w = Self::WHAT;
-        if buf.len() < Self::SIZE {
-            return Err(FormatError::TooShort {
-                what: w,
-                need_bytes: Self::SIZE,
-                got_bytes: buf.len(),
-            });
-        }
-        let buf = &buf[..Self::SIZE];
-        let magic = get(buf, dev_header::MAGIC);
-        if magic != HEADER_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: w,
-                found: magic,
-            });
-        }
-        let stored = get(buf, dev_header::CHECKSUM);
-        let computed = checksum(&buf[..dev_header::CHECKSUM.offset]);
-        if stored != computed {
-            return Err(FormatError::BadChecksum {
-                what: w,
-                stored,
-                computed,
-            });
-        }
+        let buf = prefix(w, buf, Self::SIZE)?;
+        magic(buf, w, dev_header::MAGIC, HEADER_MAGIC)?;
+        sealed(buf, w, dev_header::CHECKSUM)?;
         let version = get(buf, dev_header::VERSION) as u32;
         if version != VERSION {
             return Err(FormatError::UnsupportedVersion { found: version });
@@ -147,14 +127,8 @@ impl DevHeaderPhys {
                 field: "flags",
             });
         }
-        for f in [dev_header::RESERVED0, dev_header::RESERVED1] {
-            if bytes(buf, f).iter().any(|&b| b != 0) {
-                return Err(FormatError::ReservedNotZero {
-                    what: w,
-                    field: f.name,
-                });
-            }
-        }
+        reserved_zero(buf, w, dev_header::RESERVED0)?;
+        reserved_zero(buf, w, dev_header::RESERVED1)?;
         let header = Self {
             version,
             flags,
@@ -175,11 +149,7 @@ impl DevHeaderPhys {
                 LogBlockPtrPhys::decode(bytes(buf, dev_header::NEWEST1))?,
             ],
         };
-        let bad = |field, value| FormatError::BadField {
-            what: w,
-            field,
-            value,
-        };
+        let bad = |field, value| bad(w, field, value);
         if !(1..=2).contains(&header.chain_count) {
             return Err(bad("chain_count", u64::from(header.chain_count)));
         }

@@ -29,7 +29,13 @@ pub struct StructLayout {
     pub fields: &'static [FieldLayout],
 }
 
-const fn field(name: &'static str, offset: usize, size: usize, ty: &'static str) -> FieldLayout {
+/// A [`FieldLayout`], for the tables.
+pub(crate) const fn field(
+    name: &'static str,
+    offset: usize,
+    size: usize,
+    ty: &'static str,
+) -> FieldLayout {
     FieldLayout {
         name,
         offset,

@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+mod check;
 mod header;
 pub mod layout;
 mod log;
@@ -103,6 +104,49 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 pub fn align_up(bytes: u64, sector_bytes: u64) -> Option<u64> {
     debug_assert!(sector_bytes.is_power_of_two(), "sector {sector_bytes}");
     Some(bytes.checked_add(sector_bytes - 1)? & !(sector_bytes - 1))
+}
+
+/// Why a device holds no ring (see [`ring_span`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// The sector size is not one larch allocates in.
+    #[error("sector_bytes {sector_bytes} is not a power of two in 512..=65536")]
+    BadSectorBytes {
+        /// The sector size asked for.
+        sector_bytes: u64,
+    },
+    /// The ring would be smaller than the least the device's user accepts.
+    #[error("device of {device_bytes} bytes is smaller than the minimum {min_bytes}")]
+    DeviceTooSmall {
+        /// Size of the device.
+        device_bytes: u64,
+        /// The least device that holds the smallest ring.
+        min_bytes: u64,
+    },
+}
+
+/// Where the ring lies on a cache or log device of `device_bytes` with `sector_bytes`
+/// sectors (a power of two in 512..=65536): after the two header slots of
+/// `header_slot_bytes` each, from the next sector boundary up to the last whole sector,
+/// and at least `min_ring_bytes` long.
+pub fn ring_span(
+    device_bytes: u64,
+    sector_bytes: u64,
+    header_slot_bytes: u64,
+    min_ring_bytes: u64,
+) -> Result<std::ops::Range<u64>, RingError> {
+    if !sector_bytes.is_power_of_two() || !(512..=65536).contains(&sector_bytes) {
+        return Err(RingError::BadSectorBytes { sector_bytes });
+    }
+    let ring_start = (2 * header_slot_bytes).next_multiple_of(sector_bytes);
+    let ring_end = device_bytes - device_bytes % sector_bytes;
+    if ring_end < ring_start + min_ring_bytes {
+        return Err(RingError::DeviceTooSmall {
+            device_bytes,
+            min_bytes: ring_start + min_ring_bytes,
+        });
+    }
+    Ok(ring_start..ring_end)
 }
 
 macro_rules! u8_enum {

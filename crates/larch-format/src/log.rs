@@ -1,5 +1,6 @@
 //! Log entries, log block pointers and log blocks.
 
+use crate::check::{bad, magic, prefix, reserved_zero, too_short};
 use crate::layout::{bytes, bytes_mut, get, log_block, log_block_ptr, log_entry, put};
 use crate::{ArcState, Compression, ContentType, EntryKind, FormatError, align_up, checksum};
 
@@ -18,38 +19,6 @@ const _: () = assert!(LOG_BLOCK_MAX_BYTES == 65536);
 const _: () = assert!(log_entry::SIZE == 64 && log_block_ptr::SIZE == 64);
 
 const FLAG_PREFETCH: u8 = 1;
-
-#[inline]
-fn reserved_zero(
-    buf: &[u8],
-    what: &'static str,
-    f: crate::layout::FieldLayout,
-) -> Result<(), FormatError> {
-    if bytes(buf, f).iter().all(|&b| b == 0) {
-        Ok(())
-    } else {
-        Err(FormatError::ReservedNotZero {
-            what,
-            field: f.name,
-        })
-    }
-}
-
-fn bad(what: &'static str, field: &'static str, value: u64) -> FormatError {
-    FormatError::BadField { what, field, value }
-}
-
-fn too_short(what: &'static str, need_bytes: usize, got_bytes: usize) -> Result<(), FormatError> {
-    if got_bytes < need_bytes {
-        Err(FormatError::TooShort {
-            what,
-            need_bytes,
-            got_bytes,
-        })
-    } else {
-        Ok(())
-    }
-}
 
 /// One log entry: a cached record, or a tombstone that kills older entries of a block.
 ///
@@ -143,9 +112,8 @@ impl LogEntryPhys {
     /// Decodes and checks the field domains. Range checks against a device's geometry
     /// belong to the reader, which knows the geometry.
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
-        too_short(Self::WHAT, Self::SIZE, buf.len())?;
-        let buf = &buf[..Self::SIZE];
         let w = Self::WHAT;
+        let buf = prefix(w, buf, Self::SIZE)?;
         let raw_u8 = |f| get(buf, f) as u8;
         let kind = EntryKind::from_u8(raw_u8(log_entry::KIND))
             .ok_or_else(|| bad(w, "kind", get(buf, log_entry::KIND)))?;
@@ -297,9 +265,8 @@ impl LogBlockPtrPhys {
 
     /// Decodes and checks the field domains (sizes, compression, the null form).
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
-        too_short(Self::WHAT, Self::SIZE, buf.len())?;
-        let buf = &buf[..Self::SIZE];
         let w = Self::WHAT;
+        let buf = prefix(w, buf, Self::SIZE)?;
         reserved_zero(buf, w, log_block_ptr::RESERVED)?;
         let raw_compression = get(buf, log_block_ptr::COMPRESSION);
         let compression = Compression::from_u8(raw_compression as u8)
@@ -410,13 +377,7 @@ impl LogBlockPhys {
     pub fn decode_logical(buf: &[u8]) -> Result<Self, FormatError> {
         let w = Self::WHAT;
         too_short(w, log_block::HEAD_SIZE, buf.len())?;
-        let magic = get(buf, log_block::MAGIC);
-        if magic != LOG_BLOCK_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: w,
-                found: magic,
-            });
-        }
+        magic(buf, w, log_block::MAGIC, LOG_BLOCK_MAGIC)?;
         let count = get(buf, log_block::ENTRY_COUNT);
         if count > LOG_BLOCK_MAX_ENTRIES as u64 || Self::logical_size(count as usize) != buf.len() {
             return Err(bad(w, "entry_count", count));
@@ -472,8 +433,7 @@ impl LogBlockPhys {
             return Err(bad(w, "pointer", 0));
         }
         let physical = ptr.physical_size as usize;
-        too_short(w, physical, stored.len())?;
-        let stored = &stored[..physical];
+        let stored = prefix(w, stored, physical)?;
         let computed = checksum(stored);
         if computed != ptr.checksum {
             return Err(FormatError::BadChecksum {

@@ -14,7 +14,8 @@
 //! One file, because the three structures share their layout table, checksum and chaining
 //! rules; 290 of its lines are the round-trip and corruption tests beside them.
 
-use crate::layout::{FieldLayout, bytes, get, put};
+use crate::check::{bad, magic, prefix, reserved_zero, sealed};
+use crate::layout::{FieldLayout, get, put};
 use crate::{FormatError, checksum};
 
 /// `LARCHZIL` as a little-endian u64: the log device header.
@@ -41,21 +42,7 @@ pub const ZIL_COUNTER_MAX: u64 = 1 << 62;
 
 /// The one table of byte offsets of the log device's structures.
 pub mod layout {
-    use crate::layout::{FieldLayout, StructLayout, is_contiguous};
-
-    const fn field(
-        name: &'static str,
-        offset: usize,
-        size: usize,
-        ty: &'static str,
-    ) -> FieldLayout {
-        FieldLayout {
-            name,
-            offset,
-            size,
-            ty,
-        }
-    }
+    use crate::layout::{FieldLayout, StructLayout, field, is_contiguous};
 
     /// Fields of [`super::ZilHeaderPhys`].
     pub mod header {
@@ -248,56 +235,18 @@ pub mod layout {
 
 use layout::{block, header, record};
 
-fn too_short(what: &'static str, need_bytes: usize, buf: &[u8]) -> Result<(), FormatError> {
-    if buf.len() < need_bytes {
-        Err(FormatError::TooShort {
-            what,
-            need_bytes,
-            got_bytes: buf.len(),
-        })
-    } else {
-        Ok(())
-    }
-}
-
-fn reserved_zero(buf: &[u8], what: &'static str, f: FieldLayout) -> Result<(), FormatError> {
-    if bytes(buf, f).iter().all(|&b| b == 0) {
-        Ok(())
-    } else {
-        Err(FormatError::ReservedNotZero {
-            what,
-            field: f.name,
-        })
-    }
-}
-
-fn bad(what: &'static str, field: &'static str, value: u64) -> FormatError {
-    FormatError::BadField { what, field, value }
-}
-
 /// Checks magic, then checksum (over everything before `sum`), then version: the order
 /// that tells "not this structure" from "damaged" from "newer format".
 fn check_frame(
     buf: &[u8],
     what: &'static str,
     magic_field: FieldLayout,
-    magic: u64,
+    magic_value: u64,
     sum: FieldLayout,
     version_field: Option<FieldLayout>,
 ) -> Result<(), FormatError> {
-    let found = get(buf, magic_field);
-    if found != magic {
-        return Err(FormatError::BadMagic { what, found });
-    }
-    let stored = get(buf, sum);
-    let computed = checksum(&buf[..sum.offset]);
-    if stored != computed {
-        return Err(FormatError::BadChecksum {
-            what,
-            stored,
-            computed,
-        });
-    }
+    magic(buf, what, magic_field, magic_value)?;
+    sealed(buf, what, sum)?;
     if let Some(f) = version_field {
         let version = get(buf, f);
         if version != u64::from(ZIL_VERSION) {
@@ -378,8 +327,7 @@ impl ZilHeaderPhys {
     /// against the device and the guids.
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
         let w = Self::WHAT;
-        too_short(w, Self::SIZE, buf)?;
-        let buf = &buf[..Self::SIZE];
+        let buf = prefix(w, buf, Self::SIZE)?;
         check_frame(
             buf,
             w,
@@ -508,8 +456,7 @@ impl ZilBlockPhys {
     /// head inside the body). The body is checked by [`ZilBlockPhys::verify_body`].
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
         let w = Self::WHAT;
-        too_short(w, Self::SIZE, buf)?;
-        let buf = &buf[..Self::SIZE];
+        let buf = prefix(w, buf, Self::SIZE)?;
         check_frame(
             buf,
             w,
@@ -667,8 +614,7 @@ impl ZilRecordPhys {
     /// Records carry no version of their own: the block head's covers them.
     pub fn decode(buf: &[u8]) -> Result<Self, FormatError> {
         let w = Self::WHAT;
-        too_short(w, Self::SIZE, buf)?;
-        let buf = &buf[..Self::SIZE];
+        let buf = prefix(w, buf, Self::SIZE)?;
         check_frame(
             buf,
             w,

@@ -164,9 +164,23 @@ impl FaultyDevice {
     }
 }
 
-fn overlaps(ranges: &[Range<u64>], offset_bytes: u64, len: usize) -> bool {
+/// The injected error of an `op` of `len` bytes at `offset_bytes` that overlaps one of
+/// `ranges`.
+fn injected(
+    ranges: &[Range<u64>],
+    op: &'static str,
+    offset_bytes: u64,
+    len: usize,
+) -> Result<(), IoError> {
     let end = offset_bytes.saturating_add(len as u64);
-    ranges.iter().any(|r| r.start < end && offset_bytes < r.end)
+    if ranges.iter().any(|r| r.start < end && offset_bytes < r.end) {
+        return Err(IoError::Injected {
+            op,
+            offset_bytes,
+            len_bytes: len as u64,
+        });
+    }
+    Ok(())
 }
 
 fn apply(durable: &mut [u8], offset_bytes: u64, bytes: &[u8]) {
@@ -202,13 +216,7 @@ impl BlockDevice for FaultyDevice {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), IoError> {
         let mut state = self.lock();
         check_range("read", offset_bytes, buf.len(), state.durable.len() as u64)?;
-        if overlaps(&state.read_errors, offset_bytes, buf.len()) {
-            return Err(IoError::Injected {
-                op: "read",
-                offset_bytes,
-                len_bytes: buf.len() as u64,
-            });
-        }
+        injected(&state.read_errors, "read", offset_bytes, buf.len())?;
         let start = offset_bytes as usize;
         buf.copy_from_slice(&state.durable[start..start + buf.len()]);
         // Later cached writes shadow earlier ones and the durable image.
@@ -231,13 +239,7 @@ impl BlockDevice for FaultyDevice {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), IoError> {
         let mut state = self.lock();
         check_range("write", offset_bytes, buf.len(), state.durable.len() as u64)?;
-        if overlaps(&state.write_errors, offset_bytes, buf.len()) {
-            return Err(IoError::Injected {
-                op: "write",
-                offset_bytes,
-                len_bytes: buf.len() as u64,
-            });
-        }
+        injected(&state.write_errors, "write", offset_bytes, buf.len())?;
         state.pending.push((offset_bytes, buf.to_vec()));
         state.stats.writes += 1;
         Ok(())

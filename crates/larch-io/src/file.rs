@@ -355,13 +355,28 @@ impl FileDevice {
         step(direct, from, len)
     }
 
-    /// The file system refused an aligned direct read or write: every request from now on
-    /// goes through the page cache, and [`BlockDevice::io_mode`] says why. Only the first
-    /// refusal is recorded (several threads may meet one at once).
-    fn fall_back(&self, op: &str, offset_bytes: u64, len: usize, source: &io::Error) {
-        let _ = self.buffered_why.set(format!(
-            "the file system refused an O_DIRECT {op} of {len} bytes at {offset_bytes}: {source}"
-        ));
+    /// What a direct request's `outcome` leaves to do: `Ok(true)` when it is done, its
+    /// error when it failed, and `Ok(false)` when the file system refused an aligned direct
+    /// read or write. Then every request from now on goes through the page cache,
+    /// [`BlockDevice::io_mode`] says why, and the caller does the whole request again,
+    /// buffered. Only the first refusal is recorded (several threads may meet one at once).
+    fn direct_done(&self, outcome: Result<(), DirectError>) -> Result<bool, IoError> {
+        match outcome {
+            Ok(()) => Ok(true),
+            Err(DirectError::Failed(err)) => Err(err),
+            Err(DirectError::Refused {
+                op,
+                offset_bytes,
+                len,
+                source,
+            }) => {
+                let _ = self.buffered_why.set(format!(
+                    "the file system refused an O_DIRECT {op} of {len} bytes at {offset_bytes}: \
+                     {source}"
+                ));
+                Ok(false)
+            }
+        }
     }
 
     /// A read through `direct`: its whole-page part direct (through a bounce buffer if
@@ -459,18 +474,11 @@ impl AsRawFd for FileDevice {
 impl BlockDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), IoError> {
         check_range("read", offset_bytes, buf.len(), self.len_bytes)?;
-        if let Some(direct) = self.direct_handle() {
-            match self.read_direct(direct, buf, offset_bytes) {
-                Ok(()) => return Ok(()),
-                Err(DirectError::Failed(err)) => return Err(err),
-                // Recorded; the whole request is read again below, buffered.
-                Err(DirectError::Refused {
-                    op,
-                    offset_bytes: at,
-                    len,
-                    source,
-                }) => self.fall_back(op, at, len, &source),
-            }
+        // A refused direct read is read again below, whole, buffered.
+        if let Some(direct) = self.direct_handle()
+            && self.direct_done(self.read_direct(direct, buf, offset_bytes))?
+        {
+            return Ok(());
         }
         self.file
             .read_exact_at(buf, offset_bytes)
@@ -479,19 +487,12 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), IoError> {
         check_range("write", offset_bytes, buf.len(), self.len_bytes)?;
-        if let Some(direct) = self.direct_handle() {
-            match self.write_direct(direct, buf, offset_bytes) {
-                Ok(()) => return Ok(()),
-                Err(DirectError::Failed(err)) => return Err(err),
-                // Recorded; the whole request is written again below, buffered, which is
-                // right whatever part of it reached the file.
-                Err(DirectError::Refused {
-                    op,
-                    offset_bytes: at,
-                    len,
-                    source,
-                }) => self.fall_back(op, at, len, &source),
-            }
+        // A refused direct write is written again below, whole, buffered, which is right
+        // whatever part of it reached the file.
+        if let Some(direct) = self.direct_handle()
+            && self.direct_done(self.write_direct(direct, buf, offset_bytes))?
+        {
+            return Ok(());
         }
         self.file
             .write_all_at(buf, offset_bytes)

@@ -93,22 +93,16 @@ impl Geometry {
     /// The geometry larch uses for a device of `device_bytes` with `sector_bytes`
     /// sectors: two header slots, then the ring up to the last whole sector.
     pub fn for_device(device_bytes: u64, sector_bytes: u64) -> Result<Self, L2Error> {
-        if !sector_bytes.is_power_of_two() || !(512..=65536).contains(&sector_bytes) {
-            return Err(L2Error::InvalidOptions(format!(
-                "sector_bytes {sector_bytes} is not a power of two in 512..=65536"
-            )));
-        }
-        let ring_start = (2 * HEADER_SLOT_BYTES).next_multiple_of(sector_bytes);
-        let ring_end = device_bytes - device_bytes % sector_bytes;
-        if ring_end < ring_start + MIN_RING_BYTES {
-            return Err(L2Error::DeviceTooSmall {
-                device_bytes,
-                min_bytes: ring_start + MIN_RING_BYTES,
-            });
-        }
+        let ring = larch_format::ring_span(
+            device_bytes,
+            sector_bytes,
+            HEADER_SLOT_BYTES,
+            MIN_RING_BYTES,
+        )
+        .map_err(L2Error::from_ring)?;
         Ok(Self {
-            ring_start,
-            ring_end,
+            ring_start: ring.start,
+            ring_end: ring.end,
             sector_bytes,
         })
     }
@@ -200,4 +194,22 @@ pub enum L2Error {
         /// The limit.
         max_bytes: u64,
     },
+}
+
+impl L2Error {
+    /// A device that holds no ring: a sector size out of range is an option out of range.
+    fn from_ring(err: larch_format::RingError) -> Self {
+        match err {
+            larch_format::RingError::BadSectorBytes { .. } => {
+                L2Error::InvalidOptions(err.to_string())
+            }
+            larch_format::RingError::DeviceTooSmall {
+                device_bytes,
+                min_bytes,
+            } => L2Error::DeviceTooSmall {
+                device_bytes,
+                min_bytes,
+            },
+        }
+    }
 }

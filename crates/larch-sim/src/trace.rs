@@ -415,16 +415,25 @@ impl TraceReader {
             Some(f) => f,
             None => detect_format(path)?,
         };
-        Ok(TraceReader {
-            path: path.to_path_buf(),
-            input: open_decompressed(path)?,
+        Ok(TraceReader::over(
+            path.to_path_buf(),
+            open_decompressed(path)?,
+            format,
+        ))
+    }
+
+    /// A reader of `input` in `format`, at its first record; errors name `path`.
+    fn over(path: PathBuf, input: Box<dyn BufRead + Send>, format: Format) -> TraceReader {
+        TraceReader {
+            path,
+            input,
             format,
             line_number: 0,
             line: String::new(),
             csv: None,
             record: Vec::new(),
             timed: false,
-        })
+        }
     }
 
     /// The format being read.
@@ -994,16 +1003,11 @@ mod tests {
     }
 
     fn reader_over(bytes: &[u8], format: Format) -> TraceReader {
-        TraceReader {
-            path: PathBuf::from("mem"),
-            input: Box::new(io::Cursor::new(bytes.to_vec())),
+        TraceReader::over(
+            PathBuf::from("mem"),
+            Box::new(io::Cursor::new(bytes.to_vec())),
             format,
-            line_number: 0,
-            line: String::new(),
-            csv: None,
-            record: Vec::new(),
-            timed: false,
-        }
+        )
     }
 
     #[test]

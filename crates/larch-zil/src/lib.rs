@@ -267,6 +267,24 @@ pub enum LogError {
     InvalidOptions(String),
 }
 
+impl LogError {
+    /// A device that holds no ring: a sector size out of range is an option out of range.
+    fn from_ring(err: larch_format::RingError) -> Self {
+        match err {
+            larch_format::RingError::BadSectorBytes { .. } => {
+                LogError::InvalidOptions(err.to_string())
+            }
+            larch_format::RingError::DeviceTooSmall {
+                device_bytes,
+                min_bytes,
+            } => LogError::DeviceTooSmall {
+                device_bytes,
+                min_bytes,
+            },
+        }
+    }
+}
+
 /// Where the ring lies on a log device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -286,23 +304,14 @@ impl Geometry {
     /// The geometry of a device of `device_bytes` with `sector_bytes` sectors: two header
     /// slots, then the ring up to the last whole sector.
     pub fn for_device(device_bytes: u64, sector_bytes: u64) -> Result<Self, LogError> {
-        if !sector_bytes.is_power_of_two() || !(512..=65536).contains(&sector_bytes) {
-            return Err(LogError::InvalidOptions(format!(
-                "sector_bytes {sector_bytes} is not a power of two in 512..=65536"
-            )));
-        }
-        let ring_start = (2 * ZIL_HEADER_SLOT_BYTES).next_multiple_of(sector_bytes);
-        let ring_end = device_bytes - device_bytes % sector_bytes;
-        let min_ring = MIN_RING_BYTES.max(8 * sector_bytes);
-        if ring_end < ring_start + min_ring {
-            return Err(LogError::DeviceTooSmall {
-                device_bytes,
-                min_bytes: ring_start + min_ring,
-            });
-        }
+        // Saturating: a sector size that would overflow is refused by `ring_span` anyway.
+        let min_ring = MIN_RING_BYTES.max(sector_bytes.saturating_mul(8));
+        let ring =
+            larch_format::ring_span(device_bytes, sector_bytes, ZIL_HEADER_SLOT_BYTES, min_ring)
+                .map_err(LogError::from_ring)?;
         Ok(Self {
-            ring_start,
-            ring_end,
+            ring_start: ring.start,
+            ring_end: ring.end,
             sector_bytes,
         })
     }

@@ -10,7 +10,7 @@ use larch_daemon::client;
 use larch_engine::manage::{self, Target};
 use larch_engine::units::parse_size;
 
-use crate::files::{absolute, create_sized, keep_unless_not_done, load, path_line};
+use crate::files::{absolute, add_device, load, path_line};
 
 /// `larch cache ...`
 #[derive(clap::Subcommand)]
@@ -51,22 +51,14 @@ pub fn run(cmd: CacheCommand) -> anyhow::Result<ExitCode> {
             size,
             force,
             state_dir,
-        } => {
-            load(&state_dir)?;
-            let path = absolute(&path)?;
-            let created = create_sized(&path, size)?;
-            let daemon = client::find(&state_dir);
-            let via_daemon = daemon.is_some();
-            let added = match daemon {
-                Some(daemon) => {
-                    let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
-                    daemon.change("/admin/cache/add", &lines)
-                }
-                None => manage::add_cache_device(Target::Files(&state_dir), &path, force)
-                    .map_err(anyhow::Error::from),
-            };
-            keep_unless_not_done(created, added, via_daemon)?
-        }
+        } => add_device(
+            &state_dir,
+            &path,
+            size,
+            force,
+            "/admin/cache/add",
+            manage::add_cache_device,
+        )?,
         CacheCommand::Remove { path, state_dir } => {
             load(&state_dir)?;
             let path = absolute(&path)?;

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use larch_daemon::client;
 use larch_engine::PoolConfig;
+use larch_engine::manage::{ManageError, Target};
 
 /// The pool of `state_dir`, or an error that says how to create one (none there) or that
 /// its `pool.json` is damaged.
@@ -106,11 +108,38 @@ pub fn create_sized(path: &Path, size: Option<u64>) -> anyhow::Result<Option<New
     Ok(Some(created))
 }
 
+/// `larch cache add` and `larch log add`: the device at `path` (a file created with
+/// `size` first, when asked) joins the pool of `state_dir` through the running daemon's
+/// `endpoint` when there is one, else through `in_files`, which edits the pool's files.
+/// A file created here goes again when the device was not added. Returns what was done.
+pub fn add_device(
+    state_dir: &Path,
+    path: &Path,
+    size: Option<u64>,
+    force: bool,
+    endpoint: &str,
+    in_files: fn(Target<'_>, &Path, bool) -> Result<String, ManageError>,
+) -> anyhow::Result<String> {
+    load(state_dir)?;
+    let path = absolute(path)?;
+    let created = create_sized(&path, size)?;
+    let daemon = client::find(state_dir);
+    let via_daemon = daemon.is_some();
+    let added = match daemon {
+        Some(daemon) => {
+            let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
+            daemon.change(endpoint, &lines)
+        }
+        None => in_files(Target::Files(state_dir), &path, force).map_err(anyhow::Error::from),
+    };
+    keep_unless_not_done(created, added, via_daemon)
+}
+
 /// The outcome of a command that may have created `created` for a device: the file stays
 /// when the change was made, and when it may have been (an error on the way to the
 /// daemon, `via_daemon`, which may have taken the device into use before it); it goes
 /// when the change was not made (refused here, or answered so by the daemon).
-pub fn keep_unless_not_done<T>(
+fn keep_unless_not_done<T>(
     created: Option<NewFile>,
     outcome: anyhow::Result<T>,
     via_daemon: bool,

@@ -9,7 +9,7 @@ use larch_daemon::client;
 use larch_engine::manage::{self, Target};
 use larch_engine::units::parse_size;
 
-use crate::files::{absolute, create_sized, keep_unless_not_done, load, path_line};
+use crate::files::{add_device, load};
 
 /// `larch log ...`
 #[derive(clap::Subcommand)]
@@ -55,22 +55,14 @@ pub fn run(cmd: LogCommand) -> anyhow::Result<ExitCode> {
             size,
             force,
             state_dir,
-        } => {
-            load(&state_dir)?;
-            let path = absolute(&path)?;
-            let created = create_sized(&path, size)?;
-            let daemon = client::find(&state_dir);
-            let via_daemon = daemon.is_some();
-            let added = match daemon {
-                Some(daemon) => {
-                    let lines = [path_line(&path)?, format!("force={}", u8::from(force))];
-                    daemon.change("/admin/log/add", &lines)
-                }
-                None => manage::add_log_device(Target::Files(&state_dir), &path, force)
-                    .map_err(anyhow::Error::from),
-            };
-            keep_unless_not_done(created, added, via_daemon)?
-        }
+        } => add_device(
+            &state_dir,
+            &path,
+            size,
+            force,
+            "/admin/log/add",
+            manage::add_log_device,
+        )?,
         LogCommand::Remove { state_dir, force } => {
             load(&state_dir)?;
             match client::find(&state_dir) {

@@ -556,14 +556,29 @@ fn format_size(bytes: u64) -> String {
     larch_policy::units::format_size_exact(bytes)
 }
 
+/// The overrides a spec's text lists: the fields whose values print otherwise than the
+/// model's defaults do.
+#[derive(Default)]
+struct Overrides(Vec<String>);
+
+impl Overrides {
+    /// `key=value` unless `value` prints as `default` does.
+    fn number(&mut self, key: &str, value: impl fmt::Display, default: impl fmt::Display) {
+        let (value, default) = (value.to_string(), default.to_string());
+        if value != default {
+            self.0.push(format!("{key}={value}"));
+        }
+    }
+
+    /// A size, as a spec would give it.
+    fn size(&mut self, key: &str, value_bytes: u64, default_bytes: u64) {
+        self.number(key, format_size(value_bytes), format_size(default_bytes));
+    }
+}
+
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut overrides: Vec<String> = Vec::new();
-        let mut differs = |key: &str, value: String, default: String| {
-            if value != default {
-                overrides.push(format!("{key}={value}"));
-            }
-        };
+        let mut o = Overrides::default();
         match self {
             DeviceSpec::Disks {
                 count,
@@ -581,100 +596,42 @@ impl fmt::Display for DeviceSpec {
                     }
                 }
                 let d = HddParams::default();
-                let size = |b: u64| format_size(b);
-                differs("capacity", size(hdd.capacity_bytes), size(d.capacity_bytes));
-                differs("rpm", hdd.rpm.to_string(), d.rpm.to_string());
-                differs(
-                    "settle_ms",
-                    hdd.settle_ms.to_string(),
-                    d.settle_ms.to_string(),
-                );
-                differs(
-                    "full_stroke_ms",
-                    hdd.full_stroke_ms.to_string(),
-                    d.full_stroke_ms.to_string(),
-                );
-                differs(
-                    "transfer_mb_s",
-                    hdd.transfer_mb_s.to_string(),
-                    d.transfer_mb_s.to_string(),
-                );
-                differs("chunk", size(*chunk_bytes), size(DEFAULT_CHUNK_BYTES));
+                o.size("capacity", hdd.capacity_bytes, d.capacity_bytes);
+                o.number("rpm", hdd.rpm, d.rpm);
+                o.number("settle_ms", hdd.settle_ms, d.settle_ms);
+                o.number("full_stroke_ms", hdd.full_stroke_ms, d.full_stroke_ms);
+                o.number("transfer_mb_s", hdd.transfer_mb_s, d.transfer_mb_s);
+                o.size("chunk", *chunk_bytes, DEFAULT_CHUNK_BYTES);
             }
-            DeviceSpec::Flash { preset, params } => {
+            DeviceSpec::Flash { preset, params: p } => {
                 write!(f, "{}", preset.name())?;
                 let d = preset.params();
-                let size = |b: u64| format_size(b);
-                differs(
-                    "capacity",
-                    size(params.capacity_bytes),
-                    size(d.capacity_bytes),
-                );
-                differs(
-                    "channels",
-                    params.channels.to_string(),
-                    d.channels.to_string(),
-                );
-                differs("read_us", params.read_us.to_string(), d.read_us.to_string());
-                differs(
-                    "write_us",
-                    params.write_us.to_string(),
-                    d.write_us.to_string(),
-                );
-                differs(
-                    "read_mb_s",
-                    params.read_mb_s.to_string(),
-                    d.read_mb_s.to_string(),
-                );
-                differs(
-                    "write_mb_s",
-                    params.write_mb_s.to_string(),
-                    d.write_mb_s.to_string(),
-                );
-                differs("stripe", size(params.stripe_bytes), size(d.stripe_bytes));
+                o.size("capacity", p.capacity_bytes, d.capacity_bytes);
+                o.number("channels", p.channels, d.channels);
+                o.number("read_us", p.read_us, d.read_us);
+                o.number("write_us", p.write_us, d.write_us);
+                o.number("read_mb_s", p.read_mb_s, d.read_mb_s);
+                o.number("write_mb_s", p.write_mb_s, d.write_mb_s);
+                o.size("stripe", p.stripe_bytes, d.stripe_bytes);
             }
-            DeviceSpec::ObjectStore(params) => {
+            DeviceSpec::ObjectStore(p) => {
                 write!(f, "s3")?;
                 let d = ObjectStoreParams::default();
-                differs(
-                    "capacity",
-                    format_size(params.capacity_bytes),
-                    format_size(d.capacity_bytes),
-                );
-                differs(
-                    "median_ms",
-                    params.median_ms.to_string(),
-                    d.median_ms.to_string(),
-                );
-                differs("p99_ms", params.p99_ms.to_string(), d.p99_ms.to_string());
-                differs(
-                    "throughput_mb_s",
-                    params.throughput_mb_s.to_string(),
-                    d.throughput_mb_s.to_string(),
-                );
-                differs(
-                    "concurrency",
-                    params.concurrency.to_string(),
-                    d.concurrency.to_string(),
-                );
+                o.size("capacity", p.capacity_bytes, d.capacity_bytes);
+                o.number("median_ms", p.median_ms, d.median_ms);
+                o.number("p99_ms", p.p99_ms, d.p99_ms);
+                o.number("throughput_mb_s", p.throughput_mb_s, d.throughput_mb_s);
+                o.number("concurrency", p.concurrency, d.concurrency);
             }
-            DeviceSpec::Ram(params) => {
+            DeviceSpec::Ram(p) => {
                 write!(f, "ram")?;
                 let d = RamParams::default();
-                differs(
-                    "capacity",
-                    format_size(params.capacity_bytes),
-                    format_size(d.capacity_bytes),
-                );
-                differs(
-                    "latency_us",
-                    params.latency_us.to_string(),
-                    d.latency_us.to_string(),
-                );
+                o.size("capacity", p.capacity_bytes, d.capacity_bytes);
+                o.number("latency_us", p.latency_us, d.latency_us);
             }
         }
-        if !overrides.is_empty() {
-            write!(f, ":{}", overrides.join(","))?;
+        if !o.0.is_empty() {
+            write!(f, ":{}", o.0.join(","))?;
         }
         Ok(())
     }
