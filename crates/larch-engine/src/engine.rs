@@ -1,6 +1,9 @@
-//! The engine shared by every volume of a pool: its parts, its threads, its start and
-//! its end. Each part lives in its own module and owns its state; the flows that cross
-//! parts (a read, a write, a feed, a rebuild, a TXG sync) are in their modules too.
+//! The engine shared by every volume of a pool: the assembly of its parts, their threads,
+//! its start and its end. Each part lives in its own module, owns its state and carries
+//! its flows; a flow that crosses parts (a read, a write, a feed, a rebuild, a TXG sync)
+//! is a method of the part it belongs to, which holds the others it needs. This module
+//! builds the parts (`Shared`, then each flow's part from it), starts the syncer and the
+//! ARC sizer, keeps the feeders' handles, and hands each library call to its part.
 
 use std::io;
 use std::path::Path;
