@@ -64,8 +64,10 @@
 //! 7. a volume's pending partial writes — writes smaller than a block waiting for the
 //!    block's read; a writer reserves its dirty bytes (the TXG state) while holding it.
 //! 8. the TXG state — shared by writers and the syncer; never held across I/O.
-//! 9. the intent log's group commit (`txg::zil::CommitState`) — writers add their records
-//!    under the TXG lock; leaders and waiters take it alone; never held across I/O.
+//! 9. the log device's queue and group commit (`larch_zil::LogDevice`'s state lock,
+//!    unranked: another crate's) — writers append their records under the TXG lock;
+//!    leaders and waiters take it alone; never held across I/O; nothing is taken while
+//!    it is held.
 //! 10. leaves — the device list, the volume table, the log device slot, the io_uring
 //!     state, fault notes, thread handles: nothing else is taken while one is held.
 //!

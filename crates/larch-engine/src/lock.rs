@@ -31,9 +31,9 @@ pub(crate) enum Rank {
     Partials = 7,
     /// The TXG state shared by writers and the syncer.
     Txg = 8,
-    /// The intent log's group commit: pending records, how far they are durable, the
-    /// leader (`txg::zil::CommitState`); taken under the TXG lock by writers.
-    LogCommit = 9,
+    // 9 is the log device's queue (`larch_zil::LogDevice`'s state lock), another crate's
+    // lock and so not ranked here: writers append under the TXG lock, and nothing is
+    // taken while it is held.
     /// Everything that takes no other lock while held: tables, fault notes, handles.
     #[default]
     Leaf = 10,

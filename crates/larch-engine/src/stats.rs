@@ -139,7 +139,7 @@ stats! {
         write_partial_merges: Counter, "blocks read (or covered) and merged with the partial writes waiting for them (larch's)";
         write_partial_errors: Counter, "merges whose block read failed, failing the volume (larch's)";
         volume_failure_record_errors: Counter, "volume failures the pool's state directory could not record: after a restart those volumes' lost blocks would read as older bytes (larch's)";
-        zil_commit_count: Counter, "group commits to the log device (each makes every waiting sync write and FLUSH durable)";
+        zil_commit_count: Counter, "log blocks written for sync writes and FLUSHes (each a group commit: one write and one flush for every record waiting)";
         zil_itx_count: Counter, "records written to the log device";
         zil_itx_copied_bytes: Counter in Bytes, "bytes of record data written to the log device";
         zil_commit_us: Counter in Micros, "total time of log commits";

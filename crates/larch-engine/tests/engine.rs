@@ -595,6 +595,51 @@ fn a_flush_with_nothing_left_to_log_counts_no_log_commit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Sync writes the log device has no room for wait for their TXG's sync instead (the ring
+/// is freed by it), the log stays in use, and takes records again afterwards.
+#[test]
+fn sync_writes_a_full_log_cannot_take_wait_for_their_txg_and_the_log_stays_in_use() {
+    let dir = scratch("zil-full");
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 64);
+    let s = Setup::new(&backing, 16 << 20);
+    s.engine.tunables.set("zfs_txg_timeout", "600").unwrap();
+    // A ring of 256 KiB: about fifteen 16 KiB records.
+    let log = Arc::new(larch_io::MemDevice::new(8192 + (256 << 10)));
+    s.engine
+        .attach_log_device(log, Path::new("log"), POOL, 0x7e57_0005, true)
+        .expect("log device");
+    s.engine.sync_all().expect("sync");
+    let waits = s.stat("txg_sync_waits");
+    for round in 1..=3u8 {
+        for b in 0..32 {
+            let data = BlockBuf::from_vec(contents(b, round));
+            s.engine
+                .write_blocks(&s.vol, &[(b, data)], true)
+                .expect("sync write");
+        }
+    }
+    assert!(
+        s.stat("txg_sync_waits") > waits,
+        "no sync write found the ring full"
+    );
+    let report = s.engine.log_report().expect("log device");
+    assert_eq!(report.state, "online", "{:?}", report.fault);
+    s.engine.sync_all().expect("sync");
+    let commits = s.stat("zil_commit_count");
+    let data = BlockBuf::from_vec(contents(0, 9));
+    s.engine
+        .write_blocks(&s.vol, &[(0, data)], true)
+        .expect("sync write");
+    assert_eq!(s.stat("zil_commit_count"), commits + 1, "logged again");
+    for b in 0..32 {
+        let want = contents(b, if b == 0 { 9 } else { 3 });
+        assert_eq!(&s.read(b)[..], &want[..], "block {b}");
+    }
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A volume whose backing store failed a TXG answers FLUSH with the error also under
 /// sync=disabled (before, such a FLUSH succeeded: sync=disabled returned before the
 /// failure was looked at).

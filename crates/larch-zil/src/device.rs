@@ -9,6 +9,7 @@ use larch_format::checksum;
 use larch_format::zil::{ZIL_HEADER_SLOT_BYTES, ZilBlockPhys, ZilHeaderPhys, ZilRecordPhys};
 use larch_io::{AlignedBuf, BlockDevice, IoError};
 
+use crate::queue::{Pending, Queue, QueuedRecord};
 use crate::walk::{self, Replay};
 use crate::{Geometry, LogError, RecordRef, slot_offset};
 
@@ -111,16 +112,17 @@ struct Ring {
     committed_txg: u64,
 }
 
-/// One commit call's records, encoded, waiting for a leader.
-struct Pending {
-    ticket: u64,
-    body: Vec<u8>,
-    records: u32,
-    data_bytes: u64,
-    max_txg: u64,
-    /// Ring bytes this commit would take as a block of its own: an upper bound of what
-    /// it adds to any shared block, so the sum of reservations always fits.
-    reserve_bytes: u64,
+/// What a caller of [`LogDevice::commit_through`] wrote as the leader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Led {
+    /// Blocks written (each with one flush).
+    pub blocks: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Record data bytes in them.
+    pub data_bytes: u64,
+    /// Time of their writes and flushes (µs).
+    pub write_us: u64,
 }
 
 /// A written block, kept until every commit in it has read its [`CommitInfo`].
@@ -161,7 +163,8 @@ struct State {
     blocks: VecDeque<LiveBlock>,
     /// Highest TXG passed to `txg_committed` (or found at open).
     committed_txg: u64,
-    queue: VecDeque<Pending>,
+    queue: Queue,
+    /// Ring bytes promised to queued commit calls.
     reserved_bytes: u64,
     /// Ticket of the next commit; tickets start at 1.
     next_ticket: u64,
@@ -169,6 +172,8 @@ struct State {
     done_ticket: u64,
     /// A leader is writing a block.
     leading: bool,
+    /// The first ticket of the block being written (while `leading`).
+    writing_from: u64,
     rounds: VecDeque<Round>,
     poison: Option<Arc<str>>,
     counters: Counters,
@@ -196,6 +201,16 @@ impl State {
             }
             self.blocks.pop_front();
         }
+    }
+
+    /// Moves `done_ticket` up to just before the oldest ticket still queued or being
+    /// written.
+    fn settle(&mut self) {
+        let mut unresolved = self.queue.first_ticket().unwrap_or(self.next_ticket);
+        if self.leading {
+            unresolved = unresolved.min(self.writing_from);
+        }
+        self.done_ticket = self.done_ticket.max(unresolved - 1);
     }
 
     fn poison(&mut self, reason: String) {
@@ -432,11 +447,12 @@ impl<D: BlockDevice> LogDevice<D> {
             durable_tail_pos: 0,
             blocks: ring.blocks.into(),
             committed_txg: ring.committed_txg,
-            queue: VecDeque::new(),
+            queue: Queue::default(),
             reserved_bytes: 0,
             next_ticket: 1,
             done_ticket: 0,
             leading: false,
+            writing_from: 0,
             rounds: VecDeque::new(),
             poison: None,
             counters: Counters::default(),
@@ -489,7 +505,7 @@ impl<D: BlockDevice> LogDevice<D> {
             return Err(err);
         }
         let ticket = match entry {
-            Some(mut pending) => {
+            Some(pending) => {
                 let free_bytes = st.free_bytes(self.geometry.ring_bytes());
                 if pending.reserve_bytes > free_bytes {
                     st.counters.full_errors += 1;
@@ -498,26 +514,16 @@ impl<D: BlockDevice> LogDevice<D> {
                         free_bytes,
                     });
                 }
-                pending.ticket = st.next_ticket;
+                let ticket = st.next_ticket;
                 st.next_ticket += 1;
                 st.reserved_bytes += pending.reserve_bytes;
-                let ticket = pending.ticket;
-                st.queue.push_back(pending);
+                st.queue.push(ticket, pending);
                 Some(ticket)
             }
             None => None,
         };
         let wait_for = ticket.unwrap_or(st.next_ticket - 1);
-        while st.done_ticket < wait_for {
-            if let Some(err) = st.poisoned_error() {
-                return Err(err);
-            }
-            st = if st.leading {
-                self.wake.wait(st).expect("log state lock")
-            } else {
-                self.lead(st)?
-            };
-        }
+        st = self.wait_done(st, wait_for, &mut Led::default())?;
         let Some(ticket) = ticket else {
             return Ok(CommitInfo {
                 block_sequence: st.next_sequence.saturating_sub(1),
@@ -530,6 +536,116 @@ impl<D: BlockDevice> LogDevice<D> {
         c.commits += 1;
         c.commit_us += started.elapsed().as_micros() as u64;
         Ok(info)
+    }
+
+    /// Queues a write's record for a later [`LogDevice::commit_through`], which may never
+    /// come (its TXG may be committed first, and the record then leaves the queue: see
+    /// [`LogDevice::forget_through`]). Records are logged in the order of the appends, so
+    /// a caller that appends under the lock that orders its writes gets them replayed in
+    /// that order. Nothing is encoded or written here: the call is cheap enough to make
+    /// under such a lock. A record longer than [`LogDevice::max_record_data_bytes`] is
+    /// queued as several. A record for the same place, TXG and length as one still queued
+    /// replaces that one's bytes (see the `queue` module). Returns the ticket to commit
+    /// through.
+    ///
+    /// Errors: [`LogError::InvalidRecord`] for TXG 0, [`LogError::Poisoned`].
+    pub fn append(&self, record: QueuedRecord) -> Result<u64, LogError> {
+        if record.txg == 0 {
+            return Err(LogError::InvalidRecord("txg 0 (TXGs start at 1)"));
+        }
+        let max = (self.max_record_data_bytes() as usize)
+            .min(larch_format::zil::ZIL_RECORD_MAX_DATA_BYTES as usize)
+            .max(1);
+        let mut st = self.lock();
+        if let Some(err) = st.poisoned_error() {
+            return Err(err);
+        }
+        let State {
+            queue, next_ticket, ..
+        } = &mut *st;
+        if record.data.len() <= max {
+            return Ok(queue.append(record, next_ticket));
+        }
+        let mut ticket = 0;
+        for start in (0..record.data.len()).step_by(max) {
+            let end = (start + max).min(record.data.len());
+            let piece = QueuedRecord {
+                offset_bytes: record.offset_bytes + start as u64,
+                data: record.data.slice(start..end),
+                ..record
+            };
+            ticket = queue.append(piece, next_ticket);
+        }
+        Ok(ticket)
+    }
+
+    /// Makes every record up to `ticket` durable ([`LogDevice::append`]'s tickets;
+    /// commit calls' too): in the log, or, for appended records whose TXGs were
+    /// committed meanwhile, on the backing stores. Group commit as in
+    /// [`LogDevice::commit`]: the caller leads if no block is being written, writing the
+    /// oldest queued records (everyone's) a block at a time, or waits for the leader.
+    /// Returns what this caller wrote as the leader.
+    ///
+    /// Errors: [`LogError::Unlogged`] when the log had no room for some of the appended
+    /// records (they are durable once the TXG it names is committed; the log stays
+    /// usable); [`LogError::Io`] and [`LogError::Poisoned`] as for a commit.
+    pub fn commit_through(&self, ticket: u64) -> Result<Led, LogError> {
+        let started = Instant::now();
+        let mut led = Led::default();
+        let mut st = self.wait_done(self.lock(), ticket, &mut led)?;
+        if let Some(txg) = st.queue.unlogged_through(ticket) {
+            return Err(LogError::Unlogged { txg });
+        }
+        if led.blocks > 0 {
+            let c = &mut st.counters;
+            c.commits += 1;
+            c.commit_us += started.elapsed().as_micros() as u64;
+        }
+        Ok(led)
+    }
+
+    /// [`LogDevice::commit_through`] the newest ticket: every record queued so far (a
+    /// FLUSH).
+    pub fn commit_all(&self) -> Result<Led, LogError> {
+        let newest = self.lock().next_ticket - 1;
+        self.commit_through(newest)
+    }
+
+    /// Tells the log that the backing stores hold every write of TXGs ≤ `txg`, before
+    /// [`LogDevice::txg_committed`] can say so durably: queued appended records of those
+    /// TXGs leave the queue unwritten (their commits return at once). Writes nothing.
+    pub fn forget_through(&self, txg: u64) {
+        let mut st = self.lock();
+        st.queue.forget_through(txg);
+        st.settle();
+        drop(st);
+        self.wake.notify_all();
+    }
+
+    /// Records waiting for a leader (appended records and commit calls).
+    pub fn queued(&self) -> u64 {
+        self.lock().queue.len() as u64
+    }
+
+    /// Waits until every ticket up to `ticket` is done, leading rounds while no one else
+    /// does; what this caller wrote is added to `led`.
+    fn wait_done<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        ticket: u64,
+        led: &mut Led,
+    ) -> Result<MutexGuard<'a, State>, LogError> {
+        while st.done_ticket < ticket {
+            if let Some(err) = st.poisoned_error() {
+                return Err(err);
+            }
+            st = if st.leading {
+                self.wake.wait(st).expect("log state lock")
+            } else {
+                self.lead(st, led)?
+            };
+        }
+        Ok(st)
     }
 
     /// Validates and encodes one commit's records outside the lock, so concurrent
@@ -556,49 +672,75 @@ impl<D: BlockDevice> LogDevice<D> {
             ZilRecordPhys::append_write(&mut body, r.txg, r.volume_id, r.offset_bytes, r.data);
         }
         debug_assert_eq!(body.len() as u64, bytes);
-        Ok(Some(Pending {
-            ticket: 0,
+        Ok(Some(Pending::encoded(
             body,
-            records: records.len() as u32,
-            data_bytes: records.iter().map(|r| r.data.len() as u64).sum(),
-            max_txg: records.iter().map(|r| r.txg).max().unwrap_or(0),
-            reserve_bytes: self.geometry.asize(ZilBlockPhys::SIZE as u64 + bytes),
-        }))
+            records.len() as u32,
+            records.iter().map(|r| r.data.len() as u64).sum(),
+            records.iter().map(|r| r.txg).max().unwrap_or(0),
+            self.geometry.asize(ZilBlockPhys::SIZE as u64 + bytes),
+        )))
     }
 
-    /// One round as the leader: takes the oldest queued commits that fit one block,
-    /// writes and flushes the block without the lock, and wakes everyone.
-    fn lead<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-    ) -> Result<MutexGuard<'a, State>, LogError> {
+    /// Takes the oldest queued entries that fit one block and the ring: a commit call's
+    /// fit always (its room is reserved), an appended record if the ring has room for it
+    /// beyond every reservation. When the oldest entry is an appended record without room,
+    /// every appended record fails (see the `queue` module) and nothing is taken.
+    fn take_block(&self, st: &mut State) -> Vec<Pending> {
+        let ring_bytes = self.geometry.ring_bytes();
         let mut taken: Vec<Pending> = Vec::new();
         let mut body_bytes = 0u64;
+        let mut reserved = 0u64;
         while let Some(front) = st.queue.front() {
-            let next = body_bytes + front.body.len() as u64;
+            let next = body_bytes + front.body_bytes();
             if !taken.is_empty() && next > self.max_body_bytes {
                 break;
             }
+            if front.reserve_bytes == 0 {
+                let asize = self.geometry.asize(ZilBlockPhys::SIZE as u64 + next);
+                let room = (st.durable_tail_pos + ring_bytes)
+                    .saturating_sub(st.head_pos + st.reserved_bytes - reserved);
+                if asize > room {
+                    if taken.is_empty() {
+                        st.counters.full_errors += st.queue.fail_appended();
+                        st.settle();
+                    }
+                    break;
+                }
+            }
+            reserved += front.reserve_bytes;
             body_bytes = next;
             taken.extend(st.queue.pop_front());
         }
-        assert!(
-            !taken.is_empty(),
-            "a leader found no queued commit (done {}, next ticket {})",
-            st.done_ticket,
-            st.next_ticket
-        );
+        taken
+    }
+
+    /// One round as the leader: takes the oldest queued entries that fit one block
+    /// ([`LogDevice::take_block`]), writes and flushes the block without the lock, and
+    /// wakes everyone. What it wrote is added to `led`.
+    fn lead<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        led: &mut Led,
+    ) -> Result<MutexGuard<'a, State>, LogError> {
+        let taken = self.take_block(&mut st);
+        let Some(first) = taken.first() else {
+            // Nothing had room: the appended records failed, their waiters are told.
+            self.wake.notify_all();
+            return Ok(st);
+        };
+        let body_bytes: u64 = taken.iter().map(Pending::body_bytes).sum();
         let asize = self.geometry.asize(ZilBlockPhys::SIZE as u64 + body_bytes);
         let reserved: u64 = taken.iter().map(|p| p.reserve_bytes).sum();
         assert!(
-            asize <= reserved
-                && st.head_pos + asize <= st.durable_tail_pos + self.geometry.ring_bytes(),
-            "block of {asize} bytes at {} overruns the tail {} (reserved {reserved})",
+            st.head_pos + asize + (st.reserved_bytes - reserved)
+                <= st.durable_tail_pos + self.geometry.ring_bytes(),
+            "block of {asize} bytes at {} overruns the tail {} (reserved {reserved} of {})",
             st.head_pos,
-            st.durable_tail_pos
+            st.durable_tail_pos,
+            st.reserved_bytes
         );
         let head = ZilBlockPhys {
-            record_count: taken.iter().map(|p| p.records).sum(),
+            record_count: taken.iter().map(Pending::records).sum(),
             pool_guid: self.pool_guid,
             device_guid: self.device_guid,
             sequence: st.next_sequence,
@@ -610,6 +752,7 @@ impl<D: BlockDevice> LogDevice<D> {
             body_checksum: 0,
         };
         st.leading = true;
+        st.writing_from = first.ticket;
         st.head_pos += asize;
         st.next_sequence += 1;
         st.reserved_bytes -= reserved;
@@ -627,8 +770,9 @@ impl<D: BlockDevice> LogDevice<D> {
         let body_end = ZilBlockPhys::SIZE + body_bytes as usize;
         let mut at = ZilBlockPhys::SIZE;
         for p in &taken {
-            buf[at..at + p.body.len()].copy_from_slice(&p.body);
-            at += p.body.len();
+            let len = p.body_bytes() as usize;
+            p.write_body(&mut buf[at..at + len]);
+            at += len;
         }
         let head = ZilBlockPhys {
             body_checksum: checksum(&buf[ZilBlockPhys::SIZE..body_end]),
@@ -662,29 +806,37 @@ impl<D: BlockDevice> LogDevice<D> {
                 )
             });
         block.durable = true;
-        let last_ticket = taken.last().map_or(0, |p| p.ticket);
-        st.done_ticket = last_ticket;
+        st.settle();
+        let data_bytes = taken.iter().map(|p| p.data_bytes).sum::<u64>();
+        // Commit calls read their block's numbers (appended records' callers do not).
+        let callers = taken.iter().filter(|p| !p.is_appended()).count() as u32;
+        if callers > 0 {
+            st.rounds.push_back(Round {
+                first_ticket: first.ticket,
+                last_ticket: taken.last().map_or(0, |p| p.ticket),
+                info: CommitInfo {
+                    block_sequence: head.sequence,
+                    group_commits: callers,
+                    group_records: head.record_count,
+                },
+                waiters_left: callers,
+            });
+        }
         let commits = taken.len() as u32;
-        st.rounds.push_back(Round {
-            first_ticket: taken[0].ticket,
-            last_ticket,
-            info: CommitInfo {
-                block_sequence: head.sequence,
-                group_commits: commits,
-                group_records: head.record_count,
-            },
-            waiters_left: commits,
-        });
         let c = &mut st.counters;
         c.blocks += 1;
         c.records += u64::from(head.record_count);
-        c.data_bytes += taken.iter().map(|p| p.data_bytes).sum::<u64>();
+        c.data_bytes += data_bytes;
         c.log_bytes += asize;
         c.flushes += 1;
         c.group_max = c.group_max.max(u64::from(commits));
         c.group_hist[group_bucket(commits)] += 1;
         c.write_us += write_us;
         c.flush_us += flush_us;
+        led.blocks += 1;
+        led.records += u64::from(head.record_count);
+        led.data_bytes += data_bytes;
+        led.write_us += write_us + flush_us;
         Ok(st)
     }
 
@@ -717,6 +869,10 @@ impl<D: BlockDevice> LogDevice<D> {
             }
             st.committed_txg = st.committed_txg.max(txg);
             st.reclaim();
+            let committed = st.committed_txg;
+            st.queue.forget_through(committed);
+            st.settle();
+            self.wake.notify_all();
             let (tail_pos, tail_sequence, tail_prev_checksum) = st.tail();
             let last = hs.last;
             if last.committed_txg == st.committed_txg && last.tail_pos == tail_pos {

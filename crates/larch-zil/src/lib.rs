@@ -2,9 +2,14 @@
 //!
 //! A sync write (NBD FUA, FLUSH, `sync=always`) is acknowledged once its record is durable
 //! here; after a crash, [`LogDevice::open`] replays every record newer than the last TXG the
-//! backing stores hold. [`LogDevice::commit`] is called from many threads at once and
-//! batches them (*group commit*); [`LogDevice::txg_committed`] reclaims space. The byte
-//! layout is in `docs/zil.md` and its structures in `larch_format::zil`.
+//! backing stores hold. The log is the one place of *group commit*: callers hand it
+//! records either all at once ([`LogDevice::commit`], which waits) or one write at a time
+//! in the order of the writes ([`LogDevice::append`], cheap enough to call under the lock
+//! that orders them) and ask later ([`LogDevice::commit_through`] a ticket); either way
+//! whoever finds no block being written leads, writing every waiting record in one block
+//! with one flush, and the others wait for it. [`LogDevice::txg_committed`] reclaims space
+//! (and drops queued records the backing stores hold). The byte layout is in `docs/zil.md`
+//! and its structures in `larch_format::zil`.
 //!
 //! # Theory
 //!
@@ -68,10 +73,12 @@
 
 mod describe;
 mod device;
+mod queue;
 mod walk;
 
 pub use describe::{BlockSummary, LogDescription, SlotState, describe};
-pub use device::{CommitInfo, CreateOptions, LogDevice, LogStats};
+pub use device::{CommitInfo, CreateOptions, Led, LogDevice, LogStats};
+pub use queue::QueuedRecord;
 pub use walk::{Replay, ReplayEnd};
 
 pub use larch_format::zil::{ZIL_RECORD_MAX_DATA_BYTES, ZIL_VERSION};
@@ -184,6 +191,16 @@ pub enum LogError {
         needed_bytes: u64,
         /// Ring bytes free now.
         free_bytes: u64,
+    },
+    /// Some of the appended records up to the ticket committed through found no room in
+    /// the ring (nothing of them was written; the log stays usable): they are durable
+    /// once TXG `txg` is committed, which also frees the room.
+    #[error(
+        "the log device had no room for records up to TXG {txg}: they wait for it to be committed"
+    )]
+    Unlogged {
+        /// The newest TXG among the records not logged.
+        txg: u64,
     },
     /// One commit's records are larger than a log block can hold on this device (half
     /// the ring, at most 16 MiB); split them over several commits.

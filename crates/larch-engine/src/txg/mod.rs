@@ -55,7 +55,6 @@ use crate::volumes::{SyncMode, VolumeEntry, Volumes};
 
 pub(crate) use syncer::{Faults, Syncer};
 pub(crate) use zil::IntentLog;
-use zil::PendingRecord;
 
 /// A dirty block waiting in a TXG.
 #[derive(Clone)]
@@ -86,13 +85,11 @@ struct TxgInner {
     oversized_waiting: usize,
 }
 
-/// What [`Txg::make_dirty`] did: the TXG the blocks joined, the sequence number of
-/// their last pending record (with a log device attached), and the pending records it
-/// took as the intent log's leader.
+/// What [`Txg::make_dirty`] did: the TXG the blocks joined and, with a log device
+/// attached, the log and the ticket of their last record in it.
 struct Dirtied {
     txg: u64,
-    seq: Option<u64>,
-    group: Option<zil::Group>,
+    logged: Option<(Arc<LogHandle>, u64)>,
 }
 
 /// The parts the write path reads and changes besides the TXG state: a write changes
@@ -195,9 +192,8 @@ impl Txg {
     /// Blocking.
     ///
     /// The TXG lock is taken twice on the way: by the throttle, and to make the blocks
-    /// dirty, which also makes a sync write the intent log's leader when no commit is in
-    /// progress (it takes the pending records in the same hold); the commit itself takes
-    /// only the intent log's own lock.
+    /// dirty, which also queues their records in the intent log in the order of the
+    /// writes; the commit (the log's group commit) takes only the log's own lock.
     ///
     /// [`VolumeInfo::write_is_sync`]: crate::volumes::VolumeInfo::write_is_sync
     pub fn write_blocks(
@@ -208,17 +204,15 @@ impl Txg {
     ) -> Result<(), WriteError> {
         let bytes = Self::check_blocks(vol, blocks)?;
         self.throttle(bytes)?;
-        let dirtied = self.make_dirty(vol, blocks, bytes, sync);
+        let dirtied = self.make_dirty(vol, blocks, bytes);
         if !sync {
             return Ok(());
         }
-        match dirtied.seq {
-            // A leader commits its group whatever became of the log since (a failed log
-            // makes it sync the group's TXGs instead).
-            Some(seq) if dirtied.group.is_some() || self.zil.is_usable() => {
-                self.zil.commit_upto(self, seq, dirtied.group)?
-            }
-            _ => self.wait_synced(dirtied.txg)?,
+        match dirtied.logged {
+            // Committed through the log that has the records, whatever became of it since
+            // (a failed log makes the commit sync the TXG instead).
+            Some((log, ticket)) => self.zil.commit_through(self, &log, ticket, dirtied.txg)?,
+            None => self.wait_synced(dirtied.txg)?,
         }
         // A TXG of this volume that failed to reach its backing store.
         vol.failure()
@@ -241,7 +235,7 @@ impl Txg {
         if !self.try_reserve_undelayed(bytes) {
             return None;
         }
-        self.make_dirty(vol, blocks, bytes, false);
+        self.make_dirty(vol, blocks, bytes);
         Some(Ok(()))
     }
 
@@ -275,8 +269,8 @@ impl Txg {
         if vol.info.sync == SyncMode::Disabled {
             return Ok(());
         }
-        if self.zil.is_usable() {
-            self.zil.commit_all(self)?;
+        if let Some(log) = self.zil.usable() {
+            self.zil.commit_all(self, &log)?;
         } else {
             let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
@@ -286,27 +280,18 @@ impl Txg {
     }
 
     /// Dirties blocks (see [`Txg::write_blocks`]) in one hold of the TXG lock: they join
-    /// the open TXG and, with a log device attached, get their pending records. `reserved`
-    /// bytes of them were counted as dirty already (by the throttle). With `lead_log`
-    /// (a sync write), the caller becomes the intent log's leader if no commit is in
-    /// progress, and takes the pending records in the same hold.
-    fn make_dirty(
-        &self,
-        vol: &VolumeEntry,
-        blocks: &[(u64, BlockBuf)],
-        reserved: u64,
-        lead_log: bool,
-    ) -> Dirtied {
+    /// the open TXG and, with a log device attached, their records join the log's queue.
+    /// `reserved` bytes of them were counted as dirty already (by the throttle).
+    fn make_dirty(&self, vol: &VolumeEntry, blocks: &[(u64, BlockBuf)], reserved: u64) -> Dirtied {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
         // Decided under the TXG lock, which the log device's attach takes too.
-        let keep_pending = self.zil.is_usable();
+        let log = self.zil.usable();
         let txg = inner.open_txg;
-        // The blocks' records join the log's pending ones in the order of the writes,
-        // under the TXG lock (see `IntentLog::commit_upto`).
-        let mut log = keep_pending.then(|| self.zil.commit_state());
-        let mut last_seq = None;
+        // The blocks' records join the log's queue in the order of the writes, under the
+        // TXG lock; a record the log refuses (poisoned) leaves the write to a TXG sync.
+        let mut logged = log.map(|log| (log, 0));
         for ((block, data), generation) in blocks.iter().zip(generations) {
             let key = vol.info.key(*block);
             let len = data.len() as u64;
@@ -325,14 +310,10 @@ impl Txg {
                     inner.dirty_bytes += len;
                 }
             }
-            if let Some(log) = log.as_mut() {
-                last_seq = Some(log.push(PendingRecord {
-                    txg,
-                    key,
-                    volume_guid: vol.info.guid,
-                    offset: vol.info.offset_of(*block),
-                    data: data.bytes().clone(),
-                }));
+            if let Some((log, _)) = &logged {
+                let place = (vol.info.guid, vol.info.offset_of(*block));
+                let ticket = self.zil.append(log, txg, place, data.bytes());
+                logged = logged.take().zip(ticket).map(|((log, _), t)| (log, t));
             }
         }
         let sync_percent = self.tunables.zfs_dirty_data_sync_percent().min(100);
@@ -340,12 +321,7 @@ impl Txg {
             inner.sync_requested = true;
             self.changed.notify_all();
         }
-        let group = log.filter(|_| lead_log).and_then(|mut log| log.lead());
-        Dirtied {
-            txg,
-            seq: last_seq,
-            group,
-        }
+        Dirtied { txg, logged }
     }
 
     /// Gives each block a new generation and makes `data` its dirty contents in the ARC,
@@ -433,7 +409,7 @@ impl Txg {
 
     /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).
     pub(crate) fn log_pending_records(&self) -> u64 {
-        self.zil.commit_state().pending_len()
+        self.zil.pending_records()
     }
 
     /// Dirty bytes, open TXG, synced TXG (for stats).

@@ -8,132 +8,19 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use larch_io::{BlockDevice, FileDevice, FileOptions};
 
-use std::sync::Condvar;
-
 use bytes::Bytes;
-use larch_policy::BlockKey;
 
 use super::Txg;
 use crate::coherence::Coherence;
 use crate::error::{DetachError, RecordError, WriteError, device_error};
 use crate::latency::LatencyHistogram;
-use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
+use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
 use crate::volumes::{VolumeEntry, Volumes};
-
-/// A write whose record the log does not have yet (OpenZFS keeps them as `itx`s). Every
-/// write gets one while a log device is attached; a sync write or FLUSH commits all of
-/// them up to its own. They reach the log in the order of the writes, so replay (which
-/// applies records in log order) ends every block with its newest logged bytes.
-#[derive(Clone)]
-pub(super) struct PendingRecord {
-    pub(super) txg: u64,
-    pub(super) key: BlockKey,
-    pub(super) volume_guid: u64,
-    pub(super) offset: u64,
-    pub(super) data: Bytes,
-}
-
-/// The writes not in the log yet, in the order they came, with each block's newest record
-/// of the open TXG found by key. A block written again in the same TXG before its record
-/// reached the log has that record's bytes replaced, not a second record: records only
-/// ever hold whole blocks, so the newest bytes at the older place replay to the same end,
-/// and the superseded buffers are not kept alive (a block rewritten a million times
-/// between two FLUSHes would otherwise pin a million buffers no count or limit sees).
-#[derive(Default)]
-struct PendingLog {
-    records: Vec<PendingRecord>,
-    /// Where each block's newest record is in `records`.
-    newest: HashMap<BlockKey, usize>,
-}
-
-impl PendingLog {
-    /// Adds `record`, or puts its bytes in the block's record of the same TXG.
-    fn push(&mut self, record: PendingRecord) {
-        if let Some(&at) = self.newest.get(&record.key)
-            && let Some(older) = self.records.get_mut(at)
-            && older.txg == record.txg
-            && older.key == record.key
-        {
-            older.data = record.data;
-            return;
-        }
-        self.newest.insert(record.key, self.records.len());
-        self.records.push(record);
-    }
-
-    /// Takes every record, in order.
-    fn take(&mut self) -> Vec<PendingRecord> {
-        self.newest.clear();
-        std::mem::take(&mut self.records)
-    }
-
-    /// Keeps the records of TXGs after `synced` (the others' blocks are on the stores).
-    fn keep_after(&mut self, synced: u64) {
-        self.records.retain(|r| r.txg > synced);
-        self.newest.clear();
-        for (at, r) in self.records.iter().enumerate() {
-            self.newest.insert(r.key, at);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.take();
-    }
-
-    fn len(&self) -> usize {
-        self.records.len()
-    }
-}
-
-/// The group commit's state (OpenZFS's `zilog` lists and `zl_lock`): the pending
-/// records, their sequence numbers, how far they are durable, and whether a leader is
-/// committing. Records join it under the TXG lock (in the order of the writes); leaders
-/// and waiters take only this lock, so a sync write's commit adds no hold of the TXG lock.
-pub(super) struct CommitState {
-    pending: PendingLog,
-    /// Sequence number of the next pending record.
-    next_seq: u64,
-    /// Every record up to this one is durable (in the log, or its TXG synced).
-    durable_seq: u64,
-    /// A leader is committing records to the log.
-    busy: bool,
-    /// TXGs up to this one are on the backing stores (the syncer's, copied here with the
-    /// records it lets go).
-    synced_txg: u64,
-}
-
-impl CommitState {
-    /// Adds a write's record; returns its sequence number.
-    pub(super) fn push(&mut self, record: PendingRecord) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.pending.push(record);
-        seq
-    }
-
-    /// Makes the caller the leader, if no commit is in progress: it takes every pending
-    /// record, to commit them ([`IntentLog::commit_upto`]).
-    pub(super) fn lead(&mut self) -> Option<Group> {
-        if self.busy {
-            return None;
-        }
-        self.busy = true;
-        Some(Group {
-            records: self.pending.take(),
-            synced: self.synced_txg,
-            upto: self.next_seq - 1,
-        })
-    }
-
-    pub(super) fn pending_len(&self) -> u64 {
-        self.pending.len() as u64
-    }
-}
 
 /// A log device to attach: where it is (its name in messages), whose it is, and whether
 /// to format it (`create`) rather than replay it.
@@ -161,14 +48,6 @@ pub(crate) fn open_file(path: &Path) -> io::Result<(Arc<dyn BlockDevice>, Option
     let file_lock = crate::files::lock_device(path)?;
     let dev = FileDevice::open(path, &FileOptions::default()).map_err(|e| device_error(path, e))?;
     Ok((Arc::new(dev), file_lock))
-}
-
-/// The pending records a leader of the group commit took: every record up to `upto`;
-/// those of TXGs up to `synced` are on the backing stores already.
-pub(super) struct Group {
-    pub(super) records: Vec<PendingRecord>,
-    pub(super) synced: u64,
-    pub(super) upto: u64,
 }
 
 /// Records a committed TXG durably outside the log device (see
@@ -262,9 +141,8 @@ impl Committed {
 /// TXG sync; each takes the TXG engine whose state the records belong to.
 pub(crate) struct IntentLog {
     slot: RankedRwLock<Option<Arc<LogHandle>>>,
-    commit: RankedMutex<CommitState>,
-    /// Signalled when a leader ends its commit.
-    committed_cv: Condvar,
+    /// TXGs up to this one are on the backing stores (the syncer's, copied here).
+    synced_txg: AtomicU64,
     committed: Committed,
     volumes: Arc<Volumes>,
     coherence: Arc<Coherence>,
@@ -279,17 +157,7 @@ impl IntentLog {
     ) -> IntentLog {
         IntentLog {
             slot: RankedRwLock::leaf(None),
-            commit: RankedMutex::new(
-                Rank::LogCommit,
-                CommitState {
-                    pending: PendingLog::default(),
-                    next_seq: 1,
-                    durable_seq: 0,
-                    busy: false,
-                    synced_txg: 0,
-                },
-            ),
-            committed_cv: Condvar::new(),
+            synced_txg: AtomicU64::new(0),
             committed: Committed::new(),
             volumes,
             coherence,
@@ -302,165 +170,110 @@ impl IntentLog {
         self.slot.read().clone()
     }
 
-    pub(super) fn is_usable(&self) -> bool {
-        self.device().is_some_and(|l| l.is_healthy())
-    }
-
-    /// The group commit's state.
-    pub(super) fn commit_state(&self) -> RankedGuard<'_, CommitState> {
-        self.commit.lock()
+    /// The log device, if one is attached and takes records.
+    pub(super) fn usable(&self) -> Option<Arc<LogHandle>> {
+        self.device().filter(|l| l.is_healthy())
     }
 
     /// The syncer synced TXGs up to `synced` (under the TXG lock): the records of those
     /// TXGs need not reach the log any more.
     pub(super) fn synced(&self, synced: u64) {
-        let mut state = self.commit_state();
-        state.synced_txg = synced;
-        state.pending.keep_after(synced);
+        self.synced_txg.fetch_max(synced, Ordering::AcqRel);
+        if let Some(log) = self.device() {
+            log.device.forget_through(synced);
+        }
     }
 
-    /// Makes every write so far durable (a FLUSH): commits every pending record, leading
-    /// the commit if no leader is at work.
-    pub(super) fn commit_all(&self, txg: &Txg) -> Result<(), WriteError> {
-        let (upto, group) = {
-            let mut state = self.commit_state();
-            let upto = state.next_seq - 1;
-            let lead = state.durable_seq < upto;
-            (upto, lead.then(|| state.lead()).flatten())
-        };
-        self.commit_upto(txg, upto, group)
+    /// Queues a write's record in the log (under the TXG lock, in the order of the
+    /// writes: see `larch_zil::LogDevice::append`). Returns the ticket a sync write
+    /// commits through; `None` when the log takes no records (poisoned).
+    pub(super) fn append(
+        &self,
+        log: &LogHandle,
+        txg: u64,
+        place: (u64, u64),
+        data: &Bytes,
+    ) -> Option<u64> {
+        let (volume_id, offset_bytes) = place;
+        log.device
+            .append(larch_zil::QueuedRecord {
+                txg,
+                volume_id,
+                offset_bytes,
+                data: data.clone(),
+            })
+            .ok()
     }
 
-    /// Makes every pending record up to `seq` durable: one caller at a time (the leader)
-    /// takes all pending records, in order, and commits them to the log in one call;
-    /// the others wait for it (group commit, ordered). If the log cannot take them (full,
-    /// failed), the leader syncs their TXGs instead, for the whole group. `led`: the
-    /// group the caller took as leader already ([`Txg::make_dirty`], a FLUSH).
-    pub(super) fn commit_upto(
+    /// Makes every write so far durable (a FLUSH): commits every record the log holds.
+    pub(super) fn commit_all(&self, txg: &Txg, log: &LogHandle) -> Result<(), WriteError> {
+        let committed = log.device.commit_all();
+        self.settle_commit(txg, log, committed, None)
+    }
+
+    /// Makes every record up to `ticket` durable: the log's group commit leads or waits
+    /// (`larch_zil::LogDevice::commit_through`). `own_txg`: the TXG of the caller's
+    /// write, synced instead should the log fail.
+    pub(super) fn commit_through(
         &self,
         txg: &Txg,
-        seq: u64,
-        led: Option<Group>,
+        log: &LogHandle,
+        ticket: u64,
+        own_txg: u64,
     ) -> Result<(), WriteError> {
-        // Writes from before the log took over are in older TXGs, which must be synced.
-        let covered = self
-            .device()
-            .map_or(0, |l| l.covers_from_txg)
-            .saturating_sub(1);
-        let group = match led {
-            Some(group) => group,
-            None => {
-                let mut state = self.commit_state();
-                loop {
-                    if state.durable_seq >= seq {
-                        let synced = state.synced_txg >= covered;
-                        drop(state);
-                        return if synced {
-                            Ok(())
-                        } else {
-                            txg.wait_synced_quiet(covered)
-                        };
-                    }
-                    if let Some(group) = state.lead() {
-                        break group;
-                    }
-                    state = state.wait_timeout(&self.committed_cv, Duration::from_millis(100));
-                }
+        let committed = log.device.commit_through(ticket);
+        self.settle_commit(txg, log, committed, Some(own_txg))
+    }
+
+    /// Counts what a commit wrote, or falls back to syncing TXGs when the log could not
+    /// take the records: the TXG the log names for records it had no room for (the log
+    /// stays in use), else the caller's own (`None`: a FLUSH, every TXG open now); a
+    /// failed log is taken out of use. Writes from before the log took over are in older
+    /// TXGs, which are synced too.
+    fn settle_commit(
+        &self,
+        txg: &Txg,
+        log: &LogHandle,
+        committed: Result<larch_zil::Led, larch_zil::LogError>,
+        own_txg: Option<u64>,
+    ) -> Result<(), WriteError> {
+        match committed {
+            Ok(led) => self.count(log, &led),
+            Err(larch_zil::LogError::Unlogged { txg: through }) => txg.wait_synced(through)?,
+            Err(err) => {
+                log.fail(format!("log commit failed: {err}"));
+                let through = own_txg.unwrap_or_else(|| txg.lock().open_txg);
+                txg.wait_synced(through)?;
             }
-        };
-        let Group {
-            mut records,
-            synced,
-            upto,
-        } = group;
-        records.retain(|r| r.txg > synced);
-        let result = if self.commit_records(&records) {
-            Ok(())
-        } else {
-            let newest = records.iter().map(|r| r.txg).max().unwrap_or(0);
-            txg.wait_synced(newest)
-        };
-        let mut state = self.commit_state();
-        state.busy = false;
-        if result.is_ok() {
-            state.durable_seq = state.durable_seq.max(upto);
         }
-        let synced = state.synced_txg >= covered;
-        drop(state);
-        self.committed_cv.notify_all();
-        result?;
-        if synced {
+        let covered = log.covers_from_txg.saturating_sub(1);
+        if self.synced_txg.load(Ordering::Acquire) >= covered {
             Ok(())
         } else {
             txg.wait_synced_quiet(covered)
         }
     }
 
-    /// Commits records to the log device. False when the log cannot take them (full,
-    /// failed, removed): the caller falls back to syncing the TXG.
-    fn commit_records(&self, records: &[PendingRecord]) -> bool {
-        let Some(log) = self.device() else {
-            return false;
-        };
-        if records.is_empty() {
-            // Every record of the group was in a TXG that has synced since: nothing to
-            // commit, and no commit to count (zil_commit_count counts the log's commits).
-            return true;
+    /// Counts the blocks a commit's caller wrote as the log's leader.
+    fn count(&self, log: &LogHandle, led: &larch_zil::Led) {
+        if led.blocks == 0 {
+            // Every record was durable already, or in a TXG that has synced since:
+            // nothing written, no commit to count.
+            return;
         }
-        let max = (log.device.max_record_data_bytes() as usize).max(1);
-        let mut views = Vec::with_capacity(records.len());
-        for r in records {
-            // Records larger than the log takes are split.
-            for (i, piece) in r.data.chunks(max).enumerate() {
-                views.push(larch_zil::RecordRef {
-                    txg: r.txg,
-                    volume_id: r.volume_guid,
-                    offset_bytes: r.offset + (i * max) as u64,
-                    data: piece,
-                });
-            }
-        }
-        let started = Instant::now();
-        // Commit in pieces the log accepts in one block, in order.
-        let limit = log.device.max_commit_bytes();
-        let mut start = 0;
-        while start < views.len() {
-            let mut end = start;
-            let mut size = 0u64;
-            while end < views.len() {
-                let bytes = larch_zil::encoded_record_bytes(views[end].data.len());
-                if end > start && size + bytes > limit {
-                    break;
-                }
-                size += bytes;
-                end += 1;
-            }
-            let started = Instant::now();
-            match log.device.commit(&views[start..end]) {
-                Ok(_) => log.commit_latency.record(started.elapsed()),
-                // Before anything is written: the log stays usable, this group falls
-                // back to a TXG sync.
-                Err(larch_zil::LogError::Full { .. } | larch_zil::LogError::TooLarge { .. }) => {
-                    return false;
-                }
-                Err(err) => {
-                    log.fail(format!("log commit failed: {err}"));
-                    return false;
-                }
-            }
-            start = end;
-        }
+        log.commit_latency
+            .record(Duration::from_micros(led.write_us));
         let s = &self.write_stats;
-        s.zil_commit_count.fetch_add(1, Ordering::Relaxed);
-        s.zil_itx_count
-            .fetch_add(views.len() as u64, Ordering::Relaxed);
-        s.zil_itx_copied_bytes.fetch_add(
-            views.iter().map(|v| v.data.len() as u64).sum(),
-            Ordering::Relaxed,
-        );
-        s.zil_commit_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        true
+        s.zil_commit_count.fetch_add(led.blocks, Ordering::Relaxed);
+        s.zil_itx_count.fetch_add(led.records, Ordering::Relaxed);
+        s.zil_itx_copied_bytes
+            .fetch_add(led.data_bytes, Ordering::Relaxed);
+        s.zil_commit_us.fetch_add(led.write_us, Ordering::Relaxed);
+    }
+
+    /// Records waiting in the log for a sync write or FLUSH (for stats).
+    pub(super) fn pending_records(&self) -> u64 {
+        self.device().map_or(0, |l| l.device.queued())
     }
 
     /// Step 3 of a TXG sync: the log may forget `txg`. A volume whose store failed does
@@ -699,7 +512,6 @@ impl IntentLog {
             *slot = None;
         }
         drop(slot);
-        self.commit_state().pending.clear();
         // The pool writes it no more: another pool (or this one, adding it again) may.
         log.release_file_lock();
         Ok(Some(log))

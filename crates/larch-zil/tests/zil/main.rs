@@ -2,6 +2,7 @@
 //! power cuts (seeded, thousands of iterations), group commit, poisoning, and the
 //! documentation's layout tables.
 
+mod append;
 mod basic;
 mod crash;
 mod doc;
