@@ -1,4 +1,4 @@
-//! Hard disks and the vdevs ZFS builds from them: a mirror and a RAID-Z stripe.
+//! Hard disks and the mirror vdev ZFS builds from them (RAID-Z is in `raidz`).
 
 use super::spec::{check_non_negative, check_positive};
 use super::{
@@ -7,9 +7,12 @@ use super::{
 };
 use crate::workload::SplitMix64;
 
-/// Bytes in a disk sector. RAID-Z rounds each disk's share of an I/O up to whole sectors;
-/// the seed systems' 2009-era disks had 512-byte sectors (ZFS `ashift=9`).
+/// The default sector: the seed systems' 2009-era disks had 512-byte sectors (ZFS
+/// `ashift=9`); 4,096-byte "Advanced Format" sectors first shipped in 2010.
 const SECTOR_BYTES: u64 = 512;
+
+/// The largest sector a disk may have: ZFS's largest `ashift`, 16 (64 KiB).
+const MAX_SECTOR_BYTES: u64 = 1 << 16;
 
 /// The parameters of one hard disk. The defaults describe a 1 TB 7,200 rpm enterprise SATA
 /// disk of 2008-9, the "1 Tbyte 7,200 RPM disks" of seed 000's Sun Storage 7410.
@@ -26,6 +29,9 @@ pub struct HddParams {
     pub full_stroke_ms: f64,
     /// Media transfer rate, 10^6 bytes per second (one figure for the whole disk). Default 150.
     pub transfer_mb_s: f64,
+    /// The sector, bytes: the unit RAID-Z lays a block out in (ZFS's `ashift`, `1 << ashift`
+    /// bytes). A power of two from 512 to 64 KiB. Default 512, the seed disks' sector.
+    pub sector_bytes: u64,
 }
 
 impl Default for HddParams {
@@ -36,6 +42,7 @@ impl Default for HddParams {
             settle_ms: 0.8,
             full_stroke_ms: 15.2,
             transfer_mb_s: 150.0,
+            sector_bytes: SECTOR_BYTES,
         }
     }
 }
@@ -43,10 +50,19 @@ impl Default for HddParams {
 impl HddParams {
     /// Checks every field; the error names the first bad one and its value.
     pub fn validate(&self) -> Result<(), SpecError> {
-        if self.capacity_bytes < SECTOR_BYTES {
+        if !self.sector_bytes.is_power_of_two()
+            || !(SECTOR_BYTES..=MAX_SECTOR_BYTES).contains(&self.sector_bytes)
+        {
+            return Err(SpecError::bad(
+                "sector",
+                format!("a power of two from {SECTOR_BYTES} to {MAX_SECTOR_BYTES} bytes"),
+                self.sector_bytes,
+            ));
+        }
+        if self.capacity_bytes < self.sector_bytes {
             return Err(SpecError::bad(
                 "capacity",
-                format!("at least {SECTOR_BYTES} bytes"),
+                format!("at least one sector ({} bytes)", self.sector_bytes),
                 self.capacity_bytes,
             ));
         }
@@ -84,8 +100,12 @@ impl HddParams {
 
     /// "7200 rpm 1 TB HDD", for descriptions.
     pub(crate) fn describe(&self) -> String {
+        let sector = match self.sector_bytes {
+            SECTOR_BYTES => String::new(),
+            bytes => format!(" ({bytes} B sectors)"),
+        };
         format!(
-            "{} rpm {} HDD",
+            "{} rpm {} HDD{sector}",
             self.rpm,
             format_capacity(self.capacity_bytes)
         )
@@ -104,7 +124,7 @@ pub struct Hdd {
     rng: SplitMix64,
     head_bytes: u64,
     free_at: Nanos,
-    stats: DeviceStats,
+    pub(super) stats: DeviceStats,
 }
 
 impl Hdd {
@@ -115,7 +135,7 @@ impl Hdd {
     }
 
     /// A disk already validated, with the member name an array gives it.
-    fn named(name: impl Into<String>, params: HddParams, seed: u64) -> Hdd {
+    pub(super) fn named(name: impl Into<String>, params: HddParams, seed: u64) -> Hdd {
         Hdd {
             params,
             rng: SplitMix64::new(seed),
@@ -266,103 +286,6 @@ impl Device for Mirror {
     }
 }
 
-/// A RAID-Z vdev: `width` disks, `parity` of them (1 to 3) holding parity for each stripe.
-///
-/// Seed 000 describes wide RAID-Z2 stripes as "each I/O must read from every disk in the
-/// stripe", and the model takes that as given: a read occupies every data disk of its stripe
-/// (the parity disks are skipped) and completes when the slowest does; a write occupies all
-/// `width` disks. Each disk handles `len / (width - parity)` bytes rounded up to whole
-/// sectors, at offset `offset / (width - parity)`, so all disks of a stripe seek to the same
-/// place. The parity columns rotate with the stripe's position, as ZFS starts each block's
-/// columns at a different disk.
-///
-/// Small-read IOPS is therefore about one disk's, somewhat worse: every read waits for the
-/// slowest of `width - parity` rotations, whose mean is `N / (N + 1)` of a revolution for N
-/// data disks instead of half of one. Real ZFS reads only the columns that hold the block, so
-/// for small blocks on wide stripes this model is pessimistic; it models the seed's claim.
-#[derive(Clone, Debug)]
-pub struct RaidZ {
-    disks: Vec<Hdd>,
-    parity: u32,
-}
-
-impl RaidZ {
-    /// A RAID-Z vdev of `width` disks with `params`, `parity` (1 to 3) of them parity;
-    /// `width` must be at least `parity + 1`. Member seeds derive from `seed`.
-    pub fn new(params: HddParams, width: u32, parity: u32, seed: u64) -> Result<RaidZ, SpecError> {
-        if !(1..=3).contains(&parity) {
-            return Err(SpecError::bad(
-                "parity",
-                "1, 2 or 3 (raidz1, raidz2, raidz3)",
-                parity,
-            ));
-        }
-        if width <= parity {
-            return Err(SpecError::bad(
-                "width",
-                format!("more than {parity} disks for raidz{parity}"),
-                width,
-            ));
-        }
-        params.validate()?;
-        let mut seeds = member_seeds(seed);
-        let disks = (0..width)
-            .map(|i| Hdd::named(format!("disk{i}"), params.clone(), seeds()))
-            .collect();
-        Ok(RaidZ { disks, parity })
-    }
-
-    fn data_disks(&self) -> u64 {
-        self.disks.len() as u64 - u64::from(self.parity)
-    }
-
-    /// Whether disk `index` holds parity for the stripe at `disk_offset`.
-    fn is_parity(&self, index: usize, disk_offset: u64) -> bool {
-        let width = self.disks.len() as u64;
-        let first_parity = disk_offset / SECTOR_BYTES % width;
-        (index as u64 + width - first_parity) % width < u64::from(self.parity)
-    }
-}
-
-impl Device for RaidZ {
-    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
-        let data = self.data_disks();
-        let share = u64::from(len).div_ceil(data).div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
-        // The share of a u32 length over at least one disk, rounded up to a sector, still
-        // fits in a u32 unless the length is within a sector of u32::MAX.
-        let share = u32::try_from(share).unwrap_or(u32::MAX);
-        let disk_offset = offset / data / SECTOR_BYTES * SECTOR_BYTES;
-        let mut done = now;
-        for index in 0..self.disks.len() {
-            if kind == IoKind::Read && self.is_parity(index, disk_offset) {
-                continue;
-            }
-            done = done.max(self.disks[index].submit(now, kind, disk_offset, share));
-        }
-        done
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.disks[0]
-            .params
-            .capacity_bytes
-            .saturating_mul(self.data_disks())
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{}-wide RAID-Z{} of {}",
-            self.disks.len(),
-            self.parity,
-            self.disks[0].params.describe()
-        )
-    }
-
-    fn stats(&self) -> Vec<DeviceStats> {
-        self.disks.iter().map(|disk| disk.stats.clone()).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,18 +319,6 @@ mod tests {
     }
 
     #[test]
-    fn raidz_reads_skip_parity_and_writes_touch_every_disk() {
-        let mut raidz = RaidZ::new(HddParams::default(), 6, 2, 9).unwrap();
-        raidz.submit(0, IoKind::Read, 0, 8192);
-        let reads: u64 = raidz.stats().iter().map(|s| s.reads).sum();
-        assert_eq!(reads, 4);
-        raidz.submit(10_000_000_000, IoKind::Write, 0, 8192);
-        assert!(raidz.stats().iter().all(|s| s.writes == 1));
-        // 8K over 4 data disks is 2K, already whole sectors.
-        assert_eq!(raidz.stats()[0].write_bytes, 2048);
-    }
-
-    #[test]
     fn bad_parameters_are_errors() {
         let params = HddParams {
             full_stroke_ms: 0.5,
@@ -419,7 +330,5 @@ mod tests {
             "full_stroke_ms: expected at least settle_ms (0.8), got \"0.5\""
         );
         assert!(Mirror::new(HddParams::default(), 1, 0).is_err());
-        assert!(RaidZ::new(HddParams::default(), 2, 2, 0).is_err());
-        assert!(RaidZ::new(HddParams::default(), 8, 4, 0).is_err());
     }
 }

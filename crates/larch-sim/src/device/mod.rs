@@ -41,12 +41,14 @@ mod disk;
 mod flash;
 mod object;
 mod pool;
+mod raidz;
 mod spec;
 
-pub use disk::{Hdd, HddParams, Mirror, RaidZ};
+pub use disk::{Hdd, HddParams, Mirror};
 pub use flash::{Ram, RamParams, Ssd, SsdParams};
 pub use object::{ObjectStore, ObjectStoreParams};
 pub use pool::{DEFAULT_CHUNK_BYTES, Layout, Pool, Primary};
+pub use raidz::{Column, RaidZ, RaidZGeometry};
 pub use spec::{DeviceSpec, FlashPreset, MAX_DISKS, SpecError, parse_spec};
 
 /// Virtual time, nanoseconds.

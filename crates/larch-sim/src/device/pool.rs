@@ -1,6 +1,7 @@
 //! A pool of vdevs: the primary storage, striped across its vdevs as ZFS does.
 
-use super::disk::{Hdd, HddParams, Mirror, RaidZ};
+use super::disk::{Hdd, HddParams, Mirror};
+use super::raidz::RaidZ;
 use super::{Device, DeviceStats, IoKind, MIN_PIECE_BYTES, Nanos, SpecError, member_seeds};
 
 /// The chunk a pool writes to one vdev before moving to the next, in bytes. ZFS moves on
@@ -24,6 +25,9 @@ pub enum Layout {
         parity: u32,
         /// Disks per vdev, more than `parity`.
         width: u32,
+        /// The disk (`0..width`) that has failed in every vdev, or `None` for healthy
+        /// vdevs: reads of blocks with data on it read every other column.
+        failed: Option<u32>,
     },
 }
 
@@ -108,8 +112,16 @@ impl Pool {
             vdevs.push(match layout {
                 Layout::Stripe => Box::new(Hdd::new(hdd.clone(), seeds())?),
                 Layout::Mirror { sides } => Box::new(Mirror::new(hdd.clone(), sides, seeds())?),
-                Layout::RaidZ { parity, width } => {
-                    Box::new(RaidZ::new(hdd.clone(), width, parity, seeds())?)
+                Layout::RaidZ {
+                    parity,
+                    width,
+                    failed,
+                } => {
+                    let mut raidz = RaidZ::new(hdd.clone(), width, parity, seeds())?;
+                    if let Some(disk) = failed {
+                        raidz.fail_disk(disk)?;
+                    }
+                    Box::new(raidz)
                 }
             });
         }
@@ -141,6 +153,7 @@ impl Pool {
             Layout::RaidZ {
                 parity: 2,
                 width: 46,
+                failed: None,
             },
             HddParams::default(),
             DEFAULT_CHUNK_BYTES,
@@ -235,9 +248,16 @@ fn describe_disks(disks: u32, layout: Layout, hdd: &HddParams, spares: u32) -> S
     let grouping = match layout {
         Layout::Stripe => "striped".to_string(),
         Layout::Mirror { sides } => format!("in {vdevs} {sides}-way mirror{}", plural(vdevs)),
-        Layout::RaidZ { parity, width } => {
-            format!("in {vdevs} {width}-wide RAID-Z{parity}")
-        }
+        Layout::RaidZ {
+            parity,
+            width,
+            failed: None,
+        } => format!("in {vdevs} {width}-wide RAID-Z{parity}"),
+        Layout::RaidZ {
+            parity,
+            width,
+            failed: Some(disk),
+        } => format!("in {vdevs} {width}-wide RAID-Z{parity}, disk{disk} of each failed"),
     };
     let spares = match spares {
         0 => String::new(),

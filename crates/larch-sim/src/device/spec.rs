@@ -263,7 +263,10 @@ impl DeviceSpec {
     fn set(&mut self, key: &str, value: &str) -> Result<(), SpecError> {
         match self {
             DeviceSpec::Disks {
-                hdd, chunk_bytes, ..
+                hdd,
+                chunk_bytes,
+                layout,
+                ..
             } => match key {
                 "capacity" => hdd.capacity_bytes = parse_size("capacity", value)?,
                 "rpm" => hdd.rpm = parse_positive("rpm", value)?,
@@ -271,6 +274,17 @@ impl DeviceSpec {
                 "full_stroke_ms" => hdd.full_stroke_ms = parse_positive("full_stroke_ms", value)?,
                 "transfer_mb_s" => hdd.transfer_mb_s = parse_positive("transfer_mb_s", value)?,
                 "chunk" => *chunk_bytes = parse_size("chunk", value)?,
+                "sector" => hdd.sector_bytes = parse_size("sector", value)?,
+                "failed" => match layout {
+                    Layout::RaidZ { failed, .. } => *failed = Some(parse_disk_index(value)?),
+                    _ => {
+                        return Err(SpecError::bad(
+                            "failed",
+                            "a raidz layout (a failed disk is modelled in RAID-Z only)",
+                            value,
+                        ));
+                    }
+                },
                 _ => return Err(unknown_field("hdd", key, HDD_FIELDS)),
             },
             DeviceSpec::Flash { preset, params } => match key {
@@ -315,7 +329,8 @@ impl FromStr for DeviceSpec {
     }
 }
 
-const HDD_FIELDS: &str = "capacity, rpm, settle_ms, full_stroke_ms, transfer_mb_s, chunk";
+const HDD_FIELDS: &str =
+    "capacity, rpm, settle_ms, full_stroke_ms, transfer_mb_s, chunk, sector, failed";
 const FLASH_FIELDS: &str = "capacity, channels, read_us, write_us, read_mb_s, write_mb_s, stripe";
 const OBJECT_FIELDS: &str = "capacity, median_ms, p99_ms, throughput_mb_s, concurrency";
 const RAM_FIELDS: &str = "capacity, latency_us";
@@ -421,6 +436,7 @@ fn parse_disks(count_text: Option<&str>, layout: &[&str]) -> Result<DeviceSpec, 
             Layout::RaidZ {
                 parity,
                 width: number("width")?.unwrap_or(count),
+                failed: None,
             }
         }
         Some(_) => {
@@ -474,7 +490,11 @@ fn validate_layout(count: u32, layout: Layout) -> Result<(), SpecError> {
             }
             Ok(())
         }
-        Layout::RaidZ { parity, width } => {
+        Layout::RaidZ {
+            parity,
+            width,
+            failed,
+        } => {
             if !(1..=3).contains(&parity) {
                 return Err(SpecError::bad("parity", "1, 2 or 3", parity));
             }
@@ -490,6 +510,13 @@ fn validate_layout(count: u32, layout: Layout) -> Result<(), SpecError> {
                     "count",
                     format!("at least {width} disks for a {width}-wide raidz{parity}"),
                     count,
+                ));
+            }
+            if let Some(disk) = failed.filter(|&disk| disk >= width) {
+                return Err(SpecError::bad(
+                    "failed",
+                    format!("a disk of the vdev, 0 to {}", width - 1),
+                    disk,
                 ));
             }
             Ok(())
@@ -508,6 +535,18 @@ fn parse_non_negative(field: &'static str, text: &str) -> Result<f64, SpecError>
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
         _ => Err(SpecError::bad(field, "a number, zero or more", text)),
+    }
+}
+
+/// A disk's index within its vdev, from 0.
+fn parse_disk_index(text: &str) -> Result<u32, SpecError> {
+    match text.trim().parse::<u32>() {
+        Ok(value) if value < MAX_DISKS => Ok(value),
+        _ => Err(SpecError::bad(
+            "failed",
+            format!("a disk's index from 0 to {}", MAX_DISKS - 1),
+            text,
+        )),
     }
 }
 
@@ -591,7 +630,7 @@ impl fmt::Display for DeviceSpec {
                     Layout::Stripe => write!(f, "{count}xhdd")?,
                     Layout::Mirror { sides: 2 } => write!(f, "{count}xhdd:mirror")?,
                     Layout::Mirror { sides } => write!(f, "{count}xhdd:mirror:{sides}")?,
-                    Layout::RaidZ { parity, width } => {
+                    Layout::RaidZ { parity, width, .. } => {
                         write!(f, "{count}xhdd:raidz{parity}:{width}")?
                     }
                 }
@@ -602,6 +641,13 @@ impl fmt::Display for DeviceSpec {
                 o.number("full_stroke_ms", hdd.full_stroke_ms, d.full_stroke_ms);
                 o.number("transfer_mb_s", hdd.transfer_mb_s, d.transfer_mb_s);
                 o.size("chunk", *chunk_bytes, DEFAULT_CHUNK_BYTES);
+                o.size("sector", hdd.sector_bytes, d.sector_bytes);
+                if let Layout::RaidZ {
+                    failed: Some(disk), ..
+                } = layout
+                {
+                    o.0.push(format!("failed={disk}"));
+                }
             }
             DeviceSpec::Flash { preset, params: p } => {
                 write!(f, "{}", preset.name())?;
