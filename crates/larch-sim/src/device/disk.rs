@@ -2,9 +2,11 @@
 
 use super::spec::{check_non_negative, check_positive};
 use super::{
-    Device, DeviceStats, IoKind, NS_PER_MS, Nanos, SpecError, format_capacity, member_seeds,
-    ns_per_byte, round_ns,
+    Device, DeviceStats, IoId, IoKind, Joins, NS_PER_MS, Nanos, Queued, SpecError, format_capacity,
+    member_seeds, ns_per_byte, round_ns,
 };
+use std::collections::VecDeque;
+
 use crate::workload::SplitMix64;
 
 /// The default sector: the seed systems' 2009-era disks had 512-byte sectors (ZFS
@@ -13,6 +15,14 @@ const SECTOR_BYTES: u64 = 512;
 
 /// The largest sector a disk may have: ZFS's largest `ashift`, 16 (64 KiB).
 const MAX_SECTOR_BYTES: u64 = 1 << 16;
+
+/// The default command queue: SATA's Native Command Queuing holds up to 32 commands
+/// (Serial ATA II, Extensions to Serial ATA 1.0a, 2004), the seed disks' interface.
+const NCQ_DEPTH: u32 = 32;
+
+/// The deepest command queue a disk may have: SAS and SCSI tagged queuing allow a few
+/// hundred commands; a bound keeps a decision's scan short.
+pub const MAX_QUEUE_DEPTH: u32 = 1024;
 
 /// The parameters of one hard disk. The defaults describe a 1 TB 7,200 rpm enterprise SATA
 /// disk of 2008-9, the "1 Tbyte 7,200 RPM disks" of seed 000's Sun Storage 7410.
@@ -32,6 +42,10 @@ pub struct HddParams {
     /// The sector, bytes: the unit RAID-Z lays a block out in (ZFS's `ashift`, `1 << ashift`
     /// bytes). A power of two from 512 to 64 KiB. Default 512, the seed disks' sector.
     pub sector_bytes: u64,
+    /// Commands the disk holds and reorders, shortest positioning time first, when its
+    /// I/O comes through [`Device::queue`]; 1 serves in arrival order. Default 32 (SATA
+    /// NCQ).
+    pub queue_depth: u32,
 }
 
 impl Default for HddParams {
@@ -43,6 +57,7 @@ impl Default for HddParams {
             full_stroke_ms: 15.2,
             transfer_mb_s: 150.0,
             sector_bytes: SECTOR_BYTES,
+            queue_depth: NCQ_DEPTH,
         }
     }
 }
@@ -76,7 +91,15 @@ impl HddParams {
                 self.full_stroke_ms,
             ));
         }
-        check_positive("transfer_mb_s", self.transfer_mb_s)
+        check_positive("transfer_mb_s", self.transfer_mb_s)?;
+        if !(1..=MAX_QUEUE_DEPTH).contains(&self.queue_depth) {
+            return Err(SpecError::bad(
+                "queue_depth",
+                format!("a whole number from 1 to {MAX_QUEUE_DEPTH}"),
+                self.queue_depth,
+            ));
+        }
+        Ok(())
     }
 
     /// One revolution, ns: the longest rotational latency.
@@ -112,12 +135,24 @@ impl HddParams {
     }
 }
 
-/// A hard disk: service time = seek(distance) + rotational latency + transfer, one FIFO queue.
+/// A hard disk: service time = positioning (seek by distance + rotational latency) +
+/// transfer.
 ///
 /// The head's position is tracked (after an I/O it rests at the I/O's end). Rotational
 /// latency is drawn uniformly from one revolution, except for an I/O that starts exactly
 /// where the previous one ended and was queued before that one finished: the platter is then
 /// already in place, so a queued sequential stream pays neither seek nor rotation.
+///
+/// Through [`Device::submit`] the disk serves in arrival order. Through [`Device::queue`],
+/// with a `queue_depth` above 1, it holds the I/Os and, each time it falls idle, serves the
+/// one of the first `queue_depth` waiting (its command queue; the host keeps the rest in
+/// order) with the shortest positioning time from where its head is: shortest positioning
+/// time first (SPTF; Jacobson and Wilkes, "Disk scheduling algorithms based on rotational
+/// position", HP Labs 1991; Worthington, Ganger and Patt, SIGMETRICS 1994). Each waiting
+/// I/O's rotational latency is drawn afresh at each choice: where a target lies on the
+/// platter relative to the head after the previous service is uniform, as that service's
+/// own length is. With one I/O waiting the choice is the arrival order, and at queue depth
+/// 1 `queue` is `submit`.
 #[derive(Clone, Debug)]
 pub struct Hdd {
     params: HddParams,
@@ -125,6 +160,24 @@ pub struct Hdd {
     head_bytes: u64,
     free_at: Nanos,
     pub(super) stats: DeviceStats,
+    /// I/Os waiting, in arrival order.
+    held: VecDeque<HeldIo>,
+    /// The sum of their `expected_ns`.
+    held_expected_ns: f64,
+    next_id: IoId,
+}
+
+/// An I/O a disk holds.
+#[derive(Clone, Copy, Debug)]
+struct HeldIo {
+    id: IoId,
+    kind: IoKind,
+    target: u64,
+    len: u32,
+    arrived: Nanos,
+    /// Its service as a mirror's choice counts it: the seek from where the head was when
+    /// it arrived, half a revolution and its transfer.
+    expected_ns: f64,
 }
 
 impl Hdd {
@@ -142,6 +195,9 @@ impl Hdd {
             head_bytes: 0,
             free_at: 0,
             stats: DeviceStats::named(name),
+            held: VecDeque::new(),
+            held_expected_ns: 0.0,
+            next_id: 0,
         }
     }
 
@@ -151,17 +207,63 @@ impl Hdd {
     }
 
     /// The completion time the disk would give this I/O if its rotational latency were the
-    /// average, half a revolution. A mirror uses it to choose a side without drawing from
-    /// either side's random source.
+    /// average, half a revolution, and it were served after the I/Os the disk holds, each
+    /// taking its seek from where the head was when it arrived, half a revolution and its
+    /// transfer. A mirror uses it to choose a side without drawing from either side's random
+    /// source.
     pub fn expected_completion(&self, now: Nanos, offset: u64, len: u32) -> Nanos {
         let target = offset.min(self.params.capacity_bytes);
-        let rotation_ns = if self.streams(now, target) {
+        let rotation_ns = if self.held.is_empty() && self.streams(now, target) {
             0.0
         } else {
             self.params.revolution_ns() / 2.0
         };
         let service = self.positioning_ns(target) + rotation_ns + self.transfer_ns(len);
-        now.max(self.free_at).saturating_add(round_ns(service))
+        now.max(self.free_at)
+            .saturating_add(round_ns(self.held_expected_ns))
+            .saturating_add(round_ns(service))
+    }
+
+    /// The waiting I/O the disk serves next if it starts at `start`, with its positioning
+    /// time: of the first `queue_depth` that arrived by then, the shortest.
+    fn shortest_positioning(&mut self, start: Nanos) -> (usize, f64) {
+        let depth = self.params.queue_depth as usize;
+        let mut best = (0, f64::INFINITY);
+        for (i, io) in self.held.iter().take(depth).enumerate() {
+            if io.arrived > start {
+                break;
+            }
+            let rotation_ns = if self.streams(io.arrived, io.target) {
+                0.0
+            } else {
+                self.rng.next_f64() * self.params.revolution_ns()
+            };
+            let positioning_ns = self.positioning_ns(io.target) + rotation_ns;
+            if positioning_ns < best.1 {
+                best = (i, positioning_ns);
+            }
+        }
+        best
+    }
+
+    /// Serves `kind` of `len` bytes at `target`, starting at `start` after `positioning_ns`;
+    /// returns when it completes.
+    fn serve(
+        &mut self,
+        start: Nanos,
+        kind: IoKind,
+        target: u64,
+        len: u32,
+        positioning_ns: f64,
+    ) -> Nanos {
+        let service = round_ns(positioning_ns + self.transfer_ns(len));
+        let done = start.saturating_add(service);
+        self.head_bytes = target
+            .saturating_add(u64::from(len))
+            .min(self.params.capacity_bytes);
+        self.free_at = done;
+        self.stats.record(kind, len, service);
+        done
     }
 
     /// Whether an I/O at `target` continues a queued sequential stream.
@@ -180,19 +282,62 @@ impl Hdd {
 
 impl Device for Hdd {
     fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
-        let capacity = self.params.capacity_bytes;
-        let target = offset.min(capacity);
+        debug_assert!(
+            self.held.is_empty(),
+            "a disk is driven through submit or through queue, not both"
+        );
+        let target = offset.min(self.params.capacity_bytes);
         let rotation_ns = if self.streams(now, target) {
             0.0
         } else {
             self.rng.next_f64() * self.params.revolution_ns()
         };
-        let service = round_ns(self.positioning_ns(target) + rotation_ns + self.transfer_ns(len));
-        let done = now.max(self.free_at).saturating_add(service);
-        self.head_bytes = target.saturating_add(u64::from(len)).min(capacity);
-        self.free_at = done;
-        self.stats.record(kind, len, service);
-        done
+        let positioning_ns = self.positioning_ns(target) + rotation_ns;
+        self.serve(now.max(self.free_at), kind, target, len, positioning_ns)
+    }
+
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        if self.params.queue_depth <= 1 {
+            return Queued::Done(self.submit(now, kind, offset, len));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let target = offset.min(self.params.capacity_bytes);
+        let expected_ns =
+            self.positioning_ns(target) + self.params.revolution_ns() / 2.0 + self.transfer_ns(len);
+        self.held_expected_ns += expected_ns;
+        self.held.push_back(HeldIo {
+            id,
+            kind,
+            target,
+            len,
+            arrived: now,
+            expected_ns,
+        });
+        Queued::Held(id)
+    }
+
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        while let Some(start) = self.next_start_ns() {
+            if start > until {
+                break;
+            }
+            let (pick, positioning_ns) = self.shortest_positioning(start);
+            let io = self.held.remove(pick).expect("the pick is held");
+            // A sum kept by adding and taking away drifts in its last bits: an empty
+            // queue restarts it.
+            self.held_expected_ns = if self.held.is_empty() {
+                0.0
+            } else {
+                (self.held_expected_ns - io.expected_ns).max(0.0)
+            };
+            let done = self.serve(start, io.kind, io.target, io.len, positioning_ns);
+            decided.push((io.id, done));
+        }
+    }
+
+    fn next_start_ns(&self) -> Option<Nanos> {
+        self.held.front().map(|io| io.arrived.max(self.free_at))
     }
 
     fn capacity_bytes(&self) -> u64 {
@@ -219,6 +364,7 @@ impl Device for Hdd {
 #[derive(Clone, Debug)]
 pub struct Mirror {
     sides: Vec<Hdd>,
+    joins: Joins,
 }
 
 impl Mirror {
@@ -236,7 +382,10 @@ impl Mirror {
         let sides = (0..sides)
             .map(|i| Hdd::named(format!("disk{i}"), params.clone(), seeds()))
             .collect();
-        Ok(Mirror { sides })
+        Ok(Mirror {
+            sides,
+            joins: Joins::default(),
+        })
     }
 
     /// The side a read would go to now.
@@ -267,6 +416,32 @@ impl Device for Mirror {
                 .map(|side| side.submit(now, kind, offset, len))
                 .fold(now, Nanos::max),
         }
+    }
+
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        let id = self.joins.open(now);
+        match kind {
+            IoKind::Read => {
+                let side = self.choose_side(now, offset, len);
+                let part = self.sides[side].queue(now, kind, offset, len);
+                self.joins.part(id, side, part);
+            }
+            IoKind::Write => {
+                for (i, side) in self.sides.iter_mut().enumerate() {
+                    let part = side.queue(now, kind, offset, len);
+                    self.joins.part(id, i, part);
+                }
+            }
+        }
+        self.joins.close(id)
+    }
+
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        self.joins.decide(&mut self.sides, until, decided);
+    }
+
+    fn next_start_ns(&self) -> Option<Nanos> {
+        self.joins.next_start_ns(&self.sides)
     }
 
     fn capacity_bytes(&self) -> u64 {

@@ -7,12 +7,13 @@
 //! complete? [`Device::submit`] computes that answer at submission and returns it, and the
 //! model remembers when each of its queues falls idle. Three consequences follow.
 //!
-//! 1. **FIFO per queue.** A request's completion is fixed the moment it is submitted, so a
-//!    later arrival can never be served ahead of it on the same queue: there is no elevator
-//!    or NCQ reordering on a disk and no scheduler reordering on a flash channel. Real disks
-//!    reorder their queues to shorten seeks; at the queue depths of the seed workloads (a few
-//!    requests per disk at most) this simplification costs little, and it keeps every model
-//!    a short closed form.
+//! 1. **FIFO per queue, but for disks that reorder.** Through [`Device::submit`] a
+//!    request's completion is fixed the moment it is submitted, so a later arrival can never
+//!    be served ahead of it on the same queue (no scheduler reorders a flash channel), and
+//!    each model is a short closed form. A disk has a command queue (SATA NCQ, 32 deep):
+//!    through [`Device::queue`] it holds its requests and, each time it falls idle, serves
+//!    the one it can reach soonest, so a request's completion is known only when the disk
+//!    starts it ([`Device::decide`]). Arrays pass both ways through to their disks.
 //! 2. **Submissions come in time order.** The simulator calls `submit` with nondecreasing
 //!    `now`; a model may assume it. A model with several queues (flash channels, object-store
 //!    connections) gives each request the queue that falls idle first.
@@ -24,8 +25,10 @@
 //! The models, each with its parameters in a public struct whose defaults come from published
 //! figures (docs/simulator.md, "Device models", gives each default and its source):
 //!
-//! - [`Hdd`]: a 7,200 rpm disk: seek by distance, uniform rotational latency, transfer.
-//! - [`Mirror`], [`RaidZ`]: the vdevs ZFS builds from disks.
+//! - [`Hdd`]: a 7,200 rpm disk: seek by distance, uniform rotational latency, transfer,
+//!   and a command queue served shortest positioning time first.
+//! - [`Mirror`], [`RaidZ`]: the vdevs ZFS builds from disks; a RAID-Z read reads only its
+//!   block's data columns ([`RaidZGeometry`]).
 //! - [`Pool`]: the primary storage, vdevs striped in chunks as ZFS's dynamic striping does.
 //! - [`Ssd`]: flash with independent channels, with presets for the seed systems' cache
 //!   devices (`readzilla`, `nvme`) and a generic SATA `ssd`.
@@ -43,6 +46,8 @@ mod object;
 mod pool;
 mod raidz;
 mod spec;
+
+use rustc_hash::FxHashMap as HashMap;
 
 pub use disk::{Hdd, HddParams, Mirror};
 pub use flash::{Ram, RamParams, Ssd, SsdParams};
@@ -63,14 +68,50 @@ pub enum IoKind {
     Write,
 }
 
-/// A device model in virtual time. `submit` is called in nondecreasing `now` order and returns
-/// when the I/O completes; a model keeps its own queues (an I/O submitted while earlier ones
-/// hold the device waits) and its own deterministic random source (seeded at construction).
+/// An I/O a device holds: its name until the device decides when it completes.
+pub type IoId = u64;
+
+/// What [`Device::queue`] made of an I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queued {
+    /// Its completion is decided: this time.
+    Done(Nanos),
+    /// The device holds it; [`Device::decide`] reports its completion once the device has
+    /// chosen when to serve it.
+    Held(IoId),
+}
+
+/// A device model in virtual time. Calls come in nondecreasing `now` order; a model keeps
+/// its own queues (an I/O submitted while earlier ones hold the device waits) and its own
+/// deterministic random source (seeded at construction).
+///
+/// Two ways in. [`Device::submit`] decides at once and returns the completion time: every
+/// queue is then first in, first out. [`Device::queue`] lets a device that reorders its
+/// queue (a disk with a command queue, [`HddParams::queue_depth`]) hold the I/O until it
+/// starts serving it, when it chooses among everything waiting; the caller learns the
+/// completion from [`Device::decide`], which it calls at [`Device::next_start_ns`] (or
+/// later). A device that does not reorder answers `queue` as `submit` does.
 pub trait Device: Send {
     /// Submits an I/O of `len` bytes at `offset` at time `now` and returns its completion
-    /// time. An offset past the capacity is clamped to the end: the models time I/O and do
-    /// not check addresses.
+    /// time, served in arrival order. An offset past the capacity is clamped to the end:
+    /// the models time I/O and do not check addresses.
     fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos;
+    /// Queues an I/O at `now`, which a reordering device may hold (see the trait's
+    /// documentation).
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        Queued::Done(self.submit(now, kind, offset, len))
+    }
+    /// Decides every service that starts at or before `until`, choosing among the I/Os
+    /// that arrived by its start, and appends each held I/O whose completion is now known,
+    /// with that time (after its start), to `decided`. `until = Nanos::MAX` decides
+    /// everything held, as if nothing more arrived.
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        let _ = (until, decided);
+    }
+    /// When the device next starts serving a held I/O, or `None` when it holds none.
+    fn next_start_ns(&self) -> Option<Nanos> {
+        None
+    }
     /// Bytes the device (or array) holds for data.
     fn capacity_bytes(&self) -> u64;
     /// One line for reports: "140 x 7200 rpm 1 TB HDD in 70 2-way mirrors", ...
@@ -79,6 +120,31 @@ pub trait Device: Send {
     /// where the model has members (a disk array reports one entry per disk), so the
     /// simulator can show "ops by device".
     fn stats(&self) -> Vec<DeviceStats>;
+}
+
+/// A boxed device is a device: arrays hold their members boxed.
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        (**self).submit(now, kind, offset, len)
+    }
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        (**self).queue(now, kind, offset, len)
+    }
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        (**self).decide(until, decided);
+    }
+    fn next_start_ns(&self) -> Option<Nanos> {
+        (**self).next_start_ns()
+    }
+    fn capacity_bytes(&self) -> u64 {
+        (**self).capacity_bytes()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn stats(&self) -> Vec<DeviceStats> {
+        (**self).stats()
+    }
 }
 
 /// What one device (or one member of an array) has done so far.
@@ -123,6 +189,100 @@ impl DeviceStats {
             }
         }
         self.busy_ns = self.busy_ns.saturating_add(busy_ns);
+    }
+}
+
+/// The I/Os of an array (a mirror's write, a RAID-Z block's columns, a pool request's
+/// chunks) whose parts its members hold: each completes when its last part does.
+#[derive(Clone, Debug, Default)]
+struct Joins {
+    next_id: IoId,
+    /// By the array's id: parts still held, and the latest completion so far.
+    open: HashMap<IoId, (u32, Nanos)>,
+    /// By (member, the member's id): the array's id.
+    parents: HashMap<(usize, IoId), IoId>,
+    /// Members holding parts, each once.
+    busy: Vec<usize>,
+    decided: Vec<(IoId, Nanos)>,
+}
+
+impl Joins {
+    /// Opens an I/O of the array at `now`.
+    fn open(&mut self, now: Nanos) -> IoId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.open.insert(id, (0, now));
+        id
+    }
+
+    /// Adds a part that `member` has taken to the array's I/O `id`.
+    fn part(&mut self, id: IoId, member: usize, queued: Queued) {
+        let join = self.open.get_mut(&id).expect("parts join an open I/O");
+        match queued {
+            Queued::Done(at) => join.1 = join.1.max(at),
+            Queued::Held(part) => {
+                join.0 += 1;
+                self.parents.insert((member, part), id);
+                if !self.busy.contains(&member) {
+                    self.busy.push(member);
+                }
+            }
+        }
+    }
+
+    /// Closes the parts of `id`: done if none is held.
+    fn close(&mut self, id: IoId) -> Queued {
+        match self.open.get(&id) {
+            Some(&(0, at)) => {
+                self.open.remove(&id);
+                Queued::Done(at)
+            }
+            _ => Queued::Held(id),
+        }
+    }
+
+    /// Runs `decide` over the busy members and reports the array's I/Os whose last part
+    /// was decided.
+    fn decide<M: Device>(
+        &mut self,
+        members: &mut [M],
+        until: Nanos,
+        decided: &mut Vec<(IoId, Nanos)>,
+    ) {
+        let mut parts = std::mem::take(&mut self.decided);
+        let mut i = 0;
+        while i < self.busy.len() {
+            let member = self.busy[i];
+            parts.clear();
+            members[member].decide(until, &mut parts);
+            for &(part, at) in &parts {
+                let id = self
+                    .parents
+                    .remove(&(member, part))
+                    .expect("a member decides only parts it holds");
+                let join = self.open.get_mut(&id).expect("a held part's I/O is open");
+                join.0 -= 1;
+                join.1 = join.1.max(at);
+                if join.0 == 0 {
+                    decided.push((id, join.1));
+                    self.open.remove(&id);
+                }
+            }
+            if members[member].next_start_ns().is_none() {
+                self.busy.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        self.decided = parts;
+    }
+
+    /// The earliest next start of the busy members.
+    fn next_start_ns<M: Device>(&self, members: &[M]) -> Option<Nanos> {
+        self.busy
+            .iter()
+            .filter_map(|&member| members[member].next_start_ns())
+            .min()
     }
 }
 

@@ -2,7 +2,10 @@
 
 use super::disk::{Hdd, HddParams, Mirror};
 use super::raidz::RaidZ;
-use super::{Device, DeviceStats, IoKind, MIN_PIECE_BYTES, Nanos, SpecError, member_seeds};
+use super::{
+    Device, DeviceStats, IoId, IoKind, Joins, MIN_PIECE_BYTES, Nanos, Queued, SpecError,
+    member_seeds,
+};
 
 /// The chunk a pool writes to one vdev before moving to the next, in bytes. ZFS moves on
 /// after `metaslab_aliquot` bytes: 512 KiB in the 2009 code of seed 000's era, 1 MiB in
@@ -56,6 +59,7 @@ pub struct Pool {
     vdev_capacity_bytes: u64,
     spares: u32,
     description: String,
+    joins: Joins,
 }
 
 /// The primary storage of a simulated server is a [`Pool`].
@@ -84,6 +88,7 @@ impl Pool {
             chunk_bytes,
             spares: 0,
             description,
+            joins: Joins::default(),
         })
     }
 
@@ -195,26 +200,55 @@ impl Pool {
             .saturating_add(within);
         ((chunk % n) as usize, vdev_offset, self.chunk_bytes - within)
     }
-}
 
-impl Device for Pool {
-    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+    /// Cuts an I/O of `len` bytes at `offset` at the chunks' edges and hands each part to
+    /// `each` with its vdev: at least one part, so a zero-length request still reaches one.
+    fn for_each_part(
+        &mut self,
+        offset: u64,
+        len: u32,
+        mut each: impl FnMut(&mut Box<dyn Device>, usize, u64, u32),
+    ) {
         let end = offset.saturating_add(u64::from(len));
         let mut position = offset;
-        let mut done = now;
-        // At least one part, so a zero-length request still reaches a vdev.
         loop {
             let (vdev, vdev_offset, left_in_chunk) = self.locate(position);
             let part = left_in_chunk.min(end - position);
             // A part is at most the request's length, which is a u32.
-            let part_len = part as u32;
-            done = done.max(self.vdevs[vdev].submit(now, kind, vdev_offset, part_len));
+            each(&mut self.vdevs[vdev], vdev, vdev_offset, part as u32);
             position += part;
             if position >= end {
                 break;
             }
         }
+    }
+}
+
+impl Device for Pool {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        let mut done = now;
+        self.for_each_part(offset, len, |vdev, _, at, part_len| {
+            done = done.max(vdev.submit(now, kind, at, part_len));
+        });
         done
+    }
+
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        let id = self.joins.open(now);
+        let mut parts = std::mem::take(&mut self.joins);
+        self.for_each_part(offset, len, |vdev, index, at, part_len| {
+            parts.part(id, index, vdev.queue(now, kind, at, part_len));
+        });
+        self.joins = parts;
+        self.joins.close(id)
+    }
+
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        self.joins.decide(&mut self.vdevs, until, decided);
+    }
+
+    fn next_start_ns(&self) -> Option<Nanos> {
+        self.joins.next_start_ns(&self.vdevs)
     }
 
     fn capacity_bytes(&self) -> u64 {

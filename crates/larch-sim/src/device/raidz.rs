@@ -31,7 +31,7 @@
 //! every column but the failed disk's.
 
 use super::disk::{Hdd, HddParams};
-use super::{Device, DeviceStats, IoKind, Nanos, SpecError, member_seeds};
+use super::{Device, DeviceStats, IoId, IoKind, Joins, Nanos, Queued, SpecError, member_seeds};
 
 /// One column of a block on a RAID-Z vdev.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +134,7 @@ pub struct RaidZ {
     geometry: RaidZGeometry,
     failed: Option<u32>,
     columns: Vec<Column>,
+    joins: Joins,
 }
 
 impl RaidZ {
@@ -169,6 +170,7 @@ impl RaidZ {
             geometry,
             failed: None,
             columns: Vec::new(),
+            joins: Joins::default(),
         })
     }
 
@@ -200,27 +202,59 @@ impl RaidZ {
         let scaled = u64::try_from(scaled).unwrap_or(u64::MAX);
         scaled / g.sector_bytes * g.sector_bytes
     }
-}
 
-impl Device for RaidZ {
-    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+    /// Lays out an I/O of `len` bytes at `offset` and hands each column it reads or writes
+    /// to `each`, with its disk.
+    fn for_each_column(
+        &mut self,
+        kind: IoKind,
+        offset: u64,
+        len: u32,
+        mut each: impl FnMut(&mut Hdd, usize, u64, u32),
+    ) {
         let alloc = self.alloc_bytes(offset, u64::from(len));
         let mut columns = std::mem::take(&mut self.columns);
         self.geometry.columns(alloc, u64::from(len), &mut columns);
         // A healthy read needs the data columns only; a write, or a read that must rebuild
         // a column of the failed disk, every column the living disks hold.
         let every_column = kind == IoKind::Write || rebuilds(&columns, self.failed);
-        let mut done = now;
         for column in &columns {
             if Some(column.disk) == self.failed || (column.parity && !every_column) {
                 continue;
             }
             let bytes = u32::try_from(column.bytes).unwrap_or(u32::MAX);
-            let disk = &mut self.disks[column.disk as usize];
-            done = done.max(disk.submit(now, kind, column.offset_bytes, bytes));
+            let disk = column.disk as usize;
+            each(&mut self.disks[disk], disk, column.offset_bytes, bytes);
         }
         self.columns = columns;
+    }
+}
+
+impl Device for RaidZ {
+    fn submit(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Nanos {
+        let mut done = now;
+        self.for_each_column(kind, offset, len, |disk, _, at, bytes| {
+            done = done.max(disk.submit(now, kind, at, bytes));
+        });
         done
+    }
+
+    fn queue(&mut self, now: Nanos, kind: IoKind, offset: u64, len: u32) -> Queued {
+        let id = self.joins.open(now);
+        let mut parts = std::mem::take(&mut self.joins);
+        self.for_each_column(kind, offset, len, |disk, index, at, bytes| {
+            parts.part(id, index, disk.queue(now, kind, at, bytes));
+        });
+        self.joins = parts;
+        self.joins.close(id)
+    }
+
+    fn decide(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        self.joins.decide(&mut self.disks, until, decided);
+    }
+
+    fn next_start_ns(&self) -> Option<Nanos> {
+        self.joins.next_start_ns(&self.disks)
     }
 
     fn capacity_bytes(&self) -> u64 {

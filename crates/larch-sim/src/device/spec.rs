@@ -15,7 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::disk::{Hdd, HddParams};
+use super::disk::{Hdd, HddParams, MAX_QUEUE_DEPTH};
 use super::flash::{MAX_CHANNELS, Ram, RamParams, Ssd, SsdParams};
 use super::object::{MAX_CONCURRENCY, ObjectStore, ObjectStoreParams};
 use super::pool::{DEFAULT_CHUNK_BYTES, Layout, Pool};
@@ -275,6 +275,9 @@ impl DeviceSpec {
                 "transfer_mb_s" => hdd.transfer_mb_s = parse_positive("transfer_mb_s", value)?,
                 "chunk" => *chunk_bytes = parse_size("chunk", value)?,
                 "sector" => hdd.sector_bytes = parse_size("sector", value)?,
+                "queue_depth" => {
+                    hdd.queue_depth = parse_whole("queue_depth", value, MAX_QUEUE_DEPTH)?;
+                }
                 "failed" => match layout {
                     Layout::RaidZ { failed, .. } => *failed = Some(parse_disk_index(value)?),
                     _ => {
@@ -330,7 +333,7 @@ impl FromStr for DeviceSpec {
 }
 
 const HDD_FIELDS: &str =
-    "capacity, rpm, settle_ms, full_stroke_ms, transfer_mb_s, chunk, sector, failed";
+    "capacity, rpm, settle_ms, full_stroke_ms, transfer_mb_s, chunk, sector, queue_depth, failed";
 const FLASH_FIELDS: &str = "capacity, channels, read_us, write_us, read_mb_s, write_mb_s, stripe";
 const OBJECT_FIELDS: &str = "capacity, median_ms, p99_ms, throughput_mb_s, concurrency";
 const RAM_FIELDS: &str = "capacity, latency_us";
@@ -642,6 +645,7 @@ impl fmt::Display for DeviceSpec {
                 o.number("transfer_mb_s", hdd.transfer_mb_s, d.transfer_mb_s);
                 o.size("chunk", *chunk_bytes, DEFAULT_CHUNK_BYTES);
                 o.size("sector", hdd.sector_bytes, d.sector_bytes);
+                o.number("queue_depth", hdd.queue_depth, d.queue_depth);
                 if let Layout::RaidZ {
                     failed: Some(disk), ..
                 } = layout

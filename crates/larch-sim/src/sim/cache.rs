@@ -32,7 +32,7 @@ use larch_policy::shards::{SHARDS, shard_config, shard_of};
 use larch_policy::{Access, Action, Arc, BlockKey, BufType, State};
 
 use super::config::SimTunables;
-use crate::device::{Device, IoKind, Nanos};
+use crate::device::{Device, IoId, IoKind, Nanos, Queued};
 
 /// The volume's id in block keys (the simulation has one volume).
 const VOLUME: u64 = 0;
@@ -57,6 +57,31 @@ pub enum Source {
     L2 = 1,
     /// The primary storage.
     Primary = 2,
+}
+
+/// The blocks a TXG writes, each with its write count when it was dirtied.
+pub type TxgBlocks = Vec<(u64, u64)>;
+
+/// A block being read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Inflight {
+    /// It is there at this time, from this source.
+    At(Nanos, Source),
+    /// The primary storage holds the read (a disk reordering its queue has not yet chosen
+    /// when to serve it).
+    Held(IoId),
+}
+
+/// An I/O the primary storage holds, for what follows once its time is decided.
+#[derive(Clone, Copy, Debug)]
+struct HeldIo {
+    kind: IoKind,
+    at_ns: Nanos,
+    bytes: u64,
+    /// The blocks a read brings in: first and count.
+    blocks: Option<(u64, u64)>,
+    /// Whether it is part of the syncing TXG.
+    txg: bool,
 }
 
 /// A copy on a cache device: the device, its ring position, whether a read used it.
@@ -162,7 +187,18 @@ pub struct SimCache {
     pub devices: Vec<L2Device>,
     /// The primary storage.
     pub primary: Box<dyn Device>,
-    inflight: HashMap<u64, (Nanos, Source)>,
+    inflight: HashMap<u64, Inflight>,
+    /// The primary storage's I/Os it holds, by its id.
+    held: HashMap<IoId, HeldIo>,
+    /// Held reads the last [`SimCache::read`] waits for.
+    awaited: Vec<IoId>,
+    /// I/Os decided out of turn (a writer at the dirty limit needed the TXG's end), for the
+    /// simulator to hand to their waiters.
+    drained: Vec<(IoId, Nanos)>,
+    /// Parts of the syncing TXG still held.
+    sync_parts_held: usize,
+    /// Whether the syncing TXG's end became known when its last held part was decided.
+    sync_decided: bool,
     writes: HashMap<u64, u64>,
     batches: HashMap<u64, FeedBatch>,
     in_batch: HashSet<u64>,
@@ -242,6 +278,11 @@ impl SimCache {
             devices,
             primary,
             inflight: HashMap::default(),
+            held: HashMap::default(),
+            awaited: Vec::new(),
+            drained: Vec::new(),
+            sync_parts_held: 0,
+            sync_decided: false,
             writes: HashMap::default(),
             batches: HashMap::default(),
             in_batch: HashSet::default(),
@@ -264,10 +305,10 @@ impl SimCache {
         }
     }
 
-    fn primary_io(&mut self, now: Nanos, kind: IoKind, offset: u64, bytes: u64) -> Nanos {
-        let done = self
+    fn primary_io(&mut self, now: Nanos, kind: IoKind, offset: u64, bytes: u64) -> Queued {
+        let queued = self
             .primary
-            .submit(now, kind, offset, bytes.min(u64::from(u32::MAX)) as u32);
+            .queue(now, kind, offset, bytes.min(u64::from(u32::MAX)) as u32);
         match kind {
             IoKind::Read => {
                 self.counters.primary_reads += 1;
@@ -278,14 +319,87 @@ impl SimCache {
                 self.counters.primary_write_bytes += bytes;
             }
         }
-        self.ios.push(DeviceIo {
-            device: None,
-            kind,
-            at_ns: now,
-            latency_ns: done - now,
-            bytes,
-        });
-        done
+        match queued {
+            Queued::Done(done) => self.ios.push(DeviceIo {
+                device: None,
+                kind,
+                at_ns: now,
+                latency_ns: done - now,
+                bytes,
+            }),
+            Queued::Held(id) => {
+                let held = HeldIo {
+                    kind,
+                    at_ns: now,
+                    bytes,
+                    blocks: None,
+                    txg: false,
+                };
+                self.held.insert(id, held);
+            }
+        }
+        queued
+    }
+
+    /// Decides the primary storage's services that start by `until` (all of them for
+    /// `Nanos::MAX`): the blocks they read are there at their times, the TXG's end is known
+    /// once its last part is; appends each decided I/O and its time to `decided`, for the
+    /// requests waiting on it.
+    pub fn settle(&mut self, until: Nanos, decided: &mut Vec<(IoId, Nanos)>) {
+        let first = decided.len();
+        self.primary.decide(until, decided);
+        for &(id, at) in &decided[first..] {
+            let held = self
+                .held
+                .remove(&id)
+                .expect("the primary storage decides only I/Os it was given");
+            self.ios.push(DeviceIo {
+                device: None,
+                kind: held.kind,
+                at_ns: held.at_ns,
+                latency_ns: at - held.at_ns,
+                bytes: held.bytes,
+            });
+            if let Some((start, n)) = held.blocks {
+                for block in start..start + n {
+                    if let Some(entry) = self.inflight.get_mut(&block)
+                        && *entry == Inflight::Held(id)
+                    {
+                        *entry = Inflight::At(at, Source::Primary);
+                    }
+                }
+            }
+            if held.txg {
+                self.sync_done_ns = self.sync_done_ns.max(at);
+                self.sync_parts_held -= 1;
+                self.sync_decided = self.sync_parts_held == 0;
+            }
+        }
+    }
+
+    /// The held reads the last [`SimCache::read`] must wait for, each once.
+    pub fn take_awaited(&mut self) -> Vec<IoId> {
+        self.awaited.sort_unstable();
+        self.awaited.dedup();
+        std::mem::take(&mut self.awaited)
+    }
+
+    /// The I/Os decided out of turn since the last call.
+    pub fn take_drained(&mut self) -> Vec<(IoId, Nanos)> {
+        std::mem::take(&mut self.drained)
+    }
+
+    /// When the syncing TXG is on disk, if that became known since the last call.
+    pub fn take_sync_decided(&mut self) -> Option<Nanos> {
+        std::mem::take(&mut self.sync_decided).then_some(self.sync_done_ns)
+    }
+
+    /// Waits for a primary read: a decided time joins `done`, a held read the awaited list.
+    fn wait_for(&mut self, queued: Queued, done: &mut Nanos) {
+        match queued {
+            Queued::Done(at) => *done = (*done).max(at),
+            Queued::Held(id) => self.awaited.push(id),
+        }
     }
 
     fn generation(&self, block: u64) -> u64 {
@@ -324,7 +438,9 @@ impl SimCache {
     }
 
     /// A read of `count` consecutive blocks from `first` at `now`: when the last is
-    /// there and where the slowest came from. Misses to the primary storage are merged into
+    /// there and where the slowest came from; when it also waits for reads the primary
+    /// storage holds, their ids are in [`SimCache::take_awaited`] and the read is done when
+    /// the later of the time returned and theirs is. Misses to the primary storage are merged into
     /// one I/O per run of consecutive blocks (as vdev aggregation does). Blocks are
     /// addresses on the simulated volume: the simulator places every request within it
     /// (`first + count` at most its blocks, far below 2^64 with blocks of 512 bytes or more),
@@ -334,15 +450,24 @@ impl SimCache {
         let mut slowest = Source::Arc;
         let mut run: Option<(u64, u64)> = None; // (first block, count) of primary misses
         for block in first..first + count {
-            if let Some(&(at, source)) = self.inflight.get(&block) {
-                if at > now {
-                    // Another read of the block is on its way: this one waits for it.
+            match self.inflight.get(&block) {
+                // Another read of the block is on its way: this one waits for it.
+                Some(&Inflight::At(at, source)) if at > now => {
                     self.counters.iohits += 1;
                     done = done.max(at);
                     slowest = slowest.max(source);
                     continue;
                 }
-                self.inflight.remove(&block);
+                Some(&Inflight::Held(id)) => {
+                    self.counters.iohits += 1;
+                    self.awaited.push(id);
+                    slowest = Source::Primary;
+                    continue;
+                }
+                Some(Inflight::At(..)) => {
+                    self.inflight.remove(&block);
+                }
+                None => {}
             }
             let access = self.access(block, prefetch, now);
             let outcome = self.with_shard(block, |arc, actions| arc.access(&access, actions));
@@ -362,7 +487,7 @@ impl SimCache {
                     self.counters.l2_hits += 1;
                 }
                 slowest = slowest.max(Source::L2);
-                self.inflight.insert(block, (at, Source::L2));
+                self.inflight.insert(block, Inflight::At(at, Source::L2));
                 done = done.max(at);
                 continue;
             }
@@ -373,14 +498,16 @@ impl SimCache {
             run = match run {
                 Some((start, n)) if start + n == block => Some((start, n + 1)),
                 Some((start, n)) => {
-                    done = done.max(self.read_primary(now, start, n));
+                    let queued = self.read_primary(now, start, n);
+                    self.wait_for(queued, &mut done);
                     Some((block, 1))
                 }
                 None => Some((block, 1)),
             };
         }
         if let Some((start, n)) = run {
-            done = done.max(self.read_primary(now, start, n));
+            let queued = self.read_primary(now, start, n);
+            self.wait_for(queued, &mut done);
         }
         (done, slowest)
     }
@@ -388,23 +515,35 @@ impl SimCache {
     /// Forgets the reads in flight that completed by `now` (a block read once and never
     /// again would otherwise stay in the table).
     pub fn expire_inflight(&mut self, now: Nanos) {
-        self.inflight.retain(|_, (at, _)| *at > now);
+        self.inflight.retain(|_, entry| match entry {
+            Inflight::At(at, _) => *at > now,
+            Inflight::Held(_) => true,
+        });
     }
 
     /// Reads `n` blocks from `start` from the primary storage; they are in flight until
-    /// then.
-    fn read_primary(&mut self, now: Nanos, start: u64, n: u64) -> Nanos {
+    /// it is done.
+    fn read_primary(&mut self, now: Nanos, start: u64, n: u64) -> Queued {
         let bytes = n * u64::from(self.block_bytes);
-        let at = self.primary_io(
+        let queued = self.primary_io(
             now,
             IoKind::Read,
             start * u64::from(self.block_bytes),
             bytes,
         );
+        let entry = match queued {
+            Queued::Done(at) => Inflight::At(at, Source::Primary),
+            Queued::Held(id) => {
+                if let Some(held) = self.held.get_mut(&id) {
+                    held.blocks = Some((start, n));
+                }
+                Inflight::Held(id)
+            }
+        };
         for b in start..start + n {
-            self.inflight.insert(b, (at, Source::Primary));
+            self.inflight.insert(b, entry);
         }
-        at
+        queued
     }
 
     /// Whether a miss would look for a cache-device copy (the switch on, a device there).
@@ -447,11 +586,20 @@ impl SimCache {
             // partial write before that read (`larch_engine::txg::partial`): the read
             // loads the devices, the writer does not wait for it.
             let _ = self.read(now, first, count, false);
+            self.awaited.clear();
         }
         let bytes = count * u64::from(self.block_bytes);
         // At the limit, a writer waits until the TXG being synced frees its bytes.
         if self.dirty_bytes + self.syncing_bytes + bytes > self.dirty_max && self.syncing_bytes > 0
         {
+            if self.sync_parts_held > 0 {
+                // The TXG's end is not yet known: the disks decide what they hold now, as
+                // if nothing more arrived before it is served (the simulator hands the
+                // decisions to their waiters).
+                let mut drained = std::mem::take(&mut self.drained);
+                self.settle(Nanos::MAX, &mut drained);
+                self.drained = drained;
+            }
             at = at.max(self.sync_done_ns);
             self.counters.throttled += 1;
         }
@@ -501,10 +649,11 @@ impl SimCache {
     }
 
     /// Starts syncing the open TXG at `now`: its blocks go to the primary storage in
-    /// order, consecutive ones merged. Returns when the TXG is on disk and the blocks it
-    /// wrote (the caller hands them back to [`SimCache::sync_done`]), or `None` when there
-    /// is nothing to write.
-    pub fn start_sync(&mut self, now: Nanos) -> Option<(Nanos, Vec<(u64, u64)>)> {
+    /// order, consecutive ones merged. Returns when the TXG is on disk (`None` while the
+    /// primary storage holds some of its writes: [`SimCache::take_sync_decided`] tells it
+    /// later) and the blocks it wrote (the caller hands them back to
+    /// [`SimCache::sync_done`]), or `None` when there is nothing to write.
+    pub fn start_sync(&mut self, now: Nanos) -> Option<(Option<Nanos>, TxgBlocks)> {
         if self.dirty.is_empty() || self.syncing_bytes > 0 {
             return None;
         }
@@ -514,6 +663,7 @@ impl SimCache {
         self.syncing_bytes = self.dirty_bytes;
         self.dirty_bytes = 0;
         let bs = u64::from(self.block_bytes);
+        debug_assert_eq!(self.sync_parts_held, 0, "one TXG syncs at a time");
         let mut done = now;
         let mut i = 0;
         while i < blocks.len() {
@@ -522,13 +672,23 @@ impl SimCache {
             while i + (n as usize) < blocks.len() && blocks[i + n as usize].0 == start + n {
                 n += 1;
             }
-            done = done.max(self.primary_io(now, IoKind::Write, start * bs, n * bs));
+            match self.primary_io(now, IoKind::Write, start * bs, n * bs) {
+                Queued::Done(at) => done = done.max(at),
+                Queued::Held(id) => {
+                    if let Some(held) = self.held.get_mut(&id) {
+                        held.txg = true;
+                    }
+                    self.sync_parts_held += 1;
+                }
+            }
             i += n as usize;
         }
         self.sync_done_ns = done;
+        self.sync_decided = false;
         self.counters.txg_syncs += 1;
         self.counters.txg_blocks += blocks.len() as u64;
-        Some((done, blocks))
+        let known = (self.sync_parts_held == 0).then_some(done);
+        Some((known, blocks))
     }
 
     /// A TXG reached the primary storage at `now`: its blocks are clean (MRU) unless

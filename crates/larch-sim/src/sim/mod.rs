@@ -13,9 +13,12 @@
 //!
 //! Time is nanoseconds in a `u64` (584 years). Events (a client's next request, a feed,
 //! a TXG, the end of a sample interval, a flip of the L2ARC switch) are taken from a heap
-//! in time order, ties in the order they were made; the device models answer each I/O
-//! with its completion time at once, so a request's whole latency is known when it is
-//! issued, and a closed-loop client's next request is one event. The same configuration
+//! in time order, ties in the order they were made. Most device models answer each I/O
+//! with its completion time at once; the primary storage's disks, which reorder their
+//! command queues, hold their I/Os and choose among them when they fall idle, so a
+//! request that reads from them is parked until a `Decide` event (at the time the disks
+//! next start an I/O) tells when its reads are done. A closed-loop client's next request is
+//! one event, scheduled when its request's completion is known. The same configuration
 //! and seed give the same output on every machine.
 
 pub mod cache;
@@ -37,7 +40,7 @@ pub use record::{SimOutput, Summary, TraceProgress, Window};
 use self::cache::SimCache;
 use self::clients::{Generator, Request};
 use self::record::Recorder;
-use crate::device::{self, Nanos};
+use crate::device::{self, IoId, Nanos};
 use crate::trace::TraceError;
 
 /// Why a simulation could not run.
@@ -79,6 +82,8 @@ enum Event {
     TxgTimer,
     /// A TXG is on the primary storage.
     TxgDone(u64),
+    /// The primary storage starts an I/O it holds: it chooses which.
+    Decide,
 }
 
 /// Events by time, ties in the order they were made.
@@ -110,6 +115,21 @@ pub struct Progress {
     pub requests: u64,
 }
 
+/// A request waiting for reads the primary storage holds.
+#[derive(Clone, Copy, Debug)]
+struct Parked {
+    issued: Nanos,
+    /// The latest completion known so far.
+    done: Nanos,
+    /// Held reads it still waits for.
+    left: usize,
+    write: bool,
+    source: cache::Source,
+    bytes: u64,
+    /// The closed-loop client that issued it.
+    client: Option<u32>,
+}
+
 /// One simulation in progress.
 struct Run<'a> {
     cfg: &'a SimConfig,
@@ -126,6 +146,16 @@ struct Run<'a> {
     pending: Option<Request>,
     /// How far the trace has come, for a trace workload.
     trace: Option<TraceProgress>,
+    /// Requests waiting for held reads, by their number.
+    parked: HashMap<u64, Parked>,
+    next_parked: u64,
+    /// The parked requests waiting for each held read.
+    waiters: HashMap<IoId, Vec<u64>>,
+    /// When the next `Decide` event is, if one is due.
+    decide_at: Option<Nanos>,
+    /// The syncing TXG whose end is not yet known.
+    txg_waiting: Option<u64>,
+    decided: Vec<(IoId, Nanos)>,
 }
 
 /// Runs `cfg` to its end; `progress` is called once per virtual minute.
@@ -206,6 +236,12 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         traced: false,
         pending: None,
         trace: matches!(cfg.workload.pattern, Pattern::Trace { .. }).then(TraceProgress::default),
+        parked: HashMap::new(),
+        next_parked: 0,
+        waiters: HashMap::new(),
+        decide_at: None,
+        txg_waiting: None,
+        decided: Vec::new(),
     };
     run.start()?;
     run.events(progress)?;
@@ -332,15 +368,13 @@ impl Run<'_> {
                         Some(r) => Some(r),
                         None => self.next_request(c)?,
                     };
-                    let Some(request) = request else {
-                        continue; // the trace ended: this client stops
-                    };
-                    let latency = self.request(now, &request);
-                    let think = match self.cfg.clients {
-                        Clients::Closed { think_ns, .. } => think_ns,
-                        Clients::Open { .. } => 0,
-                    };
-                    self.queue.push(now + latency + think, Event::Client(c));
+                    // When the trace has ended, this client stops.
+                    if let Some(request) = request
+                        && let Some(latency) = self.request(now, &request, Some(c))
+                    {
+                        self.queue
+                            .push(now + latency + self.think_ns(), Event::Client(c));
+                    }
                 }
                 Event::Arrival => {
                     let request = match self.pending.take() {
@@ -350,7 +384,7 @@ impl Run<'_> {
                     let Some(request) = request else {
                         continue;
                     };
-                    self.request(now, &request);
+                    self.request(now, &request, None);
                     if self.traced {
                         if let Some(next) = self.next_request(0)? {
                             // Time never goes backwards: a record earlier than the one
@@ -389,9 +423,80 @@ impl Run<'_> {
                         self.sync(now);
                     }
                 }
+                Event::Decide => {
+                    if self.decide_at == Some(now) {
+                        self.decide_at = None;
+                    }
+                    let mut decided = std::mem::take(&mut self.decided);
+                    decided.clear();
+                    self.cache.settle(now, &mut decided);
+                    self.resolve(&decided);
+                    self.decided = decided;
+                }
             }
+            self.after_event(now);
         }
         Ok(())
+    }
+
+    /// The think time of a closed-loop client.
+    fn think_ns(&self) -> Nanos {
+        match self.cfg.clients {
+            Clients::Closed { think_ns, .. } => think_ns,
+            Clients::Open { .. } => 0,
+        }
+    }
+
+    /// After an event: hands I/Os decided out of turn to their waiters, and schedules a
+    /// `Decide` for when the primary storage next starts an I/O it holds.
+    fn after_event(&mut self, now: Nanos) {
+        let drained = self.cache.take_drained();
+        if !drained.is_empty() {
+            self.resolve(&drained);
+        }
+        if let Some(start) = self.cache.primary.next_start_ns()
+            && self.decide_at.is_none_or(|at| start < at)
+        {
+            let at = start.max(now);
+            self.queue.push(at, Event::Decide);
+            self.decide_at = Some(at);
+        }
+    }
+
+    /// Hands decided reads to the requests parked on them; a request whose last read is
+    /// decided completes, and a TXG whose last write is decided gets its `TxgDone`.
+    fn resolve(&mut self, decided: &[(IoId, Nanos)]) {
+        for &(id, at) in decided {
+            let Some(parked) = self.waiters.remove(&id) else {
+                continue;
+            };
+            for number in parked {
+                let p = self.parked.get_mut(&number).expect("a waiter is parked");
+                p.done = p.done.max(at);
+                p.left -= 1;
+                if p.left == 0 {
+                    let p = self.parked.remove(&number).expect("just found");
+                    self.complete(&p);
+                }
+            }
+        }
+        if let Some(done) = self.cache.take_sync_decided()
+            && let Some(id) = self.txg_waiting.take()
+        {
+            self.queue.push(done, Event::TxgDone(id));
+        }
+    }
+
+    /// A parked request is done: records it and, for a closed-loop client, schedules its
+    /// next request.
+    fn complete(&mut self, p: &Parked) {
+        let latency = p.done - p.issued + self.cfg.frontend_ns;
+        self.rec
+            .request(p.issued + latency, p.write, p.source, latency, p.bytes);
+        if let Some(c) = p.client {
+            self.queue
+                .push(p.issued + latency + self.think_ns(), Event::Client(c));
+        }
     }
 
     /// The next request of client `c`; for a trace, counts what it reads and notes its end.
@@ -409,18 +514,24 @@ impl Run<'_> {
             let id = self.next_sync;
             self.next_sync += 1;
             self.syncs.insert(id, blocks);
-            self.queue.push(done, Event::TxgDone(id));
+            match done {
+                Some(done) => self.queue.push(done, Event::TxgDone(id)),
+                None => self.txg_waiting = Some(id),
+            }
         }
     }
 
-    /// Serves one request at `now`; returns its latency (the front end's time included).
-    fn request(&mut self, now: Nanos, r: &Request) -> Nanos {
+    /// Serves one request at `now` for client `client` (`None`: an open-loop arrival);
+    /// returns its latency (the front end's time included), or `None` when it waits for
+    /// reads the primary storage holds: it is parked and completes when they are decided.
+    fn request(&mut self, now: Nanos, r: &Request, client: Option<u32>) -> Option<Nanos> {
         self.block_ios += r.blocks;
         if let Some(t) = &mut self.trace {
             t.records += 1;
             t.last_line = r.line;
         }
         let bytes = r.blocks * u64::from(self.cfg.block_bytes);
+        let mut awaited = Vec::new();
         let (done, source) = if r.write {
             let done = self.cache.write(now, r.first_block, r.blocks, r.partial);
             if self.cache.sync_due() {
@@ -429,6 +540,7 @@ impl Run<'_> {
             (done, cache::Source::Arc)
         } else {
             let served = self.cache.read(now, r.first_block, r.blocks, false);
+            awaited = self.cache.take_awaited();
             if !self.cfg.tunables.prefetch_disable && self.prefetch_blocks > 0 {
                 let last = r.first_block + r.blocks - 1;
                 // The volume the request falls in: the data set is split evenly.
@@ -442,15 +554,35 @@ impl Run<'_> {
                     let volume_blocks = self.cfg.volume_bytes / u64::from(self.cfg.block_bytes);
                     let end = ahead.end.min(volume_blocks);
                     if end > ahead.start {
+                        // Read ahead, waited for by nobody.
                         self.cache.read(now, ahead.start, end - ahead.start, true);
+                        self.cache.take_awaited();
                     }
                 }
             }
             served
         };
-        let latency = done - now + self.cfg.frontend_ns;
-        self.rec
-            .request(now + latency, r.write, source, latency, bytes);
-        latency
+        let parked = Parked {
+            issued: now,
+            done,
+            left: awaited.len(),
+            write: r.write,
+            source,
+            bytes,
+            client,
+        };
+        if awaited.is_empty() {
+            let latency = done - now + self.cfg.frontend_ns;
+            self.rec
+                .request(now + latency, r.write, source, latency, bytes);
+            return Some(latency);
+        }
+        let number = self.next_parked;
+        self.next_parked += 1;
+        self.parked.insert(number, parked);
+        for id in awaited {
+            self.waiters.entry(id).or_default().push(number);
+        }
+        None
     }
 }
