@@ -2,7 +2,10 @@
 //! same policy code (`larch_policy`), an index of the blocks on each cache device, the
 //! feed's choices and ring arithmetic from `larch_policy::feed` and `larch_policy::ring`,
 //! and the dirty data of the TXG cycle. Device I/O goes to the device models, which answer
-//! when it completes; nothing here waits.
+//! when it completes; nothing here waits. The primary storage's disks may hold an I/O until
+//! they choose to serve it: its blocks are then in flight with no time yet, a read that
+//! needs them names them ([`SimCache::take_awaited`]), and [`SimCache::settle`] gives them
+//! their times once the disks decide.
 //!
 //! What the engine does and this model does the same way: a read finds its block in the
 //! ARC (a hit), joins a read of it in flight, or reads it from a cache device whose index
