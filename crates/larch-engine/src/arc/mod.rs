@@ -20,12 +20,13 @@ mod sizing;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use larch_policy::shards::shard_of;
-use larch_policy::{Access, Action, BlockKey, BufType, State};
+use larch_policy::{Access, Action, BlockKey, BufType, KeyHasher, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
 
@@ -90,15 +91,19 @@ impl std::ops::Deref for BlockBuf {
     }
 }
 
+/// A table by block key, hashed as the policy hashes its keys (the keys of a shard's
+/// blocks are in the policy's table already, so a keyed hash here would only cost time).
+type KeyMap<V> = HashMap<BlockKey, V, BuildHasherDefault<KeyHasher>>;
+
 /// One shard (see the module documentation).
 pub(crate) struct Shard {
     /// The policy: headers, lists, targets.
     pub(crate) arc: larch_policy::Arc,
     /// The buffer of every resident block.
-    bufs: HashMap<BlockKey, Bytes>,
+    bufs: KeyMap<Bytes>,
     /// Misses being read, which later readers of the block wait for. A read's flight
     /// stays here until its install is drained ([`install`]).
-    inflight: HashMap<BlockKey, Arc<InFlight>>,
+    inflight: KeyMap<Arc<InFlight>>,
     /// The shard's part of the L2 index.
     pub(crate) l2: ShardL2,
     /// Scratch for the policy's actions.
@@ -128,8 +133,8 @@ impl Shard {
     fn new(arc: larch_policy::Arc) -> Shard {
         Shard {
             arc,
-            bufs: HashMap::new(),
-            inflight: HashMap::new(),
+            bufs: KeyMap::default(),
+            inflight: KeyMap::default(),
             l2: ShardL2::default(),
             actions: Vec::new(),
             evicted_any: false,
