@@ -34,6 +34,8 @@
 //!    nothing: it takes the lock (which drains) to drop its flight, as before.
 //!
 //! The lock order is unchanged: a drain happens under the shard's lock and takes no other.
+//! A drain that meets a push still writing its slot waits for it (spinning, then yielding):
+//! the pusher holds no lock and is between two instructions of its own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
