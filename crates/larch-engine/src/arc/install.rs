@@ -33,6 +33,10 @@
 //! 5. **Abandoned reads.** A leader whose client went away before the read ended queues
 //!    nothing: it takes the lock (which drains) to drop its flight, as before.
 //!
+//! Nothing relies on a holder of the lock seeing an install queued an instant before: one
+//! that does not finds the read's flight still in the table (only a drain takes it out),
+//! which serves points 1 and 2 as well. So the queue needs no ordering with the lock.
+//!
 //! The lock order is unchanged: a drain happens under the shard's lock and takes no other.
 //! A drain that meets a push still writing its slot waits for it (spinning, then yielding):
 //! the pusher holds no lock and is between two instructions of its own.
@@ -73,45 +77,57 @@ impl Install {
         }
     }
 
-    fn bytes(&self) -> u64 {
-        self.data.as_ref().map_or(0, |b| b.len() as u64)
+    /// What it adds to [`Installs::pending`]: one install and its bytes.
+    fn pending(&self) -> u64 {
+        let bytes = self.data.as_ref().map_or(0, |b| b.len() as u64);
+        debug_assert!(bytes < 1 << COUNT_SHIFT, "{bytes} bytes");
+        (1 << COUNT_SHIFT) + bytes
     }
 }
 
 /// One shard's queue of installs (see the module documentation).
 #[derive(Default)]
 pub(crate) struct Installs {
+    /// The installs queued and not yet drained, and their bytes, in one word (the count
+    /// from bit [`COUNT_SHIFT`] up, the bytes below it): every hold of the shard's lock
+    /// looks at it, and each install changes it once on the way in and once on the way
+    /// out.
+    pending: AtomicU64,
     queue: SegQueue<Install>,
-    /// Bytes queued and not yet drained (`install_queued_bytes`).
-    queued_bytes: AtomicU64,
 }
+
+/// Where the count of queued installs starts in [`Installs::pending`]: 2^40 bytes (1 TiB)
+/// below it, 2^24 installs above, far beyond what reads in flight can queue.
+const COUNT_SHIFT: u32 = 40;
 
 impl Installs {
     /// Queues an install, without the shard's lock.
     pub(crate) fn push(&self, install: Install) {
-        // Counted before the push, so that a drain never takes the gauge below zero.
-        self.queued_bytes
-            .fetch_add(install.bytes(), Ordering::Relaxed);
+        // Counted before the push, so that a drain never takes the count below zero.
+        self.pending.fetch_add(install.pending(), Ordering::Relaxed);
         self.queue.push(install);
     }
 
-    /// Whether nothing waits.
+    /// Whether nothing waits (one load).
     pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.pending.load(Ordering::Relaxed) == 0
     }
 
     /// Applies every queued install to `shard`, whose lock the caller holds, at `now_ms`.
+    /// An install counted but not pushed yet is left for the next holder.
     pub(crate) fn drain(&self, shard: &mut Shard, now_ms: u64) {
-        while let Some(install) = self.queue.pop() {
-            self.queued_bytes
-                .fetch_sub(install.bytes(), Ordering::Relaxed);
+        while !self.is_empty() {
+            let Some(install) = self.queue.pop() else {
+                return;
+            };
+            self.pending.fetch_sub(install.pending(), Ordering::Relaxed);
             install.apply(shard, now_ms);
         }
     }
 
     /// Bytes queued now.
     pub(crate) fn queued_bytes(&self) -> u64 {
-        self.queued_bytes.load(Ordering::Relaxed)
+        self.pending.load(Ordering::Relaxed) & ((1 << COUNT_SHIFT) - 1)
     }
 }
 
@@ -237,6 +253,36 @@ mod tests {
             .shard(&key)
             .lookup(Access::data(key, BLOCK as u32, arc.now_ms()), || 2);
         assert!(matches!(lookup, Lookup::Lead { .. }));
+    }
+
+    /// An install counted but not pushed yet (its reader between the two) is left for the
+    /// next holder, not waited for: a lookup meanwhile finds the read still in flight and
+    /// waits for its bytes; once pushed, the next lookup finds them in the ARC.
+    #[test]
+    fn an_install_being_pushed_is_left_for_the_next_holder() {
+        let arc = arc();
+        let key = BlockKey::new(1, 0);
+        let (access, flight) = lead(&arc, key);
+        let install = Install {
+            access,
+            flight,
+            data: Some(bytes(1)),
+        };
+        let installs = &arc.slots[larch_policy::shards::shard_of(&key)].installs;
+        installs
+            .pending
+            .fetch_add(install.pending(), Ordering::Relaxed);
+        let again = || Access::data(key, BLOCK as u32, arc.now_ms());
+        let lookup = arc.shard(&key).lookup(again(), || 2);
+        assert!(
+            matches!(lookup, Lookup::Wait(_)),
+            "the read is still in flight"
+        );
+        installs.queue.push(install);
+        let lookup = arc.shard(&key).lookup(again(), || 2);
+        assert!(matches!(&lookup, Lookup::Hit(b) if b == &bytes(1)));
+        assert_eq!(arc.install_queued_bytes(), 0);
+        assert!(installs.is_empty());
     }
 
     /// The ARC sizer's pass drains every shard: an install whose shard nothing else locks
