@@ -339,6 +339,8 @@ impl Engine {
     /// The arcstats: the policy's kstats summed over the shards, then the engine's own
     /// (see [`crate::stats`]).
     pub fn arcstats(&self) -> Vec<(String, u64)> {
+        // Taken first: the shards' pass below installs what waits.
+        let install_queued_bytes = self.arc.install_queued_bytes();
         let mut out = self.arc.kstats();
         let named =
             |values: Vec<(&'static str, u64)>| values.into_iter().map(|(k, v)| (k.to_string(), v));
@@ -354,6 +356,7 @@ impl Engine {
             txg_open: open,
             txg_synced: synced,
             l2_hdr_size: self.arc.l2_index_bytes(),
+            install_queued_bytes,
             mrc_size: self.mrc_memory_bytes(),
             l2_ndev: devices.len() as u64,
             ..ComputedStats::default()

@@ -34,7 +34,9 @@
 //! leads and the others wait for it; the leader reads the cache device if the L2 index
 //! has a readable copy, verifies it, and falls back to the backing store on any failure
 //! (counted in `l2_cksum_bad`/`l2_io_error`, or `l2_evicted_in_flight` when the ring wrote
-//! over the copy during the read); the block then enters the ARC.
+//! over the copy during the read); the block then enters the ARC through its shard's
+//! install queue (`arc::install`), which the next holder of the shard's lock applies first,
+//! so an L2 hit, too, takes one shard lock.
 //!
 //! # Write path
 //! A write is merged into whole blocks, each copied into a buffer of its own. Under the
@@ -59,7 +61,9 @@
 //! 3. the ARC size controller's state, held while it resizes every shard.
 //! 4. a cache device's writer — its ring and log I/O (feeds, commits).
 //! 5. one ARC shard — policy, buffers, in-flight reads, L2 index. The hit path takes
-//!    this one lock and nothing else.
+//!    this one lock and nothing else, and so does an L2 hit: a read that ended queues its
+//!    install on the shard's lock-free queue (no lock), which every holder of this lock
+//!    applies first, under the same hold and taking nothing else.
 //! 6. the coherence sets — the feed watch, the rebuild watch, the tombstone queues.
 //! 7. a volume's pending partial writes — writes smaller than a block waiting for the
 //!    block's read; a writer reserves its dirty bytes (the TXG state) while holding it.
@@ -76,8 +80,9 @@
 //! `l2-sequences.json` at a time) come after every lock above — the distrust sink takes
 //! its static while the engine holds `feed_io` and the sink's slot (a leaf) — and nothing
 //! is taken while one is held. `l2::uring`'s own mutexes (a ring's submission state, its
-//! pool of aligned buffers) are taken only by cache-device reads, which hold no other
-//! lock, and take nothing inside; a thread's own ring needs none.
+//! pool of aligned buffers) are taken by cache-device reads, which hold no other lock,
+//! and (the pool's) by the drop of a read's buffer, which may be under a shard's lock when
+//! the ARC evicts the block; they take nothing inside. A thread's own ring needs none.
 //!
 //! The `Volume`'s write stripes (async mutexes per block) come before all of them: a
 //! write holds its stripes until its blocks are dirty in the ARC.

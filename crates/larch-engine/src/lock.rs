@@ -82,12 +82,42 @@ mod held {
     pub(super) fn release(_rank: Rank) {}
 }
 
+/// Locks taken by this thread, by rank: tests count the locks a flow takes.
+#[cfg(test)]
+mod taken {
+    use super::Rank;
+    use std::cell::Cell;
+
+    thread_local! {
+        static TAKEN: Cell<[u64; Rank::Leaf as usize + 1]> =
+            const { Cell::new([0; Rank::Leaf as usize + 1]) };
+    }
+
+    pub(super) fn count(rank: Rank) {
+        TAKEN.with(|taken| {
+            let mut counts = taken.get();
+            counts[rank as usize] += 1;
+            taken.set(counts);
+        });
+    }
+
+    /// How many locks of `rank` this thread has taken so far.
+    pub(crate) fn taken(rank: Rank) -> u64 {
+        TAKEN.with(|taken| taken.get()[rank as usize])
+    }
+}
+
+#[cfg(test)]
+pub(crate) use taken::taken;
+
 /// Records a rank as held from its creation to its drop.
 struct Token(Rank);
 
 impl Token {
     fn take(rank: Rank) -> Token {
         held::acquire(rank);
+        #[cfg(test)]
+        taken::count(rank);
         Token(rank)
     }
 }

@@ -3,8 +3,11 @@
 //! A buffer in the ARC is a hit (one shard lock). Otherwise one reader leads and the
 //! others wait for it ([`InFlight`]: concurrent misses share one I/O); the leader reads
 //! the cache device if the L2 index has a readable copy (verified, see
-//! [`crate::l2::read`]) and falls back to the backing store on any failure; the block then
-//! enters the ARC, unless a write overtook the read.
+//! [`crate::l2::read`]) and falls back to the backing store on any failure. The block then
+//! enters the ARC, unless a write overtook the read, without a second hold of the shard's
+//! lock: the leader queues the install, and the next holder of the lock applies it before
+//! anything else (`arc::install`). So a miss, an L2 hit included, takes its shard's lock
+//! once, as a hit does.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -62,7 +65,8 @@ impl Reader {
         }
         let key = info.key(block);
         // Built once: the lookup gives it the block's generation; the install after a
-        // read, that and the time the block enters the ARC.
+        // read takes that, and the drain that applies it the time the block enters the
+        // ARC.
         let access = self.arc.access_of(info, key, 0, prefetch);
         let (flight, generation, l2) = loop {
             let lookup = self
@@ -124,12 +128,12 @@ impl Reader {
         std::mem::forget(leading);
         let access = larch_policy::Access {
             generation,
-            now_ms: self.arc.now_ms(),
             ..access
         };
+        // Queued before the flight completes: a lookup after that finds the bytes in the
+        // ARC (it applies the install first), never a flight that left nothing behind.
         self.arc
-            .shard(&key)
-            .finish_read(&access, &flight, data.as_ref());
+            .finish_read(access, Arc::clone(&flight), data.clone());
         flight.complete(data.clone(), served);
         (data, served)
     }
@@ -167,9 +171,100 @@ struct Leading<'a> {
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        self.arc
-            .shard(&self.key)
-            .abandon_read(&self.key, self.flight);
+        self.arc.shard(&self.key).end_flight(&self.key, self.flight);
         self.flight.abandon();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use larch_io::{BlockDevice, MemDevice};
+
+    use super::*;
+    use crate::arc::BlockBuf;
+    use crate::backing::{BackingStore, LatencyModel};
+    use crate::engine::Engine;
+    use crate::lock::{Rank, taken};
+    use crate::volumes::VolumeSpec;
+
+    const BLOCK: u64 = 8192;
+    const BLOCKS: u64 = 64;
+
+    /// Block `b`'s bytes on the backing store: no two blocks alike.
+    fn contents(b: u64) -> Vec<u8> {
+        (0..BLOCK).map(|i| (i ^ b ^ (b >> 8)) as u8).collect()
+    }
+
+    /// An L2 hit takes its shard's lock once (it took it twice: to find the copy, then to
+    /// put the bytes in the ARC), and so does the ARC hit that follows it, with no second
+    /// read of the device. A write after an L2 read ended wins over the read's install,
+    /// whether the install was applied before the write or waits for it.
+    #[test]
+    fn an_l2_hit_takes_its_shards_lock_once() {
+        let engine = Engine::new(16 << 20);
+        engine.tunables.set("l2arc_io_uring", "0").unwrap();
+        let volume: Vec<u8> = (0..BLOCKS).flat_map(contents).collect();
+        let backing = BackingStore::on_device(
+            "volume",
+            Arc::new(MemDevice::from_bytes(volume)),
+            LatencyModel::default(),
+        );
+        let vol = engine
+            .add_volume(VolumeSpec::new(7, BLOCK as u32), Arc::new(backing))
+            .expect("volume");
+        let device = engine
+            .add_cache_device_on(
+                Arc::new(MemDevice::new(4 << 20)) as Arc<dyn BlockDevice>,
+                Path::new("mem"),
+                1,
+                2,
+                true,
+            )
+            .expect("cache device");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let key = vol.info.key(0);
+        // Reads block 0, counting this thread's shard locks.
+        let read = || {
+            let before = taken(Rank::Shard);
+            let (data, served) = runtime.block_on(engine.read_block_served(&vol, 0, false));
+            (data.expect("read"), served, taken(Rank::Shard) - before)
+        };
+        // Leaves block 0 only on the cache device.
+        let drop_from_arc = || {
+            engine.arc.shard(&key).with_policy(|arc, actions| {
+                assert!(arc.remove(&key, actions));
+            });
+            assert_eq!(engine.arc.buf_of(&key), None);
+        };
+        read();
+        engine.feed_once(&device, 1 << 20);
+        drop_from_arc();
+
+        let (data, served, locks) = read();
+        assert_eq!((served, locks), (Served::L2, 1), "an L2 hit");
+        assert_eq!(data, contents(0));
+        let device_reads = device.io.reads.load(Ordering::Relaxed);
+        let (data, served, locks) = read();
+        assert_eq!((served, locks), (Served::Arc, 1), "the hit after it");
+        assert_eq!(data, contents(0));
+        assert_eq!(device.io.reads.load(Ordering::Relaxed), device_reads);
+
+        drop_from_arc();
+        let (_, served, _) = read();
+        assert_eq!(served, Served::L2);
+        let new = vec![0xa5; BLOCK as usize];
+        engine
+            .write_blocks(&vol, &[(0, BlockBuf::copy_from(&new))], false)
+            .expect("write");
+        assert_eq!(engine.arc.buf_of(&key).as_deref(), Some(&new[..]));
+        assert_eq!(read().0, new);
+        engine.arc.drain_installs();
+        assert_eq!(engine.arc.install_queued_bytes(), 0);
+        engine.shutdown();
     }
 }

@@ -158,6 +158,7 @@ stats! {
         txg_open: Gauge, "the open TXG";
         txg_synced: Gauge, "the newest TXG on the backing stores";
         l2_hdr_size: Gauge in Bytes, "DRAM held by the L2 index";
+        install_queued_bytes: Gauge in Bytes, "bytes of reads that ended and wait for their ARC shard's next lock hold to enter the ARC (not in size; the report's own pass then installs them) (larch's)";
         mrc_size: Gauge in Bytes, "DRAM held by the sampled access logs of the miss-ratio curves (larch's)";
         l2_ndev: Gauge, "cache devices of the pool";
         l2_rebuild_success: Counter, "cache-device rebuilds that completed";

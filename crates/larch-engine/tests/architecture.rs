@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const PARTS: &[&str] = &[
     "arc",
     "arc::flight",
+    "arc::install",
     "arc::sizing",
     "read",
     "l2",

@@ -83,7 +83,7 @@ pub mod tunables;
 pub mod units;
 
 pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
-pub use list::HEADER_BYTES;
+pub use list::{HEADER_BYTES, KeyHasher};
 pub use lru::Lru;
 pub use stats::ArcStats;
 

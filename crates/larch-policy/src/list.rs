@@ -101,9 +101,10 @@ impl List {
 }
 
 /// A fast, deterministic hasher for block keys (a 64-bit mix with a murmur-style finish).
-/// Deterministic on purpose: the simulator must give the same answer on every run.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct KeyHasher(u64);
+/// Deterministic on purpose: the simulator must give the same answer on every run. The
+/// engine hashes its tables by block key with it too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {

@@ -15,21 +15,25 @@
 //! must not keep the whole request alive (issue 14, defect 1).
 
 mod flight;
+mod install;
 mod sizing;
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use larch_policy::shards::shard_of;
-use larch_policy::{Access, Action, BlockKey, BufType, State};
+use larch_policy::{Access, Action, BlockKey, BufType, KeyHasher, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
 
 pub use crate::system::default_dirty_data_max;
 pub(crate) use flight::InFlight;
 pub use flight::Served;
+use install::{Install, Installs};
 pub use sizing::{default_arc_min, set_free_memory_release};
 
 use crate::l2::index::{ShardL2, pack_key};
@@ -87,14 +91,19 @@ impl std::ops::Deref for BlockBuf {
     }
 }
 
+/// A table by block key, hashed as the policy hashes its keys (the keys of a shard's
+/// blocks are in the policy's table already, so a keyed hash here would only cost time).
+type KeyMap<V> = HashMap<BlockKey, V, BuildHasherDefault<KeyHasher>>;
+
 /// One shard (see the module documentation).
 pub(crate) struct Shard {
     /// The policy: headers, lists, targets.
     pub(crate) arc: larch_policy::Arc,
     /// The buffer of every resident block.
-    bufs: HashMap<BlockKey, Bytes>,
-    /// Misses being read, which later readers of the block wait for.
-    inflight: HashMap<BlockKey, Arc<InFlight>>,
+    bufs: KeyMap<Bytes>,
+    /// Misses being read, which later readers of the block wait for. A read's flight
+    /// stays here until its install is drained ([`install`]).
+    inflight: KeyMap<Arc<InFlight>>,
     /// The shard's part of the L2 index.
     pub(crate) l2: ShardL2,
     /// Scratch for the policy's actions.
@@ -124,8 +133,8 @@ impl Shard {
     fn new(arc: larch_policy::Arc) -> Shard {
         Shard {
             arc,
-            bufs: HashMap::new(),
-            inflight: HashMap::new(),
+            bufs: KeyMap::default(),
+            inflight: KeyMap::default(),
             l2: ShardL2::default(),
             actions: Vec::new(),
             evicted_any: false,
@@ -207,36 +216,20 @@ impl Shard {
         }
     }
 
-    /// Forgets the read `flight` whose leader gave up before it ended.
-    pub(crate) fn abandon_read(&mut self, key: &BlockKey, flight: &Arc<InFlight>) {
-        if self
-            .inflight
-            .get(key)
-            .is_some_and(|f| Arc::ptr_eq(f, flight))
+    /// The read `flight` leaves the table of reads in flight, if it is still there (a
+    /// write may have taken it out, and another read of the block may lead since).
+    pub(crate) fn end_flight(&mut self, key: &BlockKey, flight: &Arc<InFlight>) {
+        if let Entry::Occupied(found) = self.inflight.entry(*key)
+            && Arc::ptr_eq(found.get(), flight)
         {
-            self.inflight.remove(key);
+            found.remove();
         }
     }
 
-    /// Ends the read `flight` led: it leaves the in-flight table and, unless a write
-    /// overtook it or the block is buffered already, its bytes enter the ARC.
-    pub(crate) fn finish_read(
-        &mut self,
-        access: &Access,
-        flight: &Arc<InFlight>,
-        data: Option<&Bytes>,
-    ) {
+    /// Puts the bytes of the read `flight` in the ARC (the flight has left the table),
+    /// unless a write overtook the read or the block is buffered already.
+    fn install(&mut self, access: &Access, flight: &InFlight, bytes: Bytes) {
         let key = access.key;
-        if self
-            .inflight
-            .get(&key)
-            .is_some_and(|f| Arc::ptr_eq(f, flight))
-        {
-            self.inflight.remove(&key);
-        }
-        let Some(bytes) = data else {
-            return;
-        };
         if flight.invalidated() || self.bufs.contains_key(&key) {
             return;
         }
@@ -246,7 +239,7 @@ impl Shard {
             self.arc.demand_joined(&key);
         }
         if self.arc.info(&key).is_some_and(|i| i.state.is_resident()) {
-            self.bufs.insert(key, bytes.clone());
+            self.bufs.insert(key, bytes);
         }
     }
 
@@ -312,9 +305,15 @@ pub(crate) fn index_key(key: &BlockKey) -> u64 {
     pack_key(key.volume as u16, key.block)
 }
 
+/// One shard's lock, and the installs waiting for it.
+struct Slot {
+    shard: RankedMutex<Shard>,
+    installs: Installs,
+}
+
 /// The shards, and the clock policy operations are stamped with.
 pub(crate) struct ArcCache {
-    shards: Box<[RankedMutex<Shard>]>,
+    slots: Box<[Slot]>,
     started: Instant,
 }
 
@@ -323,15 +322,18 @@ impl ArcCache {
     /// below `c_min_bytes` under pressure.
     pub(crate) fn new(c_min_bytes: u64, c_max_bytes: u64) -> ArcCache {
         let cfg = larch_policy::shards::shard_config(c_min_bytes, c_max_bytes);
-        let shards = (0..SHARDS)
+        let slots = (0..SHARDS)
             .map(|_| {
                 let arc = larch_policy::Arc::new(cfg.clone())
                     .expect("limits of at least one byte per shard are valid");
-                RankedMutex::new(Rank::Shard, Shard::new(arc))
+                Slot {
+                    shard: RankedMutex::new(Rank::Shard, Shard::new(arc)),
+                    installs: Installs::default(),
+                }
             })
             .collect();
         ArcCache {
-            shards,
+            slots,
             started: Instant::now(),
         }
     }
@@ -341,9 +343,44 @@ impl ArcCache {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// The shard of `key`.
+    /// The shard of `key`, locked, with the installs queued for it applied.
     pub(crate) fn shard(&self, key: &BlockKey) -> RankedGuard<'_, Shard> {
-        self.shards[shard_of(key)].lock()
+        self.lock(&self.slots[shard_of(key)])
+    }
+
+    /// Takes a shard's lock and applies the installs queued for it first ([`install`]):
+    /// whoever holds the lock sees every read that ended in the ARC.
+    fn lock<'a>(&self, slot: &'a Slot) -> RankedGuard<'a, Shard> {
+        let mut shard = slot.shard.lock();
+        if !slot.installs.is_empty() {
+            slot.installs.drain(&mut shard, self.now_ms());
+        }
+        shard
+    }
+
+    /// Ends the read `flight` led, without its shard's lock: queues the install of its
+    /// bytes (`None`: the read failed), which the next holder of the lock applies (see
+    /// [`install`]). The caller completes the flight after this.
+    pub(crate) fn finish_read(&self, access: Access, flight: Arc<InFlight>, data: Option<Bytes>) {
+        let install = Install {
+            access,
+            flight,
+            data,
+        };
+        self.slots[shard_of(&access.key)].installs.push(install);
+    }
+
+    /// Applies the installs queued for every shard (the ARC sizer's pass does, so that
+    /// none waits for long in a shard nothing else locks).
+    pub(crate) fn drain_installs(&self) {
+        for slot in self.slots.iter().filter(|s| !s.installs.is_empty()) {
+            drop(self.lock(slot));
+        }
+    }
+
+    /// Bytes of ended reads waiting in the shards' queues to enter the ARC.
+    pub(crate) fn install_queued_bytes(&self) -> u64 {
+        self.slots.iter().map(|s| s.installs.queued_bytes()).sum()
     }
 
     /// `key`'s bytes if they are in DRAM (dirty blocks always are), without counting an
@@ -352,9 +389,9 @@ impl ArcCache {
         self.shard(key).buf(key).cloned()
     }
 
-    /// Every shard, one at a time.
+    /// Every shard, one at a time (each with its queued installs applied).
     pub(crate) fn shards(&self) -> impl Iterator<Item = RankedGuard<'_, Shard>> {
-        self.shards.iter().map(|s| s.lock())
+        self.slots.iter().map(|s| self.lock(s))
     }
 
     /// The access a read of `key` in `vol` makes.

@@ -130,13 +130,15 @@ impl ArcSizer {
     }
 
     /// [`ArcSizer::adjust`] with MemTotal and MemAvailable given.
-    fn adjust_with(
+    pub(super) fn adjust_with(
         &self,
         arc: &ArcCache,
         tunables: &Tunables,
         stats: &EngineStats,
         memory: Option<(u64, u64)>,
     ) -> bool {
+        // Reads whose shard nothing else locked since they ended enter the ARC now.
+        arc.drain_installs();
         let now = arc.now_ms();
         let limits = limits(tunables);
         {

@@ -128,9 +128,12 @@ impl L2Arc {
             .uring_reader(self.tunables.l2arc_io_uring(), self.background.runtime());
         if let Some(reader) = reader {
             match reader.read(device.dev(), copy.daddr, len).await {
-                Ok(Some(bytes)) => {
+                Ok(Some(mut bytes)) => {
                     larch_l2::verify_copy(copy, &bytes)?;
-                    return Ok(bytes.slice(..size));
+                    // The record without its sector padding: in place, where a slice
+                    // would take and drop a reference to the buffer.
+                    bytes.truncate(size);
+                    return Ok(bytes);
                 }
                 Ok(None) => {}
                 // A file system can take O_DIRECT at open and refuse it at I/O. The
@@ -162,7 +165,9 @@ impl L2Arc {
                     source: std::io::Error::other(e.to_string()),
                 })
             })??;
-        Ok(Bytes::from_owner(read).slice(..size))
+        let mut bytes = Bytes::from_owner(read);
+        bytes.truncate(size);
+        Ok(bytes)
     }
 }
 
