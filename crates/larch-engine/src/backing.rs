@@ -602,6 +602,20 @@ impl BackingStore {
         std::thread::sleep(Duration::from_micros(us));
     }
 
+    /// The holes of the store in `offset..end`, in order, each a byte range the store
+    /// reads as zeros without holding it (blocking). A file asks its file system
+    /// (`SEEK_HOLE`/`SEEK_DATA`, lseek(2)); a file system or device that cannot say has
+    /// no holes, and neither has a block device, an in-process device or an object volume
+    /// (whose never-written blocks are not reported yet). Only the answer of one moment:
+    /// a write can fill a hole right after.
+    pub fn holes(&self, offset: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
+        let end = end.min(self.size_bytes);
+        match &self.media {
+            Media::File(m) => file_holes(&m.file, offset, end),
+            Media::Device(_) | Media::Object(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset` (blocking).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let len = buf.len();
@@ -796,6 +810,47 @@ fn file_size(file: &File) -> io::Result<u64> {
     // Block devices report 0 in metadata; seeking to the end gives their size.
     let mut handle = file.try_clone()?;
     handle.seek(SeekFrom::End(0))
+}
+
+/// `SEEK_HOLE`/`SEEK_DATA` over `offset..end` of `file` (see [`BackingStore::holes`]).
+fn file_holes(file: &File, offset: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
+    use std::os::fd::AsRawFd;
+    // One lseek(2); `None` where there is no hole (or no data) at or after `from`.
+    let seek = |from: u64, whence: libc::c_int| -> io::Result<Option<u64>> {
+        let from = libc::off_t::try_from(from).map_err(io::Error::other)?;
+        // SAFETY: lseek takes the descriptor `file` owns and plain integers; it moves the
+        // file's offset, which larch never uses (every read and write gives its own).
+        let at = unsafe { libc::lseek(file.as_raw_fd(), from, whence) };
+        if at >= 0 {
+            return Ok(Some(at as u64));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // No data after `from` (SEEK_DATA), or past the end.
+            Some(libc::ENXIO) => Ok(None),
+            _ => Err(err),
+        }
+    };
+    let mut holes = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let hole = match seek(at, libc::SEEK_HOLE) {
+            Ok(Some(hole)) => hole,
+            Ok(None) => break,
+            // A file system without the two whences: no holes known.
+            Err(err) if err.raw_os_error() == Some(libc::EINVAL) => return Ok(Vec::new()),
+            Err(err) => return Err(err),
+        };
+        if hole >= end {
+            break;
+        }
+        let data = seek(hole, libc::SEEK_DATA)?.unwrap_or(end).min(end);
+        if data > hole {
+            holes.push(hole..data);
+        }
+        at = data;
+    }
+    Ok(holes)
 }
 
 #[cfg(test)]

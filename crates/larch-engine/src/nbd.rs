@@ -3,8 +3,9 @@
 //! here; errors map to the NBD errno a client understands.
 
 use bytes::Bytes;
+use larch_nbd::proto::{STATE_HOLE, STATE_ZERO};
 use larch_nbd::{
-    BlockSizes, Errno, Export, ExportResult, Features, ReadData, ReadSegment, ZeroFlags,
+    BlockSizes, Errno, Export, ExportResult, Extent, Features, ReadData, ReadSegment, ZeroFlags,
 };
 
 use crate::volume::{Volume, VolumeError};
@@ -85,5 +86,16 @@ impl Export for Volume {
 
     async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {
         Ok(Volume::cache(self, offset, length).await?)
+    }
+
+    async fn block_status(&self, offset: u64, length: u32) -> ExportResult<Vec<Extent>> {
+        let runs = Volume::allocation(self, offset, length).await?;
+        Ok(runs
+            .into_iter()
+            .map(|run| Extent {
+                length_bytes: run.length_bytes,
+                flags: if run.hole { STATE_HOLE | STATE_ZERO } else { 0 },
+            })
+            .collect())
     }
 }

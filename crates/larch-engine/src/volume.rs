@@ -21,6 +21,9 @@ use crate::txg::Offer;
 use crate::volumes::{VolumeEntry, VolumeInfo};
 use larch_policy::prefetch::Prefetcher;
 
+mod allocation;
+pub use allocation::{Allocation, HOLE_SCAN_BLOCKS};
+
 /// Most bytes of one write a WRITE_ZEROES is split into (a whole number of blocks when
 /// blocks are smaller).
 const ZEROES_BYTES: u64 = 1 << 20;

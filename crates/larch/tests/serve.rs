@@ -1101,3 +1101,93 @@ fn a_cache_device_missing_at_a_start_is_formatted_not_rebuilt_when_it_is_back() 
     );
     daemon.stop();
 }
+
+/// `nbdinfo --map` lines of the volume: (offset, length, type), type 0 data, 3 hole+zero.
+fn allocation_map(daemon: &Daemon) -> Vec<(u64, u64, u32)> {
+    let out = Command::new("nbdinfo")
+        .arg("--map")
+        .arg(daemon.uri())
+        .output()
+        .unwrap();
+    succeeded(&out, "nbdinfo --map");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Block status reports the backing file's holes: a fresh sparse volume is one hole; a
+/// MiB written is data at once (dirty in the ARC, before its TXG reaches the file) and
+/// after a restart (on the file); `nbdcopy`, which skips holes, copies the same bytes.
+#[test]
+fn block_status_reports_holes_and_written_blocks_as_data() {
+    require("nbdinfo");
+    require("nbdcopy");
+    common::require_python_nbd();
+    const MIB: u64 = 1 << 20;
+    let dir = scratch("holes");
+    let state = dir.join("tank");
+    let vol = dir.join("vol.img");
+    run_ok(&["pool", "create", "tank", "--arc-max", "16M"], &state);
+    let backing = vol.to_str().unwrap();
+    run_ok(
+        &[
+            "volume",
+            "add",
+            "vol0",
+            "--backing",
+            backing,
+            "--size",
+            "64M",
+        ],
+        &state,
+    );
+    let daemon = Daemon::start_pool(&state);
+    assert_eq!(allocation_map(&daemon), [(0, 64 * MIB, 3)]);
+    // No TXG reaches the file until the daemon stops: the write below stays dirty.
+    let out = larch()
+        .args(["set", "--state-dir"])
+        .arg(&state)
+        .arg("zfs_txg_timeout=600")
+        .output()
+        .unwrap();
+    succeeded(&out, "larch set zfs_txg_timeout");
+
+    // A MiB of ones at 8 MiB, acknowledged: dirty, not yet on the file.
+    let script = format!(
+        "import nbd\nh = nbd.NBD()\nh.connect_uri({:?})\nh.pwrite(b'\\x01' * {MIB}, {})\nh.shutdown()",
+        daemon.uri(),
+        8 * MIB
+    );
+    let out = Command::new(common::PYTHON)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    succeeded(&out, "libnbd pwrite");
+    let written = [(0, 8 * MIB, 3), (8 * MIB, MIB, 0), (9 * MIB, 55 * MIB, 3)];
+    assert_eq!(allocation_map(&daemon), written, "while dirty");
+    assert_eq!(
+        std::fs::read(&vol).unwrap()[(8 * MIB) as usize],
+        0,
+        "the write is not on the file yet"
+    );
+    daemon.stop();
+
+    let daemon = Daemon::start_pool(&state);
+    assert_eq!(allocation_map(&daemon), written, "on the file");
+    let image = read_image(&daemon, &dir);
+    assert_eq!(image.len() as u64, 64 * MIB);
+    let ones = (8 * MIB) as usize..(9 * MIB) as usize;
+    assert!(image[ones.clone()].iter().all(|&b| b == 1));
+    assert!(image[..ones.start].iter().all(|&b| b == 0));
+    assert!(image[ones.end..].iter().all(|&b| b == 0));
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -389,6 +389,12 @@ impl ArcCache {
         self.shard(key).buf(key).cloned()
     }
 
+    /// Whether the ARC holds a buffer of `key` (dirty blocks always have one), without
+    /// counting an access.
+    pub(crate) fn holds(&self, key: &BlockKey) -> bool {
+        self.shard(key).buf(key).is_some()
+    }
+
     /// Every shard, one at a time (each with its queued installs applied).
     pub(crate) fn shards(&self) -> impl Iterator<Item = RankedGuard<'_, Shard>> {
         self.slots.iter().map(|s| self.lock(s))
