@@ -128,6 +128,7 @@ impl Reader {
         std::mem::forget(leading);
         let access = larch_policy::Access {
             generation,
+            now_ms: self.arc.now_ms(),
             ..access
         };
         // Queued before the flight completes: a lookup after that finds the bytes in the

@@ -52,7 +52,9 @@ use super::{InFlight, Shard};
 
 /// A read that ended, waiting for its shard's lock to enter the ARC.
 pub(crate) struct Install {
-    /// The read's access, with the generation its lookup gave; the drain stamps its time.
+    /// The read's access, with the generation its lookup gave and the time the read ended
+    /// (not the drain's: a drain after a pause would make a re-read within `ARC_MINTIME`
+    /// of the install look like one long after it, and keep it from MFU).
     pub(crate) access: Access,
     /// The read's flight, completed (or about to be): it leaves the table when drained.
     pub(crate) flight: Arc<InFlight>,
@@ -64,13 +66,12 @@ impl Install {
     /// Applies the install to its shard, whose lock the caller holds: the flight leaves
     /// the table, and unless a write overtook the read or the block is buffered already,
     /// the bytes enter the ARC.
-    fn apply(self, shard: &mut Shard, now_ms: u64) {
+    fn apply(self, shard: &mut Shard) {
         let Install {
             access,
             flight,
             data,
         } = self;
-        let access = Access { now_ms, ..access };
         shard.end_flight(&access.key, &flight);
         if let Some(bytes) = data {
             shard.install(&access, &flight, bytes);
@@ -113,15 +114,15 @@ impl Installs {
         self.pending.load(Ordering::Relaxed) == 0
     }
 
-    /// Applies every queued install to `shard`, whose lock the caller holds, at `now_ms`.
+    /// Applies every queued install to `shard`, whose lock the caller holds.
     /// An install counted but not pushed yet is left for the next holder.
-    pub(crate) fn drain(&self, shard: &mut Shard, now_ms: u64) {
+    pub(crate) fn drain(&self, shard: &mut Shard) {
         while !self.is_empty() {
             let Some(install) = self.queue.pop() else {
                 return;
             };
             self.pending.fetch_sub(install.pending(), Ordering::Relaxed);
-            install.apply(shard, now_ms);
+            install.apply(shard);
         }
     }
 

@@ -353,7 +353,7 @@ impl ArcCache {
     fn lock<'a>(&self, slot: &'a Slot) -> RankedGuard<'a, Shard> {
         let mut shard = slot.shard.lock();
         if !slot.installs.is_empty() {
-            slot.installs.drain(&mut shard, self.now_ms());
+            slot.installs.drain(&mut shard);
         }
         shard
     }
