@@ -213,6 +213,50 @@ impl State {
         self.done_ticket = self.done_ticket.max(unresolved - 1);
     }
 
+    /// A leader's block of `taken` is durable: the commit calls in it get a round to
+    /// read their [`CommitInfo`] from, and the block is counted (in the log's counters and
+    /// in what the leader `led`). `times`: its write's and its flush's µs.
+    fn note_block(
+        &mut self,
+        head: &ZilBlockPhys,
+        taken: &[Pending],
+        asize: u64,
+        times: (u64, u64),
+        led: &mut Led,
+    ) {
+        let (write_us, flush_us) = times;
+        let data_bytes = taken.iter().map(|p| p.data_bytes).sum::<u64>();
+        // Commit calls read their block's numbers (appended records' callers do not).
+        let callers = taken.iter().filter(|p| !p.is_appended()).count() as u32;
+        if callers > 0 {
+            self.rounds.push_back(Round {
+                first_ticket: taken.first().map_or(0, |p| p.ticket),
+                last_ticket: taken.last().map_or(0, |p| p.ticket),
+                info: CommitInfo {
+                    block_sequence: head.sequence,
+                    group_commits: callers,
+                    group_records: head.record_count,
+                },
+                waiters_left: callers,
+            });
+        }
+        let commits = taken.len() as u32;
+        let c = &mut self.counters;
+        c.blocks += 1;
+        c.records += u64::from(head.record_count);
+        c.data_bytes += data_bytes;
+        c.log_bytes += asize;
+        c.flushes += 1;
+        c.group_max = c.group_max.max(u64::from(commits));
+        c.group_hist[group_bucket(commits)] += 1;
+        c.write_us += write_us;
+        c.flush_us += flush_us;
+        led.blocks += 1;
+        led.records += u64::from(head.record_count);
+        led.data_bytes += data_bytes;
+        led.write_us += write_us + flush_us;
+    }
+
     fn poison(&mut self, reason: String) {
         if self.poison.is_none() {
             self.poison = Some(reason.into());
@@ -807,36 +851,7 @@ impl<D: BlockDevice> LogDevice<D> {
             });
         block.durable = true;
         st.settle();
-        let data_bytes = taken.iter().map(|p| p.data_bytes).sum::<u64>();
-        // Commit calls read their block's numbers (appended records' callers do not).
-        let callers = taken.iter().filter(|p| !p.is_appended()).count() as u32;
-        if callers > 0 {
-            st.rounds.push_back(Round {
-                first_ticket: first.ticket,
-                last_ticket: taken.last().map_or(0, |p| p.ticket),
-                info: CommitInfo {
-                    block_sequence: head.sequence,
-                    group_commits: callers,
-                    group_records: head.record_count,
-                },
-                waiters_left: callers,
-            });
-        }
-        let commits = taken.len() as u32;
-        let c = &mut st.counters;
-        c.blocks += 1;
-        c.records += u64::from(head.record_count);
-        c.data_bytes += data_bytes;
-        c.log_bytes += asize;
-        c.flushes += 1;
-        c.group_max = c.group_max.max(u64::from(commits));
-        c.group_hist[group_bucket(commits)] += 1;
-        c.write_us += write_us;
-        c.flush_us += flush_us;
-        led.blocks += 1;
-        led.records += u64::from(head.record_count);
-        led.data_bytes += data_bytes;
-        led.write_us += write_us + flush_us;
+        st.note_block(&head, &taken, asize, (write_us, flush_us), led);
         Ok(st)
     }
 
