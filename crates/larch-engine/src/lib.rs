@@ -105,6 +105,8 @@ pub mod report;
 mod run;
 pub mod stats;
 mod system;
+#[cfg(test)]
+mod testing;
 pub mod tunables;
 pub mod txg;
 pub use larch_policy::units;

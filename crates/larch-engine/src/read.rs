@@ -179,24 +179,15 @@ impl Drop for Leading<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use larch_io::{BlockDevice, MemDevice};
 
     use super::*;
     use crate::arc::BlockBuf;
-    use crate::backing::{BackingStore, LatencyModel};
     use crate::engine::Engine;
     use crate::lock::{Rank, taken};
-    use crate::volumes::VolumeSpec;
+    use crate::testing::{VolumeAndCache, contents};
 
     const BLOCK: u64 = 8192;
     const BLOCKS: u64 = 64;
-
-    /// Block `b`'s bytes on the backing store: no two blocks alike.
-    fn contents(b: u64) -> Vec<u8> {
-        (0..BLOCK).map(|i| (i ^ b ^ (b >> 8)) as u8).collect()
-    }
 
     /// An L2 hit takes its shard's lock once (it took it twice: to find the copy, then to
     /// put the bytes in the ARC), and so does the ARC hit that follows it, with no second
@@ -206,28 +197,12 @@ mod tests {
     fn an_l2_hit_takes_its_shards_lock_once() {
         let engine = Engine::new(16 << 20);
         engine.tunables.set("l2arc_io_uring", "0").unwrap();
-        let volume: Vec<u8> = (0..BLOCKS).flat_map(contents).collect();
-        let backing = BackingStore::on_device(
-            "volume",
-            Arc::new(MemDevice::from_bytes(volume)),
-            LatencyModel::default(),
-        );
-        let vol = engine
-            .add_volume(VolumeSpec::new(7, BLOCK as u32), Arc::new(backing))
-            .expect("volume");
-        let device = engine
-            .add_cache_device_on(
-                Arc::new(MemDevice::new(4 << 20)) as Arc<dyn BlockDevice>,
-                Path::new("mem"),
-                1,
-                2,
-                true,
-            )
-            .expect("cache device");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let VolumeAndCache {
+            vol,
+            device,
+            runtime,
+            ..
+        } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
         let key = vol.info.key(0);
         // Reads block 0, counting this thread's shard locks.
         let read = || {
@@ -248,11 +223,11 @@ mod tests {
 
         let (data, served, locks) = read();
         assert_eq!((served, locks), (Served::L2, 1), "an L2 hit");
-        assert_eq!(data, contents(0));
+        assert_eq!(data, contents(0, BLOCK));
         let device_reads = device.io.reads.load(Ordering::Relaxed);
         let (data, served, locks) = read();
         assert_eq!((served, locks), (Served::Arc, 1), "the hit after it");
-        assert_eq!(data, contents(0));
+        assert_eq!(data, contents(0, BLOCK));
         assert_eq!(device.io.reads.load(Ordering::Relaxed), device_reads);
 
         drop_from_arc();

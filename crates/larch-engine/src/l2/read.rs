@@ -173,24 +173,17 @@ impl L2Arc {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
     use std::sync::atomic::AtomicU64;
 
-    use larch_io::{BlockDevice, MemDevice};
+    use larch_io::BlockDevice;
 
     use super::*;
     use crate::arc::index_key;
-    use crate::backing::{BackingStore, LatencyModel};
     use crate::engine::Engine;
-    use crate::volumes::VolumeSpec;
+    use crate::testing::{VolumeAndCache, contents};
 
     const BLOCK: u64 = 4096;
     const BLOCKS: u64 = 4096;
-
-    /// Block `b`'s bytes on the backing store: no two blocks alike.
-    fn contents(b: u64) -> Vec<u8> {
-        (0..BLOCK).map(|i| (i ^ b ^ (b >> 8)) as u8).collect()
-    }
 
     /// A read that looked its copy up before the ring came round to it finds other bytes:
     /// that is a race with the feed, counted as `l2_evicted_in_flight`, not a checksum
@@ -200,32 +193,12 @@ mod tests {
     fn a_copy_the_ring_wrote_over_during_its_read_is_not_a_device_error() {
         let engine = Engine::new(1 << 20);
         engine.tunables.set("l2arc_io_uring", "0").unwrap();
-        let mut volume = Vec::with_capacity((BLOCKS * BLOCK) as usize);
-        for b in 0..BLOCKS {
-            volume.extend_from_slice(&contents(b));
-        }
-        let backing = BackingStore::on_device(
-            "volume",
-            Arc::new(MemDevice::from_bytes(volume)),
-            LatencyModel::default(),
-        );
-        let vol = engine
-            .add_volume(VolumeSpec::new(7, BLOCK as u32), Arc::new(backing))
-            .expect("volume");
-        let mem = Arc::new(MemDevice::new(4 << 20));
-        let device = engine
-            .add_cache_device_on(
-                Arc::clone(&mem) as Arc<dyn BlockDevice>,
-                Path::new("mem"),
-                1,
-                2,
-                true,
-            )
-            .expect("cache device");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let VolumeAndCache {
+            vol,
+            device,
+            cache: mem,
+            runtime,
+        } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
         let read = |b: u64| runtime.block_on(engine.read_block(&vol, b, false));
         let stat = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
 
@@ -246,7 +219,7 @@ mod tests {
             let mut bytes = vec![0u8; BLOCK as usize];
             mem.read_at(&mut bytes, loc.copy.daddr)
                 .expect("device read");
-            if !engine.arc.shard(&key).l2.contains(ik) && bytes != contents(0) {
+            if !engine.arc.shard(&key).l2.contains(ik) && bytes != contents(0, BLOCK) {
                 break;
             }
             assert!(next < BLOCKS, "the ring never came round to block 0's copy");

@@ -122,7 +122,7 @@ impl Volume {
     fn holds_newer_bytes(&self, block: u64) -> bool {
         let entry = &self.entry;
         entry.is_lost(block)
-            || (entry.partials.len() > 0 && entry.partials.waiter(block).is_some())
+            || entry.partials.has(block)
             || self.engine.arc.holds(&entry.info.key(block))
     }
 }

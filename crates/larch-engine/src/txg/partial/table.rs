@@ -64,6 +64,11 @@ impl Partials {
         self.count.load(Ordering::SeqCst)
     }
 
+    /// Whether `block` has writes waiting for their merge.
+    pub(crate) fn has(&self, block: u64) -> bool {
+        self.len() > 0 && self.table.lock().contains_key(&block)
+    }
+
     /// The completion of `block`'s pending partial, if it has one.
     pub(crate) fn waiter(&self, block: u64) -> Option<tokio::sync::watch::Receiver<bool>> {
         self.table.lock().get(&block).map(|p| p.done.subscribe())
