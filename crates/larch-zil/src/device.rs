@@ -1,4 +1,9 @@
 //! The log writer: create, open (with replay), group commit, reclaim by TXG.
+//!
+//! One file because its flows are one state's: create, open, the leader's rounds and the
+//! header updates all change `State` under its one lock, and their invariants (ticket
+//! order, reservations, the durable tail) are read together; what waits for a leader is
+//! the `queue` module's, and the walk of the ring at open is `walk`'s.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
