@@ -210,6 +210,9 @@ pub const VOLUME_FIELDS: &[Field<VolumeReport>] = &[
         ("backing", "write_bytes", "backing store bytes written", "bytes/s"),
     ),
     metric_counter(|v| v.backing_errors, "larch_backing_errors_total", "failed operations on the volume's backing store"),
+    metric_counter(|v| v.backing_zeroes, "larch_backing_zeroes_total", "ranges of the volume's backing store zeroed (TRIM, WRITE_ZEROES)"),
+    metric_counter(|v| v.backing_zeroed_bytes, "larch_backing_zeroed_bytes_total", "bytes of the volume's backing store zeroed (TRIM, WRITE_ZEROES)"),
+    metric_counter(|v| v.backing_zeroes_written_bytes, "larch_backing_zeroes_written_bytes_total", "bytes zeroed by writing zeros (the store could not punch or zero in place)"),
 ];
 
 /// Each volume's latency histograms: its clients' requests, then its backing store's.
@@ -370,6 +373,6 @@ mod tests {
                 assert!(series.insert(id.clone()), "{id} twice");
             }
         }
-        assert_eq!(families.len(), 26);
+        assert_eq!(families.len(), 29);
     }
 }

@@ -87,6 +87,54 @@ pub struct BackingStats {
     pub direct_write_bytes: AtomicU64,
     /// Bytes of the aligned buffers kept for the next `O_DIRECT` writes (at most 2 MiB).
     pub direct_buffer_bytes: AtomicU64,
+    /// Ranges zeroed (TRIM, WRITE_ZEROES) by the syncer, whichever way.
+    pub zeroes: AtomicU64,
+    /// Bytes of those ranges.
+    pub zeroed_bytes: AtomicU64,
+    /// Bytes of them zeroed by writing zeros (part of `write_bytes` too): the store could
+    /// not punch or zero a range in place.
+    pub zeroes_written_bytes: AtomicU64,
+}
+
+/// How a range of a backing store is zeroed (NBD TRIM and WRITE_ZEROES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZeroMode {
+    /// The range's space is given back: a hole in a file, a discard that reads as zeros on
+    /// a block device (`fallocate` `PUNCH_HOLE`).
+    Punch,
+    /// The range stays allocated (NBD's `NO_HOLE`): `fallocate` `ZERO_RANGE`.
+    Allocate,
+}
+
+impl ZeroMode {
+    /// The `fallocate` mode that does it without changing the file's size.
+    fn fallocate_mode(self) -> libc::c_int {
+        match self {
+            ZeroMode::Punch => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            ZeroMode::Allocate => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        }
+    }
+}
+
+/// Zeroes `len` bytes of `file` at `offset` in place with `fallocate` (blocking): `Ok(true)`
+/// when done, `Ok(false)` when the file system or device cannot (EOPNOTSUPP, ENOSYS,
+/// EINVAL for a range a device will not take), and the error of any other failure. The
+/// one `fallocate` of the workspace: the engine's syncer and `larch serve-file` use it.
+pub fn fallocate_zero(file: &File, offset: u64, len: u64, mode: ZeroMode) -> io::Result<bool> {
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Ok(false);
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate takes a descriptor `file` owns and plain integers.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode.fallocate_mode(), off, n) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(false),
+        _ => Err(err),
+    }
 }
 
 /// The alignment of the direct part of a run: offsets and lengths in whole pages (4 KiB,
@@ -147,6 +195,9 @@ struct FileMedia {
     /// Aligned buffers of [`DIRECT_CHUNK_BYTES`] for the direct writes, kept between TXGs
     /// (at most [`DIRECT_BUFFERS_KEPT`]).
     bounce: RankedMutex<Vec<AlignedBuf>>,
+    /// Why ranges are zeroed by writing zeros, once `fallocate` could not zero one in place
+    /// (set once, never cleared: NBD's FAST_ZERO is refused from then on).
+    slow_zeroes_why: OnceLock<String>,
     /// Tests: direct writes fail with EINVAL, as on a file system that takes `O_DIRECT` at
     /// open and refuses it at write.
     #[cfg(test)]
@@ -196,6 +247,7 @@ impl FileMedia {
             file,
             direct,
             buffered_why,
+            slow_zeroes_why: OnceLock::new(),
             bounce: RankedMutex::leaf(Vec::new()),
             #[cfg(test)]
             refuse_direct_writes: false,
@@ -687,6 +739,59 @@ impl BackingStore {
         })
     }
 
+    /// Whether ranges are zeroed in place (no zeros written): on a file or block device
+    /// whose `fallocate` did not refuse yet. NBD's FAST_ZERO is refused when not.
+    pub fn zeroes_fast(&self) -> bool {
+        match &self.media {
+            Media::File(m) => m.slow_zeroes_why.get().is_none(),
+            Media::Device(_) | Media::Object(_) => false,
+        }
+    }
+
+    /// Zeroes `len` bytes at `offset` (blocking): in place as `mode` says on a file or
+    /// block device, else, and where its `fallocate` refuses, by writing zeros (a store
+    /// that refused once is written from then on, see [`BackingStore::zeroes_fast`]).
+    /// Counted in `zeroes`, and as a write when zeros are written.
+    pub fn zero_range(&self, offset: u64, len: u64, mode: ZeroMode) -> io::Result<()> {
+        self.stats.zeroes.fetch_add(1, Ordering::Relaxed);
+        self.stats.zeroed_bytes.fetch_add(len, Ordering::Relaxed);
+        if let Media::File(m) = &self.media
+            && m.slow_zeroes_why.get().is_none()
+        {
+            let started = Instant::now();
+            self.delay(self.latency.write_min_us, self.latency.write_max_us);
+            let done = fallocate_zero(&m.file, offset, len, mode).inspect_err(|_| {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            })?;
+            self.stats.write_latency.record(started.elapsed());
+            if done {
+                return Ok(());
+            }
+            let _ = m.slow_zeroes_why.set(format!(
+                "fallocate refused to zero {len} bytes at {offset} ({mode:?})"
+            ));
+        }
+        self.stats
+            .zeroes_written_bytes
+            .fetch_add(len, Ordering::Relaxed);
+        let zeros = crate::arc::shared_zeros();
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let n = (end - at).min(ZERO_WRITE_BYTES);
+            let mut parts = Vec::new();
+            let mut left = n as usize;
+            while left > 0 {
+                let piece = left.min(zeros.len());
+                parts.push(&zeros[..piece]);
+                left -= piece;
+            }
+            self.write_vectored_at(&parts, at)?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Makes every completed write durable (fdatasync).
     pub fn flush(&self) -> io::Result<()> {
         let started = Instant::now();
@@ -702,6 +807,9 @@ impl BackingStore {
         })
     }
 }
+
+/// Most bytes of zeros [`BackingStore::zero_range`] writes at once when it must write them.
+const ZERO_WRITE_BYTES: u64 = 1 << 20;
 
 /// Most buffers one `pwritev` takes (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use larch_io::BlockDevice;
 
 use crate::arc::{ArcCache, ArcSizer, BlockBuf, TRIM_INTERVAL, release_free_memory, sizing_limits};
-use crate::backing::BackingStore;
+use crate::backing::{BackingStore, ZeroMode};
 use crate::coherence::{Coherence, DistrustSink};
 use crate::error::{DetachError, VolumeTableError, WriteError};
 use crate::l2::{CacheDevice, CacheDevices, L2Arc};
@@ -409,7 +409,26 @@ impl Engine {
         fua: bool,
     ) -> Result<(), WriteError> {
         self.txg
-            .write_blocks(vol, blocks, vol.info.write_is_sync(fua))
+            .write_blocks(vol, blocks, vol.info.write_is_sync(fua), None)
+    }
+
+    /// Zeroes whole blocks of a volume (see `Volume::write_zeroes`): they read as zeros at
+    /// once and the TXG that syncs them zeroes them on the backing store as `mode` says.
+    /// Acknowledged as [`Engine::write_blocks`] acknowledges; a sync one waits for its TXG
+    /// (zeroed blocks are not logged). Blocking.
+    pub fn write_zeroed_blocks(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: &[u64],
+        mode: ZeroMode,
+        fua: bool,
+    ) -> Result<(), WriteError> {
+        let zeroed: Vec<(u64, BlockBuf)> = blocks
+            .iter()
+            .map(|&b| (b, BlockBuf::zeros(vol.info.block_len(b))))
+            .collect();
+        let sync = vol.info.write_is_sync(fua);
+        self.txg.write_blocks(vol, &zeroed, sync, Some(mode))
     }
 
     /// [`Engine::write_blocks`] of an async write from a thread that must not block: `None`,
@@ -419,7 +438,7 @@ impl Engine {
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
     ) -> Option<Result<(), WriteError>> {
-        self.txg.try_write_async_now(vol, blocks)
+        self.txg.try_write_async_now(vol, blocks, None)
     }
 
     /// Makes every write acknowledged so far durable (NBD FLUSH). Blocking.

@@ -114,7 +114,7 @@ pub mod volume;
 pub mod volumes;
 
 pub use arc::{BlockBuf, SHARDS};
-pub use backing::{BackingStore, LatencyModel};
+pub use backing::{BackingStore, LatencyModel, ZeroMode};
 pub use engine::Engine;
 pub use error::{DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};

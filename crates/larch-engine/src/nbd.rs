@@ -8,6 +8,8 @@ use larch_nbd::{
     BlockSizes, Errno, Export, ExportResult, Extent, Features, ReadData, ReadSegment, ZeroFlags,
 };
 
+use crate::arc::is_shared_zeros;
+use crate::backing::ZeroMode;
 use crate::volume::{Volume, VolumeError};
 
 impl From<VolumeError> for Errno {
@@ -37,9 +39,10 @@ impl Export for Volume {
         Features {
             read_only: self.read_only(),
             flush: true,
-            trim: false,
+            trim: true,
             write_zeroes: true,
-            fast_zero: false,
+            // Asked per request: a store that cannot zero in place refuses FAST_ZERO.
+            fast_zero: true,
             cache: true,
             block_status: true,
             // A FLUSH makes every write the pool acknowledged durable (it commits the whole
@@ -51,8 +54,13 @@ impl Export for Volume {
 
     async fn read(&self, offset: u64, length: u32) -> ExportResult<ReadData> {
         let pieces = Volume::read(self, offset, length).await?;
+        // A zeroed block's bytes go as a run of zeros (a hole in a structured reply).
+        let segment = |piece: Bytes| match is_shared_zeros(&piece) {
+            true => ReadSegment::Zeroes(piece.len() as u32),
+            false => ReadSegment::Data(piece),
+        };
         Ok(ReadData {
-            segments: pieces.into_iter().map(ReadSegment::Data).collect(),
+            segments: pieces.into_iter().map(segment).collect(),
         })
     }
 
@@ -80,8 +88,21 @@ impl Export for Volume {
         Ok(Volume::flush(self).await?)
     }
 
+    async fn trim(&self, offset: u64, length: u32, fua: bool) -> ExportResult<()> {
+        Ok(Volume::write_zeroes(self, offset, length, ZeroMode::Punch, fua).await?)
+    }
+
     async fn write_zeroes(&self, offset: u64, length: u32, flags: ZeroFlags) -> ExportResult<()> {
-        Ok(Volume::write_zeroes(self, offset, length, flags.fua).await?)
+        // FAST_ZERO: refused before anything is done when the store would be written.
+        if flags.fast_only && !self.zeroes_fast() {
+            return Err(Errno::NotSup);
+        }
+        let mode = if flags.may_trim {
+            ZeroMode::Punch
+        } else {
+            ZeroMode::Allocate
+        };
+        Ok(Volume::write_zeroes(self, offset, length, mode, flags.fua).await?)
     }
 
     async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {

@@ -100,6 +100,12 @@ pub struct VolumeReport {
     pub backing_flushes: u64,
     /// Failed backing-store operations.
     pub backing_errors: u64,
+    /// Ranges of the backing store zeroed (TRIM, WRITE_ZEROES), whichever way.
+    pub backing_zeroes: u64,
+    /// Bytes of those ranges.
+    pub backing_zeroed_bytes: u64,
+    /// Bytes of them zeroed by writing zeros (the store could not punch or zero in place).
+    pub backing_zeroes_written_bytes: u64,
     /// Time of backing-store reads.
     pub backing_read_latency: LatencyReport,
     /// Time of backing-store writes.
@@ -354,6 +360,9 @@ impl Pool {
                     backing_write_bytes: load(&s.write_bytes),
                     backing_flushes: load(&s.flushes),
                     backing_errors: load(&s.errors),
+                    backing_zeroes: load(&s.zeroes),
+                    backing_zeroed_bytes: load(&s.zeroed_bytes),
+                    backing_zeroes_written_bytes: load(&s.zeroes_written_bytes),
                     backing_read_latency: LatencyReport::of(&s.read_latency.snapshot()),
                     backing_write_latency: LatencyReport::of(&s.write_latency.snapshot()),
                     backing_flush_latency: LatencyReport::of(&s.flush_latency.snapshot()),

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::arc::BlockBuf;
-use crate::backing::BackingStore;
+use crate::backing::{BackingStore, ZeroMode};
 use crate::engine::Engine;
 use crate::latency::LatencyHistogram;
 use crate::lock::RankedMutex;
@@ -24,9 +24,9 @@ use larch_policy::prefetch::Prefetcher;
 mod allocation;
 pub use allocation::{Allocation, HOLE_SCAN_BLOCKS};
 
-/// Most bytes of one write a WRITE_ZEROES is split into (a whole number of blocks when
-/// blocks are smaller).
-const ZEROES_BYTES: u64 = 1 << 20;
+/// Most bytes of one step a TRIM or WRITE_ZEROES is split into (a whole number of blocks
+/// when blocks are smaller): each step's blocks are throttled and made dirty together.
+const ZEROES_BYTES: u64 = 8 << 20;
 
 /// Most bytes an NBD CACHE brings in per step: their blocks are read in parallel and
 /// let go before the next step.
@@ -43,6 +43,8 @@ enum Source<'a> {
     Slice(&'a [u8]),
     /// One buffer per block, cut at the volume's block boundaries (`Volume::write_chunks`).
     Blocks(&'a [Bytes]),
+    /// This many zeros (TRIM, WRITE_ZEROES): whole blocks become [`BlockBuf::zeros`].
+    Zeroes(usize),
 }
 
 impl Source<'_> {
@@ -50,6 +52,7 @@ impl Source<'_> {
         match self {
             Source::Slice(data) => data.len(),
             Source::Blocks(chunks) => chunks.iter().map(|c| c.len()).sum(),
+            Source::Zeroes(len) => *len,
         }
     }
 }
@@ -280,7 +283,7 @@ impl Volume {
         fua: bool,
     ) -> Result<(), VolumeError> {
         let length = data.len() as u64;
-        self.write_checked(offset, length, self.write_blocks(offset, data, fua))
+        self.write_checked(offset, length, self.write_blocks(offset, data, fua, None))
             .await
     }
 
@@ -342,6 +345,8 @@ impl Volume {
         let end = offset + data.len() as u64;
         let mut new_blocks: Vec<(u64, BlockBuf)> = Vec::new();
         let mut deferred = false;
+        // The zeros of a piece of a block larger than the shared zeros.
+        let mut zeros = Vec::new();
         for block in blocks {
             let start = block * bs;
             let len = info.block_len(block) as u64;
@@ -349,6 +354,16 @@ impl Volume {
             let piece = match data {
                 Source::Slice(data) => &data[(from - offset) as usize..(to - offset) as usize],
                 Source::Blocks(chunks) => &chunks[(block - first) as usize][..],
+                Source::Zeroes(_) => {
+                    let n = (to - from) as usize;
+                    match crate::arc::shared_zeros().get(..n) {
+                        Some(shared) => shared,
+                        None => {
+                            zeros.resize(n, 0);
+                            &zeros[..n]
+                        }
+                    }
+                }
             };
             let at = (from - start) as usize;
             let offer = loop {
@@ -370,6 +385,7 @@ impl Volume {
                         Source::Blocks(chunks) => {
                             BlockBuf::from_own_bytes(chunks[(block - first) as usize].clone())
                         }
+                        Source::Zeroes(_) => BlockBuf::zeros(piece.len()),
                     };
                     new_blocks.push((block, buf));
                 }
@@ -392,12 +408,15 @@ impl Volume {
         Ok((new_blocks, deferred))
     }
 
-    /// The body of [`Volume::write`] once the request is checked.
+    /// The body of [`Volume::write`] once the request is checked; with `zeroing`, its
+    /// whole zeroed blocks are zeroed on the backing store that way (see
+    /// `Txg::write_blocks`).
     async fn write_blocks(
         &self,
         offset: u64,
         data: Source<'_>,
         fua: bool,
+        zeroing: Option<ZeroMode>,
     ) -> Result<(), VolumeError> {
         if let Some(why) = self.entry.failure() {
             return Err(VolumeError::Io(why));
@@ -441,7 +460,7 @@ impl Volume {
         let now = if sync {
             None
         } else {
-            engine.try_write_async_now(&entry, &new_blocks)
+            engine.txg.try_write_async_now(&entry, &new_blocks, zeroing)
         };
         let result = if let Some(result) = now {
             drop(guards);
@@ -449,7 +468,7 @@ impl Volume {
         } else {
             (self.engine.background)
                 .spawn_blocking(move || {
-                    let result = engine.txg.write_blocks(&entry, &new_blocks, sync);
+                    let result = engine.txg.write_blocks(&entry, &new_blocks, sync, zeroing);
                     drop(guards);
                     result
                 })
@@ -463,26 +482,31 @@ impl Volume {
         }
     }
 
-    /// Writes `length` zero bytes at `offset`, in pieces of at most [`ZEROES_BYTES`]: a
-    /// client may ask for gigabytes at once, with no payload, and each piece is throttled
-    /// and counted as dirty on its own, with no more zeroes than one piece allocated. With
-    /// `fua` and more than one piece, the pieces are made durable together at the end, as
-    /// a FLUSH would.
+    /// Zeroes `length` bytes at `offset` (NBD WRITE_ZEROES, and TRIM with
+    /// [`ZeroMode::Punch`]): the whole blocks of the range become zeroed blocks, which read
+    /// as zeros at once, hold no memory of their own, are not logged, and are zeroed on the
+    /// backing store by the TXG that syncs them as `mode` says (a hole punched, or zeros
+    /// kept allocated), then leave the ARC; their cache-device copies are tombstoned as
+    /// for any write. A partial block at either end is written with zeros like any
+    /// partial write. The range goes in steps of at most [`ZEROES_BYTES`], each throttled
+    /// and made dirty on its own (a client may ask for gigabytes with no payload). With
+    /// `fua` and more than one step, the steps are made durable together at the end, as a
+    /// FLUSH would.
     pub async fn write_zeroes(
         &self,
         offset: u64,
         length: u32,
+        mode: ZeroMode,
         fua: bool,
     ) -> Result<(), VolumeError> {
         let length = u64::from(length);
         let body = async {
-            let bs = u64::from(self.entry.info.block_bytes);
-            let zeroes = vec![0u8; ZEROES_BYTES.max(bs).min(length) as usize];
             let end = offset + length;
             for (from, to) in self.steps(offset, end, ZEROES_BYTES) {
                 let whole_request = from == offset && to == end;
-                let piece = Source::Slice(&zeroes[..(to - from) as usize]);
-                self.write_blocks(from, piece, fua && whole_request).await?;
+                let piece = Source::Zeroes((to - from) as usize);
+                self.write_blocks(from, piece, fua && whole_request, Some(mode))
+                    .await?;
                 if fua && !whole_request && to == end {
                     self.flush().await?;
                 }
@@ -490,6 +514,12 @@ impl Volume {
             Ok(())
         };
         self.write_checked(offset, length, body).await
+    }
+
+    /// Whether zeroing a range costs no write of its bytes (NBD's FAST_ZERO is refused
+    /// when not): the backing store zeroes ranges in place ([`BackingStore::zeroes_fast`]).
+    pub fn zeroes_fast(&self) -> bool {
+        self.entry.backing.zeroes_fast()
     }
 
     /// Makes every write acknowledged so far durable.

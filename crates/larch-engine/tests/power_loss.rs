@@ -1,6 +1,7 @@
 //! Power loss, in process: the engine's backing store, log device and cache device are
 //! fault-injecting devices with a volatile write cache, on one power line. A random mix of
-//! reads, async writes, sync (FUA) writes, FLUSHes and L2 feeds runs (with the TXG syncer
+//! reads, async writes, sync (FUA) writes, zeroings (TRIM and WRITE_ZEROES, which read as
+//! zeros at once and are zeroed on the store by their TXG), FLUSHes and L2 feeds runs (with the TXG syncer
 //! working beside it), then the power is cut at a random point: every unflushed write of
 //! every device is lost, kept or torn, at random. A new engine opens the surviving images
 //! (replaying the log, rebuilding the cache device's index), and then:
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use larch_engine::{
     BackingStore, BlockBuf, CacheDevice, DeviceState, Engine, LatencyModel, VolumeEntry,
-    VolumeFailure, VolumeSpec,
+    VolumeFailure, VolumeSpec, ZeroMode,
 };
 use larch_io::{BlockDevice, CrashMode, FaultyDevice, IoError};
 
@@ -356,6 +357,8 @@ struct Versions {
     durable: Vec<u64>,
     latest: Vec<u64>,
     unflushed: Vec<(u64, u64)>,
+    /// Versions that were zeroings of their block (TRIM, WRITE_ZEROES): they read as zeros.
+    zeroed: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Versions {
@@ -364,6 +367,7 @@ impl Versions {
             durable: vec![0; BLOCKS as usize],
             latest: vec![0; BLOCKS as usize],
             unflushed: Vec::new(),
+            zeroed: std::collections::HashSet::new(),
         }
     }
 
@@ -382,6 +386,13 @@ impl Versions {
     /// The power was cut: writes not made durable before it may or may not have survived.
     fn cut(&mut self) {
         self.unflushed.clear();
+    }
+
+    /// Whether a block holding zeros is right: nothing durable yet, or a zeroing of it no
+    /// older than its durable version and no newer than its last.
+    fn zeros_allowed(&self, b: u64) -> bool {
+        let (want, latest) = (self.durable[b as usize], self.latest[b as usize]);
+        want == 0 || (want..=latest).any(|v| self.zeroed.contains(&(b, v)))
     }
 }
 
@@ -428,9 +439,18 @@ impl Opened {
             let b = rng.below(BLOCKS);
             versions.latest[b as usize] += 1;
             let v = versions.latest[b as usize];
-            let fua = r < 60;
-            let data = BlockBuf::from_vec(contents(seed, b, v));
-            if engine.write_blocks(vol, &[(b, data)], fua).is_ok() {
+            // 38-59: FUA writes; 60-91: async writes; 92-99: zeroings (TRIM, WRITE_ZEROES),
+            // half of them FUA. A zeroing is the block's next version, reading as zeros.
+            let (fua, written) = if r >= 92 {
+                versions.zeroed.insert((b, v));
+                let mode = [ZeroMode::Punch, ZeroMode::Allocate][(r % 2) as usize];
+                let fua = r >= 96;
+                (fua, engine.write_zeroed_blocks(vol, &[b], mode, fua))
+            } else {
+                let data = BlockBuf::from_vec(contents(seed, b, v));
+                (r < 60, engine.write_blocks(vol, &[(b, data)], r < 60))
+            };
+            if written.is_ok() {
                 if fua {
                     versions.durable(b, v);
                 } else {
@@ -470,6 +490,8 @@ struct Checked {
     l2_hits: u64,
     /// Blocks a failed TXG lost, checked to read as errors.
     lost_blocks: u64,
+    /// Blocks holding the zeros of a zeroing after a durable version, checked.
+    zeroed_blocks: u64,
 }
 
 /// After a restart: every block holds a whole version no older than its durable one, and
@@ -511,7 +533,16 @@ fn check(
                 "seed {seed} ({what}): block {b} on the backing store is no version of it"
             ));
         };
-        if stored < want || stored > latest {
+        if stored == 0 {
+            if !versions.zeros_allowed(b) {
+                return Err(format!(
+                    "seed {seed} ({what}): block {b} holds zeros; {want} was durable and no zeroing since"
+                ));
+            }
+            if want > 0 {
+                checked.zeroed_blocks += 1;
+            }
+        } else if stored < want || stored > latest || versions.zeroed.contains(&(b, stored)) {
             return Err(format!(
                 "seed {seed} ({what}): block {b} holds version {stored}; {want} was durable, {latest} the last written"
             ));
@@ -675,7 +706,13 @@ fn acknowledged_writes_survive_power_loss_and_no_read_is_stale() {
         total.durable_blocks += checked.durable_blocks;
         total.l2_hits += checked.l2_hits;
         total.lost_blocks += checked.lost_blocks;
+        total.zeroed_blocks += checked.zeroed_blocks;
     }
+    assert!(
+        total.zeroed_blocks > rounds / 20,
+        "too few zeroed blocks were checked ({} in {rounds} rounds)",
+        total.zeroed_blocks
+    );
     assert!(
         total.lost_blocks > rounds / 50,
         "too few blocks lost by a failing backing store were checked ({} in {rounds} rounds)",

@@ -26,6 +26,7 @@ use larch_nbd::{
     Server, ServerLimits, ZeroFlags,
 };
 
+use larch_engine::backing::{ZeroMode, fallocate_zero};
 use larch_engine::units::parse_size;
 
 use crate::nbd_security::NbdSecurityArgs;
@@ -432,11 +433,11 @@ impl FileExport {
         .await
     }
 
-    /// Tries `fallocate` with `mode`; `Ok(false)` if the file system does not support it
-    /// (remembered in `supported` so it is not asked again).
+    /// Tries to zero a range in place as `mode` says; `Ok(false)` if the file system does
+    /// not support it (remembered in `supported` so it is not asked again).
     fn try_fallocate(
         file: &File,
-        mode: libc::c_int,
+        mode: ZeroMode,
         offset: u64,
         length: u32,
         supported: &AtomicBool,
@@ -444,27 +445,16 @@ impl FileExport {
         if !supported.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let Ok(off) = libc::off_t::try_from(offset) else {
-            return Ok(false);
-        };
-        // SAFETY: fallocate takes a valid descriptor (owned by `file`) and plain integers.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, libc::off_t::from(length)) };
-        if rc == 0 {
-            return Ok(true);
+        let done = fallocate_zero(file, offset, u64::from(length), mode)?;
+        if !done {
+            supported.store(false, Ordering::Relaxed);
         }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => {
-                supported.store(false, Ordering::Relaxed);
-                Ok(false)
-            }
-            _ => Err(err),
-        }
+        Ok(done)
     }
 }
 
-const PUNCH: libc::c_int = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-const ZERO_RANGE: libc::c_int = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+const PUNCH: ZeroMode = ZeroMode::Punch;
+const ZERO_RANGE: ZeroMode = ZeroMode::Allocate;
 
 /// `lseek` with `SEEK_DATA`/`SEEK_HOLE`; `Ok(None)` means "no more data" (ENXIO).
 fn seek_whence(file: &File, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {

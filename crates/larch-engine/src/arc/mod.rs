@@ -44,6 +44,26 @@ use crate::volumes::info::{CacheMode, VolumeInfo};
 /// target) and buffers (`larch_policy::shards`, which the simulator splits its ARC by too).
 pub use larch_policy::shards::SHARDS;
 
+/// Bytes of the zeros every zeroed block shares: the largest `volblocksize` (128 KiB).
+pub const SHARED_ZEROS_BYTES: usize = 128 << 10;
+
+/// The zeros zeroed blocks share: read-only, so its pages are the binary's and no
+/// block holds a copy.
+static SHARED_ZEROS: [u8; SHARED_ZEROS_BYTES] = [0; SHARED_ZEROS_BYTES];
+
+/// The shared zeros ([`SHARED_ZEROS_BYTES`] of them), to write from.
+pub(crate) fn shared_zeros() -> &'static [u8] {
+    &SHARED_ZEROS
+}
+
+/// Whether `bytes` (a block or a piece of one) lies in the shared zeros: a zeroed block's
+/// bytes, which a read may send as a run of zeros rather than as data.
+pub fn is_shared_zeros(bytes: &[u8]) -> bool {
+    let zeros = SHARED_ZEROS.as_ptr_range();
+    let at = bytes.as_ptr();
+    !bytes.is_empty() && zeros.start <= at && at < zeros.end
+}
+
 /// A block's bytes, owned: made by copying, or from a vector whose allocation is exactly
 /// the block (see the module documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +86,21 @@ impl BlockBuf {
     pub fn from_vec(mut vec: Vec<u8>) -> BlockBuf {
         vec.shrink_to_fit();
         BlockBuf(Bytes::from(vec))
+    }
+
+    /// A block of `len` zeros: a slice of one buffer every zeroed block shares (see
+    /// [`SHARED_ZEROS_BYTES`]), or a buffer of its own when the block is larger.
+    pub fn zeros(len: usize) -> BlockBuf {
+        match SHARED_ZEROS.get(..len) {
+            Some(zeros) => BlockBuf(Bytes::from_static(zeros)),
+            None => BlockBuf(Bytes::from(vec![0u8; len])),
+        }
+    }
+
+    /// Whether it is a block made by [`BlockBuf::zeros`] from the shared buffer: a zeroed
+    /// block (TRIM, WRITE_ZEROES) that takes no memory of its own.
+    pub fn is_shared_zeros(&self) -> bool {
+        is_shared_zeros(&self.0)
     }
 
     /// Its length.
@@ -263,16 +298,18 @@ impl Shard {
     }
 
     /// The backing-store write of `generation` completed: the block is clean (and, for a
-    /// volume whose ARC use is restricted, dropped).
+    /// volume whose ARC use is restricted or a `zeroed` block, dropped: the store holds
+    /// nothing there to cache).
     pub(crate) fn write_done(
         &mut self,
         vol: &VolumeInfo,
         key: BlockKey,
         generation: u64,
+        zeroed: bool,
         now_ms: u64,
     ) {
-        let l2cache = vol.secondarycache == CacheMode::All;
-        let keep = vol.primarycache == CacheMode::All;
+        let l2cache = !zeroed && vol.secondarycache == CacheMode::All;
+        let keep = !zeroed && vol.primarycache == CacheMode::All;
         self.with_policy(|arc, actions| {
             if arc.write_done(&key, generation, l2cache, now_ms, actions) && !keep {
                 arc.remove(&key, actions);
@@ -389,10 +426,13 @@ impl ArcCache {
         self.shard(key).buf(key).cloned()
     }
 
-    /// Whether the ARC holds a buffer of `key` (dirty blocks always have one), without
-    /// counting an access.
-    pub(crate) fn holds(&self, key: &BlockKey) -> bool {
-        self.shard(key).buf(key).is_some()
+    /// Whether `key` is dirty in the ARC with bytes other than a zeroed block's (which read
+    /// as zeros), without counting an access: bytes the backing store does not hold yet (a
+    /// clean block is what the store holds).
+    pub(crate) fn holds_dirty_data(&self, key: &BlockKey) -> bool {
+        let shard = self.shard(key);
+        let dirty = (shard.arc.info(key)).is_some_and(|i| i.state == State::Anon);
+        dirty && shard.buf(key).is_some_and(|buf| !is_shared_zeros(buf))
     }
 
     /// Every shard, one at a time (each with its queued installs applied).

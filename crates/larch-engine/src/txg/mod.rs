@@ -35,7 +35,7 @@ pub(crate) mod zil;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Condvar;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -45,6 +45,7 @@ pub(crate) use partial::{Offer, PartialWrites};
 pub use zil::{CommittedSink, LogHandle};
 
 use crate::arc::{ArcCache, BlockBuf, index_key};
+use crate::backing::ZeroMode;
 use crate::coherence::{Coherence, Tombstone};
 use crate::error::WriteError;
 use crate::lock::{Rank, RankedGuard, RankedMutex};
@@ -61,6 +62,10 @@ pub(crate) use zil::IntentLog;
 struct DirtyBlock {
     generation: u64,
     data: Bytes,
+    /// A zeroed block (TRIM, WRITE_ZEROES): the syncer zeroes its range on the backing
+    /// store this way instead of writing `data` (the shared zeros), and the intent log has
+    /// no record of it.
+    zeroed: Option<ZeroMode>,
 }
 
 /// What the syncer and the writers share.
@@ -90,6 +95,8 @@ struct TxgInner {
 struct Dirtied {
     txg: u64,
     logged: Option<(Arc<LogHandle>, u64)>,
+    /// Some of the blocks are zeroed ones, which only a TXG sync makes durable.
+    unlogged: bool,
 }
 
 /// The parts the write path reads and changes besides the TXG state: a write changes
@@ -114,6 +121,11 @@ pub(crate) struct Txg {
     changed: Condvar,
     /// The intent log: the log device and the committed TXG recorded outside it.
     pub(crate) zil: IntentLog,
+    /// The newest TXG not synced yet that has zeroed blocks, which the intent log does not
+    /// hold: a FLUSH waits for it to sync. 0 when there is none (the syncer clears it).
+    /// Set under the TXG lock; read without it, so a FLUSH with a log device and no
+    /// zeroed blocks takes no TXG lock.
+    unlogged_txg: AtomicU64,
     arc: Arc<ArcCache>,
     coherence: Arc<Coherence>,
     tunables: Arc<Tunables>,
@@ -141,6 +153,7 @@ impl Txg {
                 },
             ),
             changed: Condvar::new(),
+            unlogged_txg: AtomicU64::new(0),
             zil: IntentLog::new(
                 parts.volumes,
                 Arc::clone(&parts.coherence),
@@ -195,24 +208,31 @@ impl Txg {
     /// dirty, which also queues their records in the intent log in the order of the
     /// writes; the commit (the log's group commit) takes only the log's own lock.
     ///
+    /// With `zeroing`, the blocks that are [`BlockBuf::zeros`] are zeroed blocks: the
+    /// syncer zeroes their ranges that way, and they are not logged (a sync write of them
+    /// waits for its TXG to sync; docs/write-path.md, "Zeroed blocks").
+    ///
     /// [`VolumeInfo::write_is_sync`]: crate::volumes::VolumeInfo::write_is_sync
     pub fn write_blocks(
         &self,
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
         sync: bool,
+        zeroing: Option<ZeroMode>,
     ) -> Result<(), WriteError> {
         let bytes = Self::check_blocks(vol, blocks)?;
         self.throttle(bytes)?;
-        let dirtied = self.make_dirty(vol, blocks, bytes);
+        let dirtied = self.make_dirty(vol, blocks, bytes, zeroing);
         if !sync {
             return Ok(());
         }
         match dirtied.logged {
             // Committed through the log that has the records, whatever became of it since
             // (a failed log makes the commit sync the TXG instead).
-            Some((log, ticket)) => self.zil.commit_through(self, &log, ticket, dirtied.txg)?,
-            None => self.wait_synced(dirtied.txg)?,
+            Some((log, ticket)) if !dirtied.unlogged => {
+                self.zil.commit_through(self, &log, ticket, dirtied.txg)?
+            }
+            _ => self.wait_synced(dirtied.txg)?,
         }
         // A TXG of this volume that failed to reach its backing store.
         vol.failure()
@@ -227,6 +247,7 @@ impl Txg {
         &self,
         vol: &Arc<VolumeEntry>,
         blocks: &[(u64, BlockBuf)],
+        zeroing: Option<ZeroMode>,
     ) -> Option<Result<(), WriteError>> {
         let bytes = match Self::check_blocks(vol, blocks) {
             Ok(bytes) => bytes,
@@ -235,7 +256,7 @@ impl Txg {
         if !self.try_reserve_undelayed(bytes) {
             return None;
         }
-        self.make_dirty(vol, blocks, bytes);
+        self.make_dirty(vol, blocks, bytes, zeroing);
         Some(Ok(()))
     }
 
@@ -271,6 +292,11 @@ impl Txg {
         }
         if let Some(log) = self.zil.usable() {
             self.zil.commit_all(self, &log)?;
+            // Zeroed blocks are not in the log: their TXG syncs.
+            let unlogged = self.unlogged_txg.load(Ordering::SeqCst);
+            if unlogged != 0 {
+                self.wait_synced(unlogged)?;
+            }
         } else {
             let txg = self.lock().open_txg;
             self.wait_synced(txg)?;
@@ -282,7 +308,13 @@ impl Txg {
     /// Dirties blocks (see [`Txg::write_blocks`]) in one hold of the TXG lock: they join
     /// the open TXG and, with a log device attached, their records join the log's queue.
     /// `reserved` bytes of them were counted as dirty already (by the throttle).
-    fn make_dirty(&self, vol: &VolumeEntry, blocks: &[(u64, BlockBuf)], reserved: u64) -> Dirtied {
+    fn make_dirty(
+        &self,
+        vol: &VolumeEntry,
+        blocks: &[(u64, BlockBuf)],
+        reserved: u64,
+        zeroing: Option<ZeroMode>,
+    ) -> Dirtied {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
@@ -292,12 +324,15 @@ impl Txg {
         // The blocks' records join the log's queue in the order of the writes, under the
         // TXG lock; a record the log refuses (poisoned) leaves the write to a TXG sync.
         let mut logged = log.map(|log| (log, 0));
+        let mut unlogged = false;
         for ((block, data), generation) in blocks.iter().zip(generations) {
             let key = vol.info.key(*block);
             let len = data.len() as u64;
+            let zeroed = zeroing.filter(|_| data.is_shared_zeros());
             let dirty = DirtyBlock {
                 generation,
                 data: data.bytes().clone(),
+                zeroed,
             };
             match inner.open.insert(key, dirty) {
                 Some(old) => {
@@ -310,7 +345,10 @@ impl Txg {
                     inner.dirty_bytes += len;
                 }
             }
-            if let Some((log, _)) = &logged {
+            if zeroed.is_some() {
+                unlogged = true;
+                self.unlogged_txg.fetch_max(txg, Ordering::SeqCst);
+            } else if let Some((log, _)) = &logged {
                 let place = (vol.info.guid, vol.info.offset_of(*block));
                 let ticket = self.zil.append(log, txg, place, data.bytes());
                 logged = logged.take().zip(ticket).map(|((log, _), t)| (log, t));
@@ -321,7 +359,11 @@ impl Txg {
             inner.sync_requested = true;
             self.changed.notify_all();
         }
-        Dirtied { txg, logged }
+        Dirtied {
+            txg,
+            logged,
+            unlogged,
+        }
     }
 
     /// Gives each block a new generation and makes `data` its dirty contents in the ARC,
@@ -405,6 +447,13 @@ impl Txg {
     pub(crate) fn throttle_reserved(&self) {
         // A stopped syncer fails the writes that follow; this one is acknowledged already.
         let _ = self.throttle(0);
+    }
+
+    /// The syncer synced `txg`: zeroed blocks of TXGs up to it need no more waiting for.
+    fn zeroed_synced(&self, txg: u64) {
+        let _ = (self.unlogged_txg).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |newest| {
+            (newest != 0 && newest <= txg).then_some(0)
+        });
     }
 
     /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).

@@ -445,7 +445,7 @@ impl PartialWrites {
                 // hands over what it has; make_dirty counts the rest.)
                 handed = reserved.min(len as u64);
                 let merged = [(block, BlockBuf::from_vec(buf))];
-                self.txg.make_dirty(vol, &merged, handed);
+                self.txg.make_dirty(vol, &merged, handed, None);
                 self.write_stats
                     .write_partial_merges
                     .fetch_add(1, Ordering::Relaxed);

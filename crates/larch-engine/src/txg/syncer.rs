@@ -76,6 +76,7 @@ impl Syncer {
             inner.synced_txg = txg;
             let synced = inner.synced_txg;
             self.txg.zil.synced(synced);
+            self.txg.zeroed_synced(synced);
             if let Err(why) = result {
                 // The failed volumes are marked; their waiters see it.
                 eprintln!("larch: TXG {txg}: {why}");
@@ -144,13 +145,18 @@ impl Syncer {
                     continue;
                 }
             }
-            // Clean (the end of step 2): the blocks may now be evicted and fed.
+            // Clean (the end of step 2): the blocks may now be evicted and fed; zeroed ones
+            // leave the ARC (the store reads as zeros there now).
             let now = self.arc.now_ms();
             for (block, dirty) in &list {
                 let key = vol.info.key(*block);
-                self.arc
-                    .shard(&key)
-                    .write_done(&vol.info, key, dirty.generation, now);
+                self.arc.shard(&key).write_done(
+                    &vol.info,
+                    key,
+                    dirty.generation,
+                    dirty.zeroed.is_some(),
+                    now,
+                );
             }
         }
         // 3. The log may forget this TXG (see `zil`).
@@ -275,7 +281,14 @@ fn write_runs(
     let mut i = 0;
     while i < list.len() {
         let mut j = i + 1;
-        while j < list.len() && list[j].0 == list[j - 1].0 + 1 && j - i < run_blocks {
+        // A run is of one kind: blocks to write, or zeroed blocks of one mode (a range
+        // zeroed in one call, however long).
+        let zeroed = list[i].1.zeroed;
+        while j < list.len()
+            && list[j].0 == list[j - 1].0 + 1
+            && list[j].1.zeroed == zeroed
+            && (zeroed.is_some() || j - i < run_blocks)
+        {
             j += 1;
         }
         runs.push(&list[i..j]);
@@ -335,12 +348,18 @@ fn write_runs(
     })
 }
 
-/// Writes one run of contiguous blocks at `offset` in one (vectored) write.
+/// Writes one run of contiguous blocks at `offset` in one (vectored) write, or zeroes
+/// the range of a run of zeroed blocks.
 fn write_run(
     backing: &BackingStore,
     offset: u64,
     run: &[(u64, &DirtyBlock)],
 ) -> std::io::Result<u64> {
+    if let Some(mode) = run[0].1.zeroed {
+        let len = run.iter().map(|(_, d)| d.data.len() as u64).sum();
+        backing.zero_range(offset, len, mode)?;
+        return Ok(len);
+    }
     let parts: Vec<&[u8]> = run.iter().map(|(_, d)| &d.data[..]).collect();
     backing.write_vectored_at(&parts, offset)?;
     Ok(parts.iter().map(|p| p.len() as u64).sum())

@@ -3,8 +3,8 @@
 //!
 //! A byte range is a hole when the backing store does not hold it (a file's hole, as its
 //! file system says: [`BackingStore::holes`]) and no newer bytes of it are anywhere else:
-//! a block the ARC holds (every dirty block is there, and a block written since the
-//! backing store was asked), one with an acknowledged partial write waiting for its merge,
+//! a block dirty in the ARC (written since the backing store was asked, unless it is a
+//! zeroed block waiting for its TXG; a clean block holds what the store holds), one with an acknowledged partial write waiting for its merge,
 //! or one lost to a failed TXG (which reads as an error) counts as data. The answer is
 //! built from two looks at the store's holes, one before and one after the blocks are
 //! looked at: a block whose TXG reached the store (and whose buffer the ARC then dropped)
@@ -117,13 +117,14 @@ impl Volume {
         (runs, end)
     }
 
-    /// Whether `block` has bytes the backing store may not hold yet: in the ARC (dirty or
-    /// not), in a partial write waiting to merge, or lost to a failed TXG.
+    /// Whether `block` has bytes the backing store may not hold yet: dirty in the ARC (a
+    /// zeroed block's zeros are no bytes), in a partial write waiting to merge, or lost to
+    /// a failed TXG.
     fn holds_newer_bytes(&self, block: u64) -> bool {
         let entry = &self.entry;
         entry.is_lost(block)
             || entry.partials.has(block)
-            || self.engine.arc.holds(&entry.info.key(block))
+            || self.engine.arc.holds_dirty_data(&entry.info.key(block))
     }
 }
 
