@@ -666,6 +666,66 @@ mod tests {
         (engine, volume)
     }
 
+    /// A zeroing: its whole blocks read as zeros at once and share the one buffer of
+    /// zeros, its partial ends are merged, its TXG zeroes the store (an in-process device
+    /// is written zeros: one run, counted) and then drops the blocks from the ARC; FAST_ZERO
+    /// is refused on such a store before anything is done.
+    #[test]
+    fn zeroed_blocks_share_one_buffer_reach_the_store_and_leave_the_arc() {
+        let (engine, volume) = setup();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        // From 100 bytes into block 1 to 100 bytes into block 4: blocks 2 and 3 whole.
+        let offset = BLOCK as u64 + 100;
+        rt.block_on(volume.write_zeroes(offset, 3 * BLOCK as u32, ZeroMode::Punch, false))
+            .unwrap();
+        let keys = [2u64, 3].map(|b| volume.info().key(b));
+        for key in &keys {
+            let cached = engine.arc.buf_of(key).unwrap();
+            assert!(
+                crate::arc::is_shared_zeros(&cached),
+                "{key:?} has a buffer of its own"
+            );
+        }
+        let mut want = vec![0xee; 5 * BLOCK];
+        want[BLOCK + 100..4 * BLOCK + 100].fill(0);
+        let back = rt.block_on(volume.read(0, 5 * BLOCK as u32)).unwrap();
+        assert!(back.concat() == want, "read before the sync");
+        engine.sync_all().unwrap();
+        for key in &keys {
+            assert!(
+                engine.arc.buf_of(key).is_none(),
+                "{key:?} stayed in the ARC"
+            );
+        }
+        let mut stored = vec![0u8; 5 * BLOCK];
+        volume.backing().read_at(&mut stored, 0).unwrap();
+        assert!(stored == want, "the store after the sync");
+        let stats = &volume.backing().stats;
+        assert_eq!(stats.zeroes.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            stats.zeroes_written_bytes.load(Ordering::Relaxed),
+            2 * BLOCK as u64
+        );
+        assert!(!volume.zeroes_fast());
+        let fast = larch_nbd::ZeroFlags {
+            may_trim: true,
+            fast_only: true,
+            fua: false,
+        };
+        let refused = rt.block_on(larch_nbd::Export::write_zeroes(
+            &volume,
+            0,
+            BLOCK as u32,
+            fast,
+        ));
+        assert_eq!(refused, Err(larch_nbd::Errno::NotSup));
+        let back = rt.block_on(volume.read(0, BLOCK as u32)).unwrap();
+        assert!(
+            back.concat() == want[..BLOCK],
+            "a refused FAST_ZERO changed the block"
+        );
+    }
+
     /// Chunks cut at the blocks: a whole block's chunk becomes its ARC buffer as it is
     /// (the same memory), the partial ones are merged; chunks cut anywhere else are
     /// joined first. Either way the volume reads back what was written.
