@@ -3,16 +3,19 @@
 
 write URI DIR CONNS SEED BLOCKS BLOCK_BYTES
     One thread per connection writes versions of its own blocks (block % CONNS ==
-    thread) with a mix of plain (async) writes, FUA writes and FLUSHes, until the server
-    goes away. Each thread appends "block version" to DIR/durable-THREAD for every write
-    that is durable by the NBD contract: a FUA write once it is answered, a plain write
-    once a later FLUSH on any connection is answered (multi-conn). Lines are written with
-    os.write as soon as they are known, so they survive the server's crash.
+    thread) with a mix of plain (async) writes, FUA writes, zeroings (TRIM, WRITE_ZEROES
+    with and without NO_HOLE, some FUA: a version that reads as zeros) and FLUSHes, until
+    the server goes away. Each thread appends "block version" to DIR/durable-THREAD for
+    every write that is durable by the NBD contract: a FUA write once it is answered, a
+    plain write once a later FLUSH on any connection is answered (multi-conn), and
+    "Z block version" for a zeroing before it is sent. Lines are written with os.write as
+    soon as they are known, so they survive the server's crash.
 
 check URI DIR CONNS SEED BLOCKS BLOCK_BYTES
-    Reads every block back. Each must hold a whole version of that block (or zeros if it
-    was never durably written) that is not older than its last durable version. Prints
-    one line per violation and exits 1 if there is any.
+    Reads every block back. Each must hold a whole version of that block that is not
+    older than its last durable version, or zeros if it was never durably written or a
+    zeroing of it was sent after its last durable version. Prints one line per violation
+    and exits 1 if there is any.
 """
 
 import os
@@ -75,9 +78,19 @@ def writer(uri, outdir, thread, conns, seed, blocks, size, flushed, lock):
                 continue
             b = rng.choice(mine)
             version[b] += 1
-            fua = op < 0.35
-            data = contents(seed, b, version[b], size)
-            h.pwrite(data, b * size, nbd.CMD_FLAG_FUA if fua else 0)
+            fua = op < 0.35 or op >= 0.9
+            flags = nbd.CMD_FLAG_FUA if fua else 0
+            if op >= 0.8:
+                # A zeroing: known before it is sent, as it may land even if unanswered.
+                os.write(fd, b"Z %d %d\n" % (b, version[b]))
+                if op < 0.85:
+                    h.trim(size, b * size, flags)
+                elif op < 0.875:
+                    h.zero(size, b * size, flags | nbd.CMD_FLAG_NO_HOLE)
+                else:
+                    h.zero(size, b * size, flags)
+            else:
+                h.pwrite(contents(seed, b, version[b], size), b * size, flags)
             if fua:
                 os.write(fd, b"%d %d\n" % (b, version[b]))
             else:
@@ -110,6 +123,7 @@ def write(uri, outdir, conns, seed, blocks, size):
 
 def check(uri, outdir, conns, seed, blocks, size):
     durable = {}
+    zeroed = set()
     for t in range(conns):
         path = os.path.join(outdir, "durable-%d" % t)
         if not os.path.exists(path):
@@ -117,6 +131,9 @@ def check(uri, outdir, conns, seed, blocks, size):
         with open(path) as f:
             for line in f:
                 parts = line.split()
+                if len(parts) == 3 and parts[0] == "Z":
+                    zeroed.add((int(parts[1]), int(parts[2])))
+                    continue
                 if len(parts) != 2:
                     continue  # a line cut by the writer's end
                 b, v = int(parts[0]), int(parts[1])
@@ -130,6 +147,10 @@ def check(uri, outdir, conns, seed, blocks, size):
         if v is None:
             print("block %d: not a version of this block" % b)
             bad += 1
+        elif v == 0:
+            if want > 0 and not any(zb == b and zv >= want for zb, zv in zeroed):
+                print("block %d: zeros read, %d was durable and no zeroing followed" % (b, want))
+                bad += 1
         elif v < want:
             print("block %d: version %d read, %d was durable" % (b, v, want))
             bad += 1
