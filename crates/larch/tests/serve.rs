@@ -1311,3 +1311,90 @@ fn trims_and_zeroes_free_blocks_and_no_trimmed_block_comes_back_from_l2() {
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file system's hole punch reaches the backing file: `fallocate --punch-hole` on the
+/// volume mounted through `nbdfuse` (which sends TRIM) reads back as zeros, and after a
+/// FLUSH the backing file holds that much less.
+#[test]
+fn a_hole_punched_through_nbdfuse_frees_the_backing_files_blocks() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    require("nbdfuse");
+    require("fallocate");
+    const MIB: u64 = 1 << 20;
+    let dir = scratch("nbdfuse");
+    let state = dir.join("tank");
+    let backing = dir.join("vol.img");
+    run_ok(&["pool", "create", "tank", "--arc-max", "64M"], &state);
+    run_ok(
+        &[
+            "volume",
+            "add",
+            "vol0",
+            "--backing",
+            backing.to_str().unwrap(),
+            "--size",
+            "64M",
+        ],
+        &state,
+    );
+    let daemon = Daemon::start_pool(&state);
+    let mount = dir.join("mnt");
+    std::fs::create_dir_all(&mount).unwrap();
+    /// Unmounts when the test ends, however it ends.
+    struct Mounted(PathBuf, Child);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let unmounted = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !unmounted {
+                let _ = Command::new("umount").arg(&self.0).status();
+            }
+            let _ = self.1.wait();
+        }
+    }
+    let fuse = Command::new("nbdfuse")
+        .arg(&mount)
+        .arg(daemon.uri())
+        .spawn()
+        .expect("start nbdfuse");
+    let mounted = Mounted(mount.clone(), fuse);
+    let file = mount.join("nbd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&file).map_or(true, |m| m.len() != 64 * MIB) {
+        assert!(Instant::now() < deadline, "nbdfuse never showed the volume");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = pattern((8 * MIB) as usize, 9);
+    let volume = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .unwrap();
+    volume.write_all_at(&data, 0).unwrap();
+    volume.sync_all().unwrap();
+    let full = std::fs::metadata(&backing).unwrap().blocks() * 512;
+    let out = Command::new("fallocate")
+        .args(["--punch-hole", "--offset", "1MiB", "--length", "2MiB"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    succeeded(&out, "fallocate --punch-hole through nbdfuse");
+    volume.sync_all().unwrap();
+    let mut back = vec![0u8; (8 * MIB) as usize];
+    volume.read_exact_at(&mut back, 0).unwrap();
+    let mut want = data.clone();
+    want[MIB as usize..(3 * MIB) as usize].fill(0);
+    assert!(back == want, "the punched range does not read as zeros");
+    let punched = std::fs::metadata(&backing).unwrap().blocks() * 512;
+    assert!(
+        full >= 8 * MIB && punched + 2 * MIB <= full,
+        "the backing file held {full} bytes before the punch and {punched} after"
+    );
+    drop(volume);
+    drop(mounted);
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
