@@ -255,6 +255,7 @@ pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.commits), "larch_object_commits_total", "commits (one per TXG that changed the volume)"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.committed_bytes), "larch_object_committed_bytes_total", "bytes of blocks the commits made durable (put bytes over these: write amplification)"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_merged), "larch_object_objects_merged_total", "data objects read before their upload because only some of their blocks changed"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_cleared), "larch_object_objects_cleared_total", "data objects a commit left holding only zeros: not written, their map entries cleared"),
 ];
 
 /// Each cache device's counters and gauges.
@@ -373,6 +374,6 @@ mod tests {
                 assert!(series.insert(id.clone()), "{id} twice");
             }
         }
-        assert_eq!(families.len(), 29);
+        assert_eq!(families.len(), 30);
     }
 }

@@ -656,15 +656,16 @@ impl BackingStore {
 
     /// The holes of the store in `offset..end`, in order, each a byte range the store
     /// reads as zeros without holding it (blocking). A file asks its file system
-    /// (`SEEK_HOLE`/`SEEK_DATA`, lseek(2)); a file system or device that cannot say has
-    /// no holes, and neither has a block device, an in-process device or an object volume
-    /// (whose never-written blocks are not reported yet). Only the answer of one moment:
-    /// a write can fill a hole right after.
+    /// (`SEEK_HOLE`/`SEEK_DATA`, lseek(2)); an object volume its map (objects never
+    /// written, or cleared by a commit of zeros); a file system or device that cannot say
+    /// has no holes, and neither has a block device or an in-process device. Only the
+    /// answer of one moment: a write can fill a hole right after.
     pub fn holes(&self, offset: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
         let end = end.min(self.size_bytes);
         match &self.media {
             Media::File(m) => file_holes(&m.file, offset, end),
-            Media::Device(_) | Media::Object(_) => Ok(Vec::new()),
+            Media::Object(vol) => Ok(vol.holes(offset, end)),
+            Media::Device(_) => Ok(Vec::new()),
         }
     }
 

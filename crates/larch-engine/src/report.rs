@@ -161,6 +161,8 @@ pub struct ObjectReport {
     pub objects_written: u64,
     /// Of those, objects read first because only some of their blocks changed.
     pub objects_merged: u64,
+    /// Objects a commit left holding only zeros, cleared instead of written.
+    pub objects_cleared: u64,
     /// Lease renewals.
     pub renewals: u64,
     /// Objects no commit names, deleted.
@@ -193,6 +195,7 @@ impl ObjectReport {
             committed_bytes: load(&s.committed_bytes),
             objects_written: load(&s.objects_written),
             objects_merged: load(&s.objects_merged),
+            objects_cleared: load(&s.objects_cleared),
             renewals: load(&s.renewals),
             garbage_deleted: load(&s.garbage_deleted),
             staged_bytes: load(&s.staged_bytes),

@@ -223,6 +223,9 @@ pub struct ObjectStats {
     pub objects_written: AtomicU64,
     /// Of those, objects that had to be read first (only some of their blocks changed).
     pub objects_merged: AtomicU64,
+    /// Data objects a commit left holding only zeros: not written, their map entries
+    /// cleared (they read as zeros; the old objects are garbage).
+    pub objects_cleared: AtomicU64,
     /// Lease renewals that succeeded.
     pub renewals: AtomicU64,
     /// Objects no commit names that were deleted (left by crashed or fenced writers, or
@@ -277,6 +280,14 @@ impl Map {
 
     fn bytes(&self) -> u64 {
         self.pages.len() as u64 * PAGE_OBJECTS * 16
+    }
+}
+
+/// Appends `run` to `runs`, joined with the last one when they touch.
+fn push_run(runs: &mut Vec<std::ops::Range<u64>>, run: std::ops::Range<u64>) {
+    match runs.last_mut() {
+        Some(last) if last.end == run.start => last.end = run.end,
+        _ => runs.push(run),
     }
 }
 
@@ -1114,15 +1125,29 @@ impl ObjectVolume {
             seq,
             token: self.token,
         };
-        for &(object, _) in &old {
+        // An object that would hold only zeros is not written: its map entry is cleared
+        // (it reads as zeros, as a never-written one) and its old object is garbage.
+        let zeroed: Vec<bool> = objects
+            .iter()
+            .zip(&old)
+            .map(|((&object, blocks), (_, previous))| self.all_zeros(object, blocks, *previous))
+            .collect();
+        for (&(object, _), &zeroed) in old.iter().zip(&zeroed) {
             let entries = pages.get_mut(&(object / PAGE_OBJECTS)).expect("its page");
-            entries[(object % PAGE_OBJECTS) as usize] = version;
+            entries[(object % PAGE_OBJECTS) as usize] =
+                if zeroed { Version::default() } else { version };
         }
+        self.stats.objects_cleared.fetch_add(
+            zeroed.iter().filter(|&&z| z).count() as u64,
+            Ordering::Relaxed,
+        );
         // 1. The data objects, each whole, in parallel (bounded).
         let jobs: Vec<_> = objects
             .into_iter()
             .zip(old.iter().map(|(_, v)| *v))
-            .map(|((object, blocks), previous)| {
+            .zip(&zeroed)
+            .filter(|(_, zeroed)| !**zeroed)
+            .map(|(((object, blocks), previous), _)| {
                 self.upload_object(object, blocks, previous, version)
             })
             .collect();
@@ -1190,6 +1215,48 @@ impl ObjectVolume {
             }));
         }
         Ok(None)
+    }
+
+    /// Whether object `object` would hold only zeros with `blocks` staged over what
+    /// `previous` wrote: every block given is zeros, and they cover the object or it was
+    /// never written (TRIM and WRITE_ZEROES make such blocks; so can a client's zeros).
+    fn all_zeros(&self, object: u64, blocks: &[(u64, Bytes)], previous: Version) -> bool {
+        let range = self.geometry.blocks_of(object);
+        let covered = blocks.len() as u64 == range.end - range.start;
+        (covered || !previous.exists())
+            && blocks.iter().all(|(_, data)| data.iter().all(|&b| b == 0))
+    }
+
+    /// The runs of `offset..end` (clipped to the volume) that no committed object holds:
+    /// objects never written or cleared by a commit of zeros, less the blocks staged for
+    /// the next commit. Byte ranges, in order.
+    pub fn holes(&self, offset: u64, end: u64) -> Vec<std::ops::Range<u64>> {
+        let end = end.min(self.size_bytes());
+        let bs = self.block_bytes();
+        let per_object = u64::from(self.geometry.object_blocks) * bs;
+        let map = self.map.read().expect("map lock");
+        let staged = self.staged.lock().expect("staged lock");
+        let mut holes: Vec<std::ops::Range<u64>> = Vec::new();
+        let mut object = offset / per_object;
+        while object * per_object < end {
+            let from = (object * per_object).max(offset);
+            let to = ((object + 1) * per_object).min(end);
+            if !map.get(object).exists() {
+                let blocks = from / bs..to.div_ceil(bs);
+                let mut at = from;
+                for block in staged.range(blocks).map(|(b, _)| *b) {
+                    if block * bs > at {
+                        push_run(&mut holes, at..block * bs);
+                    }
+                    at = ((block + 1) * bs).min(to);
+                }
+                if at < to {
+                    push_run(&mut holes, at..to);
+                }
+            }
+            object += 1;
+        }
+        holes
     }
 
     /// The future that writes data object `object` for commit `version`: the blocks given,
@@ -2022,6 +2089,50 @@ mod tests {
         assert_eq!(uploads_at_once(u64::MAX, MAX_UPLOADS), 1);
     }
 
+    /// A commit that leaves an object holding only zeros clears its map entry instead of
+    /// writing it (TRIM, WRITE_ZEROES): it reads as zeros and is a hole, like the objects
+    /// never written, across a reopen; an object zeroed only in part is written.
+    #[test]
+    fn an_object_left_all_zeros_is_cleared_and_reads_as_a_hole() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        // 16 blocks, 4 per object.
+        let root = Root::new(0x1234, 16 * BS as u64, BS as u32, 4);
+        create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+        let vol = open(&store);
+        let end = 16 * BS as u64;
+        assert_eq!(vol.holes(0, end), [0..end], "a new volume");
+        vol.write_at(&[7u8; 8 * BS], 0).unwrap();
+        assert_eq!(
+            vol.holes(0, end),
+            [8 * BS as u64..end],
+            "staged blocks are data"
+        );
+        vol.flush().unwrap();
+        assert_eq!(vol.holes(0, end), [8 * BS as u64..end]);
+        // Object 0 zeroed whole, object 1 in part; the hole of a never-written object
+        // given zeros stays a hole.
+        let zeros = Bytes::from(vec![0u8; BS]);
+        let zeroed = [0, 1, 2, 3, 4, 12].map(|b| (b, zeros.clone()));
+        vol.stage_blocks(zeroed).unwrap();
+        vol.flush().unwrap();
+        assert_eq!(vol.stats.objects_cleared.load(Ordering::Relaxed), 2);
+        let holes = [0..4 * BS as u64, 8 * BS as u64..end];
+        assert_eq!(vol.holes(0, end), holes);
+        assert_eq!(
+            vol.holes(BS as u64, 2 * BS as u64),
+            [BS as u64..2 * BS as u64]
+        );
+        for (block, byte) in [(0, 0), (3, 0), (4, 0), (5, 7), (7, 7), (12, 0)] {
+            assert_eq!(block_byte(&vol, block), Some(byte), "block {block}");
+        }
+        vol.release().unwrap();
+        drop(vol);
+        let vol = open(&store);
+        assert_eq!(vol.holes(0, end), holes, "after a reopen");
+        assert_eq!(block_byte(&vol, 0), Some(0));
+        assert_eq!(block_byte(&vol, 5), Some(7));
+    }
+
     #[test]
     fn a_flush_held_up_before_the_commit_lock_never_rolls_back_a_later_one() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -2262,8 +2373,9 @@ mod tests {
         let root = Root::new(0x1234, OBJECTS * BS as u64, BS as u32, 1);
         create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
         let first = open(&store);
+        // No object of zeros: it would be cleared, not written.
         let bytes: Vec<u8> = (0..OBJECTS as usize * BS)
-            .map(|i| (i / BS % 251) as u8)
+            .map(|i| (i / BS % 251) as u8 + 1)
             .collect();
         first.write_at(&bytes, 0).unwrap();
         first.flush().unwrap();
@@ -2321,7 +2433,7 @@ mod tests {
             "the live objects, and only they, are left"
         );
         for object in [0, 1, 299, OBJECTS - 1] {
-            assert_eq!(block_byte(&vol, object), Some((object % 251) as u8));
+            assert_eq!(block_byte(&vol, object), Some((object % 251) as u8 + 1));
         }
         vol.release().unwrap();
     }

@@ -13,8 +13,9 @@
 //!
 //! Looking at the ARC costs a lock per block, so one answer looks at no more than
 //! [`HOLE_SCAN_BLOCKS`] blocks of holes and ends where it stopped (the protocol lets an
-//! answer cover less than asked; clients ask again from its end). Volumes on an object
-//! store and on devices given in process report data everywhere for now.
+//! answer cover less than asked; clients ask again from its end). An object volume's
+//! holes are its objects never written or cleared (`larch_object::ObjectVolume::holes`);
+//! block devices and devices given in process report data everywhere.
 
 use std::ops::Range;
 use std::sync::Arc;
