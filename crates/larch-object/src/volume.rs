@@ -291,6 +291,10 @@ fn push_run(runs: &mut Vec<std::ops::Range<u64>>, run: std::ops::Range<u64>) {
     }
 }
 
+/// Most ranged GETs one read has in flight at once (its runs of neighbouring blocks, one
+/// per object it spans).
+pub const READS_AT_ONCE: usize = 16;
+
 /// A volume whose bytes live as objects on an object store.
 pub struct ObjectVolume {
     store: Arc<dyn ObjectStore>,
@@ -837,16 +841,159 @@ impl ObjectVolume {
         Ok(out)
     }
 
-    /// Reads exactly `buf.len()` bytes at `offset`: staged blocks from memory, the rest
-    /// one verified ranged GET per block; blocks of objects never written are zeros.
+    /// Reads exactly `buf.len()` bytes at `offset`: staged blocks from memory, the others
+    /// one ranged GET per run of neighbouring blocks of one object (their records are
+    /// contiguous), up to [`READS_AT_ONCE`] GETs in flight, every record verified; blocks
+    /// of objects never written are zeros.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_usable()?;
         let spans = self.spans(offset, buf.len(), io::ErrorKind::UnexpectedEof)?;
-        for (block, from, to, at) in spans {
-            let data = self.block(block)?;
+        let per_object = u64::from(self.geometry.object_blocks);
+        // Staged blocks are taken once, under one hold of their lock; the rest are
+        // fetched in runs.
+        let mut from_memory: Vec<Option<Bytes>> = Vec::with_capacity(spans.len());
+        let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
+        {
+            let staged = self.staged.lock().expect("staged lock");
+            for &(block, ..) in &spans {
+                let held = staged.get(&block).cloned();
+                if held.is_none() {
+                    match runs.last_mut() {
+                        Some(run) if run.end == block && block % per_object != 0 => run.end += 1,
+                        _ => runs.push(block..block + 1),
+                    }
+                }
+                from_memory.push(held);
+            }
+        }
+        let fetched = self.fetch_runs(&runs)?;
+        let mut fetched = fetched.into_iter().flatten();
+        for ((_, from, to, at), held) in spans.into_iter().zip(from_memory) {
+            let data = match held {
+                Some(data) => data,
+                None => fetched.next().expect("a fetched block per span not staged"),
+            };
             buf[at..at + (to - from)].copy_from_slice(&data[from..to]);
         }
         Ok(())
+    }
+
+    /// Reads runs of blocks from the store, each run within one object: one ranged GET of
+    /// its records per run (zeros for an object never written), [`READS_AT_ONCE`] at a
+    /// time, every record verified. Returns each run's blocks in order. A commit may
+    /// replace (and delete) an object between the map lookup and the GET: then the map
+    /// names the new one, and the run is read there.
+    fn fetch_runs(&self, runs: &[std::ops::Range<u64>]) -> io::Result<Vec<Vec<Bytes>>> {
+        let per_object = u64::from(self.geometry.object_blocks);
+        let rec = self.geometry.record_bytes();
+        let bs = self.block_bytes() as usize;
+        let mut out: Vec<Option<Vec<Bytes>>> = vec![None; runs.len()];
+        let mut tried: Vec<Version> = vec![Version::default(); runs.len()];
+        for _ in 0..4 {
+            let mut gets = Vec::new();
+            {
+                let map = self.map.read().expect("map lock");
+                for (i, run) in runs.iter().enumerate() {
+                    if out[i].is_some() {
+                        continue;
+                    }
+                    let object = run.start / per_object;
+                    let version = map.get(object);
+                    if !version.exists() {
+                        let zeros = Bytes::from(vec![0u8; bs]);
+                        out[i] = Some(run.clone().map(|_| zeros.clone()).collect());
+                        continue;
+                    }
+                    if version == tried[i] {
+                        // Not found twice under the same name: it is missing.
+                        return Err(self.missing(object, version));
+                    }
+                    tried[i] = version;
+                    let store = Arc::clone(&self.store);
+                    let path = self.path(&layout::data_name(object, version));
+                    let first = run.start % per_object;
+                    let range = first * rec..(first + run.end - run.start) * rec;
+                    gets.push(async move { (i, version, store.get_range(&path, range).await) });
+                }
+            }
+            if gets.is_empty() {
+                break;
+            }
+            self.stats
+                .gets
+                .fetch_add(gets.len() as u64, Ordering::Relaxed);
+            let answers: Vec<_> = self.run(async move {
+                stream::iter(gets)
+                    .buffer_unordered(READS_AT_ONCE)
+                    .collect()
+                    .await
+            });
+            for (i, version, answer) in answers {
+                match answer {
+                    Ok(bytes) => {
+                        self.stats
+                            .get_bytes
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        out[i] = Some(self.verified_run(&bytes, runs[i].clone(), version)?);
+                    }
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(err) => {
+                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        let name = layout::data_name(runs[i].start / per_object, version);
+                        return Err(store_error(&format!("{}/{name}", self.display), err));
+                    }
+                }
+            }
+        }
+        runs.iter()
+            .zip(out)
+            .zip(tried)
+            .map(|((run, blocks), version)| {
+                blocks.ok_or_else(|| self.missing(run.start / per_object, version))
+            })
+            .collect()
+    }
+
+    /// The blocks of `run` from the records `bytes` holds (a GET of them from the object
+    /// `version` wrote), each verified: its checksum, and that it is that block of this
+    /// volume written by that commit.
+    fn verified_run(
+        &self,
+        bytes: &Bytes,
+        run: std::ops::Range<u64>,
+        version: Version,
+    ) -> io::Result<Vec<Bytes>> {
+        let rec = self.geometry.record_bytes() as usize;
+        let bs = self.block_bytes() as usize;
+        let per_object = u64::from(self.geometry.object_blocks);
+        let bad = |e: layout::LayoutError| {
+            let name = layout::data_name(run.start / per_object, version);
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}/{name}: {e}", self.display),
+            )
+        };
+        let want = (run.end - run.start) as usize * rec;
+        if bytes.len() != want {
+            let name = layout::data_name(run.start / per_object, version);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}/{name}: {} bytes answered for a range of {want}",
+                    self.display,
+                    bytes.len()
+                ),
+            ));
+        }
+        run.clone()
+            .zip(bytes.chunks_exact(rec))
+            .map(|(block, record)| {
+                let data =
+                    layout::verify_record(record, bs, self.geometry.volume, block, version.seq)
+                        .map_err(bad)?;
+                Ok(bytes.slice_ref(data))
+            })
+            .collect()
     }
 
     /// The current bytes of `block` (a whole block, zero-padded past the volume's end).
@@ -854,68 +1001,23 @@ impl ObjectVolume {
         if let Some(data) = self.staged.lock().expect("staged lock").get(&block) {
             return Ok(data.clone());
         }
-        self.fetch_block(block)
+        let run = block..block + 1;
+        let mut runs = self.fetch_runs(std::slice::from_ref(&run))?;
+        Ok(runs.remove(0).remove(0))
     }
 
-    /// Reads `block` from the store, verified.
-    fn fetch_block(&self, block: u64) -> io::Result<Bytes> {
-        let object = block / u64::from(self.geometry.object_blocks);
-        let slot = block % u64::from(self.geometry.object_blocks);
-        let rec = self.geometry.record_bytes();
-        let mut last = Version::default();
-        // A commit may replace (and delete) the object between the map lookup and the GET:
-        // then the map names the new one, and the read goes there.
-        for _ in 0..4 {
-            let version = self.map.read().expect("map lock").get(object);
-            if !version.exists() {
-                return Ok(Bytes::from(vec![0u8; self.block_bytes() as usize]));
-            }
-            if version == last {
-                break;
-            }
-            last = version;
-            let name = layout::data_name(object, version);
-            let store = Arc::clone(&self.store);
-            let path = self.path(&name);
-            let range = slot * rec..(slot + 1) * rec;
-            self.stats.gets.fetch_add(1, Ordering::Relaxed);
-            match self.run(async move { store.get_range(&path, range).await }) {
-                Ok(bytes) => {
-                    self.stats
-                        .get_bytes
-                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    let data = layout::verify_record(
-                        &bytes,
-                        self.block_bytes() as usize,
-                        self.geometry.volume,
-                        block,
-                        version.seq,
-                    )
-                    .map_err(|e| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("{}/{name}: {e}", self.display),
-                        )
-                    })?;
-                    return Ok(bytes.slice_ref(data));
-                }
-                Err(object_store::Error::NotFound { .. }) => continue,
-                Err(err) => {
-                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    return Err(store_error(&format!("{}/{name}", self.display), err));
-                }
-            }
-        }
+    /// The error of a data object the map names that the store does not have.
+    fn missing(&self, object: u64, version: Version) -> io::Error {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        Err(io::Error::new(
+        io::Error::new(
             io::ErrorKind::NotFound,
             format!(
                 "{}/{}: missing, though commit {} names it",
                 self.display,
-                layout::data_name(object, last),
-                last.seq
+                layout::data_name(object, version),
+                version.seq
             ),
-        ))
+        )
     }
 
     /// Stages whole blocks for the next commit (the last block of the volume may be
