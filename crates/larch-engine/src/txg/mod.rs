@@ -47,6 +47,7 @@ pub use zil::{CommittedSink, LogHandle};
 use crate::arc::{ArcCache, BlockBuf, index_key};
 use crate::coherence::{Coherence, Tombstone};
 use crate::error::WriteError;
+use crate::events::Events;
 use crate::lock::{Rank, RankedGuard, RankedMutex};
 use crate::run::{Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
@@ -103,6 +104,7 @@ pub(crate) struct TxgParts {
     pub(crate) write_stats: Arc<WriteStats>,
     pub(crate) generations: Arc<Generations>,
     pub(crate) life: Arc<Lifecycle>,
+    pub(crate) events: Arc<Events>,
 }
 
 /// The TXG engine: the open and syncing TXGs' state shared by writers and the syncer,
@@ -145,6 +147,7 @@ impl Txg {
                 parts.volumes,
                 Arc::clone(&parts.coherence),
                 Arc::clone(&parts.write_stats),
+                parts.events,
             ),
             arc: parts.arc,
             coherence: parts.coherence,
