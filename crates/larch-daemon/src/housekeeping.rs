@@ -397,7 +397,7 @@ mod tests {
         saved.insert("l2arc_enabled".into(), "0".into());
         tunables::save(&demo.dir, &saved).unwrap();
         keeper.tick(&demo.pool);
-        assert_eq!(demo.pool.engine.tunables.l2arc_enabled(), false);
+        assert!(!demo.pool.engine.tunables.l2arc_enabled());
         let found = larch_engine::events::read_file(&demo.dir).unwrap();
         let last = found.events.last().expect("events saved").kind.clone();
         assert_eq!(last, EventKind::L2arcSwitch { enabled: false });
