@@ -1026,6 +1026,43 @@ fn close_volumes(volumes: &[Arc<Volume>]) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// An object-store volume's lease is an event when taken, and each change after
+    /// (here its release at a clean stop) too.
+    #[test]
+    fn the_lease_of_an_object_volume_is_watched_as_events() {
+        use object_store::ObjectStore;
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let root = larch_object::layout::Root::new(0x1e45, 16 * 4096, 4096, 4);
+        larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+        let vol = larch_object::ObjectVolume::open(
+            store,
+            "vols/a",
+            "mem://vols/a",
+            "node-a",
+            larch_object::LocalState::default(),
+            larch_object::Options::default(),
+            Box::new(|_| Ok(())),
+        )
+        .unwrap();
+        let events = Arc::new(crate::Events::new());
+        watch_lease(&events, "objs", &vol);
+        vol.release().unwrap();
+        let seen: Vec<EventKind> = events.since(0).into_iter().map(|e| e.kind).collect();
+        assert_eq!(
+            seen,
+            [
+                EventKind::LeaseTaken {
+                    volume: "objs".into(),
+                    token: vol.token(),
+                    takeover: false,
+                },
+                EventKind::LeaseReleased {
+                    volume: "objs".into()
+                },
+            ]
+        );
+    }
+
     /// A state file that cannot be written leaves no temporary file behind (a tester's
     /// finding: on a full file system, `analytics.bin.tmp` and `failed-volumes.json.tmp`
     /// stayed), and the file it was to replace is as it was.
