@@ -7,7 +7,7 @@
 // devices gets more charts without code here knowing their names.
 "use strict";
 
-const { TimeChart, HeatMap, value: fmt, micros, clock, bucketBounds, escapeHtml } = Charts;
+const { TimeChart, HeatMap, value: fmt, micros, clock, bucketBounds, escapeHtml, eventMarks } = Charts;
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -351,6 +351,14 @@ const tooltip = {
   },
 };
 inspect.tooltip = () => tooltip.last;
+// Where chart `index` (in page order) marks the events of its view, as last drawn: each
+// event, its short label, and its line's place on the page (x, from top to bottom).
+inspect.eventMarks = (index) => charts[index]
+  ? eventMarks(charts[index].chart).map((m) => ({
+    kind: m.event.kind, text: m.event.text, label: m.label, time: m.event.time,
+    x: m.pageX, top: m.pageTop, bottom: m.pageBottom,
+  }))
+  : [];
 
 const hooks = {
   cursor: (t) => {
@@ -384,7 +392,7 @@ function build() {
     for (const spec of section.charts || []) {
       const lines = spec.lines.filter((l) => l.ids.some(has));
       if (lines.length === 0) continue;
-      const chart = new TimeChart(grid, { ...spec, hooks });
+      const chart = new TimeChart(grid, { ...spec, hooks, tooltip });
       const entry = { chart, spec: { ...spec, lines }, kind: "time", values: [] };
       onScreen.observe(chart.box);
       entry.hasData = () => entry.values.some((vs) => vs.some((v) => v !== null && v > 0));

@@ -12,6 +12,27 @@ const Charts = (() => {
   const PALETTE = ["#1f5fa8", "#d9822b", "#2e9e5b", "#b8333a", "#7a52b3", "#8c6d31",
     "#2aa6b8", "#c2548f", "#5b6770", "#9aa631"];
   const EVENT_COLORS = { switch: "#e07000", restart: "#c0202a", tunable: "#7a7a7a" };
+  // The colour of the pool's other events by what they are about: trouble red, rebuilds
+  // green, stalls purple, the rest blue-grey.
+  const TROUBLE = ["cache.fault", "log.fault", "volume.fail", "lease.lost", "lease.lapse"];
+  function eventColor(e) {
+    if (EVENT_COLORS[e.kind]) return EVENT_COLORS[e.kind];
+    if (TROUBLE.includes(e.kind)) return "#c0202a";
+    if (e.kind.startsWith("l2arc.rebuild")) return "#2e9e5b";
+    if (e.kind.startsWith("txg.")) return "#7a52b3";
+    return "#5b6770";
+  }
+  // Short marks for the pool's events on a chart (the tooltip has the whole text).
+  const EVENT_LABELS = {
+    "pool.close": "closed", "cache.add": "cache added", "cache.remove": "cache removed",
+    "cache.fault": "cache fault", "cache.online": "cache back",
+    "l2arc.rebuild_start": "rebuild", "l2arc.rebuild_end": "rebuilt",
+    "volume.property": "property", "volume.fail": "volume failed",
+    "log.add": "log added", "log.remove": "log removed", "log.fault": "log fault",
+    "txg.stall": "TXG stall", "txg.stall_end": "stall over",
+    "lease.take": "lease", "lease.lost": "lease lost", "lease.lapse": "lease lapsed",
+    "lease.resume": "lease back", "lease.release": "lease released",
+  };
   const MARGIN = { left: 62, right: 10, top: 10, bottom: 20 };
 
   // ---- formatting -------------------------------------------------------------------
@@ -196,10 +217,49 @@ const Charts = (() => {
     }
   }
 
-  // What an event says on a chart: the switch as on/off, the rest as the daemon wrote it.
+  // What an event says on a chart: the switch as on/off, a tunable and a restart as the
+  // daemon wrote them, the pool's other events by a short name of their class.
   function eventLabel(e) {
     if (e.kind === "switch") return /=0$/.test(e.text) ? "L2ARC off" : "L2ARC on";
-    return e.text;
+    return EVENT_LABELS[e.kind] || e.text;
+  }
+
+  // Where each event of the view is marked on `chart`: its x in the plot, and in the page.
+  function eventMarks(chart) {
+    const plot = chart.surface.plot();
+    const view = chart.view;
+    const r = chart.surface.canvas.getBoundingClientRect();
+    const out = [];
+    for (const e of view.events || []) {
+      if (e.time < view.from || e.time > view.to) continue;
+      const x = Math.round(plot.x + ((e.time - view.from) / (view.to - view.from)) * plot.w);
+      out.push({ event: e, x, pageX: r.left + x + 0.5, pageTop: r.top + plot.y,
+        pageBottom: r.top + plot.y + plot.h, label: eventLabel(e) });
+    }
+    return out;
+  }
+
+  // The event marked nearest to `p` (within 4 px of its line, inside the plot), if any.
+  function eventNear(chart, p) {
+    const plot = chart.surface.plot();
+    if (!p || p.y < plot.y || p.y > plot.y + plot.h) return null;
+    let best = null;
+    for (const m of eventMarks(chart)) {
+      const d = Math.abs(m.x - p.x);
+      if (d <= 4 && (best === null || d < best.d)) best = { d, event: m.event };
+    }
+    return best && best.event;
+  }
+
+  // Shows the event near the mouse in the page's tooltip; whether there was one.
+  function showEvent(chart, p, e) {
+    const tip = chart.options.tooltip;
+    const event = tip ? eventNear(chart, p) : null;
+    if (!event) return false;
+    tip.show(chart, e, "<b>" + escapeHtml(eventLabel(event)) + "</b> <span class=\"kind\">" +
+      escapeHtml(event.kind) + "</span><br>" + clock(event.time, true) + "<br>" +
+      escapeHtml(event.text), { event, time: event.time });
+    return true;
   }
 
   // Each event is a dashed line; its label goes right of the line (left near the right
@@ -212,7 +272,7 @@ const Charts = (() => {
     for (const e of view.events || []) {
       if (e.time < view.from || e.time > view.to) continue;
       const x = Math.round(plot.x + ((e.time - view.from) / (view.to - view.from)) * plot.w);
-      g.strokeStyle = EVENT_COLORS[e.kind] || "#444";
+      g.strokeStyle = eventColor(e);
       g.beginPath();
       g.moveTo(x + 0.5, plot.y);
       g.lineTo(x + 0.5, plot.y + plot.h);
@@ -268,9 +328,14 @@ const Charts = (() => {
       const p = at(e);
       if (dragFrom !== null) chart.selection = [dragFrom, p.x];
       hooks.cursor(timeAt(p.x), p, e);
+      // An event's mark under the mouse: its tooltip, over a heat map cell's.
+      if (!showEvent(chart, p, e) && chart.options.tooltip && !chart.hover) {
+        chart.options.tooltip.hide(chart);
+      }
     });
     canvas.addEventListener("mouseleave", () => {
       if (dragFrom === null) hooks.cursor(null, null, null);
+      if (chart.options.tooltip) chart.options.tooltip.hide(chart);
     });
     canvas.addEventListener("mousedown", (e) => {
       dragFrom = at(e).x;
@@ -850,5 +915,6 @@ const Charts = (() => {
     }
   }
 
-  return { TimeChart, HeatMap, CurveChart, value, micros, clock, elapsedClock, bucketBounds, escapeHtml, PALETTE };
+  return { TimeChart, HeatMap, CurveChart, value, micros, clock, elapsedClock, bucketBounds, escapeHtml,
+    eventMarks, PALETTE };
 })();

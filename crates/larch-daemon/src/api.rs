@@ -29,3 +29,18 @@ pub struct TunablesAnswer {
     /// Tunable values by name.
     pub tunables: BTreeMap<String, u64>,
 }
+
+/// The answer to `GET /api/v1/events[?after=N]`: the pool's events, what `larch events`
+/// prints (and follows, asking again after the newest it saw).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventsAnswer {
+    /// Format of the answer.
+    pub version: u32,
+    /// The pool's name.
+    pub pool: String,
+    /// The number of the pool's newest event (0: none yet).
+    pub newest: u64,
+    /// The events kept whose number is above `after` (all of them without it), oldest
+    /// first.
+    pub events: Vec<larch_engine::Event>,
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer};
 
 /// Name of the daemon's record in the state directory.
 pub const DAEMON_FILE: &str = "daemon.json";
@@ -255,6 +255,13 @@ impl Daemon {
             );
         }
         Ok(body)
+    }
+
+    /// The pool's events after `after` (`GET /api/v1/events`; all kept for 0).
+    pub fn events(&self, after: u64) -> anyhow::Result<EventsAnswer> {
+        let after = after.to_string();
+        let body = self.get_with("/api/v1/events", &[("after", &after)], MAX_ANSWER_BYTES)?;
+        serde_json::from_str(&body).context("the daemon's /api/v1/events")
     }
 
     /// The tunables in force in the daemon (`GET /admin/tunables`).

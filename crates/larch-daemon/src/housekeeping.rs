@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use larch_engine::events::EVENTS_FILE;
 use larch_engine::report::{Arcstats, CacheDeviceReport, MissingStat};
 use larch_engine::units::format_size;
 use larch_engine::{DeviceState, Pool, PoolConfig, tunables};
@@ -33,6 +34,8 @@ pub(crate) struct Housekeeper {
     http: Option<String>,
     /// Whether the last status write failed (its error is logged once per streak).
     status_failing: bool,
+    /// Whether the last save of the pool's events failed (logged once per streak).
+    events_failing: bool,
     /// The history the Analytics page shows, when it is kept.
     history: Option<History>,
 }
@@ -47,6 +50,8 @@ pub(crate) struct History {
     /// and the periodic save and the one at a clean stop must not write it at once, nor
     /// an older copy after a newer one.
     pub(crate) saving: Arc<Mutex<()>>,
+    /// The number of the pool's last event the history was given.
+    pub(crate) events_seen: u64,
 }
 
 /// Seconds between saves of the history (it is also saved at a clean stop).
@@ -74,6 +79,7 @@ impl Housekeeper {
             stats_interval_secs,
             http,
             status_failing: false,
+            events_failing: false,
             history,
         }
     }
@@ -115,17 +121,23 @@ impl Housekeeper {
         self.progress.show(devices, self.tick);
         self.announce(pool, devices);
         self.write_status(pool, &status);
+        self.save_events(pool);
         if self.tick.is_multiple_of(L2_SEQUENCES_RECORD_SECS)
             && let Err(err) = pool.record_l2_sequences()
         {
             eprintln!("larch serve: {}: {err}", larch_engine::L2_SEQUENCES_FILE);
         }
-        if let Some(history) = &self.history {
+        if let Some(history) = &mut self.history {
             let save = self.tick.is_multiple_of(HISTORY_SAVE_SECS);
+            let events = pool.engine.events.since(history.events_seen);
+            if let Some(last) = events.last() {
+                history.events_seen = last.seq;
+            }
             // Taken before the recorder, so that copies are written in the order taken.
             let saving = save.then(|| history.saving.lock().expect("history save lock"));
             let (live, snapshot) = {
                 let mut recorder = history.recorder.lock().expect("recorder lock");
+                recorder.add_events(&events);
                 let live = recorder.record(crate::unix_time_secs(), &status.pool);
                 (live, save.then(|| recorder.snapshot()))
             };
@@ -179,6 +191,23 @@ impl Housekeeper {
             } else if device.state == DeviceState::Online {
                 *announced = true;
             }
+        }
+    }
+
+    /// Appends the pool's new events to its event file (a kill loses a second of them at
+    /// most); a failure is logged once per streak.
+    fn save_events(&mut self, pool: &Pool) {
+        match pool.engine.events.save() {
+            Ok(()) if self.events_failing => {
+                eprintln!("larch serve: {} written again", EVENTS_FILE);
+                self.events_failing = false;
+            }
+            Ok(()) => {}
+            Err(err) if !self.events_failing => {
+                eprintln!("larch serve: {EVENTS_FILE} not written: {err}");
+                self.events_failing = true;
+            }
+            Err(_) => {}
         }
     }
 
@@ -249,8 +278,13 @@ impl FilesSeen {
         if now.tunables != self.tunables {
             self.tunables = now.tunables;
             if let Ok(saved) = tunables::load(&pool.state_dir) {
+                let before = tunables::values(&pool.engine.tunables);
                 for refused in tunables::apply(&pool.engine.tunables, &saved) {
                     eprintln!("larch serve: tunables.json: {refused}");
+                }
+                let after = tunables::values(&pool.engine.tunables);
+                for event in tunables::change_events(&before, &after) {
+                    pool.engine.events.record(event);
                 }
             }
         }
@@ -340,6 +374,48 @@ mod tests {
         assert_eq!(
             progress(&device),
             "cache0.img [##########..........]  52.5% 42 blocks"
+        );
+    }
+
+    /// A tick saves the pool's new events and hands them to the history; a change of
+    /// `tunables.json` made behind the daemon's back is an event too.
+    #[test]
+    fn a_tick_saves_the_events_and_marks_them_on_the_charts() {
+        use larch_engine::EventKind;
+        let demo = DemoPool::new("tick-events");
+        let recorder = Arc::new(Mutex::new(Recorder::new(1 << 20)));
+        let history = History {
+            recorder: Arc::clone(&recorder),
+            live: tokio::sync::broadcast::channel(4).0,
+            saving: Arc::new(Mutex::new(())),
+            events_seen: demo.pool.engine.events.newest_seq(),
+        };
+        let mut keeper = Housekeeper::new(&demo.pool, 0, None, Some(history));
+        // Edited by hand while the pool runs (the file's time must change to be seen).
+        std::thread::sleep(Duration::from_millis(20));
+        let mut saved = tunables::load(&demo.dir).unwrap();
+        saved.insert("l2arc_enabled".into(), "0".into());
+        tunables::save(&demo.dir, &saved).unwrap();
+        keeper.tick(&demo.pool);
+        assert!(!demo.pool.engine.tunables.l2arc_enabled());
+        let found = larch_engine::events::read_file(&demo.dir).unwrap();
+        let last = found.events.last().expect("events saved").kind.clone();
+        assert_eq!(last, EventKind::L2arcSwitch { enabled: false });
+        let marked = recorder
+            .lock()
+            .unwrap()
+            .series(
+                &[],
+                crate::recorder::Range::parse(Some("-60"), None, None, crate::unix_time_secs() + 1)
+                    .unwrap(),
+            )
+            .unwrap()
+            .events;
+        assert!(
+            marked
+                .iter()
+                .any(|e| e.kind == "switch" && e.text == "l2arc_enabled=0"),
+            "{marked:?}"
         );
     }
 

@@ -4,7 +4,8 @@
 //! Reading, open to any local client: `/` (the Analytics page, with `/app.js` and
 //! `/style.css`, compiled into the binary), `/metrics` (Prometheus text), `/arcstats`
 //! (kstat style), `/status` (the JSON of `larch status --json`), `/admin/ping`,
-//! `/admin/tunables`, and the history's JSON API under `/api/v1/` (`docs/analytics.md`).
+//! `/admin/tunables`, the history's JSON API under `/api/v1/` (`docs/analytics.md`), and
+//! the pool's events, `/api/v1/events` (`larch events`).
 //! Management, with the token of `daemon.json` in the `X-Larch-Token` header and from a
 //! loopback peer only: `POST /admin/set` (body: `NAME=VALUE` lines), `/admin/cache/add`
 //! (`path=ABSOLUTE-PATH`, optional `force=1`), `/admin/cache/remove`, `/admin/log/add`,
@@ -55,7 +56,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
-use crate::api::{Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer};
 use crate::page::{APP_JS, CHART_JS, INDEX_HTML, STYLE_CSS};
 use crate::recorder::{MINUTES_KEPT, QueryError, Range, Recorder, SECONDS_KEPT};
 use crate::status::StatusReport;
@@ -688,6 +689,31 @@ async fn api_advise(
     }
 }
 
+/// The pool's events after `after` (a sequence number; all kept without it).
+async fn api_events(
+    State(ctx): State<Arc<Context>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let params = Params(params);
+    if let Err(refusal) = params.check(&["after"]) {
+        return refusal.answer();
+    }
+    let after = match params.get("after").map(str::parse::<u64>) {
+        None => 0,
+        Some(Ok(after)) => after,
+        Some(Err(_)) => {
+            return Refusal::bad("expected an event number", "after").answer();
+        }
+    };
+    let events = &ctx.pool.engine.events;
+    json(&EventsAnswer {
+        version: 1,
+        pool: ctx.pool.config.name.clone(),
+        newest: events.newest_seq(),
+        events: events.since(after),
+    })
+}
+
 async fn api_catalog(State(ctx): State<Arc<Context>>) -> Response {
     #[derive(Serialize)]
     struct Retention {
@@ -1008,6 +1034,7 @@ fn routes() -> Router<Arc<Context>> {
         .route("/api/v1/export", get(api_export))
         .route("/api/v1/live", get(api_live))
         .route("/api/v1/advise", get(api_advise))
+        .route("/api/v1/events", get(api_events))
         .route(
             "/api/v1/tunables",
             get(|State(ctx): State<Arc<Context>>| async move {

@@ -12,7 +12,11 @@
 //! of its histograms, and when the total passes the configured bound the oldest samples
 //! go first (a range asked for beyond what is kept is then clipped and says so). The
 //! history is saved in the state directory with a magic, version and checksum, and read
-//! back at start so curves continue across a restart; the restart is an event.
+//! back at start so curves continue across a restart.
+//!
+//! The events marked on the charts are the pool's (`larch_engine::events`, which keeps
+//! them across restarts in a file of its own): the daemon hands the recorder each new one
+//! ([`Recorder::add_events`]), and a restart is the pool's `pool.open`.
 //!
 //! One file, because the recording, the queries and the saved form all walk the same
 //! sample layout (one value per catalog series, sparse histograms): split apart, each part
@@ -41,8 +45,8 @@ pub const SECONDS_KEPT: usize = 3600;
 pub const MINUTES_KEPT: usize = 1440;
 /// The default bound of the history's memory.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
-/// Events kept (switch flips, tunable changes, restarts).
-const EVENTS_KEPT: usize = 1000;
+/// Events kept: as many as the pool's event log keeps.
+const EVENTS_KEPT: usize = larch_engine::events::EVENTS_KEPT;
 /// Bytes of a sample besides its values and cells (its own header and the deque slot).
 const SAMPLE_OVERHEAD: u64 = 64;
 
@@ -86,10 +90,37 @@ pub struct HeatDef {
 pub struct Event {
     /// When (seconds since the epoch).
     pub time: u64,
-    /// `switch` (the L2ARC switch), `tunable` or `restart`.
+    /// `switch` (the L2ARC switch), `tunable`, `restart` (the pool opened), or the class
+    /// of any other event of the pool (`cache.fault`, `l2arc.rebuild_end`, `txg.stall`,
+    /// ... as `larch events` names them).
     pub kind: String,
-    /// What (`l2arc_enabled=0`).
+    /// What (`l2arc_enabled=0`, `l2arc_write_max=64M`, or the event in words).
     pub text: String,
+}
+
+impl Event {
+    /// How the charts mark the pool's event `e`: the switch, tunables and restarts by the
+    /// kinds and texts the page has always had (a simulation's report uses them too),
+    /// everything else by its class and its words.
+    pub fn of(e: &larch_engine::Event) -> Event {
+        use larch_engine::EventKind;
+        let (kind, text) = match &e.kind {
+            EventKind::L2arcSwitch { enabled } => (
+                "switch".to_string(),
+                format!("l2arc_enabled={}", u8::from(*enabled)),
+            ),
+            EventKind::TunableChanged { name, value, .. } => {
+                ("tunable".to_string(), format!("{name}={value}"))
+            }
+            EventKind::PoolOpened => ("restart".to_string(), "daemon started".to_string()),
+            other => (other.class().to_string(), other.to_string()),
+        };
+        Event {
+            time: e.time_ms / 1000,
+            kind,
+            text,
+        }
+    }
 }
 
 /// One bucket of one histogram in one sample.
@@ -302,10 +333,11 @@ pub struct Recorder {
     minutes: VecDeque<Sample>,
     minute: Option<MinuteSum>,
     events: VecDeque<Event>,
+    /// Events added since the last second was recorded (the next live sample's).
+    fresh_events: usize,
     /// Cumulative counters and histograms of the last report, by id.
     last_counters: HashMap<String, u64>,
     last_heats: HashMap<String, LatencySnapshot>,
-    last_tunables: Option<BTreeMap<String, u64>>,
     /// The time of the last recorded second: a counter's delta is divided by the seconds
     /// since, so a late tick (a busy machine, a slow save) shows no false spike.
     last_time: Option<u64>,
@@ -394,9 +426,9 @@ impl Recorder {
             minutes: VecDeque::new(),
             minute: None,
             events: VecDeque::new(),
+            fresh_events: 0,
             last_counters: HashMap::new(),
             last_heats: HashMap::new(),
-            last_tunables: None,
             last_time: None,
             bytes: 0,
             max_bytes,
@@ -418,7 +450,7 @@ impl Recorder {
         }
     }
 
-    /// Marks an event at `time`.
+    /// Marks an event at `time`; it goes out with the next live second.
     pub fn event(&mut self, time: u64, kind: &str, text: String) {
         if self.events.len() == EVENTS_KEPT {
             self.events.pop_front();
@@ -428,6 +460,23 @@ impl Recorder {
             kind: kind.to_string(),
             text,
         });
+        self.fresh_events = (self.fresh_events + 1).min(self.events.len());
+    }
+
+    /// Marks the pool's new events (oldest first), as [`Event::of`] shows them.
+    pub fn add_events(&mut self, events: &[larch_engine::Event]) {
+        for e in events {
+            let Event { time, kind, text } = Event::of(e);
+            self.event(time, &kind, text);
+        }
+    }
+
+    /// Marks the pool's events of before this history was loaded (oldest first): on the
+    /// charts, but not in the next live second.
+    pub fn restore_events(&mut self, events: &[larch_engine::Event]) {
+        let fresh = self.fresh_events;
+        self.add_events(events);
+        self.fresh_events = fresh.min(self.events.len());
     }
 
     fn series_slot(&mut self, id: String, label: String, unit: &str, kind: Kind) -> usize {
@@ -510,7 +559,6 @@ impl Recorder {
             Reading::Gauge(self.bytes as f64),
         ));
 
-        self.note_tunables(now, &report.tunables);
         let mut sample = Sample {
             time: now,
             values: Vec::new(),
@@ -522,11 +570,11 @@ impl Recorder {
             heat: BTreeMap::new(),
             events: self
                 .events
-                .iter()
-                .filter(|e| e.time == now)
+                .range(self.events.len() - self.fresh_events..)
                 .cloned()
                 .collect(),
         };
+        self.fresh_events = 0;
         for (id, label, unit, reading) in readings {
             let (kind, value) = match reading {
                 Reading::Gauge(v) => (Kind::Gauge, Some(v as f32)),
@@ -591,27 +639,6 @@ impl Recorder {
         }
         self.keep_within_bound();
         live
-    }
-
-    /// Events for tunables that changed since the last report.
-    fn note_tunables(&mut self, now: u64, tunables: &BTreeMap<String, u64>) {
-        if let Some(last) = self.last_tunables.take() {
-            for (name, &value) in tunables {
-                if last.get(name).is_some_and(|&v| v != value) {
-                    let kind = if name == "l2arc_enabled" {
-                        "switch"
-                    } else {
-                        "tunable"
-                    };
-                    let text = format!(
-                        "{name}={}",
-                        larch_engine::tunables::format_value(name, value)
-                    );
-                    self.event(now, kind, text);
-                }
-            }
-        }
-        self.last_tunables = Some(tunables.clone());
     }
 
     fn add_to_minute(&mut self, second: &Sample) {
@@ -828,14 +855,13 @@ impl Recorder {
             heats: self.heats.clone(),
             seconds: self.seconds.iter().map(SavedSample::of).collect(),
             minutes: self.minutes.iter().map(SavedSample::of).collect(),
-            events: self.events.iter().cloned().collect(),
         })
     }
 
-    /// The history saved in `state_dir`, with a restart event at `now`; an empty one if
-    /// there is none. A file that cannot be read is reported and set aside: a history is
-    /// never a reason not to serve.
-    pub fn load(state_dir: &Path, max_bytes: u64, now: u64) -> (Recorder, Option<String>) {
+    /// The history saved in `state_dir` (without events: they are the pool's, see
+    /// [`Recorder::add_events`]); an empty one if there is none. A file that cannot be
+    /// read is reported and set aside: a history is never a reason not to serve.
+    pub fn load(state_dir: &Path, max_bytes: u64) -> (Recorder, Option<String>) {
         let mut recorder = Recorder::new(max_bytes);
         let path = state_dir.join(HISTORY_FILE);
         let warning = match std::fs::read(&path) {
@@ -849,7 +875,6 @@ impl Recorder {
                 Err(why) => Some(format!("{}: {why}; starting a new history", path.display())),
             },
         };
-        recorder.event(now, "restart", "daemon started".to_string());
         (recorder, warning)
     }
 
@@ -885,13 +910,6 @@ impl Recorder {
             .chain(&self.minutes)
             .map(Sample::bytes)
             .sum();
-        self.events = saved
-            .events
-            .into_iter()
-            .rev()
-            .take(EVENTS_KEPT)
-            .rev()
-            .collect();
         self.keep_within_bound();
     }
 }
@@ -931,7 +949,6 @@ struct Saved {
     heats: Vec<HeatDef>,
     seconds: Vec<SavedSample>,
     minutes: Vec<SavedSample>,
-    events: Vec<Event>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -1218,19 +1235,52 @@ mod tests {
     }
 
     #[test]
-    fn switch_flips_and_tunable_changes_are_events() {
+    fn the_pools_events_are_marked_and_go_out_with_the_next_second() {
+        use larch_engine::{EventKind, Events};
+        let pool = Events::new();
         let mut r = Recorder::new(DEFAULT_MAX_BYTES);
         let h = LatencyHistogram::new();
-        r.record(100, &report(0, 0, &h, 1));
+        // Before the history was loaded: marked, not live.
+        pool.record_at(50_000, EventKind::PoolOpened);
+        r.restore_events(&pool.since(0));
+        assert!(r.record(100, &report(0, 0, &h, 1)).events.is_empty());
+        pool.record_at(100_400, EventKind::L2arcSwitch { enabled: false });
+        pool.record_at(
+            100_700,
+            EventKind::CacheDeviceFaulted {
+                device: "/dev/sdc".into(),
+                why: "feed write failed".into(),
+            },
+        );
+        r.add_events(&pool.since(1));
         let live = r.record(101, &report(0, 0, &h, 0));
-        assert_eq!(live.events.len(), 1);
-        assert_eq!(live.events[0].kind, "switch");
-        assert_eq!(live.events[0].text, "l2arc_enabled=0");
+        let marks: Vec<(u64, &str, &str)> = live
+            .events
+            .iter()
+            .map(|e| (e.time, e.kind.as_str(), e.text.as_str()))
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                (100, "switch", "l2arc_enabled=0"),
+                (
+                    100,
+                    "cache.fault",
+                    "cache device /dev/sdc faulted: feed write failed"
+                ),
+            ]
+        );
+        assert!(r.record(102, &report(0, 0, &h, 0)).events.is_empty());
         let answer = r
-            .series(&["pool/l2arc_enabled".to_string()], all(101, -10))
+            .series(&["pool/l2arc_enabled".to_string()], all(102, -10))
             .unwrap();
-        assert_eq!(answer.series["pool/l2arc_enabled"], [Some(1.0), Some(0.0)]);
-        assert_eq!(answer.events.len(), 1);
+        assert_eq!(
+            answer.series["pool/l2arc_enabled"],
+            [Some(1.0), Some(0.0), Some(0.0)]
+        );
+        assert_eq!(answer.events.len(), 2, "{:?}", answer.events);
+        let restart = &r.series(&[], all(102, -100)).unwrap().events[0];
+        assert_eq!((restart.time, restart.kind.as_str()), (50, "restart"));
     }
 
     #[test]
@@ -1244,18 +1294,15 @@ mod tests {
             r.record(1_000_000 + s, &report(s * 3, s, &h, 1));
         }
         r.save(&dir).unwrap();
-        let (back, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES, 1_000_500);
+        let (back, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES);
         assert_eq!(warning, None);
         // Compared as text: a NaN (no value) is not equal to itself.
         let text = |r: &Recorder| format!("{:?} {:?}", r.seconds, r.minutes);
         assert!(text(&back) == text(&r), "the restored samples differ");
         assert_eq!(back.series, r.series);
         assert_eq!(back.bytes(), r.bytes());
-        let restart = back.events.back().unwrap();
-        assert_eq!(
-            (restart.time, restart.kind.as_str()),
-            (1_000_500, "restart")
-        );
+        // The events are the pool's, kept in its own file.
+        assert!(back.events.is_empty());
         // The gap while the daemon was down reads as no sample.
         let mut back = back;
         back.record(1_000_500, &report(0, 1, &h, 1));
@@ -1276,12 +1323,12 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let (fresh, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES, 1_000_600);
+        let (fresh, warning) = Recorder::load(&dir, DEFAULT_MAX_BYTES);
         assert!(warning.unwrap().contains("checksum"));
         assert!(fresh.seconds.is_empty());
         std::fs::write(&path, b"garbage").unwrap();
         assert!(
-            Recorder::load(&dir, DEFAULT_MAX_BYTES, 1)
+            Recorder::load(&dir, DEFAULT_MAX_BYTES)
                 .1
                 .unwrap()
                 .contains("magic")

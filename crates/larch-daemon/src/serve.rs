@@ -276,13 +276,17 @@ async fn serve(
     let listeners = bind_nbd(&pool, options).await?;
     let token = client::new_token().context("making the management token")?;
     let page_token = client::new_token().context("making the Analytics page's token")?;
+    // The pool's events so far go on the charts; the housekeeper hands the history each
+    // one after the last of these.
+    let events_so_far = pool.engine.events.since(0);
+    let events_seen = events_so_far.last().map_or(0, |e| e.seq);
     let recorder = match options.history_max_bytes {
         Some(max_bytes) => {
-            let (recorder, warning) =
-                Recorder::load(&pool.state_dir, max_bytes, crate::unix_time_secs());
+            let (mut recorder, warning) = Recorder::load(&pool.state_dir, max_bytes);
             if let Some(warning) = warning {
                 eprintln!("larch serve: history: {warning}");
             }
+            recorder.restore_events(&events_so_far);
             recorder
         }
         None => Recorder::new(0),
@@ -370,6 +374,7 @@ async fn serve(
         recorder: Arc::clone(&recorder),
         live,
         saving: Arc::clone(&saving),
+        events_seen,
     });
     let keeper = Housekeeper::new(
         &pool,

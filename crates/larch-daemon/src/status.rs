@@ -144,6 +144,7 @@ mod tests {
                 "running",
                 "pool",
                 "pool_guid",
+                "uptime_ms",
                 "volumes",
                 "cache_devices",
                 "unused_cache_devices",
@@ -185,6 +186,8 @@ mod tests {
                 "backing_read_latency",
                 "backing_write_latency",
                 "backing_flush_latency",
+                "backing_read_queue",
+                "backing_write_queue",
                 "read_bytes",
                 "write_bytes",
                 "read_arc_latency",
@@ -215,9 +218,15 @@ mod tests {
                 "write_bytes",
                 "read_latency",
                 "write_latency",
+                "read_queue",
                 "rebuild",
             ])
         );
+        let queue = ["pending", "active", "wait", "total"];
+        assert_eq!(keys(&device["read_queue"]), sorted(&queue));
+        assert_eq!(keys(&volume["backing_write_queue"]), sorted(&queue));
+        assert_eq!(keys(&device["read_queue"]["wait"]), sorted(&latency));
+        assert!(value["uptime_ms"].is_u64());
         assert!(
             ["rebuilding", "online"].contains(&device["state"].as_str().unwrap()),
             "{device}"

@@ -39,7 +39,7 @@ use larch_object::ObjectVolume;
 
 use serde::{Deserialize, Serialize};
 
-use crate::latency::LatencyHistogram;
+use crate::latency::{IoQueue, LatencyHistogram};
 use crate::lock::RankedMutex;
 
 /// Delay added to each backing-store I/O (microseconds). `max_us > min_us` draws uniformly.
@@ -83,6 +83,13 @@ pub struct BackingStats {
     pub write_latency: LatencyHistogram,
     /// Time of each flush.
     pub flush_latency: LatencyHistogram,
+    /// Reads waiting for an I/O thread (clients' misses and prefetches go to the blocking
+    /// pool) and reads at the store.
+    pub read_queue: Arc<IoQueue>,
+    /// The runs of a TXG's writes waiting for one of the `zfs_vdev_async_write_max_active`
+    /// writers, and runs being written (not for a volume on an object store, whose TXG is
+    /// one commit).
+    pub write_queue: Arc<IoQueue>,
     /// Bytes written with `O_DIRECT` (part of `write_bytes`).
     pub direct_write_bytes: AtomicU64,
     /// Bytes of the aligned buffers kept for the next `O_DIRECT` writes (at most 2 MiB).

@@ -19,10 +19,13 @@ use crate::arc::{ArcCache, ArcSizer, BlockBuf, TRIM_INTERVAL, release_free_memor
 use crate::backing::{BackingStore, ZeroMode};
 use crate::coherence::{Coherence, DistrustSink};
 use crate::error::{DetachError, VolumeTableError, WriteError};
+use crate::events::Events;
 use crate::l2::{CacheDevice, CacheDevices, L2Arc};
 use crate::lock::RankedMutex;
 use crate::read::{Reader, Served};
-use crate::report::{CacheDeviceReport, LatencyReport, LogDeviceReport, RebuildReport};
+use crate::report::{
+    CacheDeviceReport, LatencyReport, LogDeviceReport, QueueReport, RebuildReport,
+};
 use crate::run::{Background, Generations, Lifecycle};
 use crate::stats::{ComputedStats, EngineStats, WriteStats};
 use crate::tunables::Tunables;
@@ -58,6 +61,8 @@ pub struct Engine {
     pub write_stats: Arc<WriteStats>,
     /// The pool's clients' accesses, sampled for its miss-ratio curves.
     pub access_log: crate::mrc::AccessLog,
+    /// What happened to the pool, and when (`larch events`): every part records here.
+    pub events: Arc<Events>,
     life: Arc<Lifecycle>,
     /// The runtime blocking I/O and prefetch run on, when set ([`Engine::run_background_on`]).
     pub(crate) background: Arc<Background>,
@@ -98,10 +103,12 @@ impl Engine {
     pub fn new(arc_max_bytes: u64) -> Arc<Engine> {
         let tunables = Arc::new(crate::tunables::starting(arc_max_bytes));
         let limits = sizing_limits(&tunables);
+        let events = Arc::new(Events::new());
         let shared = Shared {
             arc: Arc::new(ArcCache::new(limits.0, limits.1)),
             coherence: Arc::new(Coherence::new()),
-            volumes: Arc::new(Volumes::default()),
+            volumes: Arc::new(Volumes::new(Arc::clone(&events))),
+            events,
             tunables,
             stats: Arc::new(EngineStats::default()),
             write_stats: Arc::new(WriteStats::default()),
@@ -118,6 +125,7 @@ impl Engine {
             arc,
             coherence,
             volumes,
+            events,
             tunables,
             stats,
             write_stats,
@@ -146,6 +154,7 @@ impl Engine {
             stats,
             write_stats,
             access_log: crate::mrc::AccessLog::new(),
+            events,
             life,
             background,
             syncer: RankedMutex::leaf(Some(syncer)),
@@ -295,6 +304,7 @@ impl Engine {
                     write_bytes: load(&d.io.write_bytes),
                     read_latency: LatencyReport::of(&d.io.read_latency.snapshot()),
                     write_latency: LatencyReport::of(&d.io.write_latency.snapshot()),
+                    read_queue: QueueReport::of(&d.io.read_queue),
                     rebuild: d.rebuild_stats().map(|r| RebuildReport {
                         success: r.l2_rebuild_success,
                         bufs: r.l2_rebuild_bufs,
@@ -359,8 +369,11 @@ impl Engine {
             install_queued_bytes,
             mrc_size: self.mrc_memory_bytes(),
             l2_ndev: devices.len() as u64,
+            events_recorded: self.events.recorded(),
+            events_skipped: self.events.skipped(),
             ..ComputedStats::default()
         };
+        (computed.events_kept, computed.events_bytes) = self.events.kept();
         for r in devices.iter().filter_map(|d| d.rebuild_stats()) {
             computed.l2_rebuild_success += r.l2_rebuild_success;
             computed.l2_rebuild_io_errors += r.l2_rebuild_io_errors;
@@ -627,6 +640,7 @@ struct Shared {
     arc: Arc<ArcCache>,
     coherence: Arc<Coherence>,
     volumes: Arc<Volumes>,
+    events: Arc<Events>,
     tunables: Arc<Tunables>,
     stats: Arc<EngineStats>,
     write_stats: Arc<WriteStats>,
@@ -647,6 +661,7 @@ impl Shared {
             life: Arc::clone(&self.life),
             generations: Arc::clone(&self.generations),
             background: Arc::clone(&self.background),
+            events: Arc::clone(&self.events),
         }
     }
 
@@ -660,6 +675,7 @@ impl Shared {
             write_stats: Arc::clone(&self.write_stats),
             generations: Arc::clone(&self.generations),
             life: Arc::clone(&self.life),
+            events: Arc::clone(&self.events),
         }
     }
 
@@ -687,6 +703,7 @@ impl Shared {
             write_stats: Arc::clone(&self.write_stats),
             life: Arc::clone(&self.life),
             faults: Arc::clone(faults),
+            events: Arc::clone(&self.events),
         }
     }
 }

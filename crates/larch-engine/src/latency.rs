@@ -18,8 +18,9 @@
 //! requires (two counters read one after the other could disagree while records run). The
 //! sum may differ from the buckets by the records in flight during a snapshot.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use larch_policy::buckets::{BUCKETS, PER_OCTAVE, upper_ns as bucket_upper_ns};
 use larch_policy::buckets::{OCTAVES, lower_ns as bucket_lower_ns, of as bucket_of};
@@ -145,9 +146,163 @@ impl LatencySnapshot {
     }
 }
 
+/// The requests of one kind (reads or writes) of one device that wait in larch before
+/// they are issued to the device, and those issued and not yet done: what `larch iostat
+/// -q` shows as `pend` and `activ` (as `zpool iostat -q` shows OpenZFS's vdev queues), and
+/// the times of `-l`: `wait`, from a request's queueing to its issue, and `total`, from its
+/// queueing to its end. The device's own time of a request is its total less its wait, so
+/// the mean of one is the mean of the other less the mean wait, exactly (every request is
+/// in both). Counting is atomic additions only: no lock, on any path.
+#[derive(Debug, Default)]
+pub struct IoQueue {
+    pending: AtomicU64,
+    active: AtomicU64,
+    /// Time from queueing to issue.
+    pub wait: LatencyHistogram,
+    /// Time from queueing to the end.
+    pub total: LatencyHistogram,
+}
+
+impl IoQueue {
+    /// Requests waiting now, and requests issued and not yet done.
+    pub fn depth(&self) -> (u64, u64) {
+        (
+            self.pending.load(Ordering::Relaxed),
+            self.active.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Queues one request: pending until [`Queued::issue`], or until it is dropped.
+    pub fn enter(self: &Arc<Self>) -> Queued {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        Queued {
+            queue: Some(Arc::clone(self)),
+            since: Instant::now(),
+        }
+    }
+
+    /// Queues `n` requests at once (the runs of a TXG's write): each is pending until
+    /// [`QueuedBatch::issue_one`], the rest until the batch is dropped.
+    pub fn enter_batch(self: &Arc<Self>, n: u64) -> QueuedBatch {
+        self.pending.fetch_add(n, Ordering::Relaxed);
+        QueuedBatch {
+            queue: Arc::clone(self),
+            since: Instant::now(),
+            left: AtomicU64::new(n),
+        }
+    }
+
+    fn issued(self: Arc<Self>, since: Instant) -> Active {
+        self.wait.record(since.elapsed());
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+        Active { queue: self, since }
+    }
+}
+
+/// A request waiting in an [`IoQueue`].
+#[derive(Debug)]
+pub struct Queued {
+    /// `None` once issued.
+    queue: Option<Arc<IoQueue>>,
+    since: Instant,
+}
+
+impl Queued {
+    /// The request goes to the device now: active until the returned guard drops.
+    pub fn issue(mut self) -> Active {
+        let queue = self.queue.take().expect("issued once");
+        queue.issued(self.since)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(queue) = &self.queue {
+            queue.pending.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Requests queued together in an [`IoQueue`], issued one at a time by any thread.
+#[derive(Debug)]
+pub struct QueuedBatch {
+    queue: Arc<IoQueue>,
+    since: Instant,
+    left: AtomicU64,
+}
+
+impl QueuedBatch {
+    /// One of the batch's requests goes to the device now (one more than the batch holds
+    /// is issued uncounted as waiting).
+    pub fn issue_one(&self) -> Active {
+        let took = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if !took {
+            self.queue.pending.fetch_add(1, Ordering::Relaxed);
+        }
+        Arc::clone(&self.queue).issued(self.since)
+    }
+}
+
+impl Drop for QueuedBatch {
+    fn drop(&mut self) {
+        let left = self.left.load(Ordering::Relaxed);
+        self.queue.pending.fetch_sub(left, Ordering::Relaxed);
+    }
+}
+
+/// A request at its device: counted active, and timed, until dropped.
+#[derive(Debug)]
+pub struct Active {
+    queue: Arc<IoQueue>,
+    since: Instant,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.queue.total.record(self.since.elapsed());
+        self.queue.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_counts_what_waits_and_what_is_at_the_device() {
+        let queue = Arc::new(IoQueue::default());
+        let a = queue.enter();
+        let b = queue.enter();
+        assert_eq!(queue.depth(), (2, 0));
+        std::thread::sleep(Duration::from_millis(2));
+        let a = a.issue();
+        assert_eq!(queue.depth(), (1, 1));
+        // A request dropped before its issue (its task cancelled) leaves the queue.
+        drop(b);
+        assert_eq!(queue.depth(), (0, 1));
+        drop(a);
+        assert_eq!(queue.depth(), (0, 0));
+        let (wait, total) = (queue.wait.snapshot(), queue.total.snapshot());
+        assert_eq!((wait.count(), total.count()), (1, 1));
+        assert!(wait.sum_ns >= 2_000_000, "{}", wait.sum_ns);
+        assert!(total.sum_ns >= wait.sum_ns);
+
+        let batch = queue.enter_batch(3);
+        assert_eq!(queue.depth(), (3, 0));
+        let one = batch.issue_one();
+        let two = batch.issue_one();
+        assert_eq!(queue.depth(), (1, 2));
+        drop((one, two));
+        // The batch ended early (a write failed): its last run leaves the queue.
+        drop(batch);
+        assert_eq!(queue.depth(), (0, 0));
+        assert_eq!(queue.wait.snapshot().count(), 3);
+        assert_eq!(queue.total.snapshot().count(), 3);
+    }
 
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)

@@ -26,7 +26,8 @@
 //!   library call to the part whose flow it is;
 //! - [`volume`] and [`nbd`]: a volume as clients use it, and served over NBD; [`pool`]
 //!   and [`manage`]: a pool's state directory and its changes; [`tunables`], [`stats`],
-//!   [`report`]: what a user sets and sees.
+//!   [`report`]: what a user sets and sees; [`events`]: what happened to the pool, when
+//!   (`larch events`), recorded by every part through the one `Events` the engine holds.
 //!
 //! # Read path
 //! A read is split into `volblocksize` blocks. For each block: a buffer in the ARC is a
@@ -73,14 +74,18 @@
 //!    leaders and waiters take it alone; never held across I/O; nothing is taken while
 //!    it is held.
 //! 10. leaves — the device list, the volume table, the log device slot, the io_uring
-//!     state, fault notes, thread handles: nothing else is taken while one is held.
+//!     state, fault notes, thread handles, the event log: nothing else is taken while
+//!     one is held. So an event may be recorded with locks of ranks 1 to 8 held, never
+//!     with a leaf's.
 //!
 //! Outside the ranks: the statics of the pool's record files in `pool::records`
 //! (`DISTRUSTED_LOCK`, `L2_SEQUENCES_LOCK`: one read-modify-write of `l2-format` or
 //! `l2-sequences.json` at a time) come after every lock above — the distrust sink takes
 //! its static while the engine holds `feed_io` and the sink's slot (a leaf) — and nothing
-//! is taken while one is held. `l2::uring`'s own mutexes (a ring's submission state, its
-//! pool of aligned buffers) are taken by cache-device reads, which hold no other lock,
+//! is taken while one is held. The event log's save lock (`events::Events::save`) is
+//! taken with no other lock held, before the log's own (a leaf). `l2::uring`'s own
+//! mutexes (a ring's submission state, its pool of aligned buffers) are taken by
+//! cache-device reads, which hold no other lock,
 //! and (the pool's) by the drop of a read's buffer, which may be under a shard's lock when
 //! the ARC evicts the block; they take nothing inside. A thread's own ring needs none.
 //!
@@ -92,6 +97,7 @@ pub mod backing;
 pub mod coherence;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod files;
 pub mod l2;
 pub mod latency;
@@ -117,6 +123,7 @@ pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel, ZeroMode};
 pub use engine::Engine;
 pub use error::{DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError};
+pub use events::{Event, EventKind, Events};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{

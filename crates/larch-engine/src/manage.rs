@@ -20,6 +20,7 @@ use std::sync::MutexGuard;
 
 use larch_format::{DevHeaderPhys, HEADER_SLOT_BYTES};
 
+use crate::events::EventKind;
 use crate::l2::DeviceState;
 use crate::pool::{CONFIG_FILE, CacheDeviceConfig, ConfigLock, Pool, PoolConfig, new_guid};
 use crate::tunables;
@@ -103,6 +104,29 @@ impl Target<'_> {
     }
 }
 
+/// Records what a change did as events ([`crate::events`]): in the running pool's log
+/// (saved by its owner), or straight in the event file of a stopped pool. Every change of
+/// this module records its events here, and so should any other change made to a pool
+/// (a volume's property: [`EventKind::PropertyChanged`]). An event file that cannot be
+/// written is reported and does not undo the change.
+pub fn record_events(target: Target<'_>, kinds: Vec<EventKind>) {
+    match target {
+        Target::Running(pool) => {
+            for kind in kinds {
+                pool.engine.events.record(kind);
+            }
+        }
+        Target::Files(dir) => {
+            if let Err(err) = crate::events::record_in_file(dir, kinds) {
+                eprintln!(
+                    "larch: {}: {err}",
+                    dir.join(crate::events::EVENTS_FILE).display()
+                );
+            }
+        }
+    }
+}
+
 /// Splits `NAME=VALUE` (spaces around either side are ignored).
 pub fn parse_assignment(text: &str) -> Result<(String, String), ManageError> {
     match text.split_once('=') {
@@ -151,12 +175,14 @@ pub fn set_tunables(
             start
         }
     };
+    let before = tunables::values(&scratch);
     if let Some((_, why)) = tunables::apply_in_turn(&scratch, &parsed)
         .into_iter()
         .next()
     {
         return Err(ManageError::Invalid(why));
     }
+    let changed = tunables::change_events(&before, &tunables::values(&scratch));
     for (name, value) in &parsed {
         saved.insert(name.clone(), value.clone());
     }
@@ -171,6 +197,7 @@ pub fn set_tunables(
             "saved, but the running pool refused it: {why}"
         )));
     }
+    record_events(target, changed);
     Ok(saved)
 }
 
@@ -260,6 +287,8 @@ pub fn add_cache_device(
         }
         return Err(err);
     }
+    let device = path.display().to_string();
+    record_events(target, vec![EventKind::CacheDeviceAdded { device }]);
     Ok(format!("cache device {} added", path.display()))
 }
 
@@ -304,6 +333,8 @@ pub fn remove_cache_device(target: Target<'_>, path: &Path) -> Result<String, Ma
             crate::pool::L2_SEQUENCES_FILE
         ))
     })?;
+    let device = path.display().to_string();
+    record_events(target, vec![EventKind::CacheDeviceRemoved { device }]);
     Ok(format!("cache device {} removed", path.display()))
 }
 
@@ -374,6 +405,8 @@ pub fn add_log_device(target: Target<'_>, path: &Path, force: bool) -> Result<St
             )),
         });
     }
+    let device = path.display().to_string();
+    record_events(target, vec![EventKind::LogDeviceAdded { device }]);
     Ok(format!("log device {} added", path.display()))
 }
 
@@ -424,6 +457,8 @@ fn remove_log_device_with(target: Target<'_>, discard: bool) -> Result<String, M
         }
     }
     save(dir, &config)?;
+    let device = removed.path.display().to_string();
+    record_events(target, vec![EventKind::LogDeviceRemoved { device }]);
     Ok(format!("log device {} removed", removed.path.display()))
 }
 

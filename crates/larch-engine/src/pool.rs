@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::backing::{BackingStore, LatencyModel};
 use crate::engine::Engine;
 use crate::error::ConfigError;
+use crate::events::EventKind;
 use crate::volume::Volume;
 use crate::volumes::{CacheMode, SyncMode, VolumeSpec};
 
@@ -172,6 +173,26 @@ fn open_object_backing(
         );
     }
     Ok(BackingStore::on_object(url, vol, v.latency))
+}
+
+/// Records that this node took the lease of the object-store volume `name`, and every
+/// change of that lease from now on, as events.
+fn watch_lease(events: &Arc<crate::Events>, name: &str, vol: &larch_object::ObjectVolume) {
+    events.record(EventKind::LeaseTaken {
+        volume: name.to_string(),
+        token: vol.token(),
+        takeover: vol.taken_over(),
+    });
+    let (events, volume) = (Arc::clone(events), name.to_string());
+    vol.watch_lease(Box::new(move |change| {
+        let volume = volume.clone();
+        events.record(match change {
+            larch_object::LeaseChange::Lost(why) => EventKind::LeaseLost { volume, why },
+            larch_object::LeaseChange::Lapsed => EventKind::LeaseLapsed { volume },
+            larch_object::LeaseChange::Resumed => EventKind::LeaseResumed { volume },
+            larch_object::LeaseChange::Released => EventKind::LeaseReleased { volume },
+        });
+    }));
 }
 
 /// A cache device of a pool, as configured.
@@ -566,6 +587,19 @@ impl Pool {
         let config = PoolConfig::load(state_dir)?;
         config.validate().map_err(io::Error::other)?;
         let engine = Engine::new(config.arc_max_bytes);
+        // Read first: the events of this open (rebuilds begun, leases taken) are numbered
+        // after the file's.
+        let events_file = state_dir.join(crate::events::EVENTS_FILE);
+        match engine.events.open_file(state_dir) {
+            Ok(0) => {}
+            Ok(skipped) => eprintln!(
+                "larch: {}: {skipped} lines skipped (torn or damaged); the file is written \
+                 again without them",
+                events_file.display()
+            ),
+            Err(err) => eprintln!("larch: {}: {err}", events_file.display()),
+        }
+        engine.events.record(EventKind::PoolOpened);
         // Saved tunables apply before any cache device opens: some decide how it opens.
         let refused_tunables = match crate::tunables::load(state_dir) {
             Ok(saved) => crate::tunables::apply(&engine.tunables, &saved),
@@ -693,7 +727,7 @@ impl Pool {
                 sequences.get(&d.guid).copied(),
             );
             changes.note(d.guid, distrust, result.is_ok());
-            {
+            let was_unused = {
                 let mut unused = self
                     .unused_devices
                     .lock()
@@ -701,7 +735,18 @@ impl Pool {
                 match &result {
                     Ok(_) => unused.remove(&d.guid),
                     Err(why) => unused.insert(d.guid, why.clone()),
-                };
+                }
+            };
+            if result.is_ok() {
+                let device = path.display().to_string();
+                self.engine.events.record(match was_unused {
+                    // Listed but not in use (missing or unreadable until now): back.
+                    Some(_) => EventKind::CacheDeviceOnline {
+                        device,
+                        why: "found again when pool.json changed".to_string(),
+                    },
+                    None => EventKind::CacheDeviceAdded { device },
+                });
             }
             match result {
                 Ok(Added {
@@ -736,6 +781,9 @@ impl Pool {
                 self.engine.remove_cache_device(r.index);
                 dropped.push(r.guid);
                 done.push(format!("cache device {} removed", r.path.display()));
+                self.engine.events.record(EventKind::CacheDeviceRemoved {
+                    device: r.path.display().to_string(),
+                });
             }
         }
         // Added devices are recorded at what they reached (a formatted one from its new
@@ -765,7 +813,12 @@ impl Pool {
             && wanted.is_none_or(|w| w.guid != log.guid)
         {
             match self.engine.detach_log() {
-                Ok(_) => done.push(format!("log device {} removed", log.path.display())),
+                Ok(_) => {
+                    done.push(format!("log device {} removed", log.path.display()));
+                    self.engine.events.record(EventKind::LogDeviceRemoved {
+                        device: log.path.display().to_string(),
+                    });
+                }
                 Err(why) => {
                     // Nothing else changes while it holds writes no TXG has synced.
                     done.push(format!(
@@ -783,7 +836,12 @@ impl Pool {
             // A device added at runtime is formatted: a log of the running pool cannot
             // be waiting on it.
             match self.engine.attach_log(&path, config.guid, w.guid, true) {
-                Ok(_) => done.push(format!("log device {} added", path.display())),
+                Ok(_) => {
+                    done.push(format!("log device {} added", path.display()));
+                    self.engine.events.record(EventKind::LogDeviceAdded {
+                        device: path.display().to_string(),
+                    });
+                }
                 Err(err) => done.push(format!("log device not used: {err}")),
             }
         }
@@ -806,7 +864,21 @@ impl Pool {
         if let Err(err) = self.record_l2_sequences() {
             eprintln!("larch: {L2_SEQUENCES_FILE} not written: {err}");
         }
-        close_volumes(&self.volumes)
+        let closed = close_volumes(&self.volumes);
+        self.engine.events.record(EventKind::PoolClosed);
+        self.save_events();
+        closed
+    }
+
+    /// Writes the events recorded since the last save to the pool's event file (see
+    /// [`crate::events`]); a failure is reported, never fatal.
+    pub fn save_events(&self) {
+        if let Err(err) = self.engine.events.save() {
+            eprintln!(
+                "larch: {}: {err}",
+                self.state_dir.join(crate::events::EVENTS_FILE).display()
+            );
+        }
     }
 
     /// Records the header sequence each cache device in use (or faulted) has reached
@@ -842,8 +914,12 @@ fn open_volumes(
     let mut backing_locks = Vec::new();
     for v in &config.volumes {
         let backing = if let Some(url) = v.object_url() {
-            open_object_backing(state_dir, config.guid, v, url)
-                .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?
+            let backing = open_object_backing(state_dir, config.guid, v, url)
+                .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?;
+            if let Some(vol) = backing.object() {
+                watch_lease(&engine.events, &v.name, vol);
+            }
+            backing
         } else {
             let path = resolve(state_dir, &v.backing);
             let lock = lock_backing(&path, v.readonly).map_err(|e| {
@@ -949,6 +1025,43 @@ fn close_volumes(volumes: &[Arc<Volume>]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An object-store volume's lease is an event when taken, and each change after
+    /// (here its release at a clean stop) too.
+    #[test]
+    fn the_lease_of_an_object_volume_is_watched_as_events() {
+        use object_store::ObjectStore;
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let root = larch_object::layout::Root::new(0x1e45, 16 * 4096, 4096, 4);
+        larch_object::create(&store, "vols/a/", "mem://vols/a", &root).unwrap();
+        let vol = larch_object::ObjectVolume::open(
+            store,
+            "vols/a",
+            "mem://vols/a",
+            "node-a",
+            larch_object::LocalState::default(),
+            larch_object::Options::default(),
+            Box::new(|_| Ok(())),
+        )
+        .unwrap();
+        let events = Arc::new(crate::Events::new());
+        watch_lease(&events, "objs", &vol);
+        vol.release().unwrap();
+        let seen: Vec<EventKind> = events.since(0).into_iter().map(|e| e.kind).collect();
+        assert_eq!(
+            seen,
+            [
+                EventKind::LeaseTaken {
+                    volume: "objs".into(),
+                    token: vol.token(),
+                    takeover: false,
+                },
+                EventKind::LeaseReleased {
+                    volume: "objs".into()
+                },
+            ]
+        );
+    }
 
     /// A state file that cannot be written leaves no temporary file behind (a tester's
     /// finding: on a full file system, `analytics.bin.tmp` and `failed-volumes.json.tmp`

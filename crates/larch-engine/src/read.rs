@@ -149,8 +149,11 @@ impl Reader {
     ) -> Option<Bytes> {
         let vol = Arc::clone(vol);
         let stats = Arc::clone(&self.stats);
+        // Waiting from here until an I/O thread of the blocking pool takes it.
+        let queued = vol.backing.stats.read_queue.enter();
         self.background
             .spawn_blocking(move || {
+                let _active = queued.issue();
                 let mut buf = vec![0u8; psize];
                 vol.read_block_into(block, &mut buf, CLIENT_READ_ATTEMPTS, &stats.backing_reads)
                     .ok()?;

@@ -18,6 +18,10 @@ pub struct PoolReport {
     pub pool: String,
     /// The pool's guid.
     pub pool_guid: u64,
+    /// Milliseconds since the pool was opened: the span of every counter of the report
+    /// (they all start at 0 then), which `larch iostat`'s first report averages over.
+    #[serde(default)]
+    pub uptime_ms: u64,
     /// Its volumes, in configuration order.
     pub volumes: Vec<VolumeReport>,
     /// Its cache devices, in the order they were added.
@@ -112,6 +116,13 @@ pub struct VolumeReport {
     pub backing_write_latency: LatencyReport,
     /// Time of backing-store flushes.
     pub backing_flush_latency: LatencyReport,
+    /// Backing-store reads waiting for an I/O thread, and at the store.
+    #[serde(default)]
+    pub backing_read_queue: QueueReport,
+    /// The runs of TXG writes waiting for a writer, and being written (none for a volume
+    /// on an object store: its TXG is one commit).
+    #[serde(default)]
+    pub backing_write_queue: QueueReport,
     /// Bytes clients read.
     pub read_bytes: u64,
     /// Bytes clients wrote (write-zeroes included).
@@ -244,6 +255,10 @@ pub struct CacheDeviceReport {
     pub read_latency: LatencyReport,
     /// Time of feed batches.
     pub write_latency: LatencyReport,
+    /// Block reads waiting to be issued (for an I/O thread when not through io_uring),
+    /// and at the device.
+    #[serde(default)]
+    pub read_queue: QueueReport,
     /// What its rebuild found, once it ended.
     pub rebuild: Option<RebuildReport>,
 }
@@ -309,6 +324,33 @@ pub struct LatencyReport {
     pub buckets: Vec<u64>,
 }
 
+/// A queue of requests in larch before their device ([`crate::latency::IoQueue`]): how
+/// many wait and how many are at the device now, and the times of those that ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// Requests waiting to be issued now.
+    pub pending: u64,
+    /// Requests issued and not yet done now.
+    pub active: u64,
+    /// Time from queueing to issue.
+    pub wait: LatencyReport,
+    /// Time from queueing to the end (the device's own time is this less `wait`).
+    pub total: LatencyReport,
+}
+
+impl QueueReport {
+    /// The report of `queue` now.
+    pub fn of(queue: &crate::latency::IoQueue) -> QueueReport {
+        let (pending, active) = queue.depth();
+        QueueReport {
+            pending,
+            active,
+            wait: LatencyReport::of(&queue.wait.snapshot()),
+            total: LatencyReport::of(&queue.total.snapshot()),
+        }
+    }
+}
+
 impl LatencyReport {
     /// The report of a snapshot.
     pub fn of(s: &LatencySnapshot) -> LatencyReport {
@@ -369,6 +411,8 @@ impl Pool {
                     backing_read_latency: LatencyReport::of(&s.read_latency.snapshot()),
                     backing_write_latency: LatencyReport::of(&s.write_latency.snapshot()),
                     backing_flush_latency: LatencyReport::of(&s.flush_latency.snapshot()),
+                    backing_read_queue: QueueReport::of(&s.read_queue),
+                    backing_write_queue: QueueReport::of(&s.write_queue),
                     read_bytes: load(&v.frontend.read_bytes),
                     write_bytes: load(&v.frontend.write_bytes),
                     read_arc_latency: LatencyReport::of(&v.frontend.read_arc.snapshot()),
@@ -382,6 +426,7 @@ impl Pool {
         PoolReport {
             pool: self.config.name.clone(),
             pool_guid: self.config.guid,
+            uptime_ms: engine.now_ms(),
             volumes,
             cache_devices: engine.device_reports(),
             unused_cache_devices: self

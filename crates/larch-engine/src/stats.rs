@@ -167,6 +167,10 @@ stats! {
         l2_rebuild_bufs: Counter, "entries rebuilds restored";
         l2_rebuild_size: Gauge in Bytes, "bytes of the entries the cache devices' rebuilds restored";
         l2_rebuild_log_blks: Counter, "log blocks rebuilds read";
+        events_kept: Gauge, "events the pool's event log holds in memory, at most 1,000 (`larch events`; larch's)";
+        events_bytes: Gauge in Bytes, "bytes of the events held in memory, as JSON (larch's)";
+        events_recorded: Counter, "events recorded since the pool was opened (larch's)";
+        events_skipped: Counter, "lines of the event file skipped when it was read at open: torn or damaged (larch's)";
     }
 }
 

@@ -462,6 +462,33 @@ pub fn apply_in_turn(tunables: &Tunables, list: &[(String, String)]) -> Vec<(Str
         .collect()
 }
 
+/// The events of a change of the tunables from `before` to `after` (values by name, as
+/// [`values`] gives them): a flip of the L2ARC switch for `l2arc_enabled`, a tunable
+/// change for each other one whose value differs.
+pub fn change_events(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> Vec<crate::events::EventKind> {
+    use crate::events::EventKind;
+    after
+        .iter()
+        .filter_map(|(name, &value)| {
+            let &previous = before.get(name).filter(|&&p| p != value)?;
+            Some(if name == "l2arc_enabled" {
+                EventKind::L2arcSwitch {
+                    enabled: value != 0,
+                }
+            } else {
+                EventKind::TunableChanged {
+                    name: name.clone(),
+                    value: format_value(name, value),
+                    previous: format_value(name, previous),
+                }
+            })
+        })
+        .collect()
+}
+
 /// A copy of `tunables`' current values, to try changes on.
 pub fn scratch_copy(tunables: &Tunables) -> Tunables {
     let copy = Tunables::default();
@@ -474,6 +501,36 @@ pub fn scratch_copy(tunables: &Tunables) -> Tunables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_are_a_switch_flip_or_a_tunable_change_each() {
+        use crate::events::EventKind;
+        let t = Tunables::default();
+        let before = values(&t);
+        assert!(change_events(&before, &values(&t)).is_empty());
+        set(&t, "l2arc_enabled", "0").unwrap();
+        set(&t, "l2arc_write_max", "64M").unwrap();
+        // Set to what it was: no change.
+        set(
+            &t,
+            "l2arc_noprefetch",
+            &before["l2arc_noprefetch"].to_string(),
+        )
+        .unwrap();
+        let mut events = change_events(&before, &values(&t));
+        events.sort_by_key(|e| e.class());
+        assert_eq!(
+            events,
+            [
+                EventKind::L2arcSwitch { enabled: false },
+                EventKind::TunableChanged {
+                    name: "l2arc_write_max".into(),
+                    value: "64M".into(),
+                    previous: format_value("l2arc_write_max", before["l2arc_write_max"]),
+                },
+            ]
+        );
+    }
 
     #[test]
     fn set_parses_checks_and_reports() {

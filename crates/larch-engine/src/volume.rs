@@ -115,6 +115,7 @@ pub struct Volume {
 impl Volume {
     /// The volume of `entry` (registered with `engine`), named `name`.
     pub fn new(name: String, entry: Arc<VolumeEntry>, engine: Arc<Engine>) -> Volume {
+        entry.set_name(&name);
         Volume {
             name,
             frontend: FrontendStats::default(),

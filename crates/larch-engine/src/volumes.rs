@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backing::BackingStore;
 use crate::error::{RecordError, VolumeTableError};
+use crate::events::{EventKind, Events};
 use crate::l2::index::{MAX_BLOCK, VOLUME_SLOTS};
 use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
@@ -42,6 +43,10 @@ pub struct VolumeEntry {
     any_lost: AtomicBool,
     /// Its partial-block writes waiting for their block's read.
     pub(crate) partials: crate::txg::partial::table::Partials,
+    /// Its name, once its `Volume` gave it one (events name the volume by it).
+    name: std::sync::OnceLock<String>,
+    /// Where its failure is recorded as an event.
+    events: Arc<Events>,
 }
 
 impl VolumeEntry {
@@ -80,10 +85,35 @@ impl VolumeEntry {
 
     /// Marks the volume failed (the first reason stays).
     pub(crate) fn fail(&self, why: &str) {
+        if self.set_failure(why) {
+            self.events.record(EventKind::VolumeFailed {
+                volume: self.name(),
+                why: why.to_string(),
+            });
+        }
+    }
+
+    /// Marks the volume failed with `why` unless it failed already; whether it did now.
+    fn set_failure(&self, why: &str) -> bool {
         let mut failure = self.failure.lock();
-        if failure.is_none() {
+        let first = failure.is_none();
+        if first {
             *failure = Some(why.to_string());
         }
+        first
+    }
+
+    /// Its name: what its `Volume` named it, else its guid.
+    pub fn name(&self) -> String {
+        self.name
+            .get()
+            .cloned()
+            .unwrap_or_else(|| format!("{:016x}", self.info.guid))
+    }
+
+    /// Names the volume (once: a later name is ignored).
+    pub(crate) fn set_name(&self, name: &str) {
+        let _ = self.name.set(name.to_string());
     }
 
     /// Records blocks whose acknowledged writes never reached the backing store.
@@ -148,6 +178,8 @@ impl std::fmt::Debug for FailureRecorder {
 pub struct Volumes {
     table: RankedRwLock<Table>,
     failures: FailureRecorder,
+    /// The pool's events, where volume failures go.
+    events: Arc<Events>,
 }
 
 #[derive(Debug, Default)]
@@ -157,6 +189,14 @@ struct Table {
 }
 
 impl Volumes {
+    /// An empty table whose volumes record their failures in `events`.
+    pub fn new(events: Arc<Events>) -> Volumes {
+        Volumes {
+            events,
+            ..Volumes::default()
+        }
+    }
+
     /// Registers a volume over `backing` and returns its entry. Refused: a guid already
     /// registered, more than [`VOLUME_SLOTS`] volumes, a volume with more blocks than an
     /// index key holds, a block size of 0.
@@ -200,6 +240,8 @@ impl Volumes {
             lost: RankedMutex::leaf(HashSet::new()),
             any_lost: AtomicBool::new(false),
             partials: crate::txg::partial::table::Partials::default(),
+            name: std::sync::OnceLock::new(),
+            events: Arc::clone(&self.events),
         });
         table.by_slot.push(Arc::clone(&entry));
         table.by_guid.insert(spec.guid, slot);
@@ -241,7 +283,8 @@ impl Volumes {
     pub fn restore_failure(&self, failure: &VolumeFailure) -> Result<(), VolumeTableError> {
         let vol =
             (self.by_guid(failure.guid)).ok_or(VolumeTableError::UnknownFailed(failure.guid))?;
-        vol.fail(&failure.why);
+        // Not an event: the failure happened in an earlier run, which recorded it.
+        vol.set_failure(&failure.why);
         // Blocks past the end (a backing store made smaller since) cannot be read anyway.
         let blocks = vol.info.blocks();
         vol.lose(failure.lost.iter().copied().filter(|&b| b < blocks));

@@ -344,6 +344,10 @@ pub struct ObjectVolume {
     stop: Arc<AtomicBool>,
     /// The counters.
     pub stats: Arc<ObjectStats>,
+    /// Told of every change of the lease after open ([`ObjectVolume::watch_lease`]).
+    lease_watcher: std::sync::OnceLock<LeaseWatcher>,
+    /// Whether the lease has lapsed with no renewal answered (as the renewer saw it last).
+    lapsed: AtomicBool,
     /// Run once by the next flush before it takes the commit lock: lets a test stop a flush
     /// there, where a thread can be preempted, while other threads write and commit.
     #[cfg(test)]
@@ -584,6 +588,24 @@ pub fn create(
     made
 }
 
+/// A change of a volume's lease after it was taken, as [`ObjectVolume::watch_lease`]
+/// reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// Another node wrote the root: this node serves the volume no more (why says which).
+    Lost(String),
+    /// The lease ran out with no renewal answered: not served until one is.
+    Lapsed,
+    /// A renewal was answered after the lease had lapsed: served again.
+    Resumed,
+    /// This node gave the lease up (a clean stop).
+    Released,
+}
+
+/// What [`ObjectVolume::watch_lease`] calls; it must not block (it runs on the lease's
+/// renewer thread, and on whichever thread finds the volume lost).
+pub type LeaseWatcher = Box<dyn Fn(LeaseChange) + Send + Sync>;
+
 /// How many times [`create`] puts a root whose PUT failed without landing.
 const CREATE_ATTEMPTS: u32 = 3;
 
@@ -666,6 +688,8 @@ impl ObjectVolume {
             cleanups: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
+            lease_watcher: std::sync::OnceLock::new(),
+            lapsed: AtomicBool::new(false),
             #[cfg(test)]
             before_commit_lock: Mutex::new(None),
         });
@@ -692,6 +716,39 @@ impl ObjectVolume {
     /// This run's fencing token.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// Whether another node committed to the volume since this node's last run that did
+    /// (this open took it over: this node's cached copies of it are not trusted).
+    pub fn taken_over(&self) -> bool {
+        self.stale_after != u64::MAX
+    }
+
+    /// Calls `watcher` with every change of the lease from now on (the first call wins; a
+    /// later one is ignored).
+    pub fn watch_lease(&self, watcher: LeaseWatcher) {
+        let _ = self.lease_watcher.set(watcher);
+    }
+
+    fn lease_changed(&self, change: LeaseChange) {
+        if let Some(watcher) = self.lease_watcher.get() {
+            watcher(change);
+        }
+    }
+
+    /// The renewer's look after a renewal (`renewed`: answered): tells the watcher when
+    /// the lease lapsed, and when it is renewed again after that.
+    fn note_renewal(&self, renewed: bool) {
+        if renewed {
+            if self.lapsed.swap(false, Ordering::AcqRel) {
+                self.lease_changed(LeaseChange::Resumed);
+            }
+            return;
+        }
+        let over = Instant::now() >= *self.lease_until.lock().expect("lease lock");
+        if over && !self.stop.load(Ordering::Acquire) && !self.lapsed.swap(true, Ordering::AcqRel) {
+            self.lease_changed(LeaseChange::Lapsed);
+        }
     }
 
     /// The last commit.
@@ -1603,8 +1660,16 @@ impl ObjectVolume {
     /// Marks the volume lost (every request gets EIO from now on, and the renewals and
     /// the collection of garbage stop); returns the error to give.
     fn fence(&self, why: String) -> io::Error {
-        *self.lost.lock().expect("lost lock") = Some(why.clone());
+        let first = self
+            .lost
+            .lock()
+            .expect("lost lock")
+            .replace(why.clone())
+            .is_none();
         self.stop.store(true, Ordering::Release);
+        if first {
+            self.lease_changed(LeaseChange::Lost(why.clone()));
+        }
         io::Error::other(why)
     }
 
@@ -1685,6 +1750,8 @@ impl ObjectVolume {
             root.lease.owner.clear();
             root.lease.expires_ms = 0;
         })?;
+        drop(state);
+        self.lease_changed(LeaseChange::Released);
         Ok(())
     }
 
@@ -2102,6 +2169,7 @@ fn spawn_renewer(volume: &Arc<ObjectVolume>) {
                 // A failed renewal is tried again at the next tick; the lease lapses (and
                 // the volume stops serving) only if none succeeds before it ends.
                 let retry = volume.renew().is_err();
+                volume.note_renewal(!retry);
                 next = Instant::now() + if retry { every / 4 } else { every };
             }
         })

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use larch_object::layout::{self, Root, Version};
-use larch_object::{LocalState, ObjectVolume, Options};
+use larch_object::{LeaseChange, LocalState, ObjectVolume, Options};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
@@ -800,6 +800,7 @@ fn a_fenced_node_cannot_commit_or_read() {
         ..short_lease()
     };
     let va = a.open(&store, opts).unwrap();
+    let a_saw = watch(&va);
     va.write_at(&[1u8; BS], 0).unwrap();
     va.flush().unwrap();
     // Someone rewrites the root behind A's back (an operator's forced takeover): B opens
@@ -813,6 +814,9 @@ fn a_fenced_node_cannot_commit_or_read() {
         s.put(&p, PutPayload::from(root.encode())).await.unwrap();
     });
     let vb = b.open(&store, opts).unwrap();
+    assert!(vb.taken_over(), "A committed since B's last run");
+    assert!(!va.taken_over());
+    let b_saw = watch(&vb);
     vb.write_at(&[2u8; BS], 0).unwrap();
     vb.flush().unwrap();
     va.write_at(&[3u8; BS], 0).unwrap();
@@ -827,6 +831,45 @@ fn a_fenced_node_cannot_commit_or_read() {
     vb.read_at(&mut buf, 0).unwrap();
     assert_eq!(buf, vec![2u8; BS], "the fenced node's write never landed");
     vb.release().unwrap();
+    // A's watcher heard of the loss once (its later failed requests say nothing new),
+    // and B's of the release.
+    let a_saw = a_saw.lock().unwrap().clone();
+    assert!(
+        matches!(&a_saw[..], [LeaseChange::Lost(why)] if why.contains("no longer holds its lease")),
+        "{a_saw:?}"
+    );
+    assert_eq!(*b_saw.lock().unwrap(), [LeaseChange::Released]);
+}
+
+/// The changes of `vol`'s lease, as its watcher hears them.
+fn watch(vol: &ObjectVolume) -> Arc<Mutex<Vec<LeaseChange>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = Arc::clone(&seen);
+    vol.watch_lease(Box::new(move |change| into.lock().unwrap().push(change)));
+    seen
+}
+
+/// Renewals that fail until the lease runs out: the watcher hears it lapse, once, and
+/// resume once a renewal is answered again.
+#[test]
+fn a_lease_that_lapses_and_comes_back_is_told_to_its_watcher() {
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let vol = Node::new("node-a").open(&store, short_lease()).unwrap();
+    let seen = watch(&vol);
+    faults.fail_root_puts.store(usize::MAX, Ordering::Relaxed);
+    wait_for("the lease to lapse", || !seen.lock().unwrap().is_empty());
+    assert!(vol.unusable().is_some_and(|why| why.contains("lapsed")));
+    // Still failing: no second word of it.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(*seen.lock().unwrap(), [LeaseChange::Lapsed]);
+    faults.fail_root_puts.store(0, Ordering::Relaxed);
+    wait_for("a renewal", || seen.lock().unwrap().len() == 2);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [LeaseChange::Lapsed, LeaseChange::Resumed]
+    );
+    assert_eq!(vol.unusable(), None);
+    vol.release().unwrap();
 }
 
 /// A store of `size` bytes in objects of `object_blocks` blocks: the store itself, and

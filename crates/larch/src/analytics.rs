@@ -281,13 +281,17 @@ fn from_file(
             path.display()
         );
     }
-    // The whole file, whatever bound the daemon had. `load` marks a restart at the time it
-    // is given; at time 0 that event is outside every range, as nothing restarted here.
-    let (recorder, warning) = Recorder::load(state_dir, u64::MAX, 0);
+    // The whole file, whatever bound the daemon had.
+    let (mut recorder, warning) = Recorder::load(state_dir, u64::MAX);
     if let Some(warning) = warning {
         // The loader's words are the daemon's, which sets a bad file aside and starts anew.
         let why = warning.trim_end_matches("; starting a new history");
         bail!("the saved history cannot be read: {why}");
+    }
+    // The pool's events, as the daemon marks them (an event file that cannot be read
+    // leaves the export without them).
+    if let Ok(found) = larch_engine::events::read_file(state_dir) {
+        recorder.restore_events(&found.events);
     }
     let known = recorder
         .catalog()

@@ -35,6 +35,7 @@ mod arcstat;
 mod cache;
 mod demo;
 mod dump;
+mod events;
 mod files;
 mod generate;
 mod get;
@@ -98,8 +99,14 @@ enum Command {
     Status(status::StatusArgs),
     /// Print arcstat-style lines (reads, hit ratios, ARC and L2 sizes) of a running pool.
     Arcstat(arcstat::ArcstatArgs),
-    /// Print operations and bandwidth per backing store and cache device of a running pool.
+    /// Print operations and bandwidth of a running pool's devices, as `zpool iostat` does:
+    /// the averages since it opened, then per interval; -v per device, -l wait times, -q
+    /// queue depths.
     Iostat(iostat::IostatArgs),
+    /// List what happened to a pool, with times, as `zpool events` does: cache devices
+    /// faulted and back, L2ARC rebuilds, switch flips, tunable and property changes, log
+    /// devices, stalled TXGs, failed volumes, leases; -f follows.
+    Events(events::EventsArgs),
     /// The Analytics page: its address (with the token), and its history as CSV or JSON.
     #[command(subcommand)]
     Analytics(analytics::AnalyticsCommand),
@@ -167,6 +174,7 @@ fn main() -> ExitCode {
         Some(Command::Get(args)) => get::run(args),
         Some(Command::Arcstat(args)) => arcstat::run(args),
         Some(Command::Iostat(args)) => iostat::run(args),
+        Some(Command::Events(args)) => events::run(args),
         Some(Command::Analytics(cmd)) => analytics::run(cmd),
         Some(Command::Size(args)) => size::run(*args),
         Some(Command::Advise(args)) => advise::run(*args),

@@ -395,10 +395,12 @@ mod tests {
                 state_dir: dir.clone(),
             });
             let iostat = crate::iostat::run(crate::iostat::IostatArgs {
-                interval: 1,
+                interval: Some(1),
                 count: Some(1),
                 state_dir: dir.clone(),
+                verbose: false,
                 latency: false,
+                queues: false,
             });
             for outcome in [arcstat, iostat] {
                 let err = outcome.expect_err("ran on a stopped daemon's status");

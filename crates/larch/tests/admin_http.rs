@@ -522,7 +522,7 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
         }
     });
     std::thread::sleep(Duration::from_millis(500));
-    let out = larch(&state, &["iostat", "-l", "1", "2"]);
+    let out = larch(&state, &["iostat", "-v", "-l", "1", "2"]);
     succeeded(&out, "larch iostat -l");
     succeeded(&reader.join().unwrap(), "fio");
     let text = stdout(&out);
@@ -534,8 +534,9 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
         text.contains("total_wait") && text.contains("p99_wait"),
         "{text}"
     );
-    // The second report: vol0's backing store and the cache device. Whichever served the
-    // reads shows their waits; one with no reads shows "-".
+    // The second report (the first is the averages since the start): vol0's backing store
+    // and the cache device. Whichever served the reads shows their waits (total, disk,
+    // queue, p99); one with no reads shows "-".
     let report = text.split("\n\n").nth(1).expect("two reports");
     let mut reads = 0;
     for name in ["vol0", "cache0.img"] {
@@ -544,12 +545,11 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
             .find(|l| l.trim_start().starts_with(name))
             .unwrap_or_else(|| panic!("no {name} row: {text}"))
             .split_whitespace()
-            .filter(|c| *c != "(cache)")
             .collect();
-        assert_eq!(row.len(), 9, "{text}");
+        assert_eq!(row.len(), 13, "{text}");
         let n: u64 = row[1].parse().unwrap();
         reads += n;
-        for wait in [row[5], row[7]] {
+        for wait in [row[5], row[7], row[9], row[11]] {
             if n >= 10 {
                 assert!(wait.ends_with('s'), "{name}: read wait {wait:?}: {text}");
             } else if n == 0 {
@@ -563,6 +563,129 @@ fn latency_histograms_fill_from_nbd_reads_and_show_in_metrics_status_and_iostat(
         plain.contains("bandwidth") && !plain.contains("total_wait"),
         "{plain}"
     );
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value columns of the line of `report` whose name (its text before the columns) is
+/// `name`.
+fn columns<'a>(report: &'a str, name: &str) -> Vec<&'a str> {
+    report
+        .lines()
+        .find(|l| l.split("  ").find(|s| !s.is_empty()) == Some(name))
+        .unwrap_or_else(|| panic!("no line {name:?} in:\n{report}"))
+        .split_whitespace()
+        .skip(1)
+        .collect()
+}
+
+/// Each form of `larch iostat` against a daemon whose clients read and write: one report
+/// of the averages since the start without an interval, that and more with one, the tree
+/// with -v, the waits with -l and the queue depths with -q.
+#[test]
+fn iostat_forms_against_a_daemon_serving_reads_and_writes() {
+    require("nbdcopy");
+    require("fio");
+    let dir = scratch("iostat");
+    let state = dir.join("pool");
+    let daemon = Daemon::start(&state);
+    succeeded(&larch(&state, &["set", "zfs_txg_timeout=1"]), "larch set");
+    let image = dir.join("image");
+    std::fs::write(&image, pattern(16 << 20, 9)).unwrap();
+    let out = Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(&image)
+        .arg(daemon.uri())
+        .output()
+        .unwrap();
+    succeeded(&out, "nbdcopy");
+    let client = std::thread::spawn({
+        let uri = daemon.uri();
+        move || {
+            Command::new("fio")
+                .args([
+                    "--name=mixed",
+                    "--ioengine=nbd",
+                    &format!("--uri={uri}"),
+                    "--rw=randrw",
+                    "--rwmixread=70",
+                    "--bs=16k",
+                    "--size=16M",
+                    "--iodepth=8",
+                    "--time_based",
+                    "--runtime=8",
+                ])
+                .output()
+                .unwrap()
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let reports = |text: &str| text.matches("operations").count();
+
+    // No interval: one report, the pool's line, of everything since the start (the
+    // image nbdcopy wrote reached the backing store).
+    let out = larch(&state, &["iostat"]);
+    succeeded(&out, "larch iostat");
+    let text = stdout(&out);
+    assert_eq!(reports(&text), 1, "{text}");
+    let pool = columns(&text, "demo");
+    assert_eq!(pool.len(), 4, "{text}");
+    assert!(
+        pool[1].parse::<u64>().unwrap() > 0,
+        "no writes since the start: {text}"
+    );
+    assert!(!text.contains("vol0"), "{text}");
+
+    // An interval and a count: that report, then one per interval, the count in all.
+    let out = larch(&state, &["iostat", "1", "3"]);
+    succeeded(&out, "larch iostat 1 3");
+    assert_eq!(reports(&stdout(&out)), 3, "{}", stdout(&out));
+
+    // -v: the pool, its backing store, its cache device under `cache`; no log device.
+    let text = stdout(&larch(&state, &["iostat", "-v"]));
+    let names: Vec<&str> = text
+        .lines()
+        .skip(3)
+        .filter(|l| !l.is_empty() && !l.starts_with('-'))
+        .map(|l| l.split("   ").next().unwrap().trim_end())
+        .collect();
+    assert_eq!(names, ["demo", "  vol0", "cache", "  cache0.img"], "{text}");
+    assert!(!text.contains("logs"), "{text}");
+
+    // -l over an interval of reads and writes: vol0's reads wait in a queue for an I/O
+    // thread, so total, disk and queue times show; its writes go through the TXG's
+    // writers (a queue too); every wait has a unit or is "-".
+    let out = larch(&state, &["iostat", "-v", "-l", "1", "2"]);
+    succeeded(&out, "larch iostat -v -l");
+    let text = stdout(&out);
+    for group in ["total_wait", "disk_wait", "queue_wait", "p99_wait"] {
+        assert!(text.contains(group), "{group}: {text}");
+    }
+    let second = text.split("\n\n").nth(1).expect("two reports");
+    let vol0 = columns(second, "vol0");
+    assert_eq!(vol0.len(), 12, "{second}");
+    for wait in &vol0[4..] {
+        assert!(*wait == "-" || wait.ends_with('s'), "{wait}: {second}");
+    }
+    let cache = columns(second, "cache0.img");
+    assert_eq!(cache[9], "-", "feeds have no queue: {second}");
+
+    // -q: pending and active requests, numbers where larch has a queue, "-" where not.
+    let out = larch(&state, &["iostat", "-v", "-q"]);
+    succeeded(&out, "larch iostat -q");
+    let text = stdout(&out);
+    assert!(text.contains("readq") && text.contains("writeq"), "{text}");
+    let vol0 = columns(&text, "vol0");
+    assert_eq!(vol0.len(), 8, "{text}");
+    for depth in &vol0[4..] {
+        depth
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("{depth}: {text}"));
+    }
+    let cache = columns(&text, "cache0.img");
+    cache[4].parse::<u64>().unwrap();
+    assert_eq!(&cache[6..], ["-", "-"], "{text}");
+    succeeded(&client.join().unwrap(), "fio");
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

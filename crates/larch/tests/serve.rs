@@ -324,13 +324,16 @@ fn data_round_trips_and_the_l2arc_comes_back_warm_after_a_restart() {
         "{metrics}"
     );
     let iostat = larch()
-        .args(["iostat", "1", "1", "--state-dir"])
+        .args(["iostat", "-v", "--state-dir"])
         .arg(&state)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&iostat.stdout);
     assert!(
-        iostat.status.success() && text.contains("vol0") && text.contains("cache0.img (cache)"),
+        iostat.status.success()
+            && text.contains("\n  vol0 ")
+            && text.contains("\ncache ")
+            && text.contains("\n  cache0.img "),
         "{text}"
     );
     assert!(metrics.contains("larch_backing_reads_total{volume=\"vol0\"}"));

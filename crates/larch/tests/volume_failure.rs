@@ -5,7 +5,8 @@
 //!
 //! The failure is real: the daemon runs with a file-size limit (`prlimit --fsize`, and
 //! SIGXFSZ ignored so that the write returns EFBIG instead of killing the process), so its
-//! writes past the limit into the backing file fail in the kernel.
+//! writes past the limit into the backing file fail in the kernel. The failure is one
+//! `volume.fail` event (`larch events`), not repeated when a restart restores it.
 
 mod common;
 use common::{Daemon, larch, require, run_ok, scratch};
@@ -70,6 +71,24 @@ fn volume_status(state: &Path) -> serde_json::Value {
     json["volumes"][0].clone()
 }
 
+/// The `volume.fail` events `larch events` lists.
+fn volume_failures(dir: &str) -> Vec<serde_json::Value> {
+    let out = larch()
+        .args(["events", "--json", "--state-dir", dir])
+        .output()
+        .expect("run larch events");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["class"] == "volume.fail")
+        .collect()
+}
+
 #[test]
 fn a_failed_volume_stays_failed_across_a_restart_until_cleared() {
     require("prlimit");
@@ -118,6 +137,17 @@ fn a_failed_volume_stays_failed_across_a_restart_until_cleared() {
     let recorded = std::fs::read_to_string(state.join("failed-volumes.json"))
         .expect("the failure is recorded in the state directory");
     assert!(recorded.contains(&(HIGH / BLOCK).to_string()), "{recorded}");
+    // And it is an event, once.
+    let failures = volume_failures(&dir);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0]["volume"], "vol0");
+    assert!(
+        failures[0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("File too large"),
+        "{failures:?}"
+    );
 
     // 2. Restarted with no limit: still failed. The store holds zeros at HIGH, but the
     // write acknowledged there was lost, so the read fails rather than step back in time.
@@ -149,6 +179,8 @@ fn a_failed_volume_stays_failed_across_a_restart_until_cleared() {
     assert!(!out.status.success(), "cleared while the pool is served");
     let status = daemon.stop();
     assert!(status.success(), "larch serve exited with {status}");
+    // Restored from the record, not failed anew: no second event (all saved at the stop).
+    assert_eq!(volume_failures(&dir).len(), 1);
 
     // 3. Cleared: the loss is accepted, the block reads as the store's bytes, writes work.
     let out = larch()

@@ -26,6 +26,7 @@ use larch_l2::{CreateOptions, Geometry, L2Device, RebuildStats};
 use crate::arc::ArcCache;
 use crate::coherence::{Coherence, Tombstone};
 use crate::error::{DistrustError, device_error};
+use crate::events::{EventKind, Events};
 use crate::latency::LatencyHistogram;
 use crate::lock::{Rank, RankedGuard, RankedMutex, RankedRwLock};
 use crate::run::{Background, Generations, Lifecycle};
@@ -80,6 +81,9 @@ pub struct DeviceIo {
     pub read_latency: LatencyHistogram,
     /// Time of each feed batch: its writes and the log commit.
     pub write_latency: LatencyHistogram,
+    /// Block reads waiting to be issued (for an I/O thread, when they do not go through
+    /// io_uring), and reads at the device.
+    pub read_queue: Arc<crate::latency::IoQueue>,
 }
 
 /// The writer of a cache device: the ring and log of `larch-l2` over the device.
@@ -419,6 +423,7 @@ pub(crate) struct L2Arc {
     pub(crate) life: Arc<Lifecycle>,
     pub(crate) generations: Arc<Generations>,
     pub(crate) background: Arc<Background>,
+    pub(crate) events: Arc<Events>,
 }
 
 impl L2Arc {
@@ -592,6 +597,10 @@ impl L2Arc {
             "larch: cache device {} faulted: {why}",
             device.path.display()
         );
+        self.events.record(EventKind::CacheDeviceFaulted {
+            device: device.path.display().to_string(),
+            why: why.clone(),
+        });
         *device.fault.lock() = Some(why);
         device.set_state(DeviceState::Faulted);
         device.drop_writer();

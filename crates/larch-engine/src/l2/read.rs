@@ -11,6 +11,7 @@ use larch_l2::{CopyRef, ReadError};
 
 use super::index::L2Loc;
 use super::{CacheDevice, L2Arc};
+use crate::latency::Queued;
 
 /// What reading a cached copy gave.
 #[derive(Debug)]
@@ -123,10 +124,15 @@ impl L2Arc {
         copy.check_range(geometry)?;
         let size = copy.size_bytes as usize;
         let len = copy.read_len(geometry);
+        // Queued until it is submitted to io_uring or an I/O thread takes it; a read that
+        // io_uring could not take goes on to the thread as the same request.
+        let mut queued = Some(device.io.read_queue.enter());
+        let mut active = None;
         let reader = self
             .devices
             .uring_reader(self.tunables.l2arc_io_uring(), self.background.runtime());
         if let Some(reader) = reader {
+            active = queued.take().map(Queued::issue);
             match reader.read(device.dev(), copy.daddr, len).await {
                 Ok(Some(mut bytes)) => {
                     larch_l2::verify_copy(copy, &bytes)?;
@@ -155,7 +161,10 @@ impl L2Arc {
         let (device, geometry, copy) = (Arc::clone(device), *geometry, *copy);
         let read = self
             .background
-            .spawn_blocking(move || larch_l2::read_copy(&**device.dev(), &geometry, &copy))
+            .spawn_blocking(move || {
+                let _active = active.or_else(|| queued.map(Queued::issue));
+                larch_l2::read_copy(&**device.dev(), &geometry, &copy)
+            })
             .await
             .map_err(|e| {
                 ReadError::Io(IoError::Os {

@@ -37,6 +37,7 @@ use super::index::{self, DeviceIndex, KeySet, PushFront, Tally, flags_of};
 use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
+use crate::events::EventKind;
 use crate::volumes::VolumeEntry;
 
 /// Entries met between two looks at the index's memory cap.
@@ -461,6 +462,10 @@ impl L2Arc {
     /// online. Entries of blocks written since the rebuild began, and entries past the
     /// index's memory cap, are tombstoned instead, in the commit that ends the rebuild.
     pub(crate) fn rebuild_device(&self, device: &Arc<CacheDevice>, pool_guid: u64) {
+        let began = std::time::Instant::now();
+        self.events.record(EventKind::RebuildStarted {
+            device: device.path.display().to_string(),
+        });
         let (geometry, header) = match self.rebuild_geometry(device, pool_guid) {
             Ok(found) => found,
             Err(why) => {
@@ -530,6 +535,7 @@ impl L2Arc {
             stats.l2_rebuild_size = 0;
             stats.l2_rebuild_asize = 0;
             *device.rebuild.lock() = Some(stats);
+            self.record_rebuild_end(device, &stats, began);
             device.rebuild_index_bytes.store(0, Ordering::Relaxed);
             let why = format!("rebuild stopped before the end of its log: {}", end.stop);
             self.end_rebuild_faulted(device, why);
@@ -539,8 +545,28 @@ impl L2Arc {
         // The tables are built before the gate is taken: that is most of the indexing.
         restore.build_tables();
         if self.install_rebuilt(device, restore, writer, end) {
+            if let Some(stats) = device.rebuild_stats() {
+                self.record_rebuild_end(device, &stats, began);
+            }
             self.end_rebuild_commit(device);
         }
+    }
+
+    /// Records the end of a device's rebuild, begun at `began`, with what it found.
+    fn record_rebuild_end(
+        &self,
+        device: &CacheDevice,
+        stats: &larch_l2::RebuildStats,
+        began: std::time::Instant,
+    ) {
+        self.events.record(EventKind::RebuildEnded {
+            device: device.path.display().to_string(),
+            success: stats.l2_rebuild_success > 0,
+            blocks: stats.l2_rebuild_bufs,
+            log_blocks: stats.l2_rebuild_log_blks,
+            errors: stats.l2_rebuild_io_errors + stats.l2_rebuild_cksum_lb_errors,
+            ms: began.elapsed().as_millis() as u64,
+        });
     }
 
     /// Puts a rebuilt index and its writer in use, under the gate: no write changes a
@@ -699,6 +725,11 @@ impl L2Arc {
             "larch: cache device {}: back in use, empty (its log was emptied)",
             device.path.display()
         );
+        self.events.record(EventKind::CacheDeviceOnline {
+            device: device.path.display().to_string(),
+            why: "back in use, empty (its log was emptied after its rebuild stopped early)"
+                .to_string(),
+        });
     }
 
     /// A rebuild that could not finish: the device is faulted and its log emptied, since

@@ -48,6 +48,7 @@ use crate::arc::{ArcCache, BlockBuf, index_key};
 use crate::backing::ZeroMode;
 use crate::coherence::{Coherence, Tombstone};
 use crate::error::WriteError;
+use crate::events::Events;
 use crate::lock::{Rank, RankedGuard, RankedMutex};
 use crate::run::{Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
@@ -110,6 +111,7 @@ pub(crate) struct TxgParts {
     pub(crate) write_stats: Arc<WriteStats>,
     pub(crate) generations: Arc<Generations>,
     pub(crate) life: Arc<Lifecycle>,
+    pub(crate) events: Arc<Events>,
 }
 
 /// The TXG engine: the open and syncing TXGs' state shared by writers and the syncer,
@@ -158,6 +160,7 @@ impl Txg {
                 parts.volumes,
                 Arc::clone(&parts.coherence),
                 Arc::clone(&parts.write_stats),
+                parts.events,
             ),
             arc: parts.arc,
             coherence: parts.coherence,

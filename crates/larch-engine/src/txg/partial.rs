@@ -413,6 +413,8 @@ impl PartialWrites {
             // Looked at after the read: a TXG that fails meanwhile marks its blocks lost
             // before it drops them from the ARC, so a block whose newest write it lost is
             // seen here and not merged over the store's older bytes.
+            // Read by the merge thread itself: issued as soon as queued.
+            let _active = vol.backing.stats.read_queue.enter().issue();
             (vol.read_block_into(block, &mut buf, READ_ATTEMPTS, &self.stats.backing_reads))
                 .map_err(|e| e.to_string())
                 .and_then(|()| {

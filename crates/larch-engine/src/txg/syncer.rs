@@ -14,6 +14,7 @@ use crate::arc::ArcCache;
 use crate::backing::BackingStore;
 use crate::coherence::Coherence;
 use crate::error::{DistrustError, SyncError};
+use crate::events::{Events, StallWatch};
 use crate::l2::{CacheDevice, DeviceState, L2Arc};
 use crate::run::Lifecycle;
 use crate::stats::WriteStats;
@@ -41,23 +42,31 @@ pub(crate) struct Syncer {
     pub(crate) life: Arc<Lifecycle>,
     #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     pub(crate) faults: Arc<Faults>,
+    pub(crate) events: Arc<Events>,
 }
 
 impl Syncer {
     /// The syncer thread's loop: waits for a reason to sync, then syncs the open TXG.
-    /// Returns at shutdown, after syncing what is dirty.
+    /// Returns at shutdown, after syncing what is dirty. Stalled TXGs are recorded as
+    /// events by the rule of [`StallWatch`].
     pub(crate) fn run(&self) {
+        let started = Instant::now();
+        let clock_ms = || started.elapsed().as_millis() as u64;
+        let mut stalls = StallWatch::default();
         loop {
             let mut inner = self.txg.lock();
             loop {
-                let timeout = Duration::from_secs(self.tunables.zfs_txg_timeout());
-                let due = inner.open_since.elapsed() >= timeout;
+                let timeout_s = self.tunables.zfs_txg_timeout();
+                let due = inner.open_since.elapsed() >= Duration::from_secs(timeout_s);
                 let stopping = self.life.is_shutting_down();
                 if inner.sync_requested || stopping || (due && !inner.open.is_empty()) {
                     break;
                 }
                 if due {
                     inner.open_since = Instant::now();
+                }
+                if let Some(over) = stalls.quiet(clock_ms(), timeout_s) {
+                    self.events.record(over);
                 }
                 inner = self.txg.wait(inner, Duration::from_millis(50));
             }
@@ -70,7 +79,20 @@ impl Syncer {
             inner.open_since = Instant::now();
             inner.sync_requested = false;
             drop(inner);
+            let syncing = Instant::now();
             let result = self.sync_txg(txg, &blocks);
+            let stalled = stalls.txg_synced(
+                clock_ms(),
+                txg,
+                syncing.elapsed().as_millis() as u64,
+                self.tunables.zfs_txg_timeout(),
+                self.write_stats
+                    .dmu_tx_dirty_over_max
+                    .load(Ordering::Relaxed),
+            );
+            if let Some(stall) = stalled {
+                self.events.record(stall);
+            }
             let mut inner = self.txg.lock();
             inner.dirty_bytes -= bytes;
             inner.synced_txg = txg;
@@ -297,11 +319,14 @@ fn write_runs(
     let backing = &vol.backing;
     let offset = |block: u64| vol.info.offset_of(block);
     let workers = max_active.min(runs.len());
+    // Every run waits for a writer from here (`larch iostat -q`'s write queue).
+    let queued = backing.stats.write_queue.enter_batch(runs.len() as u64);
+    let write = |run: &[(u64, &DirtyBlock)]| {
+        let _active = queued.issue_one();
+        write_run(backing, offset(run[0].0), run)
+    };
     if workers <= 1 {
-        return runs
-            .iter()
-            .map(|run| write_run(backing, offset(run[0].0), run))
-            .sum();
+        return runs.iter().map(|run| write(run)).sum();
     }
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
@@ -315,7 +340,7 @@ fn write_runs(
             let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
                 break;
             };
-            match write_run(backing, offset(run[0].0), run) {
+            match write(run) {
                 Ok(n) => written += n,
                 Err(err) => {
                     failed.store(true, Ordering::Relaxed);

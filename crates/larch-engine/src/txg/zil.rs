@@ -17,6 +17,7 @@ use bytes::Bytes;
 use super::Txg;
 use crate::coherence::Coherence;
 use crate::error::{DetachError, RecordError, WriteError, device_error};
+use crate::events::{EventKind, Events};
 use crate::latency::LatencyHistogram;
 use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
@@ -79,13 +80,25 @@ pub struct LogHandle {
     /// uses it (`crate::files::lock_device`), until it is detached or the engine shuts
     /// down. `None` for a block device or a device given in process.
     file_lock: RankedMutex<Option<std::fs::File>>,
+    /// Where its fault is recorded as an event.
+    events: Arc<Events>,
 }
 
 impl LogHandle {
     fn fail(&self, why: String) {
-        let mut fault = self.fault.lock();
-        if fault.is_none() {
-            *fault = Some(why);
+        let first = {
+            let mut fault = self.fault.lock();
+            let first = fault.is_none();
+            if first {
+                *fault = Some(why.clone());
+            }
+            first
+        };
+        if first {
+            self.events.record(EventKind::LogDeviceFaulted {
+                device: self.path.display().to_string(),
+                why,
+            });
         }
     }
 
@@ -147,6 +160,7 @@ pub(crate) struct IntentLog {
     volumes: Arc<Volumes>,
     coherence: Arc<Coherence>,
     write_stats: Arc<WriteStats>,
+    events: Arc<Events>,
 }
 
 impl IntentLog {
@@ -154,6 +168,7 @@ impl IntentLog {
         volumes: Arc<Volumes>,
         coherence: Arc<Coherence>,
         write_stats: Arc<WriteStats>,
+        events: Arc<Events>,
     ) -> IntentLog {
         IntentLog {
             slot: RankedRwLock::leaf(None),
@@ -162,6 +177,7 @@ impl IntentLog {
             volumes,
             coherence,
             write_stats,
+            events,
         }
     }
 
@@ -384,6 +400,7 @@ impl IntentLog {
             draining: AtomicBool::new(false),
             commit_latency: LatencyHistogram::new(),
             file_lock: RankedMutex::leaf(file_lock),
+            events: Arc::clone(&self.events),
         });
         *self.slot.write() = Some(handle);
         inner.sync_requested = true;

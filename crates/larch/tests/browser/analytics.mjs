@@ -8,7 +8,8 @@
 // the charts hold data; the front end's heat map has counts below 200 µs (ARC hits) and at
 // the injected latency (misses); hovering a heat-map cell shows its count and bounds; the
 // L2ARC switch stops L2 hits and resumes them (from the page's numbers and from /status);
-// the console has no errors. Prints what it saw as JSON; exits 1 with the reason when a
+// the pool's events are marks on the charts, and hovering one shows it; the console has no
+// errors. Prints what it saw as JSON; exits 1 with the reason when a
 // check fails.
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
@@ -188,6 +189,33 @@ try {
   check(readsWhileOff > 0, "no reads at all while the switch was off (the test proves nothing)");
   seen.flipMarked = await page.evaluate(() => larchPage.events().some((e) => e.kind === "switch"));
   check(seen.flipMarked, "the flip is not an event on the charts");
+
+  // The pool's events are marks on the charts: the flip, the daemon's start and the cache
+  // device added before it (each with its short label); hovering a mark shows the event.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const marks = await until(() => page.evaluate(() => {
+    const m = larchPage.eventMarks(0);
+    return m.some((x) => x.kind === "switch") ? m : null;
+  }), 10000);
+  seen.marks = marks && marks.map((m) => m.kind + ": " + m.label);
+  if (check(marks !== null, "the first chart marks no flip of the switch")) {
+    check(marks.some((m) => m.kind === "restart"), "the daemon's start is not marked");
+    check(marks.some((m) => m.kind === "cache.add" && m.label === "cache added"),
+      "the cache device added before the start is not marked: " + seen.marks.join(", "));
+    const flip = marks.filter((m) => m.kind === "switch").pop();
+    let tip = null;
+    for (const dx of [0, -1, 1, -2, 2]) {
+      await page.mouse.move(flip.x + dx, (flip.top + flip.bottom) / 2);
+      tip = await page.evaluate(() => larchPage.tooltip());
+      if (tip && tip.event) break;
+    }
+    seen.eventTip = tip && { kind: tip.event.kind, text: await page.textContent("#tooltip") };
+    if (check(tip && tip.event && tip.event.kind === "switch", "hovering the flip's mark shows no event")) {
+      check(/L2ARC off/.test(seen.eventTip.text) && /l2arc_enabled=0/.test(seen.eventTip.text),
+        "the flip's tooltip does not say what it was: " + seen.eventTip.text);
+    }
+    await page.mouse.move(5, 5);
+  }
 
   // On again: L2 hits resume from what the devices hold.
   await page.click("#l2switch");
