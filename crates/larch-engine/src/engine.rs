@@ -412,6 +412,18 @@ impl Engine {
         self.reader.read_block_served(vol, block, prefetch).await
     }
 
+    /// Reads blocks `blocks` of a volume, the misses from the backing store in runs of
+    /// neighbouring blocks (see `Reader::read_run`): each block's bytes (`None`: the
+    /// backing store failed) and where it came from, in block order.
+    pub async fn read_run(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: std::ops::Range<u64>,
+        prefetch: bool,
+    ) -> Vec<(Option<Bytes>, Served)> {
+        self.reader.read_run(vol, blocks, prefetch).await
+    }
+
     /// Writes whole blocks of a volume (see `Txg::write_blocks`): returns when the
     /// write may be acknowledged: at once for an async write, once durable for a sync
     /// one (`fua`, or the volume's `sync=always`; never with `sync=disabled`). Blocking.

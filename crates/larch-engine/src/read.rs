@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 
 pub use crate::arc::Served;
 use crate::arc::{ArcCache, InFlight, Lookup, index_key};
 use crate::l2::L2Arc;
+use crate::l2::index::L2Loc;
 use crate::l2::read::L2Read;
 use crate::run::{Background, Generations};
 use crate::stats::EngineStats;
@@ -35,6 +37,27 @@ pub(crate) struct Reader {
     pub(crate) tunables: Arc<Tunables>,
     pub(crate) generations: Arc<Generations>,
     pub(crate) background: Arc<Background>,
+}
+
+/// A block a read leads (its lookup missed and no one else reads it): the flight its
+/// waiters wait on, the generation it will have, where a cache device holds it, and the
+/// access the read makes.
+struct Led {
+    block: u64,
+    flight: Arc<InFlight>,
+    generation: u64,
+    l2: Option<L2Loc>,
+    access: larch_policy::Access,
+}
+
+/// What one lookup of a block found.
+enum Looked {
+    /// Its answer: a hit, or a block past the end or lost (`None`).
+    Done((Option<Bytes>, Served)),
+    /// Another read of it is in flight.
+    Wait(Arc<InFlight>),
+    /// This read leads.
+    Lead(Led),
 }
 
 impl Reader {
@@ -56,97 +79,195 @@ impl Reader {
         block: u64,
         prefetch: bool,
     ) -> (Option<Bytes>, Served) {
+        loop {
+            match self.look(vol, block, prefetch) {
+                Looked::Done(answer) => return answer,
+                Looked::Wait(flight) => {
+                    if let Some(answer) = flight.wait().await {
+                        return answer;
+                    }
+                    // Its leader gave up: look again (and maybe lead).
+                }
+                Looked::Lead(led) => {
+                    let mut answers = self.read_led(vol, vec![led]).await;
+                    return answers.pop().expect("one answer per block led");
+                }
+            }
+        }
+    }
+
+    /// Reads blocks `blocks` of a volume (a client's read of several blocks, a prefetch):
+    /// as [`Reader::read_block_served`] reads each, except that the misses no cache
+    /// device holds are read from the backing store in runs of neighbouring blocks, one
+    /// read per run of at most [`BackingStore::read_run_bytes`] (ZFS aggregates
+    /// neighbouring reads of a vdev the same way), the runs and the cache-device reads in
+    /// parallel. Answers in block order.
+    ///
+    /// [`BackingStore::read_run_bytes`]: crate::backing::BackingStore::read_run_bytes
+    pub(crate) async fn read_run(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        blocks: std::ops::Range<u64>,
+        prefetch: bool,
+    ) -> Vec<(Option<Bytes>, Served)> {
+        let mut answers: Vec<Option<(Option<Bytes>, Served)>> = Vec::new();
+        let mut waits = Vec::new();
+        let mut led = Vec::new();
+        for (i, block) in blocks.clone().enumerate() {
+            answers.push(None);
+            match self.look(vol, block, prefetch) {
+                Looked::Done(answer) => answers[i] = Some(answer),
+                Looked::Wait(flight) => waits.push((i, block, flight)),
+                Looked::Lead(l) => led.push((i, l)),
+            }
+        }
+        let (places, led): (Vec<usize>, Vec<Led>) = led.into_iter().unzip();
+        for (i, answer) in places.into_iter().zip(self.read_led(vol, led).await) {
+            answers[i] = Some(answer);
+        }
+        for (i, block, flight) in waits {
+            answers[i] = Some(match flight.wait().await {
+                Some(answer) => answer,
+                None => Box::pin(self.read_block_served(vol, block, prefetch)).await,
+            });
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every block answered"))
+            .collect()
+    }
+
+    /// One lookup of `block` (one hold of its shard's lock).
+    fn look(&self, vol: &VolumeEntry, block: u64, prefetch: bool) -> Looked {
         let info = &vol.info;
         if block >= info.blocks() {
-            return (None, Served::Arc);
+            return Looked::Done((None, Served::Arc));
         }
         if vol.is_lost(block) {
-            return (None, Served::Backing);
+            return Looked::Done((None, Served::Backing));
         }
         let key = info.key(block);
         // Built once: the lookup gives it the block's generation; the install after a
         // read takes that, and the drain that applies it the time the block enters the
         // ARC.
         let access = self.arc.access_of(info, key, 0, prefetch);
-        let (flight, generation, l2) = loop {
-            let lookup = self
-                .arc
-                .shard(&key)
-                .lookup(access, || self.generations.fresh());
-            match lookup {
-                Lookup::Hit(buf) => return (Some(buf), Served::Arc),
-                Lookup::Wait(flight) => {
-                    self.stats.iohits.fetch_add(1, Ordering::Relaxed);
-                    if let Some(result) = flight.wait().await {
-                        return result;
-                    }
-                    // Its leader gave up: look again (and maybe lead).
-                }
-                Lookup::Lead {
-                    flight,
-                    generation,
-                    l2,
-                } => break (flight, generation, l2),
+        match (self.arc.shard(&key)).lookup(access, || self.generations.fresh()) {
+            Lookup::Hit(buf) => Looked::Done((Some(buf), Served::Arc)),
+            Lookup::Wait(flight) => {
+                self.stats.iohits.fetch_add(1, Ordering::Relaxed);
+                Looked::Wait(flight)
             }
-        };
-        // Should this future be dropped before the read ends (its client went away), the
-        // flight leaves the table and its waiters read the block themselves.
+            Lookup::Lead {
+                flight,
+                generation,
+                l2,
+            } => Looked::Lead(Led {
+                block,
+                flight,
+                generation,
+                l2,
+                access,
+            }),
+        }
+    }
+
+    /// Reads the blocks this read leads: each copy a cache device holds from there
+    /// (verified, see [`crate::l2::read`]), the rest, and those whose copies failed, from
+    /// the backing store in runs; then every flight ends and its block is queued to enter
+    /// the ARC. Answers in the order of `led`.
+    async fn read_led(
+        &self,
+        vol: &Arc<VolumeEntry>,
+        led: Vec<Led>,
+    ) -> Vec<(Option<Bytes>, Served)> {
+        // Should this future be dropped before the reads end (its client went away), the
+        // flights leave the table and their waiters read the blocks themselves.
         let leading = Leading {
             arc: &self.arc,
-            key,
-            flight: &flight,
+            led: &led,
         };
-        let psize = info.block_len(block);
-        let mut data = None;
-        let mut served = Served::L2;
-        let mut count_miss = true;
-        // The L2ARC switch off: the copy stays indexed, unread.
+        let info = &vol.info;
+        // The L2ARC switch off: the copies stay indexed, unread.
         let l2_enabled = self.tunables.l2arc_enabled();
-        if let Some(loc) = l2.filter(|_| l2_enabled) {
-            match self.l2.read_l2(&key, index_key(&key), psize, loc).await {
-                L2Read::Hit(bytes) => data = Some(bytes),
+        let l2_reads = led.iter().map(|l| async move {
+            let loc = l.l2.filter(|_| l2_enabled)?;
+            let key = info.key(l.block);
+            let psize = info.block_len(l.block);
+            Some(self.l2.read_l2(&key, index_key(&key), psize, loc).await)
+        });
+        let l2_answers = join_all(l2_reads).await;
+        let mut data: Vec<Option<Bytes>> = Vec::with_capacity(led.len());
+        let mut served = Vec::with_capacity(led.len());
+        let mut from_backing = Vec::new();
+        for (i, answer) in l2_answers.into_iter().enumerate() {
+            let count_miss = match answer {
+                Some(L2Read::Hit(bytes)) => {
+                    data.push(Some(bytes));
+                    served.push(Served::L2);
+                    continue;
+                }
                 // The copy failed, or the ring wrote over it during the read; either is
                 // counted: the backing store has the block.
-                L2Read::BadCopy | L2Read::Evicted => count_miss = false,
-                L2Read::Unavailable => {}
-            }
-        }
-        if data.is_none() {
+                Some(L2Read::BadCopy | L2Read::Evicted) => false,
+                Some(L2Read::Unavailable) | None => true,
+            };
             if count_miss && l2_enabled && self.l2.devices.any_in_use() {
                 self.stats.l2_misses.fetch_add(1, Ordering::Relaxed);
             }
-            data = self.read_backing(vol, block, psize).await;
-            served = Served::Backing;
+            data.push(None);
+            served.push(Served::Backing);
+            from_backing.push(i);
         }
-        // Looked at again after the read: a TXG that failed meanwhile marked its blocks
-        // lost before dropping them from the ARC (which made this lookup miss), and the
-        // bytes just read are then older than a write it acknowledged. They are neither
-        // served nor cached.
-        if data.is_some() && vol.is_lost(block) {
-            data = None;
+        let runs = runs_of(&led, &from_backing, info, vol.backing.read_run_bytes());
+        let run_reads = runs.iter().map(|run| {
+            let first = led[run[0]].block;
+            let lens = run.iter().map(|&i| info.block_len(led[i].block)).collect();
+            self.read_backing(vol, first, lens)
+        });
+        for (run, read) in runs.iter().zip(join_all(run_reads).await) {
+            if let Some(blocks) = read {
+                for (&i, bytes) in run.iter().zip(blocks) {
+                    data[i] = Some(bytes);
+                }
+            }
         }
         std::mem::forget(leading);
-        let access = larch_policy::Access {
-            generation,
-            now_ms: self.arc.now_ms(),
-            ..access
-        };
-        // Queued before the flight completes: a lookup after that finds the bytes in the
-        // ARC (it applies the install first), never a flight that left nothing behind.
-        self.arc
-            .finish_read(access, Arc::clone(&flight), data.clone());
-        flight.complete(data.clone(), served);
-        (data, served)
+        let now_ms = self.arc.now_ms();
+        led.into_iter()
+            .zip(data.into_iter().zip(served))
+            .map(|(l, (mut data, served))| {
+                // Looked at again after the read: a TXG that failed meanwhile marked its
+                // blocks lost before dropping them from the ARC (which made the lookup
+                // miss), and the bytes just read are then older than a write it
+                // acknowledged. They are neither served nor cached.
+                if data.is_some() && vol.is_lost(l.block) {
+                    data = None;
+                }
+                let access = larch_policy::Access {
+                    generation: l.generation,
+                    now_ms,
+                    ..l.access
+                };
+                // Queued before the flight completes: a lookup after that finds the bytes
+                // in the ARC (it applies the install first), never a flight that left
+                // nothing behind.
+                self.arc
+                    .finish_read(access, Arc::clone(&l.flight), data.clone());
+                l.flight.complete(data.clone(), served);
+                (data, served)
+            })
+            .collect()
     }
 
-    /// Reads a block from its volume's backing store on the blocking pool, into a buffer
-    /// of exactly the block's size (it may enter the ARC).
+    /// Reads blocks `first..` (of the sizes `lens`) from their volume's backing store in
+    /// one read on the blocking pool, each into a buffer of exactly its size (it may enter
+    /// the ARC).
     async fn read_backing(
         &self,
         vol: &Arc<VolumeEntry>,
-        block: u64,
-        psize: usize,
-    ) -> Option<Bytes> {
+        first: u64,
+        lens: Vec<usize>,
+    ) -> Option<Vec<Bytes>> {
         let vol = Arc::clone(vol);
         let stats = Arc::clone(&self.stats);
         // Waiting from here until an I/O thread of the blocking pool takes it.
@@ -154,10 +275,11 @@ impl Reader {
         self.background
             .spawn_blocking(move || {
                 let _active = queued.issue();
-                let mut buf = vec![0u8; psize];
-                vol.read_block_into(block, &mut buf, CLIENT_READ_ATTEMPTS, &stats.backing_reads)
+                let mut bufs: Vec<Vec<u8>> = lens.into_iter().map(|n| vec![0u8; n]).collect();
+                let attempts = CLIENT_READ_ATTEMPTS;
+                vol.read_blocks_into(first, &mut bufs, attempts, &stats.backing_reads)
                     .ok()?;
-                Some(Bytes::from(buf))
+                Some(bufs.into_iter().map(Bytes::from).collect())
             })
             .await
             .ok()
@@ -165,18 +287,44 @@ impl Reader {
     }
 }
 
-/// A read led by a future that may be dropped before it ends (see
-/// [`Reader::read_block_served`]); forgotten once the read is finished.
+/// The blocks of `led` at the places `from_backing` (in block order) cut into runs of
+/// neighbouring blocks of at most `max_bytes` (at least one block each).
+fn runs_of(
+    led: &[Led],
+    from_backing: &[usize],
+    info: &crate::volumes::VolumeInfo,
+    max_bytes: u64,
+) -> Vec<Vec<usize>> {
+    let max_blocks = (max_bytes / u64::from(info.block_bytes).max(1)).max(1) as usize;
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for &i in from_backing {
+        match runs.last_mut() {
+            Some(run)
+                if run.len() < max_blocks
+                    && led[*run.last().expect("runs are not empty")].block + 1 == led[i].block =>
+            {
+                run.push(i)
+            }
+            _ => runs.push(vec![i]),
+        }
+    }
+    runs
+}
+
+/// Reads led by a future that may be dropped before they end (see
+/// [`Reader::read_led`]); forgotten once the reads are finished.
 struct Leading<'a> {
     arc: &'a ArcCache,
-    key: larch_policy::BlockKey,
-    flight: &'a Arc<InFlight>,
+    led: &'a [Led],
 }
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        self.arc.shard(&self.key).end_flight(&self.key, self.flight);
-        self.flight.abandon();
+        for l in self.led {
+            let key = l.access.key;
+            self.arc.shard(&key).end_flight(&key, &l.flight);
+            l.flight.abandon();
+        }
     }
 }
 
@@ -191,6 +339,50 @@ mod tests {
 
     const BLOCK: u64 = 8192;
     const BLOCKS: u64 = 64;
+
+    /// A run's misses are read from the backing store together: one read per run of
+    /// neighbouring blocks, cut at blocks the ARC holds and at blocks a cache device holds
+    /// (read from there), each block exactly its bytes.
+    #[test]
+    fn a_runs_misses_are_read_in_runs_of_neighbouring_blocks() {
+        let engine = Engine::new(16 << 20);
+        engine.tunables.set("l2arc_io_uring", "0").unwrap();
+        let VolumeAndCache {
+            vol,
+            device,
+            runtime,
+            ..
+        } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
+        // Block 3 in the ARC; block 6 only on the cache device.
+        runtime.block_on(engine.read_block(&vol, 3, false)).unwrap();
+        runtime.block_on(engine.read_block(&vol, 6, false)).unwrap();
+        engine.feed_once(&device, 1 << 20);
+        let key = vol.info.key(6);
+        engine.arc.shard(&key).with_policy(|arc, actions| {
+            assert!(arc.remove(&key, actions));
+        });
+        let reads = || vol.backing.stats.reads.load(Ordering::Relaxed);
+        let before = reads();
+        let answers = runtime.block_on(engine.read_run(&vol, 0..10, false));
+        // 0-2, 4-5 and 7-9 from the store: three reads.
+        assert_eq!(reads() - before, 3);
+        let served: Vec<Served> = answers.iter().map(|(_, s)| *s).collect();
+        use Served::{Arc as A, Backing as B, L2};
+        assert_eq!(served, [B, B, B, A, B, B, L2, B, B, B]);
+        for (b, (data, _)) in answers.iter().enumerate() {
+            assert_eq!(
+                data.as_deref(),
+                Some(&contents(b as u64, BLOCK)[..]),
+                "block {b}"
+            );
+        }
+        // All of them are in the ARC now: no read.
+        let before = reads();
+        let again = runtime.block_on(engine.read_run(&vol, 0..10, false));
+        assert!(again.iter().all(|(_, s)| *s == Served::Arc));
+        assert_eq!(reads(), before);
+        engine.shutdown();
+    }
 
     /// An L2 hit takes its shard's lock once (it took it twice: to find the copy, then to
     /// put the bytes in the ARC), and so does the ARC hit that follows it, with no second

@@ -591,11 +591,18 @@ impl Volume {
         let Some(range) = range else {
             return sequential;
         };
-        for block in range.start..range.end.min(self.entry.info.blocks()) {
+        // A task per run of blocks the backing store reads at once (its misses are read
+        // together, see `Engine::read_run`).
+        let end = range.end.min(self.entry.info.blocks());
+        let run_blocks = (self.entry.backing.read_run_bytes() / bs).max(1);
+        let mut first = range.start;
+        while first < end {
+            let run = first..(first + run_blocks).min(end);
+            first = run.end;
             let engine = Arc::clone(&self.engine);
             let entry = Arc::clone(&self.entry);
             self.engine.background.spawn(async move {
-                engine.read_block(&entry, block, true).await;
+                engine.read_run(&entry, run, true).await;
             });
         }
         sequential
@@ -624,18 +631,13 @@ impl Volume {
                 .await;
             return Ok((vec![data.ok_or_else(|| failed(block))?], served));
         }
-        let mut tasks = Vec::new();
-        for block in blocks.clone() {
-            let engine = Arc::clone(&self.engine);
-            let entry = Arc::clone(&self.entry);
-            tasks.push(tokio::spawn(async move {
-                engine.read_block_served(&entry, block, prefetch).await
-            }));
-        }
-        let mut out = Vec::with_capacity(tasks.len());
+        // One run: the hits at once, the cache-device copies in parallel, the misses from
+        // the backing store in reads of neighbouring blocks.
+        let run = *blocks.start()..*blocks.end() + 1;
+        let answers = self.engine.read_run(&self.entry, run, prefetch).await;
+        let mut out = Vec::with_capacity(answers.len());
         let mut slowest = Served::Arc;
-        for (block, task) in blocks.zip(tasks) {
-            let (data, served) = task.await.unwrap_or((None, Served::Backing));
+        for (block, (data, served)) in blocks.zip(answers) {
             out.push(data.ok_or_else(|| failed(block))?);
             slowest = slowest.max(served);
         }

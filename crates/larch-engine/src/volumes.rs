@@ -50,24 +50,24 @@ pub struct VolumeEntry {
 }
 
 impl VolumeEntry {
-    /// Reads `block` from the backing store into `buf` (exactly the block's bytes),
-    /// trying `attempts` times, 100 ms, 200 ms... apart, and counting every try in
-    /// `counted` (`backing_reads`). The engine's one backing-store read of a block; its
-    /// callers state how often they try: a client's read once (the client sees EIO at
-    /// once and may retry itself, and a slow retry would hold its request), a partial
-    /// write's merge three times (writes already acknowledged depend on it, and its
-    /// failure fails the volume). Blocking.
-    pub(crate) fn read_block_into(
+    /// Reads blocks `first..` from the backing store into `bufs` (one per block, each
+    /// exactly its block's bytes) in one read, trying `attempts` times, 100 ms, 200 ms...
+    /// apart, and counting every try in `counted` (`backing_reads`). The engine's one
+    /// backing-store read of blocks; its callers state how often they try: a client's read
+    /// (and a prefetch) once (the client sees EIO at once and may retry itself, and a slow
+    /// retry would hold its request), a partial write's merge three times (writes already
+    /// acknowledged depend on it, and its failure fails the volume). Blocking.
+    pub(crate) fn read_blocks_into(
         &self,
-        block: u64,
-        buf: &mut [u8],
+        first: u64,
+        bufs: &mut [Vec<u8>],
         attempts: u32,
         counted: &std::sync::atomic::AtomicU64,
     ) -> io::Result<()> {
         let mut tried = 0;
         loop {
             counted.fetch_add(1, Ordering::Relaxed);
-            let Err(err) = self.backing.read_at(buf, self.info.offset_of(block)) else {
+            let Err(err) = (self.backing).read_blocks_at(bufs, self.info.offset_of(first)) else {
                 return Ok(());
             };
             tried += 1;

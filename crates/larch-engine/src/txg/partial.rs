@@ -415,15 +415,20 @@ impl PartialWrites {
             // seen here and not merged over the store's older bytes.
             // Read by the merge thread itself: issued as soon as queued.
             let _active = vol.backing.stats.read_queue.enter().issue();
-            (vol.read_block_into(block, &mut buf, READ_ATTEMPTS, &self.stats.backing_reads))
-                .map_err(|e| e.to_string())
-                .and_then(|()| {
-                    if vol.is_lost(block) {
-                        Err("a failed TXG lost its newest acknowledged write".to_string())
-                    } else {
-                        Ok(())
-                    }
-                })
+            (vol.read_blocks_into(
+                block,
+                std::slice::from_mut(&mut buf),
+                READ_ATTEMPTS,
+                &self.stats.backing_reads,
+            ))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                if vol.is_lost(block) {
+                    Err("a failed TXG lost its newest acknowledged write".to_string())
+                } else {
+                    Ok(())
+                }
+            })
         };
         // Applying: no piece joins it from here on, so its reservation is final.
         let (pieces, reserved) = {
