@@ -905,14 +905,34 @@ impl ObjectVolume {
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_usable()?;
         let spans = self.spans(offset, buf.len(), io::ErrorKind::UnexpectedEof)?;
+        let blocks = self.current_blocks(spans.iter().map(|&(block, ..)| block))?;
+        for ((_, from, to, at), data) in spans.into_iter().zip(blocks) {
+            buf[at..at + (to - from)].copy_from_slice(&data[from..to]);
+        }
+        Ok(())
+    }
+
+    /// Blocks `first..first + count`, whole (zero-padded past the volume's end), read as
+    /// [`ObjectVolume::read_at`] reads them: slices of the GETs' buffers, with no copy.
+    pub fn read_blocks(&self, first: u64, count: u64) -> io::Result<Vec<Bytes>> {
+        self.check_usable()?;
+        let end = first.saturating_add(count);
+        if end > self.size_bytes().div_ceil(self.block_bytes()) {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.current_blocks(first..end)
+    }
+
+    /// The current bytes of `blocks` (ascending): staged ones from memory, taken under
+    /// one hold of their lock, the others fetched in runs of neighbouring blocks of one
+    /// object ([`ObjectVolume::fetch_runs`]).
+    fn current_blocks(&self, blocks: impl Iterator<Item = u64>) -> io::Result<Vec<Bytes>> {
         let per_object = u64::from(self.geometry.object_blocks);
-        // Staged blocks are taken once, under one hold of their lock; the rest are
-        // fetched in runs.
-        let mut from_memory: Vec<Option<Bytes>> = Vec::with_capacity(spans.len());
+        let mut from_memory: Vec<Option<Bytes>> = Vec::new();
         let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
         {
             let staged = self.staged.lock().expect("staged lock");
-            for &(block, ..) in &spans {
+            for block in blocks {
                 let held = staged.get(&block).cloned();
                 if held.is_none() {
                     match runs.last_mut() {
@@ -923,16 +943,17 @@ impl ObjectVolume {
                 from_memory.push(held);
             }
         }
-        let fetched = self.fetch_runs(&runs)?;
-        let mut fetched = fetched.into_iter().flatten();
-        for ((_, from, to, at), held) in spans.into_iter().zip(from_memory) {
-            let data = match held {
-                Some(data) => data,
-                None => fetched.next().expect("a fetched block per span not staged"),
-            };
-            buf[at..at + (to - from)].copy_from_slice(&data[from..to]);
-        }
-        Ok(())
+        let mut fetched = self.fetch_runs(&runs)?.into_iter().flatten();
+        Ok(from_memory
+            .into_iter()
+            .map(|held| {
+                held.unwrap_or_else(|| {
+                    fetched
+                        .next()
+                        .expect("a fetched block per block not staged")
+                })
+            })
+            .collect())
     }
 
     /// Reads runs of blocks from the store, each run within one object: one ranged GET of
