@@ -1401,3 +1401,71 @@ fn a_hole_punched_through_nbdfuse_frees_the_backing_files_blocks() {
     daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// On a backing block device (a loop device over a file), TRIM and WRITE_ZEROES are done
+/// in place (`fallocate` on the device, which the loop driver passes to its file as a
+/// punched hole): the ranges read as zeros, nothing is written as zeros, FAST_ZERO is
+/// taken, and the loop's file holds that much less.
+#[test]
+fn trims_on_a_backing_block_device_are_done_in_place() {
+    use std::os::unix::fs::MetadataExt;
+    require("losetup");
+    common::require_python_nbd();
+    const MIB: u64 = 1 << 20;
+    let dir = scratch("trim-blockdev");
+    let state = dir.join("tank");
+    let file = dir.join("loop.img");
+    std::fs::write(&file, pattern((16 * MIB) as usize, 13)).unwrap();
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    succeeded(&out, "losetup");
+    /// Detaches the loop device when the test ends, however it ends.
+    struct Loop(String);
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let device = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    run_ok(&["pool", "create", "tank", "--arc-max", "64M"], &state);
+    run_ok(&["volume", "add", "vol0", "--backing", &device.0], &state);
+    let daemon = Daemon::start_pool(&state);
+    let script = format!(
+        "import nbd\n\
+         h = nbd.NBD()\n\
+         h.connect_uri({uri:?})\n\
+         h.trim({four}, {four})\n\
+         h.zero({MIB}, {ten}, flags=nbd.CMD_FLAG_FAST_ZERO)\n\
+         h.flush()\n\
+         assert h.pread({four}, {four}) == bytes({four})\n\
+         assert h.pread({MIB}, {ten}) == bytes({MIB})\n\
+         h.shutdown()",
+        uri = daemon.uri(),
+        four = 4 * MIB,
+        ten = 10 * MIB,
+    );
+    let out = Command::new(common::PYTHON)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    succeeded(&out, "libnbd trim and fast zero on a block device");
+    let status = daemon.wait_for(
+        |s| s["volumes"][0]["backing_zeroed_bytes"].as_u64() == Some(5 * MIB),
+        "the zeroed bytes in the status",
+    );
+    assert_eq!(
+        status["volumes"][0]["backing_zeroes_written_bytes"], 0,
+        "zeros were written instead of discarded"
+    );
+    daemon.stop();
+    let allocated = std::fs::metadata(&file).unwrap().blocks() * 512;
+    assert!(
+        allocated <= 11 * MIB + MIB / 2,
+        "5 MiB were discarded from a 16 MiB loop device, yet its file holds {allocated} bytes"
+    );
+    drop(device);
+    let _ = std::fs::remove_dir_all(&dir);
+}
