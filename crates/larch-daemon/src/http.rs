@@ -257,6 +257,7 @@ impl From<QueryError> for Refusal {
 fn manage_code(err: &ManageError) -> StatusCode {
     match err {
         ManageError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ManageError::NotFound(_) => StatusCode::NOT_FOUND,
         ManageError::Refused(_) => StatusCode::CONFLICT,
         ManageError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }

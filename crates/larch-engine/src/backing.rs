@@ -413,7 +413,8 @@ impl std::fmt::Debug for Media {
 pub struct BackingStore {
     path: PathBuf,
     media: Media,
-    size_bytes: u64,
+    /// Its size: a file's length (which [`BackingStore::resize`] changes), a device's.
+    size_bytes: AtomicU64,
     latency: LatencyModel,
     /// State of the delay generator (deterministic per store).
     rng: AtomicU64,
@@ -439,7 +440,7 @@ impl BackingStore {
         Ok(BackingStore {
             path: path.to_path_buf(),
             media: Media::File(media),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -453,7 +454,7 @@ impl BackingStore {
         BackingStore {
             path: PathBuf::from(name),
             media: Media::Device(dev),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -467,7 +468,7 @@ impl BackingStore {
         BackingStore {
             path: PathBuf::from(name),
             media: Media::Object(vol),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -580,7 +581,85 @@ impl BackingStore {
 
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Makes room for a volume that goes from `from` to `to` bytes (blocking, durable on
+    /// return). Growing, the bytes from `from` to `to` read as zeros afterwards, whatever
+    /// the store held there (a tail an earlier shrink left on a device, or a file longer
+    /// than its volume after a crash): a file is cut at `from` and extended, a block
+    /// device (or in-process device) has that range zeroed and refuses to grow past its
+    /// own size. Shrinking, a file is cut at `to`; a device keeps its bytes (nothing reads
+    /// past the volume's end). An object-store volume is refused: its size is in its root
+    /// on the store, which larch does not rewrite (yet).
+    pub fn resize(&self, from: u64, to: u64) -> io::Result<()> {
+        let file = match &self.media {
+            Media::Object(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a volume on an object store cannot be resized: its size is recorded in \
+                     its root on the store, which larch does not rewrite",
+                ));
+            }
+            Media::File(m) => Some(&m.file),
+            Media::Device(_) => None,
+        };
+        if let Some(file) = file
+            && file.metadata()?.is_file()
+        {
+            if to > from {
+                file.set_len(from)?;
+            }
+            file.set_len(to)?;
+            file.sync_all()?;
+            self.size_bytes.store(to, Ordering::Release);
+            return Ok(());
+        }
+        let device_bytes = self.size_bytes();
+        if to > device_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the device {} has {device_bytes} bytes, fewer than the {to} asked for: a \
+                     volume on a device can grow to the device's size at most",
+                    self.path.display()
+                ),
+            ));
+        }
+        if to > from {
+            self.zero_range(from, to)?;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes zeros over `from..to` of a device (a block device asks the kernel to zero
+    /// the range first, `fallocate(FALLOC_FL_ZERO_RANGE)`, and writes zeros where it
+    /// cannot).
+    fn zero_range(&self, from: u64, to: u64) -> io::Result<()> {
+        if let Media::File(m) = &self.media {
+            use std::os::fd::AsRawFd;
+            let (offset, len) = (
+                libc::off_t::try_from(from),
+                libc::off_t::try_from(to - from),
+            );
+            if let (Ok(offset), Ok(len)) = (offset, len) {
+                let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: fallocate takes the descriptor `m.file` owns and plain integers.
+                if unsafe { libc::fallocate(m.file.as_raw_fd(), mode, offset, len) } == 0 {
+                    return Ok(());
+                }
+            }
+        }
+        const CHUNK_BYTES: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK_BYTES.min(to - from) as usize];
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(CHUNK_BYTES) as usize;
+            self.write_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        Ok(())
     }
 
     fn delay(&self, min_us: u64, max_us: u64) {
@@ -609,7 +688,7 @@ impl BackingStore {
     /// (whose never-written blocks are not reported yet). Only the answer of one moment:
     /// a write can fill a hole right after.
     pub fn holes(&self, offset: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
-        let end = end.min(self.size_bytes);
+        let end = end.min(self.size_bytes());
         match &self.media {
             Media::File(m) => file_holes(&m.file, offset, end),
             Media::Device(_) | Media::Object(_) => Ok(Vec::new()),

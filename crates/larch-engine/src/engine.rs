@@ -409,7 +409,7 @@ impl Engine {
         fua: bool,
     ) -> Result<(), WriteError> {
         self.txg
-            .write_blocks(vol, blocks, vol.info.write_is_sync(fua))
+            .write_blocks(vol, blocks, vol.info().write_is_sync(fua))
     }
 
     /// [`Engine::write_blocks`] of an async write from a thread that must not block: `None`,
@@ -662,7 +662,6 @@ impl Shared {
             txg: Arc::clone(txg),
             l2: Arc::clone(l2),
             arc: Arc::clone(&self.arc),
-            coherence: Arc::clone(&self.coherence),
             volumes: Arc::clone(&self.volumes),
             tunables: Arc::clone(&self.tunables),
             write_stats: Arc::clone(&self.write_stats),

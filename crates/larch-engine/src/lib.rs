@@ -116,7 +116,9 @@ pub mod volumes;
 pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel};
 pub use engine::Engine;
-pub use error::{DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError};
+pub use error::{
+    ChangeError, DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError,
+};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
 pub use pool::{
@@ -131,5 +133,6 @@ pub use tunables::Tunables;
 pub use txg::LogHandle;
 pub use volume::{Volume, VolumeError};
 pub use volumes::{
-    CacheMode, FailureSink, SyncMode, VolumeEntry, VolumeFailure, VolumeInfo, VolumeSpec,
+    CacheMode, FailureSink, LogBias, PropertyValue, SyncMode, VolumeEntry, VolumeFailure,
+    VolumeInfo, VolumeProps, VolumeSpec,
 };

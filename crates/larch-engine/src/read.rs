@@ -21,7 +21,7 @@ use crate::l2::read::L2Read;
 use crate::run::{Background, Generations};
 use crate::stats::EngineStats;
 use crate::tunables::Tunables;
-use crate::volumes::VolumeEntry;
+use crate::volumes::{CacheMode, VolumeEntry};
 
 /// Tries of a client's block read from the backing store (see
 /// [`VolumeEntry::read_block_into`]).
@@ -56,7 +56,7 @@ impl Reader {
         block: u64,
         prefetch: bool,
     ) -> (Option<Bytes>, Served) {
-        let info = &vol.info;
+        let info = vol.info();
         if block >= info.blocks() {
             return (None, Served::Arc);
         }
@@ -67,7 +67,7 @@ impl Reader {
         // Built once: the lookup gives it the block's generation; the install after a
         // read takes that, and the drain that applies it the time the block enters the
         // ARC.
-        let access = self.arc.access_of(info, key, 0, prefetch);
+        let access = self.arc.access_of(&info, key, 0, prefetch);
         let (flight, generation, l2) = loop {
             let lookup = self
                 .arc
@@ -100,9 +100,12 @@ impl Reader {
         let mut data = None;
         let mut served = Served::L2;
         let mut count_miss = true;
-        // The L2ARC switch off: the copy stays indexed, unread.
+        // The L2ARC switch off: the copy stays indexed, unread. A volume whose
+        // `secondarycache` was narrowed reads none of its copies (`l2::purge` drops them;
+        // this covers the moment before it does).
         let l2_enabled = self.tunables.l2arc_enabled();
-        if let Some(loc) = l2.filter(|_| l2_enabled) {
+        let l2_wanted = l2_enabled && info.secondarycache == CacheMode::All;
+        if let Some(loc) = l2.filter(|_| l2_wanted) {
             match self.l2.read_l2(&key, index_key(&key), psize, loc).await {
                 L2Read::Hit(bytes) => data = Some(bytes),
                 // The copy failed, or the ring wrote over it during the read; either is
@@ -126,15 +129,23 @@ impl Reader {
             data = None;
         }
         std::mem::forget(leading);
+        // The volume as it is now: a change of its properties or size since the read
+        // began decides how the block enters the ARC, and whether it does. A change after
+        // this look finds the read's flight in its shard's table and invalidates it
+        // (`ArcCache::drop_blocks`), so a block past a shrunk volume's end, or one of a
+        // volume that stopped caching, is never installed after the change.
+        let now = vol.info();
         let access = larch_policy::Access {
             generation,
             now_ms: self.arc.now_ms(),
+            uncached: now.primarycache != CacheMode::All,
+            l2cache: now.secondarycache == CacheMode::All,
             ..access
         };
+        let install = data.clone().filter(|_| block < now.blocks());
         // Queued before the flight completes: a lookup after that finds the bytes in the
         // ARC (it applies the install first), never a flight that left nothing behind.
-        self.arc
-            .finish_read(access, Arc::clone(&flight), data.clone());
+        self.arc.finish_read(access, Arc::clone(&flight), install);
         flight.complete(data.clone(), served);
         (data, served)
     }
@@ -203,7 +214,7 @@ mod tests {
             runtime,
             ..
         } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
-        let key = vol.info.key(0);
+        let key = vol.info().key(0);
         // Reads block 0, counting this thread's shard locks.
         let read = || {
             let before = taken(Rank::Shard);

@@ -22,7 +22,9 @@ use crate::volumes::{VolumeEntry, VolumeInfo};
 use larch_policy::prefetch::Prefetcher;
 
 mod allocation;
+mod props;
 pub use allocation::{Allocation, HOLE_SCAN_BLOCKS};
+pub use props::{Dropped, Resized, check_resize};
 
 /// Most bytes of one write a WRITE_ZEROES is split into (a whole number of blocks when
 /// blocks are smaller).
@@ -107,6 +109,9 @@ pub struct Volume {
     /// [`Volume::write_blocks`]).
     stripes: Vec<Arc<AsyncMutex<()>>>,
     prefetcher: RankedMutex<Prefetcher>,
+    /// Held by a change of the volume's properties or size (`props`), one at a time; it
+    /// comes before every other lock (the write stripes too).
+    changing: std::sync::Mutex<()>,
 }
 
 impl Volume {
@@ -121,12 +126,18 @@ impl Volume {
                 .map(|_| Arc::new(AsyncMutex::new(())))
                 .collect(),
             prefetcher: RankedMutex::leaf(Prefetcher::default()),
+            changing: std::sync::Mutex::new(()),
         }
     }
 
-    /// Identity, size, block size and properties.
-    pub fn info(&self) -> &VolumeInfo {
-        &self.entry.info
+    /// Identity, size, block size and properties in force now (a snapshot).
+    pub fn info(&self) -> VolumeInfo {
+        self.entry.info()
+    }
+
+    /// The properties in force now.
+    pub fn props(&self) -> crate::volumes::VolumeProps {
+        self.entry.props()
     }
 
     /// Its entry in the engine's volume table.
@@ -141,7 +152,7 @@ impl Volume {
 
     /// Whether writes are refused.
     pub fn read_only(&self) -> bool {
-        self.entry.info.read_only
+        self.entry.info().read_only
     }
 
     /// Checks a request's range, and that the volume may be served at all (an
@@ -151,7 +162,7 @@ impl Volume {
         if let Some(why) = self.entry.backing.unusable() {
             return Err(VolumeError::Io(why));
         }
-        let size_bytes = self.entry.info.size_bytes;
+        let size_bytes = self.entry.info().size_bytes;
         if offset
             .checked_add(length)
             .is_none_or(|end| end > size_bytes)
@@ -166,7 +177,7 @@ impl Volume {
     }
 
     fn blocks_of(&self, offset: u64, length: u64) -> std::ops::RangeInclusive<u64> {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let last = (offset + length.max(1) - 1) / bs;
         offset / bs..=last
     }
@@ -179,7 +190,7 @@ impl Volume {
         }
         self.check_range(offset, u64::from(length))?;
         let started = Instant::now();
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let end = offset + u64::from(length);
         let sequential = self.prefetch_after(offset, u64::from(length));
         self.note_access(offset, u64::from(length), false, sequential);
@@ -258,7 +269,7 @@ impl Volume {
 
     /// Whether `chunks` are the pieces of consecutive blocks from `offset` on.
     fn cut_at_blocks(&self, offset: u64, chunks: &[Bytes]) -> bool {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
         let end = offset.saturating_add(total);
         let mut at = offset;
@@ -313,7 +324,7 @@ impl Volume {
     /// `offset..end` cut into steps of at most `max` bytes (at least one block) that end
     /// on block boundaries, so that no block is in two of them.
     fn steps(&self, offset: u64, end: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let max = max.max(bs);
         let mut at = offset;
         std::iter::from_fn(move || {
@@ -336,7 +347,7 @@ impl Volume {
         blocks: std::ops::RangeInclusive<u64>,
         may_defer: bool,
     ) -> Result<(Vec<(u64, BlockBuf)>, bool), VolumeError> {
-        let info = self.entry.info;
+        let info = self.entry.info();
         let bs = u64::from(info.block_bytes);
         let first = *blocks.start();
         let end = offset + data.len() as u64;
@@ -402,7 +413,6 @@ impl Volume {
         if let Some(why) = self.entry.failure() {
             return Err(VolumeError::Io(why));
         }
-        let info = self.entry.info;
         let blocks = self.blocks_of(offset, data.len() as u64);
         let mut stripes: Vec<usize> = blocks
             .clone()
@@ -414,6 +424,11 @@ impl Volume {
         for stripe in stripes {
             guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
         }
+        // Checked again with the stripes held: a shrink holds every stripe while it cuts
+        // the tail off (`volume::props`), so a write checked before it cannot make a block
+        // past the new end dirty after it.
+        self.check_range(offset, data.len() as u64)?;
+        let info = self.entry.info();
         // Decided once for the whole write.
         let sync = info.write_is_sync(fua);
         let may_defer = !sync;
@@ -476,7 +491,7 @@ impl Volume {
     ) -> Result<(), VolumeError> {
         let length = u64::from(length);
         let body = async {
-            let bs = u64::from(self.entry.info.block_bytes);
+            let bs = u64::from(self.entry.info().block_bytes);
             let zeroes = vec![0u8; ZEROES_BYTES.max(bs).min(length) as usize];
             let end = offset + length;
             for (from, to) in self.steps(offset, end, ZEROES_BYTES) {
@@ -524,7 +539,7 @@ impl Volume {
             return;
         }
         let how = crate::mrc::Noted {
-            block_bytes: self.entry.info.block_bytes,
+            block_bytes: self.entry.info().block_bytes,
             write,
             sequential,
         };
@@ -532,7 +547,7 @@ impl Volume {
         let engine = &self.engine;
         engine
             .access_log
-            .note(self.entry.info.guid, blocks, how, || engine.now_ms());
+            .note(self.entry.info().guid, blocks, how, || engine.now_ms());
     }
 
     /// Starts prefetch reads ahead of a sequential stream (they complete in the
@@ -540,7 +555,7 @@ impl Volume {
     /// (it follows them with `zfs_prefetch_disable=1` too, without reading ahead).
     fn prefetch_after(&self, offset: u64, length: u64) -> bool {
         let tunables = &self.engine.tunables;
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         // Reading further ahead than the ARC holds evicts the stream's own blocks before
         // the client reaches them, and they are read twice: a stream keeps to an eighth.
         let (_, arc_max) = crate::arc::sizing_limits(tunables);
@@ -560,7 +575,7 @@ impl Volume {
         let Some(range) = range else {
             return sequential;
         };
-        for block in range.start..range.end.min(self.entry.info.blocks()) {
+        for block in range.start..range.end.min(self.entry.info().blocks()) {
             let engine = Arc::clone(&self.engine);
             let entry = Arc::clone(&self.entry);
             self.engine.background.spawn(async move {

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use larch_engine::units::parse_size;
-use larch_engine::{CacheMode, LatencyModel, SyncMode, VolumeConfig, new_guid};
+use larch_engine::{
+    CacheMode, LatencyModel, LogBias, PropertyValue, SyncMode, VolumeConfig, VolumeProps, new_guid,
+};
 
 use crate::files::{absolute, create_sized, existing_size, load_locked, save};
 
@@ -62,10 +64,10 @@ pub enum VolumeCommand {
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         volblocksize: u64,
         /// What the ARC caches: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
         primarycache: CacheMode,
         /// What is fed to cache devices: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
         secondarycache: CacheMode,
         /// Refuse writes.
         #[arg(long)]
@@ -78,8 +80,12 @@ pub enum VolumeCommand {
         write_latency_ms: f64,
         /// When writes are durable: standard (FUA and FLUSH wait), always (every write
         /// waits) or disabled (nothing waits; a crash loses recent acknowledged writes).
-        #[arg(long, default_value = "standard", value_parser = parse_sync)]
+        #[arg(long, default_value = "standard", value_parser = SyncMode::parse)]
         sync: SyncMode,
+        /// Where sync writes go to be durable: latency (the log device, when the pool has
+        /// one) or throughput (a TXG sync; the log device is left to other volumes).
+        #[arg(long, default_value = "latency", value_parser = LogBias::parse)]
+        logbias: LogBias,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -112,24 +118,6 @@ pub enum VolumeCommand {
     },
 }
 
-fn parse_sync(text: &str) -> Result<SyncMode, String> {
-    match text {
-        "standard" => Ok(SyncMode::Standard),
-        "always" => Ok(SyncMode::Always),
-        "disabled" => Ok(SyncMode::Disabled),
-        other => Err(format!("{other:?} is not standard, always or disabled")),
-    }
-}
-
-fn parse_mode(text: &str) -> Result<CacheMode, String> {
-    match text {
-        "all" => Ok(CacheMode::All),
-        "metadata" => Ok(CacheMode::Metadata),
-        "none" => Ok(CacheMode::None),
-        _ => Err(format!("{text:?}: expected all, metadata or none")),
-    }
-}
-
 /// `larch volume ...`.
 pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -150,6 +138,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             read_latency_ms,
             write_latency_ms,
             sync,
+            logbias,
             state_dir,
         } => {
             if name.is_empty() {
@@ -181,9 +170,15 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                     write_max_us: write_latency_us,
                 },
                 sync,
+                logbias,
+                volsize: None,
+                local: Default::default(),
                 s3: None,
                 object_size_bytes: None,
             };
+            // Values other than the defaults were set by the user: their source is local.
+            volume.local =
+                larch_engine::manage::differing_properties(volume.props(), VolumeProps::default());
             if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
                 let mut settings = s3_settings(
                     s3_endpoint,

@@ -51,7 +51,7 @@ use crate::lock::{Rank, RankedGuard, RankedMutex};
 use crate::run::{Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
 use crate::tunables::Tunables;
-use crate::volumes::{SyncMode, VolumeEntry, Volumes};
+use crate::volumes::{LogBias, SyncMode, VolumeEntry, Volumes};
 
 pub(crate) use syncer::{Faults, Syncer};
 pub(crate) use zil::IntentLog;
@@ -246,14 +246,14 @@ impl Txg {
         }
         if let Some((block, data)) = blocks
             .iter()
-            .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
+            .find(|(block, data)| data.len() != vol.info().block_len(*block) || data.is_empty())
         {
             return Err(WriteError::BlockMisfit {
                 block: *block,
                 len: data.len(),
-                guid: vol.info.guid,
-                block_bytes: vol.info.block_bytes,
-                size_bytes: vol.info.size_bytes,
+                guid: vol.info().guid,
+                block_bytes: vol.info().block_bytes,
+                size_bytes: vol.info().size_bytes,
             });
         }
         Ok(blocks.iter().map(|(_, b)| b.len() as u64).sum())
@@ -266,14 +266,24 @@ impl Txg {
         if let Some(why) = vol.failure() {
             return Err(WriteError::VolumeFailed(why));
         }
-        if vol.info.sync == SyncMode::Disabled {
+        let info = vol.info();
+        if info.sync == SyncMode::Disabled {
             return Ok(());
         }
-        if let Some(log) = self.zil.usable() {
-            self.zil.commit_all(self, &log)?;
-        } else {
-            let txg = self.lock().open_txg;
-            self.wait_synced(txg)?;
+        match self.zil.usable() {
+            Some(log) if info.logbias == LogBias::Latency => {
+                self.zil.commit_all(self, &log)?;
+                // Writes made while the volume had `logbias=throughput` have no records:
+                // their TXGs must be on the backing store.
+                let unlogged = vol.unlogged_txg();
+                if unlogged > self.lock().synced_txg {
+                    self.wait_synced(unlogged)?;
+                }
+            }
+            _ => {
+                let txg = self.lock().open_txg;
+                self.wait_synced(txg)?;
+            }
         }
         vol.failure()
             .map_or(Ok(()), |why| Err(WriteError::VolumeFailed(why)))
@@ -286,14 +296,22 @@ impl Txg {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
-        // Decided under the TXG lock, which the log device's attach takes too.
-        let log = self.zil.usable();
         let txg = inner.open_txg;
+        // Decided under the TXG lock, which the log device's attach takes too. A volume
+        // with `logbias=throughput` keeps its writes out of the log: its sync writes and
+        // FLUSHes wait for their TXG instead, and so does a FLUSH after it changes back.
+        let log = match self.zil.usable() {
+            Some(_) if vol.info().logbias == LogBias::Throughput => {
+                vol.note_unlogged(txg);
+                None
+            }
+            log => log,
+        };
         // The blocks' records join the log's queue in the order of the writes, under the
         // TXG lock; a record the log refuses (poisoned) leaves the write to a TXG sync.
         let mut logged = log.map(|log| (log, 0));
         for ((block, data), generation) in blocks.iter().zip(generations) {
-            let key = vol.info.key(*block);
+            let key = vol.info().key(*block);
             let len = data.len() as u64;
             let dirty = DirtyBlock {
                 generation,
@@ -311,7 +329,7 @@ impl Txg {
                 }
             }
             if let Some((log, _)) = &logged {
-                let place = (vol.info.guid, vol.info.offset_of(*block));
+                let place = (vol.info().guid, vol.info().offset_of(*block));
                 let ticket = self.zil.append(log, txg, place, data.bytes());
                 logged = logged.take().zip(ticket).map(|((log, _), t)| (log, t));
             }
@@ -334,9 +352,9 @@ impl Txg {
         let now = self.arc.now_ms();
         let mut generations = Vec::with_capacity(blocks.len());
         for (block, data) in blocks {
-            let key = vol.info.key(*block);
+            let key = vol.info().key(*block);
             let generation = self.generations.fresh();
-            let psize = vol.info.block_len(*block) as u32;
+            let psize = vol.info().block_len(*block) as u32;
             let removed = {
                 let mut shard = self.arc.shard(&key);
                 let removed = shard.l2.remove(index_key(&key), psize, &self.stats);
@@ -348,7 +366,7 @@ impl Txg {
                     loc.device,
                     Tombstone {
                         key: larch_l2::BlockKey {
-                            volume_guid: vol.info.guid,
+                            volume_guid: vol.info().guid,
                             block_number: *block,
                         },
                         generation,
