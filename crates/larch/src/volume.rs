@@ -1,5 +1,6 @@
-//! `larch volume add|remove|clear`: a pool's volumes in `pool.json`, served from the next
-//! start of `larch serve`, and the failures a pool records for them.
+//! `larch volume add|remove|clear|set`: a pool's volumes in `pool.json`, served from the
+//! next start of `larch serve`, the failures a pool records for them, and their
+//! properties (`set`, also while served: through the daemon when one answers).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,6 +102,33 @@ pub enum VolumeCommand {
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
     },
+    /// Set properties of a volume: resize it (`volsize=SIZE`), or change how it is cached
+    /// (`primarycache`, `secondarycache`, `sync`, `logbias`), also while it is served.
+    ///
+    /// A running daemon applies the change at once and saves it in pool.json; with none,
+    /// pool.json (and, for volsize, the backing store) is changed for the next start.
+    /// volsize is a multiple of volblocksize. Growing extends a backing file (a block
+    /// device's volume grows up to the device's size), and the new range reads as zeros;
+    /// NBD clients see the new size on their next connection. Shrinking drops the data past
+    /// the new end, every cached copy of it included, and needs --force; connections made
+    /// before get errors for requests past the new end. Volumes on an object store cannot
+    /// be resized. Narrowing primarycache drops the volume's clean blocks from the ARC;
+    /// narrowing secondarycache drops its copies on the cache devices.
+    #[command(after_help = crate::set::volume_properties_help())]
+    Set {
+        /// The volume's name.
+        name: String,
+        /// PROPERTY=VALUE pairs, e.g. volsize=20G or secondarycache=none.
+        #[arg(required = true, value_name = "PROPERTY=VALUE")]
+        assignments: Vec<String>,
+        /// Allow a volsize below the volume's size now: the data past the new end is
+        /// dropped.
+        #[arg(long)]
+        force: bool,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
     /// Clear a volume's recorded failure, so that it takes writes again.
     ///
     /// When a volume's backing store fails a TXG, the writes of that TXG were acknowledged
@@ -118,9 +146,40 @@ pub enum VolumeCommand {
     },
 }
 
+/// Sets properties of volume `name` (`larch volume set`, `larch set VOLUME`): through the
+/// live daemon of `state_dir` when one answers, else on the pool's files. Prints what was
+/// done.
+pub fn set_properties(
+    state_dir: &std::path::Path,
+    name: &str,
+    assignments: &[String],
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    crate::files::load(state_dir)?;
+    if let Some(daemon) = larch_daemon::client::find(state_dir) {
+        let mut lines = vec![format!("volume={name}")];
+        if force {
+            lines.push("force=1".to_string());
+        }
+        lines.extend(assignments.iter().cloned());
+        print!("{}", daemon.change("/admin/volume/set", &lines)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let target = larch_engine::manage::Target::Files(state_dir);
+    let done = larch_engine::manage::set_volume_properties(target, name, assignments, force)?;
+    println!("{done}");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `larch volume ...`.
 pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        VolumeCommand::Set {
+            name,
+            assignments,
+            force,
+            state_dir,
+        } => return set_properties(&state_dir, &name, &assignments, force),
         VolumeCommand::Add {
             name,
             backing,
