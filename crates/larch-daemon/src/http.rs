@@ -370,7 +370,8 @@ async fn read_body(body: Body) -> Result<Vec<u8>, Response> {
 }
 
 /// Runs a change off the async workers (it does file and device I/O) and logs what a
-/// cache change did, as the daemon's polling of `pool.json` does.
+/// device or volume change did (on standard error and in the history), as the daemon's
+/// polling of `pool.json` does.
 async fn change(
     ctx: &Arc<Context>,
     op: impl FnOnce(Target<'_>) -> Result<String, ManageError> + Send + 'static,
@@ -379,9 +380,12 @@ async fn change(
     let ctx = Arc::clone(ctx);
     let joined = tokio::task::spawn_blocking(move || {
         let result = op(Target::Running(&ctx.pool));
-        if let (Ok(line), true) = (&result, logged) {
-            eprintln!("larch serve: {line}");
-            history::append(&ctx.pool.state_dir, line);
+        if let (Ok(done), true) = (&result, logged) {
+            // One history line per step (a volume's change may report several).
+            for line in done.lines() {
+                eprintln!("larch serve: {line}");
+                history::append(&ctx.pool.state_dir, line);
+            }
         }
         result
     })

@@ -99,10 +99,10 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     for name in &args.names {
         if !known.contains(&name.as_str()) {
             bail!(
-                "{name:?} is neither a tunable nor a volume of pool {} (tunables: {}; \
-                 volumes: {})",
-                config.name,
+                "unknown tunable {name:?} (known: {}); nor is it a volume of pool {} \
+                 (volumes: {})",
                 known.join(", "),
+                config.name,
                 volume_names(&config)
             );
         }

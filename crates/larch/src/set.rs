@@ -78,10 +78,11 @@ pub fn run(args: SetArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("{}: no pool here", args.state_dir.display());
     }
+    // A lone word is a malformed tunable assignment, as it always was.
     if let Some((volume, assignments)) = args
         .assignments
         .split_first()
-        .filter(|(first, _)| !first.contains('='))
+        .filter(|(first, rest)| !first.contains('=') && !rest.is_empty())
     {
         return crate::volume::set_properties(&args.state_dir, volume, assignments, args.force);
     }

@@ -565,7 +565,10 @@ fn get_bad_input_and_a_restart() {
             &["volume", "set", "vol0", "volsize=1000"],
             &["not a multiple"],
         ),
-        (&["get", "nope"], &["neither a tunable nor a volume"]),
+        (
+            &["get", "nope"],
+            &["unknown tunable \"nope\"", "nor is it a volume"],
+        ),
         (&["get", "vol0", "bogus"], &["unknown volume property"]),
         (
             &["set", "l2arc_write_max=1M", "--force"],
@@ -635,4 +638,69 @@ fn get_bad_input_and_a_restart() {
         table.contains("throughput") && table.contains("local"),
         "{table}"
     );
+}
+
+/// A loop device over a file of `bytes`, detached when dropped; `None` (the test is
+/// skipped, as nbd_clients' loop-device test is) where this user cannot make one.
+struct LoopDevice(String);
+
+impl LoopDevice {
+    fn over(file: &Path) -> Option<LoopDevice> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        let device = stdout(&out).trim().to_string();
+        (out.status.success() && device.starts_with("/dev/")).then_some(LoopDevice(device))
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+/// A volume on a block device grows up to the device's size and no further (the refusal
+/// names both sizes); a shrink leaves the device's bytes past the end in place, and a grow
+/// back over them reads zeros.
+#[test]
+fn a_volume_on_a_block_device_grows_to_the_device_s_size_at_most() {
+    require("losetup");
+    require("nbdcopy");
+    let dir = scratch("volprops-bdev");
+    let file = dir.join("device.img");
+    let image = pattern((16 * MIB) as usize, 11);
+    std::fs::write(&file, &image).unwrap();
+    let Some(device) = LoopDevice::over(&file) else {
+        println!(
+            "SKIPPED a_volume_on_a_block_device_grows_to_the_device_s_size_at_most: losetup failed"
+        );
+        return;
+    };
+    let state = dir.join("pool");
+    larch_ok(&state, &["pool", "create", "tank"]);
+    larch_ok(&state, &["volume", "add", "vol0", "--backing", &device.0]);
+    let daemon = Daemon::start(&state);
+    assert_eq!(daemon.nbd_size(), 16 * MIB);
+    larch_ok(&state, &["volume", "set", "vol0", "volsize=8M", "--force"]);
+    assert_eq!(daemon.nbd_size(), 8 * MIB);
+    let mut on_device = vec![0u8; (16 * MIB) as usize];
+    std::fs::File::open(&device.0)
+        .unwrap()
+        .read_exact(&mut on_device)
+        .unwrap();
+    assert!(on_device == image, "a shrink wrote the device");
+    larch_refused(
+        &state,
+        &["volume", "set", "vol0", "volsize=32M"],
+        &["has 16777216 bytes", "33554432"],
+    );
+    larch_ok(&state, &["volume", "set", "vol0", "volsize=16M"]);
+    let back = read_image(&daemon, &dir);
+    assert!(back[..(8 * MIB) as usize] == image[..(8 * MIB) as usize]);
+    assert!(zeros(&back[(8 * MIB) as usize..]), "the old tail came back");
+    daemon.stop();
+    drop(device);
 }
