@@ -85,7 +85,10 @@
 //! the ARC evicts the block; they take nothing inside. A thread's own ring needs none.
 //!
 //! The `Volume`'s write stripes (async mutexes per block) come before all of them: a
-//! write holds its stripes until its blocks are dirty in the ARC.
+//! write holds its stripes until its blocks are dirty in the ARC. Before the stripes comes
+//! a volume's change lock (`Volume::set_properties`, `Volume::resize`: one change of its
+//! properties or size at a time), a plain mutex held across I/O by those calls only; a
+//! shrink takes every stripe under it.
 
 pub mod arc;
 pub mod backing;
