@@ -616,6 +616,40 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A volume on an object store shows the size `volume add` recorded and is not
+    /// resized (its size is in its root on the store); its other properties change.
+    #[test]
+    fn a_volume_on_an_object_store_is_not_resized() {
+        let dir = demo("object");
+        let mut config = PoolConfig::load(&dir).unwrap();
+        let mut object = config.volumes[0].clone();
+        object.name = "objs".into();
+        object.guid ^= 1;
+        object.backing = "s3://bucket/vols/objs".into();
+        object.object_size_bytes = Some(64 << 20);
+        config.volumes.push(object);
+        config.save(&dir).unwrap();
+        let files = Target::Files(&dir);
+        let rows = volume_properties(files, "objs", &["volsize".into()]).unwrap();
+        assert_eq!(
+            (rows[0].value.as_str(), rows[0].bytes),
+            ("64M", Some(64 << 20))
+        );
+        let list = vec!["volsize=128M".to_string()];
+        let err = set_volume_properties(files, "objs", &list, false).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref m) if m.contains("object store")),
+            "{err}"
+        );
+        let list = vec!["sync=always".to_string()];
+        set_volume_properties(files, "objs", &list, false).unwrap();
+        assert_eq!(
+            PoolConfig::load(&dir).unwrap().volumes[1].sync,
+            SyncMode::Always
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// On a stopped pool: properties go to pool.json with their source `local`; a grow
     /// extends the backing file; a forced shrink cuts it and has the cache devices
     /// formatted at the next start (their logs may hold the tail).
