@@ -85,7 +85,8 @@ enum Command {
     /// Create or destroy a pool (its state directory).
     #[command(subcommand)]
     Pool(pool::PoolCommand),
-    /// Add or remove volumes of a pool.
+    /// Add or remove volumes of a pool, or set their properties and size (also while
+    /// served).
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
     /// Add or remove cache devices (L2ARC) of a pool, also while it is served.
