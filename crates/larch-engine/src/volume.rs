@@ -598,8 +598,19 @@ impl Volume {
         (self.engine.partials)
             .settle_partials(&self.entry, blocks.clone())
             .await;
-        let failed =
-            |block: u64| VolumeError::Io(format!("reading block {block} from the backing store"));
+        // A block the volume no longer has (a shrink since the range was checked) is out of
+        // range, as the request would be now; any other failure is the store's.
+        let failed = |block: u64| {
+            let info = self.entry.info();
+            if block >= info.blocks() {
+                return VolumeError::OutOfRange {
+                    offset,
+                    length,
+                    size_bytes: info.size_bytes,
+                };
+            }
+            VolumeError::Io(format!("reading block {block} from the backing store"))
+        };
         if blocks.start() == blocks.end() {
             let block = *blocks.start();
             let (data, served) = self
