@@ -44,3 +44,13 @@ pub struct EventsAnswer {
     /// first.
     pub events: Vec<larch_engine::Event>,
 }
+
+/// The answer to `GET /admin/volume/get`: a volume's properties as `larch get VOLUME`
+/// shows them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumePropertiesAnswer {
+    /// The daemon's process id.
+    pub pid: u32,
+    /// The properties asked for, in order.
+    pub properties: Vec<larch_engine::manage::VolumeProperty>,
+}

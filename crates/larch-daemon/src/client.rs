@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer, VolumePropertiesAnswer};
 
 /// Name of the daemon's record in the state directory.
 pub const DAEMON_FILE: &str = "daemon.json";
@@ -269,6 +269,25 @@ impl Daemon {
         let answer: TunablesAnswer = serde_json::from_str(&self.get("/admin/tunables")?)
             .context("the daemon's /admin/tunables")?;
         Ok(answer.tunables)
+    }
+
+    /// The properties `names` (all when empty) of volume `name` in the daemon
+    /// (`GET /admin/volume/get`); the daemon's answer as the error (no such volume, an
+    /// unknown property).
+    pub fn volume_properties(
+        &self,
+        name: &str,
+        names: &[String],
+    ) -> anyhow::Result<Vec<larch_engine::manage::VolumeProperty>> {
+        let list = names.join(",");
+        let mut query = vec![("volume", name)];
+        if !list.is_empty() {
+            query.push(("property", list.as_str()));
+        }
+        let body = self.get_with("/admin/volume/get", &query, MAX_ANSWER_BYTES)?;
+        let answer: VolumePropertiesAnswer =
+            serde_json::from_str(&body).context("the daemon's /admin/volume/get")?;
+        Ok(answer.properties)
     }
 
     /// `POST path` with one `KEY=VALUE` line per item: the body of a 200 answer, or the

@@ -292,7 +292,9 @@ impl FilesSeen {
             self.config = now.config;
             match PoolConfig::load(&pool.state_dir) {
                 Ok(config) => {
-                    for line in pool.apply_cache_config(&config) {
+                    let mut done = pool.apply_cache_config(&config);
+                    done.extend(pool.apply_volume_config(&config));
+                    for line in done {
                         eprintln!("larch serve: {line}");
                         history::append(&pool.state_dir, &line);
                     }

@@ -6,13 +6,17 @@
 //! (kstat style), `/status` (the JSON of `larch status --json`), `/admin/ping`,
 //! `/admin/tunables`, the history's JSON API under `/api/v1/` (`docs/analytics.md`), and
 //! the pool's events, `/api/v1/events` (`larch events`).
+//! `GET /admin/volume/get?volume=NAME[&property=P,Q]` answers a volume's properties (JSON,
+//! `larch get VOLUME`).
 //! Management, with the token of `daemon.json` in the `X-Larch-Token` header and from a
 //! loopback peer only: `POST /admin/set` (body: `NAME=VALUE` lines), `/admin/cache/add`
 //! (`path=ABSOLUTE-PATH`, optional `force=1`), `/admin/cache/remove`, `/admin/log/add`,
-//! `/admin/log/remove`, and `POST /api/v1/tunables` (JSON; it also takes the Analytics
+//! `/admin/log/remove`, `/admin/volume/set` (`volume=NAME`, optional `force=1`, then
+//! `PROPERTY=VALUE` lines), and `POST /api/v1/tunables` (JSON; it also takes the Analytics
 //! page's own token, `page_token`, which changes nothing else). A change is checked, applied
 //! and saved before the answer: 200 with what was done, or 400 (bad request), 403 (no
-//! token), 409 (refused by the pool's state) or 500 (I/O) with the reason.
+//! token), 404 (no such volume), 409 (refused by the pool's state) or 500 (I/O) with the
+//! reason.
 //!
 //! The remote endpoint (`--http-remote`, [`serve_remote`], in `http/remote.rs`) serves the
 //! same routes to other machines, over TLS, `GET` and `HEAD` only, every request with its
@@ -56,7 +60,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
-use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer};
+use crate::api::{EventsAnswer, Ping, TOKEN_HEADER, TunablesAnswer, VolumePropertiesAnswer};
 use crate::page::{APP_JS, CHART_JS, INDEX_HTML, STYLE_CSS};
 use crate::recorder::{MINUTES_KEPT, QueryError, Range, Recorder, SECONDS_KEPT};
 use crate::status::StatusReport;
@@ -258,6 +262,7 @@ impl From<QueryError> for Refusal {
 fn manage_code(err: &ManageError) -> StatusCode {
     match err {
         ManageError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ManageError::NotFound(_) => StatusCode::NOT_FOUND,
         ManageError::Refused(_) => StatusCode::CONFLICT,
         ManageError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -296,6 +301,30 @@ fn cache_fields(lines: &[String], allow_force: bool) -> Result<(PathBuf, bool), 
     }
     let path = path.ok_or_else(|| ManageError::Invalid("no path=... line".to_string()))?;
     Ok((path, force))
+}
+
+/// The lines of a volume request: `volume=NAME` (first), `force=0|1`, and the
+/// `PROPERTY=VALUE` assignments.
+fn volume_fields(lines: &[String]) -> Result<(String, bool, Vec<String>), ManageError> {
+    let mut lines = lines.iter();
+    let name = match lines.next().and_then(|l| l.strip_prefix("volume=")) {
+        Some(name) if !name.is_empty() => name.to_string(),
+        _ => {
+            return Err(ManageError::Invalid(
+                "the first line must be volume=NAME".to_string(),
+            ));
+        }
+    };
+    let mut force = false;
+    let mut assignments = Vec::new();
+    for line in lines {
+        match line.as_str() {
+            "force=0" => force = false,
+            "force=1" => force = true,
+            _ => assignments.push(line.clone()),
+        }
+    }
+    Ok((name, force, assignments))
 }
 
 /// Whether a request may change the pool: from this machine, with the management token
@@ -342,7 +371,8 @@ async fn read_body(body: Body) -> Result<Vec<u8>, Response> {
 }
 
 /// Runs a change off the async workers (it does file and device I/O) and logs what a
-/// cache change did, as the daemon's polling of `pool.json` does.
+/// device or volume change did (on standard error and in the history), as the daemon's
+/// polling of `pool.json` does.
 async fn change(
     ctx: &Arc<Context>,
     op: impl FnOnce(Target<'_>) -> Result<String, ManageError> + Send + 'static,
@@ -351,9 +381,12 @@ async fn change(
     let ctx = Arc::clone(ctx);
     let joined = tokio::task::spawn_blocking(move || {
         let result = op(Target::Running(&ctx.pool));
-        if let (Ok(line), true) = (&result, logged) {
-            eprintln!("larch serve: {line}");
-            history::append(&ctx.pool.state_dir, line);
+        if let (Ok(done), true) = (&result, logged) {
+            // One history line per step (a volume's change may report several).
+            for line in done.lines() {
+                eprintln!("larch serve: {line}");
+                history::append(&ctx.pool.state_dir, line);
+            }
         }
         result
     })
@@ -421,6 +454,15 @@ async fn admin(
             }
             Err(err) => Err((manage_code(&err), err.to_string())),
         },
+        "/admin/volume/set" => match volume_fields(&lines) {
+            Ok((name, force, assignments)) => {
+                let set = move |t: Target<'_>| {
+                    manage::set_volume_properties(t, &name, &assignments, force)
+                };
+                change(&ctx, set, true).await
+            }
+            Err(err) => Err((manage_code(&err), err.to_string())),
+        },
         "/admin/log/add" => match cache_fields(&lines, true) {
             Ok((path, force)) => {
                 change(
@@ -437,6 +479,40 @@ async fn admin(
     match result {
         Ok(done) => text(StatusCode::OK, done),
         Err((code, why)) => text(code, why),
+    }
+}
+
+/// `GET /admin/volume/get?volume=NAME[&property=P,Q]`: the volume's properties.
+async fn volume_get(ctx: Arc<Context>, params: HashMap<String, String>) -> Response {
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !["volume", "property"].contains(&k.as_str()))
+    {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("unknown parameter {unknown:?} (known: volume, property)"),
+        );
+    }
+    let Some(name) = params.get("volume").filter(|n| !n.is_empty()).cloned() else {
+        return text(StatusCode::BAD_REQUEST, "give volume=NAME");
+    };
+    let names: Vec<String> = (params.get("property").map(String::as_str).unwrap_or(""))
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    // Reads pool.json (and a stopped volume's backing file): off the async workers.
+    let answer = tokio::task::spawn_blocking(move || {
+        manage::volume_properties(Target::Running(&ctx.pool), &name, &names)
+    })
+    .await;
+    match answer {
+        Ok(Ok(properties)) => json(&VolumePropertiesAnswer {
+            pid: std::process::id(),
+            properties,
+        }),
+        Ok(Err(err)) => text(manage_code(&err), err.to_string()),
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     }
 }
 
@@ -1023,6 +1099,15 @@ fn routes() -> Router<Arc<Context>> {
                 })
             }),
         )
+        .route(
+            "/admin/volume/get",
+            get(
+                |State(ctx): State<Arc<Context>>, Query(params): Query<HashMap<String, String>>| {
+                    volume_get(ctx, params)
+                },
+            ),
+        )
+        .route("/admin/volume/set", admin_route("/admin/volume/set"))
         .route("/admin/set", admin_route("/admin/set"))
         .route("/admin/cache/add", admin_route("/admin/cache/add"))
         .route("/admin/cache/remove", admin_route("/admin/cache/remove"))
@@ -1269,6 +1354,29 @@ mod tests {
             (&["nonsense"], true),
         ] {
             let err = cache_fields(&lines(bad), allow_force).unwrap_err();
+            assert!(matches!(err, ManageError::Invalid(_)), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn volume_requests_name_the_volume_first() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (name, force, assignments) = volume_fields(&lines(&[
+            "volume=vol0",
+            "force=1",
+            "volsize=1G",
+            "sync=always",
+        ]))
+        .unwrap();
+        assert_eq!((name.as_str(), force), ("vol0", true));
+        assert_eq!(assignments, ["volsize=1G", "sync=always"]);
+        assert!(
+            !volume_fields(&lines(&["volume=v", "sync=always"]))
+                .unwrap()
+                .1
+        );
+        for bad in [&["sync=always", "volume=v"][..], &["volume="], &[]] {
+            let err = volume_fields(&lines(bad)).unwrap_err();
             assert!(matches!(err, ManageError::Invalid(_)), "{bad:?}: {err}");
         }
     }

@@ -170,6 +170,9 @@ mod tests {
                 "volblocksize",
                 "readonly",
                 "sync",
+                "primarycache",
+                "secondarycache",
+                "logbias",
                 "write_failure",
                 "lost_blocks",
                 "backing",
@@ -197,6 +200,9 @@ mod tests {
             ])
         );
         assert_eq!(volume["sync"], "standard");
+        assert_eq!(volume["primarycache"], "all");
+        assert_eq!(volume["secondarycache"], "all");
+        assert_eq!(volume["logbias"], "latency");
         assert_eq!(keys(&volume["backing_read_latency"]), sorted(&latency));
         let device = &value["cache_devices"][0];
         assert_eq!(

@@ -472,7 +472,8 @@ impl std::fmt::Debug for Media {
 pub struct BackingStore {
     path: PathBuf,
     media: Media,
-    size_bytes: u64,
+    /// Its size: a file's length (which [`BackingStore::resize`] changes), a device's.
+    size_bytes: AtomicU64,
     latency: LatencyModel,
     /// State of the delay generator (deterministic per store).
     rng: AtomicU64,
@@ -498,7 +499,7 @@ impl BackingStore {
         Ok(BackingStore {
             path: path.to_path_buf(),
             media: Media::File(media),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -512,7 +513,7 @@ impl BackingStore {
         BackingStore {
             path: PathBuf::from(name),
             media: Media::Device(dev),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -526,7 +527,7 @@ impl BackingStore {
         BackingStore {
             path: PathBuf::from(name),
             media: Media::Object(vol),
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             latency,
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15 ^ size_bytes),
             stats: BackingStats::default(),
@@ -639,7 +640,56 @@ impl BackingStore {
 
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Makes room for a volume that goes from `from` to `to` bytes (blocking, durable on
+    /// return). Growing, the bytes from `from` to `to` read as zeros afterwards, whatever
+    /// the store held there (a tail an earlier shrink left on a device, or a file longer
+    /// than its volume after a crash): a file is cut at `from` and extended, a block
+    /// device (or in-process device) has that range zeroed and refuses to grow past its
+    /// own size. Shrinking, a file is cut at `to`; a device keeps its bytes (nothing reads
+    /// past the volume's end). An object-store volume is refused: its size is in its root
+    /// on the store, which larch does not rewrite (yet).
+    pub fn resize(&self, from: u64, to: u64) -> io::Result<()> {
+        let file = match &self.media {
+            Media::Object(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a volume on an object store cannot be resized: its size is recorded in \
+                     its root on the store, which larch does not rewrite",
+                ));
+            }
+            Media::File(m) => Some(&m.file),
+            Media::Device(_) => None,
+        };
+        if let Some(file) = file
+            && file.metadata()?.is_file()
+        {
+            if to > from {
+                file.set_len(from)?;
+            }
+            file.set_len(to)?;
+            file.sync_all()?;
+            self.size_bytes.store(to, Ordering::Release);
+            return Ok(());
+        }
+        let device_bytes = self.size_bytes();
+        if to > device_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the device {} has {device_bytes} bytes, fewer than the {to} asked for: a \
+                     volume on a device can grow to the device's size at most",
+                    self.path.display()
+                ),
+            ));
+        }
+        if to > from {
+            self.zero_range(from, to - from, ZeroMode::Allocate)?;
+            self.flush()?;
+        }
+        Ok(())
     }
 
     fn delay(&self, min_us: u64, max_us: u64) {
@@ -668,7 +718,7 @@ impl BackingStore {
     /// has no holes, and neither has a block device or an in-process device. Only the
     /// answer of one moment: a write can fill a hole right after.
     pub fn holes(&self, offset: u64, end: u64) -> io::Result<Vec<std::ops::Range<u64>>> {
-        let end = end.min(self.size_bytes);
+        let end = end.min(self.size_bytes());
         match &self.media {
             Media::File(m) => file_holes(&m.file, offset, end),
             Media::Object(vol) => Ok(vol.holes(offset, end)),

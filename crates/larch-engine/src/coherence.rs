@@ -77,7 +77,7 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use larch_policy::BlockKey;
 
@@ -125,6 +125,9 @@ pub(crate) struct Coherence {
     writes_seen: AtomicBool,
     /// Where rule 4 records a log it could not empty.
     distrust: RankedMutex<Option<DistrustSink>>,
+    /// Purges so far: drops of a volume's copies it no longer wants (`l2::purge`), which
+    /// a rebuild that began before one must apply to its index too.
+    purges: AtomicU64,
 }
 
 /// A feed's watch of writes (see [`Coherence::watch_feed`]); ends when dropped.
@@ -160,6 +163,7 @@ impl Coherence {
             devices: RankedMutex::new(Rank::Coherence, Vec::new()),
             writes_seen: AtomicBool::new(false),
             distrust: RankedMutex::leaf(None),
+            purges: AtomicU64::new(0),
         }
     }
 
@@ -190,6 +194,16 @@ impl Coherence {
         if self.rebuilds.load(Ordering::Acquire) > 0 {
             self.rebuild_written.lock().insert(key);
         }
+    }
+
+    /// A purge drops copies (call under the gate).
+    pub(crate) fn note_purge(&self) {
+        self.purges.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Purges so far (see `l2::purge`).
+    pub(crate) fn purges(&self) -> u64 {
+        self.purges.load(Ordering::Acquire)
     }
 
     /// Whether any write was accepted since start (rule 5).

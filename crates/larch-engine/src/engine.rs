@@ -434,7 +434,7 @@ impl Engine {
         fua: bool,
     ) -> Result<(), WriteError> {
         self.txg
-            .write_blocks(vol, blocks, vol.info.write_is_sync(fua), None)
+            .write_blocks(vol, blocks, vol.info().write_is_sync(fua), None)
     }
 
     /// Zeroes whole blocks of a volume (see `Volume::write_zeroes`): they read as zeros at
@@ -450,9 +450,9 @@ impl Engine {
     ) -> Result<(), WriteError> {
         let zeroed: Vec<(u64, BlockBuf)> = blocks
             .iter()
-            .map(|&b| (b, BlockBuf::zeros(vol.info.block_len(b))))
+            .map(|&b| (b, BlockBuf::zeros(vol.info().block_len(b))))
             .collect();
-        let sync = vol.info.write_is_sync(fua);
+        let sync = vol.info().write_is_sync(fua);
         self.txg.write_blocks(vol, &zeroed, sync, Some(mode))
     }
 
@@ -709,7 +709,6 @@ impl Shared {
             txg: Arc::clone(txg),
             l2: Arc::clone(l2),
             arc: Arc::clone(&self.arc),
-            coherence: Arc::clone(&self.coherence),
             volumes: Arc::clone(&self.volumes),
             tunables: Arc::clone(&self.tunables),
             write_stats: Arc::clone(&self.write_stats),

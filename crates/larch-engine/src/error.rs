@@ -97,6 +97,12 @@ pub enum VolumeTableError {
         block_bytes: u32,
         max: u64,
     },
+    /// A size (`volsize` of `pool.json`) beyond the end of the backing store.
+    #[error(
+        "a size of {size_bytes} bytes, but the backing store has {backing_bytes}: restore \
+         the store, or set the volume's volsize in pool.json to at most its size"
+    )]
+    LargerThanBacking { size_bytes: u64, backing_bytes: u64 },
     /// A recorded failure names a volume the pool does not have.
     #[error("a failure is recorded for volume {0:#x}, which the pool does not have")]
     UnknownFailed(u64),
@@ -153,4 +159,45 @@ pub enum ConfigError {
 pub struct IndexTooLarge {
     pub ring_bytes: u64,
     pub sector_bytes: u64,
+}
+
+/// Why a volume's size or properties did not change, or changed only in part.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// A size that is not a whole number of blocks (OpenZFS asks the same of `volsize`).
+    #[error("volsize {size_bytes} is not a multiple of the volume's volblocksize ({block_bytes})")]
+    NotWholeBlocks { size_bytes: u64, block_bytes: u32 },
+    /// The volume's size now is not a whole number of blocks (a backing file of another
+    /// size): its last block would change length, which cached copies cannot follow.
+    #[error(
+        "the volume has {size_bytes} bytes, not a whole number of its {block_bytes}-byte \
+         blocks: only volumes of whole blocks are resized"
+    )]
+    PartBlock { size_bytes: u64, block_bytes: u32 },
+    /// No size at all.
+    #[error("volsize 0: a volume needs at least one block")]
+    Empty,
+    /// More blocks than the in-memory keys and the L2 index hold.
+    #[error(transparent)]
+    TooManyBlocks(#[from] VolumeTableError),
+    /// A read-only volume's backing store is not opened for writing.
+    #[error("the volume is read-only: its backing store cannot be resized")]
+    ReadOnly,
+    /// The backing store refused (a device too small, an object store) or failed.
+    #[error("the backing store {path}: {source}")]
+    Backing {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blocks past the new end could not be synced first (the syncer stopped).
+    #[error("syncing the volume before cutting its tail: {0}")]
+    Sync(#[from] WriteError),
+    /// The tombstones of the dropped cache-device copies could not be made durable, nor
+    /// the devices' logs emptied, nor that recorded.
+    #[error(transparent)]
+    Tombstones(#[from] DistrustError),
+    /// The caller's record of the new size (`pool.json`) failed.
+    #[error("recording the new size: {0}")]
+    Record(#[source] std::io::Error),
 }

@@ -90,7 +90,10 @@
 //! the ARC evicts the block; they take nothing inside. A thread's own ring needs none.
 //!
 //! The `Volume`'s write stripes (async mutexes per block) come before all of them: a
-//! write holds its stripes until its blocks are dirty in the ARC.
+//! write holds its stripes until its blocks are dirty in the ARC. Before the stripes comes
+//! a volume's change lock (`Volume::set_properties`, `Volume::resize`: one change of its
+//! properties or size at a time), a plain mutex held across I/O by those calls only; a
+//! shrink takes every stripe under it.
 
 pub mod arc;
 pub mod backing;
@@ -122,7 +125,9 @@ pub mod volumes;
 pub use arc::{BlockBuf, SHARDS};
 pub use backing::{BackingStore, LatencyModel, ZeroMode};
 pub use engine::Engine;
-pub use error::{DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError};
+pub use error::{
+    ChangeError, DetachError, DistrustError, RecordError, SyncError, VolumeTableError, WriteError,
+};
 pub use events::{Event, EventKind, Events};
 pub use l2::{CacheDevice, DeviceIo, DeviceState};
 pub use latency::{LatencyHistogram, LatencySnapshot};
@@ -138,5 +143,6 @@ pub use tunables::Tunables;
 pub use txg::LogHandle;
 pub use volume::{Volume, VolumeError};
 pub use volumes::{
-    CacheMode, FailureSink, SyncMode, VolumeEntry, VolumeFailure, VolumeInfo, VolumeSpec,
+    CacheMode, FailureSink, LogBias, PropertyValue, SyncMode, VolumeEntry, VolumeFailure,
+    VolumeInfo, VolumeProps, VolumeSpec,
 };

@@ -1,4 +1,5 @@
-//! Changes a user makes to a pool with `larch set` and `larch cache add|remove`: checked,
+//! Changes a user makes to a pool with `larch set`, `larch cache add|remove`, `larch log
+//! add|remove` and `larch volume set` (a volume's properties: [`volume`]): checked,
 //! applied at once to the running pool when there is one, and saved in the state
 //! directory (`tunables.json`, `pool.json`). A daemon makes them on requests to its
 //! loopback HTTP endpoint; the CLI makes them on the files when no daemon runs. Both
@@ -25,13 +26,22 @@ use crate::l2::DeviceState;
 use crate::pool::{CONFIG_FILE, CacheDeviceConfig, ConfigLock, Pool, PoolConfig, new_guid};
 use crate::tunables;
 
-/// Why a change was not made. Each kind has its HTTP status: 400, 409, 500.
+mod volume;
+pub use volume::{
+    PropertyDef, VOLUME_PROPERTIES, VolumeProperty, differing_properties, set_volume_properties,
+    volume_properties,
+};
+
+/// Why a change was not made. Each kind has its HTTP status: 400, 404, 409, 500.
 #[derive(Debug, thiserror::Error)]
 pub enum ManageError {
     /// The request is wrong in itself: an unknown tunable, a value out of range, a line
     /// that is not `NAME=VALUE`, a relative path.
     #[error("{0}")]
     Invalid(String),
+    /// What the request names is not in the pool: a volume.
+    #[error("{0}")]
+    NotFound(String),
     /// The request is well formed but the pool refuses it: a device that is not blank, a
     /// device already in the pool or not in it, a volume's backing store.
     #[error("{0}")]

@@ -22,6 +22,16 @@ impl From<VolumeError> for Errno {
     }
 }
 
+/// The errno of a failed write: as [`Errno::from`], but a write past the end is out of
+/// space, as the NBD spec asks (the server checks ranges against the size it told the
+/// client; a connection made before a shrink gets here with writes past the new end).
+fn write_errno(err: VolumeError) -> Errno {
+    match err {
+        VolumeError::OutOfRange { .. } => Errno::NoSpc,
+        err => err.into(),
+    }
+}
+
 impl Export for Volume {
     fn size_bytes(&self) -> u64 {
         self.info().size_bytes
@@ -67,7 +77,9 @@ impl Export for Volume {
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> ExportResult<()> {
         // The payload is copied into the blocks' own buffers: the request's buffer is
         // freed when this returns, whatever stays cached.
-        Ok(Volume::write(self, offset, &data, fua).await?)
+        Volume::write(self, offset, &data, fua)
+            .await
+            .map_err(write_errno)
     }
 
     fn idle_yield(&self) -> bool {
@@ -81,7 +93,9 @@ impl Export for Volume {
     async fn write_chunks(&self, offset: u64, chunks: Vec<Bytes>, fua: bool) -> ExportResult<()> {
         // One buffer per block from the server: whole blocks become their ARC buffers
         // with no copy; the pieces of partial ones are merged as in `write`.
-        Ok(Volume::write_chunks(self, offset, &chunks, fua).await?)
+        Volume::write_chunks(self, offset, &chunks, fua)
+            .await
+            .map_err(write_errno)
     }
 
     async fn flush(&self) -> ExportResult<()> {
@@ -102,7 +116,9 @@ impl Export for Volume {
         } else {
             ZeroMode::Allocate
         };
-        Ok(Volume::write_zeroes(self, offset, length, mode, flags.fua).await?)
+        Volume::write_zeroes(self, offset, length, mode, flags.fua)
+            .await
+            .map_err(write_errno)
     }
 
     async fn cache(&self, offset: u64, length: u32) -> ExportResult<()> {

@@ -6,7 +6,7 @@
 //! share the rules for each device. The state directory's records for the engine are in
 //! `records`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use crate::engine::Engine;
 use crate::error::ConfigError;
 use crate::events::EventKind;
 use crate::volume::Volume;
-use crate::volumes::{CacheMode, SyncMode, VolumeSpec};
+use crate::volumes::{CacheMode, LogBias, PropertyValue, SyncMode, VolumeProps, VolumeSpec};
 
 mod records;
 pub(crate) use crate::files::lock_backing;
@@ -60,6 +60,17 @@ pub struct VolumeConfig {
     /// `sync`: standard, always or disabled.
     #[serde(default)]
     pub sync: SyncMode,
+    /// `logbias`: latency or throughput.
+    #[serde(default)]
+    pub logbias: LogBias,
+    /// `volsize`, once set by a resize (`larch volume set NAME volsize=...`): the size
+    /// served, at most the backing store's. Absent: the backing store's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volsize: Option<u64>,
+    /// The properties set by the user (`larch set`, or a value other than the default at
+    /// `larch volume add`): their source is `local`, the others' `default`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub local: BTreeSet<String>,
     /// For a volume on an object store (`backing` is `s3://BUCKET/PREFIX`): how to reach
     /// it (credentials are never kept here: they come from the environment or the AWS
     /// profile files at each start).
@@ -75,6 +86,24 @@ pub struct VolumeConfig {
 }
 
 impl VolumeConfig {
+    /// Its changeable properties.
+    pub fn props(&self) -> VolumeProps {
+        VolumeProps {
+            primarycache: self.primarycache,
+            secondarycache: self.secondarycache,
+            sync: self.sync,
+            logbias: self.logbias,
+        }
+    }
+
+    /// Sets its changeable properties.
+    pub fn set_props(&mut self, props: VolumeProps) {
+        self.primarycache = props.primarycache;
+        self.secondarycache = props.secondarycache;
+        self.sync = props.sync;
+        self.logbias = props.logbias;
+    }
+
     /// The object-store address of the volume, if its backing is one.
     pub fn object_url(&self) -> Option<&str> {
         self.backing.to_str().filter(|s| is_object_url(s))
@@ -296,7 +325,9 @@ pub fn new_guid() -> u64 {
     u64::from_le_bytes(bytes).max(1)
 }
 
-fn resolve(state_dir: &Path, path: &Path) -> PathBuf {
+/// `path` of `pool.json` as a path to open: relative ones are relative to the state
+/// directory.
+pub(crate) fn resolve(state_dir: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -362,6 +393,9 @@ pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig>
             readonly: false,
             latency: LatencyModel::default(),
             sync: SyncMode::Standard,
+            logbias: LogBias::Latency,
+            volsize: None,
+            local: BTreeSet::new(),
             s3: None,
             object_size_bytes: None,
         }],
@@ -511,6 +545,13 @@ fn add_listed_cache_device(
         device,
         formatted: older,
     })
+}
+
+/// Records that the cache devices `guids` must be formatted at the next open, not rebuilt
+/// ([`DISTRUSTED_FILE`]): their logs may hold copies that a change made while the pool
+/// was stopped superseded (a volume shrunk on its files).
+pub(crate) fn distrust_cache_devices(state_dir: &Path, guids: &[u64]) -> io::Result<()> {
+    update_distrusted(state_dir, |list| add_guids(list, guids))
 }
 
 /// Drops the record of the cache device `guid` ([`L2_SEQUENCES_FILE`]): it left the pool.
@@ -848,6 +889,44 @@ impl Pool {
         done
     }
 
+    /// Brings the served volumes' properties in line with `config` (what `larch set` saved
+    /// in `pool.json` while the daemon's HTTP endpoint did not answer, or an edit by hand),
+    /// as a change over HTTP would apply them. A `volsize` other than the size served is
+    /// only reported: a resize goes through `larch volume set`. Returns what it did.
+    pub fn apply_volume_config(&self, config: &PoolConfig) -> Vec<String> {
+        let mut done = Vec::new();
+        for v in &config.volumes {
+            let Some(volume) = self.volumes.iter().find(|s| s.name == v.name) else {
+                continue;
+            };
+            let props = v.props();
+            if props != volume.props() {
+                let line = match volume.set_properties(props) {
+                    Ok(_) => format!(
+                        "volume {}: primarycache={} secondarycache={} sync={} logbias={} \
+                         (from {CONFIG_FILE})",
+                        v.name,
+                        props.primarycache.name(),
+                        props.secondarycache.name(),
+                        props.sync.name(),
+                        props.logbias.name()
+                    ),
+                    Err(err) => format!("volume {}: {err}", v.name),
+                };
+                done.push(line);
+            }
+            let served = volume.info().size_bytes;
+            if let Some(size) = v.volsize.filter(|&s| s != served) {
+                done.push(format!(
+                    "volume {}: {CONFIG_FILE} says volsize {size}, but {served} bytes are \
+                     served: resize it with `larch volume set`",
+                    v.name
+                ));
+            }
+        }
+        done
+    }
+
     /// Stops the feeders, commits the logs and flushes every backing store; object-store
     /// volumes give their leases up. A volume whose close fails does not keep the others
     /// from closing: the error has the first failure's kind and every failure's message.
@@ -939,9 +1018,11 @@ fn open_volumes(
         let spec = VolumeSpec {
             guid: v.guid,
             block_bytes: v.volblocksize,
+            size_bytes: v.volsize,
             primarycache: v.primarycache,
             secondarycache: v.secondarycache,
             sync: v.sync,
+            logbias: v.logbias,
             read_only: v.readonly,
         };
         let entry = engine

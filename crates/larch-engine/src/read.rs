@@ -23,7 +23,7 @@ use crate::l2::read::L2Read;
 use crate::run::{Background, Generations};
 use crate::stats::EngineStats;
 use crate::tunables::Tunables;
-use crate::volumes::VolumeEntry;
+use crate::volumes::{CacheMode, VolumeEntry};
 
 /// Tries of a client's block read from the backing store (see
 /// [`VolumeEntry::read_block_into`]).
@@ -139,7 +139,7 @@ impl Reader {
 
     /// One lookup of `block` (one hold of its shard's lock).
     fn look(&self, vol: &VolumeEntry, block: u64, prefetch: bool) -> Looked {
-        let info = &vol.info;
+        let info = vol.info();
         if block >= info.blocks() {
             return Looked::Done((None, Served::Arc));
         }
@@ -150,7 +150,7 @@ impl Reader {
         // Built once: the lookup gives it the block's generation; the install after a
         // read takes that, and the drain that applies it the time the block enters the
         // ARC.
-        let access = self.arc.access_of(info, key, 0, prefetch);
+        let access = self.arc.access_of(&info, key, 0, prefetch);
         match (self.arc.shard(&key)).lookup(access, || self.generations.fresh()) {
             Lookup::Hit(buf) => Looked::Done((Some(buf), Served::Arc)),
             Lookup::Wait(flight) => {
@@ -186,11 +186,14 @@ impl Reader {
             arc: &self.arc,
             led: &led,
         };
-        let info = &vol.info;
-        // The L2ARC switch off: the copies stay indexed, unread.
+        let info = &vol.info();
+        // The L2ARC switch off: the copies stay indexed, unread. A volume whose
+        // `secondarycache` was narrowed reads none of its copies (`l2::purge` drops them;
+        // this covers the moment before it does).
         let l2_enabled = self.tunables.l2arc_enabled();
+        let l2_wanted = l2_enabled && info.secondarycache == CacheMode::All;
         let l2_reads = led.iter().map(|l| async move {
-            let loc = l.l2.filter(|_| l2_enabled)?;
+            let loc = l.l2.filter(|_| l2_wanted)?;
             let key = info.key(l.block);
             let psize = info.block_len(l.block);
             Some(self.l2.read_l2(&key, index_key(&key), psize, loc).await)
@@ -233,6 +236,12 @@ impl Reader {
         }
         std::mem::forget(leading);
         let now_ms = self.arc.now_ms();
+        // The volume as it is now: a change of its properties or size since the reads
+        // began decides how their blocks enter the ARC, and whether they do. A change
+        // after this look finds the reads' flights in their shards' tables and invalidates
+        // them (`ArcCache::drop_blocks`), so a block past a shrunk volume's end, or one of a
+        // volume that stopped caching, is never installed after the change.
+        let now = vol.info();
         led.into_iter()
             .zip(data.into_iter().zip(served))
             .map(|(l, (mut data, served))| {
@@ -246,13 +255,15 @@ impl Reader {
                 let access = larch_policy::Access {
                     generation: l.generation,
                     now_ms,
+                    uncached: now.primarycache != CacheMode::All,
+                    l2cache: now.secondarycache == CacheMode::All,
                     ..l.access
                 };
+                let install = data.clone().filter(|_| l.block < now.blocks());
                 // Queued before the flight completes: a lookup after that finds the bytes
                 // in the ARC (it applies the install first), never a flight that left
                 // nothing behind.
-                self.arc
-                    .finish_read(access, Arc::clone(&l.flight), data.clone());
+                self.arc.finish_read(access, Arc::clone(&l.flight), install);
                 l.flight.complete(data.clone(), served);
                 (data, served)
             })
@@ -357,7 +368,7 @@ mod tests {
         runtime.block_on(engine.read_block(&vol, 3, false)).unwrap();
         runtime.block_on(engine.read_block(&vol, 6, false)).unwrap();
         engine.feed_once(&device, 1 << 20);
-        let key = vol.info.key(6);
+        let key = vol.info().key(6);
         engine.arc.shard(&key).with_policy(|arc, actions| {
             assert!(arc.remove(&key, actions));
         });
@@ -398,7 +409,7 @@ mod tests {
             runtime,
             ..
         } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
-        let key = vol.info.key(0);
+        let key = vol.info().key(0);
         // Reads block 0, counting this thread's shard locks.
         let read = || {
             let before = taken(Rank::Shard);

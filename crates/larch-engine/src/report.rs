@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::latency::{BUCKETS, LatencySnapshot};
-use crate::{DeviceState, Pool, SyncMode};
+use crate::{CacheMode, DeviceState, LogBias, Pool, SyncMode};
 
 /// Everything a pool reports about itself.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -80,6 +80,15 @@ pub struct VolumeReport {
     pub readonly: bool,
     /// The `sync` property.
     pub sync: SyncMode,
+    /// The `primarycache` property.
+    #[serde(default)]
+    pub primarycache: CacheMode,
+    /// The `secondarycache` property.
+    #[serde(default)]
+    pub secondarycache: CacheMode,
+    /// The `logbias` property.
+    #[serde(default)]
+    pub logbias: LogBias,
     /// Why its writes fail, if its backing store failed.
     pub write_failure: Option<String>,
     /// Blocks whose acknowledged writes a failed TXG lost: their reads fail (also after a
@@ -389,12 +398,16 @@ impl Pool {
                 let s = &v.backing().stats;
                 let load =
                     |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                let info = v.info();
                 VolumeReport {
                     name: v.name.clone(),
-                    size_bytes: v.info().size_bytes,
-                    volblocksize: v.info().block_bytes,
+                    size_bytes: info.size_bytes,
+                    volblocksize: info.block_bytes,
                     readonly: v.read_only(),
-                    sync: v.info().sync,
+                    sync: info.sync,
+                    primarycache: info.primarycache,
+                    secondarycache: info.secondarycache,
+                    logbias: info.logbias,
                     write_failure: v.entry().failure(),
                     lost_blocks: v.entry().lost_count(),
                     backing: v.backing().path().display().to_string(),

@@ -22,7 +22,9 @@ use crate::volumes::{VolumeEntry, VolumeInfo};
 use larch_policy::prefetch::Prefetcher;
 
 mod allocation;
+mod props;
 pub use allocation::{Allocation, HOLE_SCAN_BLOCKS};
+pub use props::{Dropped, Resized, check_resize};
 
 /// Most bytes of one step a TRIM or WRITE_ZEROES is split into (a whole number of blocks
 /// when blocks are smaller): each step's blocks are throttled and made dirty together.
@@ -110,6 +112,9 @@ pub struct Volume {
     /// [`Volume::write_blocks`]).
     stripes: Vec<Arc<AsyncMutex<()>>>,
     prefetcher: RankedMutex<Prefetcher>,
+    /// Held by a change of the volume's properties or size (`props`), one at a time; it
+    /// comes before every other lock (the write stripes too).
+    changing: std::sync::Mutex<()>,
 }
 
 impl Volume {
@@ -125,12 +130,18 @@ impl Volume {
                 .map(|_| Arc::new(AsyncMutex::new(())))
                 .collect(),
             prefetcher: RankedMutex::leaf(Prefetcher::default()),
+            changing: std::sync::Mutex::new(()),
         }
     }
 
-    /// Identity, size, block size and properties.
-    pub fn info(&self) -> &VolumeInfo {
-        &self.entry.info
+    /// Identity, size, block size and properties in force now (a snapshot).
+    pub fn info(&self) -> VolumeInfo {
+        self.entry.info()
+    }
+
+    /// The properties in force now.
+    pub fn props(&self) -> crate::volumes::VolumeProps {
+        self.entry.props()
     }
 
     /// Its entry in the engine's volume table.
@@ -145,7 +156,7 @@ impl Volume {
 
     /// Whether writes are refused.
     pub fn read_only(&self) -> bool {
-        self.entry.info.read_only
+        self.entry.info().read_only
     }
 
     /// Checks a request's range, and that the volume may be served at all (an
@@ -155,7 +166,7 @@ impl Volume {
         if let Some(why) = self.entry.backing.unusable() {
             return Err(VolumeError::Io(why));
         }
-        let size_bytes = self.entry.info.size_bytes;
+        let size_bytes = self.entry.info().size_bytes;
         if offset
             .checked_add(length)
             .is_none_or(|end| end > size_bytes)
@@ -170,7 +181,7 @@ impl Volume {
     }
 
     fn blocks_of(&self, offset: u64, length: u64) -> std::ops::RangeInclusive<u64> {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let last = (offset + length.max(1) - 1) / bs;
         offset / bs..=last
     }
@@ -183,7 +194,7 @@ impl Volume {
         }
         self.check_range(offset, u64::from(length))?;
         let started = Instant::now();
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let end = offset + u64::from(length);
         let sequential = self.prefetch_after(offset, u64::from(length));
         self.note_access(offset, u64::from(length), false, sequential);
@@ -262,7 +273,7 @@ impl Volume {
 
     /// Whether `chunks` are the pieces of consecutive blocks from `offset` on.
     fn cut_at_blocks(&self, offset: u64, chunks: &[Bytes]) -> bool {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
         let end = offset.saturating_add(total);
         let mut at = offset;
@@ -317,7 +328,7 @@ impl Volume {
     /// `offset..end` cut into steps of at most `max` bytes (at least one block) that end
     /// on block boundaries, so that no block is in two of them.
     fn steps(&self, offset: u64, end: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let max = max.max(bs);
         let mut at = offset;
         std::iter::from_fn(move || {
@@ -340,7 +351,7 @@ impl Volume {
         blocks: std::ops::RangeInclusive<u64>,
         may_defer: bool,
     ) -> Result<(Vec<(u64, BlockBuf)>, bool), VolumeError> {
-        let info = self.entry.info;
+        let info = self.entry.info();
         let bs = u64::from(info.block_bytes);
         let first = *blocks.start();
         let end = offset + data.len() as u64;
@@ -422,7 +433,6 @@ impl Volume {
         if let Some(why) = self.entry.failure() {
             return Err(VolumeError::Io(why));
         }
-        let info = self.entry.info;
         let blocks = self.blocks_of(offset, data.len() as u64);
         let mut stripes: Vec<usize> = blocks
             .clone()
@@ -434,6 +444,11 @@ impl Volume {
         for stripe in stripes {
             guards.push(Arc::clone(&self.stripes[stripe]).lock_owned().await);
         }
+        // Checked again with the stripes held: a shrink holds every stripe while it cuts
+        // the tail off (`volume::props`), so a write checked before it cannot make a block
+        // past the new end dirty after it.
+        self.check_range(offset, data.len() as u64)?;
+        let info = self.entry.info();
         // Decided once for the whole write.
         let sync = info.write_is_sync(fua);
         let may_defer = !sync;
@@ -555,7 +570,7 @@ impl Volume {
             return;
         }
         let how = crate::mrc::Noted {
-            block_bytes: self.entry.info.block_bytes,
+            block_bytes: self.entry.info().block_bytes,
             write,
             sequential,
         };
@@ -563,7 +578,7 @@ impl Volume {
         let engine = &self.engine;
         engine
             .access_log
-            .note(self.entry.info.guid, blocks, how, || engine.now_ms());
+            .note(self.entry.info().guid, blocks, how, || engine.now_ms());
     }
 
     /// Starts prefetch reads ahead of a sequential stream (they complete in the
@@ -571,7 +586,7 @@ impl Volume {
     /// (it follows them with `zfs_prefetch_disable=1` too, without reading ahead).
     fn prefetch_after(&self, offset: u64, length: u64) -> bool {
         let tunables = &self.engine.tunables;
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         // Reading further ahead than the ARC holds evicts the stream's own blocks before
         // the client reaches them, and they are read twice: a stream keeps to an eighth.
         let (_, arc_max) = crate::arc::sizing_limits(tunables);
@@ -593,7 +608,7 @@ impl Volume {
         };
         // A task per run of blocks the backing store reads at once (its misses are read
         // together, see `Engine::read_run`).
-        let end = range.end.min(self.entry.info.blocks());
+        let end = range.end.min(self.entry.info().blocks());
         let run_blocks = (self.entry.backing.read_run_bytes() / bs).max(1);
         let mut first = range.start;
         while first < end {
@@ -621,8 +636,19 @@ impl Volume {
         (self.engine.partials)
             .settle_partials(&self.entry, blocks.clone())
             .await;
-        let failed =
-            |block: u64| VolumeError::Io(format!("reading block {block} from the backing store"));
+        // A block the volume no longer has (a shrink since the range was checked) is out of
+        // range, as the request would be now; any other failure is the store's.
+        let failed = |block: u64| {
+            let info = self.entry.info();
+            if block >= info.blocks() {
+                return VolumeError::OutOfRange {
+                    offset,
+                    length,
+                    size_bytes: info.size_bytes,
+                };
+            }
+            VolumeError::Io(format!("reading block {block} from the backing store"))
+        };
         if blocks.start() == blocks.end() {
             let block = *blocks.start();
             let (data, served) = self

@@ -8,12 +8,13 @@
 //! [`Volumes::slot_of`].
 //!
 //! Volumes are registered before they are served and never leave while the engine runs,
-//! so a slot never changes meaning.
+//! so a slot never changes meaning. Their size and their cache and sync properties may
+//! change meanwhile ([`VolumeEntry::info`] is a snapshot; see `info`).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::backing::BackingStore;
 use crate::error::{RecordError, VolumeTableError};
@@ -23,14 +24,22 @@ use crate::lock::{RankedMutex, RankedRwLock};
 use crate::stats::WriteStats;
 
 pub(crate) mod info;
-pub use info::{CacheMode, SyncMode, VolumeInfo, VolumeSpec};
+use info::LiveInfo;
+pub use info::{CacheMode, LogBias, PropertyValue, SyncMode, VolumeInfo, VolumeProps, VolumeSpec};
 
 /// One volume of the table: what it is, where its bytes are, and whether its backing
 /// store failed.
 #[derive(Debug)]
 pub struct VolumeEntry {
-    /// Identity, size and properties.
-    pub info: VolumeInfo,
+    /// Identity and geometry; its size and properties as registered (the ones in force
+    /// are `live`'s).
+    fixed: VolumeInfo,
+    /// Size and properties in force.
+    live: LiveInfo,
+    /// The newest TXG with a write of this volume that has no intent-log record because
+    /// of `logbias=throughput` while a log device took records (0: none): a FLUSH
+    /// answered from the log waits for it to sync.
+    unlogged_txg: AtomicU64,
     /// The backing store.
     pub backing: Arc<BackingStore>,
     /// Why its writes fail, once its backing store failed a TXG.
@@ -50,6 +59,39 @@ pub struct VolumeEntry {
 }
 
 impl VolumeEntry {
+    /// Identity, size and properties in force now (a snapshot: two atomic loads).
+    pub fn info(&self) -> VolumeInfo {
+        self.live.snapshot(&self.fixed)
+    }
+
+    /// The changeable properties in force now.
+    pub fn props(&self) -> VolumeProps {
+        self.live.props()
+    }
+
+    /// Puts `props` in force: the next request of the volume sees them. What else a
+    /// change needs (dropping cached copies) is the caller's.
+    pub(crate) fn set_props(&self, props: VolumeProps) {
+        self.live.set_props(props);
+    }
+
+    /// Puts a new size in force: the next request checks its range against it. What else
+    /// a resize needs (the backing store, the cached tail) is the caller's.
+    pub(crate) fn set_size_bytes(&self, size_bytes: u64) {
+        self.live.set_size_bytes(size_bytes);
+    }
+
+    /// A write of TXG `txg` was not logged because of `logbias=throughput`.
+    pub(crate) fn note_unlogged(&self, txg: u64) {
+        self.unlogged_txg.fetch_max(txg, Ordering::AcqRel);
+    }
+
+    /// The newest TXG with a write that `logbias=throughput` kept out of the log (0:
+    /// none).
+    pub(crate) fn unlogged_txg(&self) -> u64 {
+        self.unlogged_txg.load(Ordering::Acquire)
+    }
+
     /// Reads blocks `first..` from the backing store into `bufs` (one per block, each
     /// exactly its block's bytes) in one read, trying `attempts` times, 100 ms, 200 ms...
     /// apart, and counting every try in `counted` (`backing_reads`). The engine's one
@@ -67,7 +109,7 @@ impl VolumeEntry {
         let mut tried = 0;
         loop {
             counted.fetch_add(1, Ordering::Relaxed);
-            let Err(err) = (self.backing).read_blocks_at(bufs, self.info.offset_of(first)) else {
+            let Err(err) = (self.backing).read_blocks_at(bufs, self.fixed.offset_of(first)) else {
                 return Ok(());
             };
             tried += 1;
@@ -108,7 +150,7 @@ impl VolumeEntry {
         self.name
             .get()
             .cloned()
-            .unwrap_or_else(|| format!("{:016x}", self.info.guid))
+            .unwrap_or_else(|| format!("{:016x}", self.fixed.guid))
     }
 
     /// Names the volume (once: a later name is ignored).
@@ -139,11 +181,25 @@ impl VolumeEntry {
         let mut lost: Vec<u64> = self.lost.lock().iter().copied().collect();
         lost.sort_unstable();
         Some(VolumeFailure {
-            guid: self.info.guid,
+            guid: self.fixed.guid,
             why,
             lost,
         })
     }
+}
+
+/// Refuses a volume of `size_bytes` in blocks of `block_bytes` with more blocks than an
+/// in-memory key (and the L2 index's) holds: [`MAX_BLOCK`] + 1.
+pub fn check_blocks(size_bytes: u64, block_bytes: u32) -> Result<(), VolumeTableError> {
+    let blocks = size_bytes.div_ceil(u64::from(block_bytes.max(1)));
+    if blocks > MAX_BLOCK + 1 {
+        return Err(VolumeTableError::TooManyBlocks {
+            blocks,
+            block_bytes,
+            max: MAX_BLOCK + 1,
+        });
+    }
+    Ok(())
 }
 
 /// A failed volume as the pool's state directory keeps it across restarts (see
@@ -199,7 +255,8 @@ impl Volumes {
 
     /// Registers a volume over `backing` and returns its entry. Refused: a guid already
     /// registered, more than [`VOLUME_SLOTS`] volumes, a volume with more blocks than an
-    /// index key holds, a block size of 0.
+    /// index key holds ([`check_blocks`]), a block size of 0, a size larger than the
+    /// backing store.
     pub fn register(
         &self,
         spec: VolumeSpec,
@@ -216,25 +273,29 @@ impl Volumes {
             return Err(VolumeTableError::Full(VOLUME_SLOTS));
         }
         let slot = table.by_slot.len() as u16;
-        let info = VolumeInfo {
+        let size_bytes = spec.size_bytes.unwrap_or_else(|| backing.size_bytes());
+        if size_bytes > backing.size_bytes() {
+            return Err(VolumeTableError::LargerThanBacking {
+                size_bytes,
+                backing_bytes: backing.size_bytes(),
+            });
+        }
+        check_blocks(size_bytes, spec.block_bytes)?;
+        let fixed = VolumeInfo {
             guid: spec.guid,
             slot,
-            size_bytes: backing.size_bytes(),
+            size_bytes,
             block_bytes: spec.block_bytes,
             primarycache: spec.primarycache,
             secondarycache: spec.secondarycache,
             sync: spec.sync,
+            logbias: spec.logbias,
             read_only: spec.read_only,
         };
-        if info.blocks() > MAX_BLOCK + 1 {
-            return Err(VolumeTableError::TooManyBlocks {
-                blocks: info.blocks(),
-                block_bytes: info.block_bytes,
-                max: MAX_BLOCK + 1,
-            });
-        }
         let entry = Arc::new(VolumeEntry {
-            info,
+            fixed,
+            live: LiveInfo::new(size_bytes, spec.props()),
+            unlogged_txg: AtomicU64::new(0),
             backing,
             failure: RankedMutex::leaf(None),
             lost: RankedMutex::leaf(HashSet::new()),
@@ -286,7 +347,7 @@ impl Volumes {
         // Not an event: the failure happened in an earlier run, which recorded it.
         vol.set_failure(&failure.why);
         // Blocks past the end (a backing store made smaller since) cannot be read anyway.
-        let blocks = vol.info.blocks();
+        let blocks = vol.info().blocks();
         vol.lose(failure.lost.iter().copied().filter(|&b| b < blocks));
         Ok(())
     }

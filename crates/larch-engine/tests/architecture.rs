@@ -18,6 +18,7 @@ const PARTS: &[&str] = &[
     "l2::read",
     "l2::rebuild",
     "l2::index",
+    "l2::purge",
     "l2::uring",
     "txg",
     "txg::syncer",

@@ -268,7 +268,10 @@ pub struct Extent {
 /// runtime, several per connection and many connections at once. Replies may complete
 /// out of order.
 pub trait Export: Send + Sync + 'static {
-    /// Size of the export in bytes (fixed while served).
+    /// Size of the export in bytes, asked at each connection's handshake: a connection
+    /// keeps the size it was told, and an export whose size changes meanwhile refuses the
+    /// requests past its new end itself (the server checks ranges against the size it
+    /// told).
     fn size_bytes(&self) -> u64;
 
     /// Block size constraints; the default is 1 / 4096 / 32 MiB.

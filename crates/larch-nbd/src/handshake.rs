@@ -135,6 +135,8 @@ pub struct Negotiated {
     pub base_allocation: bool,
     /// The transmission flags sent to the client.
     pub transmission_flags: u16,
+    /// The export's size as sent to the client: the connection keeps it.
+    pub size_bytes: u64,
 }
 
 /// What the caller does after a step. In every case it first writes `out`.
@@ -539,6 +541,7 @@ impl<'a> Negotiation<'a> {
             structured_replies: self.structured_replies,
             base_allocation,
             transmission_flags: transmission_flags(&features, self.structured_replies),
+            size_bytes: export.size_bytes,
         }
     }
 

@@ -503,7 +503,10 @@ impl<E: Export> Server<E> {
             address,
             ..ClientIdentity::default()
         };
-        let mut negotiation = Negotiation::new(&self.inner.infos, limits).with_tls(tls_mode);
+        // Each connection is told the exports' sizes as they are now (a volume may have
+        // been resized since the server started); it keeps the size it was told.
+        let infos = self.inner.infos_now();
+        let mut negotiation = Negotiation::new(&infos, limits).with_tls(tls_mode);
         negotiation.set_access(self.access_of(&client));
         let mut input: Vec<u8> = Vec::new();
         let mut out = Vec::new();
@@ -656,6 +659,17 @@ fn check_limits(limits: &ServerLimits) -> Result<usize, ServerError> {
         ));
     }
     Ok(budget_units)
+}
+
+impl<E: Export> Inner<E> {
+    /// The exports' infos with their sizes as the exports give them now.
+    fn infos_now(&self) -> Vec<ExportInfo> {
+        let mut infos = self.infos.clone();
+        for (info, e) in infos.iter_mut().zip(&self.exports) {
+            info.size_bytes = e.export.size_bytes();
+        }
+        infos
+    }
 }
 
 /// What the negotiation tells of each of `exports` (their block sizes narrowed to

@@ -713,3 +713,95 @@ async fn the_preferred_block_size_stays_a_power_of_two() {
         "the largest power of two within the maximum"
     );
 }
+
+/// An export whose size changes while it is served (as a resized volume's does); requests
+/// past its size now are refused by the export itself.
+struct Resizable {
+    inner: MemExport,
+    size_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl larch_nbd::Export for Resizable {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn features(&self) -> larch_nbd::Features {
+        self.inner.features()
+    }
+    async fn read(&self, offset: u64, length: u32) -> larch_nbd::ExportResult<larch_nbd::ReadData> {
+        if offset + u64::from(length) > self.size_bytes() {
+            return Err(larch_nbd::Errno::Inval);
+        }
+        self.inner.read(offset, length).await
+    }
+    async fn write(
+        &self,
+        offset: u64,
+        data: bytes::Bytes,
+        fua: bool,
+    ) -> larch_nbd::ExportResult<()> {
+        self.inner.write(offset, data, fua).await
+    }
+}
+
+/// The export's size of `NBD_INFO_EXPORT` in the answer to GO.
+async fn size_of_go<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> u64 {
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).await.unwrap();
+    s.write_all(&3u32.to_be_bytes()).await.unwrap();
+    send_option(s, opt::GO, &[0, 0, 0, 0, 0, 0]).await;
+    let mut size = None;
+    loop {
+        let (ty, data) = read_option_reply(s).await;
+        if ty == rep::ACK {
+            break;
+        }
+        assert_eq!(ty, rep::INFO);
+        if u16::from_be_bytes([data[0], data[1]]) == larch_nbd::proto::info::EXPORT {
+            size = Some(u64::from_be_bytes(data[2..10].try_into().unwrap()));
+        }
+    }
+    size.expect("NBD_INFO_EXPORT is always sent")
+}
+
+/// Each handshake tells the export's size as it is then: a connection made after a
+/// resize sees the new size, one made before keeps the size it was told (the server
+/// refuses requests past it, the export those past its new end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connection_is_told_the_size_of_its_handshake() {
+    let export = Arc::new(Resizable {
+        inner: MemExport::new(1 << 20),
+        size_bytes: (64 << 10).into(),
+    });
+    let srv = server_of(ServerLimits::default(), Arc::clone(&export));
+    let (mut before, _serving) = serve_one(&srv, 64 << 10);
+    assert_eq!(size_of_go(&mut before).await, 64 << 10);
+    export
+        .size_bytes
+        .store(128 << 10, std::sync::atomic::Ordering::SeqCst);
+    let (mut after, _serving) = serve_one(&srv, 64 << 10);
+    assert_eq!(size_of_go(&mut after).await, 128 << 10);
+    // Past the old size: refused by the server on the old connection, served on the new.
+    request(&mut before, 0, cmd::READ, 1, 64 << 10, 4096).await;
+    assert_eq!(
+        simple(&mut before).await,
+        (22, 1),
+        "EINVAL past the size it was told"
+    );
+    request(&mut after, 0, cmd::READ, 2, 64 << 10, 4096).await;
+    assert_eq!(simple(&mut after).await, (0, 2));
+    let mut data = [1u8; 4096];
+    after.read_exact(&mut data).await.unwrap();
+    assert!(data.iter().all(|&b| b == 0));
+    // Shrunk below the old size: the old connection's request reaches the export, which
+    // refuses it.
+    export
+        .size_bytes
+        .store(16 << 10, std::sync::atomic::Ordering::SeqCst);
+    request(&mut before, 0, cmd::READ, 3, 32 << 10, 4096).await;
+    assert_eq!(
+        simple(&mut before).await,
+        (22, 3),
+        "EINVAL past the new end"
+    );
+}

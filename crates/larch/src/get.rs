@@ -1,5 +1,8 @@
 //! `larch get`: the tunables of a pool with their values, defaults and sources, in the
-//! columns of `zfs get`.
+//! columns of `zfs get`; with a volume's name first, that volume's properties (`larch get
+//! VOLUME [PROPERTY...]`: NAME PROPERTY VALUE SOURCE, the sources `default`, `local` when
+//! set, and `-` for volsize, volblocksize and readonly), the running daemon's when one
+//! answers, else `pool.json`'s.
 //!
 //! The value is the running daemon's when one answers, else what `tunables.json` sets,
 //! else the default. The source says where it comes from: `default`, `tunables.json`
@@ -13,18 +16,22 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use larch_daemon::client;
+use larch_engine::manage::{self, Target, VolumeProperty};
 use larch_engine::tunables;
 use serde_json::json;
 
 /// Arguments of `larch get`.
 #[derive(clap::Args)]
 pub struct GetArgs {
-    /// Tunables to show (default: all of them).
+    /// Tunables to show (default: all of them); or a volume's name, then its properties
+    /// to show (default: all of them).
+    #[arg(value_name = "[VOLUME] NAME")]
     pub names: Vec<String>,
     /// The pool's state directory.
     #[arg(long, default_value = "larch-data")]
     pub state_dir: PathBuf,
-    /// Print JSON: one object per tunable, with numbers for values.
+    /// Print JSON: one object per tunable, with numbers for values (per volume property:
+    /// its value as text, and its bytes for a size).
     #[arg(long)]
     pub json: bool,
 }
@@ -79,13 +86,25 @@ fn row(name: &str, file: Option<u64>, running: Option<u64>, pool_default: Option
     }
 }
 
-/// `larch get [NAME...]`.
+/// `larch get [NAME...]` and `larch get VOLUME [PROPERTY...]`.
 pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let config = crate::files::load(&args.state_dir)?;
     let known: Vec<&str> = tunables::TUNABLES.iter().map(|t| t.name).collect();
+    if let Some((first, properties)) = args.names.split_first()
+        && !known.contains(&first.as_str())
+        && config.volumes.iter().any(|v| &v.name == first)
+    {
+        return volume(&args, first, properties);
+    }
     for name in &args.names {
         if !known.contains(&name.as_str()) {
-            bail!("unknown tunable {name:?} (known: {})", known.join(", "));
+            bail!(
+                "unknown tunable {name:?} (known: {}); nor is it a volume of pool {} \
+                 (volumes: {})",
+                known.join(", "),
+                config.name,
+                volume_names(&config)
+            );
         }
     }
     let names: Vec<&str> = if args.names.is_empty() {
@@ -141,6 +160,47 @@ pub fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             tunables::format_value(&r.property, r.value),
             tunables::format_value(&r.property, r.default),
             r.source
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn volume_names(config: &larch_engine::PoolConfig) -> String {
+    if config.volumes.is_empty() {
+        return "none".to_string();
+    }
+    let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
+    names.join(", ")
+}
+
+/// `larch get VOLUME [PROPERTY...]`.
+fn volume(args: &GetArgs, name: &str, properties: &[String]) -> anyhow::Result<ExitCode> {
+    let rows = match client::find(&args.state_dir) {
+        Some(daemon) => daemon.volume_properties(name, properties)?,
+        None => manage::volume_properties(Target::Files(&args.state_dir), name, properties)?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = |f: fn(&VolumeProperty) -> &str, title: &str| {
+        rows.iter()
+            .map(|r| f(r).len())
+            .chain([title.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let name_width = width(|r| &r.name, "NAME");
+    let property_width = width(|r| &r.property, "PROPERTY");
+    let value_width = width(|r| &r.value, "VALUE");
+    println!(
+        "{:<name_width$}  {:<property_width$}  {:<value_width$}  SOURCE",
+        "NAME", "PROPERTY", "VALUE"
+    );
+    for r in &rows {
+        println!(
+            "{:<name_width$}  {:<property_width$}  {:<value_width$}  {}",
+            r.name, r.property, r.value, r.source
         );
     }
     Ok(ExitCode::SUCCESS)

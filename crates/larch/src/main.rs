@@ -86,7 +86,8 @@ enum Command {
     /// Create or destroy a pool (its state directory).
     #[command(subcommand)]
     Pool(pool::PoolCommand),
-    /// Add or remove volumes of a pool.
+    /// Add or remove volumes of a pool, or set their properties and size (also while
+    /// served).
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
     /// Add or remove cache devices (L2ARC) of a pool, also while it is served.
@@ -110,11 +111,13 @@ enum Command {
     /// The Analytics page: its address (with the token), and its history as CSV or JSON.
     #[command(subcommand)]
     Analytics(analytics::AnalyticsCommand),
-    /// Set tunables of a pool (NAME=VALUE); a running daemon applies them at once.
-    #[command(after_help = set::tunables_help())]
+    /// Set tunables of a pool (`NAME=VALUE...`) or properties of a volume (`VOLUME
+    /// NAME=VALUE...`); a running daemon applies them at once.
+    #[command(after_help = set::properties_help())]
     Set(set::SetArgs),
-    /// Show tunables of a pool: value, default and source, like `zfs get`.
-    #[command(after_help = set::tunables_help())]
+    /// Show tunables of a pool (value, default, source), or properties of a volume (`larch
+    /// get VOLUME [PROPERTY...]`: value and source), like `zfs get`.
+    #[command(after_help = set::properties_help())]
     Get(get::GetArgs),
     /// What an L2ARC would do for a workload: a table of L2ARC sizes and device counts,
     /// simulated, with seed 002's key ratios, header DRAM, IOPS, latency, warm-up and advice.

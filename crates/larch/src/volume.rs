@@ -1,12 +1,15 @@
-//! `larch volume add|remove|clear`: a pool's volumes in `pool.json`, served from the next
-//! start of `larch serve`, and the failures a pool records for them.
+//! `larch volume add|remove|clear|set`: a pool's volumes in `pool.json`, served from the
+//! next start of `larch serve`, the failures a pool records for them, and their
+//! properties (`set`, also while served: through the daemon when one answers).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use larch_engine::units::parse_size;
-use larch_engine::{CacheMode, LatencyModel, SyncMode, VolumeConfig, new_guid};
+use larch_engine::{
+    CacheMode, LatencyModel, LogBias, PropertyValue, SyncMode, VolumeConfig, VolumeProps, new_guid,
+};
 
 use crate::files::{absolute, create_sized, existing_size, load_locked, save};
 
@@ -62,10 +65,10 @@ pub enum VolumeCommand {
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         volblocksize: u64,
         /// What the ARC caches: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
         primarycache: CacheMode,
         /// What is fed to cache devices: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = parse_mode)]
+        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
         secondarycache: CacheMode,
         /// Refuse writes.
         #[arg(long)]
@@ -78,8 +81,12 @@ pub enum VolumeCommand {
         write_latency_ms: f64,
         /// When writes are durable: standard (FUA and FLUSH wait), always (every write
         /// waits) or disabled (nothing waits; a crash loses recent acknowledged writes).
-        #[arg(long, default_value = "standard", value_parser = parse_sync)]
+        #[arg(long, default_value = "standard", value_parser = SyncMode::parse)]
         sync: SyncMode,
+        /// Where sync writes go to be durable: latency (the log device, when the pool has
+        /// one) or throughput (a TXG sync; the log device is left to other volumes).
+        #[arg(long, default_value = "latency", value_parser = LogBias::parse)]
+        logbias: LogBias,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -91,6 +98,33 @@ pub enum VolumeCommand {
     Remove {
         /// The volume's name.
         name: String,
+        /// Where the pool's state lives.
+        #[arg(long, default_value = "larch-data")]
+        state_dir: PathBuf,
+    },
+    /// Set properties of a volume: resize it (`volsize=SIZE`), or change how it is cached
+    /// (`primarycache`, `secondarycache`, `sync`, `logbias`), also while it is served.
+    ///
+    /// A running daemon applies the change at once and saves it in pool.json; with none,
+    /// pool.json (and, for volsize, the backing store) is changed for the next start.
+    /// volsize is a multiple of volblocksize. Growing extends a backing file (a block
+    /// device's volume grows up to the device's size), and the new range reads as zeros;
+    /// NBD clients see the new size on their next connection. Shrinking drops the data past
+    /// the new end, every cached copy of it included, and needs --force; connections made
+    /// before get errors for requests past the new end. Volumes on an object store cannot
+    /// be resized. Narrowing primarycache drops the volume's clean blocks from the ARC;
+    /// narrowing secondarycache drops its copies on the cache devices.
+    #[command(after_help = crate::set::volume_properties_help())]
+    Set {
+        /// The volume's name.
+        name: String,
+        /// PROPERTY=VALUE pairs, e.g. volsize=20G or secondarycache=none.
+        #[arg(required = true, value_name = "PROPERTY=VALUE")]
+        assignments: Vec<String>,
+        /// Allow a volsize below the volume's size now: the data past the new end is
+        /// dropped.
+        #[arg(long)]
+        force: bool,
         /// Where the pool's state lives.
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
@@ -112,27 +146,40 @@ pub enum VolumeCommand {
     },
 }
 
-fn parse_sync(text: &str) -> Result<SyncMode, String> {
-    match text {
-        "standard" => Ok(SyncMode::Standard),
-        "always" => Ok(SyncMode::Always),
-        "disabled" => Ok(SyncMode::Disabled),
-        other => Err(format!("{other:?} is not standard, always or disabled")),
+/// Sets properties of volume `name` (`larch volume set`, `larch set VOLUME`): through the
+/// live daemon of `state_dir` when one answers, else on the pool's files. Prints what was
+/// done.
+pub fn set_properties(
+    state_dir: &std::path::Path,
+    name: &str,
+    assignments: &[String],
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    crate::files::load(state_dir)?;
+    if let Some(daemon) = larch_daemon::client::find(state_dir) {
+        let mut lines = vec![format!("volume={name}")];
+        if force {
+            lines.push("force=1".to_string());
+        }
+        lines.extend(assignments.iter().cloned());
+        print!("{}", daemon.change("/admin/volume/set", &lines)?);
+        return Ok(ExitCode::SUCCESS);
     }
-}
-
-fn parse_mode(text: &str) -> Result<CacheMode, String> {
-    match text {
-        "all" => Ok(CacheMode::All),
-        "metadata" => Ok(CacheMode::Metadata),
-        "none" => Ok(CacheMode::None),
-        _ => Err(format!("{text:?}: expected all, metadata or none")),
-    }
+    let target = larch_engine::manage::Target::Files(state_dir);
+    let done = larch_engine::manage::set_volume_properties(target, name, assignments, force)?;
+    println!("{done}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `larch volume ...`.
 pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        VolumeCommand::Set {
+            name,
+            assignments,
+            force,
+            state_dir,
+        } => return set_properties(&state_dir, &name, &assignments, force),
         VolumeCommand::Add {
             name,
             backing,
@@ -150,6 +197,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             read_latency_ms,
             write_latency_ms,
             sync,
+            logbias,
             state_dir,
         } => {
             if name.is_empty() {
@@ -181,9 +229,15 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                     write_max_us: write_latency_us,
                 },
                 sync,
+                logbias,
+                volsize: None,
+                local: Default::default(),
                 s3: None,
                 object_size_bytes: None,
             };
+            // Values other than the defaults were set by the user: their source is local.
+            volume.local =
+                larch_engine::manage::differing_properties(volume.props(), VolumeProps::default());
             if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
                 let mut settings = s3_settings(
                     s3_endpoint,

@@ -300,6 +300,59 @@ fn changes_are_events_that_survive_restarts_and_follow_prints_new_ones() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
+/// A volume's property changed with `larch set VOLUME` is an event, on a stopped pool (in
+/// its file) and on a running one, with its value before; setting a value it has already
+/// is none.
+#[test]
+fn volume_property_changes_are_events() {
+    let state = scratch("events-props");
+    let dir = state.to_str().unwrap().to_string();
+    new_pool(&state);
+    run_ok(&["set", "vol0", "sync=always", "--state-dir", &dir]);
+    let stopped = events(&state);
+    let last = stopped.last().unwrap();
+    assert_eq!(last["class"], "volume.property", "{stopped:?}");
+    assert_eq!(
+        (
+            &last["volume"],
+            &last["property"],
+            &last["value"],
+            &last["previous"]
+        ),
+        (
+            &Value::from("vol0"),
+            &Value::from("sync"),
+            &Value::from("always"),
+            &Value::from("standard")
+        )
+    );
+    let daemon = Daemon::start(&state, "127.0.0.1:0");
+    wait_for_daemon_record(&state);
+    run_ok(&[
+        "set",
+        "vol0",
+        "secondarycache=none",
+        "sync=always",
+        "--state-dir",
+        &dir,
+    ]);
+    let seen = wait_for_event(&state, "the secondarycache change", |e| {
+        e["class"] == "volume.property" && e["property"] == "secondarycache"
+    });
+    let changed: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["class"] == "volume.property")
+        .collect();
+    assert_eq!(
+        changed.len(),
+        2,
+        "sync=always again is no change: {changed:?}"
+    );
+    assert_eq!(changed[1]["previous"], "all");
+    assert!(daemon.stop().success());
+    let _ = std::fs::remove_dir_all(&state);
+}
+
 /// A cache device whose feed writes fail in the kernel (past the daemon's file-size limit,
 /// `prlimit --fsize`, with SIGXFSZ ignored so the write returns EFBIG) is faulted, and the
 /// event says which device and why; `larch iostat -v` still lists it.

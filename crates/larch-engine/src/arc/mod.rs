@@ -335,6 +335,32 @@ impl Shard {
         let [mru, mfu] = self.evicted_l2_cached;
         self.arc.stats().evict_l2_eligible.saturating_sub(mru + mfu)
     }
+
+    /// Drops the blocks of volume `slot` from block `from` on (see
+    /// [`ArcCache::drop_blocks`]): reads in flight are invalidated (their bytes will not
+    /// be installed), resident blocks leave the policy and their buffers are freed, dirty
+    /// ones too unless `keep_dirty`. Returns the blocks dropped and the dirty ones met.
+    fn drop_blocks(&mut self, slot: u16, from: u64, keep_dirty: bool) -> (u64, u64) {
+        let ours = |key: &BlockKey| key.volume == u64::from(slot) && key.block >= from;
+        for (_, flight) in self.inflight.iter().filter(|(key, _)| ours(key)) {
+            flight.invalidate();
+        }
+        let keys: Vec<BlockKey> = self.bufs.keys().filter(|key| ours(key)).copied().collect();
+        let (mut dropped, mut dirty_met) = (0, 0);
+        for key in keys {
+            let dirty = self.arc.info(&key).is_some_and(|i| i.state == State::Anon);
+            dirty_met += u64::from(dirty);
+            if dirty && keep_dirty {
+                continue;
+            }
+            let removed = self.with_policy(|arc, actions| arc.remove(&key, actions));
+            // Nothing holds policy headers in the engine: a remove always succeeds.
+            debug_assert!(removed, "{key:?} is held");
+            self.bufs.remove(&key);
+            dropped += 1;
+        }
+        (dropped, dirty_met)
+    }
 }
 
 /// The L2 index key of an in-memory key (whose volume part is the slot).
@@ -458,6 +484,20 @@ impl ArcCache {
             uncached: vol.primarycache != CacheMode::All,
             now_ms: self.now_ms(),
         }
+    }
+
+    /// Drops the blocks of volume `slot` from block `from` on from every shard: a volume
+    /// that no longer caches its blocks in DRAM (`primarycache` narrowed: `keep_dirty`,
+    /// they are dropped once synced) or whose tail is cut off (a shrink: the caller made
+    /// sure none is dirty). Reads of them in flight are invalidated, so none is installed
+    /// after this returns; a read that starts later looks at the volume's size and
+    /// properties again before it installs (`Reader`). Returns the blocks dropped and the
+    /// dirty blocks met (kept, or dropped too).
+    pub(crate) fn drop_blocks(&self, slot: u16, from: u64, keep_dirty: bool) -> (u64, u64) {
+        self.shards().fold((0, 0), |(dropped, kept), mut shard| {
+            let (d, k) = shard.drop_blocks(slot, from, keep_dirty);
+            (dropped + d, kept + k)
+        })
     }
 
     /// Whether the ARC has evicted anything yet (OpenZFS `arc_warm`).

@@ -22,6 +22,7 @@ use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
 use crate::tunables::Tunables;
+use crate::volumes::CacheMode;
 
 /// A block chosen for a feed, with its bytes and on-disk identity.
 struct Candidate {
@@ -175,13 +176,15 @@ impl L2Arc {
                             && i.state != State::Anon
                     });
                 let volume = self.volumes.get(pick.key.volume as u16)?;
-                (current && bytes.len() == volume.info.block_len(pick.key.block)).then_some(
-                    Candidate {
-                        pick,
-                        bytes,
-                        volume_guid: volume.info.guid,
-                    },
-                )
+                let info = volume.info();
+                // Not a block its volume caches on cache devices any more (see `purge`).
+                let wanted = info.secondarycache == CacheMode::All
+                    && bytes.len() == info.block_len(pick.key.block);
+                (current && wanted).then_some(Candidate {
+                    pick,
+                    bytes,
+                    volume_guid: info.guid,
+                })
             })
             .collect()
     }
@@ -206,8 +209,9 @@ impl L2Arc {
     }
 
     /// Indexes a written batch under the gate: a copy whose block was written since it
-    /// was chosen is stale, and is tombstoned instead (rule 1); so is a copy the index
-    /// cannot hold (rule 0). Returns the bytes written.
+    /// was chosen is stale, and is tombstoned instead (rule 1); so are a copy the index
+    /// cannot hold (rule 0) and one its volume no longer wants (`purge`). Returns the bytes
+    /// written.
     fn index_placements(
         &self,
         device: &CacheDevice,
@@ -221,8 +225,12 @@ impl L2Arc {
             let pick = &candidate.pick;
             let key = pick.key;
             let mut shard = self.arc.shard(&key);
-            // Stale if written since it was chosen (evicted meanwhile is fine).
+            // Stale if written since it was chosen (evicted meanwhile is fine), or no
+            // longer wanted on cache devices: its volume's `secondarycache` narrowed, or
+            // the volume shrank below it (see `purge`; looked at under the gate, which
+            // the purge holds).
             let current = !overwritten_since.contains(&key)
+                && self.keeps_copy(key.volume as u16, key.block)
                 && shard
                     .arc
                     .info(&key)

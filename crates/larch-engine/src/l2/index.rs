@@ -618,6 +618,15 @@ impl DeviceIndex {
         }
     }
 
+    /// The keys of the live copies that `pick` picks (an O(n) walk of the queue).
+    pub fn live_keys_where(&self, mut pick: impl FnMut(u64) -> bool) -> Vec<u64> {
+        (0..self.len)
+            .map(|i| self.at(i))
+            .filter(|e| e.flags() & DEAD == 0 && pick(e.key()))
+            .map(|e| e.key())
+            .collect()
+    }
+
     /// Every live copy, with its key (for removing a device).
     pub fn drain_live(&mut self) -> Vec<(u64, Copy)> {
         let mut out = Vec::with_capacity(self.live());
@@ -759,6 +768,16 @@ impl ShardL2 {
 
     pub(crate) fn dram_bytes(&self) -> u64 {
         self.devices.iter().flatten().map(|d| d.dram_bytes()).sum()
+    }
+
+    /// The keys with a live copy on any device that `pick` picks, each once.
+    pub(crate) fn keys_where(&self, mut pick: impl FnMut(u64) -> bool) -> Vec<u64> {
+        let mut keys: Vec<u64> = (self.devices.iter().flatten())
+            .flat_map(|d| d.live_keys_where(&mut pick))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// Live copies on cache device `device` (of this shard).

@@ -9,6 +9,7 @@
 
 pub(crate) mod feed;
 pub mod index;
+mod purge;
 pub(crate) mod read;
 pub(crate) mod rebuild;
 pub mod uring;
@@ -645,12 +646,12 @@ impl L2Arc {
         }
     }
 
-    /// The size of the block behind an L2 index key.
+    /// The size of the copy behind an L2 index key (see `VolumeInfo::cached_len`).
     pub(crate) fn psize_of(&self, index_key: u64) -> u32 {
         let (slot, block) = index::unpack_key(index_key);
         self.volumes
             .get(slot)
-            .map_or(0, |v| v.info.block_len(block) as u32)
+            .map_or(0, |v| v.info().cached_len(block) as u32)
     }
 
     /// The most DRAM the L2 index may take: `l2arc_meta_percent` of `zfs_arc_max`, but

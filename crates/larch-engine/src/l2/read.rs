@@ -214,7 +214,7 @@ mod tests {
         // Block 0 is fed; a reader looks its copy up.
         read(0).expect("read");
         engine.feed_once(&device, 1 << 20);
-        let key = vol.info.key(0);
+        let key = vol.info().key(0);
         let ik = index_key(&key);
         let loc = engine
             .arc
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(stat(&device.io.read_errors), 0);
 
         // The newest copy, damaged on the device while indexed: a device error.
-        let last = vol.info.key(next - 1);
+        let last = vol.info().key(next - 1);
         let ik = index_key(&last);
         let loc = engine
             .arc

@@ -38,7 +38,7 @@ use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
 use crate::events::EventKind;
-use crate::volumes::VolumeEntry;
+use crate::volumes::{CacheMode, VolumeEntry};
 
 /// Entries met between two looks at the index's memory cap.
 const CAP_CHECK_ENTRIES: u64 = 16384;
@@ -67,6 +67,8 @@ struct Block {
     psize: u32,
     /// An object-store block that another node committed since this node took over.
     stale: bool,
+    /// Its volume caches no data on cache devices (`secondarycache` is not `all`).
+    uncached: bool,
 }
 
 /// A device's index while its rebuild builds it, not yet attached to the shards.
@@ -105,6 +107,9 @@ struct Restore<'e> {
     /// tell.
     undone: Undone,
     geometry: Geometry,
+    /// The purges when the rebuild began (see `l2::purge`): if any ran since, the attach
+    /// drops the copies that their volumes no longer cache.
+    purges: u64,
 }
 
 /// A copy met while the tables were not built that the index did not take.
@@ -196,6 +201,7 @@ impl<'e> Restore<'e> {
             pending: Vec::new(),
             undone: Undone::default(),
             geometry: *geometry,
+            purges: l2.coherence.purges(),
         }
     }
 
@@ -340,21 +346,25 @@ impl<'e> Restore<'e> {
             self.last_volume = (Some(guid), volume);
         }
         let volume = self.last_volume.1.as_ref()?;
-        let key = volume.info.key(block);
-        (block < volume.info.blocks()).then(|| Block {
+        let info = volume.info();
+        let key = info.key(block);
+        (block < info.blocks()).then(|| Block {
             key,
             shard: shard_of(&key) as u8,
-            psize: volume.info.block_len(block) as u32,
+            psize: info.block_len(block) as u32,
             // A copy of an object-store block that another node committed since.
             stale: volume.backing.cached_copy_stale(block),
+            uncached: info.secondarycache != CacheMode::All,
         })
     }
 
-    /// Whether the index takes this copy, its key aside: not over the cap, current, a
-    /// whole uncompressed block, and not indexed on another device already.
+    /// Whether the index takes this copy, its key aside: not over the cap, current, of a
+    /// volume that caches its blocks on cache devices, a whole uncompressed block, and
+    /// not indexed on another device already.
     fn indexable(&self, block: &Block, e: &larch_l2::LogEntryPhys) -> bool {
         !self.over_cap
             && !block.stale
+            && !block.uncached
             && e.compression == Compression::Off
             && e.logical_size == e.physical_size
             && block.psize == e.physical_size
@@ -427,15 +437,18 @@ impl<'e> Restore<'e> {
             };
             let shard = &mut self.shards[shard_of(&key)];
             if let Some(copy) = shard.remove(index_key(&key)) {
-                let psize = volume.info.block_len(key.block) as u32;
+                let psize = volume.info().cached_len(key.block) as u32;
                 self.tally.sub(copy.flags, psize);
                 self.undone.unrestore(psize, &self.geometry);
                 let on_disk = larch_l2::BlockKey {
-                    volume_guid: volume.info.guid,
+                    volume_guid: volume.info().guid,
                     block_number: key.block,
                 };
                 self.tombstone(on_disk, generation);
             }
+        }
+        if self.l2.coherence.purges() != self.purges {
+            self.drop_unwanted();
         }
         self.queue_tombstones();
         for (mut shard, index) in self.l2.arc.shards().zip(self.shards) {
@@ -444,6 +457,39 @@ impl<'e> Restore<'e> {
         self.device.rebuild_index_bytes.store(0, Ordering::Relaxed);
         self.tally.apply(&self.l2.stats);
         self.undone
+    }
+}
+
+impl Restore<'_> {
+    /// Under the gate, at the attach, after a purge since the rebuild began: drops (and
+    /// tombstones) the restored copies of blocks their volumes no longer cache on cache
+    /// devices (`secondarycache` narrowed, or past a shrunk volume's end), which the
+    /// purge could not find in an index not yet attached.
+    fn drop_unwanted(&mut self) {
+        let generation = self.l2.generations.newest();
+        for i in 0..self.shards.len() {
+            let l2 = self.l2;
+            let keys = self.shards[i].live_keys_where(|key| {
+                let (slot, block) = index::unpack_key(key);
+                !l2.keeps_copy(slot, block)
+            });
+            for key in keys {
+                let (slot, block) = index::unpack_key(key);
+                let Some(copy) = self.shards[i].remove(key) else {
+                    continue;
+                };
+                let psize = l2.psize_of(key);
+                self.tally.sub(copy.flags, psize);
+                self.undone.unrestore(psize, &self.geometry);
+                if let Some(volume) = l2.volumes.get(slot) {
+                    let on_disk = larch_l2::BlockKey {
+                        volume_guid: volume.info().guid,
+                        block_number: block,
+                    };
+                    self.tombstone(on_disk, generation);
+                }
+            }
+        }
     }
 }
 
@@ -1010,6 +1056,66 @@ mod tests {
         assert_eq!(queued[0].key.block_number, 3);
         assert!(queued[0].generation >= generation);
         engine.shutdown();
+    }
+
+    /// A purge while a rebuild runs (`l2::purge`: a volume shrank, or stopped caching on
+    /// cache devices) cannot find the copies of an index not yet attached: the attach drops
+    /// them, counts them as not restored, and tombstones them. Copies met after the change
+    /// are not restored at all.
+    #[test]
+    fn copies_their_volume_no_longer_caches_are_dropped_at_attach() {
+        for narrowed in [false, true] {
+            let engine = engine_with_volume(100);
+            let vol = engine.volume(0).expect("the volume");
+            let (device, geometry) = device();
+            engine.coherence.rebuild_began();
+            let mut restore = Restore::new(&engine.l2, &device, &geometry, 0);
+            for block in 0..10 {
+                sight(&mut restore, &data(block, 1, (100 - block) * BLOCK));
+            }
+            {
+                let _gate = engine.coherence.gate();
+                if narrowed {
+                    vol.set_props(crate::volumes::VolumeProps {
+                        secondarycache: CacheMode::None,
+                        ..vol.props()
+                    });
+                } else {
+                    vol.set_size_bytes(6 * BLOCK);
+                }
+                engine.coherence.note_purge();
+            }
+            // Met after the change: block 20 is past the new end, or of a volume that
+            // caches nothing on cache devices.
+            assert_eq!(sight(&mut restore, &data(20, 1, 50 * BLOCK)), Seen::Dropped);
+            let undone = {
+                let _gate = engine.coherence.gate();
+                let undone = restore.attach();
+                engine.coherence.rebuild_ended();
+                undone
+            };
+            let kept: Vec<u64> = (0..10)
+                .filter(|&b| attached(&engine, b).is_some())
+                .collect();
+            let dropped = if narrowed { 0..10 } else { 6..10 };
+            let expect: Vec<u64> = (0..10).filter(|b| !dropped.contains(b)).collect();
+            assert_eq!(kept, expect, "narrowed: {narrowed}");
+            let n = dropped.end - dropped.start;
+            assert_eq!((undone.entries, undone.size), (n, n * BLOCK));
+            assert_eq!(
+                engine.stats.l2_blocks.load(Ordering::Relaxed),
+                10 - n,
+                "narrowed: {narrowed}"
+            );
+            let mut queued: Vec<u64> = (engine.coherence.take_tombstones(0).iter())
+                .map(|t| t.key.block_number)
+                .collect();
+            queued.sort_unstable();
+            let mut want: Vec<u64> = dropped.chain([20]).collect();
+            want.sort_unstable();
+            assert_eq!(queued, want, "narrowed: {narrowed}");
+            engine.shutdown();
+        }
     }
 
     /// Through the engine: a log of many small blocks where a block is cached twice (in

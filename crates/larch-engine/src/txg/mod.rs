@@ -35,7 +35,7 @@ pub(crate) mod zil;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Condvar;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -53,7 +53,7 @@ use crate::lock::{Rank, RankedGuard, RankedMutex};
 use crate::run::{Generations, Lifecycle};
 use crate::stats::{EngineStats, WriteStats};
 use crate::tunables::Tunables;
-use crate::volumes::{SyncMode, VolumeEntry, Volumes};
+use crate::volumes::{LogBias, SyncMode, VolumeEntry, Volumes};
 
 pub(crate) use syncer::{Faults, Syncer};
 pub(crate) use zil::IntentLog;
@@ -123,11 +123,6 @@ pub(crate) struct Txg {
     changed: Condvar,
     /// The intent log: the log device and the committed TXG recorded outside it.
     pub(crate) zil: IntentLog,
-    /// The newest TXG not synced yet that has zeroed blocks, which the intent log does not
-    /// hold: a FLUSH waits for it to sync. 0 when there is none (the syncer clears it).
-    /// Set under the TXG lock; read without it, so a FLUSH with a log device and no
-    /// zeroed blocks takes no TXG lock.
-    unlogged_txg: AtomicU64,
     arc: Arc<ArcCache>,
     coherence: Arc<Coherence>,
     tunables: Arc<Tunables>,
@@ -155,7 +150,6 @@ impl Txg {
                 },
             ),
             changed: Condvar::new(),
-            unlogged_txg: AtomicU64::new(0),
             zil: IntentLog::new(
                 parts.volumes,
                 Arc::clone(&parts.coherence),
@@ -270,14 +264,14 @@ impl Txg {
         }
         if let Some((block, data)) = blocks
             .iter()
-            .find(|(block, data)| data.len() != vol.info.block_len(*block) || data.is_empty())
+            .find(|(block, data)| data.len() != vol.info().block_len(*block) || data.is_empty())
         {
             return Err(WriteError::BlockMisfit {
                 block: *block,
                 len: data.len(),
-                guid: vol.info.guid,
-                block_bytes: vol.info.block_bytes,
-                size_bytes: vol.info.size_bytes,
+                guid: vol.info().guid,
+                block_bytes: vol.info().block_bytes,
+                size_bytes: vol.info().size_bytes,
             });
         }
         Ok(blocks.iter().map(|(_, b)| b.len() as u64).sum())
@@ -290,19 +284,24 @@ impl Txg {
         if let Some(why) = vol.failure() {
             return Err(WriteError::VolumeFailed(why));
         }
-        if vol.info.sync == SyncMode::Disabled {
+        let info = vol.info();
+        if info.sync == SyncMode::Disabled {
             return Ok(());
         }
-        if let Some(log) = self.zil.usable() {
-            self.zil.commit_all(self, &log)?;
-            // Zeroed blocks are not in the log: their TXG syncs.
-            let unlogged = self.unlogged_txg.load(Ordering::SeqCst);
-            if unlogged != 0 {
-                self.wait_synced(unlogged)?;
+        match self.zil.usable() {
+            Some(log) if info.logbias == LogBias::Latency => {
+                self.zil.commit_all(self, &log)?;
+                // Writes with no records (zeroed blocks, writes made while the volume had
+                // `logbias=throughput`): their TXGs must be on the backing store.
+                let unlogged = vol.unlogged_txg();
+                if unlogged != 0 && unlogged > self.lock().synced_txg {
+                    self.wait_synced(unlogged)?;
+                }
             }
-        } else {
-            let txg = self.lock().open_txg;
-            self.wait_synced(txg)?;
+            _ => {
+                let txg = self.lock().open_txg;
+                self.wait_synced(txg)?;
+            }
         }
         vol.failure()
             .map_or(Ok(()), |why| Err(WriteError::VolumeFailed(why)))
@@ -321,15 +320,23 @@ impl Txg {
         let generations = self.change_generations(vol, blocks);
         let mut inner = self.lock();
         inner.dirty_bytes -= reserved;
-        // Decided under the TXG lock, which the log device's attach takes too.
-        let log = self.zil.usable();
         let txg = inner.open_txg;
+        // Decided under the TXG lock, which the log device's attach takes too. A volume
+        // with `logbias=throughput` keeps its writes out of the log: its sync writes and
+        // FLUSHes wait for their TXG instead, and so does a FLUSH after it changes back.
+        let log = match self.zil.usable() {
+            Some(_) if vol.info().logbias == LogBias::Throughput => {
+                vol.note_unlogged(txg);
+                None
+            }
+            log => log,
+        };
         // The blocks' records join the log's queue in the order of the writes, under the
         // TXG lock; a record the log refuses (poisoned) leaves the write to a TXG sync.
         let mut logged = log.map(|log| (log, 0));
         let mut unlogged = false;
         for ((block, data), generation) in blocks.iter().zip(generations) {
-            let key = vol.info.key(*block);
+            let key = vol.info().key(*block);
             let len = data.len() as u64;
             let zeroed = zeroing.filter(|_| data.is_shared_zeros());
             let dirty = DirtyBlock {
@@ -350,9 +357,9 @@ impl Txg {
             }
             if zeroed.is_some() {
                 unlogged = true;
-                self.unlogged_txg.fetch_max(txg, Ordering::SeqCst);
+                vol.note_unlogged(txg);
             } else if let Some((log, _)) = &logged {
-                let place = (vol.info.guid, vol.info.offset_of(*block));
+                let place = (vol.info().guid, vol.info().offset_of(*block));
                 let ticket = self.zil.append(log, txg, place, data.bytes());
                 logged = logged.take().zip(ticket).map(|((log, _), t)| (log, t));
             }
@@ -379,9 +386,9 @@ impl Txg {
         let now = self.arc.now_ms();
         let mut generations = Vec::with_capacity(blocks.len());
         for (block, data) in blocks {
-            let key = vol.info.key(*block);
+            let key = vol.info().key(*block);
             let generation = self.generations.fresh();
-            let psize = vol.info.block_len(*block) as u32;
+            let psize = vol.info().block_len(*block) as u32;
             let removed = {
                 let mut shard = self.arc.shard(&key);
                 let removed = shard.l2.remove(index_key(&key), psize, &self.stats);
@@ -393,7 +400,7 @@ impl Txg {
                     loc.device,
                     Tombstone {
                         key: larch_l2::BlockKey {
-                            volume_guid: vol.info.guid,
+                            volume_guid: vol.info().guid,
                             block_number: *block,
                         },
                         generation,
@@ -450,13 +457,6 @@ impl Txg {
     pub(crate) fn throttle_reserved(&self) {
         // A stopped syncer fails the writes that follow; this one is acknowledged already.
         let _ = self.throttle(0);
-    }
-
-    /// The syncer synced `txg`: zeroed blocks of TXGs up to it need no more waiting for.
-    fn zeroed_synced(&self, txg: u64) {
-        let _ = (self.unlogged_txg).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |newest| {
-            (newest != 0 && newest <= txg).then_some(0)
-        });
     }
 
     /// Writes waiting for a sync write or FLUSH to put them in the log (for stats).

@@ -226,7 +226,7 @@ impl PartialWrites {
         bytes: &[u8],
         may_defer: bool,
     ) -> Offer {
-        let len = vol.info.block_len(block);
+        let len = vol.info().block_len(block);
         let whole = at == 0 && bytes.len() == len;
         let partials = &vol.partials;
         if (whole || !may_defer) && partials.len() == 0 {
@@ -266,7 +266,7 @@ impl PartialWrites {
             // A failed volume acknowledges no more writes (a writer that waited out a merge
             // whose read failed gets here): the direct path returns its error.
             || vol.failure().is_some()
-            || self.arc.buf_of(&vol.info.key(block)).is_some()
+            || self.arc.buf_of(&vol.info().key(block)).is_some()
         {
             return Offer::Direct;
         }
@@ -388,7 +388,7 @@ impl PartialWrites {
     /// block unless its pieces cover it, lays the pieces over it, makes it dirty, and
     /// removes the pending partial. Blocking.
     pub(crate) fn merge_partial(&self, vol: &VolumeEntry, block: u64) {
-        let len = vol.info.block_len(block);
+        let len = vol.info().block_len(block);
         let covered = {
             let mut table = vol.partials.table.lock();
             let Some(pending) = table.get_mut(&block) else {
@@ -401,7 +401,7 @@ impl PartialWrites {
             covers(&pending.pieces, len)
         };
         let mut buf = vec![0u8; len];
-        let key = vol.info.key(block);
+        let key = vol.info().key(block);
         let read = if covered {
             Ok(())
         } else if let Some(cached) = self.arc.buf_of(&key) {
@@ -490,26 +490,33 @@ impl PartialWrites {
     /// that has ended would otherwise never run). Blocking.
     pub(crate) fn merge_all_partials(&self) {
         for vol in self.volumes.all() {
-            let blocks: Vec<u64> = vol.partials.table.lock().keys().copied().collect();
-            for block in blocks {
-                self.merge_partial(&vol, block);
-            }
-            // Merges another thread took: their reads are in flight. A read that never
-            // returns must not hold the shutdown for ever.
-            let mut waited = Duration::ZERO;
-            while vol.partials.len() > 0 && waited < Duration::from_secs(60) {
-                std::thread::sleep(Duration::from_millis(5));
-                waited += Duration::from_millis(5);
-            }
-            if vol.partials.len() > 0 {
+            let left = self.merge_volume_partials(&vol);
+            if left > 0 {
                 eprintln!(
-                    "larch: volume {:#x}: {} partial-block merges did not end within 60 s of \
-                     the shutdown; their writes are lost",
-                    vol.info.guid,
-                    vol.partials.len()
+                    "larch: volume {:#x}: {left} partial-block merges did not end within 60 s \
+                     of the shutdown; their writes are lost",
+                    vol.info().guid,
                 );
             }
         }
+    }
+
+    /// Merges every pending partial of `vol`, and waits (at most 60 s: a read that never
+    /// returns must not hold the caller for ever) for merges other threads are running.
+    /// Returns the pending partials left (0 but for such a read). No new one can appear
+    /// while the caller holds the volume's write stripes. Blocking.
+    pub(crate) fn merge_volume_partials(&self, vol: &VolumeEntry) -> usize {
+        let blocks: Vec<u64> = vol.partials.table.lock().keys().copied().collect();
+        for block in blocks {
+            self.merge_partial(vol, block);
+        }
+        // Merges another thread took: their reads are in flight.
+        let mut waited = Duration::ZERO;
+        while vol.partials.len() > 0 && waited < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+            waited += Duration::from_millis(5);
+        }
+        vol.partials.len()
     }
 
     /// Blocks with writes waiting for their merge, over every volume.

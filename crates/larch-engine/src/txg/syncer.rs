@@ -12,10 +12,9 @@ use larch_policy::BlockKey;
 use super::{DirtyBlock, Txg};
 use crate::arc::ArcCache;
 use crate::backing::BackingStore;
-use crate::coherence::Coherence;
 use crate::error::{DistrustError, SyncError};
 use crate::events::{Events, StallWatch};
-use crate::l2::{CacheDevice, DeviceState, L2Arc};
+use crate::l2::L2Arc;
 use crate::run::Lifecycle;
 use crate::stats::WriteStats;
 use crate::tunables::Tunables;
@@ -35,7 +34,6 @@ pub(crate) struct Syncer {
     pub(crate) txg: Arc<Txg>,
     pub(crate) l2: Arc<L2Arc>,
     pub(crate) arc: Arc<ArcCache>,
-    pub(crate) coherence: Arc<Coherence>,
     pub(crate) volumes: Arc<Volumes>,
     pub(crate) tunables: Arc<Tunables>,
     pub(crate) write_stats: Arc<WriteStats>,
@@ -98,7 +96,6 @@ impl Syncer {
             inner.synced_txg = txg;
             let synced = inner.synced_txg;
             self.txg.zil.synced(synced);
-            self.txg.zeroed_synced(synced);
             if let Err(why) = result {
                 // The failed volumes are marked; their waiters see it.
                 eprintln!("larch: TXG {txg}: {why}");
@@ -149,7 +146,7 @@ impl Syncer {
                 // commit that uploads them in parallel (see `larch_object`).
                 let staged = list.iter().map(|(b, d)| (*b, d.data.clone())).collect();
                 vol.backing
-                    .stage_blocks(|b| vol.info.offset_of(b), staged)
+                    .stage_blocks(|b| vol.info().offset_of(b), staged)
                     .and_then(|n| vol.backing.flush().map(|()| n))
             } else {
                 write_runs(&vol, &list, max_active).and_then(|n| vol.backing.flush().map(|()| n))
@@ -171,9 +168,9 @@ impl Syncer {
             // leave the ARC (the store reads as zeros there now).
             let now = self.arc.now_ms();
             for (block, dirty) in &list {
-                let key = vol.info.key(*block);
+                let key = vol.info().key(*block);
                 self.arc.shard(&key).write_done(
-                    &vol.info,
+                    &vol.info(),
                     key,
                     dirty.generation,
                     dirty.zeroed.is_some(),
@@ -214,60 +211,20 @@ impl Syncer {
         // restart from serving the store's older bytes.
         self.volumes.record_failure_counted(&vol, &self.write_stats);
         for (block, dirty) in list {
-            let key = vol.info.key(*block);
+            let key = vol.info().key(*block);
             self.arc.shard(&key).write_failed(key, dirty.generation);
         }
     }
 
-    /// Step 1: under `feed_io` (a feed in flight has queued its tombstones), every online
-    /// device commits the tombstones queued for it, and every device still rebuilding has
-    /// its log emptied once for that rebuild (rule 2). A device that fails is faulted and
-    /// its log emptied; `Err` only when that failed too and the pool could not record it.
+    /// Step 1: every online device commits the tombstones queued for it, and every
+    /// device still rebuilding has its log emptied once for that rebuild (rule 2; see
+    /// [`L2Arc::commit_queued_tombstones`]). `Err` only when a device failed, its log could
+    /// not be emptied and the pool could not record it.
     fn commit_tombstones(&self) -> Result<(), DistrustError> {
-        let _io = self.coherence.feed_io();
-        for device in self.l2.devices.all() {
-            if self.skip_tombstone_commit() {
-                continue;
-            }
-            self.commit_or_forget(&device)?;
+        if self.skip_tombstone_commit() {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    fn commit_or_forget(&self, device: &Arc<CacheDevice>) -> Result<(), DistrustError> {
-        let mut writer = device.writer();
-        match (writer.as_mut(), device.state()) {
-            (Some(l2), _) => {
-                let queued = self.coherence.take_tombstones(device.index);
-                // A commit that needs space moves the evict hand: the index entries it
-                // passes go before their space is overwritten, as in a feed.
-                let evict = |floor: u64| self.l2.evict_below(device.index, floor);
-                let committed = CacheDevice::append_tombstones(l2, &queued, evict).and_then(|()| {
-                    if l2.open_entries() > 0 {
-                        l2.commit_log_with(evict).map(drop)
-                    } else {
-                        Ok(())
-                    }
-                });
-                if let Err(err) = committed {
-                    drop(writer);
-                    return self
-                        .l2
-                        .fault_device(device, format!("tombstone commit failed: {err}"));
-                }
-                Ok(())
-            }
-            (None, DeviceState::Rebuilding) => {
-                if self.coherence.forget_in_rebuild_once(device.index) {
-                    // Under the writer's lock: the rebuild installs its writer (and then
-                    // writes its first header) only after this returns.
-                    return self.l2.forget_log(device);
-                }
-                Ok(())
-            }
-            // Faulted or removed: its log was emptied when it left (or is recorded).
-            (None, _) => Ok(()),
-        }
+        self.l2.commit_queued_tombstones()
     }
 
     /// Whether the tombstone commit is to be skipped: a fault injected by tests to show
@@ -297,7 +254,7 @@ fn write_runs(
     list: &[(u64, &DirtyBlock)],
     max_active: usize,
 ) -> std::io::Result<u64> {
-    let block_bytes = u64::from(vol.info.block_bytes).max(1);
+    let block_bytes = u64::from(vol.info().block_bytes).max(1);
     let run_blocks = (RUN_BYTES / block_bytes).max(1) as usize;
     let mut runs: Vec<&[(u64, &DirtyBlock)]> = Vec::new();
     let mut i = 0;
@@ -317,7 +274,7 @@ fn write_runs(
         i = j;
     }
     let backing = &vol.backing;
-    let offset = |block: u64| vol.info.offset_of(block);
+    let offset = |block: u64| vol.info().offset_of(block);
     let workers = max_active.min(runs.len());
     // Every run waits for a writer from here (`larch iostat -q`'s write queue).
     let queued = backing.stats.write_queue.enter_batch(runs.len() as u64);

@@ -382,7 +382,7 @@ impl IntentLog {
             vol.backing.catch_up(before_open).map_err(|e| {
                 io::Error::other(format!(
                     "volume {:#x}: recording its intent-log state: {e}",
-                    vol.info.guid
+                    vol.info().guid
                 ))
             })?;
         }
@@ -472,7 +472,7 @@ impl IntentLog {
             }
             applied += 1;
             let end = record.offset_bytes.checked_add(record.data.len() as u64);
-            if end.is_none_or(|end| end > vol.backing.size_bytes()) {
+            if end.is_none_or(|end| end > vol.info().size_bytes) {
                 return Err(io::Error::other(format!(
                     "an intent-log record of volume {:#x} ({} bytes at {}) ends past its size",
                     record.volume_id,

@@ -79,7 +79,7 @@ impl Volume {
         end: u64,
         holes: &[Range<u64>],
     ) -> (Vec<(Range<u64>, bool)>, u64) {
-        let bs = u64::from(self.entry.info.block_bytes);
+        let bs = u64::from(self.entry.info().block_bytes);
         let mut runs = Vec::new();
         let mut at = offset;
         let mut looked = 0;
@@ -125,7 +125,7 @@ impl Volume {
         let entry = &self.entry;
         entry.is_lost(block)
             || entry.partials.has(block)
-            || self.engine.arc.holds_dirty_data(&entry.info.key(block))
+            || self.engine.arc.holds_dirty_data(&entry.info().key(block))
     }
 }
 

@@ -162,7 +162,7 @@ impl<E: Export, W: AsyncWrite + Unpin + Send + 'static> Transmission<E, W> {
         features.read_only |= negotiated.read_only;
         let chunk_bytes = export.write_chunk_bytes();
         let ctx = TransmissionContext {
-            size_bytes: info.size_bytes,
+            size_bytes: negotiated.size_bytes,
             features,
             block_sizes: info.block_sizes,
             structured_replies: negotiated.structured_replies,
