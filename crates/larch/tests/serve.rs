@@ -1256,6 +1256,35 @@ fn trims_and_zeroes_free_blocks_and_no_trimmed_block_comes_back_from_l2() {
         .output()
         .unwrap();
     succeeded(&out, "qemu-io discard");
+    // Past the end (libnbd's own bounds check off, so the server answers): TRIM is
+    // EINVAL, WRITE_ZEROES ENOSPC, as the protocol says; the connection goes on.
+    let script = format!(
+        r#"import nbd
+h = nbd.NBD()
+h.set_strict_mode(0)
+h.connect_uri({uri:?})
+size = h.get_size()
+for name, call in [("trim", lambda: h.trim({MIB}, size - 4096)),
+                   ("zero", lambda: h.zero({MIB}, size))]:
+    try:
+        call()
+        print(name, "taken")
+    except nbd.Error as e:
+        print(name, e.errno)
+assert len(h.pread(4096, 0)) == 4096
+h.shutdown()
+"#,
+        uri = daemon.uri(),
+    );
+    let out = Command::new(common::PYTHON)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    succeeded(&out, "libnbd trim and zero past the end");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "trim EINVAL\nzero ENOSPC"
+    );
     for range in [
         0..4 * MIB,
         6 * MIB..7 * MIB,

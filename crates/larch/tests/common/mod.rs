@@ -105,6 +105,8 @@ pub fn run_ok(args: &[&str]) {
 pub struct Daemon {
     child: Option<std::process::Child>,
     socket: std::path::PathBuf,
+    /// Where its standard error goes.
+    stderr: std::path::PathBuf,
 }
 
 #[allow(dead_code)]
@@ -131,13 +133,17 @@ impl Daemon {
                 c
             }
         };
+        // Its standard error goes to STATE.stderr, beside the state directory, for a
+        // failure to show ([`Daemon::stop`]).
+        let stderr = std::fs::File::create(state.with_extension("stderr"))
+            .expect("the daemon's stderr file");
         let child = command
             .args(["serve", "--http", http, "--state-dir"])
             .arg(state)
             .arg("--socket")
             .arg(&socket)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start larch serve");
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -148,7 +154,13 @@ impl Daemon {
         Daemon {
             child: Some(child),
             socket,
+            stderr: state.with_extension("stderr"),
         }
+    }
+
+    /// What it wrote to its standard error so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// The NBD URI of the pool's volume `vol0`.
@@ -164,13 +176,21 @@ impl Daemon {
         }
     }
 
-    /// SIGTERM, and its exit status once it exited.
+    /// SIGTERM, and its exit status once it exited (its standard error printed when that
+    /// is not success, for the failing test's output).
     pub fn stop(mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        child.wait().expect("wait for larch serve")
+        let status = child.wait().expect("wait for larch serve");
+        if !status.success() {
+            eprintln!(
+                "larch serve exited {status}; its stderr:\n{}",
+                self.stderr()
+            );
+        }
+        status
     }
 }
 
