@@ -351,6 +351,15 @@ mod tests {
     const BLOCK: u64 = 8192;
     const BLOCKS: u64 = 64;
 
+    /// Leaves `block` only where else it is (a cache device, the backing store).
+    fn drop_from_arc(engine: &Engine, vol: &VolumeEntry, block: u64) {
+        let key = vol.info().key(block);
+        engine.arc.shard(&key).with_policy(|arc, actions| {
+            assert!(arc.remove(&key, actions));
+        });
+        assert_eq!(engine.arc.buf_of(&key), None);
+    }
+
     /// A run's misses are read from the backing store together: one read per run of
     /// neighbouring blocks, cut at blocks the ARC holds and at blocks a cache device holds
     /// (read from there), each block exactly its bytes.
@@ -368,10 +377,7 @@ mod tests {
         runtime.block_on(engine.read_block(&vol, 3, false)).unwrap();
         runtime.block_on(engine.read_block(&vol, 6, false)).unwrap();
         engine.feed_once(&device, 1 << 20);
-        let key = vol.info().key(6);
-        engine.arc.shard(&key).with_policy(|arc, actions| {
-            assert!(arc.remove(&key, actions));
-        });
+        drop_from_arc(&engine, &vol, 6);
         let reads = || vol.backing.stats.reads.load(Ordering::Relaxed);
         let before = reads();
         let answers = runtime.block_on(engine.read_run(&vol, 0..10, false));
@@ -416,16 +422,9 @@ mod tests {
             let (data, served) = runtime.block_on(engine.read_block_served(&vol, 0, false));
             (data.expect("read"), served, taken(Rank::Shard) - before)
         };
-        // Leaves block 0 only on the cache device.
-        let drop_from_arc = || {
-            engine.arc.shard(&key).with_policy(|arc, actions| {
-                assert!(arc.remove(&key, actions));
-            });
-            assert_eq!(engine.arc.buf_of(&key), None);
-        };
         read();
         engine.feed_once(&device, 1 << 20);
-        drop_from_arc();
+        drop_from_arc(&engine, &vol, 0);
 
         let (data, served, locks) = read();
         assert_eq!((served, locks), (Served::L2, 1), "an L2 hit");
@@ -436,7 +435,7 @@ mod tests {
         assert_eq!(data, contents(0, BLOCK));
         assert_eq!(device.io.reads.load(Ordering::Relaxed), device_reads);
 
-        drop_from_arc();
+        drop_from_arc(&engine, &vol, 0);
         let (_, served, _) = read();
         assert_eq!(served, Served::L2);
         let new = vec![0xa5; BLOCK as usize];
