@@ -11,7 +11,6 @@ mod common;
 use common::{PYTHON, pattern, require, require_python_nbd, scratch};
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -61,31 +60,10 @@ fn larch_refused(state: &Path, args: &[&str], words: &[&str]) {
     }
 }
 
-/// One HTTP/1.1 request to the daemon; the status code and body.
+/// One HTTP/1.1 request to the daemon, with its token if given; the status code and body.
 fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
     let token = token.map_or(String::new(), |t| format!("X-Larch-Token: {t}\r\n"));
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{token}Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let code = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
+    common::http_request(addr, method, path, &token, body.as_bytes())
 }
 
 /// A `larch serve` of a demo pool (a 16 MiB volume of 16K blocks, a 16 MiB cache device,

@@ -80,6 +80,42 @@ pub fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
+/// One HTTP/1.1 request to `addr` (`HOST:PORT`) with `Connection: close`, `headers` (whole
+/// lines, each ending in CRLF) and `body`: the status code and the body of the answer. Not
+/// every test binary uses it.
+#[allow(dead_code)]
+pub fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
 /// The `larch` binary under test, as a command. Not every test binary uses it.
 #[allow(dead_code)]
 pub fn larch() -> std::process::Command {
