@@ -26,7 +26,7 @@ use crate::tunables::Tunables;
 use crate::volumes::{CacheMode, VolumeEntry};
 
 /// Tries of a client's block read from the backing store (see
-/// [`VolumeEntry::read_block_into`]).
+/// [`VolumeEntry::read_blocks_into`]).
 const CLIENT_READ_ATTEMPTS: u32 = 1;
 
 /// The read path: the parts a block read goes through.
