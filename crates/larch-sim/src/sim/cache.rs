@@ -97,6 +97,8 @@ struct Chain {
     at: Nanos,
     /// Indirect reads the primary storage still holds.
     held: usize,
+    /// Where the slowest of its indirect blocks came from.
+    source: Source,
 }
 
 /// An I/O the primary storage holds, for what follows once its time is decided.
@@ -542,13 +544,14 @@ impl SimCache {
         let mut slowest = Source::Arc;
         let mut run: Option<(u64, u64)> = None; // (first block, count) of primary misses
         // Consecutive misses waiting for indirect blocks: first, count, and what they wait for.
-        let mut chained: Option<(u64, u64, Nanos, Vec<IoId>)> = None;
+        let mut chained: Option<(u64, u64, Nanos, Source, Vec<IoId>)> = None;
         for block in first..first + count {
             match self.inflight.get(&block) {
                 Some(&Inflight::Chained(c)) => {
                     self.counters.iohits += 1;
                     self.awaited.push(Wait::Chain(c));
-                    slowest = Source::Primary;
+                    let source = self.chains.get(&c).map_or(Source::Primary, |ch| ch.source);
+                    slowest = slowest.max(source);
                     continue;
                 }
                 // Another read of the block is on its way: this one waits for it.
@@ -582,19 +585,20 @@ impl SimCache {
             } else {
                 self.counters.arc_misses += 1;
             }
-            if let Some((at, held)) = self.read_indirect(now, block, prefetch) {
-                // Its address is not known before its indirect blocks are there.
-                slowest = Source::Primary;
+            if let Some((at, source, held)) = self.read_indirect(now, block, prefetch) {
+                // Its address is not known before its indirect blocks are there; where its
+                // data comes from is known when the chain runs.
+                slowest = slowest.max(source);
                 chained = match chained {
-                    Some((start, n, t, mut h)) if start + n == block => {
+                    Some((start, n, t, src, mut h)) if start + n == block => {
                         h.extend(held);
-                        Some((start, n + 1, t.max(at), h))
+                        Some((start, n + 1, t.max(at), src.max(source), h))
                     }
-                    Some((start, n, t, h)) => {
-                        self.chain(start, n, prefetch, t, h);
-                        Some((block, 1, at, held))
+                    Some((start, n, t, src, h)) => {
+                        self.chain(start, n, prefetch, (t, src), h);
+                        Some((block, 1, at, source, held))
                     }
-                    None => Some((block, 1, at, held)),
+                    None => Some((block, 1, at, source, held)),
                 };
                 continue;
             }
@@ -625,34 +629,36 @@ impl SimCache {
             let queued = self.read_primary(now, start, n);
             self.wait_for(queued, &mut done);
         }
-        if let Some((start, n, at, held)) = chained {
-            self.chain(start, n, prefetch, at, held);
+        if let Some((start, n, at, source, held)) = chained {
+            self.chain(start, n, prefetch, (at, source), held);
         }
         (done, slowest)
     }
 
     /// Looks up the indirect blocks above data block `block`, which missed the ARC, top
     /// level first, and reads those that miss. Returns `None` when all are in the ARC (or
-    /// the model is off), else when the last read by then arrives and the held reads to
-    /// wait for too.
+    /// the model is off), else when the last read by then arrives, where the slowest came
+    /// from, and the held reads to wait for too.
     fn read_indirect(
         &mut self,
         now: Nanos,
         block: u64,
         prefetch: bool,
-    ) -> Option<(Nanos, Vec<IoId>)> {
+    ) -> Option<(Nanos, Source, Vec<IoId>)> {
         let tree = self.tree?;
-        let mut wait: Option<(Nanos, Vec<IoId>)> = None;
+        let mut wait: Option<(Nanos, Source, Vec<IoId>)> = None;
         for id in tree.parents(block) {
-            let (at, held) = wait.get_or_insert_with(|| (now, Vec::new()));
+            let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
             match self.inflight.get(&id) {
-                Some(&Inflight::At(t, _)) if t > now => {
+                Some(&Inflight::At(t, src)) if t > now => {
                     self.counters.iohits += 1;
                     *at = (*at).max(t);
+                    *source = (*source).max(src);
                     continue;
                 }
                 Some(&Inflight::Held(io)) => {
                     self.counters.iohits += 1;
+                    *source = Source::Primary;
                     held.push(io);
                     continue;
                 }
@@ -667,25 +673,35 @@ impl SimCache {
                 continue;
             }
             self.counters.indirect_reads += 1;
-            let (at, held) = wait.get_or_insert_with(|| (now, Vec::new()));
+            let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
             if let Some(t) = self.read_l2(now, id) {
                 self.counters.indirect_l2_reads += 1;
                 self.inflight.insert(id, Inflight::At(t, Source::L2));
                 *at = (*at).max(t);
+                *source = (*source).max(Source::L2);
                 continue;
             }
+            *source = Source::Primary;
             match self.read_primary(now, id, 1) {
                 Queued::Done(t) => *at = (*at).max(t),
                 Queued::Held(io) => held.push(io),
             }
         }
         // Only a wait that found something to wait for.
-        wait.filter(|(at, held)| *at > now || !held.is_empty())
+        wait.filter(|(at, _, held)| *at > now || !held.is_empty())
     }
 
-    /// Data blocks `first..first + count` wait for indirect blocks: due at `at` once the
-    /// held reads `held` are decided too, when [`SimCache::run_chain`] reads them.
-    fn chain(&mut self, first: u64, count: u64, prefetch: bool, at: Nanos, mut held: Vec<IoId>) {
+    /// Data blocks `first..first + count` wait for indirect blocks: due at `at` (their
+    /// slowest from `source`) once the held reads `held` are decided too, when
+    /// [`SimCache::run_chain`] reads them.
+    fn chain(
+        &mut self,
+        first: u64,
+        count: u64,
+        prefetch: bool,
+        (at, source): (Nanos, Source),
+        mut held: Vec<IoId>,
+    ) {
         held.sort_unstable();
         held.dedup();
         let c = self.next_chain;
@@ -702,6 +718,7 @@ impl SimCache {
             prefetch,
             at,
             held: held.len(),
+            source,
         };
         self.chains.insert(c, chain);
         for block in first..first + count {
@@ -718,11 +735,13 @@ impl SimCache {
 
     /// Chain `c`'s indirect blocks are there at `now`: reads its data blocks (from a cache
     /// device, or the primary storage in one I/O per run), unless written meanwhile.
-    /// Returns when they are there, and the held reads to wait for too.
-    pub fn run_chain(&mut self, now: Nanos, c: u64) -> (Nanos, Vec<Wait>) {
+    /// Returns when they are there, where the slowest of them and their indirect blocks
+    /// came from, and the held reads to wait for too.
+    pub fn run_chain(&mut self, now: Nanos, c: u64) -> (Nanos, Source, Vec<Wait>) {
         let Some(chain) = self.chains.remove(&c) else {
-            return (now, Vec::new());
+            return (now, Source::Arc, Vec::new());
         };
+        let mut slowest = chain.source;
         let mut done = now;
         let mut run: Option<(u64, u64)> = None;
         let mut waits = std::mem::take(&mut self.awaited);
@@ -738,11 +757,13 @@ impl SimCache {
                 }
                 self.inflight.insert(block, Inflight::At(at, Source::L2));
                 done = done.max(at);
+                slowest = slowest.max(Source::L2);
                 continue;
             }
             if !chain.prefetch && self.l2_in_use() {
                 self.counters.l2_misses += 1;
             }
+            slowest = Source::Primary;
             run = match run {
                 Some((start, n)) if start + n == block => Some((start, n + 1)),
                 Some((start, n)) => {
@@ -759,7 +780,7 @@ impl SimCache {
         }
         // What the caller of the last read had not taken stays; this chain's waits go.
         std::mem::swap(&mut waits, &mut self.awaited);
-        (done, waits)
+        (done, slowest, waits)
     }
 
     /// Forgets the reads in flight that completed by `now` (a block read once and never
@@ -1464,7 +1485,7 @@ mod tests {
             return (done, false);
         };
         assert_eq!(awaited, vec![Wait::Chain(c)]);
-        let (data_done, waits) = cache.run_chain(at, c);
+        let (data_done, _, waits) = cache.run_chain(at, c);
         assert!(waits.is_empty(), "the ram model decides at once");
         done = done.max(data_done);
         (done, true)

@@ -441,8 +441,8 @@ impl Run<'_> {
                     self.decided = decided;
                 }
                 Event::Chain(c) => {
-                    let (done, waits) = self.cache.run_chain(now, c);
-                    self.unchain(c, done, &waits);
+                    let (done, source, waits) = self.cache.run_chain(now, c);
+                    self.unchain(c, done, source, &waits);
                 }
             }
             self.after_event(now);
@@ -503,14 +503,15 @@ impl Run<'_> {
     }
 
     /// Chain `c` issued its data reads: the requests parked on it wait for them instead,
-    /// until `done` and for `waits`.
-    fn unchain(&mut self, c: u64, done: Nanos, waits: &[Wait]) {
+    /// until `done` and for `waits`, and were served from `source` at best.
+    fn unchain(&mut self, c: u64, done: Nanos, source: cache::Source, waits: &[Wait]) {
         let Some(parked) = self.waiters.remove(&Wait::Chain(c)) else {
             return;
         };
         for number in parked {
             let p = self.parked.get_mut(&number).expect("a waiter is parked");
             p.done = p.done.max(done);
+            p.source = p.source.max(source);
             p.left = p.left - 1 + waits.len();
             for &w in waits {
                 self.waiters.entry(w).or_default().push(number);
