@@ -579,3 +579,32 @@ fn a_trace_is_neither_scaled_nor_prewarmed() {
     let err = cfg.validate().unwrap_err();
     assert_eq!(err.field, "prewarm", "{err}");
 }
+
+#[test]
+fn indirect_blocks_cost_cold_reads_a_wait_and_the_arc_their_room() {
+    // Seed 000's small pool from cold, its disks reordering their queues (so indirect
+    // reads are held, and the data reads behind them wait for the disks' decisions).
+    let mut off = seed000_small(true);
+    off.duration_ns = 30 * SECOND_NS;
+    let mut on = off.clone();
+    on.tunables.indirect_blocks = true;
+    let off = run(&off).summary;
+    let on = run(&on).summary;
+    let m = on.arcstats;
+    assert!(
+        m.indirect_reads > 0 && m.demand_metadata_misses > 0,
+        "{m:?}"
+    );
+    assert_eq!(off.arcstats.demand_metadata_misses, 0);
+    assert_eq!(off.arcstats.metadata_size, 0);
+    // 1,280 MiB of 8 KiB blocks: 160 level-1 blocks of 128 KiB (and one level-2), all
+    // read within the first seconds.
+    assert!(
+        (150 << 17..=170 << 17).contains(&m.metadata_size),
+        "{} bytes of metadata in the ARC",
+        m.metadata_size
+    );
+    // The disks read the indirect blocks too (at this size all within the first seconds,
+    // so the first minute's reads a second hardly differ).
+    assert!(on.first_minute.primary_read_bytes_per_s > off.first_minute.primary_read_bytes_per_s);
+}

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
 use larch_sim::sim::{
-    self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables, Workload,
+    self, CacheDevice, CacheMode, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables,
+    Workload,
 };
 use serde::Deserialize;
 
@@ -101,6 +102,11 @@ pub struct RunArgs {
     /// The seed presets use openzfs.
     #[arg(long, value_name = "larch|openzfs")]
     pub feed: Option<String>,
+    /// The metadata model: on, a read that misses first reads the ZFS volume's indirect
+    /// blocks it needs, and a TXG writes the ones above what it writes; off, every block is
+    /// data, as in the daemon (whose volumes are raw files). The seed presets have it on.
+    #[arg(long, value_name = "on|off")]
+    pub metadata: Option<String>,
     /// Start with the caches full of the active data set (synthetic workloads: a trace
     /// starts cold, and a preset's prewarming is dropped for one).
     #[arg(long)]
@@ -227,6 +233,8 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
     // 500 GB working set, an 8 KB record size, OpenZFS's 2009 feed.
     let mut tunables = SimTunables::default();
     tunables.openzfs_feed();
+    // Both seeds' pools are ZFS: their volumes' blocks are found through indirect blocks.
+    tunables.indirect_blocks = true;
     let seed000 = SimConfig {
         name: "seed000".to_string(),
         seed: 1,
@@ -344,6 +352,11 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
                 ads_bytes: 3 * GIB,
                 ..seed000.workload.clone()
             },
+            // Not a seed's pool: every block is data, as in the daemon.
+            tunables: SimTunables {
+                indirect_blocks: false,
+                ..seed000.tunables.clone()
+            },
             ..seed000
         },
         other => bail!(
@@ -443,14 +456,16 @@ fn set_tunable(
     name: &str,
     value: &str,
 ) -> anyhow::Result<()> {
-    if name == "secondarycache" {
-        // The volume's property, as `larch volume add --secondarycache` takes it; the
-        // simulated volume holds data only, so `metadata` feeds nothing, as `none`.
-        tunables.secondarycache = match value {
-            "all" => true,
-            "metadata" | "none" => false,
-            other => bail!("{field}: secondarycache is all, metadata or none, got {other:?}"),
-        };
+    if name == "secondarycache" || name == "primarycache" {
+        // The volume's properties, as `larch volume add` takes them; with the metadata
+        // model off the simulated volume holds data only, and `metadata` is `none`.
+        let mode = CacheMode::parse(value)
+            .ok_or_else(|| anyhow!("{field}: {name} is all, metadata or none, got {value:?}"))?;
+        if name == "primarycache" {
+            tunables.primarycache = mode;
+        } else {
+            tunables.secondarycache = mode;
+        }
         return Ok(());
     }
     let engine = larch_engine::Tunables::default();
@@ -708,6 +723,12 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
         }
         Some(other) => bail!("--feed: larch or openzfs, got {other:?}"),
     }
+    match args.metadata.as_deref() {
+        None => {}
+        Some("on") => cfg.tunables.indirect_blocks = true,
+        Some("off") => cfg.tunables.indirect_blocks = false,
+        Some(other) => bail!("--metadata: on or off, got {other:?}"),
+    }
     for s in &args.set {
         let (name, value) = s
             .split_once('=')
@@ -877,6 +898,21 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
         "sizing        ADS / (ARC + L2ARC) = {:.2}\n",
         s.ads_over_cache
     );
+    let m = &s.arcstats;
+    if m.demand_metadata_hits + m.demand_metadata_misses > 0 {
+        t += &format!(
+            "metadata      {} indirect-block lookups, {:.1}% hits; {} in the ARC, {} on cache \
+             devices; {} indirect reads ({} from cache devices), {} written\n",
+            m.demand_metadata_hits + m.demand_metadata_misses,
+            100.0 * m.demand_metadata_hits as f64
+                / (m.demand_metadata_hits + m.demand_metadata_misses) as f64,
+            format_size(m.metadata_size),
+            format_size(m.l2_bufc_metadata_asize),
+            m.indirect_reads,
+            m.indirect_l2_reads,
+            format_size(m.indirect_write_bytes)
+        );
+    }
     t
 }
 

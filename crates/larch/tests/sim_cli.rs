@@ -753,3 +753,73 @@ fn advise_reads_a_trace_draws_its_curves_and_sizes_an_l2arc() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.csv"));
 }
+
+#[test]
+fn sim_run_models_indirect_blocks_when_asked_and_takes_both_cache_properties() {
+    let dir = scratch_dir();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let json = dir.join("metadata.json");
+        let mut args = vec![
+            "sim",
+            "run",
+            "--preset",
+            "small",
+            "--duration",
+            "10s",
+            "--quiet",
+            "-o",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = larch(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    };
+    // The small preset is not a seed's ZFS pool: every block is data.
+    let off = run(&[]);
+    assert_eq!(off["summary"]["arcstats"]["demand_metadata_misses"], 0);
+    let on = run(&["--metadata", "on"]);
+    let m = &on["summary"]["arcstats"];
+    assert!(m["demand_metadata_misses"].as_u64().unwrap() > 0, "{m}");
+    assert!(m["metadata_size"].as_u64().unwrap() > 0, "{m}");
+    // With primarycache=metadata the ARC keeps its indirect blocks and drops the data.
+    let meta = run(&[
+        "--metadata",
+        "on",
+        "--set",
+        "primarycache=metadata",
+        "--set",
+        "secondarycache=metadata",
+    ]);
+    let m = &meta["summary"]["arcstats"];
+    assert!(m["metadata_size"].as_u64().unwrap() > 0, "{m}");
+    assert_eq!(m["l2_bufc_data_asize"], 0, "{m}");
+    // Data is hit only when read again within the half second before it is dropped.
+    let data_hit_ratio = |m: &serde_json::Value| {
+        let hits = m["demand_data_hits"].as_f64().unwrap();
+        hits / (hits + m["demand_data_misses"].as_f64().unwrap())
+    };
+    let all = data_hit_ratio(&on["summary"]["arcstats"]);
+    assert!(
+        data_hit_ratio(m) < all / 10.0,
+        "{m}: against {all} with primarycache=all"
+    );
+    for bad in [
+        &["--metadata", "yes"][..],
+        &["--set", "primarycache=some"][..],
+    ] {
+        let mut args = vec!["sim", "run", "--preset", "small", "--duration", "1s"];
+        args.extend_from_slice(bad);
+        let out = larch(&args);
+        assert!(!out.status.success(), "{bad:?} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("on or off") || err.contains("all, metadata or none"),
+            "{err}"
+        );
+    }
+}

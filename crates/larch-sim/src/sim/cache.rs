@@ -35,6 +35,7 @@ use larch_policy::shards::{SHARDS, shard_config, shard_of};
 use larch_policy::{Access, Action, Arc, BlockKey, BufType, State};
 
 use super::config::SimTunables;
+use super::metadata::{INDIRECT_BLOCK_BYTES, IndirectTree, METADATA_COPIES};
 use crate::device::{Device, IoId, IoKind, Nanos, Queued};
 
 /// The volume's id in block keys (the simulation has one volume).
@@ -73,6 +74,31 @@ enum Inflight {
     /// The primary storage holds the read (a disk reordering its queue has not yet chosen
     /// when to serve it).
     Held(IoId),
+    /// The read waits for its indirect blocks: the chain of that number issues it.
+    Chained(u64),
+}
+
+/// What a read waits for besides the time it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Wait {
+    /// A read the primary storage holds.
+    Io(IoId),
+    /// Data reads waiting for their indirect blocks ([`SimCache::run_chain`] issues them).
+    Chain(u64),
+}
+
+/// Data blocks whose read waits for their indirect blocks to arrive.
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    first: u64,
+    count: u64,
+    prefetch: bool,
+    /// The latest arrival known so far.
+    at: Nanos,
+    /// Indirect reads the primary storage still holds.
+    held: usize,
+    /// Where the slowest of its indirect blocks came from.
+    source: Source,
 }
 
 /// An I/O the primary storage holds, for what follows once its time is decided.
@@ -164,6 +190,12 @@ pub struct CacheCounters {
     pub prefetches: u64,
     /// Writes the throttle delayed or blocked.
     pub throttled: u64,
+    /// Indirect blocks read (missed in the ARC), from a cache device or the primary storage.
+    pub indirect_reads: u64,
+    /// Of those, read from a cache device.
+    pub indirect_l2_reads: u64,
+    /// Bytes of indirect blocks TXGs wrote (every copy).
+    pub indirect_write_bytes: u64,
 }
 
 /// A read or write of device `device` (`None`: the primary storage) that took
@@ -193,8 +225,17 @@ pub struct SimCache {
     inflight: HashMap<u64, Inflight>,
     /// The primary storage's I/Os it holds, by its id.
     held: HashMap<IoId, HeldIo>,
-    /// Held reads the last [`SimCache::read`] waits for.
-    awaited: Vec<IoId>,
+    /// What the last [`SimCache::read`] waits for besides its time.
+    awaited: Vec<Wait>,
+    /// The volume's indirect blocks, when the metadata model is on.
+    tree: Option<IndirectTree>,
+    /// Data reads waiting for indirect blocks, by number.
+    chains: HashMap<u64, Chain>,
+    next_chain: u64,
+    /// The chains waiting for each held indirect read.
+    chain_waits: HashMap<IoId, Vec<u64>>,
+    /// Chains whose indirect blocks are all there, with that time, to be run.
+    ready: Vec<(Nanos, u64)>,
     /// I/Os decided out of turn (a writer at the dirty limit needed the TXG's end), for the
     /// simulator to hand to their waiters.
     drained: Vec<(IoId, Nanos)>,
@@ -283,6 +324,11 @@ impl SimCache {
             inflight: HashMap::default(),
             held: HashMap::default(),
             awaited: Vec::new(),
+            tree: None,
+            chains: HashMap::default(),
+            next_chain: 0,
+            chain_waits: HashMap::default(),
+            ready: Vec::new(),
             drained: Vec::new(),
             sync_parts_held: 0,
             sync_decided: false,
@@ -305,6 +351,34 @@ impl SimCache {
             sync_done_ns: 0,
             last_wakeup_ns: 0,
             dirty_max,
+        }
+    }
+
+    /// Turns the metadata model on for a volume of `volume_blocks` blocks: reads that miss
+    /// look up and read its indirect blocks first, TXGs write the ones above what they
+    /// write ([`super::metadata`]). Off, every block is data, as in the daemon.
+    pub fn model_indirect_blocks(&mut self, volume_blocks: u64) {
+        self.tree = Some(IndirectTree::new(volume_blocks, self.block_bytes));
+    }
+
+    /// The indirect blocks' tree, when the metadata model is on.
+    pub fn indirect_tree(&self) -> Option<&IndirectTree> {
+        self.tree.as_ref()
+    }
+
+    /// Bytes of `block`, data or indirect.
+    fn size_of(&self, block: u64) -> u32 {
+        match &self.tree {
+            Some(tree) => tree.size_bytes(block),
+            None => self.block_bytes,
+        }
+    }
+
+    /// Where `block` lies on the primary storage.
+    fn offset_of(&self, block: u64) -> u64 {
+        match &self.tree {
+            Some(tree) => tree.offset(block),
+            None => block * u64::from(self.block_bytes),
         }
     }
 
@@ -372,6 +446,17 @@ impl SimCache {
                     }
                 }
             }
+            for c in self.chain_waits.remove(&id).unwrap_or_default() {
+                let chain = self
+                    .chains
+                    .get_mut(&c)
+                    .expect("a chain waits until it runs");
+                chain.at = chain.at.max(at);
+                chain.held -= 1;
+                if chain.held == 0 {
+                    self.ready.push((chain.at, c));
+                }
+            }
             if held.txg {
                 self.sync_done_ns = self.sync_done_ns.max(at);
                 self.sync_parts_held -= 1;
@@ -380,8 +465,8 @@ impl SimCache {
         }
     }
 
-    /// The held reads the last [`SimCache::read`] must wait for, each once.
-    pub fn take_awaited(&mut self) -> Vec<IoId> {
+    /// What the last [`SimCache::read`] must wait for besides its time, each once.
+    pub fn take_awaited(&mut self) -> Vec<Wait> {
         self.awaited.sort_unstable();
         self.awaited.dedup();
         std::mem::take(&mut self.awaited)
@@ -401,7 +486,7 @@ impl SimCache {
     fn wait_for(&mut self, queued: Queued, done: &mut Nanos) {
         match queued {
             Queued::Done(at) => *done = (*done).max(at),
-            Queued::Held(id) => self.awaited.push(id),
+            Queued::Held(id) => self.awaited.push(Wait::Io(id)),
         }
     }
 
@@ -410,14 +495,19 @@ impl SimCache {
     }
 
     fn access(&self, block: u64, prefetch: bool, now: Nanos) -> Access {
+        let metadata = IndirectTree::is_indirect(block);
         Access {
             key: key(block),
             generation: self.generation(block),
-            size_bytes: self.block_bytes,
-            buf_type: BufType::Data,
+            size_bytes: self.size_of(block),
+            buf_type: if metadata {
+                BufType::Metadata
+            } else {
+                BufType::Data
+            },
             prefetch,
-            l2cache: self.tunables.secondarycache,
-            uncached: false,
+            l2cache: self.tunables.secondarycache.caches(metadata),
+            uncached: !self.tunables.primarycache.caches(metadata),
             now_ms: now / 1_000_000,
         }
     }
@@ -430,9 +520,10 @@ impl SimCache {
         for action in actions.drain(..) {
             if let Action::Evict { key, from, .. } = action {
                 self.warm = true;
-                let eligible = self.tunables.secondarycache && from != State::Anon;
+                let metadata = IndirectTree::is_indirect(key.block);
+                let eligible = self.tunables.secondarycache.caches(metadata) && from != State::Anon;
                 if eligible && !self.l2.contains_key(&key.block) {
-                    self.unfed_bytes += u64::from(self.block_bytes);
+                    self.unfed_bytes += u64::from(self.size_of(key.block));
                 }
             }
         }
@@ -452,8 +543,17 @@ impl SimCache {
         let mut done = now;
         let mut slowest = Source::Arc;
         let mut run: Option<(u64, u64)> = None; // (first block, count) of primary misses
+        // Consecutive misses waiting for indirect blocks: first, count, and what they wait for.
+        let mut chained: Option<(u64, u64, Nanos, Source, Vec<IoId>)> = None;
         for block in first..first + count {
             match self.inflight.get(&block) {
+                Some(&Inflight::Chained(c)) => {
+                    self.counters.iohits += 1;
+                    self.awaited.push(Wait::Chain(c));
+                    let source = self.chains.get(&c).map_or(Source::Primary, |ch| ch.source);
+                    slowest = slowest.max(source);
+                    continue;
+                }
                 // Another read of the block is on its way: this one waits for it.
                 Some(&Inflight::At(at, source)) if at > now => {
                     self.counters.iohits += 1;
@@ -463,7 +563,7 @@ impl SimCache {
                 }
                 Some(&Inflight::Held(id)) => {
                     self.counters.iohits += 1;
-                    self.awaited.push(id);
+                    self.awaited.push(Wait::Io(id));
                     slowest = Source::Primary;
                     continue;
                 }
@@ -484,6 +584,23 @@ impl SimCache {
                 self.counters.prefetches += 1;
             } else {
                 self.counters.arc_misses += 1;
+            }
+            if let Some((at, source, held)) = self.read_indirect(now, block, prefetch) {
+                // Its address is not known before its indirect blocks are there; where its
+                // data comes from is known when the chain runs.
+                slowest = slowest.max(source);
+                chained = match chained {
+                    Some((start, n, t, src, mut h)) if start + n == block => {
+                        h.extend(held);
+                        Some((start, n + 1, t.max(at), src.max(source), h))
+                    }
+                    Some((start, n, t, src, h)) => {
+                        self.chain(start, n, prefetch, (t, src), h);
+                        Some((block, 1, at, source, held))
+                    }
+                    None => Some((block, 1, at, source, held)),
+                };
+                continue;
             }
             if let Some(at) = self.read_l2(now, block) {
                 if !prefetch {
@@ -512,7 +629,158 @@ impl SimCache {
             let queued = self.read_primary(now, start, n);
             self.wait_for(queued, &mut done);
         }
+        if let Some((start, n, at, source, held)) = chained {
+            self.chain(start, n, prefetch, (at, source), held);
+        }
         (done, slowest)
+    }
+
+    /// Looks up the indirect blocks above data block `block`, which missed the ARC, top
+    /// level first, and reads those that miss. Returns `None` when all are in the ARC (or
+    /// the model is off), else when the last read by then arrives, where the slowest came
+    /// from, and the held reads to wait for too.
+    fn read_indirect(
+        &mut self,
+        now: Nanos,
+        block: u64,
+        prefetch: bool,
+    ) -> Option<(Nanos, Source, Vec<IoId>)> {
+        let tree = self.tree?;
+        let mut wait: Option<(Nanos, Source, Vec<IoId>)> = None;
+        for id in tree.parents(block) {
+            let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
+            match self.inflight.get(&id) {
+                Some(&Inflight::At(t, src)) if t > now => {
+                    self.counters.iohits += 1;
+                    *at = (*at).max(t);
+                    *source = (*source).max(src);
+                    continue;
+                }
+                Some(&Inflight::Held(io)) => {
+                    self.counters.iohits += 1;
+                    *source = Source::Primary;
+                    held.push(io);
+                    continue;
+                }
+                Some(_) => {
+                    self.inflight.remove(&id);
+                }
+                None => {}
+            }
+            let access = self.access(id, prefetch, now);
+            let outcome = self.with_shard(id, |arc, actions| arc.access(&access, actions));
+            if outcome.is_hit() {
+                continue;
+            }
+            self.counters.indirect_reads += 1;
+            let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
+            if let Some(t) = self.read_l2(now, id) {
+                self.counters.indirect_l2_reads += 1;
+                self.inflight.insert(id, Inflight::At(t, Source::L2));
+                *at = (*at).max(t);
+                *source = (*source).max(Source::L2);
+                continue;
+            }
+            *source = Source::Primary;
+            match self.read_primary(now, id, 1) {
+                Queued::Done(t) => *at = (*at).max(t),
+                Queued::Held(io) => held.push(io),
+            }
+        }
+        // Only a wait that found something to wait for.
+        wait.filter(|(at, _, held)| *at > now || !held.is_empty())
+    }
+
+    /// Data blocks `first..first + count` wait for indirect blocks: due at `at` (their
+    /// slowest from `source`) once the held reads `held` are decided too, when
+    /// [`SimCache::run_chain`] reads them.
+    fn chain(
+        &mut self,
+        first: u64,
+        count: u64,
+        prefetch: bool,
+        (at, source): (Nanos, Source),
+        mut held: Vec<IoId>,
+    ) {
+        held.sort_unstable();
+        held.dedup();
+        let c = self.next_chain;
+        self.next_chain += 1;
+        for &io in &held {
+            self.chain_waits.entry(io).or_default().push(c);
+        }
+        if held.is_empty() {
+            self.ready.push((at, c));
+        }
+        let chain = Chain {
+            first,
+            count,
+            prefetch,
+            at,
+            held: held.len(),
+            source,
+        };
+        self.chains.insert(c, chain);
+        for block in first..first + count {
+            self.inflight.insert(block, Inflight::Chained(c));
+        }
+        self.awaited.push(Wait::Chain(c));
+    }
+
+    /// The chains whose indirect blocks are all there, each with that time: the simulator
+    /// runs each ([`SimCache::run_chain`]) at its time.
+    pub fn take_ready(&mut self) -> Vec<(Nanos, u64)> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Chain `c`'s indirect blocks are there at `now`: reads its data blocks (from a cache
+    /// device, or the primary storage in one I/O per run), unless written meanwhile.
+    /// Returns when they are there, where the slowest of them and their indirect blocks
+    /// came from, and the held reads to wait for too.
+    pub fn run_chain(&mut self, now: Nanos, c: u64) -> (Nanos, Source, Vec<Wait>) {
+        let Some(chain) = self.chains.remove(&c) else {
+            return (now, Source::Arc, Vec::new());
+        };
+        let mut slowest = chain.source;
+        let mut done = now;
+        let mut run: Option<(u64, u64)> = None;
+        let mut waits = std::mem::take(&mut self.awaited);
+        for block in chain.first..chain.first + chain.count {
+            if self.inflight.get(&block) != Some(&Inflight::Chained(c)) {
+                // Written since: the write's data is in the ARC.
+                continue;
+            }
+            self.inflight.remove(&block);
+            if let Some(at) = self.read_l2(now, block) {
+                if !chain.prefetch {
+                    self.counters.l2_hits += 1;
+                }
+                self.inflight.insert(block, Inflight::At(at, Source::L2));
+                done = done.max(at);
+                slowest = slowest.max(Source::L2);
+                continue;
+            }
+            if !chain.prefetch && self.l2_in_use() {
+                self.counters.l2_misses += 1;
+            }
+            slowest = Source::Primary;
+            run = match run {
+                Some((start, n)) if start + n == block => Some((start, n + 1)),
+                Some((start, n)) => {
+                    let queued = self.read_primary(now, start, n);
+                    self.wait_for(queued, &mut done);
+                    Some((block, 1))
+                }
+                None => Some((block, 1)),
+            };
+        }
+        if let Some((start, n)) = run {
+            let queued = self.read_primary(now, start, n);
+            self.wait_for(queued, &mut done);
+        }
+        // What the caller of the last read had not taken stays; this chain's waits go.
+        std::mem::swap(&mut waits, &mut self.awaited);
+        (done, slowest, waits)
     }
 
     /// Forgets the reads in flight that completed by `now` (a block read once and never
@@ -520,20 +788,16 @@ impl SimCache {
     pub fn expire_inflight(&mut self, now: Nanos) {
         self.inflight.retain(|_, entry| match entry {
             Inflight::At(at, _) => *at > now,
-            Inflight::Held(_) => true,
+            Inflight::Held(_) | Inflight::Chained(_) => true,
         });
     }
 
     /// Reads `n` blocks from `start` from the primary storage; they are in flight until
     /// it is done.
     fn read_primary(&mut self, now: Nanos, start: u64, n: u64) -> Queued {
-        let bytes = n * u64::from(self.block_bytes);
-        let queued = self.primary_io(
-            now,
-            IoKind::Read,
-            start * u64::from(self.block_bytes),
-            bytes,
-        );
+        let bytes = n * u64::from(self.size_of(start));
+        let offset = self.offset_of(start);
+        let queued = self.primary_io(now, IoKind::Read, offset, bytes);
         let entry = match queued {
             Queued::Done(at) => Inflight::At(at, Source::Primary),
             Queued::Held(id) => {
@@ -560,19 +824,20 @@ impl SimCache {
         if !self.l2_enabled {
             return None;
         }
+        let size = self.size_of(block);
         let entry = self.l2.get_mut(&block)?;
         entry.read = true;
         let d = &mut self.devices[usize::from(entry.device)];
         let offset = entry.pos % d.ring.ring_bytes();
-        let at = d.model.submit(now, IoKind::Read, offset, self.block_bytes);
+        let at = d.model.submit(now, IoKind::Read, offset, size);
         d.reads += 1;
-        d.read_bytes += u64::from(self.block_bytes);
+        d.read_bytes += u64::from(size);
         self.ios.push(DeviceIo {
             device: Some(usize::from(entry.device)),
             kind: IoKind::Read,
             at_ns: now,
             latency_ns: at - now,
-            bytes: u64::from(self.block_bytes),
+            bytes: u64::from(size),
         });
         Some(at)
     }
@@ -686,6 +951,30 @@ impl SimCache {
             }
             i += n as usize;
         }
+        if let Some(tree) = self.tree {
+            // Each indirect block above a written block is written once, in every copy;
+            // the second copy elsewhere in the pool (a ditto block on another vdev).
+            let mut parents: Vec<u64> = blocks.iter().flat_map(|&(b, _)| tree.parents(b)).collect();
+            parents.sort_unstable();
+            parents.dedup();
+            let bytes = u64::from(INDIRECT_BLOCK_BYTES);
+            let spread = self.primary.capacity_bytes() / METADATA_COPIES;
+            for id in parents {
+                for copy in 0..METADATA_COPIES {
+                    let offset = tree.offset(id) + copy * spread;
+                    self.counters.indirect_write_bytes += bytes;
+                    match self.primary_io(now, IoKind::Write, offset, bytes) {
+                        Queued::Done(at) => done = done.max(at),
+                        Queued::Held(id) => {
+                            if let Some(held) = self.held.get_mut(&id) {
+                                held.txg = true;
+                            }
+                            self.sync_parts_held += 1;
+                        }
+                    }
+                }
+            }
+        }
         self.sync_done_ns = done;
         self.sync_decided = false;
         self.counters.txg_syncs += 1;
@@ -697,7 +986,7 @@ impl SimCache {
     /// A TXG reached the primary storage at `now`: its blocks are clean (MRU) unless
     /// written again since.
     pub fn sync_done(&mut self, now: Nanos, blocks: Vec<(u64, u64)>) {
-        let l2cache = self.tunables.secondarycache;
+        let l2cache = self.tunables.secondarycache.caches(false);
         let now_ms = now / 1_000_000;
         for (block, generation) in blocks {
             self.with_shard(block, |arc, actions| {
@@ -805,7 +1094,9 @@ impl SimCache {
             self.picks = picks;
             return None;
         }
-        let bs = u64::from(self.block_bytes);
+        let tree = self.tree;
+        let block_bytes = self.block_bytes;
+        let size_of = |block: u64| u64::from(tree.map_or(block_bytes, |t| t.size_bytes(block)));
         let dev = &mut self.devices[d];
         let plan = dev.ring.plan(picks.iter().map(|p| u64::from(p.size_bytes)));
         let floor = dev.ring.apply(&plan);
@@ -821,10 +1112,10 @@ impl SimCache {
             {
                 let e = self.l2.remove(&block).expect("just found");
                 dev.blocks -= 1;
-                dev.bytes -= bs;
+                dev.bytes -= size_of(block);
                 self.counters.l2_evicted += 1;
                 if !e.read {
-                    self.counters.l2_wasted_bytes += bs;
+                    self.counters.l2_wasted_bytes += size_of(block);
                 }
             }
         }
@@ -889,7 +1180,6 @@ impl SimCache {
         };
         let d = batch.device;
         self.devices[d].feeding = false;
-        let bs = u64::from(self.block_bytes);
         let floor = self.devices[d].ring.evict_floor();
         for (block, generation, pos) in batch.picks {
             self.in_batch.remove(&block);
@@ -905,9 +1195,10 @@ impl SimCache {
                     pos,
                 },
             );
+            let size = u64::from(self.size_of(block));
             let dev = &mut self.devices[d];
             dev.blocks += 1;
-            dev.bytes += bs;
+            dev.bytes += size;
         }
     }
 
@@ -923,12 +1214,21 @@ impl SimCache {
         let mult = ((rng.next_u64() | 1) % span.max(2)) | 1;
         let offset = rng.below(span);
         let order = move |i: u64| (i.wrapping_mul(mult).wrapping_add(offset)) % span;
-        let arc_blocks: u64 = self
-            .shards
-            .iter()
-            .map(|a| a.config().c_max_bytes)
-            .sum::<u64>()
-            / bs;
+        let arc_bytes: u64 = self.shards.iter().map(|a| a.config().c_max_bytes).sum();
+        // A warm pool holds the data set's indirect blocks (read before any of its data),
+        // and the data in what they leave of the ARC.
+        let mut meta_bytes = 0;
+        if let Some(tree) = self.tree {
+            for level in (1..=tree.levels()).rev() {
+                for index in 0..ads_blocks.div_ceil(1 << (10 * level)) {
+                    let id = tree.parent(index << (10 * level), level);
+                    let access = self.access(id, false, 0);
+                    self.with_shard(id, |arc, actions| arc.access(&access, actions));
+                }
+            }
+            meta_bytes = tree.indirect_bytes(ads_blocks);
+        }
+        let arc_blocks = arc_bytes.saturating_sub(meta_bytes) / bs;
         // The ARC takes the first blocks of the permutation; the cache devices hold the
         // others first (a warm pool has them only there), then, while they have room, the
         // ARC's too (blocks pass through the ARC on their way to a cache device, so a warm
@@ -1006,7 +1306,39 @@ impl SimCache {
             s.headers += larch_policy::Policy::tracked_headers(arc) as u64;
         }
         s.l2_blocks = self.l2.len() as u64;
+        s.l2_bytes = self.devices.iter().map(|d| d.bytes).sum();
         s
+    }
+
+    /// arcstats' counters and sizes by type, summed over the shards, with the metadata
+    /// model's reads and writes.
+    pub fn metadata_summary(&self) -> super::record::MetadataSummary {
+        let mut m = super::record::MetadataSummary::default();
+        for arc in &self.shards {
+            for (name, value) in arc.kstats() {
+                match name.as_str() {
+                    "demand_data_hits" => m.demand_data_hits += value,
+                    "demand_data_misses" => m.demand_data_misses += value,
+                    "demand_metadata_hits" => m.demand_metadata_hits += value,
+                    "demand_metadata_misses" => m.demand_metadata_misses += value,
+                    "data_size" => m.data_size += value,
+                    "metadata_size" => m.metadata_size += value,
+                    _ => {}
+                }
+            }
+        }
+        for &block in self.l2.keys() {
+            let size = u64::from(self.size_of(block));
+            if IndirectTree::is_indirect(block) {
+                m.l2_bufc_metadata_asize += size;
+            } else {
+                m.l2_bufc_data_asize += size;
+            }
+        }
+        m.indirect_reads = self.counters.indirect_reads;
+        m.indirect_l2_reads = self.counters.indirect_l2_reads;
+        m.indirect_write_bytes = self.counters.indirect_write_bytes;
+        m
     }
 
     /// Blocks with a copy on some cache device.
@@ -1044,7 +1376,6 @@ impl SimCache {
         for arc in &self.shards {
             arc.check_invariants();
         }
-        let bs = u64::from(self.block_bytes);
         for (d, dev) in self.devices.iter().enumerate() {
             let indexed = self
                 .l2
@@ -1056,7 +1387,13 @@ impl SimCache {
                 "device {d}: {indexed} indexed, {} counted",
                 dev.blocks
             );
-            assert_eq!(dev.bytes, dev.blocks * bs, "device {d}");
+            let bytes: u64 = self
+                .l2
+                .iter()
+                .filter(|(_, e)| usize::from(e.device) == d)
+                .map(|(&b, _)| u64::from(self.size_of(b)))
+                .sum();
+            assert_eq!(dev.bytes, bytes, "device {d}");
             let floor = dev.ring.evict_floor();
             for e in self.l2.values().filter(|e| usize::from(e.device) == d) {
                 assert!(
@@ -1102,4 +1439,186 @@ pub struct ArcSizes {
     pub headers: u64,
     /// Blocks on cache devices.
     pub l2_blocks: u64,
+    /// Their bytes.
+    pub l2_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::parse_spec;
+    use crate::sim::SECOND_NS;
+    use crate::sim::metadata::CacheMode;
+
+    const BLOCK: u32 = 8 << 10;
+    /// 2,048 blocks: one level of indirect blocks, two of them (1,024 blocks each).
+    const VOLUME_BLOCKS: u64 = 2048;
+
+    fn cache(primarycache: CacheMode, secondarycache: CacheMode) -> SimCache {
+        let tunables = SimTunables {
+            primarycache,
+            secondarycache,
+            ..SimTunables::default()
+        };
+        let ram = |seed| parse_spec("ram", seed).expect("the ram model");
+        let mut cache = SimCache::new(
+            64 << 20,
+            BLOCK,
+            ram(1),
+            vec![("cache0".into(), ram(2), 64 << 20)],
+            tunables,
+        );
+        cache.model_indirect_blocks(VOLUME_BLOCKS);
+        assert_eq!(cache.indirect_tree().map(|t| t.levels()), Some(1));
+        cache
+    }
+
+    /// Reads `block` at `now` as a request does: runs the chain it waits for, if any, at
+    /// its time. Returns when the read is done and whether it waited for a chain.
+    fn read(cache: &mut SimCache, now: Nanos, block: u64) -> (Nanos, bool) {
+        let (mut done, _) = cache.read(now, block, 1, false);
+        let awaited = cache.take_awaited();
+        let ready = cache.take_ready();
+        assert!(ready.len() <= 1, "{ready:?}");
+        let Some(&(at, c)) = ready.first() else {
+            assert!(awaited.is_empty(), "{awaited:?}");
+            return (done, false);
+        };
+        assert_eq!(awaited, vec![Wait::Chain(c)]);
+        let (data_done, _, waits) = cache.run_chain(at, c);
+        assert!(waits.is_empty(), "the ram model decides at once");
+        done = done.max(data_done);
+        (done, true)
+    }
+
+    #[test]
+    fn a_cold_read_with_a_cold_indirect_block_reads_it_then_the_data() {
+        let mut c = cache(CacheMode::All, CacheMode::All);
+        let (done, chained) = read(&mut c, 0, 5);
+        assert!(chained);
+        let reads: Vec<&DeviceIo> = c.ios.iter().filter(|io| io.kind == IoKind::Read).collect();
+        assert_eq!(reads.len(), 2, "{reads:?}");
+        assert_eq!(reads[0].bytes, u64::from(INDIRECT_BLOCK_BYTES));
+        assert_eq!(reads[1].bytes, u64::from(BLOCK));
+        // The data read is issued when the indirect block is there, not before.
+        assert!(reads[0].latency_ns > 0);
+        assert_eq!(reads[1].at_ns, reads[0].at_ns + reads[0].latency_ns);
+        assert_eq!(done, reads[1].at_ns + reads[1].latency_ns);
+        assert_eq!(c.counters.primary_reads, 2);
+        assert_eq!(c.counters.indirect_reads, 1);
+    }
+
+    #[test]
+    fn a_read_under_a_warm_indirect_block_reads_only_the_data() {
+        let mut c = cache(CacheMode::All, CacheMode::All);
+        read(&mut c, 0, 5);
+        c.ios.clear();
+        // Block 6 shares block 5's level-1 block, now in the ARC; block 1500 does not.
+        let (_, chained) = read(&mut c, SECOND_NS, 6);
+        assert!(!chained);
+        assert_eq!(c.ios.len(), 1);
+        assert_eq!(c.ios[0].bytes, u64::from(BLOCK));
+        assert_eq!(c.ios[0].at_ns, SECOND_NS);
+        let (_, chained) = read(&mut c, 2 * SECOND_NS, 1500);
+        assert!(chained);
+        assert_eq!(c.counters.indirect_reads, 2);
+    }
+
+    #[test]
+    fn the_metadata_counters_count_lookups_and_sizes() {
+        let mut c = cache(CacheMode::All, CacheMode::All);
+        read(&mut c, 0, 5);
+        read(&mut c, SECOND_NS, 6);
+        read(&mut c, 2 * SECOND_NS, 1500);
+        // A hit on data skips the lookup.
+        read(&mut c, 3 * SECOND_NS, 6);
+        let m = c.metadata_summary();
+        assert_eq!((m.demand_metadata_hits, m.demand_metadata_misses), (1, 2));
+        assert_eq!((m.demand_data_hits, m.demand_data_misses), (1, 3));
+        assert_eq!(m.metadata_size, 2 * u64::from(INDIRECT_BLOCK_BYTES));
+        assert_eq!(m.data_size, 3 * u64::from(BLOCK));
+    }
+
+    #[test]
+    fn primarycache_metadata_keeps_indirect_blocks_and_no_data() {
+        let mut c = cache(CacheMode::Metadata, CacheMode::All);
+        read(&mut c, 0, 5);
+        let tree = *c.indirect_tree().expect("on");
+        let state = |c: &SimCache, block: u64| {
+            c.shards[shard_of(&key(block))]
+                .info(&key(block))
+                .map(|i| i.state)
+        };
+        assert_eq!(state(&c, tree.parent(5, 1)), Some(State::Mru));
+        assert_eq!(state(&c, 5), Some(State::Uncached));
+        // Uncached data is dropped once nobody holds it and half a second has passed, when
+        // its shard next evicts (a miss of another block of the shard): a later read of it
+        // misses again, and reads only the data, its indirect block being kept.
+        let neighbour = (0..1024)
+            .find(|&b| b != 5 && shard_of(&key(b)) == shard_of(&key(5)))
+            .expect("a block of the same shard under the same indirect block");
+        read(&mut c, 10 * SECOND_NS, neighbour);
+        assert_eq!(state(&c, 5), None);
+        c.ios.clear();
+        let (_, chained) = read(&mut c, 11 * SECOND_NS, 5);
+        assert!(!chained);
+        assert_eq!(c.ios.len(), 1, "{:?}", c.ios);
+        assert_eq!(c.ios[0].bytes, u64::from(BLOCK));
+        let m = c.metadata_summary();
+        assert_eq!(m.metadata_size, u64::from(INDIRECT_BLOCK_BYTES));
+        assert_eq!((m.demand_data_hits, m.demand_data_misses), (0, 3));
+    }
+
+    #[test]
+    fn secondarycache_metadata_feeds_only_indirect_blocks() {
+        for (mode, data_fed) in [(CacheMode::Metadata, false), (CacheMode::All, true)] {
+            let mut c = cache(CacheMode::All, mode);
+            read(&mut c, 0, 5);
+            read(&mut c, SECOND_NS, 1500);
+            let (id, at) = c
+                .feed_with_budget(2 * SECOND_NS, 0, 64 << 20)
+                .expect("a feed writes");
+            assert!(at > 2 * SECOND_NS);
+            c.feed_done(id);
+            let tree = *c.indirect_tree().expect("on");
+            for data in [5, 1500] {
+                let parent = tree.parent(data, 1);
+                assert!(c.cache_device_copy(parent).is_some(), "{mode:?}");
+                assert_eq!(c.cache_device_copy(data).is_some(), data_fed, "{mode:?}");
+            }
+            let m = c.metadata_summary();
+            assert_eq!(
+                m.l2_bufc_metadata_asize,
+                2 * u64::from(INDIRECT_BLOCK_BYTES)
+            );
+            c.check_invariants();
+        }
+    }
+
+    #[test]
+    fn a_txg_writes_each_changed_indirect_block_once_in_two_copies() {
+        let mut c = cache(CacheMode::All, CacheMode::All);
+        c.write(0, 5, 2, false);
+        c.write(0, 1500, 1, false);
+        c.write(0, 6, 1, false);
+        let before = c.counters.primary_write_bytes;
+        assert_eq!(before, 0);
+        c.start_sync(SECOND_NS).expect("dirty data to sync");
+        let indirect = 2 * METADATA_COPIES * u64::from(INDIRECT_BLOCK_BYTES);
+        assert_eq!(c.counters.indirect_write_bytes, indirect);
+        assert_eq!(
+            c.counters.primary_write_bytes,
+            3 * u64::from(BLOCK) + indirect
+        );
+    }
+
+    #[test]
+    fn without_the_model_a_cold_read_is_one_read() {
+        let ram = |seed| parse_spec("ram", seed).expect("the ram model");
+        let mut c = SimCache::new(64 << 20, BLOCK, ram(1), vec![], SimTunables::default());
+        let (_, chained) = read(&mut c, 0, 5);
+        assert!(!chained);
+        assert_eq!(c.counters.primary_reads, 1);
+        assert_eq!(c.metadata_summary().demand_metadata_misses, 0);
+    }
 }

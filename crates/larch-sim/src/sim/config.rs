@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use larch_policy::feed::FeedTunables;
 use larch_policy::tunables::{DEFAULTS, DIRTY_DATA_MAX_CAP_BYTES};
 
+use super::metadata::CacheMode;
 use crate::device::DeviceSpec;
 use crate::trace::Format;
 
@@ -149,8 +150,15 @@ pub struct SimTunables {
     pub l2arc_nowrite: bool,
     /// `l2arc_mfuonly`.
     pub l2arc_mfuonly: u64,
-    /// `secondarycache` of the volume: `all` (true) or none of its data (false).
-    pub secondarycache: bool,
+    /// `primarycache` of the volume: what the ARC keeps once nobody holds it.
+    pub primarycache: CacheMode,
+    /// `secondarycache` of the volume: what the feed may write to cache devices.
+    pub secondarycache: CacheMode,
+    /// The metadata model ([`super::metadata`]): the volume's blocks are found through
+    /// ZFS's indirect blocks, which are read, cached and written too. Not a tunable of
+    /// the daemon, whose volumes are raw files: the simulator's way to model the seeds'
+    /// ZFS pools.
+    pub indirect_blocks: bool,
     /// `zfs_txg_timeout`, seconds.
     pub txg_timeout_s: u64,
     /// `zfs_dirty_data_max`, bytes (at most half the ARC, as in the engine).
@@ -190,7 +198,9 @@ impl Default for SimTunables {
             l2arc_noprefetch: DEFAULTS.l2arc_noprefetch,
             l2arc_nowrite: DEFAULTS.l2arc_nowrite,
             l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
-            secondarycache: true,
+            primarycache: CacheMode::All,
+            secondarycache: CacheMode::All,
+            indirect_blocks: false,
             txg_timeout_s: DEFAULTS.zfs_txg_timeout,
             dirty_data_max: DIRTY_DATA_MAX_CAP_BYTES,
             dirty_data_sync_percent: DEFAULTS.zfs_dirty_data_sync_percent,
@@ -244,7 +254,13 @@ impl SimTunables {
                     format!("expected 0, 1 or 2, got {value}"),
                 ));
             }
-            "secondarycache" => self.secondarycache = flag(value)?,
+            "secondarycache" => {
+                self.secondarycache = if flag(value)? {
+                    CacheMode::All
+                } else {
+                    CacheMode::None
+                };
+            }
             "zfs_txg_timeout" => self.txg_timeout_s = value,
             "zfs_dirty_data_max" => self.dirty_data_max = value,
             "zfs_dirty_data_sync_percent" if value <= 100 => self.dirty_data_sync_percent = value,

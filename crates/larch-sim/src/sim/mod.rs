@@ -24,6 +24,7 @@
 pub mod cache;
 pub mod clients;
 pub mod config;
+pub mod metadata;
 pub mod record;
 
 use std::cmp::Reverse;
@@ -35,9 +36,10 @@ pub use config::{
     CacheDevice, Clients, ConfigError, Pattern, SECOND_NS, SimConfig, SimTunables, TUNABLE_NAMES,
     Workload,
 };
-pub use record::{SimOutput, Summary, TraceProgress, Window};
+pub use metadata::CacheMode;
+pub use record::{MetadataSummary, SimOutput, Summary, TraceProgress, Window};
 
-use self::cache::SimCache;
+use self::cache::{SimCache, Wait};
 use self::clients::{Generator, Request};
 use self::record::Recorder;
 use crate::device::{self, IoId, Nanos};
@@ -84,6 +86,8 @@ enum Event {
     TxgDone(u64),
     /// The primary storage starts an I/O it holds: it chooses which.
     Decide,
+    /// Data reads' indirect blocks are there: the reads are issued.
+    Chain(u64),
 }
 
 /// Events by time, ties in the order they were made.
@@ -149,8 +153,8 @@ struct Run<'a> {
     /// Requests waiting for held reads, by their number.
     parked: HashMap<u64, Parked>,
     next_parked: u64,
-    /// The parked requests waiting for each held read.
-    waiters: HashMap<IoId, Vec<u64>>,
+    /// The parked requests waiting for each held read or chain of reads.
+    waiters: HashMap<Wait, Vec<u64>>,
     /// When the next `Decide` event is, if one is due.
     decide_at: Option<Nanos>,
     /// The syncing TXG whose end is not yet known.
@@ -200,6 +204,9 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         cfg.tunables.clone(),
     );
     let ads_blocks = cfg.workload.ads_bytes / u64::from(cfg.block_bytes);
+    if cfg.tunables.indirect_blocks {
+        cache.model_indirect_blocks(cfg.volume_bytes / u64::from(cfg.block_bytes));
+    }
     if cfg.prewarm {
         cache.prewarm(ads_blocks, cfg.seed);
     }
@@ -433,6 +440,10 @@ impl Run<'_> {
                     self.resolve(&decided);
                     self.decided = decided;
                 }
+                Event::Chain(c) => {
+                    let (done, source, waits) = self.cache.run_chain(now, c);
+                    self.unchain(c, done, source, &waits);
+                }
             }
             self.after_event(now);
         }
@@ -454,6 +465,10 @@ impl Run<'_> {
         if !drained.is_empty() {
             self.resolve(&drained);
         }
+        for (at, c) in self.cache.take_ready() {
+            // Never before now: the devices take their I/O in time order.
+            self.queue.push(at.max(now), Event::Chain(c));
+        }
         if let Some(start) = self.cache.primary.next_start_ns()
             && self.decide_at.is_none_or(|at| start < at)
         {
@@ -467,7 +482,7 @@ impl Run<'_> {
     /// decided completes, and a TXG whose last write is decided gets its `TxgDone`.
     fn resolve(&mut self, decided: &[(IoId, Nanos)]) {
         for &(id, at) in decided {
-            let Some(parked) = self.waiters.remove(&id) else {
+            let Some(parked) = self.waiters.remove(&Wait::Io(id)) else {
                 continue;
             };
             for number in parked {
@@ -484,6 +499,27 @@ impl Run<'_> {
             && let Some(id) = self.txg_waiting.take()
         {
             self.queue.push(done, Event::TxgDone(id));
+        }
+    }
+
+    /// Chain `c` issued its data reads: the requests parked on it wait for them instead,
+    /// until `done` and for `waits`, and were served from `source` at best.
+    fn unchain(&mut self, c: u64, done: Nanos, source: cache::Source, waits: &[Wait]) {
+        let Some(parked) = self.waiters.remove(&Wait::Chain(c)) else {
+            return;
+        };
+        for number in parked {
+            let p = self.parked.get_mut(&number).expect("a waiter is parked");
+            p.done = p.done.max(done);
+            p.source = p.source.max(source);
+            p.left = p.left - 1 + waits.len();
+            for &w in waits {
+                self.waiters.entry(w).or_default().push(number);
+            }
+            if p.left == 0 {
+                let p = self.parked.remove(&number).expect("just found");
+                self.complete(&p);
+            }
         }
     }
 

@@ -139,6 +139,36 @@ pub struct Summary {
     pub primary_busy: f64,
     /// How far a trace workload was replayed (`None` for a synthetic one).
     pub trace: Option<TraceProgress>,
+    /// Data and metadata in the ARC and on the cache devices, under arcstats' names.
+    pub arcstats: MetadataSummary,
+}
+
+/// arcstats' counters and sizes by type at the end of a run (all zero for metadata with
+/// the metadata model off: every block is data).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetadataSummary {
+    /// Demand reads of data found in the ARC.
+    pub demand_data_hits: u64,
+    /// Demand reads of data that missed.
+    pub demand_data_misses: u64,
+    /// Demand reads of indirect blocks found in the ARC.
+    pub demand_metadata_hits: u64,
+    /// Demand reads of indirect blocks that missed.
+    pub demand_metadata_misses: u64,
+    /// Bytes of data in the ARC.
+    pub data_size: u64,
+    /// Bytes of indirect blocks in the ARC.
+    pub metadata_size: u64,
+    /// Bytes of data on the cache devices.
+    pub l2_bufc_data_asize: u64,
+    /// Bytes of indirect blocks on the cache devices.
+    pub l2_bufc_metadata_asize: u64,
+    /// Indirect blocks read from a cache device or the primary storage.
+    pub indirect_reads: u64,
+    /// Of those, from a cache device.
+    pub indirect_l2_reads: u64,
+    /// Bytes of indirect blocks TXGs wrote, every copy.
+    pub indirect_write_bytes: u64,
 }
 
 /// How far a trace was replayed. A run ends at its duration or with the interval in which
@@ -241,6 +271,23 @@ impl SimOutput {
                 &mut s.openzfs_hdr_bytes,
             ] {
                 *b *= n;
+            }
+            // Sizes, and counts over a run 1/n as long.
+            let m = &mut s.arcstats;
+            for v in [
+                &mut m.demand_data_hits,
+                &mut m.demand_data_misses,
+                &mut m.demand_metadata_hits,
+                &mut m.demand_metadata_misses,
+                &mut m.data_size,
+                &mut m.metadata_size,
+                &mut m.l2_bufc_data_asize,
+                &mut m.l2_bufc_metadata_asize,
+                &mut m.indirect_reads,
+                &mut m.indirect_l2_reads,
+                &mut m.indirect_write_bytes,
+            ] {
+                *v *= n;
             }
         }
         for t in &mut self.times {
@@ -666,7 +713,7 @@ impl Recorder {
             vals.extend(per_s(ops));
             vals.push(dev.blocks as f64);
         }
-        let l2_bytes = sizes.l2_blocks * bs;
+        let l2_bytes = sizes.l2_bytes;
         vals.extend([
             sizes.size as f64,
             sizes.c as f64,
@@ -845,7 +892,7 @@ impl Recorder {
         let first_minute = self.window(0, per_minute.min(n), step_s);
         let sizes = cache.arc_sizes();
         let bs = u64::from(cache.block_bytes());
-        let l2_end = sizes.l2_blocks * bs;
+        let l2_end = sizes.l2_bytes;
         let c_max = sizes.c_max as f64;
         let capacity: u64 = cache.devices.iter().map(|d| d.ring_bytes()).sum();
         let overlap = cache.l2_blocks_in_arc();
@@ -882,6 +929,7 @@ impl Recorder {
             cache_busy: busy_share(cache.devices.iter().flat_map(|d| d.model.stats()), run_ns),
             primary_busy: busy_share(cache.primary.stats(), run_ns),
             trace: None,
+            arcstats: cache.metadata_summary(),
         };
         let series = self
             .defs
