@@ -2,7 +2,7 @@
 //! next start of `larch serve`, the failures a pool records for them, and their
 //! properties (`set`, also while served: through the daemon when one answers).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -333,71 +333,80 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             }
             println!("added volume {name} (served from the next `larch serve` start)");
         }
-        VolumeCommand::Remove { name, state_dir } => {
-            let (mut config, _config_lock) = load_locked(&state_dir)?;
-            let before = config.volumes.len();
-            let guid = (config.volumes.iter())
-                .find(|v| v.name == name)
-                .map(|v| v.guid);
-            config.volumes.retain(|v| v.name != name);
-            if config.volumes.len() == before {
-                bail!("the pool has no volume {name}");
-            }
-            // Not while the pool is served (its log may take records of the volume), and
-            // not while the log holds writes a restart must replay: a replay that finds
-            // records of a volume the pool no longer has cannot put them anywhere.
-            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
-            for log in &config.log_devices {
-                let path = if log.path.is_absolute() {
-                    log.path.clone()
-                } else {
-                    state_dir.join(&log.path)
-                };
-                // (0 when it cannot be read: the next `larch serve` stops on the log device
-                // anyway, whatever the volumes are.)
-                let pending = larch_engine::log_records_to_replay(&path).unwrap_or(0);
-                if pending > 0 {
-                    bail!(
-                        "the log device {} holds {pending} acknowledged writes not yet \
-                         replayed (the pool was not stopped cleanly): start the pool once \
-                         (`larch serve`, then stop it) so they reach their volumes, then \
-                         remove {name}",
-                        path.display()
-                    );
-                }
-            }
-            save(&config, &state_dir)?;
-            // Its recorded failure goes with it (a volume added later has another guid).
-            if let Some(guid) = guid {
-                larch_engine::clear_failed_volume(&state_dir, guid)?;
-            }
-            println!("removed volume {name} (its data is untouched)");
+        VolumeCommand::Remove { name, state_dir } => remove(&name, &state_dir)?,
+        VolumeCommand::Clear { name, state_dir } => clear(&name, &state_dir)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `larch volume remove`: the volume leaves `pool.json` (its data is untouched), refused
+/// while the pool is served or its log holds writes a restart must replay.
+fn remove(name: &str, state_dir: &Path) -> anyhow::Result<()> {
+    let (mut config, _config_lock) = load_locked(state_dir)?;
+    let before = config.volumes.len();
+    let guid = (config.volumes.iter())
+        .find(|v| v.name == name)
+        .map(|v| v.guid);
+    config.volumes.retain(|v| v.name != name);
+    if config.volumes.len() == before {
+        bail!("the pool has no volume {name}");
+    }
+    // Not while the pool is served (its log may take records of the volume), and
+    // not while the log holds writes a restart must replay: a replay that finds
+    // records of a volume the pool no longer has cannot put them anywhere.
+    let _lock = larch_engine::PoolLock::acquire(state_dir)?;
+    for log in &config.log_devices {
+        let path = if log.path.is_absolute() {
+            log.path.clone()
+        } else {
+            state_dir.join(&log.path)
+        };
+        // (0 when it cannot be read: the next `larch serve` stops on the log device
+        // anyway, whatever the volumes are.)
+        let pending = larch_engine::log_records_to_replay(&path).unwrap_or(0);
+        if pending > 0 {
+            bail!(
+                "the log device {} holds {pending} acknowledged writes not yet \
+                 replayed (the pool was not stopped cleanly): start the pool once \
+                 (`larch serve`, then stop it) so they reach their volumes, then \
+                 remove {name}",
+                path.display()
+            );
         }
-        VolumeCommand::Clear { name, state_dir } => {
-            let (config, _config_lock) = load_locked(&state_dir)?;
-            let Some(volume) = config.volumes.iter().find(|v| v.name == name) else {
-                bail!("the pool has no volume {name}");
-            };
-            // Not while the pool is served: the running daemon holds the failure in memory.
-            let _lock = larch_engine::PoolLock::acquire(&state_dir)?;
-            match larch_engine::clear_failed_volume(&state_dir, volume.guid)? {
-                None => println!("volume {name} has no recorded failure: nothing to clear"),
-                Some(failure) => {
-                    println!("cleared the failure of volume {name}: {}", failure.why);
-                    if !failure.lost.is_empty() {
-                        println!(
-                            "{} blocks of {} bytes now read as the backing store's older \
-                             bytes: {}",
-                            failure.lost.len(),
-                            volume.volblocksize,
-                            block_runs(&failure.lost)
-                        );
-                    }
-                }
+    }
+    save(&config, state_dir)?;
+    // Its recorded failure goes with it (a volume added later has another guid).
+    if let Some(guid) = guid {
+        larch_engine::clear_failed_volume(state_dir, guid)?;
+    }
+    println!("removed volume {name} (its data is untouched)");
+    Ok(())
+}
+
+/// `larch volume clear`: drops the record of the volume's failure (the pool stopped).
+fn clear(name: &str, state_dir: &Path) -> anyhow::Result<()> {
+    let (config, _config_lock) = load_locked(state_dir)?;
+    let Some(volume) = config.volumes.iter().find(|v| v.name == name) else {
+        bail!("the pool has no volume {name}");
+    };
+    // Not while the pool is served: the running daemon holds the failure in memory.
+    let _lock = larch_engine::PoolLock::acquire(state_dir)?;
+    match larch_engine::clear_failed_volume(state_dir, volume.guid)? {
+        None => println!("volume {name} has no recorded failure: nothing to clear"),
+        Some(failure) => {
+            println!("cleared the failure of volume {name}: {}", failure.why);
+            if !failure.lost.is_empty() {
+                println!(
+                    "{} blocks of {} bytes now read as the backing store's older \
+                     bytes: {}",
+                    failure.lost.len(),
+                    volume.volblocksize,
+                    block_runs(&failure.lost)
+                );
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Sorted block numbers as runs (`3, 7-9, 12`), at most 20 runs and a count of the rest.
