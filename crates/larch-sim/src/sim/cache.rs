@@ -483,6 +483,34 @@ impl SimCache {
     }
 
     /// Waits for a primary read: a decided time joins `done`, a held read the awaited list.
+    /// `run` (first block, count) of primary misses with `block` added: one more block when
+    /// it follows the run, else the run is read (its completion joining `done`) and a new
+    /// one starts at `block`.
+    fn extend_run(
+        &mut self,
+        now: Nanos,
+        run: Option<(u64, u64)>,
+        block: u64,
+        done: &mut Nanos,
+    ) -> Option<(u64, u64)> {
+        match run {
+            Some((start, n)) if start + n == block => Some((start, n + 1)),
+            Some(_) => {
+                self.end_run(now, run, done);
+                Some((block, 1))
+            }
+            None => Some((block, 1)),
+        }
+    }
+
+    /// Reads `run` of primary misses, if there is one, its completion joining `done`.
+    fn end_run(&mut self, now: Nanos, run: Option<(u64, u64)>, done: &mut Nanos) {
+        if let Some((start, n)) = run {
+            let queued = self.read_primary(now, start, n);
+            self.wait_for(queued, done);
+        }
+    }
+
     fn wait_for(&mut self, queued: Queued, done: &mut Nanos) {
         match queued {
             Queued::Done(at) => *done = (*done).max(at),
@@ -615,20 +643,9 @@ impl SimCache {
                 self.counters.l2_misses += 1;
             }
             slowest = Source::Primary;
-            run = match run {
-                Some((start, n)) if start + n == block => Some((start, n + 1)),
-                Some((start, n)) => {
-                    let queued = self.read_primary(now, start, n);
-                    self.wait_for(queued, &mut done);
-                    Some((block, 1))
-                }
-                None => Some((block, 1)),
-            };
+            run = self.extend_run(now, run, block, &mut done);
         }
-        if let Some((start, n)) = run {
-            let queued = self.read_primary(now, start, n);
-            self.wait_for(queued, &mut done);
-        }
+        self.end_run(now, run, &mut done);
         if let Some((start, n, at, source, held)) = chained {
             self.chain(start, n, prefetch, (at, source), held);
         }
@@ -764,20 +781,9 @@ impl SimCache {
                 self.counters.l2_misses += 1;
             }
             slowest = Source::Primary;
-            run = match run {
-                Some((start, n)) if start + n == block => Some((start, n + 1)),
-                Some((start, n)) => {
-                    let queued = self.read_primary(now, start, n);
-                    self.wait_for(queued, &mut done);
-                    Some((block, 1))
-                }
-                None => Some((block, 1)),
-            };
+            run = self.extend_run(now, run, block, &mut done);
         }
-        if let Some((start, n)) = run {
-            let queued = self.read_primary(now, start, n);
-            self.wait_for(queued, &mut done);
-        }
+        self.end_run(now, run, &mut done);
         // What the caller of the last read had not taken stays; this chain's waits go.
         std::mem::swap(&mut waits, &mut self.awaited);
         (done, slowest, waits)
