@@ -351,6 +351,15 @@ mod tests {
     const BLOCK: u64 = 8192;
     const BLOCKS: u64 = 64;
 
+    /// An engine whose cache-device reads run on the blocking pool (no io_uring), with
+    /// [`VolumeAndCache`]'s volume and device.
+    fn engine_and_cache() -> (Arc<Engine>, VolumeAndCache) {
+        let engine = Engine::new(16 << 20);
+        engine.tunables.set("l2arc_io_uring", "0").unwrap();
+        let parts = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
+        (engine, parts)
+    }
+
     /// Leaves `block` only where else it is (a cache device, the backing store).
     fn drop_from_arc(engine: &Engine, vol: &VolumeEntry, block: u64) {
         let key = vol.info().key(block);
@@ -365,14 +374,15 @@ mod tests {
     /// (read from there), each block exactly its bytes.
     #[test]
     fn a_runs_misses_are_read_in_runs_of_neighbouring_blocks() {
-        let engine = Engine::new(16 << 20);
-        engine.tunables.set("l2arc_io_uring", "0").unwrap();
-        let VolumeAndCache {
-            vol,
-            device,
-            runtime,
-            ..
-        } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
+        let (
+            engine,
+            VolumeAndCache {
+                vol,
+                device,
+                runtime,
+                ..
+            },
+        ) = engine_and_cache();
         // Block 3 in the ARC; block 6 only on the cache device.
         runtime.block_on(engine.read_block(&vol, 3, false)).unwrap();
         runtime.block_on(engine.read_block(&vol, 6, false)).unwrap();
@@ -407,14 +417,15 @@ mod tests {
     /// whether the install was applied before the write or waits for it.
     #[test]
     fn an_l2_hit_takes_its_shards_lock_once() {
-        let engine = Engine::new(16 << 20);
-        engine.tunables.set("l2arc_io_uring", "0").unwrap();
-        let VolumeAndCache {
-            vol,
-            device,
-            runtime,
-            ..
-        } = VolumeAndCache::new(&engine, BLOCK, BLOCKS);
+        let (
+            engine,
+            VolumeAndCache {
+                vol,
+                device,
+                runtime,
+                ..
+            },
+        ) = engine_and_cache();
         let key = vol.info().key(0);
         // Reads block 0, counting this thread's shard locks.
         let read = || {
