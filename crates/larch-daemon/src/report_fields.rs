@@ -129,6 +129,16 @@ const fn metric_counter<T>(
     }
 }
 
+/// A gauge that `/metrics` shows and the history does not.
+const fn metric_gauge<T>(value: fn(&T) -> u64, name: &'static str, help: &'static str) -> Field<T> {
+    Field {
+        value,
+        kind: StatKind::Gauge,
+        metric: Some(Family { name, help }),
+        series: None,
+    }
+}
+
 /// A latency histogram that the history shows and `/metrics` does not.
 const fn history_latency<T>(
     latency: fn(&T) -> &LatencyReport,
@@ -256,6 +266,12 @@ pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.committed_bytes), "larch_object_committed_bytes_total", "bytes of blocks the commits made durable (put bytes over these: write amplification)"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_merged), "larch_object_objects_merged_total", "data objects read before their upload because only some of their blocks changed"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_cleared), "larch_object_objects_cleared_total", "data objects a commit left holding only zeros: not written, their map entries cleared"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.repacked_segments), "larch_object_repacked_segments_total", "sparse segments read to move their live blocks into new ones (segments layout)"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.repack_bytes), "larch_object_repack_bytes_total", "bytes of live blocks repacks moved into new segments (part of the put bytes)"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.segments_freed), "larch_object_segments_freed_total", "segments deleted once no block lived in them"),
+    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.stored_bytes), "larch_object_stored_bytes", "bytes of records in the segments the volume's map names (segments layout)"),
+    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.live_bytes), "larch_object_live_bytes", "of the stored bytes, those of records the map points at"),
+    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.segments), "larch_object_segments", "segments the volume's map names"),
 ];
 
 /// Each cache device's counters and gauges.

@@ -191,6 +191,28 @@ pub struct ObjectReport {
     pub staged_bytes: u64,
     /// Bytes the object map takes in memory.
     pub map_bytes: u64,
+    /// How the volume lays its blocks out (`segments` or `objects`).
+    #[serde(default)]
+    pub layout: String,
+    /// Segments volumes: bytes of records in the segments the map names (what the store
+    /// holds of the volume's data, trailers included).
+    #[serde(default)]
+    pub stored_bytes: u64,
+    /// Of those, bytes of records the map points at (the rest waits for a repack).
+    #[serde(default)]
+    pub live_bytes: u64,
+    /// Segments the map names.
+    #[serde(default)]
+    pub segments: u64,
+    /// Segments read to be repacked.
+    #[serde(default)]
+    pub repacked_segments: u64,
+    /// Bytes of live blocks the repacks moved into new segments.
+    #[serde(default)]
+    pub repack_bytes: u64,
+    /// Segments deleted once no block lived in them.
+    #[serde(default)]
+    pub segments_freed: u64,
     /// Time of the last commit, µs.
     pub last_commit_us: u64,
 }
@@ -200,6 +222,7 @@ impl ObjectReport {
     pub fn of(vol: &larch_object::ObjectVolume) -> ObjectReport {
         let s = &vol.stats;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let usage = vol.segment_usage().unwrap_or_default();
         ObjectReport {
             token: vol.token(),
             commit_seq: vol.commit_seq(),
@@ -220,6 +243,13 @@ impl ObjectReport {
             garbage_deleted: load(&s.garbage_deleted),
             staged_bytes: load(&s.staged_bytes),
             map_bytes: vol.map_bytes(),
+            layout: vol.geometry().format.name().to_string(),
+            stored_bytes: usage.0,
+            live_bytes: usage.1,
+            segments: usage.2,
+            repacked_segments: load(&s.repacked_segments),
+            repack_bytes: load(&s.repack_bytes),
+            segments_freed: load(&s.segments_freed),
             last_commit_us: load(&s.last_commit_us),
         }
     }

@@ -16,6 +16,16 @@
 //! Names carry the commit and the writer's fencing token, so no two writers ever write one
 //! name, and an upload that was never committed is just an object no root names.
 //!
+//! A volume of the **segments** format ([`Format::Segments`], the default for new volumes)
+//! is copy-on-write instead, as ZFS writes a TXG: a commit packs its changed blocks, in
+//! block order, into new immutable **segments** and points the map at them; nothing is
+//! read back to be rewritten.
+//! - `seg/SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT-PPPPPPPP`: part `P` of the segments commit `S`
+//!   of token `T` wrote: up to `object_blocks` records, as in a data object, of any blocks.
+//! - `bmap/PPPPPPPP-SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: a **block-map page**: for
+//!   [`PAGE_BLOCKS`] consecutive blocks, a [`BlockPtr`] each (segment, record, checksum;
+//!   none: the block is a hole and reads as zeros).
+//!
 //! The root and the map pages are **envelopes**: a 32-byte header (magic, version, kind,
 //! body length, xxh3-64 of the body) and the body (JSON for the root, so a person can
 //! read it; binary entries for a map page).
@@ -28,6 +38,16 @@ pub const ROOT_NAME: &str = "larch-volume";
 
 /// Data objects one map page covers.
 pub const PAGE_OBJECTS: u64 = 4096;
+
+/// Blocks one block-map page covers (a segments volume): 1,024, as one of ZFS's 128 KiB
+/// indirect blocks holds 1,024 block pointers.
+pub const PAGE_BLOCKS: u64 = 1024;
+
+/// Bytes of one [`BlockPtr`] in a block-map page.
+pub const BLOCK_PTR_BYTES: usize = 40;
+
+/// Bytes of a block-map page object (header and [`PAGE_BLOCKS`] pointers).
+pub const BLOCK_PAGE_BYTES: u64 = ENVELOPE_HEADER as u64 + PAGE_BLOCKS * BLOCK_PTR_BYTES as u64;
 
 /// Bytes after each block in a data object.
 pub const TRAILER_BYTES: usize = 40;
@@ -77,6 +97,31 @@ pub enum Kind {
     /// What a node keeps locally about a volume between its runs (a file in its pool's
     /// state directory, never on the store: `LocalState`).
     LocalState = 3,
+    /// A block-map page of a segments volume.
+    BlockPage = 4,
+}
+
+/// How a volume lays its blocks out on the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Fixed data objects of `object_blocks` consecutive blocks, each rewritten whole by
+    /// a commit that changes any of its blocks (read first when only some change). The
+    /// format of volumes made before segments existed (a root without a format is one).
+    #[default]
+    Objects,
+    /// Copy-on-write segments and a map of block pointers (see the module comment).
+    Segments,
+}
+
+impl Format {
+    /// Its name, as `--layout` takes it and `larch status` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Objects => "objects",
+            Format::Segments => "segments",
+        }
+    }
 }
 
 /// Why bytes read from the store are not what they claim to be.
@@ -114,6 +159,9 @@ pub enum BodyError {
     /// A map page's body is not [`PAGE_OBJECTS`] entries long.
     #[error("{0} bytes")]
     PageLength(usize),
+    /// A block pointer names a record outside its segment, or has bits no pointer has.
+    #[error("a block pointer out of range")]
+    BadPointer,
 }
 
 /// What is wrong with a block's record ([`verify_record`], [`build_object`]).
@@ -192,6 +240,23 @@ pub enum RootError {
     /// Pages not strictly ascending.
     #[error("map pages out of order")]
     PagesOutOfOrder,
+    /// A new segments volume's root could grow past [`MAX_ROOT_BYTES`].
+    #[error(
+        "a volume of {size_bytes} bytes in blocks of {block_bytes} bytes has {pages} block-map \
+         pages, and its root would grow to {largest} bytes once all are written, more than \
+         the {MAX_ROOT_BYTES} a reader accepts: use larger blocks (--volblocksize) or \
+         --layout objects"
+    )]
+    SegmentRootTooLarge {
+        /// The volume's size.
+        size_bytes: u64,
+        /// The volume's block size.
+        block_bytes: u32,
+        /// Block-map pages of the volume.
+        pages: u64,
+        /// Bytes of its largest root.
+        largest: u64,
+    },
     /// A new volume's root could grow past [`MAX_ROOT_BYTES`] ([`Root::check_new`]).
     #[error(
         "a volume of {size_bytes} bytes in objects of {object_bytes} bytes has {pages} map \
@@ -231,6 +296,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Root => "volume root",
         Kind::MapPage => "map page",
         Kind::LocalState => "local volume state",
+        Kind::BlockPage => "block-map page",
     }
 }
 
@@ -318,8 +384,12 @@ pub struct Root {
     pub size_bytes: u64,
     /// Bytes per block.
     pub block_bytes: u32,
-    /// Blocks per data object.
+    /// Blocks per data object; in a segments volume, the most records in one segment.
     pub object_blocks: u32,
+    /// How the blocks are laid out (a root written before formats existed has none: it
+    /// is [`Format::Objects`]).
+    #[serde(default)]
+    pub format: Format,
     /// The last commit (0: none yet).
     pub commit_seq: u64,
     /// The fencing token of the node that made it.
@@ -340,6 +410,7 @@ impl Root {
             size_bytes,
             block_bytes,
             object_blocks,
+            format: Format::Objects,
             commit_seq: 0,
             committed_by: 0,
             committed_ms: 0,
@@ -416,6 +487,14 @@ impl Root {
         if largest <= MAX_ROOT_BYTES {
             return Ok(());
         }
+        if self.format == Format::Segments {
+            return Err(RootError::SegmentRootTooLarge {
+                size_bytes: self.size_bytes,
+                block_bytes: self.block_bytes,
+                pages: self.pages_max(),
+                largest,
+            });
+        }
         Err(RootError::RootTooLarge {
             size_bytes: self.size_bytes,
             object_bytes: u64::from(self.object_blocks) * u64::from(self.block_bytes),
@@ -428,7 +507,10 @@ impl Root {
 
     /// Map pages of the volume: a root names at most this many.
     fn pages_max(&self) -> u64 {
-        self.objects().div_ceil(PAGE_OBJECTS)
+        match self.format {
+            Format::Objects => self.objects().div_ceil(PAGE_OBJECTS),
+            Format::Segments => self.blocks().div_ceil(PAGE_BLOCKS),
+        }
     }
 
     /// Bytes of the largest root of this geometry: every map page named, every number at
@@ -552,6 +634,8 @@ pub fn page_name(page: u64, version: Version) -> String {
 pub fn parse_name(name: &str) -> Option<(&'static str, u64, Version)> {
     let (kind, rest) = if let Some(rest) = name.strip_prefix("data/") {
         ("data", rest)
+    } else if let Some(rest) = name.strip_prefix("bmap/") {
+        ("bmap", rest)
     } else {
         ("map", name.strip_prefix("map/")?)
     };
@@ -563,6 +647,146 @@ pub fn parse_name(name: &str) -> Option<(&'static str, u64, Version)> {
         return None;
     }
     Some((kind, number, Version { seq, token }))
+}
+
+/// Where a block of a segments volume lives: record `slot` of segment part `part` that
+/// commit `seq` of token `token` wrote (a segment of `records` records), and the checksum
+/// its record's trailer carries. `seq == 0`: nowhere, the block is a hole (zeros).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockPtr {
+    /// The commit that wrote the block's record (its birth).
+    pub seq: u64,
+    /// The token of the node that made that commit.
+    pub token: u64,
+    /// The record's checksum (as its trailer carries it).
+    pub checksum: u64,
+    /// Which segment of the commit.
+    pub part: u32,
+    /// Which record of the segment.
+    pub slot: u32,
+    /// Records in that segment.
+    pub records: u32,
+}
+
+impl BlockPtr {
+    /// Whether the block is stored (not a hole).
+    pub fn exists(&self) -> bool {
+        self.seq != 0
+    }
+
+    /// The segment it points into.
+    pub fn segment(&self) -> SegmentId {
+        SegmentId {
+            seq: self.seq,
+            token: self.token,
+            part: self.part,
+        }
+    }
+}
+
+/// One segment: part `part` of the segments commit `seq` of token `token` wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentId {
+    /// The commit.
+    pub seq: u64,
+    /// Its node's token.
+    pub token: u64,
+    /// Which of the commit's segments.
+    pub part: u32,
+}
+
+/// The name of segment `id`.
+pub fn segment_name(id: SegmentId) -> String {
+    format!("seg/{:016x}-{:016x}-{:08x}", id.seq, id.token, id.part)
+}
+
+/// The name of block-map page `page` as written by `version`.
+pub fn block_page_name(page: u64, version: Version) -> String {
+    format!(
+        "bmap/{page:08x}-{:016x}-{:016x}",
+        version.seq, version.token
+    )
+}
+
+/// Parses a segment's name (after the prefix).
+pub fn parse_segment_name(name: &str) -> Option<SegmentId> {
+    let mut parts = name.strip_prefix("seg/")?.split('-');
+    let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let token = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let part = u32::from_str_radix(parts.next()?, 16).ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    let id = SegmentId { seq, token, part };
+    (segment_name(id) == name).then_some(id)
+}
+
+/// Encodes a block-map page's pointers ([`PAGE_BLOCKS`] of them).
+pub fn encode_block_page(entries: &[BlockPtr]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(entries.len() * BLOCK_PTR_BYTES);
+    for p in entries {
+        body.extend_from_slice(&p.seq.to_le_bytes());
+        body.extend_from_slice(&p.token.to_le_bytes());
+        body.extend_from_slice(&p.checksum.to_le_bytes());
+        body.extend_from_slice(&p.part.to_le_bytes());
+        body.extend_from_slice(&p.slot.to_le_bytes());
+        body.extend_from_slice(&p.records.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+    }
+    seal(Kind::BlockPage, &body)
+}
+
+/// Decodes a block-map page whose body must have checksum `checksum`. A pointer that
+/// names a record outside its segment, or a segment of no records, is refused: reads
+/// would otherwise ask the store for ranges no segment has.
+pub fn decode_block_page(bytes: &[u8], checksum: u64) -> Result<Vec<BlockPtr>, LayoutError> {
+    let body = open(Kind::BlockPage, bytes)?;
+    if xxh3_64(body) != checksum {
+        return Err(LayoutError::Checksum(
+            "block-map page (not the one the root names)",
+        ));
+    }
+    if body.len() as u64 != PAGE_BLOCKS * BLOCK_PTR_BYTES as u64 {
+        return Err(LayoutError::Parse(
+            "block-map page",
+            BodyError::PageLength(body.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(PAGE_BLOCKS as usize);
+    for c in body.chunks_exact(BLOCK_PTR_BYTES) {
+        let long = |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().expect("8 bytes"));
+        let word = |at: usize| u32::from_le_bytes(c[at..at + 4].try_into().expect("4 bytes"));
+        let p = BlockPtr {
+            seq: long(0),
+            token: long(8),
+            checksum: long(16),
+            part: word(24),
+            slot: word(28),
+            records: word(32),
+        };
+        let valid = if p.exists() {
+            p.seq < COUNTER_LIMIT && p.token < COUNTER_LIMIT && p.slot < p.records
+        } else {
+            p == BlockPtr::default()
+        };
+        if !valid || word(36) != 0 {
+            return Err(LayoutError::Parse("block-map page", BodyError::BadPointer));
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// The block number a record's trailer names (unverified: [`verify_record`] checks it).
+pub fn record_block(record: &[u8], block_bytes: usize) -> Option<u64> {
+    let at = block_bytes + 16;
+    Some(u64::from_le_bytes(record.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The checksum a record's trailer carries (its last 8 bytes).
+pub fn record_checksum_of(record: &[u8]) -> u64 {
+    let at = record.len() - 8;
+    u64::from_le_bytes(record[at..].try_into().expect("8 bytes"))
 }
 
 /// Encodes a map page's entries.

@@ -26,7 +26,11 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{self, PAGE_OBJECTS, Root, Version};
+use crate::layout::{self, Format, PAGE_OBJECTS, Root, Version};
+
+mod segments;
+
+use segments::BlockMap;
 
 /// How an object-backed volume behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +46,10 @@ pub struct Options {
     /// The block size the caller reads and writes in (the engine's `volblocksize`): a
     /// volume whose root says otherwise is refused at open. `None`: the root's.
     pub block_bytes: Option<u32>,
+    /// A segments volume repacks segments whose live records fall below this share (%):
+    /// their live blocks are moved into the next commit's segments and they are deleted.
+    /// 0: never. Objects volumes ignore it.
+    pub repack_percent: u8,
     /// The volume's size as the caller knows it: a volume whose root says otherwise is
     /// refused at open, before its map is read (a root's size bounds the map pages it may
     /// name, so a damaged or hostile one could otherwise make the open read and hold far
@@ -66,6 +74,9 @@ impl Options {
         if self.uploads == 0 {
             return Err(OptionsError::NoUploads);
         }
+        if self.repack_percent > 100 {
+            return Err(OptionsError::RepackPercent(self.repack_percent));
+        }
         Ok(())
     }
 }
@@ -82,6 +93,9 @@ pub enum OptionsError {
     /// No uploads at once.
     #[error("uploads at once must be at least 1")]
     NoUploads,
+    /// A repack threshold above 100 %.
+    #[error("a repack threshold of {0} % is above 100")]
+    RepackPercent(u8),
 }
 
 impl Default for Options {
@@ -90,11 +104,24 @@ impl Default for Options {
             lease: Duration::from_secs(60),
             skew: Duration::from_secs(5),
             uploads: MAX_UPLOADS,
+            repack_percent: REPACK_PERCENT,
             block_bytes: None,
             size_bytes: None,
         }
     }
 }
+
+/// The live share (%) under which a segment is repacked by default: ZeroFS's threshold,
+/// and where moving a segment's live bytes costs at most what it frees.
+pub const REPACK_PERCENT: u8 = 50;
+
+/// Bytes of sparse segments a commit reads to repack, besides half its own bytes: enough
+/// that a volume written in small commits still reclaims its space.
+pub const REPACK_BUDGET: u64 = 4 << 20;
+
+/// Bytes of sparse segments repacked at once while no commit comes (the lease's renewer
+/// does it between renewals).
+pub const IDLE_REPACK_BUDGET: u64 = 16 << 20;
 
 /// The most objects a commit uploads (or reads whole, to merge) at once.
 pub const MAX_UPLOADS: usize = 16;
@@ -226,6 +253,12 @@ pub struct ObjectStats {
     /// Data objects a commit left holding only zeros: not written, their map entries
     /// cleared (they read as zeros; the old objects are garbage).
     pub objects_cleared: AtomicU64,
+    /// Segments read to be repacked (segments volumes).
+    pub repacked_segments: AtomicU64,
+    /// Bytes of live blocks moved out of sparse segments into new ones.
+    pub repack_bytes: AtomicU64,
+    /// Segments no block lives in any more, deleted after the commit that emptied them.
+    pub segments_freed: AtomicU64,
     /// Lease renewals that succeeded.
     pub renewals: AtomicU64,
     /// Objects no commit names that were deleted (left by crashed or fenced writers, or
@@ -253,24 +286,86 @@ enum RootWrite {
     Rebase,
 }
 
-/// What a commit that reached the store superseded.
+/// A commit that reached the store.
 struct Committed {
     seq: u64,
-    /// The data objects it wrote, each with the version it replaced.
-    old: Vec<(u64, Version)>,
-    /// The map pages it replaced.
-    superseded_pages: Vec<layout::PageRef>,
+    /// The names of what it superseded (data objects or emptied segments, map pages).
+    garbage: Vec<String>,
+}
+
+/// The map of a volume: which object or segment holds each block, as the last commit left
+/// it. The format is the root's, fixed for the volume's life.
+enum Map {
+    Objects(ObjectMap),
+    Segments(BlockMap),
+}
+
+impl Map {
+    fn empty(format: Format) -> Map {
+        match format {
+            Format::Objects => Map::Objects(ObjectMap::default()),
+            Format::Segments => Map::Segments(BlockMap::default()),
+        }
+    }
+
+    /// The objects map. Only the objects format's paths call it: a volume's format is its
+    /// root's, and a root of another format is refused where a root is adopted.
+    fn objects(&self) -> &ObjectMap {
+        match self {
+            Map::Objects(map) => map,
+            Map::Segments(_) => unreachable!("an objects path on a segments volume"),
+        }
+    }
+
+    fn objects_mut(&mut self) -> &mut ObjectMap {
+        match self {
+            Map::Objects(map) => map,
+            Map::Segments(_) => unreachable!("an objects path on a segments volume"),
+        }
+    }
+
+    /// The block map (the segments format's paths only, as [`Map::objects`]).
+    fn blocks(&self) -> &BlockMap {
+        self.segments_map()
+            .expect("a segments path on an objects volume")
+    }
+
+    fn blocks_mut(&mut self) -> &mut BlockMap {
+        match self {
+            Map::Segments(map) => map,
+            Map::Objects(_) => unreachable!("a segments path on an objects volume"),
+        }
+    }
+
+    /// Whether a segments volume's map names segment `id` (never, for an objects volume).
+    fn blocks_names(&self, id: layout::SegmentId) -> bool {
+        self.segments_map().is_some_and(|m| m.names(id))
+    }
+
+    fn segments_map(&self) -> Option<&BlockMap> {
+        match self {
+            Map::Segments(map) => Some(map),
+            Map::Objects(_) => None,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Map::Objects(map) => map.bytes(),
+            Map::Segments(map) => map.bytes(),
+        }
+    }
 }
 
 /// The map of data objects to the commits that wrote them, page by page (pages never
 /// written are absent: their objects read as zeros). Memory grows with the pages written,
 /// not with the volume's size.
 #[derive(Default)]
-struct Map {
+struct ObjectMap {
     pages: BTreeMap<u64, Box<[Version]>>,
 }
 
-impl Map {
+impl ObjectMap {
     fn get(&self, object: u64) -> Version {
         match self.pages.get(&(object / PAGE_OBJECTS)) {
             Some(entries) => entries[(object % PAGE_OBJECTS) as usize],
@@ -817,9 +912,18 @@ impl ObjectVolume {
         if self.stale_after == u64::MAX {
             return false;
         }
-        let object = block / u64::from(self.geometry.object_blocks);
-        let v = self.map.read().expect("map lock").get(object);
-        !v.exists() || v.seq > self.stale_after
+        let map = self.map.read().expect("map lock");
+        let (exists, seq) = match &*map {
+            Map::Objects(objects) => {
+                let v = objects.get(block / u64::from(self.geometry.object_blocks));
+                (v.exists(), v.seq)
+            }
+            Map::Segments(blocks) => {
+                let p = blocks.get(block);
+                (p.exists(), p.seq)
+            }
+        };
+        !exists || seq > self.stale_after
     }
 
     /// Why this node may not serve the volume now, if it may not: another node took the
@@ -927,7 +1031,12 @@ impl ObjectVolume {
     /// one hold of their lock, the others fetched in runs of neighbouring blocks of one
     /// object ([`ObjectVolume::fetch_runs`]).
     fn current_blocks(&self, blocks: impl Iterator<Item = u64>) -> io::Result<Vec<Bytes>> {
-        let per_object = u64::from(self.geometry.object_blocks);
+        // Runs of an objects volume end with their object; a segments volume's are split
+        // where their blocks' records stop being neighbours (`fetch_runs_segments`).
+        let per_object = match self.geometry.format {
+            Format::Objects => u64::from(self.geometry.object_blocks),
+            Format::Segments => u64::MAX,
+        };
         let mut from_memory: Vec<Option<Bytes>> = Vec::new();
         let mut runs: Vec<std::ops::Range<u64>> = Vec::new();
         {
@@ -962,6 +1071,9 @@ impl ObjectVolume {
     /// replace (and delete) an object between the map lookup and the GET: then the map
     /// names the new one, and the run is read there.
     fn fetch_runs(&self, runs: &[std::ops::Range<u64>]) -> io::Result<Vec<Vec<Bytes>>> {
+        if self.geometry.format == Format::Segments {
+            return self.fetch_runs_segments(runs);
+        }
         let per_object = u64::from(self.geometry.object_blocks);
         let rec = self.geometry.record_bytes();
         let bs = self.block_bytes() as usize;
@@ -970,7 +1082,8 @@ impl ObjectVolume {
         for _ in 0..4 {
             let mut gets = Vec::new();
             {
-                let map = self.map.read().expect("map lock");
+                let lock = self.map.read().expect("map lock");
+                let map = lock.objects();
                 for (i, run) in runs.iter().enumerate() {
                     if out[i].is_some() {
                         continue;
@@ -1166,12 +1279,51 @@ impl ObjectVolume {
         // The staged blocks are copied only under the commit lock. A copy taken before it
         // may be older than the copy of a flush that takes the lock first, and committed
         // after that one it would bring back bytes already overwritten and acknowledged.
-        let mut next_seq = self.next_seq.lock().expect("next_seq lock");
+        let next_seq = self.next_seq.lock().expect("next_seq lock");
         let staged: BTreeMap<u64, Bytes> = self.staged.lock().expect("staged lock").clone();
         if staged.is_empty() {
             return Ok(());
         }
         self.check_usable()?;
+        let bytes: u64 = staged.values().map(|d| d.len() as u64).sum();
+        self.commit_locked(next_seq, &staged, bytes / 2 + REPACK_BUDGET)
+    }
+
+    /// Repacks sparse segments of a segments volume while nothing is staged and no commit
+    /// runs (the lease's renewer calls it between renewals): one commit of moved blocks,
+    /// up to [`IDLE_REPACK_BUDGET`] bytes of segments read. Nothing to do: nothing done.
+    fn repack_idle(&self) -> io::Result<()> {
+        if self.geometry.format != Format::Segments || self.options.repack_percent == 0 {
+            return Ok(());
+        }
+        let Ok(next_seq) = self.next_seq.try_lock() else {
+            return Ok(());
+        };
+        if !self.staged.lock().expect("staged lock").is_empty() || self.unusable().is_some() {
+            return Ok(());
+        }
+        let sparse = self
+            .map
+            .read()
+            .expect("map lock")
+            .blocks()
+            .sparse(self.options.repack_percent);
+        if sparse.is_empty() {
+            return Ok(());
+        }
+        self.commit_locked(next_seq, &BTreeMap::new(), IDLE_REPACK_BUDGET)
+    }
+
+    /// Commits `staged` (with up to `repack_budget` bytes of sparse segments repacked, in
+    /// a segments volume) under the commit lock `next_seq`, then records it: the local
+    /// state, the staged blocks it made durable, the counters, and the deletion of what it
+    /// superseded.
+    fn commit_locked(
+        &self,
+        mut next_seq: std::sync::MutexGuard<'_, u64>,
+        staged: &BTreeMap<u64, Bytes>,
+        repack_budget: u64,
+    ) -> io::Result<()> {
         let started = Instant::now();
         self.save_pending_token()?;
         // An attempt is built again when the root turns out to be a late write of this
@@ -1179,7 +1331,11 @@ impl ObjectVolume {
         let mut attempts = 0;
         let done = loop {
             attempts += 1;
-            if let Some(done) = self.commit(&staged, &mut next_seq)? {
+            let attempt = match self.geometry.format {
+                Format::Objects => self.commit(staged, &mut next_seq)?,
+                Format::Segments => self.commit_segments(staged, &mut next_seq, repack_budget)?,
+            };
+            if let Some(done) = attempt {
                 break done;
             }
             if attempts == 3 {
@@ -1201,7 +1357,7 @@ impl ObjectVolume {
         let mut committed = 0u64;
         {
             let mut left = self.staged.lock().expect("staged lock");
-            for (block, data) in &staged {
+            for (block, data) in staged {
                 if left
                     .get(block)
                     .is_some_and(|now| now.as_ptr() == data.as_ptr())
@@ -1221,18 +1377,7 @@ impl ObjectVolume {
         s.last_commit_us
             .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         // 4. What the commit superseded is garbage now.
-        let mut garbage: Vec<String> = done
-            .old
-            .iter()
-            .filter(|(_, v)| v.exists())
-            .map(|&(o, v)| layout::data_name(o, v))
-            .collect();
-        garbage.extend(
-            done.superseded_pages
-                .iter()
-                .map(|p| layout::page_name(p.page, p.version)),
-        );
-        self.delete_later(garbage);
+        self.delete_later(done.garbage);
         Ok(())
     }
 
@@ -1275,7 +1420,8 @@ impl ObjectVolume {
         // this run's changes the root and the map under `state`).
         let (base_seq, old, mut pages) = {
             let state = self.state.lock().expect("state lock");
-            let map = self.map.read().expect("map lock");
+            let lock = self.map.read().expect("map lock");
+            let map = lock.objects();
             let old: Vec<(u64, Version)> = objects.keys().map(|&o| (o, map.get(o))).collect();
             let mut pages: BTreeMap<u64, Vec<Version>> = BTreeMap::new();
             for &(object, _) in &old {
@@ -1289,22 +1435,7 @@ impl ObjectVolume {
             }
             (state.root.commit_seq, old, pages)
         };
-        // Never a number this run used before: an earlier attempt that failed may have
-        // landed, or its uploads may still land, under its names. No addition wraps:
-        // `base_seq` is below 2^62 (this run's numbers, or a root Root::check passed), and
-        // `next_seq` never passes the limit, checked here before it moves.
-        let seq = (*next_seq).max(base_seq + 1);
-        if seq >= layout::COUNTER_LIMIT {
-            return Err(io::Error::other(format!(
-                "{}: the volume's commit sequence numbers are used up (the next is 2^62)",
-                self.display
-            )));
-        }
-        *next_seq = seq + 1;
-        let version = Version {
-            seq,
-            token: self.token,
-        };
+        let version = self.next_version(base_seq, next_seq)?;
         // An object that would hold only zeros is not written: its map entry is cleared
         // (it reads as zeros, as a never-written one) and its old object is garbage.
         let zeroed: Vec<bool> = objects
@@ -1348,9 +1479,68 @@ impl ObjectVolume {
         }
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
         self.upload_all(page_jobs, self.options.uploads.max(1))?;
-        // 3. The commit point: the root, conditional on the version this node last wrote.
-        // `state` is held from here on only: renewals went on during the uploads.
+        // 3. The commit point: the root; the map follows it under the same hold of `state`.
+        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, |map| {
+            let map = map.objects_mut();
+            for (page, entries) in pages {
+                map.pages.insert(page, entries.into_boxed_slice());
+            }
+        })?
+        else {
+            return Ok(None);
+        };
+        let mut garbage: Vec<String> = old
+            .iter()
+            .filter(|(_, v)| v.exists())
+            .map(|&(o, v)| layout::data_name(o, v))
+            .collect();
+        garbage.extend(
+            superseded
+                .iter()
+                .map(|p| layout::page_name(p.page, p.version)),
+        );
+        Ok(Some(Committed {
+            seq: version.seq,
+            garbage,
+        }))
+    }
+
+    /// The version of this run's next commit attempt after the last commit `base_seq`:
+    /// never a number this run used before (an earlier attempt that failed may have
+    /// landed, or its uploads may still land, under its names). No addition wraps:
+    /// `base_seq` is below 2^62 (this run's numbers, or a root Root::check passed), and
+    /// `next_seq` never passes the limit, checked here before it moves.
+    fn next_version(&self, base_seq: u64, next_seq: &mut u64) -> io::Result<Version> {
+        let seq = (*next_seq).max(base_seq + 1);
+        if seq >= layout::COUNTER_LIMIT {
+            return Err(io::Error::other(format!(
+                "{}: the volume's commit sequence numbers are used up (the next is 2^62)",
+                self.display
+            )));
+        }
+        *next_seq = seq + 1;
+        Ok(Version {
+            seq,
+            token: self.token,
+        })
+    }
+
+    /// The commit point of commit `seq` on top of `base_seq`: the root naming the map pages
+    /// `refs` in place of the ones they replace, written conditionally on the version this
+    /// node last wrote. `state` is held from here on only (renewals went on during the
+    /// uploads), and `apply` updates the map under it once the root landed. Returns the
+    /// page refs superseded; `None` when the base moved (a late commit of this run's was
+    /// found meanwhile) and the commit must be built again.
+    fn commit_root(
+        &self,
+        base_seq: u64,
+        seq: u64,
+        refs: Vec<layout::PageRef>,
+        apply: impl FnOnce(&mut Map),
+    ) -> io::Result<Option<Vec<layout::PageRef>>> {
         let mut state = self.state.lock().expect("state lock");
+        let written: std::collections::BTreeSet<u64> = refs.iter().map(|r| r.page).collect();
+        let changed = |page: u64| written.contains(&page);
         for _ in 0..3 {
             // Nothing is committed once the run stopped: after a release, another node may
             // own the volume, and this node must not extend a lease it gave up.
@@ -1358,17 +1548,16 @@ impl ObjectVolume {
                 return Err(io::Error::other(why));
             }
             if state.root.commit_seq != base_seq {
-                // A late commit of this run's was found meanwhile: the base moved.
                 return Ok(None);
             }
             let mut root = state.root.clone();
-            let superseded_pages: Vec<layout::PageRef> = root
+            let superseded: Vec<layout::PageRef> = root
                 .pages
                 .iter()
-                .filter(|p| pages.contains_key(&p.page))
+                .filter(|p| changed(p.page))
                 .copied()
                 .collect();
-            root.pages.retain(|p| !pages.contains_key(&p.page));
+            root.pages.retain(|p| !changed(p.page));
             root.pages.extend(refs.iter().copied());
             root.pages.sort_unstable_by_key(|p| p.page);
             root.commit_seq = seq;
@@ -1384,15 +1573,8 @@ impl ObjectVolume {
             }
             self.committed_seq.store(seq, Ordering::Release);
             *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
-            let mut map = self.map.write().expect("map lock");
-            for (page, entries) in pages {
-                map.pages.insert(page, entries.into_boxed_slice());
-            }
-            return Ok(Some(Committed {
-                seq,
-                old,
-                superseded_pages,
-            }));
+            apply(&mut self.map.write().expect("map lock"));
+            return Ok(Some(superseded));
         }
         Ok(None)
     }
@@ -1412,9 +1594,13 @@ impl ObjectVolume {
     /// the next commit. Byte ranges, in order.
     pub fn holes(&self, offset: u64, end: u64) -> Vec<std::ops::Range<u64>> {
         let end = end.min(self.size_bytes());
+        if self.geometry.format == Format::Segments {
+            return self.holes_segments(offset, end);
+        }
         let bs = self.block_bytes();
         let per_object = u64::from(self.geometry.object_blocks) * bs;
-        let map = self.map.read().expect("map lock");
+        let lock = self.map.read().expect("map lock");
+        let map = lock.objects();
         let staged = self.staged.lock().expect("staged lock");
         let mut holes: Vec<std::ops::Range<u64>> = Vec::new();
         let mut object = offset / per_object;
@@ -1668,6 +1854,16 @@ impl ObjectVolume {
                 state.root.commit_seq
             )));
         }
+        if now.format != self.geometry.format {
+            return Err(io::Error::other(format!(
+                "{}/{}: read back a root of the {} format, but the volume is of the {} \
+                 format: not used",
+                self.display,
+                layout::ROOT_NAME,
+                now.format.name(),
+                self.geometry.format.name()
+            )));
+        }
         if now.commit_seq != state.root.commit_seq || now.pages != state.root.pages {
             let map = load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
             *self.map.write().expect("map lock") = map;
@@ -1832,7 +2028,7 @@ impl ObjectVolume {
         let stop = Arc::clone(&self.stop);
         let display = self.display.clone();
         let task = self.handle.spawn(async move {
-            for dir in ["data", "map"] {
+            for dir in ["data", "map", "seg", "bmap"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
                 let mut found = store.list(Some(&listing));
                 let mut doomed: Vec<ObjPath> = Vec::new();
@@ -2040,39 +2236,76 @@ fn load_map(
     display: &str,
     root: &Root,
 ) -> io::Result<Map> {
+    let format = root.format;
+    let (size, kind) = match format {
+        Format::Objects => (layout::PAGE_BYTES, "map page"),
+        Format::Segments => (layout::BLOCK_PAGE_BYTES, "block-map page"),
+    };
     let jobs: Vec<_> = root
         .pages
         .iter()
         .map(|p| {
             let store = Arc::clone(store);
-            let name = layout::page_name(p.page, p.version);
+            let name = match format {
+                Format::Objects => layout::page_name(p.page, p.version),
+                Format::Segments => layout::block_page_name(p.page, p.version),
+            };
             let path = ObjPath::from(format!("{prefix}{name}"));
             let display = display.to_string();
             let p = *p;
             async move {
-                let (bytes, _) = get_whole(&store, &path, layout::PAGE_BYTES..=layout::PAGE_BYTES)
-                    .await
-                    .map_err(|e| {
-                        e.into_io(
-                            &format!("{display}/{name} (named by the root)"),
-                            &layout::PAGE_BYTES.to_string(),
-                        )
-                    })?;
-                let entries = layout::decode_page(&bytes, p.checksum).map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
+                let (bytes, _) = get_whole(&store, &path, size..=size).await.map_err(|e| {
+                    e.into_io(
+                        &format!("{display}/{name} (a {kind} the root names)"),
+                        &size.to_string(),
+                    )
                 })?;
-                Ok::<_, io::Error>((p.page, entries))
+                let bad = |e: layout::LayoutError| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
+                };
+                let entries = match format {
+                    Format::Objects => {
+                        PageEntries::Objects(layout::decode_page(&bytes, p.checksum).map_err(bad)?)
+                    }
+                    Format::Segments => PageEntries::Blocks(
+                        layout::decode_block_page(&bytes, p.checksum).map_err(bad)?,
+                    ),
+                };
+                Ok::<_, io::Error>((p.page, name, entries))
             }
         })
         .collect();
-    let pages: Vec<(u64, Vec<Version>)> = run_on(handle, async move {
+    let pages: Vec<(u64, String, PageEntries)> = run_on(handle, async move {
         stream::iter(jobs).buffer_unordered(16).try_collect().await
     })?;
-    let mut map = Map::default();
-    for (page, entries) in pages {
-        map.pages.insert(page, entries.into_boxed_slice());
+    let mut map = Map::empty(format);
+    for (page, name, entries) in pages {
+        match (&mut map, entries) {
+            (Map::Objects(map), PageEntries::Objects(entries)) => {
+                map.pages.insert(page, entries.into_boxed_slice());
+            }
+            (Map::Segments(map), PageEntries::Blocks(entries)) => {
+                map.load_page(page, entries).map_err(|segment| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{display}/{name}: its pointers into {} disagree with the other \
+                             pages' on the segment's size, or name more records than it holds",
+                            layout::segment_name(segment)
+                        ),
+                    )
+                })?;
+            }
+            _ => unreachable!("pages decoded in the map's own format"),
+        }
     }
     Ok(map)
+}
+
+/// A map page's entries, in either format.
+enum PageEntries {
+    Objects(Vec<Version>),
+    Blocks(Vec<layout::BlockPtr>),
 }
 
 /// How many garbage keys the collection at open deletes with one request (S3's
@@ -2102,19 +2335,35 @@ const GC_BATCH: usize = 1000;
 /// before. A key that does not parse (another volume's under this prefix, anything else
 /// stored there) is never garbage.
 fn is_garbage(name: &str, token: u64, pages: &[layout::PageRef], map: &RwLock<Map>) -> bool {
+    if let Some(id) = layout::parse_segment_name(name) {
+        // A segment of an earlier run is named while the map points into it: the map's
+        // segments of earlier tokens are still the root's at open, or fewer (a commit of
+        // this run emptied them, and deletes them itself).
+        return id.token < token && !map.read().expect("map lock").blocks_names(id);
+    }
     let Some((kind, number, version)) = layout::parse_name(name) else {
         return false;
     };
     if version.token >= token {
         return false;
     }
-    let named = if kind == "map" {
+    let named = if kind == "map" || kind == "bmap" {
+        let written = if kind == "map" {
+            layout::page_name(number, version)
+        } else {
+            layout::block_page_name(number, version)
+        };
         pages
             .binary_search_by_key(&number, |p| p.page)
             .is_ok_and(|at| pages[at].version == version)
-            && layout::page_name(number, version) == name
+            && written == name
     } else {
-        let now = map.read().expect("map lock").get(number);
+        let lock = map.read().expect("map lock");
+        let Map::Objects(objects) = &*lock else {
+            // A data object under a segments volume's prefix: nothing of this volume.
+            return false;
+        };
+        let now = objects.get(number);
         if now.token >= token {
             return false;
         }
@@ -2191,6 +2440,11 @@ fn spawn_renewer(volume: &Arc<ObjectVolume>) {
                 // the volume stops serving) only if none succeeds before it ends.
                 let retry = volume.renew().is_err();
                 volume.note_renewal(!retry);
+                // Between renewals, a volume left idle reclaims its sparse segments. A
+                // failure is the next commit's to report (it meets the same store).
+                if !retry {
+                    let _ = volume.repack_idle();
+                }
                 next = Instant::now() + if retry { every / 4 } else { every };
             }
         })
@@ -2364,9 +2618,9 @@ mod tests {
         entries[1] = v(3, 2);
         entries[10] = v(3, 2);
         entries[7] = v(6, 5);
-        let mut map = Map::default();
+        let mut map = ObjectMap::default();
         map.pages.insert(0, entries.into_boxed_slice());
-        let map = RwLock::new(map);
+        let map = RwLock::new(Map::Objects(map));
         let pages = [
             layout::PageRef {
                 page: 0,

@@ -154,6 +154,25 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
                 o.errors,
                 format_size(o.map_bytes),
             );
+            if o.layout == "segments" {
+                let live = if o.stored_bytes > 0 {
+                    format!(
+                        "{:.0}%",
+                        o.live_bytes as f64 * 100.0 / o.stored_bytes as f64
+                    )
+                } else {
+                    "-".into()
+                };
+                let _ = writeln!(
+                    out,
+                    "    segments: {} holding {} ({live} live), {} repacked ({} moved), {} freed",
+                    o.segments,
+                    format_size(o.stored_bytes),
+                    o.repacked_segments,
+                    format_size(o.repack_bytes),
+                    o.segments_freed,
+                );
+            }
             if o.delete_errors > 0 {
                 let _ = writeln!(
                     out,

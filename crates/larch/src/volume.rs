@@ -57,10 +57,19 @@ pub enum VolumeCommand {
         /// renewing).
         #[arg(long, default_value_t = 60)]
         s3_lease_secs: u64,
-        /// Object store: bytes of volume per data object (a multiple of --volblocksize; a
-        /// write of part of an object uploads it whole).
+        /// Object store: bytes of blocks per segment (--layout segments: a commit's blocks
+        /// are packed into segments of at most this much) or per data object (--layout
+        /// objects: a write of part of an object uploads it whole). A multiple of
+        /// --volblocksize, at most 64M.
         #[arg(long, default_value = "1M", value_parser = parse_size)]
         object_size: u64,
+        /// Object store: how a new volume lays its blocks out. `segments`: copy-on-write,
+        /// each commit packs its blocks into new segments and a map of block pointers says
+        /// where each block lives (nothing is read back to be rewritten; sparse segments
+        /// are repacked). `objects`: fixed objects of consecutive blocks, rewritten whole
+        /// (the layout of volumes made before segments). An existing volume keeps its own.
+        #[arg(long, default_value = "segments", value_parser = parse_layout)]
+        layout: larch_object::layout::Format,
         /// Block size, a power of two from 4K to 128K.
         #[arg(long, default_value = "16K", value_parser = parse_size)]
         volblocksize: u64,
@@ -190,6 +199,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             s3_stall_secs,
             s3_lease_secs,
             object_size,
+            layout,
             volblocksize,
             primarycache,
             secondarycache,
@@ -252,8 +262,14 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                         other.name
                     );
                 }
-                let (size, block_bytes, object_bytes, created) =
-                    object_volume(url, &settings, size, volume.volblocksize, object_size)?;
+                let (size, block_bytes, object_bytes, created) = object_volume(
+                    url,
+                    &settings,
+                    size,
+                    volume.volblocksize,
+                    object_size,
+                    layout,
+                )?;
                 // The client's time limit for a data object's transfer is made from the
                 // volume's object size, which only the store's root holds: recorded here so
                 // that `larch serve` has it before it reads the root.
@@ -457,6 +473,15 @@ fn s3_settings(
     Ok(settings)
 }
 
+/// `--layout`'s value.
+fn parse_layout(text: &str) -> Result<larch_object::layout::Format, String> {
+    use larch_object::layout::Format;
+    [Format::Segments, Format::Objects]
+        .into_iter()
+        .find(|f| f.name() == text)
+        .ok_or_else(|| format!("{text:?}: the layouts are segments and objects"))
+}
+
 /// Creates the object-store volume at `url`, or adopts the one there: returns its size,
 /// block size, object size (its blocks without their trailers) and whether it was created. Every way it can fail (no credentials, the
 /// endpoint unreachable, access denied, no bucket, a root that does not parse, a size or
@@ -467,6 +492,7 @@ fn object_volume(
     size: Option<u64>,
     volblocksize: u32,
     object_size: u64,
+    layout: larch_object::layout::Format,
 ) -> anyhow::Result<(u64, u32, u64, bool)> {
     let location = larch_object::s3::Location::parse(url).map_err(anyhow::Error::msg)?;
     // A short retry bound here: a wrong endpoint is reported in seconds, not a minute.
@@ -502,7 +528,8 @@ fn object_volume(
         bail!("--object-size must be a multiple of --volblocksize, at most 64M");
     }
     let object_blocks = u32::try_from(object_size / u64::from(volblocksize))?;
-    let root = larch_object::layout::Root::new(new_guid(), size, volblocksize, object_blocks);
+    let mut root = larch_object::layout::Root::new(new_guid(), size, volblocksize, object_blocks);
+    root.format = layout;
     larch_object::create(&store, &prefix, &display, &root)?;
     Ok((size, volblocksize, object_size, true))
 }

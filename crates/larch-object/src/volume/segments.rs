@@ -1,0 +1,599 @@
+//! The segments format of an object-backed volume (`layout::Format::Segments`): the map
+//! of block pointers, commits that pack changed blocks into new segments, reads that
+//! follow the pointers, and the repacking of segments most of whose blocks are dead.
+//!
+//! A commit never reads a segment back to rewrite it: its blocks (client writes, and live
+//! blocks moved out of sparse segments) are written in block order into new segments of
+//! at most `object_blocks` records, the block-map pages that changed are written as new
+//! objects, and then the root, conditionally, as in the objects format. A block of zeros
+//! is not stored: its pointer is cleared (a hole), as ZFS stores no all-zero block.
+//! A segment whose last live block a commit replaced is deleted once that commit landed.
+//!
+//! Memory: the map holds every block-map page the root names, [`BLOCK_PTR_MEM`] bytes a
+//! block of the pages written (a 1 TiB volume of 8 KiB blocks, all written: 5 GiB), and
+//! 16 bytes a segment. Keeping map pages in the ARC as metadata, so that a volume's map
+//! need not fit in DRAM, is not done yet (docs/object-store.md, "Limits").
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use object_store::ObjectStoreExt;
+
+use super::{Committed, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once};
+use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
+
+/// Bytes one block pointer takes in memory.
+pub const BLOCK_PTR_MEM: u64 = std::mem::size_of::<BlockPtr>() as u64;
+
+/// What the map knows of one segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Segment {
+    /// Records it holds.
+    pub records: u32,
+    /// Of those, records some pointer of the map names.
+    pub live: u32,
+}
+
+/// The block pointers of a segments volume, page by page (pages never written are absent:
+/// their blocks are holes), and the live count of every segment they name.
+#[derive(Default)]
+pub(super) struct BlockMap {
+    pub pages: BTreeMap<u64, Box<[BlockPtr]>>,
+    segments: HashMap<SegmentId, Segment>,
+    stored_records: u64,
+    live_records: u64,
+}
+
+impl BlockMap {
+    /// Where `block` lives (a hole: the default pointer).
+    pub fn get(&self, block: u64) -> BlockPtr {
+        match self.pages.get(&(block / PAGE_BLOCKS)) {
+            Some(entries) => entries[(block % PAGE_BLOCKS) as usize],
+            None => BlockPtr::default(),
+        }
+    }
+
+    /// The pointers of page `page` (all holes when it was never written).
+    pub fn page_entries(&self, page: u64) -> Vec<BlockPtr> {
+        match self.pages.get(&page) {
+            Some(entries) => entries.to_vec(),
+            None => vec![BlockPtr::default(); PAGE_BLOCKS as usize],
+        }
+    }
+
+    /// Adds a page read from the store. A pointer whose segment another pointer names with
+    /// another record count is refused: one of them is damaged.
+    pub fn load_page(&mut self, page: u64, entries: Vec<BlockPtr>) -> Result<(), SegmentId> {
+        for p in entries.iter().filter(|p| p.exists()) {
+            self.count(*p)?;
+        }
+        self.pages.insert(page, entries.into_boxed_slice());
+        Ok(())
+    }
+
+    fn count(&mut self, p: BlockPtr) -> Result<(), SegmentId> {
+        let id = p.segment();
+        let seg = self.segments.entry(id).or_insert_with(|| {
+            self.stored_records += u64::from(p.records);
+            Segment {
+                records: p.records,
+                live: 0,
+            }
+        });
+        if seg.records != p.records || seg.live >= seg.records {
+            return Err(id);
+        }
+        seg.live += 1;
+        self.live_records += 1;
+        Ok(())
+    }
+
+    /// Points `block` at `ptr` (a hole: the default). Returns the segment that no pointer
+    /// names any more, if the block's old one was its last.
+    pub fn set(&mut self, block: u64, ptr: BlockPtr) -> Option<SegmentId> {
+        let page = self
+            .pages
+            .entry(block / PAGE_BLOCKS)
+            .or_insert_with(|| vec![BlockPtr::default(); PAGE_BLOCKS as usize].into());
+        let slot = &mut page[(block % PAGE_BLOCKS) as usize];
+        let old = std::mem::replace(slot, ptr);
+        if ptr.exists() {
+            // A new segment's records are all counted as they are pointed at.
+            self.count(ptr)
+                .expect("a commit's pointers name its own new segments");
+        }
+        if !old.exists() {
+            return None;
+        }
+        let id = old.segment();
+        let seg = self.segments.get_mut(&id)?;
+        seg.live -= 1;
+        self.live_records -= 1;
+        if seg.live > 0 {
+            return None;
+        }
+        self.stored_records -= u64::from(seg.records);
+        self.segments.remove(&id);
+        Some(id)
+    }
+
+    /// Whether the map names segment `id`.
+    pub fn names(&self, id: SegmentId) -> bool {
+        self.segments.contains_key(&id)
+    }
+
+    /// Segments whose live records are below `percent` % of their records, the sparsest
+    /// first.
+    pub fn sparse(&self, percent: u8) -> Vec<(SegmentId, Segment)> {
+        let mut found: Vec<(SegmentId, Segment)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| u64::from(s.live) * 100 < u64::from(s.records) * u64::from(percent))
+            .map(|(id, s)| (*id, *s))
+            .collect();
+        found.sort_by_key(|(id, s)| {
+            (
+                u64::from(s.live) * 1_000_000 / u64::from(s.records.max(1)),
+                *id,
+            )
+        });
+        found
+    }
+
+    /// Bytes it takes in memory.
+    pub fn bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_BLOCKS * BLOCK_PTR_MEM + self.segments.len() as u64 * 32
+    }
+
+    /// Records in the segments the map names, and of those the live ones.
+    pub fn records(&self) -> (u64, u64) {
+        (self.stored_records, self.live_records)
+    }
+
+    /// Segments the map names.
+    pub fn segments(&self) -> u64 {
+        self.segments.len() as u64
+    }
+}
+
+/// Whether every byte of `data` is zero (16 bytes at a time, no early exit: a block is
+/// read whole either way, and the loop vectorises).
+fn is_zeros(data: &[u8]) -> bool {
+    let chunks = data.chunks_exact(16);
+    let tail = chunks.remainder();
+    let any = chunks.fold(0u128, |acc, c| {
+        acc | u128::from_ne_bytes(c.try_into().expect("16 bytes"))
+    });
+    any == 0 && tail.iter().all(|&b| b == 0)
+}
+
+/// A block to write in a commit, from a client or moved out of a sparse segment.
+struct Write {
+    block: u64,
+    data: Bytes,
+}
+
+impl ObjectVolume {
+    /// One attempt at committing `staged` to a segments volume (see the module comment),
+    /// moving up to `repack_budget` bytes of live blocks out of sparse segments with it.
+    pub(super) fn commit_segments(
+        &self,
+        staged: &BTreeMap<u64, Bytes>,
+        next_seq: &mut u64,
+        repack_budget: u64,
+    ) -> io::Result<Option<Committed>> {
+        let base_seq = self.state.lock().expect("state lock").root.commit_seq;
+        let version = self.next_version(base_seq, next_seq)?;
+        let moves = self.repack_moves(staged, repack_budget)?;
+        let moved_bytes: u64 = moves.iter().map(|w| w.data.len() as u64).sum();
+        // What changes: stored blocks get new pointers, blocks of zeros become holes (only
+        // where they are not holes already).
+        let mut writes: Vec<Write> = Vec::with_capacity(staged.len() + moves.len());
+        let mut holes: Vec<u64> = Vec::new();
+        {
+            let map = self.map.read().expect("map lock");
+            let blocks = map.blocks();
+            for (&block, data) in staged {
+                if is_zeros(data) {
+                    if blocks.get(block).exists() {
+                        holes.push(block);
+                    }
+                } else {
+                    writes.push(Write {
+                        block,
+                        data: data.clone(),
+                    });
+                }
+            }
+        }
+        writes.extend(moves);
+        writes.sort_unstable_by_key(|w| w.block);
+        // 1. The segments, in block order, `object_blocks` records each.
+        let per = self.geometry.object_blocks as usize;
+        let rec = self.geometry.record_bytes() as usize;
+        let mut pointers: Vec<(u64, BlockPtr)> = Vec::with_capacity(writes.len() + holes.len());
+        let mut jobs = Vec::new();
+        for (part, chunk) in writes.chunks(per).enumerate() {
+            let part = u32::try_from(part).map_err(|_| {
+                io::Error::other(format!(
+                    "{}: a commit of more than 2^32 segments",
+                    self.display
+                ))
+            })?;
+            let id = SegmentId {
+                seq: version.seq,
+                token: version.token,
+                part,
+            };
+            let name = layout::segment_name(id);
+            let body = layout::build_object(
+                chunk.iter().map(|w| (w.block, &w.data[..])),
+                &self.geometry,
+                version.seq,
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}/{name}: {e}", self.display),
+                )
+            })?;
+            for (slot, w) in chunk.iter().enumerate() {
+                let record = &body[slot * rec..(slot + 1) * rec];
+                pointers.push((
+                    w.block,
+                    BlockPtr {
+                        seq: version.seq,
+                        token: version.token,
+                        checksum: layout::record_checksum_of(record),
+                        part,
+                        slot: slot as u32,
+                        records: chunk.len() as u32,
+                    },
+                ));
+            }
+            jobs.push(self.put_job(name, body));
+        }
+        let parts = jobs.len() as u64;
+        let segment_bytes =
+            u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
+        self.upload_all(jobs, uploads_at_once(segment_bytes, self.options.uploads))?;
+        pointers.extend(holes.iter().map(|&b| (b, BlockPtr::default())));
+        // 2. The block-map pages that changed, each a new object.
+        let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
+        {
+            let map = self.map.read().expect("map lock");
+            let blocks = map.blocks();
+            for &(block, ptr) in &pointers {
+                let page = block / PAGE_BLOCKS;
+                pages
+                    .entry(page)
+                    .or_insert_with(|| blocks.page_entries(page))
+                    [(block % PAGE_BLOCKS) as usize] = ptr;
+            }
+        }
+        let mut refs = Vec::new();
+        let mut page_jobs = Vec::new();
+        for (&page, entries) in &pages {
+            let sealed = layout::encode_block_page(entries);
+            refs.push(layout::PageRef {
+                page,
+                version,
+                checksum: layout::page_checksum(&sealed),
+            });
+            page_jobs.push(self.put_job(layout::block_page_name(page, version), sealed));
+        }
+        self.upload_all(page_jobs, self.options.uploads.max(1))?;
+        // 3. The root; the map follows it under the same hold of `state`.
+        let mut dead: Vec<SegmentId> = Vec::new();
+        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, |map| {
+            let blocks = map.blocks_mut();
+            for &(block, ptr) in &pointers {
+                dead.extend(blocks.set(block, ptr));
+            }
+        })?
+        else {
+            return Ok(None);
+        };
+        let s = &self.stats;
+        s.objects_written.fetch_add(parts, Ordering::Relaxed);
+        if moved_bytes > 0 {
+            s.repack_bytes.fetch_add(moved_bytes, Ordering::Relaxed);
+        }
+        s.segments_freed
+            .fetch_add(dead.len() as u64, Ordering::Relaxed);
+        let mut garbage: Vec<String> = dead.into_iter().map(layout::segment_name).collect();
+        garbage.extend(
+            superseded
+                .iter()
+                .map(|p| layout::block_page_name(p.page, p.version)),
+        );
+        Ok(Some(Committed {
+            seq: version.seq,
+            garbage,
+        }))
+    }
+
+    /// The live blocks of the sparsest segments (live share below the volume's
+    /// `repack_percent`), up to `budget` bytes of segments read, that `staged` does not
+    /// overwrite anyway: each segment is read whole with one GET (its records say which
+    /// blocks they are), and a record is live when the map still points at it.
+    fn repack_moves(&self, staged: &BTreeMap<u64, Bytes>, budget: u64) -> io::Result<Vec<Write>> {
+        if budget == 0 || self.options.repack_percent == 0 {
+            return Ok(Vec::new());
+        }
+        let rec = self.geometry.record_bytes();
+        let chosen: Vec<(SegmentId, Segment)> = {
+            let map = self.map.read().expect("map lock");
+            let mut spent = 0u64;
+            map.blocks()
+                .sparse(self.options.repack_percent)
+                .into_iter()
+                .take_while(|(_, s)| {
+                    let first = spent == 0;
+                    spent += u64::from(s.records) * rec;
+                    first || spent <= budget
+                })
+                .collect()
+        };
+        if chosen.is_empty() {
+            return Ok(Vec::new());
+        }
+        let gets: Vec<_> = chosen
+            .iter()
+            .map(|&(id, seg)| {
+                let store = Arc::clone(&self.store);
+                let path = self.path(&layout::segment_name(id));
+                let range = 0..u64::from(seg.records) * rec;
+                async move { (id, store.get_range(&path, range).await) }
+            })
+            .collect();
+        self.stats
+            .gets
+            .fetch_add(gets.len() as u64, Ordering::Relaxed);
+        let answers: Vec<_> = self.run(async move {
+            stream::iter(gets)
+                .buffer_unordered(READS_AT_ONCE)
+                .collect()
+                .await
+        });
+        let bs = self.block_bytes() as usize;
+        let mut moves = Vec::new();
+        let map = self.map.read().expect("map lock");
+        let blocks = map.blocks();
+        for (id, answer) in answers {
+            let name = layout::segment_name(id);
+            let bytes = answer.map_err(|e| {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                store_error(&format!("{}/{name} (repacking)", self.display), e)
+            })?;
+            self.stats
+                .get_bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.stats.repacked_segments.fetch_add(1, Ordering::Relaxed);
+            for (slot, record) in bytes.chunks_exact(rec as usize).enumerate() {
+                let Some(block) = layout::record_block(record, bs) else {
+                    continue;
+                };
+                let ptr = blocks.get(block);
+                let live = ptr.exists()
+                    && ptr.segment() == id
+                    && ptr.slot as usize == slot
+                    && !staged.contains_key(&block);
+                if !live {
+                    continue;
+                }
+                let data = self.verified_record(&bytes, record, block, ptr, &name)?;
+                moves.push(Write { block, data });
+            }
+        }
+        Ok(moves)
+    }
+
+    /// The block's bytes in `record` (a slice of `whole`), verified against its pointer.
+    fn verified_record(
+        &self,
+        whole: &Bytes,
+        record: &[u8],
+        block: u64,
+        ptr: BlockPtr,
+        name: &str,
+    ) -> io::Result<Bytes> {
+        let bs = self.block_bytes() as usize;
+        let bad = |why: String| {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}/{name}: {why}", self.display),
+            )
+        };
+        let data = layout::verify_record(record, bs, self.geometry.volume, block, ptr.seq)
+            .map_err(|e| bad(e.to_string()))?;
+        if layout::record_checksum_of(record) != ptr.checksum {
+            return Err(bad(format!(
+                "block {block}: not the record the map names (checksum {:016x}, the map's \
+                 {:016x})",
+                layout::record_checksum_of(record),
+                ptr.checksum
+            )));
+        }
+        Ok(whole.slice_ref(data))
+    }
+
+    /// Reads runs of blocks of a segments volume: each run split where its blocks stop
+    /// being neighbours in one segment, one ranged GET per piece, [`READS_AT_ONCE`] at a
+    /// time, every record verified against its pointer; holes are zeros. A commit may
+    /// replace a segment (and delete it) between the map lookup and the GET: then the map
+    /// names the new place, and the block is read there.
+    pub(super) fn fetch_runs_segments(&self, runs: &[Range<u64>]) -> io::Result<Vec<Vec<Bytes>>> {
+        let bs = self.block_bytes() as usize;
+        let rec = self.geometry.record_bytes();
+        let zeros = Bytes::from(vec![0u8; bs]);
+        let mut out: Vec<Vec<Option<Bytes>>> = runs
+            .iter()
+            .map(|r| vec![None; (r.end - r.start) as usize])
+            .collect();
+        let mut tried: Vec<Vec<BlockPtr>> = runs
+            .iter()
+            .map(|r| vec![BlockPtr::default(); (r.end - r.start) as usize])
+            .collect();
+        for _ in 0..4 {
+            // (run, first block's index in it, pointers of the piece)
+            let mut pieces: Vec<(usize, usize, Vec<BlockPtr>)> = Vec::new();
+            {
+                let map = self.map.read().expect("map lock");
+                let blocks = map.blocks();
+                for (i, run) in runs.iter().enumerate() {
+                    for (j, block) in run.clone().enumerate() {
+                        if out[i][j].is_some() {
+                            continue;
+                        }
+                        let ptr = blocks.get(block);
+                        if !ptr.exists() {
+                            out[i][j] = Some(zeros.clone());
+                            continue;
+                        }
+                        if ptr == tried[i][j] {
+                            return Err(self.missing_segment(block, ptr));
+                        }
+                        tried[i][j] = ptr;
+                        match pieces.last_mut() {
+                            Some((pi, pj, ptrs))
+                                if *pi == i
+                                    && *pj + ptrs.len() == j
+                                    && ptrs.last().is_some_and(|l| {
+                                        l.segment() == ptr.segment() && l.slot + 1 == ptr.slot
+                                    }) =>
+                            {
+                                ptrs.push(ptr)
+                            }
+                            _ => pieces.push((i, j, vec![ptr])),
+                        }
+                    }
+                }
+            }
+            if pieces.is_empty() {
+                break;
+            }
+            let gets: Vec<_> = pieces
+                .into_iter()
+                .map(|(i, j, ptrs)| {
+                    let store = Arc::clone(&self.store);
+                    let path = self.path(&layout::segment_name(ptrs[0].segment()));
+                    let first = u64::from(ptrs[0].slot);
+                    let range = first * rec..(first + ptrs.len() as u64) * rec;
+                    async move { (i, j, ptrs, store.get_range(&path, range).await) }
+                })
+                .collect();
+            self.stats
+                .gets
+                .fetch_add(gets.len() as u64, Ordering::Relaxed);
+            let answers: Vec<_> = self.run(async move {
+                stream::iter(gets)
+                    .buffer_unordered(READS_AT_ONCE)
+                    .collect()
+                    .await
+            });
+            for (i, j, ptrs, answer) in answers {
+                let name = layout::segment_name(ptrs[0].segment());
+                match answer {
+                    Ok(bytes) => {
+                        self.stats
+                            .get_bytes
+                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        if bytes.len() as u64 != ptrs.len() as u64 * rec {
+                            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "{}/{name}: {} bytes answered for a range of {}",
+                                    self.display,
+                                    bytes.len(),
+                                    ptrs.len() as u64 * rec
+                                ),
+                            ));
+                        }
+                        for (k, (record, ptr)) in
+                            bytes.chunks_exact(rec as usize).zip(&ptrs).enumerate()
+                        {
+                            let block = runs[i].start + (j + k) as u64;
+                            out[i][j + k] =
+                                Some(self.verified_record(&bytes, record, block, *ptr, &name)?);
+                        }
+                    }
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(err) => {
+                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        return Err(store_error(&format!("{}/{name}", self.display), err));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .zip(runs)
+            .zip(tried)
+            .map(|((blocks, run), tried)| {
+                blocks
+                    .into_iter()
+                    .zip(run.clone())
+                    .zip(tried)
+                    .map(|((b, block), ptr)| b.ok_or_else(|| self.missing_segment(block, ptr)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The error of a segment the map names that the store does not have.
+    fn missing_segment(&self, block: u64, ptr: BlockPtr) -> io::Error {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{}/{}: missing, though commit {} names it for block {block}",
+                self.display,
+                layout::segment_name(ptr.segment()),
+                ptr.seq
+            ),
+        )
+    }
+
+    /// Byte ranges of `offset..end` (the caller clipped it to the volume) that are holes
+    /// in a segments volume: blocks no pointer names, less those staged.
+    pub(super) fn holes_segments(&self, offset: u64, end: u64) -> Vec<Range<u64>> {
+        let bs = self.block_bytes();
+        let map = self.map.read().expect("map lock");
+        let blocks = map.blocks();
+        let staged = self.staged.lock().expect("staged lock");
+        let mut holes: Vec<Range<u64>> = Vec::new();
+        let mut block = offset / bs;
+        while block * bs < end {
+            let page = block / PAGE_BLOCKS;
+            let page_end = ((page + 1) * PAGE_BLOCKS).min(end.div_ceil(bs));
+            let whole_page_hole = !blocks.pages.contains_key(&page);
+            for b in block..page_end {
+                let hole = (whole_page_hole || !blocks.get(b).exists()) && !staged.contains_key(&b);
+                if hole {
+                    let from = (b * bs).max(offset);
+                    let to = ((b + 1) * bs).min(end);
+                    super::push_run(&mut holes, from..to);
+                }
+            }
+            block = page_end;
+        }
+        holes
+    }
+
+    /// The live share of a segments volume: bytes of records the map's segments hold, and
+    /// of those the bytes of live ones; and the segments.
+    pub fn segment_usage(&self) -> Option<(u64, u64, u64)> {
+        let map = self.map.read().expect("map lock");
+        let blocks = map.segments_map()?;
+        let rec = self.geometry.record_bytes();
+        let (stored, live) = blocks.records();
+        Some((stored * rec, live * rec, blocks.segments()))
+    }
+}
