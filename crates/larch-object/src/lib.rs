@@ -19,6 +19,6 @@ pub mod s3;
 mod volume;
 
 pub use volume::{
-    LeaseChange, LeaseWatcher, LocalState, MAX_BYTES_IN_FLIGHT, MAX_UPLOADS, ObjectStats,
+    Hazard, LeaseChange, LeaseWatcher, LocalState, MAX_BYTES_IN_FLIGHT, MAX_UPLOADS, ObjectStats,
     ObjectVolume, Options, StateSink, create, now_ms, probe, uploads_at_once,
 };

@@ -50,6 +50,10 @@ pub struct Options {
     /// their live blocks are moved into the next commit's segments and they are deleted.
     /// 0: never. Objects volumes ignore it.
     pub repack_percent: u8,
+    /// An ordering rule a commit breaks on purpose (tests only: the swarm test shows that
+    /// it catches each). Always [`Hazard::None`] outside them.
+    #[doc(hidden)]
+    pub hazard: Hazard,
     /// The volume's size as the caller knows it: a volume whose root says otherwise is
     /// refused at open, before its map is read (a root's size bounds the map pages it may
     /// name, so a damaged or hostile one could otherwise make the open read and hold far
@@ -81,6 +85,21 @@ impl Options {
     }
 }
 
+/// A rule of the segments format's commits that a test may have broken on purpose, to
+/// show that the crash tests catch it: never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hazard {
+    /// Every rule kept.
+    #[default]
+    None,
+    /// The root is written before the segments and map pages it names.
+    RootFirst,
+    /// A segment read to be repacked is deleted at once, before the commit that moves
+    /// its blocks landed.
+    DeleteRepackedEarly,
+}
+
 /// Why [`Options`] cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionsError {
@@ -105,6 +124,7 @@ impl Default for Options {
             skew: Duration::from_secs(5),
             uploads: MAX_UPLOADS,
             repack_percent: REPACK_PERCENT,
+            hazard: Hazard::None,
             block_bytes: None,
             size_bytes: None,
         }

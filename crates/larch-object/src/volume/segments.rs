@@ -24,7 +24,7 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use object_store::ObjectStoreExt;
 
-use super::{Committed, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once};
+use super::{Committed, Hazard, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once};
 use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
 
 /// Bytes one block pointer takes in memory.
@@ -261,7 +261,7 @@ impl ObjectVolume {
         let parts = jobs.len() as u64;
         let segment_bytes =
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
-        self.upload_all(jobs, uploads_at_once(segment_bytes, self.options.uploads))?;
+        let segments_at_once = uploads_at_once(segment_bytes, self.options.uploads);
         pointers.extend(holes.iter().map(|&b| (b, BlockPtr::default())));
         // 2. The block-map pages that changed, each a new object.
         let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
@@ -287,7 +287,16 @@ impl ObjectVolume {
             });
             page_jobs.push(self.put_job(layout::block_page_name(page, version), sealed));
         }
-        self.upload_all(page_jobs, self.options.uploads.max(1))?;
+        let root_first = self.options.hazard == Hazard::RootFirst;
+        let mut uploads = Some((jobs, page_jobs));
+        let upload = |uploads: &mut Option<(Vec<_>, Vec<_>)>| -> io::Result<()> {
+            let (jobs, page_jobs) = uploads.take().expect("uploaded once");
+            self.upload_all(jobs, segments_at_once)?;
+            self.upload_all(page_jobs, self.options.uploads.max(1))
+        };
+        if !root_first {
+            upload(&mut uploads)?;
+        }
         // 3. The root; the map follows it under the same hold of `state`.
         let mut dead: Vec<SegmentId> = Vec::new();
         let Some(superseded) = self.commit_root(base_seq, version.seq, refs, |map| {
@@ -299,6 +308,9 @@ impl ObjectVolume {
         else {
             return Ok(None);
         };
+        if root_first {
+            upload(&mut uploads)?;
+        }
         let s = &self.stats;
         s.objects_written.fetch_add(parts, Ordering::Relaxed);
         if moved_bytes > 0 {
@@ -375,6 +387,9 @@ impl ObjectVolume {
                 .get_bytes
                 .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             self.stats.repacked_segments.fetch_add(1, Ordering::Relaxed);
+            if self.options.hazard == Hazard::DeleteRepackedEarly {
+                self.delete_later(vec![name.clone()]);
+            }
             for (slot, record) in bytes.chunks_exact(rec as usize).enumerate() {
                 let Some(block) = layout::record_block(record, bs) else {
                     continue;
