@@ -1107,3 +1107,121 @@ mod tests {
         assert_eq!(parse_name("larch-volume"), None);
     }
 }
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    fn segments(size: u64, block_bytes: u32) -> Root {
+        let mut root = Root::new(7, size, block_bytes, 128);
+        root.format = Format::Segments;
+        root
+    }
+
+    /// The largest segments volume (in GiB) of a block size whose root fits.
+    fn largest_gib(block_bytes: u32) -> u64 {
+        let (mut low, mut high) = (1u64, MAX_VOLUME_BYTES >> 30);
+        while low < high {
+            let mid = (low + high).div_ceil(2);
+            if segments(mid << 30, block_bytes).check_new().is_ok() {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        low
+    }
+
+    /// The bound docs/object-store.md states: about 1.46 TiB in 4 KiB blocks, 2.9 TiB in
+    /// 8 KiB, 5.9 TiB in 16 KiB (larch's default) and 46.8 TiB in 128 KiB; and the error
+    /// says what to do.
+    #[test]
+    fn a_segments_root_bounds_the_volume_by_its_block_size() {
+        assert_eq!(largest_gib(4096), 1497);
+        assert_eq!(largest_gib(8192), 2995);
+        assert_eq!(largest_gib(16384), 5991);
+        assert_eq!(largest_gib(131072), 47933);
+        let err = segments(2000 << 30, 4096)
+            .check_new()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--volblocksize") && err.contains("--layout objects"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn block_pages_round_trip_and_refuse_bad_pointers() {
+        let mut entries = vec![BlockPtr::default(); PAGE_BLOCKS as usize];
+        entries[5] = BlockPtr {
+            seq: 9,
+            token: 2,
+            checksum: 0xdead,
+            part: 1,
+            slot: 3,
+            records: 4,
+        };
+        let sealed = encode_block_page(&entries);
+        assert_eq!(sealed.len() as u64, BLOCK_PAGE_BYTES);
+        let sum = page_checksum(&sealed);
+        assert_eq!(decode_block_page(&sealed, sum).unwrap(), entries);
+        assert!(decode_block_page(&sealed, sum ^ 1).is_err());
+        // A record outside its segment, and a hole with bits set: refused.
+        for bad in [
+            BlockPtr {
+                slot: 4,
+                ..entries[5]
+            },
+            BlockPtr {
+                checksum: 1,
+                ..BlockPtr::default()
+            },
+            BlockPtr {
+                seq: COUNTER_LIMIT,
+                ..entries[5]
+            },
+        ] {
+            let mut page = entries.clone();
+            page[7] = bad;
+            let sealed = encode_block_page(&page);
+            let err = decode_block_page(&sealed, page_checksum(&sealed)).unwrap_err();
+            assert!(err.to_string().contains("pointer"), "{bad:?}: {err}");
+        }
+        // An objects map page is not a block-map page.
+        let other = encode_page(&vec![Version::default(); PAGE_OBJECTS as usize]);
+        assert!(decode_block_page(&other, page_checksum(&other)).is_err());
+    }
+
+    #[test]
+    fn segment_names_parse_back_only_in_their_own_form() {
+        let id = SegmentId {
+            seq: 42,
+            token: 7,
+            part: 3,
+        };
+        assert_eq!(parse_segment_name(&segment_name(id)), Some(id));
+        assert_eq!(parse_segment_name("seg/2a-7-3"), None);
+        assert_eq!(
+            parse_segment_name("data/000000000001-0000000000000001-0000000000000001"),
+            None
+        );
+        let v = Version { seq: 42, token: 7 };
+        assert_eq!(parse_name(&block_page_name(3, v)), Some(("bmap", 3, v)));
+    }
+
+    #[test]
+    fn roots_without_a_format_are_objects_volumes() {
+        let root = Root::new(7, 1 << 30, 4096, 256);
+        let body = serde_json::to_value(&root).unwrap();
+        let mut old = body.as_object().unwrap().clone();
+        old.remove("format");
+        let sealed = seal(Kind::Root, &serde_json::to_vec(&old).unwrap());
+        assert_eq!(Root::decode(&sealed).unwrap().format, Format::Objects);
+        let seg = segments(1 << 30, 4096);
+        assert_eq!(
+            Root::decode(&seg.encode()).unwrap().format,
+            Format::Segments
+        );
+    }
+}

@@ -19,6 +19,7 @@ pub mod s3;
 mod volume;
 
 pub use volume::{
-    Hazard, LeaseChange, LeaseWatcher, LocalState, MAX_BYTES_IN_FLIGHT, MAX_UPLOADS, ObjectStats,
-    ObjectVolume, Options, StateSink, create, now_ms, probe, uploads_at_once,
+    CommitWatcher, Followed, Hazard, LeaseChange, LeaseWatcher, LocalState, MAX_BYTES_IN_FLIGHT,
+    MAX_UPLOADS, ObjectStats, ObjectVolume, Options, StateSink, create, now_ms, probe,
+    uploads_at_once,
 };

@@ -28,7 +28,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, Format, PAGE_OBJECTS, Root, Version};
 
+mod follower;
 mod segments;
+
+pub use follower::Followed;
 
 use segments::BlockMap;
 
@@ -50,6 +53,9 @@ pub struct Options {
     /// their live blocks are moved into the next commit's segments and they are deleted.
     /// 0: never. Objects volumes ignore it.
     pub repack_percent: u8,
+    /// How often a follower ([`ObjectVolume::open_follower`]) looks at the root for a
+    /// newer commit.
+    pub poll: Duration,
     /// An ordering rule a commit breaks on purpose (tests only: the swarm test shows that
     /// it catches each). Always [`Hazard::None`] outside them.
     #[doc(hidden)]
@@ -77,6 +83,9 @@ impl Options {
         }
         if self.uploads == 0 {
             return Err(OptionsError::NoUploads);
+        }
+        if self.poll.is_zero() || self.poll > Options::MAX_DURATION {
+            return Err(OptionsError::Poll(self.poll));
         }
         if self.repack_percent > 100 {
             return Err(OptionsError::RepackPercent(self.repack_percent));
@@ -112,6 +121,9 @@ pub enum OptionsError {
     /// No uploads at once.
     #[error("uploads at once must be at least 1")]
     NoUploads,
+    /// A follower's poll interval of zero or longer than a day.
+    #[error("a poll interval of {0:?} is not above zero and at most a day")]
+    Poll(Duration),
     /// A repack threshold above 100 %.
     #[error("a repack threshold of {0} % is above 100")]
     RepackPercent(u8),
@@ -125,6 +137,7 @@ impl Default for Options {
             uploads: MAX_UPLOADS,
             repack_percent: REPACK_PERCENT,
             hazard: Hazard::None,
+            poll: Duration::from_secs(1),
             block_bytes: None,
             size_bytes: None,
         }
@@ -463,11 +476,42 @@ pub struct ObjectVolume {
     lease_watcher: std::sync::OnceLock<LeaseWatcher>,
     /// Whether the lease has lapsed with no renewal answered (as the renewer saw it last).
     lapsed: AtomicBool,
+    /// A read-only follower of another node's commits (`open_follower`): no lease, no
+    /// commits, no deletes; a poller follows the root.
+    follower: bool,
+    /// Told of the blocks each followed commit changed (followers only).
+    commit_watcher: std::sync::OnceLock<CommitWatcher>,
     /// Run once by the next flush before it takes the commit lock: lets a test stop a flush
     /// there, where a thread can be preempted, while other threads write and commit.
     #[cfg(test)]
     before_commit_lock: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
+
+/// What an open found, from which [`ObjectVolume::assemble`] builds the volume.
+struct Opening<'a> {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    display: &'a str,
+    runtime: tokio::runtime::Runtime,
+    node: &'a str,
+    options: Options,
+    sink: StateSink,
+    map: Map,
+    token: u64,
+    lease_until: Instant,
+    stale_after: u64,
+    discard_log: bool,
+    local: LocalState,
+    root: Root,
+    etag: UpdateVersion,
+    follower: bool,
+}
+
+/// What [`ObjectVolume::watch_commits`] calls with the blocks a followed commit changed
+/// (their cached copies are stale now). It runs on the follower's poller thread, before
+/// the commit is recorded as seen: an error leaves it unrecorded, so that a restart still
+/// distrusts those copies.
+pub type CommitWatcher = Box<dyn Fn(&[u64]) -> io::Result<()> + Send + Sync>;
 
 impl std::fmt::Debug for ObjectVolume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -776,41 +820,69 @@ impl ObjectVolume {
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
         let map = load_map(&handle, &store, &prefix, display, &root)?;
-        let opened_commit = (root.commit_seq, root.committed_by);
-        let volume = Arc::new(ObjectVolume {
+        let volume = ObjectVolume::assemble(Opening {
             store,
             prefix,
-            display: display.to_string(),
-            handle,
-            runtime: Some(runtime),
-            geometry: root.clone(),
-            node: node.to_string(),
-            token,
+            display,
+            runtime,
+            node,
             options,
-            // Cannot wrap: Root::check keeps the store's commit_seq below 2^62.
-            next_seq: Mutex::new(root.commit_seq + 1),
-            committed_seq: AtomicU64::new(root.commit_seq),
-            state: Mutex::new(RootState { root, etag }),
-            map: Arc::new(RwLock::new(map)),
-            staged: Mutex::new(BTreeMap::new()),
-            lease_until: Mutex::new(started + options.lease),
-            lost: Mutex::new(None),
-            stale_after: if foreign { local.seen_seq } else { u64::MAX },
-            discard_log: AtomicBool::new(discard_log),
-            opened_commit,
             sink,
-            local: Mutex::new(local),
+            map,
+            token,
+            lease_until: started + options.lease,
+            stale_after: if foreign { local.seen_seq } else { u64::MAX },
+            discard_log,
+            local,
+            root,
+            etag,
+            follower: false,
+        });
+        volume.collect_garbage(GC_BATCH);
+        spawn_renewer(&volume);
+        Ok(volume)
+    }
+
+    /// The volume an open found.
+    fn assemble(o: Opening<'_>) -> Arc<ObjectVolume> {
+        let handle = o.runtime.handle().clone();
+        let opened_commit = (o.root.commit_seq, o.root.committed_by);
+        Arc::new(ObjectVolume {
+            store: o.store,
+            prefix: o.prefix,
+            display: o.display.to_string(),
+            handle,
+            runtime: Some(o.runtime),
+            geometry: o.root.clone(),
+            node: o.node.to_string(),
+            token: o.token,
+            options: o.options,
+            // Cannot wrap: Root::check keeps the store's commit_seq below 2^62.
+            next_seq: Mutex::new(o.root.commit_seq + 1),
+            committed_seq: AtomicU64::new(o.root.commit_seq),
+            state: Mutex::new(RootState {
+                root: o.root,
+                etag: o.etag,
+            }),
+            map: Arc::new(RwLock::new(o.map)),
+            staged: Mutex::new(BTreeMap::new()),
+            lease_until: Mutex::new(o.lease_until),
+            lost: Mutex::new(None),
+            stale_after: o.stale_after,
+            discard_log: AtomicBool::new(o.discard_log),
+            opened_commit,
+            sink: o.sink,
+            local: Mutex::new(o.local),
             cleanups: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
             lease_watcher: std::sync::OnceLock::new(),
             lapsed: AtomicBool::new(false),
+            follower: o.follower,
+            commit_watcher: std::sync::OnceLock::new(),
             #[cfg(test)]
             before_commit_lock: Mutex::new(None),
-        });
-        volume.collect_garbage(GC_BATCH);
-        spawn_renewer(&volume);
-        Ok(volume)
+        })
     }
 
     /// `s3://bucket/prefix` (or what the caller named it).
@@ -953,6 +1025,9 @@ impl ObjectVolume {
         if let Some(why) = self.stop_reason() {
             return Some(why);
         }
+        if self.follower {
+            return None;
+        }
         if Instant::now() >= *self.lease_until.lock().expect("lease lock") {
             return Some(format!(
                 "{}: the lease lapsed (the store did not answer its renewals); serving \
@@ -975,6 +1050,20 @@ impl ObjectVolume {
                 self.display
             )
         })
+    }
+
+    /// Refuses writes to a follower.
+    fn check_writable(&self) -> io::Result<()> {
+        if !self.follower {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: this node follows the volume read-only (another node writes it)",
+                self.display
+            ),
+        ))
     }
 
     fn check_usable(&self) -> io::Result<()> {
@@ -1236,6 +1325,7 @@ impl ObjectVolume {
     /// of another length than the volume's blocks, or past its end, is refused (and then
     /// none of `blocks` is staged): storing it would cut or pad bytes someone wrote.
     pub fn stage_blocks(&self, blocks: impl IntoIterator<Item = (u64, Bytes)>) -> io::Result<()> {
+        self.check_writable()?;
         let blocks: Vec<(u64, Bytes)> = blocks.into_iter().collect();
         if let Some((block, data)) = blocks
             .iter()
@@ -1270,6 +1360,7 @@ impl ObjectVolume {
     /// current bytes, and everything is staged for the next commit.
     pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         self.check_usable()?;
+        self.check_writable()?;
         let spans = self.spans(offset, data.len(), io::ErrorKind::InvalidInput)?;
         let bs = self.block_bytes() as usize;
         for (block, from, to, at) in spans {
@@ -1974,6 +2065,11 @@ impl ObjectVolume {
         // gave up, and its flush would report a commit made after the release.
         let _commits = self.next_seq.lock().expect("next_seq lock");
         self.stop.store(true, Ordering::Release);
+        if self.follower {
+            // Nothing to give up: a follower holds no lease and writes nothing.
+            self.lease_changed(LeaseChange::Released);
+            return Ok(());
+        }
         let running: Vec<_> = std::mem::take(&mut *self.cleanups.lock().expect("cleanups lock"));
         self.run(async move {
             let all = futures_util::future::join_all(running);
@@ -2117,6 +2213,58 @@ impl Drop for ObjectVolume {
     }
 }
 
+/// Refuses a root the caller cannot use (before anything is taken or written): blocks of
+/// another size than `options.block_bytes`, another size than `options.size_bytes`, or a
+/// commit older than the last one this node saw (the store went back in time).
+fn refuse_root(root: &Root, local: &LocalState, options: Options, display: &str) -> io::Result<()> {
+    if let Some(expected) = options.block_bytes
+        && root.block_bytes != expected
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{display}: the volume's blocks are {} bytes, but it is opened for \
+                 {expected}-byte blocks (the pool's volblocksize): refused, since every \
+                 block would be cut or padded",
+                root.block_bytes
+            ),
+        ));
+    }
+    if let Some(expected) = options.size_bytes
+        && root.size_bytes != expected
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{display}: the volume's root says {} bytes, but it is opened as a volume \
+                 of {expected} bytes: refused before its map is read",
+                root.size_bytes
+            ),
+        ));
+    }
+    // Commit numbers of a volume only go up, and this node records only those that
+    // landed: a root behind them is the store gone back in time (a replica failover,
+    // a restore from backup, an old root copied back). Serving it would mix its older
+    // bytes with this node's newer cached copies, and the collection of garbage would
+    // delete the newer commits' objects, the only copies left of them.
+    if (local.volume == 0 || local.volume == root.volume) && root.commit_seq < local.seen_seq {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{display}: the volume's root is at commit {}, but this node has seen \
+                 commit {} of it: the store went back in time (a failover to a replica \
+                 behind it, a restore, an old root copied back); refused before \
+                 anything is written or deleted. If the store's state is the one to keep, \
+                 remove this node's local state of the volume: the volume then opens as \
+                 one new to this node (its cached copies and intent-log records of it are \
+                 dropped)",
+                root.commit_seq, local.seen_seq
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Takes the lease of the volume under `prefix`: free (never taken, released, this node's
 /// own, or expired for longer than the allowed skew), written conditionally with a token
 /// larger than any before. Returns the root as written and when the write started.
@@ -2140,51 +2288,7 @@ fn acquire(
             ));
         };
         // Before the lease is taken: a volume the caller cannot use is left as it is.
-        if let Some(expected) = options.block_bytes
-            && root.block_bytes != expected
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{display}: the volume's blocks are {} bytes, but it is opened for \
-                     {expected}-byte blocks (the pool's volblocksize): refused, since every \
-                     block would be cut or padded",
-                    root.block_bytes
-                ),
-            ));
-        }
-        if let Some(expected) = options.size_bytes
-            && root.size_bytes != expected
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{display}: the volume's root says {} bytes, but it is opened as a volume \
-                     of {expected} bytes: refused before its map is read",
-                    root.size_bytes
-                ),
-            ));
-        }
-        // Commit numbers of a volume only go up, and this node records only those that
-        // landed: a root behind them is the store gone back in time (a replica failover,
-        // a restore from backup, an old root copied back). Serving it would mix its older
-        // bytes with this node's newer cached copies, and the collection of garbage would
-        // delete the newer commits' objects, the only copies left of them.
-        if (local.volume == 0 || local.volume == root.volume) && root.commit_seq < local.seen_seq {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{display}: the volume's root is at commit {}, but this node has seen \
-                     commit {} of it: the store went back in time (a failover to a replica \
-                     behind it, a restore, an old root copied back); refused before \
-                     anything is written or deleted. If the store's state is the one to keep, \
-                     remove this node's local state of the volume: the volume then opens as \
-                     one new to this node (its cached copies and intent-log records of it are \
-                     dropped)",
-                    root.commit_seq, local.seen_seq
-                ),
-            ));
-        }
+        refuse_root(&root, local, options, display)?;
         let now = now_ms();
         let lease = &root.lease;
         let expired = now

@@ -361,3 +361,149 @@ fn a_crashed_commits_uploads_are_collected_at_the_next_open() {
     assert_eq!(read(&vol, 2), vec![3u8; BS]);
     vol.release().unwrap();
 }
+
+fn open_follower(
+    store: &Arc<dyn ObjectStore>,
+    local: LocalState,
+) -> io::Result<(Arc<ObjectVolume>, Arc<std::sync::Mutex<LocalState>>)> {
+    let record = Arc::new(std::sync::Mutex::new(local));
+    let sink = Arc::clone(&record);
+    let vol = ObjectVolume::open_follower(
+        Arc::clone(store),
+        "vols/a",
+        "mem://vols/a",
+        "node-f",
+        local,
+        Options {
+            // Followed by hand in these tests.
+            poll: Duration::from_secs(3600),
+            ..options(50)
+        },
+        Box::new(move |state| {
+            *sink.lock().unwrap() = *state;
+            Ok(())
+        }),
+    )?;
+    Ok((vol, record))
+}
+
+/// A follower serves what the writer committed, is told which blocks each followed
+/// commit changed, serves the new bytes after it, and refuses writes.
+#[test]
+fn a_follower_follows_the_writers_commits_and_refuses_writes() {
+    let store = new_volume(64, 8);
+    let writer = open(&store, options(0));
+    writer
+        .stage_blocks((0..16).map(|b| (b, block_of(1))))
+        .unwrap();
+    writer.flush().unwrap();
+    let (follower, local) = open_follower(&store, LocalState::default()).unwrap();
+    assert!(follower.is_follower());
+    assert_eq!(read(&follower, 3), vec![1u8; BS]);
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&told);
+    follower.watch_commits(Box::new(move |blocks| {
+        seen.lock().unwrap().extend_from_slice(blocks);
+        Ok(())
+    }));
+    writer
+        .stage_blocks([(3, block_of(2)), (40, block_of(3))])
+        .unwrap();
+    writer.stage_blocks([(5, block_of(0))]).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(read(&follower, 3), vec![1u8; BS], "not followed yet");
+    let followed = follower.follow().unwrap();
+    assert_eq!(followed.commit_seq, writer.commit_seq());
+    assert_eq!(followed.changed_blocks, 3);
+    assert_eq!(*told.lock().unwrap(), vec![3, 5, 40]);
+    assert_eq!(local.lock().unwrap().seen_seq, writer.commit_seq());
+    assert_eq!(read(&follower, 3), vec![2u8; BS]);
+    assert_eq!(read(&follower, 5), vec![0u8; BS]);
+    assert_eq!(read(&follower, 40), vec![3u8; BS]);
+    // Nothing new: nothing changed.
+    assert_eq!(follower.follow().unwrap().changed_blocks, 0);
+    let err = follower.write_at(&[9u8; BS], 0).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+    let err = follower.stage_blocks([(0, block_of(9))]).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+    follower.flush().unwrap();
+    follower.release().unwrap();
+    // The follower wrote nothing: the root is still the writer's, lease and all.
+    assert_eq!(writer.unusable(), None);
+    writer.stage_blocks([(6, block_of(6))]).unwrap();
+    writer.flush().unwrap();
+    writer.release().unwrap();
+}
+
+/// A follower that meets a segment the writer's repack deleted follows the root at once
+/// and reads the block where it lives now.
+#[test]
+fn a_follower_reads_through_a_repack_that_deleted_its_segment() {
+    let store = new_volume(64, 16);
+    let writer = open(&store, options(50));
+    writer
+        .stage_blocks((0..16).map(|b| (b, block_of(b as u8 + 1))))
+        .unwrap();
+    writer.flush().unwrap();
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    // 12 of 16 overwritten, then a commit that repacks the old segment and deletes it.
+    writer
+        .stage_blocks((0..12).map(|b| (b, block_of(0x77))))
+        .unwrap();
+    writer.flush().unwrap();
+    writer.stage_blocks([(60, block_of(5))]).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(writer.stats.repacked_segments.load(Ordering::Relaxed), 1);
+    settle(&store, "seg", 2);
+    // Block 14 lived in the deleted segment; the follower's map still says so.
+    assert_eq!(read(&follower, 14), vec![15u8; BS]);
+    assert_eq!(read(&follower, 2), vec![0x77u8; BS]);
+    assert_eq!(follower.commit_seq(), writer.commit_seq());
+    follower.release().unwrap();
+    writer.release().unwrap();
+}
+
+/// A follower restarted after the writer committed distrusts its cached copies of the
+/// blocks those commits changed, and only those.
+#[test]
+fn a_restarted_follower_distrusts_only_what_changed_since() {
+    let store = new_volume(64, 8);
+    let writer = open(&store, options(0));
+    writer
+        .stage_blocks((0..16).map(|b| (b, block_of(1))))
+        .unwrap();
+    writer.flush().unwrap();
+    let (follower, local) = open_follower(&store, LocalState::default()).unwrap();
+    writer.stage_blocks([(8, block_of(3))]).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(follower.follow().unwrap().changed_blocks, 1);
+    follower.release().unwrap();
+    // Recorded only once a followed commit's changes were handed on: a follow that found
+    // nothing new records nothing, so a restart distrusts at least what this one did.
+    let recorded = *local.lock().unwrap();
+    assert_eq!(recorded.seen_seq, writer.commit_seq());
+    writer.stage_blocks([(9, block_of(2))]).unwrap();
+    writer.flush().unwrap();
+    let (again, _) = open_follower(&store, recorded).unwrap();
+    assert!(again.cached_copy_stale(9));
+    assert!(!again.cached_copy_stale(8) && !again.cached_copy_stale(0));
+    again.release().unwrap();
+    // A follower new to the volume trusts nothing it may hold.
+    let (fresh, _) = open_follower(&store, LocalState::default()).unwrap();
+    assert!(fresh.cached_copy_stale(0));
+    fresh.release().unwrap();
+    writer.release().unwrap();
+}
+
+/// Followers refuse what they cannot follow: no volume there, an objects-layout volume.
+#[test]
+fn followers_refuse_a_missing_volume_and_the_objects_layout() {
+    let empty: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let err = open_follower(&empty, LocalState::default()).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+    let objects: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x0b, 64 * BS as u64, BS as u32, 8);
+    larch_object::create(&objects, "vols/a/", "mem://vols/a", &root).unwrap();
+    let err = open_follower(&objects, LocalState::default()).unwrap_err();
+    assert!(err.to_string().contains("segments layout"), "{err}");
+}

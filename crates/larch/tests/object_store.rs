@@ -470,14 +470,14 @@ fn bad_input(gw: &Gateway) {
         adopted.contains("adopted") && adopted.contains("16.0M"),
         "{adopted}"
     );
-    // A damaged data object on the store: the read that needs it fails (EIO) and the
-    // daemon counts it; it is never served, or replaced with zeros.
+    // A damaged segment on the store: the read that needs it fails (EIO) and the daemon
+    // counts it; it is never served, or replaced with zeros.
     let daemon = Daemon::start(gw, &other);
     let image = state.join("image");
     std::fs::write(&image, common::pattern(1 << 20, 7)).unwrap();
     nbdcopy(image.to_str().unwrap(), &daemon.uri("v"));
     daemon.stop();
-    let keys = gw.list("larch", "bad/data/");
+    let keys = gw.list("larch", "bad/seg/");
     assert!(!keys.is_empty(), "nothing was committed");
     let key = keys[0].clone();
     let mut bytes = gw.curl("GET", "larch", &key, None);
@@ -843,6 +843,9 @@ fn slow_store_through_a_proxy(gw: &Gateway) {
             "8K",
             "--object-size",
             "128K",
+            // The layout of volumes made before segments, kept working end to end.
+            "--layout",
+            "objects",
             "--s3-endpoint",
             &endpoint,
         ],
@@ -980,10 +983,14 @@ fn one_writer_and_no_stale_read_after_takeover(gw: &Gateway) {
         back == std::fs::read(&new).unwrap(),
         "node A served bytes older than node B's commit"
     );
+    let named = node_a.status_json(gw)["volumes"][0]["object"]["segments"]
+        .as_u64()
+        .expect("a segments volume");
     node_a.stop();
     // Nothing left behind on the store but what the last commit names.
-    let keys = gw.list("larch", "shared/data/");
-    assert_eq!(keys.len(), 16 * 16, "data objects left: {keys:?}");
+    let keys = gw.list("larch", "shared/seg/");
+    assert_eq!(keys.len() as u64, named, "segments left: {keys:?}");
+    assert!(named > 0);
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }

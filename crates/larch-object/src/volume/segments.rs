@@ -93,6 +93,47 @@ impl BlockMap {
         Ok(())
     }
 
+    /// Replaces page `page` with `entries` read from the store (a follower following a
+    /// commit). A pointer whose segment another page names with another record count is
+    /// refused, and the map is left as it was.
+    pub fn replace_page(&mut self, page: u64, entries: Vec<BlockPtr>) -> Result<(), SegmentId> {
+        let old = self.pages.remove(&page);
+        for p in old.iter().flat_map(|e| e.iter()).filter(|p| p.exists()) {
+            self.uncount(*p);
+        }
+        for (counted, p) in entries.iter().filter(|p| p.exists()).enumerate() {
+            if let Err(id) = self.count(*p) {
+                for q in entries.iter().filter(|p| p.exists()).take(counted) {
+                    self.uncount(*q);
+                }
+                if let Some(old) = old {
+                    for q in old.iter().filter(|p| p.exists()) {
+                        self.count(*q).expect("the page counted before");
+                    }
+                    self.pages.insert(page, old);
+                }
+                return Err(id);
+            }
+        }
+        self.pages.insert(page, entries.into_boxed_slice());
+        Ok(())
+    }
+
+    /// Takes one live record of `p`'s segment off its count; returns the segment when
+    /// that was its last.
+    fn uncount(&mut self, p: BlockPtr) -> Option<SegmentId> {
+        let id = p.segment();
+        let seg = self.segments.get_mut(&id)?;
+        seg.live -= 1;
+        self.live_records -= 1;
+        if seg.live > 0 {
+            return None;
+        }
+        self.stored_records -= u64::from(seg.records);
+        self.segments.remove(&id);
+        Some(id)
+    }
+
     /// Points `block` at `ptr` (a hole: the default). Returns the segment that no pointer
     /// names any more, if the block's old one was its last.
     pub fn set(&mut self, block: u64, ptr: BlockPtr) -> Option<SegmentId> {
@@ -110,16 +151,7 @@ impl BlockMap {
         if !old.exists() {
             return None;
         }
-        let id = old.segment();
-        let seg = self.segments.get_mut(&id)?;
-        seg.live -= 1;
-        self.live_records -= 1;
-        if seg.live > 0 {
-            return None;
-        }
-        self.stored_records -= u64::from(seg.records);
-        self.segments.remove(&id);
-        Some(id)
+        self.uncount(old)
     }
 
     /// Whether the map names segment `id`.
@@ -456,7 +488,13 @@ impl ObjectVolume {
             .iter()
             .map(|r| vec![BlockPtr::default(); (r.end - r.start) as usize])
             .collect();
+        let mut met_gone = false;
         for _ in 0..4 {
+            // A follower that met a segment gone has an older map than the writer's last
+            // commit (which emptied it): it follows the root before it looks again.
+            if std::mem::take(&mut met_gone) && self.follower {
+                let _ = self.follow();
+            }
             // (run, first block's index in it, pointers of the piece)
             let mut pieces: Vec<(usize, usize, Vec<BlockPtr>)> = Vec::new();
             {
@@ -540,7 +578,7 @@ impl ObjectVolume {
                                 Some(self.verified_record(&bytes, record, block, *ptr, &name)?);
                         }
                     }
-                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(object_store::Error::NotFound { .. }) => met_gone = true,
                     Err(err) => {
                         self.stats.errors.fetch_add(1, Ordering::Relaxed);
                         return Err(store_error(&format!("{}/{name}", self.display), err));

@@ -1,0 +1,315 @@
+//! Read-only followers: a node that serves a segments volume another node writes.
+//!
+//! A follower takes no lease and writes nothing to the store: it reads the root and the
+//! map as an open does, serves reads from them, and polls the root every
+//! `Options::poll`. When the root names a newer commit, it reads the block-map pages that
+//! changed, swaps them into its map, and tells its watcher which blocks changed pointers
+//! (the engine drops their cached copies, in the ARC and on the cache devices, and makes
+//! the drop durable) before it records the commit as seen. So it serves a commit's bytes
+//! within the poll interval of the commit landing, and never a cached copy of a block a
+//! commit it has seen replaced.
+//!
+//! The writer deletes a segment once no pointer of its own map names it, which may be
+//! before a follower followed that commit: a follower that meets a segment gone follows
+//! the root at once and reads the block where the new map says (`fetch_runs_segments`).
+//! The same holds for map pages: a follow that finds a page gone starts over from the root.
+//! Nothing a follower caches can be newer than the store, and a restart distrusts every
+//! cached copy of a block whose pointer is newer than the last commit it recorded.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::path::Path as ObjPath;
+
+use super::{
+    CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, get_whole,
+    load_map, new_runtime, read_root, refuse_root,
+};
+use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
+
+/// What one look at the root found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// The commit the follower serves now.
+    pub commit_seq: u64,
+    /// Blocks whose pointers that look changed.
+    pub changed_blocks: u64,
+}
+
+impl ObjectVolume {
+    /// Opens the segments volume under `prefix` as a read-only follower for node `node`
+    /// (see the module comment): no lease is taken, nothing is written to the store, and
+    /// writes are refused (`PermissionDenied`). `local` is what this node recorded about
+    /// the volume last time: cached copies of blocks whose pointers are newer than its
+    /// `seen_seq` are stale ([`ObjectVolume::cached_copy_stale`]).
+    pub fn open_follower(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        display: &str,
+        node: &str,
+        local: LocalState,
+        options: Options,
+        sink: StateSink,
+    ) -> io::Result<Arc<ObjectVolume>> {
+        options.check().map_err(|why| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}"))
+        })?;
+        let runtime = new_runtime()?;
+        let handle = runtime.handle().clone();
+        let prefix = if prefix.is_empty() || prefix.ends_with('/') {
+            prefix.to_string()
+        } else {
+            format!("{prefix}/")
+        };
+        let Some((root, etag)) = read_root(&handle, &store, &prefix, display)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{display}: no larch volume there (no {}): a follower follows a volume \
+                     another node writes",
+                    layout::ROOT_NAME
+                ),
+            ));
+        };
+        if root.format != Format::Segments {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{display}: the volume has the {} layout; read-only followers need the \
+                     segments layout (docs/object-store.md says how to move a volume to it)",
+                    root.format.name()
+                ),
+            ));
+        }
+        refuse_root(&root, &local, options, display)?;
+        let local = local.for_volume(&root);
+        let map = load_map(&handle, &store, &prefix, display, &root)?;
+        let seen = local.seen_seq;
+        let volume = ObjectVolume::assemble(Opening {
+            store,
+            prefix,
+            display,
+            runtime,
+            node,
+            options,
+            sink,
+            map,
+            token: 0,
+            lease_until: Instant::now(),
+            // Copies made before this open are trusted only for blocks no commit after
+            // the last one this node followed has changed.
+            stale_after: seen,
+            discard_log: false,
+            local,
+            root,
+            etag,
+            follower: true,
+        });
+        spawn_poller(&volume);
+        Ok(volume)
+    }
+
+    /// Whether this node follows the volume read-only.
+    pub fn is_follower(&self) -> bool {
+        self.follower
+    }
+
+    /// Calls `watcher` with the blocks every followed commit changes from now on (the
+    /// first call wins).
+    pub fn watch_commits(&self, watcher: CommitWatcher) {
+        let _ = self.commit_watcher.set(watcher);
+    }
+
+    /// Looks at the root once and follows it when it names a newer commit: the changed
+    /// block-map pages read and swapped in, the watcher told of the changed blocks, and
+    /// then the commit recorded as seen. Followers only; the poller calls it every
+    /// `Options::poll`, and a read that met a segment gone calls it at once.
+    pub fn follow(&self) -> io::Result<Followed> {
+        if !self.follower {
+            return Err(io::Error::other(format!(
+                "{}: only a follower follows the root",
+                self.display
+            )));
+        }
+        // One follow at a time (the commit lock, which a follower never commits under).
+        let _one = self.next_seq.lock().expect("next_seq lock");
+        for _ in 0..4 {
+            if let Some(done) = self.follow_once()? {
+                return Ok(done);
+            }
+        }
+        Err(io::Error::other(format!(
+            "{}: the writer kept committing past this follower's reads of its map",
+            self.display
+        )))
+    }
+
+    /// One attempt of [`ObjectVolume::follow`]; `None`: a page the root named was gone
+    /// (the writer committed again meanwhile), and the root is read again.
+    fn follow_once(&self) -> io::Result<Option<Followed>> {
+        let Some((root, etag)) = read_root(&self.handle, &self.store, &self.prefix, &self.display)?
+        else {
+            return Err(self.fence(format!(
+                "{}: the volume's root is gone: this follower stops serving it",
+                self.display
+            )));
+        };
+        let known = self.state.lock().expect("state lock").root.clone();
+        if root.volume != known.volume
+            || root.format != known.format
+            || root.block_bytes != known.block_bytes
+            || root.size_bytes != known.size_bytes
+        {
+            return Err(self.fence(format!(
+                "{}: the root now describes another volume (id {:#x}, {} bytes in {}-byte \
+                 blocks, {} layout): this follower stops serving it",
+                self.display,
+                root.volume,
+                root.size_bytes,
+                root.block_bytes,
+                root.format.name()
+            )));
+        }
+        // Not newer (or an older root read from a lagging replica): nothing to follow.
+        if root.commit_seq <= known.commit_seq {
+            return Ok(Some(Followed {
+                commit_seq: known.commit_seq,
+                changed_blocks: 0,
+            }));
+        }
+        let before: BTreeMap<u64, layout::PageRef> =
+            known.pages.iter().map(|p| (p.page, *p)).collect();
+        let wanted: Vec<layout::PageRef> = root
+            .pages
+            .iter()
+            .filter(|p| before.get(&p.page) != Some(*p))
+            .copied()
+            .collect();
+        let Some(pages) = self.read_block_pages(&wanted)? else {
+            return Ok(None);
+        };
+        // The swap: every changed pointer, and the blocks they are.
+        let mut changed: Vec<u64> = Vec::new();
+        {
+            let mut map = self.map.write().expect("map lock");
+            let blocks = map.blocks_mut();
+            for (page, entries) in pages {
+                let first = page * PAGE_BLOCKS;
+                let old = blocks.page_entries(page);
+                changed.extend(
+                    old.iter()
+                        .zip(&entries)
+                        .enumerate()
+                        .filter(|(_, (a, b))| a != b)
+                        .map(|(i, _)| first + i as u64),
+                );
+                blocks.replace_page(page, entries).map_err(|segment| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: block-map page {page} of commit {}: its pointers into {} \
+                             disagree with the other pages' on the segment's size",
+                            self.display,
+                            root.commit_seq,
+                            layout::segment_name(segment)
+                        ),
+                    )
+                })?;
+            }
+        }
+        let seq = root.commit_seq;
+        {
+            let mut state = self.state.lock().expect("state lock");
+            state.root = root;
+            state.etag = etag;
+        }
+        self.committed_seq.store(seq, Ordering::Release);
+        if let Some(watcher) = self.commit_watcher.get() {
+            watcher(&changed)?;
+        }
+        let mut local = self.local.lock().expect("local lock");
+        local.seen_seq = local.seen_seq.max(seq);
+        (self.sink)(&local)?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Followed {
+            commit_seq: seq,
+            changed_blocks: changed.len() as u64,
+        }))
+    }
+
+    /// Reads the block-map pages `refs` names; `None` when one is gone (the writer
+    /// superseded and deleted it since the root was read).
+    #[allow(clippy::type_complexity)]
+    fn read_block_pages(
+        &self,
+        refs: &[layout::PageRef],
+    ) -> io::Result<Option<Vec<(u64, Vec<BlockPtr>)>>> {
+        let size = layout::BLOCK_PAGE_BYTES;
+        let jobs: Vec<_> = refs
+            .iter()
+            .map(|p| {
+                let store = Arc::clone(&self.store);
+                let name = layout::block_page_name(p.page, p.version);
+                let path = ObjPath::from(format!("{}{name}", self.prefix));
+                let display = self.display.clone();
+                let p = *p;
+                async move {
+                    match get_whole(&store, &path, size..=size).await {
+                        Ok((bytes, _)) => layout::decode_block_page(&bytes, p.checksum)
+                            .map(|entries| Some((p.page, entries)))
+                            .map_err(|e| {
+                                io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!("{display}/{name}: {e}"),
+                                )
+                            }),
+                        Err(WholeGetError::Store(object_store::Error::NotFound { .. })) => Ok(None),
+                        Err(e) => Err(e.into_io(&format!("{display}/{name}"), &size.to_string())),
+                    }
+                }
+            })
+            .collect();
+        self.stats
+            .gets
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let got: Vec<Option<(u64, Vec<BlockPtr>)>> =
+            self.run(async move { stream::iter(jobs).buffer_unordered(16).try_collect().await })?;
+        Ok(got.into_iter().collect())
+    }
+}
+
+/// Follows the root every `Options::poll` until the volume stops or goes.
+fn spawn_poller(volume: &Arc<ObjectVolume>) {
+    let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
+    let stop = Arc::clone(&volume.stop);
+    let every = volume.options.poll.max(Duration::from_millis(10));
+    std::thread::Builder::new()
+        .name("larch-follow".into())
+        .spawn(move || {
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50).min(every));
+                if Instant::now() < next {
+                    continue;
+                }
+                let Some(volume) = weak.upgrade() else {
+                    return;
+                };
+                // A failed look is tried again at the next tick; reads go on meanwhile
+                // with the map as it is.
+                if let Err(err) = volume.follow() {
+                    volume.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    if volume.stop_reason().is_none() {
+                        eprintln!("larch: {}: following the writer: {err}", volume.display);
+                    }
+                }
+                next = Instant::now() + every;
+            }
+        })
+        .expect("spawn the follower thread");
+}
