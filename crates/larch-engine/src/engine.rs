@@ -471,6 +471,25 @@ impl Engine {
         self.txg.flush_writes(vol)
     }
 
+    /// Forgets every cached copy of `blocks` of `vol`, a volume this node follows
+    /// read-only, which another node changed on the store (`ObjectVolume::watch_commits`
+    /// calls it for each followed commit): the ARC's copies and reads in flight dropped,
+    /// the cache devices' copies tombstoned as for a write, and the tombstones made
+    /// durable before this returns, so that the follower records the commit as seen only
+    /// once no restart can bring an older copy back.
+    pub fn forget_changed_blocks(&self, vol: &VolumeEntry, blocks: &[u64]) -> std::io::Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let (arc, l2) = self.l2.forget_blocks(&vol.info(), blocks);
+        self.stats
+            .follower_dropped_copies
+            .fetch_add(arc + l2, std::sync::atomic::Ordering::Relaxed);
+        self.l2
+            .commit_queued_tombstones()
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
     /// Closes the open TXG and waits until it and every TXG before it synced, for every
     /// volume (tests and tools).
     pub fn sync_all(&self) -> Result<(), WriteError> {

@@ -19,7 +19,9 @@ use crate::engine::Engine;
 use crate::error::ConfigError;
 use crate::events::EventKind;
 use crate::volume::Volume;
-use crate::volumes::{CacheMode, LogBias, PropertyValue, SyncMode, VolumeProps, VolumeSpec};
+use crate::volumes::{
+    CacheMode, LogBias, PropertyValue, SyncMode, VolumeEntry, VolumeProps, VolumeSpec,
+};
 
 mod records;
 pub(crate) use crate::files::lock_backing;
@@ -173,7 +175,13 @@ fn open_object_backing(
         size_bytes: v.object_size_bytes,
         ..larch_object::Options::default()
     };
-    let vol = larch_object::ObjectVolume::open(
+    // A read-only volume follows the node that writes it (no lease; see docs/object-store.md).
+    let open = if v.readonly {
+        larch_object::ObjectVolume::open_follower
+    } else {
+        larch_object::ObjectVolume::open
+    };
+    let vol = open(
         store,
         &location.prefix,
         &location.display(),
@@ -202,6 +210,25 @@ fn open_object_backing(
         );
     }
     Ok(BackingStore::on_object(url, vol, v.latency))
+}
+
+/// Has every commit `vol` follows drop the cached copies of the blocks it changed
+/// ([`Engine::forget_changed_blocks`]). Weak references: the engine holds the volume's
+/// backing store, which holds the watcher.
+fn follow_commits(
+    engine: &Arc<Engine>,
+    entry: &Arc<VolumeEntry>,
+    vol: &larch_object::ObjectVolume,
+) {
+    let (engine, entry) = (Arc::downgrade(engine), Arc::downgrade(entry));
+    vol.watch_commits(Box::new(move |blocks| {
+        match (engine.upgrade(), entry.upgrade()) {
+            (Some(engine), Some(entry)) => engine.forget_changed_blocks(&entry, blocks),
+            // The pool is closing: nothing is served from these caches any more, and the
+            // commit stays unrecorded (a restart distrusts the copies).
+            _ => Err(io::Error::other("the pool is closing")),
+        }
+    }));
 }
 
 /// Records that this node took the lease of the object-store volume `name`, and every
@@ -995,7 +1022,7 @@ fn open_volumes(
         let backing = if let Some(url) = v.object_url() {
             let backing = open_object_backing(state_dir, config.guid, v, url)
                 .map_err(|e| io::Error::new(e.kind(), format!("volume {}: {e}", v.name)))?;
-            if let Some(vol) = backing.object() {
+            if let Some(vol) = backing.object().filter(|vol| !vol.is_follower()) {
                 watch_lease(&engine.events, &v.name, vol);
             }
             backing
@@ -1025,9 +1052,13 @@ fn open_volumes(
             logbias: v.logbias,
             read_only: v.readonly,
         };
+        let follower = backing.object().filter(|vol| vol.is_follower()).cloned();
         let entry = engine
             .add_volume(spec, Arc::new(backing))
             .map_err(|e| io::Error::other(format!("volume {}: {e}", v.name)))?;
+        if let Some(vol) = follower {
+            follow_commits(engine, &entry, &vol);
+        }
         volumes.push(Arc::new(Volume::new(
             v.name.clone(),
             entry,

@@ -111,6 +111,7 @@ stats! {
         l2_bufc_metadata_asize: Gauge in Bytes, "part of l2_asize holding metadata";
         l2_blocks: Gauge, "blocks indexed on cache devices";
         l2_tombstones: Counter, "tombstones queued for cache-device logs (overwrites of cached blocks)";
+        follower_dropped_copies: Counter, "cached copies (ARC and cache devices) dropped because the writer of a volume this node follows changed their blocks";
         l2_log_forgotten: Counter, "cache-device logs emptied (or, where that failed, recorded in l2-format to be formatted): of a device removed or faulted (an I/O error, a failed rebuild), and of a device still rebuilding when a TXG ran";
         l2_hdr_limit_skips: Counter, "feeds skipped because the L2 index reached l2arc_meta_percent";
         l2_rebuild_lowmem: Counter, "entries a rebuild did not restore because the L2 index reached l2arc_meta_percent";

@@ -79,8 +79,11 @@ pub enum VolumeCommand {
         /// What is fed to cache devices: all, metadata or none.
         #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
         secondarycache: CacheMode,
-        /// Refuse writes.
-        #[arg(long)]
+        /// Refuse writes. An object-store volume (segments layout) is then served as a
+        /// read-only follower: this node takes no lease, another node writes the volume,
+        /// and its commits are followed (every second) with the cached copies of the
+        /// blocks they change dropped.
+        #[arg(long, visible_alias = "read-only")]
         readonly: bool,
         /// Injected backing-store read latency in ms (a device model for tests; 0 = off).
         #[arg(long, default_value_t = 0.0)]
@@ -262,6 +265,11 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                         other.name
                     );
                 }
+                if readonly && size.is_some() {
+                    bail!(
+                        "a read-only volume on an object store follows a volume another node                          writes: leave --size out (the volume must exist)"
+                    );
+                }
                 let (size, block_bytes, object_bytes, created) = object_volume(
                     url,
                     &settings,
@@ -270,6 +278,9 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                     object_size,
                     layout,
                 )?;
+                if readonly {
+                    follower_check(url, &settings)?;
+                }
                 // The client's time limit for a data object's transfer is made from the
                 // volume's object size, which only the store's root holds: recorded here so
                 // that `larch serve` has it before it reads the root.
@@ -471,6 +482,27 @@ fn s3_settings(
         bail!("--s3-lease-secs {lease_secs} with --s3-stall-secs {stall_secs}: {why}");
     }
     Ok(settings)
+}
+
+/// Refuses a read-only (follower) volume whose layout cannot be followed.
+fn follower_check(url: &str, settings: &larch_object::s3::Settings) -> anyhow::Result<()> {
+    let location = larch_object::s3::Location::parse(url).map_err(anyhow::Error::msg)?;
+    let store = larch_object::s3::client(&location, settings)?;
+    let prefix = match location.prefix.as_str() {
+        "" => String::new(),
+        p => format!("{p}/"),
+    };
+    let display = location.display();
+    let root = larch_object::probe(&store, &prefix, &display)?
+        .ok_or_else(|| anyhow::anyhow!("{display} holds no larch volume to follow"))?;
+    if root.format != larch_object::layout::Format::Segments {
+        bail!(
+            "{display} has the {} layout: read-only followers need the segments layout \
+             (docs/object-store.md says how to move a volume to it)",
+            root.format.name()
+        );
+    }
+    Ok(())
 }
 
 /// `--layout`'s value.

@@ -284,6 +284,11 @@ impl Daemon {
         // still holds the previous run's (its HTTP address closed, its counters met).
         let pid = u64::from(self.child.id());
         loop {
+            if !self.state.join("status.json").exists() {
+                assert!(Instant::now() < deadline, "{what}: no status written");
+                std::thread::sleep(Duration::from_millis(250));
+                continue;
+            }
             let status = self.status_json(gw);
             if status["pid"].as_u64() == Some(pid) && ready(&status) {
                 return status;
@@ -391,6 +396,7 @@ fn object_backed_volumes_against_ceph_rgw() {
     gateway_outage(&gw);
     slow_store_through_a_proxy(&gw);
     one_writer_and_no_stale_read_after_takeover(&gw);
+    a_follower_follows_the_writer(&gw);
 }
 
 fn bad_input(gw: &Gateway) {
@@ -999,4 +1005,132 @@ fn state_image(dir: &Path, len: usize, seed: u64) -> PathBuf {
     let path = dir.join(format!("image-{seed}.img"));
     std::fs::write(&path, common::pattern(len, seed)).unwrap();
     path
+}
+
+/// nbdcopy that flushes the destination at the end (the writer's commit is on the store
+/// when it returns).
+fn nbdcopy_flushed(from: &Path, to: &str) {
+    let out = Command::new("nbdcopy")
+        .arg("--flush")
+        .arg(from)
+        .arg(to)
+        .output()
+        .expect("nbdcopy");
+    ok(out, &format!("nbdcopy --flush {} {to}", from.display()));
+}
+
+/// Reads the follower's volume until it is `want`, checking that every 8K block of every
+/// read is `want`'s or `before`'s (a follower moves from one commit to the next, never to
+/// anything else); fails after 30 s.
+fn follower_reaches(daemon: &Daemon, dir: &Path, before: &[u8], want: &[u8], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = read_all(daemon, &dir.join("follower.img"));
+        assert_eq!(got.len(), want.len());
+        for (i, ((g, b), w)) in got
+            .chunks(8192)
+            .zip(before.chunks(8192))
+            .zip(want.chunks(8192))
+            .enumerate()
+        {
+            assert!(g == b || g == w, "{what}: block {i} is neither commit's");
+        }
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the follower never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A read-only follower on another pool (`volume add --read-only`, no lease): it serves
+/// what the writer flushed within its poll, never a byte the writer has since overwritten
+/// (its ARC and cache device held the old ones), refuses writes, and keeps serving through
+/// the writer's kill -9 and a takeover by another writer.
+fn a_follower_follows_the_writer(gw: &Gateway) {
+    let url = "s3://larch/follow";
+    let (w, f, w2) = (
+        scratch("obj-writer"),
+        scratch("obj-follower"),
+        scratch("obj-writer2"),
+    );
+    let writer_flags = [
+        "--volblocksize",
+        "8K",
+        "--object-size",
+        "256K",
+        "--s3-lease-secs",
+        "6",
+        "--s3-stall-secs",
+        "3",
+    ];
+    make_pool(gw, &w, url, "16M", &writer_flags, "4M", None);
+    let writer = Daemon::start(gw, &w);
+    let first = state_image(&w, 16 << 20, 1);
+    nbdcopy_flushed(&first, &writer.uri("vol"));
+    // The follower: a small ARC and a cache device, so that its reads come from both.
+    make_pool(gw, &f, url, "", &["--read-only"], "2M", Some("64M"));
+    let follower = Daemon::start(gw, &f);
+    let first = std::fs::read(&first).unwrap();
+    assert!(read_all(&follower, &f.join("a.img")) == first);
+    assert!(read_all(&follower, &f.join("a.img")) == first);
+    follower.status_when(gw, "the follower fed nothing to its cache device", |s| {
+        s["cache_devices"][0]["blocks"].as_u64().unwrap_or(0) > 0
+    });
+    // The writer overwrites everything; the follower moves to it.
+    let second_path = state_image(&w, 16 << 20, 2);
+    nbdcopy_flushed(&second_path, &writer.uri("vol"));
+    let second = std::fs::read(&second_path).unwrap();
+    follower_reaches(
+        &follower,
+        &f,
+        &first,
+        &second,
+        "after the writer's overwrite",
+    );
+    let status = follower.status_json(gw);
+    let volume = &status["volumes"][0];
+    assert_eq!(
+        volume["object"]["token"].as_u64(),
+        Some(0),
+        "a follower holds no lease"
+    );
+    // Writes are refused.
+    let out = Command::new("nbdcopy")
+        .arg(first_image_path(&w))
+        .arg(follower.uri("vol"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a follower took a write");
+    // The writer dies; the follower keeps serving its last commit.
+    writer.kill9();
+    assert!(read_all(&follower, &f.join("b.img")) == second);
+    // Another writer takes the volume over once the lease ran out, and writes.
+    make_pool(gw, &w2, url, "", &[], "4M", None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let writer2 = loop {
+        match Daemon::try_start(gw, &w2) {
+            Ok(d) => break d,
+            Err(e) if e.contains("holds the volume's lease") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("the second writer could not take over: {e}"),
+        }
+    };
+    let third_path = state_image(&w2, 16 << 20, 3);
+    nbdcopy_flushed(&third_path, &writer2.uri("vol"));
+    let third = std::fs::read(&third_path).unwrap();
+    follower_reaches(&follower, &f, &second, &third, "after the takeover");
+    writer2.stop();
+    follower.stop();
+    for dir in [&w, &f, &w2] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn first_image_path(dir: &Path) -> PathBuf {
+    dir.join("image-1.img")
 }

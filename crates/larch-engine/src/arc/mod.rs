@@ -336,6 +336,26 @@ impl Shard {
         self.arc.stats().evict_l2_eligible.saturating_sub(mru + mfu)
     }
 
+    /// Drops block `key` (a block another node changed on a store this node follows): a
+    /// read of it in flight is invalidated (its bytes will not be installed) and a resident
+    /// copy leaves the policy and its buffer is freed. A dirty one is kept (a follower's
+    /// volume has none). Returns whether a copy was dropped.
+    pub(crate) fn drop_block(&mut self, key: &BlockKey) -> bool {
+        if let Some(flight) = self.inflight.get(key) {
+            flight.invalidate();
+        }
+        if !self.bufs.contains_key(key) {
+            return false;
+        }
+        if self.arc.info(key).is_some_and(|i| i.state == State::Anon) {
+            return false;
+        }
+        let removed = self.with_policy(|arc, actions| arc.remove(key, actions));
+        debug_assert!(removed, "{key:?} is held");
+        self.bufs.remove(key);
+        true
+    }
+
     /// Drops the blocks of volume `slot` from block `from` on (see
     /// [`ArcCache::drop_blocks`]): reads in flight are invalidated (their bytes will not
     /// be installed), resident blocks leave the policy and their buffers are freed, dirty

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 
 use super::index::unpack_key;
 use super::{CacheDevice, DeviceState, L2Arc};
+use crate::arc::index_key;
 use crate::coherence::Tombstone;
 use crate::error::DistrustError;
 use crate::volumes::{CacheMode, VolumeInfo};
@@ -60,6 +61,43 @@ impl L2Arc {
             }
         }
         dropped
+    }
+
+    /// Forgets every cached copy of `blocks` of volume `info`, which another node changed
+    /// on the store this node follows read-only: as a write does (rule 1), under the
+    /// gate, each block's cache-device copies leave the index with a tombstone queued, the
+    /// feed in flight and the rebuilds learn of the change, and the ARC's copy (or read
+    /// in flight) is dropped. The caller commits the queued tombstones before it records
+    /// the change as seen. Returns the ARC copies and the cache-device copies dropped.
+    pub(crate) fn forget_blocks(&self, info: &VolumeInfo, blocks: &[u64]) -> (u64, u64) {
+        let _gate = self.coherence.gate();
+        let (mut arc_dropped, mut l2_dropped) = (0, 0);
+        for &block in blocks {
+            let key = info.key(block);
+            let generation = self.generations.fresh();
+            let psize = info.block_len(block) as u32;
+            let removed = {
+                let mut shard = self.arc.shard(&key);
+                arc_dropped += u64::from(shard.drop_block(&key));
+                shard.l2.remove(index_key(&key), psize, &self.stats)
+            };
+            for loc in removed {
+                self.coherence.queue_tombstone(
+                    loc.device,
+                    Tombstone {
+                        key: larch_l2::BlockKey {
+                            volume_guid: info.guid,
+                            block_number: block,
+                        },
+                        generation,
+                    },
+                );
+                self.stats.l2_tombstones.fetch_add(1, Ordering::Relaxed);
+                l2_dropped += 1;
+            }
+            self.coherence.note_write(key);
+        }
+        (arc_dropped, l2_dropped)
     }
 
     /// Whether the volume of `slot` caches block `block` on cache devices now: it exists,
