@@ -75,7 +75,7 @@ fn main() {
         vol.flush().unwrap();
         written += commit_blocks;
         commits += 1;
-        if commits % 64 == 0 || written >= total {
+        if commits.is_multiple_of(64) || written >= total {
             let s = &vol.stats;
             let put = s.put_bytes.load(Ordering::Relaxed) as f64;
             let committed = s.committed_bytes.load(Ordering::Relaxed) as f64;
