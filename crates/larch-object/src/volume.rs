@@ -53,6 +53,11 @@ pub struct Options {
     /// their live blocks are moved into the next commit's segments and they are deleted.
     /// 0: never. Objects volumes ignore it.
     pub repack_percent: u8,
+    /// A segments volume's commits write a map log of the pointers they change instead of
+    /// the block-map pages; once the root names this many logs, the next commit writes the
+    /// pages they changed instead (a checkpoint) and the root names none. 0: every commit
+    /// writes its pages. At most [`layout::MAX_MAP_LOGS`].
+    pub map_log_commits: u32,
     /// How often a follower ([`ObjectVolume::open_follower`]) looks at the root for a
     /// newer commit.
     pub poll: Duration,
@@ -86,6 +91,9 @@ impl Options {
         }
         if self.poll.is_zero() || self.poll > Options::MAX_DURATION {
             return Err(OptionsError::Poll(self.poll));
+        }
+        if self.map_log_commits as usize > layout::MAX_MAP_LOGS {
+            return Err(OptionsError::MapLogs(self.map_log_commits));
         }
         if self.repack_percent > 100 {
             return Err(OptionsError::RepackPercent(self.repack_percent));
@@ -124,6 +132,9 @@ pub enum OptionsError {
     /// A follower's poll interval of zero or longer than a day.
     #[error("a poll interval of {0:?} is not above zero and at most a day")]
     Poll(Duration),
+    /// More map logs between checkpoints than a root may name.
+    #[error("{0} map logs between checkpoints (at most {max})", max = layout::MAX_MAP_LOGS)]
+    MapLogs(u32),
     /// A repack threshold above 100 %.
     #[error("a repack threshold of {0} % is above 100")]
     RepackPercent(u8),
@@ -138,6 +149,7 @@ impl Default for Options {
             repack_percent: REPACK_PERCENT,
             hazard: Hazard::None,
             poll: Duration::from_secs(1),
+            map_log_commits: MAP_LOG_COMMITS,
             block_bytes: None,
             size_bytes: None,
         }
@@ -147,6 +159,11 @@ impl Default for Options {
 /// The live share (%) under which a segment is repacked by default: ZeroFS's threshold,
 /// and where moving a segment's live bytes costs at most what it frees.
 pub const REPACK_PERCENT: u8 = 50;
+
+/// Commits between a segments volume's checkpoints of its block-map pages: a page is
+/// rewritten at most once per this many commits, and an open applies at most this many
+/// map logs to the pages.
+pub const MAP_LOG_COMMITS: u32 = 32;
 
 /// Bytes of sparse segments a commit reads to repack, besides half its own bytes: enough
 /// that a volume written in small commits still reclaims its space.
@@ -317,6 +334,23 @@ enum RootWrite {
     /// renewal or a commit that landed after all): `state` and the map now follow it, and
     /// the caller builds its write again on top of it.
     Rebase,
+}
+
+/// What a commit does to the root's map logs (segments volumes).
+#[derive(Clone, Copy, Debug)]
+enum LogEdit {
+    /// Nothing (an objects volume's commit, or a segments commit that changed nothing).
+    Keep,
+    /// Names the commit's own log after the others.
+    Append(layout::LogRef),
+    /// Names none: the commit wrote the pages they changed (a checkpoint).
+    Clear,
+}
+
+/// What a commit's root no longer names.
+struct Superseded {
+    pages: Vec<layout::PageRef>,
+    logs: Vec<layout::LogRef>,
 }
 
 /// A commit that reached the store.
@@ -1397,7 +1431,7 @@ impl ObjectVolume {
         }
         self.check_usable()?;
         let bytes: u64 = staged.values().map(|d| d.len() as u64).sum();
-        self.commit_locked(next_seq, &staged, bytes / 2 + REPACK_BUDGET)
+        self.commit_locked(next_seq, &staged, bytes * 2 + REPACK_BUDGET)
     }
 
     /// Repacks sparse segments of a segments volume while nothing is staged and no commit
@@ -1591,12 +1625,13 @@ impl ObjectVolume {
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
         self.upload_all(page_jobs, self.options.uploads.max(1))?;
         // 3. The commit point: the root; the map follows it under the same hold of `state`.
-        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, |map| {
-            let map = map.objects_mut();
-            for (page, entries) in pages {
-                map.pages.insert(page, entries.into_boxed_slice());
-            }
-        })?
+        let Some(superseded) =
+            self.commit_root(base_seq, version.seq, refs, LogEdit::Keep, |map| {
+                let map = map.objects_mut();
+                for (page, entries) in pages {
+                    map.pages.insert(page, entries.into_boxed_slice());
+                }
+            })?
         else {
             return Ok(None);
         };
@@ -1607,6 +1642,7 @@ impl ObjectVolume {
             .collect();
         garbage.extend(
             superseded
+                .pages
                 .iter()
                 .map(|p| layout::page_name(p.page, p.version)),
         );
@@ -1647,8 +1683,9 @@ impl ObjectVolume {
         base_seq: u64,
         seq: u64,
         refs: Vec<layout::PageRef>,
+        log: LogEdit,
         apply: impl FnOnce(&mut Map),
-    ) -> io::Result<Option<Vec<layout::PageRef>>> {
+    ) -> io::Result<Option<Superseded>> {
         let mut state = self.state.lock().expect("state lock");
         let written: std::collections::BTreeSet<u64> = refs.iter().map(|r| r.page).collect();
         let changed = |page: u64| written.contains(&page);
@@ -1671,6 +1708,14 @@ impl ObjectVolume {
             root.pages.retain(|p| !changed(p.page));
             root.pages.extend(refs.iter().copied());
             root.pages.sort_unstable_by_key(|p| p.page);
+            let logs = match log {
+                LogEdit::Keep => Vec::new(),
+                LogEdit::Append(next) => {
+                    root.logs.push(next);
+                    Vec::new()
+                }
+                LogEdit::Clear => std::mem::take(&mut root.logs),
+            };
             root.commit_seq = seq;
             root.committed_by = self.token;
             root.committed_ms = now_ms();
@@ -1685,7 +1730,10 @@ impl ObjectVolume {
             self.committed_seq.store(seq, Ordering::Release);
             *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
             apply(&mut self.map.write().expect("map lock"));
-            return Ok(Some(superseded));
+            return Ok(Some(Superseded {
+                pages: superseded,
+                logs,
+            }));
         }
         Ok(None)
     }
@@ -1975,7 +2023,10 @@ impl ObjectVolume {
                 self.geometry.format.name()
             )));
         }
-        if now.commit_seq != state.root.commit_seq || now.pages != state.root.pages {
+        if now.commit_seq != state.root.commit_seq
+            || now.pages != state.root.pages
+            || now.logs != state.root.logs
+        {
             let map = load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
             *self.map.write().expect("map lock") = map;
             self.committed_seq.store(now.commit_seq, Ordering::Release);
@@ -2127,7 +2178,10 @@ impl ObjectVolume {
         // The page refs of the root at this open, copied: the map pages are judged by
         // them, as before. A page this run supersedes later stays named here; the commit
         // that superseded it deletes it. 32 bytes per 4096 data objects.
-        let pages: Vec<layout::PageRef> = self.state.lock().expect("state lock").root.pages.clone();
+        let (pages, logs) = {
+            let state = self.state.lock().expect("state lock");
+            (state.root.pages.clone(), state.root.logs.clone())
+        };
         let map = Arc::clone(&self.map);
         let store = Arc::clone(&self.store);
         let prefix = self.prefix.clone();
@@ -2144,7 +2198,7 @@ impl ObjectVolume {
         let stop = Arc::clone(&self.stop);
         let display = self.display.clone();
         let task = self.handle.spawn(async move {
-            for dir in ["data", "map", "seg", "bmap"] {
+            for dir in ["data", "map", "seg", "bmap", "blog"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
                 let mut found = store.list(Some(&listing));
                 let mut doomed: Vec<ObjPath> = Vec::new();
@@ -2176,7 +2230,7 @@ impl ObjectVolume {
                     listed += 1;
                     let full: &str = meta.location.as_ref();
                     let name = full.strip_prefix(listed_prefix.as_str()).unwrap_or(full);
-                    if !is_garbage(name, token, &pages, &map) {
+                    if !is_garbage(name, token, &pages, &logs, &map) {
                         continue;
                     }
                     garbage += 1;
@@ -2423,7 +2477,73 @@ fn load_map(
             _ => unreachable!("pages decoded in the map's own format"),
         }
     }
+    if let Map::Segments(blocks) = &mut map {
+        // The pages as the root names them are saved; its logs change them.
+        // (Applying them marks the pages they touch unsaved: the next checkpoint's.)
+        for log in read_logs(handle, store, prefix, display, root, &root.logs)? {
+            apply_log(blocks, &log, display)?;
+        }
+    }
     Ok(map)
+}
+
+/// One map log read from the store: its name and entries.
+struct ReadLog {
+    name: String,
+    entries: Vec<(u64, layout::BlockPtr)>,
+}
+
+/// Reads the map logs `logs` (of the root `root`) under `prefix`, in their order.
+fn read_logs(
+    handle: &tokio::runtime::Handle,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+    root: &Root,
+    logs: &[layout::LogRef],
+) -> io::Result<Vec<ReadLog>> {
+    let blocks = root.blocks();
+    let jobs: Vec<_> = logs
+        .iter()
+        .map(|log| {
+            let store = Arc::clone(store);
+            let name = layout::block_log_name(log.version);
+            let path = ObjPath::from(format!("{prefix}{name}"));
+            let display = display.to_string();
+            let log = *log;
+            let size = 32 + log.entries * layout::LOG_ENTRY_BYTES as u64;
+            async move {
+                let (bytes, _) = get_whole(&store, &path, size..=size).await.map_err(|e| {
+                    e.into_io(
+                        &format!("{display}/{name} (a map log the root names)"),
+                        &size.to_string(),
+                    )
+                })?;
+                let entries = layout::decode_block_log(&bytes, &log, blocks).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
+                })?;
+                Ok::<_, io::Error>(ReadLog { name, entries })
+            }
+        })
+        .collect();
+    run_on(handle, async move {
+        stream::iter(jobs).buffered(16).try_collect().await
+    })
+}
+
+/// Applies a map log read from the store to `blocks`; returns the blocks it changed.
+fn apply_log(blocks: &mut BlockMap, log: &ReadLog, display: &str) -> io::Result<Vec<u64>> {
+    blocks.apply_log(&log.entries).map_err(|segment| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{display}/{}: its pointers into {} disagree with the map's on the segment's \
+                 size, or name more records than it holds",
+                log.name,
+                layout::segment_name(segment)
+            ),
+        )
+    })
 }
 
 /// A map page's entries, in either format.
@@ -2458,7 +2578,18 @@ const GC_BATCH: usize = 1000;
 /// written otherwise (upper-case hex, other widths) is never read, and is garbage as
 /// before. A key that does not parse (another volume's under this prefix, anything else
 /// stored there) is never garbage.
-fn is_garbage(name: &str, token: u64, pages: &[layout::PageRef], map: &RwLock<Map>) -> bool {
+fn is_garbage(
+    name: &str,
+    token: u64,
+    pages: &[layout::PageRef],
+    logs: &[layout::LogRef],
+    map: &RwLock<Map>,
+) -> bool {
+    if let Some(version) = layout::parse_log_name(name) {
+        // A map log of an earlier run is named while the root at open names it (a later
+        // checkpoint of this run deletes it itself).
+        return version.token < token && !logs.iter().any(|l| l.version == version);
+    }
     if let Some(id) = layout::parse_segment_name(name) {
         // A segment of an earlier run is named while the map points into it: the map's
         // segments of earlier tokens are still the root's at open, or fewer (a commit of
@@ -2757,7 +2888,7 @@ mod tests {
                 checksum: 0,
             },
         ];
-        let judge = |name: &str| is_garbage(name, token, &pages, &map);
+        let judge = |name: &str| is_garbage(name, token, &pages, &[], &map);
         let data = |object, version| layout::data_name(object, version);
         let page = |number, version| layout::page_name(number, version);
         // Named by the map or the root: kept.

@@ -115,7 +115,9 @@ fn commits_write_new_segments_and_never_read_back() {
         2,
         "20 blocks in segments of 16: {all:?}"
     );
-    assert_eq!(under(&all, "bmap").len(), 1, "{all:?}");
+    // The pointers it changed go in its map log; pages wait for a checkpoint.
+    assert_eq!(under(&all, "blog").len(), 1, "{all:?}");
+    assert!(under(&all, "bmap").is_empty(), "{all:?}");
     assert!(under(&all, "data").is_empty() && under(&all, "map").is_empty());
     // Overwrite 3 blocks of the first segment, one block at a time apart.
     vol.write_at(&[0xaa; BS], 2 * BS as u64).unwrap();
@@ -506,4 +508,58 @@ fn followers_refuse_a_missing_volume_and_the_objects_layout() {
     larch_object::create(&objects, "vols/a/", "mem://vols/a", &root).unwrap();
     let err = open_follower(&objects, LocalState::default()).unwrap_err();
     assert!(err.to_string().contains("segments layout"), "{err}");
+}
+
+/// Every `map_log_commits` commits, a checkpoint writes the block-map pages the logs
+/// changed and the root names no log; the logs are deleted; an open and a follower read
+/// the same map across checkpoints as between them.
+#[test]
+fn checkpoints_fold_the_map_logs_into_pages() {
+    let store = new_volume(4096, 8);
+    let opts = Options {
+        map_log_commits: 2,
+        ..options(0)
+    };
+    let writer = open(&store, opts);
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    let mut want = vec![0u8; 4096];
+    for round in 0..7u64 {
+        // Blocks in three block-map pages (1,024 blocks each).
+        let blocks = [round, 1024 + round * 3, 3000 + round];
+        for &b in &blocks {
+            want[b as usize] = round as u8 + 1;
+        }
+        writer
+            .stage_blocks(blocks.map(|b| (b, block_of(round as u8 + 1))))
+            .unwrap();
+        writer.flush().unwrap();
+        // Commits 1-2 write logs, 3 checkpoints, 4-5 logs, 6 checkpoints, 7 a log.
+        let expect_logs = [1, 2, 0, 1, 2, 0, 1][round as usize];
+        let all = settle(&store, "blog", expect_logs);
+        assert_eq!(
+            under(&all, "blog").len(),
+            expect_logs,
+            "round {round}: {all:?}"
+        );
+        if round >= 2 {
+            assert_eq!(under(&all, "bmap").len(), 3, "round {round}: {all:?}");
+        }
+        follower.follow().unwrap();
+        for b in [round, 1024 + round * 3, 3000 + round, 0, 3000] {
+            assert_eq!(
+                read(&follower, b),
+                vec![want[b as usize]; BS],
+                "follower, block {b}"
+            );
+        }
+    }
+    drop(writer);
+    let again = open(&store, opts);
+    for b in 0..4096u64 {
+        if want[b as usize] != 0 || b % 97 == 0 {
+            assert_eq!(read(&again, b), vec![want[b as usize]; BS], "block {b}");
+        }
+    }
+    again.release().unwrap();
+    follower.release().unwrap();
 }

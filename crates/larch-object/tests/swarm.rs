@@ -287,13 +287,17 @@ fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
     let options = Options {
         lease: Duration::from_secs(60),
         uploads: 1,
+        // Checkpoints every few commits, so that crashes meet them too.
+        map_log_commits: 3,
         hazard,
         ..Options::default()
     };
+    // An open under faults may fail every time (each of its GETs may): after a few tries
+    // it goes on without them, and the faults resume once it is open.
     let open = |faults: bool| -> Result<Arc<ObjectVolume>, String> {
-        chaos.faults.store(faults, Ordering::SeqCst);
         let mut last = String::new();
-        for _ in 0..if faults { 6 } else { 1 } {
+        for attempt in 0..if faults { 7 } else { 1 } {
+            chaos.faults.store(faults && attempt < 6, Ordering::SeqCst);
             let record = Arc::clone(&local);
             match ObjectVolume::open(
                 Arc::clone(&store),
@@ -307,7 +311,10 @@ fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
                     Ok(())
                 }),
             ) {
-                Ok(vol) => return Ok(vol),
+                Ok(vol) => {
+                    chaos.faults.store(faults, Ordering::SeqCst);
+                    return Ok(vol);
+                }
                 Err(err) => last = err.to_string(),
             }
         }
@@ -495,7 +502,7 @@ fn the_swarm_catches_a_root_written_first() {
     let (seed, why) = first_catch(Hazard::RootFirst, 300).expect("300 seeds never caught it");
     // The root names a page that never landed: the volume no longer opens.
     assert!(
-        why.contains("reopen after the crash") && why.contains("bmap/"),
+        why.contains("reopen after the crash") && (why.contains("bmap/") || why.contains("blog/")),
         "seed {seed}: {why}"
     );
 }

@@ -27,8 +27,8 @@ use object_store::ObjectStore;
 use object_store::path::Path as ObjPath;
 
 use super::{
-    CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, get_whole,
-    load_map, new_runtime, read_root, refuse_root,
+    CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, apply_log,
+    get_whole, load_map, new_runtime, read_logs, read_root, refuse_root,
 };
 use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
 
@@ -182,17 +182,43 @@ impl ObjectVolume {
                 changed_blocks: 0,
             }));
         }
-        let before: BTreeMap<u64, layout::PageRef> =
-            known.pages.iter().map(|p| (p.page, *p)).collect();
-        let wanted: Vec<layout::PageRef> = root
-            .pages
-            .iter()
-            .filter(|p| before.get(&p.page) != Some(*p))
-            .copied()
-            .collect();
+        // Only new map logs after the ones it applied (no checkpoint since): those are
+        // read and applied. Otherwise the pages whose refs changed are read and swapped in
+        // (a checkpoint rewrote every page a log had changed), then every log the root
+        // names applied.
+        let logs_only = root.pages == known.pages && root.logs.starts_with(&known.logs);
+        let (wanted, new_logs): (Vec<layout::PageRef>, &[layout::LogRef]) = if logs_only {
+            (Vec::new(), &root.logs[known.logs.len()..])
+        } else {
+            let before: BTreeMap<u64, layout::PageRef> =
+                known.pages.iter().map(|p| (p.page, *p)).collect();
+            let wanted = root
+                .pages
+                .iter()
+                .filter(|p| before.get(&p.page) != Some(*p))
+                .copied()
+                .collect();
+            (wanted, &root.logs[..])
+        };
         let Some(pages) = self.read_block_pages(&wanted)? else {
             return Ok(None);
         };
+        let logs = match read_logs(
+            &self.handle,
+            &self.store,
+            &self.prefix,
+            &self.display,
+            &root,
+            new_logs,
+        ) {
+            Ok(logs) => logs,
+            // Checkpointed and deleted since the root was read: read the root again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        self.stats
+            .gets
+            .fetch_add(logs.len() as u64, Ordering::Relaxed);
         // The swap: every changed pointer, and the blocks they are.
         let mut changed: Vec<u64> = Vec::new();
         {
@@ -221,7 +247,12 @@ impl ObjectVolume {
                     )
                 })?;
             }
+            for log in &logs {
+                changed.extend(apply_log(blocks, log, &self.display)?);
+            }
         }
+        changed.sort_unstable();
+        changed.dedup();
         let seq = root.commit_seq;
         {
             let mut state = self.state.lock().expect("state lock");

@@ -14,7 +14,7 @@
 //! 16 bytes a segment. Keeping map pages in the ARC as metadata, so that a volume's map
 //! need not fit in DRAM, is not done yet (docs/object-store.md, "Limits").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,7 +24,9 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use object_store::ObjectStoreExt;
 
-use super::{Committed, Hazard, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once};
+use super::{
+    Committed, Hazard, LogEdit, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once,
+};
 use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
 
 /// Bytes one block pointer takes in memory.
@@ -44,6 +46,9 @@ pub(super) struct Segment {
 #[derive(Default)]
 pub(super) struct BlockMap {
     pub pages: BTreeMap<u64, Box<[BlockPtr]>>,
+    /// Pages whose pointers differ from the page objects the root names (the map logs
+    /// changed them): what the next checkpoint writes.
+    pub unsaved: BTreeSet<u64>,
     segments: HashMap<SegmentId, Segment>,
     stored_records: u64,
     live_records: u64,
@@ -119,6 +124,33 @@ impl BlockMap {
         Ok(())
     }
 
+    /// Applies a map log read from the store (an open, a follower following a commit):
+    /// each block pointed where the log says. Returns the blocks whose pointers changed.
+    /// A pointer whose segment the map names with another record count, or that would
+    /// count more live records than its segment holds, is refused; the entries before it
+    /// stay applied (the caller drops the map).
+    pub fn apply_log(&mut self, entries: &[(u64, BlockPtr)]) -> Result<Vec<u64>, SegmentId> {
+        let mut changed = Vec::new();
+        for &(block, ptr) in entries {
+            let now = self.get(block);
+            if now == ptr {
+                continue;
+            }
+            if ptr.exists() {
+                let fits = self
+                    .segments
+                    .get(&ptr.segment())
+                    .is_none_or(|s| s.records == ptr.records && s.live < s.records);
+                if !fits {
+                    return Err(ptr.segment());
+                }
+            }
+            self.set(block, ptr);
+            changed.push(block);
+        }
+        Ok(changed)
+    }
+
     /// Takes one live record of `p`'s segment off its count; returns the segment when
     /// that was its last.
     fn uncount(&mut self, p: BlockPtr) -> Option<SegmentId> {
@@ -137,6 +169,7 @@ impl BlockMap {
     /// Points `block` at `ptr` (a hole: the default). Returns the segment that no pointer
     /// names any more, if the block's old one was its last.
     pub fn set(&mut self, block: u64, ptr: BlockPtr) -> Option<SegmentId> {
+        self.unsaved.insert(block / PAGE_BLOCKS);
         let page = self
             .pages
             .entry(block / PAGE_BLOCKS)
@@ -219,7 +252,10 @@ impl ObjectVolume {
         next_seq: &mut u64,
         repack_budget: u64,
     ) -> io::Result<Option<Committed>> {
-        let base_seq = self.state.lock().expect("state lock").root.commit_seq;
+        let (base_seq, base_logs) = {
+            let state = self.state.lock().expect("state lock");
+            (state.root.commit_seq, state.root.logs.len())
+        };
         let version = self.next_version(base_seq, next_seq)?;
         let moves = self.repack_moves(staged, repack_budget)?;
         let moved_bytes: u64 = moves.iter().map(|w| w.data.len() as u64).sum();
@@ -295,11 +331,22 @@ impl ObjectVolume {
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
         let segments_at_once = uploads_at_once(segment_bytes, self.options.uploads);
         pointers.extend(holes.iter().map(|&b| (b, BlockPtr::default())));
-        // 2. The block-map pages that changed, each a new object.
-        let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
-        {
+        pointers.sort_unstable_by_key(|&(block, _)| block);
+        // 2. The commit's map log; or, at a checkpoint (the root names enough logs, or
+        // this one would be too large), the block-map pages every log since the last
+        // checkpoint and this commit changed, each a new object.
+        let checkpoint = !pointers.is_empty()
+            && (base_logs >= self.options.map_log_commits as usize
+                || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
+        let mut refs = Vec::new();
+        let mut map_jobs = Vec::new();
+        let log = if checkpoint {
+            let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
             let map = self.map.read().expect("map lock");
             let blocks = map.blocks();
+            for &page in &blocks.unsaved {
+                pages.insert(page, blocks.page_entries(page));
+            }
             for &(block, ptr) in &pointers {
                 let page = block / PAGE_BLOCKS;
                 pages
@@ -307,20 +354,30 @@ impl ObjectVolume {
                     .or_insert_with(|| blocks.page_entries(page))
                     [(block % PAGE_BLOCKS) as usize] = ptr;
             }
-        }
-        let mut refs = Vec::new();
-        let mut page_jobs = Vec::new();
-        for (&page, entries) in &pages {
-            let sealed = layout::encode_block_page(entries);
-            refs.push(layout::PageRef {
-                page,
+            for (&page, entries) in &pages {
+                let sealed = layout::encode_block_page(entries);
+                refs.push(layout::PageRef {
+                    page,
+                    version,
+                    checksum: layout::page_checksum(&sealed),
+                });
+                map_jobs.push(self.put_job(layout::block_page_name(page, version), sealed));
+            }
+            LogEdit::Clear
+        } else if pointers.is_empty() {
+            LogEdit::Keep
+        } else {
+            let sealed = layout::encode_block_log(&pointers);
+            let next = layout::LogRef {
                 version,
                 checksum: layout::page_checksum(&sealed),
-            });
-            page_jobs.push(self.put_job(layout::block_page_name(page, version), sealed));
-        }
+                entries: pointers.len() as u64,
+            };
+            map_jobs.push(self.put_job(layout::block_log_name(version), sealed));
+            LogEdit::Append(next)
+        };
         let root_first = self.options.hazard == Hazard::RootFirst;
-        let mut uploads = Some((jobs, page_jobs));
+        let mut uploads = Some((jobs, map_jobs));
         let upload = |uploads: &mut Option<(Vec<_>, Vec<_>)>| -> io::Result<()> {
             let (jobs, page_jobs) = uploads.take().expect("uploaded once");
             self.upload_all(jobs, segments_at_once)?;
@@ -331,10 +388,13 @@ impl ObjectVolume {
         }
         // 3. The root; the map follows it under the same hold of `state`.
         let mut dead: Vec<SegmentId> = Vec::new();
-        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, |map| {
+        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, log, |map| {
             let blocks = map.blocks_mut();
             for &(block, ptr) in &pointers {
                 dead.extend(blocks.set(block, ptr));
+            }
+            if checkpoint {
+                blocks.unsaved.clear();
             }
         })?
         else {
@@ -353,8 +413,15 @@ impl ObjectVolume {
         let mut garbage: Vec<String> = dead.into_iter().map(layout::segment_name).collect();
         garbage.extend(
             superseded
+                .pages
                 .iter()
                 .map(|p| layout::block_page_name(p.page, p.version)),
+        );
+        garbage.extend(
+            superseded
+                .logs
+                .iter()
+                .map(|l| layout::block_log_name(l.version)),
         );
         Ok(Some(Committed {
             seq: version.seq,
