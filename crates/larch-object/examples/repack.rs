@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release -p larch-object --example repack -- \
 //!         [--volume-mib 128] [--block-kib 8] [--segment-kib 1024] [--commit-mib 8] \
-//!         [--written-mib 8192] [--repack-percent 50] [--seed 1]
+//!         [--written-mib 8192] [--repack-percent 50] [--repack-space-percent 150] [--seed 1]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ fn main() {
     let commit_blocks = (arg(&args, "commit-mib", 8) << 20) / block;
     let total = (arg(&args, "written-mib", 8192) << 20) / block;
     let repack_percent = arg(&args, "repack-percent", 50) as u8;
+    let repack_space_percent = arg(&args, "repack-space-percent", 150) as u16;
     let mut rng = arg(&args, "seed", 1);
 
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -53,6 +54,7 @@ fn main() {
         Options {
             lease: Duration::from_secs(3600),
             repack_percent,
+            repack_space_percent,
             ..Options::default()
         },
         Box::new(|_| Ok(())),

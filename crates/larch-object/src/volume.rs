@@ -53,6 +53,9 @@ pub struct Options {
     /// their live blocks are moved into the next commit's segments and they are deleted.
     /// 0: never. Objects volumes ignore it.
     pub repack_percent: u8,
+    /// Commits repack (the sparsest segments first) while the bytes the segments hold are
+    /// above this share (%) of their live bytes; below it only an idle volume repacks.
+    pub repack_space_percent: u16,
     /// A segments volume's commits write a map log of the pointers they change instead of
     /// the block-map pages; once the root names this many logs, the next commit writes the
     /// pages they changed instead (a checkpoint) and the root names none. 0: every commit
@@ -98,6 +101,9 @@ impl Options {
         if self.repack_percent > 100 {
             return Err(OptionsError::RepackPercent(self.repack_percent));
         }
+        if self.repack_space_percent < 100 {
+            return Err(OptionsError::RepackSpace(self.repack_space_percent));
+        }
         Ok(())
     }
 }
@@ -135,6 +141,9 @@ pub enum OptionsError {
     /// More map logs between checkpoints than a root may name.
     #[error("{0} map logs between checkpoints (at most {max})", max = layout::MAX_MAP_LOGS)]
     MapLogs(u32),
+    /// A space bound below 100 % (stored bytes are never fewer than live ones).
+    #[error("a repack space bound of {0} % is below 100")]
+    RepackSpace(u16),
     /// A repack threshold above 100 %.
     #[error("a repack threshold of {0} % is above 100")]
     RepackPercent(u8),
@@ -147,6 +156,7 @@ impl Default for Options {
             skew: Duration::from_secs(5),
             uploads: MAX_UPLOADS,
             repack_percent: REPACK_PERCENT,
+            repack_space_percent: REPACK_SPACE_PERCENT,
             hazard: Hazard::None,
             poll: Duration::from_secs(1),
             map_log_commits: MAP_LOG_COMMITS,
@@ -165,9 +175,13 @@ pub const REPACK_PERCENT: u8 = 50;
 /// map logs to the pages.
 pub const MAP_LOG_COMMITS: u32 = 32;
 
-/// Bytes of sparse segments a commit reads to repack, besides half its own bytes: enough
-/// that a volume written in small commits still reclaims its space.
-pub const REPACK_BUDGET: u64 = 4 << 20;
+/// Bytes of sparse segments a commit reads to repack besides twice its own: enough that
+/// a volume written in small commits still reclaims its space.
+pub const REPACK_BUDGET: u64 = 1 << 20;
+
+/// Stored bytes (%) of live bytes above which commits repack: the bound on the
+/// space a volume's segments take (1.5x its live data).
+pub const REPACK_SPACE_PERCENT: u16 = 150;
 
 /// Bytes of sparse segments repacked at once while no commit comes (the lease's renewer
 /// does it between renewals).
@@ -1431,7 +1445,26 @@ impl ObjectVolume {
         }
         self.check_usable()?;
         let bytes: u64 = staged.values().map(|d| d.len() as u64).sum();
-        self.commit_locked(next_seq, &staged, bytes * 2 + REPACK_BUDGET)
+        let budget = self.repack_budget(bytes);
+        self.commit_locked(next_seq, &staged, budget)
+    }
+
+    /// Bytes of sparse segments a commit of `staged` bytes reads to repack: none while the
+    /// bytes the segments hold are within `repack_space_percent` of the live ones, else
+    /// twice its own bytes and [`REPACK_BUDGET`] (which reclaims at least what the commit
+    /// itself makes dead: every segment read is less than half live).
+    fn repack_budget(&self, staged: u64) -> u64 {
+        let map = self.map.read().expect("map lock");
+        let Some(blocks) = map.segments_map() else {
+            return 0;
+        };
+        let (stored, live) = blocks.records();
+        if u128::from(stored) * 100
+            <= u128::from(live) * u128::from(self.options.repack_space_percent)
+        {
+            return 0;
+        }
+        staged.saturating_mul(2).saturating_add(REPACK_BUDGET)
     }
 
     /// Repacks sparse segments of a segments volume while nothing is staged and no commit
