@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Volumes on an object store (issue 19): larch over a Ceph RADOS Gateway against s3backer
-# and against no cache, all against ONE gateway started for the run (scripts/ceph-rgw:
-# single node, memstore OSD, radosgw on 127.0.0.1).
+# Volumes on an object store (issues 19 and 38): larch over a Ceph RADOS Gateway against
+# s3backer, JuiceFS, ZeroFS and no cache, all against ONE gateway started for the run
+# (scripts/ceph-rgw: single node, memstore OSD, radosgw on 127.0.0.1).
 #
-#   bench/object-store.sh             # full run (~14 min): writes bench/results/object-store-DATE/
-#   bench/object-store.sh --quick     # smoke run (~3 min), small sizes, results in a /tmp dir
+#   bench/object-store.sh             # full run: writes bench/results/object-store-DATE/
+#                                     # (~14 min without the peers, about 5 more with them;
+#                                     # ROUNDS=1 with the peers: 13 min on 2 vCPUs)
+#   bench/object-store.sh --quick     # smoke run (~5 min with the peers), small sizes, in /tmp
 #   ROUNDS=5 RUNTIME=20 OUT=/tmp/x bench/object-store.sh
+#   PEERS= bench/object-store.sh      # larch, s3backer and the gateway only
 #   LARCH_BIN=/path/to/larch bench/object-store.sh   (default: target/release/larch, copied)
 #
 # What it measures (results.md in OUT says the same next to the numbers):
@@ -27,7 +30,8 @@
 #     cold read are shown too (its write time runs until its cache has no dirty block).
 #  3. Write amplification, larch_object_put_bytes_total / larch_object_committed_bytes_total,
 #     after the sequential write and after WRITE_RUNTIME s of 8K random writes (then a
-#     flush) over the first SMALL_MB of a volume, with 1 MiB objects and with 64K objects.
+#     flush) over the first SMALL_MB of a volume, with 1 MiB objects and with 64K objects;
+#     s3backer's random writes the same way (timed until no block is dirty).
 #  4. Time to first byte after a restart: larch stopped (SIGTERM) after the warm phase and
 #     started again; a client (python3-libnbd) connects as soon as it can and reads one 8K
 #     block the cache device holds (picked from `larch dump`), then, after another restart,
@@ -52,6 +56,8 @@
 #     show) and bucket stats give the bytes stored; so larch, s3backer and the gateway-alone
 #     curl runs get the same per-GiB GET/PUT figures, write amplification (PUT bytes /
 #     bytes written) and stored / live bytes (live: the VOL_MB written by the fill).
+#     (Each count waits 2 s for radosgw to write its log out. The OSD's memory store is
+#     MEMSTORE_BYTES, 8G: ZeroFS's store keeps replaced files for 10 minutes.)
 #
 # Needs root (FUSE, apt-get), fio (nbd engine), libnbd-bin, python3-libnbd, curl, openssl,
 # s3backer (installed with apt-get when missing) and Ceph's packages (scripts/ceph-rgw);
