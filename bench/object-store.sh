@@ -58,6 +58,11 @@
 #     bytes written) and stored / live bytes (live: the VOL_MB written by the fill).
 #     (Each count waits 2 s for radosgw to write its log out. The OSD's memory store is
 #     MEMSTORE_BYTES, 8G: ZeroFS's store keeps replaced files for 10 minutes.)
+#  6. A read-only follower (issue 38): a second pool serves larch's volume with `volume add
+#     --read-only` while pool A writes it: FOLLOW_ROUNDS times one 8K write through the
+#     writer and a FLUSH, then reads from the follower until it serves the new bytes (timed
+#     from the FLUSH's answer); then the follower's random 8K reads cold and warm, against
+#     the writer's warm figure of section 1.
 #
 # Needs root (FUSE, apt-get), fio (nbd engine), libnbd-bin, python3-libnbd, curl, openssl,
 # s3backer (installed with apt-get when missing) and Ceph's packages (scripts/ceph-rgw);
@@ -88,6 +93,7 @@ else
     ARC_MAX=${ARC_MAX:-64M} L2_SIZE=${L2_SIZE:-512M} RAW_OBJECTS=${RAW_OBJECTS:-256}
 fi
 JOBS=${JOBS:-2}                 # fio jobs of the random phases
+FOLLOW_ROUNDS=${FOLLOW_ROUNDS:-20}  # writes timed from the writer's FLUSH to the follower
 QD=${QD:-4}                     # and the queue depth of each
 SEQ_QD=${SEQ_QD:-16}            # queue depth of the 1 MiB sequential jobs
 RAW_PARALLEL=${RAW_PARALLEL:-16}
@@ -134,12 +140,13 @@ LARCH=$WORK/larch
 
 CEPH_DIR=$WORK/ceph
 MNT=$WORK/mnt
-LARCH_PID='' S3B_PID='' CEPH_STARTED=0 TOP_PID=''
+LARCH_PID='' S3B_PID='' CEPH_STARTED=0 TOP_PID='' F_PID=''
 cleanup() {
     local rc=$?
     set +e
     [ -z "$TOP_PID" ] || kill "$TOP_PID" 2>/dev/null
     if [ -n "$LARCH_PID" ]; then kill -TERM "$LARCH_PID" 2>/dev/null; wait "$LARCH_PID"; fi
+    if [ -n "$F_PID" ]; then kill -TERM "$F_PID" 2>/dev/null; wait "$F_PID"; fi
     if mountpoint -q "$MNT" 2>/dev/null; then fusermount -u "$MNT" || fusermount -uz "$MNT"; fi
     if [ -n "$S3B_PID" ]; then
         for _ in $(seq 100); do kill -0 "$S3B_PID" 2>/dev/null || break; sleep 0.1; done
@@ -371,9 +378,36 @@ def nfs_create(host, port, path, size):
     check(lib.nfs_truncate(nfs, full, int(size)), "truncate")
 
 
+def follow(writer_uri, follower_uri, rounds, blocks):
+    """Writes one 8K block through the writer and FLUSHes it, then reads it from the
+    follower until it serves the new bytes; `rounds` times. Prints the median and the
+    largest FLUSH time and time from the FLUSH's answer to the follower's first read of
+    the new bytes, ms."""
+    import nbd
+    w, f = nbd.NBD(), nbd.NBD()
+    w.connect_uri(writer_uri)
+    f.connect_uri(follower_uri)
+    flushes, visible = [], []
+    for i in range(int(rounds)):
+        block = random.randrange(int(blocks))
+        data = bytes([1 + (i * 37) % 250]) * 8192
+        t0 = time.monotonic()
+        w.pwrite(data, block * 8192)
+        w.flush()
+        t1 = time.monotonic()
+        while f.pread(8192, block * 8192) != data:
+            if time.monotonic() - t1 > 60:
+                sys.exit(f"the follower never served block {block}'s new bytes")
+            time.sleep(0.002)
+        flushes.append((t1 - t0) * 1000)
+        visible.append((time.monotonic() - t1) * 1000)
+    med = lambda v: sorted(v)[len(v) // 2]
+    print(f"{med(flushes):.0f} {max(flushes):.0f} {med(visible):.0f} {max(visible):.0f}")
+
+
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
-    {"fio": fio_summary, "pick-l2": lambda *a: pick_l2(a[0], int(a[1]), int(a[2]), int(a[3])),
+    {"follow": follow, "fio": fio_summary, "pick-l2": lambda *a: pick_l2(a[0], int(a[1]), int(a[2]), int(a[3])),
      "ttfb": ttfb, "usage": usage, "gw-delta": gw_delta, "bucket-stats": bucket_stats,
      "nfs-create": nfs_create}[cmd](*args)
 PY
@@ -870,6 +904,38 @@ for round in $(seq "$ROUNDS"); do
         done
     fi
 done
+# ---- 6. a read-only follower (issue 38) of rr on another pool of this machine: from the
+# writer's FLUSH to the follower serving the new bytes, then its random reads cold and warm
+POOL_F=$WORK/pool-follower F_PORT=$(free_port) F_HTTP=$(free_port)
+{
+    "$LARCH" pool create follower --state-dir "$POOL_F" --arc-max "$ARC_MAX"
+    "$LARCH" volume add rr --backing s3://larch/rr --read-only --state-dir "$POOL_F"
+    "$LARCH" cache add "$WORK/l2-follower.img" --size "$L2_SIZE" --state-dir "$POOL_F"
+} >>"$OUT/run.log"
+larch_start "$POOL_A"
+larch_wait rr
+"$LARCH" serve --state-dir "$POOL_F" --listen "127.0.0.1:$F_PORT" --http "127.0.0.1:$F_HTTP" \
+    >>"$OUT/logs/larch-follower.log" 2>&1 &
+F_PID=$!
+for _ in $(seq 1200); do
+    nbdinfo --size "nbd://127.0.0.1:$F_PORT/rr" >/dev/null 2>&1 && break
+    kill -0 "$F_PID" 2>/dev/null || die "the follower exited (logs/larch-follower.log)"
+    sleep 0.05
+done
+phase "follower: $FOLLOW_ROUNDS writes of one 8K block through the writer, each FLUSHed, read from the follower until it serves them"
+read -r fmed fmax vmed vmax < <(osb follow "$(uri rr)" "nbd://127.0.0.1:$F_PORT/rr" "$FOLLOW_ROUNDS" "$WS_BLOCKS")
+R[follow_flush_med]=$fmed R[follow_flush_max]=$fmax R[follow_visible_med]=$vmed R[follow_visible_max]=$vmax
+log "  FLUSH $fmed ms (max $fmax); then served by the follower after $vmed ms (max $vmax)"
+round=1
+for p in cold warm; do
+    phase "follower random 8K reads ($p)"
+    randread "follower-$p" --ioengine=nbd --uri="nbd://127.0.0.1:$F_PORT/rr"
+done
+kill -TERM "$F_PID"
+wait "$F_PID" || die "the follower stopped with an error (logs/larch-follower.log)"
+F_PID=
+larch_stop
+
 phase "s3backer random 8K writes, ${WRITE_RUNTIME}s over the first ${SMALL_MB} MiB of its file, then until no block is dirty"
 s3b_mount "$WORK/s3b-cache"
 s3b_wait
@@ -1101,6 +1167,18 @@ PY
                 "$(ttfb_field "$l" other_block_ms)"
         done
     done
+    echo
+    echo "## 6. A read-only follower (issue 38)"
+    echo
+    echo "A second pool on this machine serves rr with \`volume add --read-only\` (ARC $ARC_MAX, cache"
+    echo "device $L2_SIZE, empty at its start) while pool A writes it: $FOLLOW_ROUNDS times, one 8K block"
+    echo "written through the writer and FLUSHed (the commit on the store when it answers), then"
+    echo "read from the follower until it serves the new bytes (it polls the root every second)."
+    echo
+    echo "| FLUSH ms, median (max) | FLUSH answered to follower serving it, ms, median (max) | follower 8K read cold IOPS | warm IOPS | writer's warm IOPS (section 1) | follower warm / writer warm |"
+    echo "|---:|---:|---:|---:|---:|---:|"
+    fw=$(cut -d' ' -f1 <<<"${R["follower-warm|1"]}") lw=$(med larch-warm 1)
+    echo "| ${R[follow_flush_med]} (${R[follow_flush_max]}) | ${R[follow_visible_med]} (${R[follow_visible_max]}) | $(cut -d' ' -f1 <<<"${R["follower-cold|1"]}") | $fw | $lw | $(ratio "$fw" "$lw") |"
     echo
     echo "## 5. Every contender on the same gateway (issue 38)"
     echo
