@@ -401,6 +401,9 @@ def follow(writer_uri, follower_uri, rounds, blocks):
             time.sleep(0.002)
         flushes.append((t1 - t0) * 1000)
         visible.append((time.monotonic() - t1) * 1000)
+        # The next write at a random point of the follower's poll interval (1 s): right
+        # after a round, it would always come just after a poll.
+        time.sleep(random.random())
     med = lambda v: sorted(v)[len(v) // 2]
     print(f"{med(flushes):.0f} {max(flushes):.0f} {med(visible):.0f} {max(visible):.0f}")
 

@@ -1033,17 +1033,42 @@ pub fn build_object<'a>(
         let start = out.len();
         out.extend_from_slice(data);
         out.resize(start + block_bytes, 0);
-        let mut head = [0u8; 32];
-        head[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        head[4..6].copy_from_slice(&RECORD_VERSION.to_le_bytes());
-        head[8..16].copy_from_slice(&root.volume.to_le_bytes());
-        head[16..24].copy_from_slice(&block.to_le_bytes());
-        head[24..32].copy_from_slice(&seq.to_le_bytes());
+        let head = record_head(root.volume, block, seq);
         let sum = record_checksum(&out[start..start + block_bytes], &head);
         out.extend_from_slice(&head);
         out.extend_from_slice(&sum.to_le_bytes());
     }
     Ok(out)
+}
+
+/// The first 32 bytes of a record's trailer: magic, version, volume, block, commit.
+fn record_head(volume: u64, block: u64, seq: u64) -> [u8; 32] {
+    let mut head = [0u8; 32];
+    head[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    head[4..6].copy_from_slice(&RECORD_VERSION.to_le_bytes());
+    head[8..16].copy_from_slice(&volume.to_le_bytes());
+    head[16..24].copy_from_slice(&block.to_le_bytes());
+    head[24..32].copy_from_slice(&seq.to_le_bytes());
+    head
+}
+
+/// The checksum [`build_object`] gives the record of block `block` holding `data`
+/// (padded with zeros to a whole block) in commit `seq` of the volume `root` describes,
+/// without building it: a commit computes its pointers before its uploads build their
+/// bodies, so that only the bodies in flight are in memory.
+pub fn record_sum(root: &Root, block: u64, data: &[u8], seq: u64) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(data);
+    let pad = (root.block_bytes as usize).saturating_sub(data.len());
+    const ZEROS: [u8; 4096] = [0; 4096];
+    let mut left = pad;
+    while left > 0 {
+        let n = left.min(ZEROS.len());
+        hasher.update(&ZEROS[..n]);
+        left -= n;
+    }
+    hasher.update(&record_head(root.volume, block, seq));
+    hasher.digest()
 }
 
 #[cfg(test)]
@@ -1112,6 +1137,24 @@ mod tests {
         let err = verify_record(&flipped, 4096, 5, 10, 3).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         assert!(verify_record(&obj[..rec - 1], 4096, 5, 10, 3).is_err());
+    }
+
+    #[test]
+    fn record_sums_are_the_built_records_checksums() {
+        let root = Root::new(5, 11 * 4096 + 100, 4096, 128);
+        let a = vec![3u8; 4096];
+        let short = [4u8; 100];
+        let obj = build_object([(10, &a[..]), (11, &short[..])].into_iter(), &root, 9).unwrap();
+        let rec = 4096 + TRAILER_BYTES;
+        assert_eq!(
+            record_checksum_of(&obj[..rec]),
+            record_sum(&root, 10, &a, 9)
+        );
+        assert_eq!(
+            record_checksum_of(&obj[rec..]),
+            record_sum(&root, 11, &short, 9)
+        );
+        assert_ne!(record_sum(&root, 10, &a, 9), record_sum(&root, 10, &a, 8));
     }
 
     #[test]

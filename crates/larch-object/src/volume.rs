@@ -595,6 +595,24 @@ fn new_runtime() -> io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// What every open does first: the options checked, the volume's runtime made, and the
+/// prefix as names are made under it ("" or ending in '/').
+fn prepare(
+    options: Options,
+    prefix: &str,
+    display: &str,
+) -> io::Result<(tokio::runtime::Runtime, String)> {
+    options
+        .check()
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}")))?;
+    let prefix = if prefix.is_empty() || prefix.ends_with('/') {
+        prefix.to_string()
+    } else {
+        format!("{prefix}/")
+    };
+    Ok((new_runtime()?, prefix))
+}
+
 /// Runs `fut` on `handle` and waits for it from this (blocking) thread.
 fn run_on<T: Send + 'static>(
     handle: &tokio::runtime::Handle,
@@ -716,6 +734,31 @@ fn read_root(
     Ok(Some((root, etag)))
 }
 
+/// An unconditional PUT of one object (names are never reused), counted.
+struct Put {
+    store: Arc<dyn ObjectStore>,
+    path: ObjPath,
+    /// How errors name the object.
+    what: String,
+    stats: Arc<ObjectStats>,
+}
+
+impl Put {
+    async fn send(self, bytes: Vec<u8>) -> io::Result<()> {
+        let len = bytes.len() as u64;
+        self.store
+            .put_opts(&self.path, PutPayload::from(bytes), PutOptions::default())
+            .await
+            .map_err(|e| {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                store_error(&self.what, e)
+            })?;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// What [`probe`] finds under a prefix.
 pub fn probe(
     store: &Arc<dyn ObjectStore>,
@@ -830,16 +873,8 @@ impl ObjectVolume {
         options: Options,
         sink: StateSink,
     ) -> io::Result<Arc<ObjectVolume>> {
-        options.check().map_err(|why| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}"))
-        })?;
-        let runtime = new_runtime()?;
+        let (runtime, prefix) = prepare(options, prefix, display)?;
         let handle = runtime.handle().clone();
-        let prefix = if prefix.is_empty() || prefix.ends_with('/') {
-            prefix.to_string()
-        } else {
-            format!("{prefix}/")
-        };
         let (root, etag, started) =
             acquire(&handle, &store, &prefix, display, node, &local, options)?;
         let token = root.lease.token;
@@ -1129,6 +1164,50 @@ impl ObjectVolume {
         run_on(&self.handle, fut)
     }
 
+    /// Runs `gets` (GET requests, each answering with a `T`), [`READS_AT_ONCE`] in flight,
+    /// counted; their answers in the order they came.
+    fn run_gets<T: Send + 'static>(
+        &self,
+        gets: Vec<impl Future<Output = T> + Send + 'static>,
+    ) -> Vec<T> {
+        self.stats
+            .gets
+            .fetch_add(gets.len() as u64, Ordering::Relaxed);
+        self.run(async move {
+            stream::iter(gets)
+                .buffer_unordered(READS_AT_ONCE)
+                .collect()
+                .await
+        })
+    }
+
+    /// The uploads of `pages` (page number, entries) as commit `version`'s map pages:
+    /// each sealed by `encode` and named by `name`. Returns their refs for the root and
+    /// the uploads.
+    fn page_uploads<E>(
+        &self,
+        pages: &BTreeMap<u64, Vec<E>>,
+        version: Version,
+        encode: fn(&[E]) -> Vec<u8>,
+        name: fn(u64, Version) -> String,
+    ) -> (
+        Vec<layout::PageRef>,
+        Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+    ) {
+        pages
+            .iter()
+            .map(|(&page, entries)| {
+                let sealed = encode(entries);
+                let page_ref = layout::PageRef {
+                    page,
+                    version,
+                    checksum: layout::page_checksum(&sealed),
+                };
+                (page_ref, self.put_job(name(page, version), sealed))
+            })
+            .unzip()
+    }
+
     fn block_bytes(&self) -> u64 {
         u64::from(self.geometry.block_bytes)
     }
@@ -1267,15 +1346,7 @@ impl ObjectVolume {
             if gets.is_empty() {
                 break;
             }
-            self.stats
-                .gets
-                .fetch_add(gets.len() as u64, Ordering::Relaxed);
-            let answers: Vec<_> = self.run(async move {
-                stream::iter(gets)
-                    .buffer_unordered(READS_AT_ONCE)
-                    .collect()
-                    .await
-            });
+            let answers = self.run_gets(gets);
             for (i, version, answer) in answers {
                 match answer {
                     Ok(bytes) => {
@@ -1644,17 +1715,8 @@ impl ObjectVolume {
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
         self.upload_all(jobs, uploads_at_once(object_size, self.options.uploads))?;
         // 2. The map pages that changed, each a new object.
-        let mut refs = Vec::new();
-        let mut page_jobs = Vec::new();
-        for (&page, entries) in &pages {
-            let sealed = layout::encode_page(entries);
-            refs.push(layout::PageRef {
-                page,
-                version,
-                checksum: layout::page_checksum(&sealed),
-            });
-            page_jobs.push(self.put_job(layout::page_name(page, version), sealed));
-        }
+        let (refs, page_jobs) =
+            self.page_uploads(&pages, version, layout::encode_page, layout::page_name);
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
         self.upload_all(page_jobs, self.options.uploads.max(1))?;
         // 3. The commit point: the root; the map follows it under the same hold of `state`.
@@ -1935,22 +1997,16 @@ impl ObjectVolume {
         name: String,
         bytes: Vec<u8>,
     ) -> impl Future<Output = io::Result<()>> + Send + 'static {
-        let store = Arc::clone(&self.store);
-        let path = self.path(&name);
-        let display = self.display.clone();
-        let stats = self.stats_handle();
-        async move {
-            let len = bytes.len() as u64;
-            store
-                .put_opts(&path, PutPayload::from(bytes), PutOptions::default())
-                .await
-                .map_err(|e| {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    store_error(&format!("{display}/{name}"), e)
-                })?;
-            stats.puts.fetch_add(1, Ordering::Relaxed);
-            stats.put_bytes.fetch_add(len, Ordering::Relaxed);
-            Ok(())
+        self.put_body(name).send(bytes)
+    }
+
+    /// A PUT of object `name` whose body is given later ([`Put::send`]).
+    fn put_body(&self, name: String) -> Put {
+        Put {
+            store: Arc::clone(&self.store),
+            path: self.path(&name),
+            what: format!("{}/{name}", self.display),
+            stats: self.stats_handle(),
         }
     }
 

@@ -28,7 +28,7 @@ use object_store::path::Path as ObjPath;
 
 use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, apply_log,
-    get_whole, load_map, new_runtime, read_logs, read_root, refuse_root,
+    get_whole, load_map, prepare, read_logs, read_root, refuse_root,
 };
 use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
 
@@ -56,16 +56,8 @@ impl ObjectVolume {
         options: Options,
         sink: StateSink,
     ) -> io::Result<Arc<ObjectVolume>> {
-        options.check().map_err(|why| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("{display}: {why}"))
-        })?;
-        let runtime = new_runtime()?;
+        let (runtime, prefix) = prepare(options, prefix, display)?;
         let handle = runtime.handle().clone();
-        let prefix = if prefix.is_empty() || prefix.ends_with('/') {
-            prefix.to_string()
-        } else {
-            format!("{prefix}/")
-        };
         let Some((root, etag)) = read_root(&handle, &store, &prefix, display)? else {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,

@@ -15,18 +15,17 @@
 //! need not fit in DRAM, is not done yet (docs/object-store.md, "Limits").
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use futures_util::stream::{self, StreamExt};
+use futures_util::future::{BoxFuture, FutureExt};
 use object_store::ObjectStoreExt;
 
-use super::{
-    Committed, Hazard, LogEdit, ObjectVolume, READS_AT_ONCE, store_error, uploads_at_once,
-};
+use super::{Committed, Hazard, LogEdit, ObjectVolume, store_error, uploads_at_once};
 use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
 
 /// Bytes one block pointer takes in memory.
@@ -238,6 +237,7 @@ fn is_zeros(data: &[u8]) -> bool {
 }
 
 /// A block to write in a commit, from a client or moved out of a sparse segment.
+#[derive(Clone)]
 struct Write {
     block: u64,
     data: Bytes,
@@ -283,7 +283,6 @@ impl ObjectVolume {
         writes.sort_unstable_by_key(|w| w.block);
         // 1. The segments, in block order, `object_blocks` records each.
         let per = self.geometry.object_blocks as usize;
-        let rec = self.geometry.record_bytes() as usize;
         let mut pointers: Vec<(u64, BlockPtr)> = Vec::with_capacity(writes.len() + holes.len());
         let mut jobs = Vec::new();
         for (part, chunk) in writes.chunks(per).enumerate() {
@@ -298,33 +297,20 @@ impl ObjectVolume {
                 token: version.token,
                 part,
             };
-            let name = layout::segment_name(id);
-            let body = layout::build_object(
-                chunk.iter().map(|w| (w.block, &w.data[..])),
-                &self.geometry,
-                version.seq,
-            )
-            .map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{}/{name}: {e}", self.display),
-                )
-            })?;
             for (slot, w) in chunk.iter().enumerate() {
-                let record = &body[slot * rec..(slot + 1) * rec];
                 pointers.push((
                     w.block,
                     BlockPtr {
                         seq: version.seq,
                         token: version.token,
-                        checksum: layout::record_checksum_of(record),
+                        checksum: layout::record_sum(&self.geometry, w.block, &w.data, version.seq),
                         part,
                         slot: slot as u32,
                         records: chunk.len() as u32,
                     },
                 ));
             }
-            jobs.push(self.put_job(name, body));
+            jobs.push(self.segment_upload(id, chunk.to_vec()));
         }
         let parts = jobs.len() as u64;
         let segment_bytes =
@@ -339,7 +325,7 @@ impl ObjectVolume {
             && (base_logs >= self.options.map_log_commits as usize
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
         let mut refs = Vec::new();
-        let mut map_jobs = Vec::new();
+        let mut map_jobs: Vec<BoxFuture<'static, io::Result<()>>> = Vec::new();
         let log = if checkpoint {
             let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
             let map = self.map.read().expect("map lock");
@@ -354,15 +340,14 @@ impl ObjectVolume {
                     .or_insert_with(|| blocks.page_entries(page))
                     [(block % PAGE_BLOCKS) as usize] = ptr;
             }
-            for (&page, entries) in &pages {
-                let sealed = layout::encode_block_page(entries);
-                refs.push(layout::PageRef {
-                    page,
-                    version,
-                    checksum: layout::page_checksum(&sealed),
-                });
-                map_jobs.push(self.put_job(layout::block_page_name(page, version), sealed));
-            }
+            let (page_refs, jobs) = self.page_uploads(
+                &pages,
+                version,
+                layout::encode_block_page,
+                layout::block_page_name,
+            );
+            refs = page_refs;
+            map_jobs = jobs.into_iter().map(FutureExt::boxed).collect();
             LogEdit::Clear
         } else if pointers.is_empty() {
             LogEdit::Keep
@@ -373,7 +358,10 @@ impl ObjectVolume {
                 checksum: layout::page_checksum(&sealed),
                 entries: pointers.len() as u64,
             };
-            map_jobs.push(self.put_job(layout::block_log_name(version), sealed));
+            map_jobs.push(
+                self.put_job(layout::block_log_name(version), sealed)
+                    .boxed(),
+            );
             LogEdit::Append(next)
         };
         let root_first = self.options.hazard == Hazard::RootFirst;
@@ -429,6 +417,34 @@ impl ObjectVolume {
         }))
     }
 
+    /// The upload of segment `id` holding `blocks` (in order). Its body is built when the
+    /// upload starts: a commit holds only the bodies of the uploads in flight, besides
+    /// the staged blocks themselves.
+    fn segment_upload(
+        &self,
+        id: SegmentId,
+        blocks: Vec<Write>,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'static {
+        let name = layout::segment_name(id);
+        let geometry = self.geometry.clone();
+        let display = self.display.clone();
+        let put = self.put_body(name.clone());
+        async move {
+            let body = layout::build_object(
+                blocks.iter().map(|w| (w.block, &w.data[..])),
+                &geometry,
+                id.seq,
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{display}/{name}: {e}"),
+                )
+            })?;
+            put.send(body).await
+        }
+    }
+
     /// The live blocks of the sparsest segments (live share below the volume's
     /// `repack_percent`), up to `budget` bytes of segments read, that `staged` does not
     /// overwrite anyway: each segment is read whole with one GET (its records say which
@@ -463,15 +479,7 @@ impl ObjectVolume {
                 async move { (id, store.get_range(&path, range).await) }
             })
             .collect();
-        self.stats
-            .gets
-            .fetch_add(gets.len() as u64, Ordering::Relaxed);
-        let answers: Vec<_> = self.run(async move {
-            stream::iter(gets)
-                .buffer_unordered(READS_AT_ONCE)
-                .collect()
-                .await
-        });
+        let answers = self.run_gets(gets);
         let bs = self.block_bytes() as usize;
         let mut moves = Vec::new();
         let map = self.map.read().expect("map lock");
@@ -609,15 +617,7 @@ impl ObjectVolume {
                     async move { (i, j, ptrs, store.get_range(&path, range).await) }
                 })
                 .collect();
-            self.stats
-                .gets
-                .fetch_add(gets.len() as u64, Ordering::Relaxed);
-            let answers: Vec<_> = self.run(async move {
-                stream::iter(gets)
-                    .buffer_unordered(READS_AT_ONCE)
-                    .collect()
-                    .await
-            });
+            let answers = self.run_gets(gets);
             for (i, j, ptrs, answer) in answers {
                 let name = layout::segment_name(ptrs[0].segment());
                 match answer {
