@@ -390,6 +390,6 @@ mod tests {
                 assert!(series.insert(id.clone()), "{id} twice");
             }
         }
-        assert_eq!(families.len(), 30);
+        assert_eq!(families.len(), 36);
     }
 }
