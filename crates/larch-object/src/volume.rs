@@ -2762,15 +2762,37 @@ fn count_delete(stats: &ObjectStats, result: object_store::Result<()>) -> bool {
 
 /// Renews the lease every quarter of it until the volume stops or goes.
 fn spawn_renewer(volume: &Arc<ObjectVolume>) {
+    let every = volume.options.lease / 4;
+    spawn_ticker(volume, "larch-lease", every, move |volume| {
+        // A failed renewal is tried again soon; the lease lapses (and the volume stops
+        // serving) only if none succeeds before it ends.
+        let renewed = volume.renew().is_ok();
+        volume.note_renewal(renewed);
+        // Between renewals, a volume left idle reclaims its sparse segments. A failure is
+        // the next commit's to report (it meets the same store).
+        if renewed {
+            let _ = volume.repack_idle();
+        }
+        if renewed { every } else { every / 4 }
+    });
+}
+
+/// Runs `tick` on a thread of its own (`name`), first `every` after now and then after
+/// the wait each tick returns, until the volume stops or is dropped.
+fn spawn_ticker(
+    volume: &Arc<ObjectVolume>,
+    name: &str,
+    every: Duration,
+    tick: impl Fn(&ObjectVolume) -> Duration + Send + 'static,
+) {
     let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
     let stop = Arc::clone(&volume.stop);
-    let every = volume.options.lease / 4;
     std::thread::Builder::new()
-        .name("larch-lease".into())
+        .name(name.into())
         .spawn(move || {
             let mut next = Instant::now() + every;
             while !stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(100).min(every));
+                std::thread::sleep(Duration::from_millis(50).min(every));
                 if Instant::now() < next {
                     continue;
                 }
@@ -2780,19 +2802,10 @@ fn spawn_renewer(volume: &Arc<ObjectVolume>) {
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
-                // A failed renewal is tried again at the next tick; the lease lapses (and
-                // the volume stops serving) only if none succeeds before it ends.
-                let retry = volume.renew().is_err();
-                volume.note_renewal(!retry);
-                // Between renewals, a volume left idle reclaims its sparse segments. A
-                // failure is the next commit's to report (it meets the same store).
-                if !retry {
-                    let _ = volume.repack_idle();
-                }
-                next = Instant::now() + if retry { every / 4 } else { every };
+                next = Instant::now() + tick(&volume);
             }
         })
-        .expect("spawn the lease thread");
+        .expect("spawn a volume's thread");
 }
 
 #[cfg(test)]

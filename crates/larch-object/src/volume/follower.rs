@@ -18,8 +18,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
@@ -28,7 +28,7 @@ use object_store::path::Path as ObjPath;
 
 use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, apply_log,
-    get_whole, load_map, prepare, read_logs, read_root, refuse_root,
+    get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker,
 };
 use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
 
@@ -308,31 +308,16 @@ impl ObjectVolume {
 
 /// Follows the root every `Options::poll` until the volume stops or goes.
 fn spawn_poller(volume: &Arc<ObjectVolume>) {
-    let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
-    let stop = Arc::clone(&volume.stop);
     let every = volume.options.poll.max(Duration::from_millis(10));
-    std::thread::Builder::new()
-        .name("larch-follow".into())
-        .spawn(move || {
-            let mut next = Instant::now() + every;
-            while !stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(50).min(every));
-                if Instant::now() < next {
-                    continue;
-                }
-                let Some(volume) = weak.upgrade() else {
-                    return;
-                };
-                // A failed look is tried again at the next tick; reads go on meanwhile
-                // with the map as it is.
-                if let Err(err) = volume.follow() {
-                    volume.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    if volume.stop_reason().is_none() {
-                        eprintln!("larch: {}: following the writer: {err}", volume.display);
-                    }
-                }
-                next = Instant::now() + every;
+    spawn_ticker(volume, "larch-follow", every, move |volume| {
+        // A failed look is tried again at the next tick; reads go on meanwhile with the
+        // map as it is.
+        if let Err(err) = volume.follow() {
+            volume.stats.errors.fetch_add(1, Ordering::Relaxed);
+            if volume.stop_reason().is_none() {
+                eprintln!("larch: {}: following the writer: {err}", volume.display);
             }
-        })
-        .expect("spawn the follower thread");
+        }
+        every
+    });
 }
