@@ -259,111 +259,20 @@ impl ObjectVolume {
         let version = self.next_version(base_seq, next_seq)?;
         let moves = self.repack_moves(staged, repack_budget)?;
         let moved_bytes: u64 = moves.iter().map(|w| w.data.len() as u64).sum();
-        // What changes: stored blocks get new pointers, blocks of zeros become holes (only
-        // where they are not holes already).
-        let mut writes: Vec<Write> = Vec::with_capacity(staged.len() + moves.len());
-        let mut holes: Vec<u64> = Vec::new();
-        {
-            let map = self.map.read().expect("map lock");
-            let blocks = map.blocks();
-            for (&block, data) in staged {
-                if is_zeros(data) {
-                    if blocks.get(block).exists() {
-                        holes.push(block);
-                    }
-                } else {
-                    writes.push(Write {
-                        block,
-                        data: data.clone(),
-                    });
-                }
-            }
-        }
-        writes.extend(moves);
-        writes.sort_unstable_by_key(|w| w.block);
+        let (writes, holes) = self.changes(staged, moves);
         // 1. The segments, in block order, `object_blocks` records each.
-        let per = self.geometry.object_blocks as usize;
-        let mut pointers: Vec<(u64, BlockPtr)> = Vec::with_capacity(writes.len() + holes.len());
-        let mut jobs = Vec::new();
-        for (part, chunk) in writes.chunks(per).enumerate() {
-            let part = u32::try_from(part).map_err(|_| {
-                io::Error::other(format!(
-                    "{}: a commit of more than 2^32 segments",
-                    self.display
-                ))
-            })?;
-            let id = SegmentId {
-                seq: version.seq,
-                token: version.token,
-                part,
-            };
-            for (slot, w) in chunk.iter().enumerate() {
-                pointers.push((
-                    w.block,
-                    BlockPtr {
-                        seq: version.seq,
-                        token: version.token,
-                        checksum: layout::record_sum(&self.geometry, w.block, &w.data, version.seq),
-                        part,
-                        slot: slot as u32,
-                        records: chunk.len() as u32,
-                    },
-                ));
-            }
-            jobs.push(self.segment_upload(id, chunk.to_vec()));
-        }
+        let (mut pointers, jobs) = self.segment_uploads(&writes, version)?;
         let parts = jobs.len() as u64;
         let segment_bytes =
             u64::from(self.geometry.object_blocks) * u64::from(self.geometry.block_bytes);
         let segments_at_once = uploads_at_once(segment_bytes, self.options.uploads);
         pointers.extend(holes.iter().map(|&b| (b, BlockPtr::default())));
         pointers.sort_unstable_by_key(|&(block, _)| block);
-        // 2. The commit's map log; or, at a checkpoint (the root names enough logs, or
-        // this one would be too large), the block-map pages every log since the last
-        // checkpoint and this commit changed, each a new object.
+        // 2. The commit's map log, or at a checkpoint the block-map pages.
         let checkpoint = !pointers.is_empty()
             && (base_logs >= self.options.map_log_commits as usize
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
-        let mut refs = Vec::new();
-        let mut map_jobs: Vec<BoxFuture<'static, io::Result<()>>> = Vec::new();
-        let log = if checkpoint {
-            let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
-            let map = self.map.read().expect("map lock");
-            let blocks = map.blocks();
-            for &page in &blocks.unsaved {
-                pages.insert(page, blocks.page_entries(page));
-            }
-            for &(block, ptr) in &pointers {
-                let page = block / PAGE_BLOCKS;
-                pages
-                    .entry(page)
-                    .or_insert_with(|| blocks.page_entries(page))
-                    [(block % PAGE_BLOCKS) as usize] = ptr;
-            }
-            let (page_refs, jobs) = self.page_uploads(
-                &pages,
-                version,
-                layout::encode_block_page,
-                layout::block_page_name,
-            );
-            refs = page_refs;
-            map_jobs = jobs.into_iter().map(FutureExt::boxed).collect();
-            LogEdit::Clear
-        } else if pointers.is_empty() {
-            LogEdit::Keep
-        } else {
-            let sealed = layout::encode_block_log(&pointers);
-            let next = layout::LogRef {
-                version,
-                checksum: layout::page_checksum(&sealed),
-                entries: pointers.len() as u64,
-            };
-            map_jobs.push(
-                self.put_job(layout::block_log_name(version), sealed)
-                    .boxed(),
-            );
-            LogEdit::Append(next)
-        };
+        let (refs, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
         let root_first = self.options.hazard == Hazard::RootFirst;
         let mut uploads = Some((jobs, map_jobs));
         let upload = |uploads: &mut Option<(Vec<_>, Vec<_>)>| -> io::Result<()> {
@@ -415,6 +324,128 @@ impl ObjectVolume {
             seq: version.seq,
             garbage,
         }))
+    }
+
+    /// What `staged` and the repack's `moves` change: the blocks to store, in block order,
+    /// and the blocks that become holes (blocks of zeros where they are not holes already).
+    fn changes(&self, staged: &BTreeMap<u64, Bytes>, moves: Vec<Write>) -> (Vec<Write>, Vec<u64>) {
+        let mut writes: Vec<Write> = Vec::with_capacity(staged.len() + moves.len());
+        let mut holes: Vec<u64> = Vec::new();
+        {
+            let map = self.map.read().expect("map lock");
+            let blocks = map.blocks();
+            for (&block, data) in staged {
+                if !is_zeros(data) {
+                    writes.push(Write {
+                        block,
+                        data: data.clone(),
+                    });
+                } else if blocks.get(block).exists() {
+                    holes.push(block);
+                }
+            }
+        }
+        writes.extend(moves);
+        writes.sort_unstable_by_key(|w| w.block);
+        (writes, holes)
+    }
+
+    /// The pointers of `writes` packed into commit `version`'s segments, `object_blocks`
+    /// records each, and the segments' uploads.
+    #[allow(clippy::type_complexity)]
+    fn segment_uploads(
+        &self,
+        writes: &[Write],
+        version: layout::Version,
+    ) -> io::Result<(
+        Vec<(u64, BlockPtr)>,
+        Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+    )> {
+        let per = self.geometry.object_blocks as usize;
+        let mut pointers = Vec::with_capacity(writes.len());
+        let mut jobs = Vec::new();
+        for (part, chunk) in writes.chunks(per).enumerate() {
+            let part = u32::try_from(part).map_err(|_| {
+                io::Error::other(format!(
+                    "{}: a commit of more than 2^32 segments",
+                    self.display
+                ))
+            })?;
+            for (slot, w) in chunk.iter().enumerate() {
+                let checksum = layout::record_sum(&self.geometry, w.block, &w.data, version.seq);
+                pointers.push((
+                    w.block,
+                    BlockPtr {
+                        seq: version.seq,
+                        token: version.token,
+                        checksum,
+                        part,
+                        slot: slot as u32,
+                        records: chunk.len() as u32,
+                    },
+                ));
+            }
+            let id = SegmentId {
+                seq: version.seq,
+                token: version.token,
+                part,
+            };
+            jobs.push(self.segment_upload(id, chunk.to_vec()));
+        }
+        Ok((pointers, jobs))
+    }
+
+    /// The map's share of commit `version` with `pointers` (in block order): its map log;
+    /// or, at a `checkpoint`, the block-map pages every log since the last checkpoint and
+    /// this commit changed, each a new object. Returns the page refs, what the root does
+    /// with its logs, and the uploads.
+    #[allow(clippy::type_complexity)]
+    fn map_uploads(
+        &self,
+        pointers: &[(u64, BlockPtr)],
+        version: layout::Version,
+        checkpoint: bool,
+    ) -> (
+        Vec<layout::PageRef>,
+        LogEdit,
+        Vec<BoxFuture<'static, io::Result<()>>>,
+    ) {
+        if checkpoint {
+            let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
+            let map = self.map.read().expect("map lock");
+            let blocks = map.blocks();
+            for &page in &blocks.unsaved {
+                pages.insert(page, blocks.page_entries(page));
+            }
+            for &(block, ptr) in pointers {
+                let page = block / PAGE_BLOCKS;
+                pages
+                    .entry(page)
+                    .or_insert_with(|| blocks.page_entries(page))
+                    [(block % PAGE_BLOCKS) as usize] = ptr;
+            }
+            let (refs, jobs) = self.page_uploads(
+                &pages,
+                version,
+                layout::encode_block_page,
+                layout::block_page_name,
+            );
+            let jobs = jobs.into_iter().map(FutureExt::boxed).collect();
+            return (refs, LogEdit::Clear, jobs);
+        }
+        if pointers.is_empty() {
+            return (Vec::new(), LogEdit::Keep, Vec::new());
+        }
+        let sealed = layout::encode_block_log(pointers);
+        let next = layout::LogRef {
+            version,
+            checksum: layout::page_checksum(&sealed),
+            entries: pointers.len() as u64,
+        };
+        let job = self
+            .put_job(layout::block_log_name(version), sealed)
+            .boxed();
+        (Vec::new(), LogEdit::Append(next), vec![job])
     }
 
     /// The upload of segment `id` holding `blocks` (in order). Its body is built when the
