@@ -27,8 +27,8 @@ use object_store::ObjectStore;
 use object_store::path::Path as ObjPath;
 
 use super::{
-    CommitWatcher, LocalState, ObjectVolume, Opening, Options, StateSink, WholeGetError, apply_log,
-    get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker,
+    CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, WholeGetError,
+    apply_log, get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker,
 };
 use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
 
@@ -211,40 +211,7 @@ impl ObjectVolume {
         self.stats
             .gets
             .fetch_add(logs.len() as u64, Ordering::Relaxed);
-        // The swap: every changed pointer, and the blocks they are.
-        let mut changed: Vec<u64> = Vec::new();
-        {
-            let mut map = self.map.write().expect("map lock");
-            let blocks = map.blocks_mut();
-            for (page, entries) in pages {
-                let first = page * PAGE_BLOCKS;
-                let old = blocks.page_entries(page);
-                changed.extend(
-                    old.iter()
-                        .zip(&entries)
-                        .enumerate()
-                        .filter(|(_, (a, b))| a != b)
-                        .map(|(i, _)| first + i as u64),
-                );
-                blocks.replace_page(page, entries).map_err(|segment| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "{}: block-map page {page} of commit {}: its pointers into {} \
-                             disagree with the other pages' on the segment's size",
-                            self.display,
-                            root.commit_seq,
-                            layout::segment_name(segment)
-                        ),
-                    )
-                })?;
-            }
-            for log in &logs {
-                changed.extend(apply_log(blocks, log, &self.display)?);
-            }
-        }
-        changed.sort_unstable();
-        changed.dedup();
+        let changed = self.swap_in(pages, &logs, root.commit_seq)?;
         let seq = root.commit_seq;
         {
             let mut state = self.state.lock().expect("state lock");
@@ -263,6 +230,47 @@ impl ObjectVolume {
             commit_seq: seq,
             changed_blocks: changed.len() as u64,
         }))
+    }
+
+    /// Swaps the pages and applies the logs a followed commit `seq` was read with; returns
+    /// the blocks whose pointers changed (ascending, each once).
+    fn swap_in(
+        &self,
+        pages: Vec<(u64, Vec<BlockPtr>)>,
+        logs: &[ReadLog],
+        seq: u64,
+    ) -> io::Result<Vec<u64>> {
+        let mut changed: Vec<u64> = Vec::new();
+        let mut map = self.map.write().expect("map lock");
+        let blocks = map.blocks_mut();
+        for (page, entries) in pages {
+            let first = page * PAGE_BLOCKS;
+            let old = blocks.page_entries(page);
+            changed.extend(
+                old.iter()
+                    .zip(&entries)
+                    .enumerate()
+                    .filter(|(_, (a, b))| a != b)
+                    .map(|(i, _)| first + i as u64),
+            );
+            blocks.replace_page(page, entries).map_err(|segment| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: block-map page {page} of commit {seq}: its pointers into {} \
+                         disagree with the other pages' on the segment's size",
+                        self.display,
+                        layout::segment_name(segment)
+                    ),
+                )
+            })?;
+        }
+        for log in logs {
+            changed.extend(apply_log(blocks, log, &self.display)?);
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        Ok(changed)
     }
 
     /// Reads the block-map pages `refs` names; `None` when one is gone (the writer
