@@ -3,6 +3,7 @@
 //! shapes (the L2ARC multiplies random-read IOPS over slow disks; a hot set that fits in
 //! DRAM needs no L2ARC; an L2ARC switched off and on again serves what it held).
 
+use larch_sim::device::ServerParams;
 use larch_sim::sim::{
     self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables, Workload,
 };
@@ -607,4 +608,68 @@ fn indirect_blocks_cost_cold_reads_a_wait_and_the_arc_their_room() {
     // The disks read the indirect blocks too (at this size all within the first seconds,
     // so the first minute's reads a second hardly differ).
     assert!(on.first_minute.primary_read_bytes_per_s > off.first_minute.primary_read_bytes_per_s);
+}
+
+/// `seed000_small` with its data set in DRAM and a server of `params`.
+fn hits_through(params: ServerParams) -> SimConfig {
+    let mut cfg = seed000_small(false);
+    cfg.duration_ns = 20 * SECOND_NS;
+    cfg.workload.ads_bytes = 128 * MIB;
+    cfg.prewarm = true;
+    cfg.clients = Clients::Closed {
+        threads: 64,
+        think_ns: 0,
+    };
+    cfg.frontend_ns = 1_000;
+    cfg.tunables.server = params;
+    cfg
+}
+
+#[test]
+fn with_a_server_the_same_seed_gives_the_same_run() {
+    let mut cfg = seed000_small(true);
+    cfg.duration_ns = 20 * SECOND_NS;
+    cfg.tunables.server = ServerParams::sun7410();
+    let a = run(&cfg);
+    let b = run(&cfg);
+    assert_eq!(a.series, b.series);
+    assert_eq!(a.heatmaps, b.heatmaps);
+    assert_eq!(a.summary.server, b.summary.server);
+    let busy = a
+        .summary
+        .server
+        .as_ref()
+        .expect("a server summary")
+        .cpu_busy;
+    assert!(busy > 0.0 && busy < 1.0, "CPU busy {busy}");
+    // The model off is the simulator without it: no server summary, and other times.
+    cfg.tunables.server = ServerParams::off();
+    let off = run(&cfg);
+    assert!(off.summary.server.is_none());
+    assert_ne!(a.heatmaps, off.heatmaps);
+}
+
+#[test]
+fn dram_hits_through_busy_cores_run_at_cores_over_their_cpu_time() {
+    // 64 clients with no think time against 2 cores of 100 us per request: the cores are
+    // the bottleneck, and a closed loop keeps them busy: 2 / 100 us = 20,000 requests/s.
+    let params = ServerParams {
+        cores: 2,
+        request_us: 100.0,
+        ..ServerParams::off()
+    };
+    let out = run(&hits_through(params));
+    let s = &out.summary;
+    assert!(
+        s.steady.arc_hit_ratio > 0.999,
+        "hits {}",
+        s.steady.arc_hit_ratio
+    );
+    let iops = s.steady.read_iops;
+    assert!((iops / 20_000.0 - 1.0).abs() < 0.01, "{iops} reads/s");
+    let busy = s.server.as_ref().expect("a server summary").cpu_busy;
+    assert!(busy > 0.99, "CPU busy {busy}");
+    // Little's law: 64 outstanding at 20,000/s wait 3.2 ms each.
+    let latency = s.steady.mean_latency_us;
+    assert!((latency / 3_200.0 - 1.0).abs() < 0.02, "{latency} us");
 }

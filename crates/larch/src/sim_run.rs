@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
+use larch_sim::device::ServerParams;
 use larch_sim::sim::{
     self, CacheDevice, CacheMode, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables,
     Workload,
@@ -91,6 +92,12 @@ pub struct RunArgs {
     /// Time a request spends outside the cache (network, protocol), added to each reply.
     #[arg(long, value_name = "TIME")]
     pub frontend: Option<String>,
+    /// The server's CPUs and memory bandwidth, which every reply's work queues for: off,
+    /// sun7410 (seed 000's 2009 machine), xeon-2s (seed 002's), with overrides such as
+    /// xeon-2s:cores=16,request_us=20 (docs/simulator.md, "The server"). The seed 002
+    /// presets use xeon-2s; elsewhere off.
+    #[arg(long, value_name = "SPEC")]
+    pub server: Option<String>,
     /// A tunable, NAME=VALUE (l2arc_write_max=8M, l2arc_noprefetch=0, ...); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
@@ -150,6 +157,7 @@ struct FileConfig {
     volume: Option<String>,
     block: Option<String>,
     frontend: Option<String>,
+    server: Option<String>,
     prewarm: Option<bool>,
     switch: Option<Vec<String>>,
     workload: Option<FileWorkload>,
@@ -211,6 +219,10 @@ fn size(field: &str, text: &str) -> anyhow::Result<u64> {
 
 fn time(field: &str, text: &str) -> anyhow::Result<u64> {
     parse_duration(text).map_err(|e| anyhow!("{field}: {e}"))
+}
+
+fn server(field: &str, text: &str) -> anyhow::Result<ServerParams> {
+    ServerParams::parse(text).map_err(|e| anyhow!("{field}: {e}"))
 }
 
 const GIB: u64 = 1 << 30;
@@ -302,7 +314,12 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
             think_ns: 0,
         },
         frontend_ns: 100_000,
-        tunables,
+        // The talk's server became CPU-bound with four NVMe devices: its CPUs and memory
+        // bandwidth are modelled (docs/simulator.md, "The server").
+        tunables: SimTunables {
+            server: ServerParams::xeon_2s(),
+            ..tunables.clone()
+        },
         switch: Vec::new(),
         prewarm: true,
         time_scale: 1,
@@ -531,6 +548,9 @@ fn apply_file(cfg: &mut SimConfig, path: &Path) -> anyhow::Result<FileGave> {
     if let Some(v) = &file.frontend {
         cfg.frontend_ns = time(&f("frontend"), v)?;
     }
+    if let Some(v) = &file.server {
+        cfg.tunables.server = server(&f("server"), v)?;
+    }
     if let Some(v) = file.prewarm {
         cfg.prewarm = v;
     }
@@ -708,6 +728,9 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
     if let Some(v) = &args.frontend {
         cfg.frontend_ns = time("--frontend", v)?;
     }
+    if let Some(v) = &args.server {
+        cfg.tunables.server = server("--server", v)?;
+    }
     match args.feed.as_deref() {
         None => {}
         Some("openzfs") => cfg.tunables.openzfs_feed(),
@@ -859,6 +882,14 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
     };
     if let Some(trace) = &s.trace {
         t += &trace_text(trace);
+    }
+    if let Some(server) = &s.server {
+        t += &format!(
+            "server        {}: CPU {:.1}% busy, memory bandwidth {:.1}% (means over the run)\n",
+            server.spec,
+            100.0 * server.cpu_busy,
+            100.0 * server.memory_busy
+        );
     }
     // A step (times the scale) longer than a minute makes the first window longer too.
     let first = &s.first_minute;

@@ -34,6 +34,8 @@
 //!   devices (`readzilla`, `nvme`) and a generic SATA `ssd`.
 //! - [`ObjectStore`]: a remote store with a lognormal latency tail and a connection limit.
 //! - [`Ram`]: a fixed latency and unlimited concurrency, for tests.
+//! - [`Server`]: not a storage device but the machine around the cache, its CPU cores and
+//!   memory bandwidth as queues a request's work waits in ([`ServerParams`]).
 //!
 //! [`parse_spec`] builds any of them from command-line text such as `140xhdd:mirror`.
 //!
@@ -45,6 +47,7 @@ mod flash;
 mod object;
 mod pool;
 mod raidz;
+mod server;
 mod spec;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -54,6 +57,7 @@ pub use flash::{Ram, RamParams, Ssd, SsdParams};
 pub use object::{ObjectStore, ObjectStoreParams};
 pub use pool::{DEFAULT_CHUNK_BYTES, Layout, Pool, Primary};
 pub use raidz::{Column, RaidZ, RaidZGeometry};
+pub use server::{FcfsQueue, MAX_CORES, Server, ServerParams, Work};
 pub use spec::{DeviceSpec, FlashPreset, MAX_DISKS, SpecError, parse_spec};
 
 /// Virtual time, nanoseconds.

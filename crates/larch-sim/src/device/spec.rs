@@ -527,14 +527,14 @@ fn validate_layout(count: u32, layout: Layout) -> Result<(), SpecError> {
     }
 }
 
-fn parse_positive(field: &'static str, text: &str) -> Result<f64, SpecError> {
+pub(crate) fn parse_positive(field: &'static str, text: &str) -> Result<f64, SpecError> {
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
         _ => Err(SpecError::bad(field, "a positive number", text)),
     }
 }
 
-fn parse_non_negative(field: &'static str, text: &str) -> Result<f64, SpecError> {
+pub(crate) fn parse_non_negative(field: &'static str, text: &str) -> Result<f64, SpecError> {
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
         _ => Err(SpecError::bad(field, "a number, zero or more", text)),
@@ -553,7 +553,7 @@ fn parse_disk_index(text: &str) -> Result<u32, SpecError> {
     }
 }
 
-fn parse_whole(field: &'static str, text: &str, max: u32) -> Result<u32, SpecError> {
+pub(crate) fn parse_whole(field: &'static str, text: &str, max: u32) -> Result<u32, SpecError> {
     match text.trim().parse::<u32>() {
         Ok(value) if (1..=max).contains(&value) => Ok(value),
         _ => Err(SpecError::bad(

@@ -274,6 +274,13 @@ fn key(block: u64) -> BlockKey {
     BlockKey::new(VOLUME, block)
 }
 
+impl L2Device {
+    /// Bytes of the feed batch it was last given (0 if its last feed wrote nothing).
+    pub fn batch_bytes(&self) -> u64 {
+        self.wrote_last
+    }
+}
+
 impl SimCache {
     /// A cold cache of `arc_max_bytes` over `primary`, with `devices` as cache devices.
     pub fn new(
@@ -545,6 +552,13 @@ impl SimCache {
         let shard = shard_of(&key(block));
         let mut actions = std::mem::take(&mut self.actions);
         let out = op(&mut self.shards[shard], &mut actions);
+        self.note_evictions(&mut actions);
+        self.actions = actions;
+        out
+    }
+
+    /// Counts the blocks the policy evicted that the feed could have taken.
+    fn note_evictions(&mut self, actions: &mut Vec<Action>) {
         for action in actions.drain(..) {
             if let Action::Evict { key, from, .. } = action {
                 self.warm = true;
@@ -555,8 +569,24 @@ impl SimCache {
                 }
             }
         }
+    }
+
+    /// Memory pressure: `bytes` of the machine's memory are taken elsewhere (a feed's
+    /// buffers), so the ARC gives them up: each shard's target shrinks by its share and
+    /// evicts down to it, as OpenZFS's reclaim lowers `arc_c`. The ARC grows back as it
+    /// allocates again (`Arc::grow`), as OpenZFS's `arc_adapt` lets it.
+    pub fn take_room(&mut self, now: Nanos, bytes: u64) {
+        let share = bytes / self.shards.len() as u64;
+        if share == 0 {
+            return;
+        }
+        let now_ms = now / 1_000_000;
+        let mut actions = std::mem::take(&mut self.actions);
+        for s in 0..self.shards.len() {
+            self.shards[s].shrink(share, now_ms, &mut actions);
+            self.note_evictions(&mut actions);
+        }
         self.actions = actions;
-        out
     }
 
     /// A read of `count` consecutive blocks from `first` at `now`: when the last is

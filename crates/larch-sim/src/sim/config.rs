@@ -10,7 +10,7 @@ use larch_policy::feed::FeedTunables;
 use larch_policy::tunables::{DEFAULTS, DIRTY_DATA_MAX_CAP_BYTES};
 
 use super::metadata::CacheMode;
-use crate::device::DeviceSpec;
+use crate::device::{DeviceSpec, ServerParams};
 use crate::trace::Format;
 
 /// Nanoseconds per second.
@@ -178,6 +178,12 @@ pub struct SimTunables {
     /// master) does. Not a tunable of the daemon: the simulator's way to run the seeds'
     /// feed.
     pub feed_round_robin: bool,
+    /// The server around the cache ([`crate::device::Server`]): its CPU cores and memory
+    /// bandwidth as queues every reply's work waits in, and the feed's buffers taken from
+    /// the ARC's room. [`ServerParams::off`] (the default) costs nothing: the simulator
+    /// before the model. Not a tunable of the daemon: the simulator's model of the seeds'
+    /// machines (`--server`).
+    pub server: ServerParams,
 }
 
 impl Default for SimTunables {
@@ -209,6 +215,7 @@ impl Default for SimTunables {
             prefetch_disable: DEFAULTS.zfs_prefetch_disable,
             prefetch_max_distance: DEFAULTS.zfetch_max_distance,
             feed_round_robin: false,
+            server: ServerParams::off(),
         }
     }
 }

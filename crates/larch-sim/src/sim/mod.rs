@@ -37,12 +37,12 @@ pub use config::{
     Workload,
 };
 pub use metadata::CacheMode;
-pub use record::{MetadataSummary, SimOutput, Summary, TraceProgress, Window};
+pub use record::{MetadataSummary, ServerSummary, SimOutput, Summary, TraceProgress, Window};
 
 use self::cache::{SimCache, Wait};
 use self::clients::{Generator, Request};
 use self::record::Recorder;
-use crate::device::{self, IoId, Nanos};
+use crate::device::{self, IoId, Nanos, Server, Work};
 use crate::trace::TraceError;
 
 /// Why a simulation could not run.
@@ -88,6 +88,8 @@ enum Event {
     Decide,
     /// Data reads' indirect blocks are there: the reads are issued.
     Chain(u64),
+    /// A request's storage part is done: its reply's work goes to the server.
+    Reply(u64),
 }
 
 /// Events by time, ties in the order they were made.
@@ -160,6 +162,13 @@ struct Run<'a> {
     /// The syncing TXG whose end is not yet known.
     txg_waiting: Option<u64>,
     decided: Vec<(IoId, Nanos)>,
+    /// The server model, if one is given ([`device::Server`]).
+    server: Option<Server>,
+    /// Requests whose storage part is done, waiting for their `Reply` event.
+    replies: HashMap<u64, Parked>,
+    next_reply: u64,
+    /// The time of the event being handled.
+    clock: Nanos,
 }
 
 /// Runs `cfg` to its end; `progress` is called once per virtual minute.
@@ -249,6 +258,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         decide_at: None,
         txg_waiting: None,
         decided: Vec::new(),
+        server: (!cfg.tunables.server.is_off()).then(|| Server::new(cfg.tunables.server.clone())),
+        replies: HashMap::new(),
+        next_reply: 0,
+        clock: 0,
     };
     run.start()?;
     run.events(progress)?;
@@ -260,6 +273,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
         pending,
         mut trace,
         traced,
+        server,
         ..
     } = run;
     if let Some(t) = &mut trace {
@@ -271,7 +285,19 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOut
     }
     let mut out = rec.finish(cfg, config_text, &cache, block_ios);
     out.summary.trace = trace;
+    out.summary.server = server.map(|s| server_summary(&s, out.summary.virtual_seconds));
     Ok(out)
+}
+
+/// The server's load over a run of `virtual_s` seconds (of the run's own clock).
+fn server_summary(server: &Server, virtual_s: f64) -> ServerSummary {
+    let run_ns = (virtual_s * 1e9).max(1.0);
+    let cores = f64::from(server.params().cores);
+    ServerSummary {
+        spec: server.params().to_string(),
+        cpu_busy: server.cpu_busy_ns() as f64 / (run_ns * cores),
+        memory_busy: server.memory_busy_ns() as f64 / run_ns,
+    }
 }
 
 impl Run<'_> {
@@ -345,6 +371,7 @@ impl Run<'_> {
             if now > end {
                 break;
             }
+            self.clock = now;
             match event {
                 Event::Sample => {
                     self.rec.sample(now, &mut self.cache);
@@ -411,6 +438,8 @@ impl Run<'_> {
                 Event::Feed(d) => {
                     if let Some((id, done)) = self.cache.feed(now, d) {
                         self.queue.push(done, Event::FeedDone(id));
+                        let bytes = self.cache.devices[d].batch_bytes();
+                        self.feed_buffers(now, bytes);
                     }
                     let next = self.cache.next_feeder(d);
                     self.queue
@@ -443,6 +472,11 @@ impl Run<'_> {
                 Event::Chain(c) => {
                     let (done, source, waits) = self.cache.run_chain(now, c);
                     self.unchain(c, done, source, &waits);
+                }
+                Event::Reply(n) => {
+                    if let Some(p) = self.replies.remove(&n) {
+                        self.reply(now, &p);
+                    }
                 }
             }
             self.after_event(now);
@@ -526,6 +560,10 @@ impl Run<'_> {
     /// A parked request is done: records it and, for a closed-loop client, schedules its
     /// next request.
     fn complete(&mut self, p: &Parked) {
+        if self.server.is_some() {
+            self.defer_reply(p);
+            return;
+        }
         let latency = p.done - p.issued + self.cfg.frontend_ns;
         self.rec
             .request(p.issued + latency, p.write, p.source, latency, p.bytes);
@@ -533,6 +571,76 @@ impl Run<'_> {
             self.queue
                 .push(p.issued + latency + self.think_ns(), Event::Client(c));
         }
+    }
+
+    /// With a server model: the request's storage part is done at `p.done`; its reply
+    /// waits for a `Reply` event then, so that the server sees its work in time order.
+    fn defer_reply(&mut self, p: &Parked) {
+        let n = self.next_reply;
+        self.next_reply += 1;
+        self.replies.insert(n, *p);
+        // Never before the event being handled: the server takes its work in time order.
+        self.queue.push(p.done.max(self.clock), Event::Reply(n));
+    }
+
+    /// The reply of `p` at `now`: its work queues in the server, and it completes when
+    /// the server is done with it.
+    fn reply(&mut self, now: Nanos, p: &Parked) {
+        let work = self.work_of(p);
+        let server = self
+            .server
+            .as_mut()
+            .expect("replies wait only with a server");
+        let done = server.serve(now, &work);
+        let latency = done - p.issued + self.cfg.frontend_ns;
+        self.rec
+            .request(p.issued + latency, p.write, p.source, latency, p.bytes);
+        if let Some(c) = p.client {
+            self.queue
+                .push(p.issued + latency + self.think_ns(), Event::Client(c));
+        }
+    }
+
+    /// What a request asks of the server: one request through the network stack and the
+    /// protocol, its bytes sent or received and copied once between the ARC's buffer and
+    /// the protocol's; a block read from a device, or written, is also one device I/O,
+    /// checksummed and moved by DMA (a write's at its TXG, counted here). A request's
+    /// blocks are taken as all from its slowest source, in one I/O.
+    fn work_of(&self, p: &Parked) -> Work {
+        let io = match self.cfg.workload.io_bytes {
+            0 => p.bytes,
+            io => u64::from(io).min(p.bytes),
+        };
+        let device_bytes = if p.write || p.source != cache::Source::Arc {
+            p.bytes
+        } else {
+            0
+        };
+        Work {
+            requests: 1,
+            device_ios: u64::from(device_bytes > 0),
+            network_bytes: io,
+            checksum_bytes: device_bytes,
+            copy_bytes: io,
+            dma_bytes: device_bytes,
+        }
+    }
+
+    /// With a server model, a feed batch of `bytes` was issued at `now`: one device I/O,
+    /// whose bytes the cache device reads from memory by DMA, and the buffers it writes from are taken from the
+    /// ARC's room (OpenZFS copies a block whose data an ARC buffer shares into a buffer of
+    /// its own for the write, `l2arc_write_buffers`); the ARC grows back as it allocates.
+    fn feed_buffers(&mut self, now: Nanos, bytes: u64) {
+        let Some(server) = self.server.as_mut() else {
+            return;
+        };
+        let work = Work {
+            device_ios: 1,
+            dma_bytes: bytes,
+            ..Work::default()
+        };
+        server.serve(now, &work);
+        self.cache.take_room(now, bytes);
     }
 
     /// The next request of client `c`; for a trace, counts what it reads and notes its end.
@@ -607,6 +715,10 @@ impl Run<'_> {
             bytes,
             client,
         };
+        if awaited.is_empty() && self.server.is_some() {
+            self.defer_reply(&parked);
+            return None;
+        }
         if awaited.is_empty() {
             let latency = done - now + self.cfg.frontend_ns;
             self.rec

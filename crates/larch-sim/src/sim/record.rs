@@ -141,6 +141,20 @@ pub struct Summary {
     pub trace: Option<TraceProgress>,
     /// Data and metadata in the ARC and on the cache devices, under arcstats' names.
     pub arcstats: MetadataSummary,
+    /// The server model's load, when one is given (`--server`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSummary>,
+}
+
+/// How busy the server model was over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServerSummary {
+    /// Its spec (`xeon-2s`, `sun7410:cores=16`, ...).
+    pub spec: String,
+    /// Mean share of its cores' time spent on requests and feeds.
+    pub cpu_busy: f64,
+    /// Mean share of the time its memory bandwidth was in use.
+    pub memory_busy: f64,
 }
 
 /// arcstats' counters and sizes by type at the end of a run (all zero for metadata with
@@ -930,6 +944,7 @@ impl Recorder {
             primary_busy: busy_share(cache.primary.stats(), run_ns),
             trace: None,
             arcstats: cache.metadata_summary(),
+            server: None,
         };
         let series = self
             .defs
