@@ -572,11 +572,16 @@ impl SimCache {
     }
 
     /// Memory pressure: `bytes` of the machine's memory are taken elsewhere (a feed's
-    /// buffers), so the ARC gives them up: each shard's target shrinks by its share and
-    /// evicts down to it, as OpenZFS's reclaim lowers `arc_c`. The ARC grows back as it
-    /// allocates again (`Arc::grow`), as OpenZFS's `arc_adapt` lets it.
+    /// buffers) while the ARC may use all of `zfs_arc_max`. What the ARC and they would
+    /// hold beyond `zfs_arc_max` the ARC gives up: each shard's target shrinks by its
+    /// share and evicts down to it, as OpenZFS's reclaim lowers `arc_c`. An ARC below its
+    /// maximum (warming) loses nothing: the buffers take memory it does not use. The ARC
+    /// grows back as it allocates again (`Arc::grow`), as OpenZFS's `arc_adapt` lets it.
     pub fn take_room(&mut self, now: Nanos, bytes: u64) {
-        let share = bytes / self.shards.len() as u64;
+        let size: u64 = self.shards.iter().map(Arc::size).sum();
+        let max: u64 = self.shards.iter().map(|a| a.config().c_max_bytes).sum();
+        let over = size.saturating_add(bytes).saturating_sub(max);
+        let share = over.div_ceil(self.shards.len() as u64);
         if share == 0 {
             return;
         }
@@ -1525,6 +1530,35 @@ mod tests {
         assert!(waits.is_empty(), "the ram model decides at once");
         done = done.max(data_done);
         (done, true)
+    }
+
+    #[test]
+    fn a_feeds_buffers_take_room_only_from_an_arc_at_its_maximum() {
+        let ram = |seed| parse_spec("ram", seed).expect("the ram model");
+        let tunables = SimTunables::default();
+        let mut cache = SimCache::new(64 << 20, BLOCK, ram(1), Vec::new(), tunables);
+        let size = |c: &SimCache| c.arc_sizes().size;
+        // 4 MiB read into an ARC of 64 (its minimum 32): 8 MiB of buffers fit beside it.
+        for b in 0..512 {
+            read(&mut cache, b * SECOND_NS, b);
+        }
+        let warming = size(&cache);
+        cache.take_room(600 * SECOND_NS, 8 << 20);
+        assert_eq!(size(&cache), warming, "a warming ARC gives nothing up");
+        // 256 MiB through it: full, it gives up the buffers' 8 MiB.
+        for b in 512..32_768 {
+            read(&mut cache, (600 + b) * SECOND_NS, b);
+        }
+        let full = size(&cache);
+        assert!(full > 63 << 20, "full at {full} bytes");
+        // The reads are done: nothing holds their blocks.
+        cache.expire_inflight(40_000 * SECOND_NS);
+        cache.take_room(40_000 * SECOND_NS, 8 << 20);
+        let given = full - size(&cache);
+        assert!(
+            (7 << 20..=9 << 20).contains(&given),
+            "gave up {given} bytes of {full} for 8 MiB of buffers"
+        );
     }
 
     #[test]
