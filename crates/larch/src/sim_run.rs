@@ -1173,4 +1173,42 @@ mod tests {
         assert_eq!(cfg.step_s, 300);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn the_server_model_is_on_in_the_seed_002_presets_and_set_by_file_or_flag() {
+        let with = |preset: &str, server: Option<&str>| {
+            configure(&RunArgs {
+                preset: Some(preset.into()),
+                server: server.map(Into::into),
+                ..RunArgs::default()
+            })
+        };
+        let seed002 = with("seed002-randwrite", None).unwrap();
+        assert_eq!(seed002.tunables.server, ServerParams::xeon_2s());
+        assert!(with("seed000", None).unwrap().tunables.server.is_off());
+        let cfg = with("seed000", Some("sun7410:cores=16")).unwrap();
+        assert_eq!(cfg.tunables.server.cores, 16);
+        assert!(
+            with("seed002-randread", Some("off"))
+                .unwrap()
+                .tunables
+                .server
+                .is_off()
+        );
+        let err = with("seed000", Some("sun7410:cores=0"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--server") && err.contains("cores"), "{err}");
+        let dir = std::env::temp_dir().join(format!("larch-sim-server-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pool.toml");
+        std::fs::write(&path, "server = \"xeon-2s:request_us=8\"\n").unwrap();
+        let cfg = configure(&RunArgs {
+            config: Some(path),
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.tunables.server.request_us, 8.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -19,11 +19,15 @@
 //! batch as one sequential I/O and indexes the copies when it completes (unless the block
 //! was written meanwhile).
 //!
+//! Memory pressure, with a server model (`Run`'s, in the parent module): a feed's buffers
+//! take their bytes from an ARC at its maximum ([`SimCache::take_room`]); dirty data is in
+//! the ARC's size already, as anonymous buffers.
+//!
 //! What it leaves out, and why: cache-device log blocks and headers (a few hundred bytes
-//! per 1,022 records: within the noise of a feed's write), checksum and verification
-//! costs, I/O errors, rebuilds (a simulated pool starts cold or prewarmed), memory
-//! pressure (the ARC may grow to `zfs_arc_max`), the intent log (writes are asynchronous),
-//! and CPU time other than the fixed front-end time of each request.
+//! per 1,022 records: within the noise of a feed's write), I/O errors, rebuilds (a
+//! simulated pool starts cold or prewarmed), the intent log (writes are asynchronous), and
+//! CPU time, checksums included, which the server model prices per reply
+//! ([`crate::device::Server`]) rather than here.
 
 use std::collections::VecDeque;
 

@@ -8,8 +8,11 @@
 //! and move their evict hands with `larch_policy::ring::RingSpace`, sequential reads are
 //! detected by `larch_policy::prefetch::Prefetcher`, and writers wait on
 //! `larch_policy::throttle`'s curve. What is the simulator's own is the model around them:
-//! devices ([`crate::device`]), clients ([`clients`]), and the glue of [`cache`], which
-//! does what the engine's read path, feeder and syncer do, in virtual time.
+//! devices ([`crate::device`]), clients ([`clients`]), the server's CPUs and memory
+//! bandwidth when a model of them is given ([`crate::device::Server`]: a request's reply
+//! then waits for an event at its storage part's end, and queues there), and the glue of
+//! [`cache`], which does what the engine's read path, feeder and syncer do, in virtual
+//! time.
 //!
 //! Time is nanoseconds in a `u64` (584 years). Events (a client's next request, a feed,
 //! a TXG, the end of a sample interval, a flip of the L2ARC switch) are taken from a heap
