@@ -575,6 +575,18 @@ impl SimCache {
         }
     }
 
+    /// Device reads issued so far, cache devices and primary storage together: how many
+    /// I/Os and their bytes (the server model charges a request for the reads it caused).
+    pub fn device_reads(&self) -> (u64, u64) {
+        self.devices.iter().fold(
+            (
+                self.counters.primary_reads,
+                self.counters.primary_read_bytes,
+            ),
+            |(n, bytes), d| (n + d.reads, bytes + d.read_bytes),
+        )
+    }
+
     /// Memory pressure: `bytes` of the machine's memory are taken elsewhere (a feed's
     /// buffers) while the ARC may use all of `zfs_arc_max`. What the ARC and they would
     /// hold beyond `zfs_arc_max` the ARC gives up: each shard's target shrinks by its

@@ -137,6 +137,8 @@ struct Parked {
     bytes: u64,
     /// The closed-loop client that issued it.
     client: Option<u32>,
+    /// What its reply asks of the server model (nothing without one).
+    work: Work,
 }
 
 /// One simulation in progress.
@@ -589,12 +591,11 @@ impl Run<'_> {
     /// The reply of `p` at `now`: its work queues in the server, and it completes when
     /// the server is done with it.
     fn reply(&mut self, now: Nanos, p: &Parked) {
-        let work = self.work_of(p);
         let server = self
             .server
             .as_mut()
             .expect("replies wait only with a server");
-        let done = server.serve(now, &work);
+        let done = server.serve(now, &p.work);
         let latency = done - p.issued + self.cfg.frontend_ns;
         self.rec
             .request(p.issued + latency, p.write, p.source, latency, p.bytes);
@@ -604,24 +605,27 @@ impl Run<'_> {
         }
     }
 
-    /// What a request asks of the server: one request through the network stack and the
-    /// protocol, its bytes sent or received and copied once between the ARC's buffer and
-    /// the protocol's; a block read from a device, or written, is also one device I/O,
-    /// checksummed and moved by DMA (a write's at its TXG, counted here). A request's
-    /// blocks are taken as all from its slowest source, in one I/O.
-    fn work_of(&self, p: &Parked) -> Work {
+    /// What request `r` asks of the server, given the device reads it caused (`reads`
+    /// I/Os of `read_bytes`: its own, its indirect blocks', the read-ahead it started, a
+    /// partial write's read): one request through the network stack and the protocol, its
+    /// bytes sent or received and copied once between the ARC's buffer and the
+    /// protocol's, and each device I/O with its bytes checksummed and moved by DMA. A
+    /// write's blocks are checksummed and sent to the disks by its TXG: counted here, as
+    /// one more I/O.
+    fn work_of(&self, r: &Request, reads: u64, read_bytes: u64) -> Work {
+        let bytes = r.blocks * u64::from(self.cfg.block_bytes);
         let io = match self.cfg.workload.io_bytes {
-            0 => p.bytes,
-            io => u64::from(io).min(p.bytes),
+            0 => bytes,
+            io => u64::from(io).min(bytes),
         };
-        let device_bytes = if p.write || p.source != cache::Source::Arc {
-            p.bytes
+        let (ios, device_bytes) = if r.write {
+            (reads + 1, read_bytes + bytes)
         } else {
-            0
+            (reads, read_bytes)
         };
         Work {
             requests: 1,
-            device_ios: u64::from(device_bytes > 0),
+            device_ios: ios,
             network_bytes: io,
             checksum_bytes: device_bytes,
             copy_bytes: io,
@@ -678,6 +682,7 @@ impl Run<'_> {
             t.last_line = r.line;
         }
         let bytes = r.blocks * u64::from(self.cfg.block_bytes);
+        let reads_before = self.cache.device_reads();
         let mut awaited = Vec::new();
         let (done, source) = if r.write {
             let done = self.cache.write(now, r.first_block, r.blocks, r.partial);
@@ -709,6 +714,12 @@ impl Run<'_> {
             }
             served
         };
+        let work = if self.server.is_some() {
+            let (reads, read_bytes) = self.cache.device_reads();
+            self.work_of(r, reads - reads_before.0, read_bytes - reads_before.1)
+        } else {
+            Work::default()
+        };
         let parked = Parked {
             issued: now,
             done,
@@ -717,6 +728,7 @@ impl Run<'_> {
             source,
             bytes,
             client,
+            work,
         };
         if awaited.is_empty() && self.server.is_some() {
             self.defer_reply(&parked);
