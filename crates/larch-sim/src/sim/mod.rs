@@ -562,14 +562,20 @@ impl Run<'_> {
         }
     }
 
-    /// A parked request is done: records it and, for a closed-loop client, schedules its
-    /// next request.
+    /// A parked request's storage part is done: it is answered then, or with a server
+    /// model once the server has done its reply's work.
     fn complete(&mut self, p: &Parked) {
         if self.server.is_some() {
             self.defer_reply(p);
-            return;
+        } else {
+            self.finish(p, p.done);
         }
-        let latency = p.done - p.issued + self.cfg.frontend_ns;
+    }
+
+    /// Request `p` is answered at `done` (before the front end's time): records it and,
+    /// for a closed-loop client, schedules its next request.
+    fn finish(&mut self, p: &Parked, done: Nanos) {
+        let latency = done - p.issued + self.cfg.frontend_ns;
         self.rec
             .request(p.issued + latency, p.write, p.source, latency, p.bytes);
         if let Some(c) = p.client {
@@ -596,13 +602,7 @@ impl Run<'_> {
             .as_mut()
             .expect("replies wait only with a server");
         let done = server.serve(now, &p.work);
-        let latency = done - p.issued + self.cfg.frontend_ns;
-        self.rec
-            .request(p.issued + latency, p.write, p.source, latency, p.bytes);
-        if let Some(c) = p.client {
-            self.queue
-                .push(p.issued + latency + self.think_ns(), Event::Client(c));
-        }
+        self.finish(p, done);
     }
 
     /// What request `r` asks of the server, given the device reads it caused (`reads`
@@ -634,9 +634,9 @@ impl Run<'_> {
     }
 
     /// With a server model, a feed batch of `bytes` was issued at `now`: one device I/O,
-    /// whose bytes the cache device reads from memory by DMA, and the buffers it writes from are taken from the
-    /// ARC's room (OpenZFS copies a block whose data an ARC buffer shares into a buffer of
-    /// its own for the write, `l2arc_write_buffers`); the ARC grows back as it allocates.
+    /// whose bytes the cache device reads from memory by DMA, from buffers that take
+    /// their room from an ARC at its maximum (OpenZFS copies a block whose data an ARC
+    /// buffer shares into a buffer of its own for the write, `l2arc_write_buffers`).
     fn feed_buffers(&mut self, now: Nanos, bytes: u64) {
         let Some(server) = self.server.as_mut() else {
             return;
