@@ -1901,6 +1901,33 @@ impl ObjectVolume {
             .map_err(|err| self.lost_to_another().unwrap_or(err))
     }
 
+    /// [`ObjectVolume::upload_all`] of two lists at the same time, each with its own
+    /// bound on uploads at once.
+    fn upload_together(
+        &self,
+        (first, first_limit): (
+            Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+            usize,
+        ),
+        (second, second_limit): (
+            Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+            usize,
+        ),
+    ) -> io::Result<()> {
+        let written: io::Result<()> = self.run(async move {
+            let first = stream::iter(first)
+                .buffer_unordered(first_limit)
+                .try_collect::<Vec<()>>();
+            let second = stream::iter(second)
+                .buffer_unordered(second_limit)
+                .try_collect::<Vec<()>>();
+            futures_util::future::try_join(first, second)
+                .await
+                .map(drop)
+        });
+        written.map_err(|err| self.lost_to_another().unwrap_or(err))
+    }
+
     fn upload_object(
         &self,
         object: u64,

@@ -274,11 +274,16 @@ impl ObjectVolume {
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
         let (refs, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
         let root_first = self.options.hazard == Hazard::RootFirst;
+        // Segments and the map's objects go up at the same time, each kind with its own
+        // bound: only the root must wait for them all, and a round of map uploads after
+        // the segments would add one more request time to every commit.
         let mut uploads = Some((jobs, map_jobs));
         let upload = |uploads: &mut Option<(Vec<_>, Vec<_>)>| -> io::Result<()> {
-            let (jobs, page_jobs) = uploads.take().expect("uploaded once");
-            self.upload_all(jobs, segments_at_once)?;
-            self.upload_all(page_jobs, self.options.uploads.max(1))
+            let (jobs, map_jobs) = uploads.take().expect("uploaded once");
+            self.upload_together(
+                (jobs, segments_at_once),
+                (map_jobs, self.options.uploads.max(1)),
+            )
         };
         if !root_first {
             upload(&mut uploads)?;
