@@ -89,8 +89,14 @@ impl Reader {
                     // Its leader gave up: look again (and maybe lead).
                 }
                 Looked::Lead(led) => {
-                    let mut answers = self.read_led(vol, vec![led]).await;
-                    return answers.pop().expect("one answer per block led");
+                    let mut all = vec![led];
+                    if !prefetch {
+                        all.extend(self.around(vol, &(block..block + 1)));
+                        all.sort_unstable_by_key(|l| l.block);
+                    }
+                    let at = all.iter().position(|l| l.block == block);
+                    let mut answers = self.read_led(vol, all).await;
+                    return answers.swap_remove(at.expect("the block is led"));
                 }
             }
         }
@@ -121,9 +127,18 @@ impl Reader {
                 Looked::Lead(l) => led.push((i, l)),
             }
         }
+        if !prefetch && !led.is_empty() {
+            let around = self.around(vol, &blocks);
+            led.extend(around.into_iter().map(|l| (usize::MAX, l)));
+            // In block order, so that the run's blocks and those around it are one read.
+            led.sort_unstable_by_key(|(_, l)| l.block);
+        }
         let (places, led): (Vec<usize>, Vec<Led>) = led.into_iter().unzip();
         for (i, answer) in places.into_iter().zip(self.read_led(vol, led).await) {
-            answers[i] = Some(answer);
+            // (The blocks read around the run have no place: they only enter the ARC.)
+            if let Some(slot) = answers.get_mut(i) {
+                *slot = Some(answer);
+            }
         }
         for (i, block, flight) in waits {
             answers[i] = Some(match flight.wait().await {
@@ -134,6 +149,33 @@ impl Reader {
         answers
             .into_iter()
             .map(|a| a.expect("every block answered"))
+            .collect()
+    }
+
+    /// The blocks a demand read of `blocks` that missed fetches around them as prefetches
+    /// (`object_read_around`, object volumes only): those of the aligned window of that
+    /// many bytes that sit next to the run's records in their segment, so that the same
+    /// GET brings them, and that no cache holds or is reading. Their lookups are led here;
+    /// the caller reads them with its own.
+    fn around(&self, vol: &VolumeEntry, blocks: &std::ops::Range<u64>) -> Vec<Led> {
+        let info = vol.info();
+        let bs = u64::from(info.block_bytes).max(1);
+        let per = self.tunables.object_read_around() / bs;
+        if per <= 1 || vol.backing.object().is_none() || blocks.is_empty() {
+            return Vec::new();
+        }
+        let window = blocks.start / per * per..(blocks.end.div_ceil(per) * per).min(info.blocks());
+        let before = vol
+            .backing
+            .record_neighbours(blocks.start, window.clone())
+            .start;
+        let after = vol.backing.record_neighbours(blocks.end - 1, window).end;
+        (before..blocks.start)
+            .chain(blocks.end..after)
+            .filter_map(|block| match self.look(vol, block, true) {
+                Looked::Lead(led) => Some(led),
+                Looked::Done(_) | Looked::Wait(_) => None,
+            })
             .collect()
     }
 

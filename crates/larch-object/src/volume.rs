@@ -1843,6 +1843,29 @@ impl ObjectVolume {
             && blocks.iter().all(|(_, data)| data.iter().all(|&b| b == 0))
     }
 
+    /// The blocks of `window` around `block` that one ranged GET reads with it: in the
+    /// segments layout those whose records sit next to its in its segment, in the objects
+    /// layout those of its object (when the object exists). Just `block` otherwise.
+    pub fn record_neighbours(
+        &self,
+        block: u64,
+        window: std::ops::Range<u64>,
+    ) -> std::ops::Range<u64> {
+        if !window.contains(&block) {
+            return block..block + 1;
+        }
+        if self.geometry.format == Format::Segments {
+            return self.record_neighbours_segments(block, window);
+        }
+        let per_object = u64::from(self.geometry.object_blocks).max(1);
+        let object = block / per_object;
+        let lock = self.map.read().expect("map lock");
+        if !lock.objects().get(object).exists() {
+            return block..block + 1;
+        }
+        (object * per_object).max(window.start)..((object + 1) * per_object).min(window.end)
+    }
+
     /// The runs of `offset..end` (clipped to the volume) that no committed object holds:
     /// objects never written or cleared by a commit of zeros, less the blocks staged for
     /// the next commit. Byte ranges, in order.

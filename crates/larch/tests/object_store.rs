@@ -631,7 +631,7 @@ fn round_trip_restart_and_warm_l2(gw: &Gateway) {
         let json: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
         let live = json["series"]["object/vol/live_bytes"]
             .as_array()
-            .and_then(|v| v.iter().filter_map(|x| x.as_f64()).last());
+            .and_then(|v| v.iter().rev().find_map(|x| x.as_f64()));
         if live.is_some_and(|b| b >= (1 << 20) as f64) {
             break;
         }

@@ -743,6 +743,33 @@ impl ObjectVolume {
         holes
     }
 
+    /// The blocks of `window` around `block` (which it holds) whose records sit next to
+    /// `block`'s in its segment, in the same order: one ranged GET reads them all. Just
+    /// `block` when it is a hole.
+    pub(super) fn record_neighbours_segments(&self, block: u64, window: Range<u64>) -> Range<u64> {
+        let map = self.map.read().expect("map lock");
+        let blocks = map.blocks();
+        let ptr = blocks.get(block);
+        if !ptr.exists() {
+            return block..block + 1;
+        }
+        let next_to = |b: u64, slot: i64| {
+            let p = blocks.get(b);
+            p.exists() && p.segment() == ptr.segment() && i64::from(p.slot) == slot
+        };
+        let mut start = block;
+        while start > window.start
+            && next_to(start - 1, i64::from(ptr.slot) - (block - start + 1) as i64)
+        {
+            start -= 1;
+        }
+        let mut end = block + 1;
+        while end < window.end && next_to(end, i64::from(ptr.slot) + (end - block) as i64) {
+            end += 1;
+        }
+        start..end
+    }
+
     /// The live share of a segments volume: bytes of records the map's segments hold, and
     /// of those the bytes of live ones; and the segments.
     pub fn segment_usage(&self) -> Option<(u64, u64, u64)> {
