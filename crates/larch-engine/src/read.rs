@@ -90,7 +90,7 @@ impl Reader {
                 }
                 Looked::Lead(led) => {
                     let mut all = vec![led];
-                    if !prefetch {
+                    if !prefetch && all[0].l2.is_none() {
                         all.extend(self.around(vol, &(block..block + 1)));
                         all.sort_unstable_by_key(|l| l.block);
                     }
@@ -127,7 +127,8 @@ impl Reader {
                 Looked::Lead(l) => led.push((i, l)),
             }
         }
-        if !prefetch && !led.is_empty() {
+        // Only a read that goes to the store brings blocks around it (an L2 hit does not).
+        if !prefetch && led.iter().any(|(_, l)| l.l2.is_none()) {
             let around = self.around(vol, &blocks);
             led.extend(around.into_iter().map(|l| (usize::MAX, l)));
             // In block order, so that the run's blocks and those around it are one read.
@@ -155,7 +156,9 @@ impl Reader {
     /// The blocks a demand read of `blocks` that missed fetches around them as prefetches
     /// (`object_read_around`, object volumes only): those of the aligned window of that
     /// many bytes that sit next to the run's records in their segment, so that the same
-    /// GET brings them, and that no cache holds or is reading. Their lookups are led here;
+    /// GET brings them. Taken outwards from the run, up to the first one that is cached,
+    /// being read, or on a cache device (that one is read from there, as its lookup made
+    /// this read its reader): a gap would cut the GET in two. Their lookups are led here;
     /// the caller reads them with its own.
     fn around(&self, vol: &VolumeEntry, blocks: &std::ops::Range<u64>) -> Vec<Led> {
         let info = vol.info();
@@ -170,13 +173,26 @@ impl Reader {
             .record_neighbours(blocks.start, window.clone())
             .start;
         let after = vol.backing.record_neighbours(blocks.end - 1, window).end;
-        (before..blocks.start)
-            .chain(blocks.end..after)
-            .filter_map(|block| match self.look(vol, block, true) {
-                Looked::Lead(led) => Some(led),
-                Looked::Done(_) | Looked::Wait(_) => None,
-            })
-            .collect()
+        let mut led = Vec::new();
+        let mut take = |block: u64| match self.look(vol, block, true) {
+            Looked::Lead(l) => {
+                let from_backing = l.l2.is_none();
+                led.push(l);
+                from_backing
+            }
+            Looked::Done(_) | Looked::Wait(_) => false,
+        };
+        for block in (before..blocks.start).rev() {
+            if !take(block) {
+                break;
+            }
+        }
+        for block in blocks.end..after {
+            if !take(block) {
+                break;
+            }
+        }
+        led
     }
 
     /// One lookup of `block` (one hold of its shard's lock).
