@@ -20,6 +20,7 @@ const state = {
   volumes: [],
   caches: [], // { id: guid hex, name }
   logs: [],
+  objectVolumes: [], // volumes on an object store (their object/ series)
   span: 900, // seconds shown
   end: null, // null: live (the view ends at the newest second), else a fixed time
   step: 1,
@@ -304,6 +305,39 @@ function layout() {
       ...L.map((l) => ({ title: `${l.name} (log): commits`, ids: [`log/${l.id}/write`] })),
     ],
   });
+
+  const O = state.objectVolumes;
+  if (O.length > 0) {
+    sections.push({
+      title: "Object stores",
+      note: "Volumes on an object store: the requests larch makes of it, the bytes they " +
+        "carry (uploaded against committed: write amplification, repacks included), and " +
+        "the space the volume's segments take on the store against what is live in them.",
+      charts: [
+        ...each(O, (v) => [{
+          title: v + ": requests", unit: "ops/s",
+          lines: [line(`object/${v}/gets`, "GETs"), line(`object/${v}/puts`, "PUTs"),
+            line(`object/${v}/deletes`, "DELETEs")],
+        }, {
+          title: v + ": bytes", unit: "bytes/s",
+          lines: [line(`object/${v}/get_bytes`, "fetched"), line(`object/${v}/put_bytes`, "uploaded"),
+            line(`object/${v}/committed_bytes`, "committed", { dashed: true }),
+            line(`object/${v}/repack_bytes`, "repacked")],
+        }, {
+          title: v + ": space on the store", unit: "bytes",
+          lines: [line(`object/${v}/stored_bytes`, "stored"),
+            line(`object/${v}/live_bytes`, "live", { dashed: true })],
+        }, {
+          title: v + ": live share of the stored bytes", unit: "%", max: 100,
+          lines: [derived([`object/${v}/live_bytes`, `object/${v}/stored_bytes`], "live / stored", (get) => {
+            const live = get(`object/${v}/live_bytes`);
+            const stored = get(`object/${v}/stored_bytes`);
+            return live !== null && stored ? (100 * live) / stored : null;
+          })],
+        }]),
+      ],
+    });
+  }
 
   sections.push({
     title: "Memory and writes",
@@ -1352,6 +1386,7 @@ async function readCatalog() {
     .filter((s) => s.id.startsWith(prefix) && s.id.endsWith("/" + q))
     .map((s) => s.id.split("/")[1]))];
   state.volumes = names("volume/", "read_ops");
+  state.objectVolumes = names("object/", "gets");
   const deviceName = (id, kind) => {
     const label = (state.defs.get(id) || {}).label || "";
     const cut = label.indexOf(" (" + kind + ")");

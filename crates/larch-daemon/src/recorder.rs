@@ -33,8 +33,8 @@ use larch_engine::stats::{StatKind, StatUnit, kind_of};
 use serde::{Deserialize, Serialize};
 
 use crate::report_fields::{
-    DEVICE_FIELDS, DEVICE_LATENCIES, Field, LOG_FIELDS, LOG_LATENCIES, Latency, VOLUME_FIELDS,
-    VOLUME_LATENCIES,
+    DEVICE_FIELDS, DEVICE_LATENCIES, Field, LOG_FIELDS, LOG_LATENCIES, Latency, OBJECT_FIELDS,
+    VOLUME_FIELDS, VOLUME_LATENCIES,
 };
 
 /// Name of the saved history in the state directory.
@@ -533,6 +533,9 @@ impl Recorder {
         for v in &report.volumes {
             let n = &v.name;
             item_readings(v, n, n, VOLUME_FIELDS, &mut readings);
+            if v.object.is_some() {
+                item_readings(v, n, n, OBJECT_FIELDS, &mut readings);
+            }
             item_heats(v, n, n, VOLUME_LATENCIES, &mut heats);
         }
         for d in &report.cache_devices {

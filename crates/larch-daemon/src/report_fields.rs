@@ -129,6 +129,18 @@ const fn metric_counter<T>(
     }
 }
 
+/// A gauge that both show.
+const fn gauge<T>(
+    value: fn(&T) -> u64,
+    metric: (&'static str, &'static str),
+    series: (&'static str, &'static str, &'static str, &'static str),
+) -> Field<T> {
+    Field {
+        kind: StatKind::Gauge,
+        ..counter(value, metric, series)
+    }
+}
+
 /// A gauge that `/metrics` shows and the history does not.
 const fn metric_gauge<T>(value: fn(&T) -> u64, name: &'static str, help: &'static str) -> Field<T> {
     Field {
@@ -252,25 +264,61 @@ pub const VOLUME_LATENCIES: &[Latency<VolumeReport>] = &[
 ];
 
 /// The counters of each object-store volume (volumes with an object report only; 0 for
-/// the others).
+/// the others in `/metrics`, and no series in the history).
 #[rustfmt::skip]
 pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.gets), "larch_object_gets_total", "GET requests to the volume's object store"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.get_bytes), "larch_object_get_bytes_total", "bytes the GET requests returned"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.puts), "larch_object_puts_total", "PUT requests to the volume's object store"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.put_bytes), "larch_object_put_bytes_total", "bytes the PUT requests sent (data objects, map pages, roots)"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.deletes), "larch_object_deletes_total", "objects deleted (superseded objects and, at open, garbage of earlier runs)"),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.gets),
+        ("larch_object_gets_total", "GET requests to the volume's object store"),
+        ("object", "gets", "(store) GETs", "ops/s"),
+    ),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.get_bytes),
+        ("larch_object_get_bytes_total", "bytes the GET requests returned"),
+        ("object", "get_bytes", "(store) bytes fetched", "bytes/s"),
+    ),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.puts),
+        ("larch_object_puts_total", "PUT requests to the volume's object store"),
+        ("object", "puts", "(store) PUTs", "ops/s"),
+    ),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.put_bytes),
+        ("larch_object_put_bytes_total", "bytes the PUT requests sent (data objects, map pages, roots)"),
+        ("object", "put_bytes", "(store) bytes uploaded", "bytes/s"),
+    ),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.deletes),
+        ("larch_object_deletes_total", "objects deleted (superseded objects and, at open, garbage of earlier runs)"),
+        ("object", "deletes", "(store) DELETEs", "ops/s"),
+    ),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.delete_errors), "larch_object_delete_errors_total", "deletes that failed after the client's retries (the objects stay until a later open's collection; also in larch_object_errors_total)"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.errors), "larch_object_errors_total", "object-store requests that failed after the client's retries"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.commits), "larch_object_commits_total", "commits (one per TXG that changed the volume)"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.committed_bytes), "larch_object_committed_bytes_total", "bytes of blocks the commits made durable (put bytes over these: write amplification)"),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.committed_bytes),
+        ("larch_object_committed_bytes_total", "bytes of blocks the commits made durable (put bytes over these: write amplification)"),
+        ("object", "committed_bytes", "(store) bytes committed", "bytes/s"),
+    ),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_merged), "larch_object_objects_merged_total", "data objects read before their upload because only some of their blocks changed"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.objects_cleared), "larch_object_objects_cleared_total", "data objects a commit left holding only zeros: not written, their map entries cleared"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.repacked_segments), "larch_object_repacked_segments_total", "sparse segments read to move their live blocks into new ones (segments layout)"),
-    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.repack_bytes), "larch_object_repack_bytes_total", "bytes of live blocks repacks moved into new segments (part of the put bytes)"),
+    counter(
+        |v| v.object.as_ref().map_or(0, |o| o.repack_bytes),
+        ("larch_object_repack_bytes_total", "bytes of live blocks repacks moved into new segments (part of the put bytes)"),
+        ("object", "repack_bytes", "(store) bytes repacked", "bytes/s"),
+    ),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.segments_freed), "larch_object_segments_freed_total", "segments deleted once no block lived in them"),
-    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.stored_bytes), "larch_object_stored_bytes", "bytes of records in the segments the volume's map names (segments layout)"),
-    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.live_bytes), "larch_object_live_bytes", "of the stored bytes, those of records the map points at"),
+    gauge(
+        |v| v.object.as_ref().map_or(0, |o| o.stored_bytes),
+        ("larch_object_stored_bytes", "bytes of records in the segments the volume's map names (segments layout)"),
+        ("object", "stored_bytes", "(store) bytes stored", "bytes"),
+    ),
+    gauge(
+        |v| v.object.as_ref().map_or(0, |o| o.live_bytes),
+        ("larch_object_live_bytes", "of the stored bytes, those of records the map points at"),
+        ("object", "live_bytes", "(store) live bytes", "bytes"),
+    ),
     metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.segments), "larch_object_segments", "segments the volume's map names"),
 ];
 

@@ -782,6 +782,32 @@ impl BackingStore {
         }
     }
 
+    /// The smallest piece the prefetcher reads a stream ahead in (0: at every read, as
+    /// `dmu_zfetch` does): 4 MiB on an object volume, where each GET waits a round trip
+    /// but many run at once, so a stream read ahead in half-segment requests per demand
+    /// read pays the round trips and twice the requests (a bill's count) of whole ones.
+    pub fn prefetch_chunk_bytes(&self) -> u64 {
+        match &self.media {
+            Media::Object(_) => 4 << 20,
+            Media::File(_) | Media::Device(_) => 0,
+        }
+    }
+
+    /// The blocks of `window` around `block` one read of the store takes with it at no
+    /// extra request (see `ObjectVolume::record_neighbours`): only an object volume's
+    /// neighbours are fetched around a miss (`object_read_around`), so just `block` for
+    /// the others.
+    pub fn record_neighbours(
+        &self,
+        block: u64,
+        window: std::ops::Range<u64>,
+    ) -> std::ops::Range<u64> {
+        match &self.media {
+            Media::Object(vol) => vol.record_neighbours(block, window),
+            Media::File(_) | Media::Device(_) => block..block + 1,
+        }
+    }
+
     /// Writes all of `buf` at `offset` (blocking).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.measured(Op::Write, buf.len(), || match &self.media {

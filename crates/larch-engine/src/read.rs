@@ -89,8 +89,14 @@ impl Reader {
                     // Its leader gave up: look again (and maybe lead).
                 }
                 Looked::Lead(led) => {
-                    let mut answers = self.read_led(vol, vec![led]).await;
-                    return answers.pop().expect("one answer per block led");
+                    let mut all = vec![led];
+                    if !prefetch && all[0].l2.is_none() {
+                        all.extend(self.around(vol, &(block..block + 1)));
+                        all.sort_unstable_by_key(|l| l.block);
+                    }
+                    let at = all.iter().position(|l| l.block == block);
+                    let mut answers = self.read_led(vol, all).await;
+                    return answers.swap_remove(at.expect("the block is led"));
                 }
             }
         }
@@ -121,9 +127,19 @@ impl Reader {
                 Looked::Lead(l) => led.push((i, l)),
             }
         }
+        // Only a read that goes to the store brings blocks around it (an L2 hit does not).
+        if !prefetch && led.iter().any(|(_, l)| l.l2.is_none()) {
+            let around = self.around(vol, &blocks);
+            led.extend(around.into_iter().map(|l| (usize::MAX, l)));
+            // In block order, so that the run's blocks and those around it are one read.
+            led.sort_unstable_by_key(|(_, l)| l.block);
+        }
         let (places, led): (Vec<usize>, Vec<Led>) = led.into_iter().unzip();
         for (i, answer) in places.into_iter().zip(self.read_led(vol, led).await) {
-            answers[i] = Some(answer);
+            // (The blocks read around the run have no place: they only enter the ARC.)
+            if let Some(slot) = answers.get_mut(i) {
+                *slot = Some(answer);
+            }
         }
         for (i, block, flight) in waits {
             answers[i] = Some(match flight.wait().await {
@@ -135,6 +151,48 @@ impl Reader {
             .into_iter()
             .map(|a| a.expect("every block answered"))
             .collect()
+    }
+
+    /// The blocks a demand read of `blocks` that missed fetches around them as prefetches
+    /// (`object_read_around`, object volumes only): those of the aligned window of that
+    /// many bytes that sit next to the run's records in their segment, so that the same
+    /// GET brings them. Taken outwards from the run, up to the first one that is cached,
+    /// being read, or on a cache device (that one is read from there, as its lookup made
+    /// this read its reader): a gap would cut the GET in two. Their lookups are led here;
+    /// the caller reads them with its own.
+    fn around(&self, vol: &VolumeEntry, blocks: &std::ops::Range<u64>) -> Vec<Led> {
+        let info = vol.info();
+        let bs = u64::from(info.block_bytes).max(1);
+        let per = self.tunables.object_read_around() / bs;
+        if per <= 1 || vol.backing.object().is_none() || blocks.is_empty() {
+            return Vec::new();
+        }
+        let window = blocks.start / per * per..(blocks.end.div_ceil(per) * per).min(info.blocks());
+        let before = vol
+            .backing
+            .record_neighbours(blocks.start, window.clone())
+            .start;
+        let after = vol.backing.record_neighbours(blocks.end - 1, window).end;
+        let mut led = Vec::new();
+        let mut take = |block: u64| match self.look(vol, block, true) {
+            Looked::Lead(l) => {
+                let from_backing = l.l2.is_none();
+                led.push(l);
+                from_backing
+            }
+            Looked::Done(_) | Looked::Wait(_) => false,
+        };
+        for block in (before..blocks.start).rev() {
+            if !take(block) {
+                break;
+            }
+        }
+        for block in blocks.end..after {
+            if !take(block) {
+                break;
+            }
+        }
+        led
     }
 
     /// One lookup of `block` (one hold of its shard's lock).

@@ -177,6 +177,8 @@ tunables! {
         "acknowledge async writes of part of a block not in the ARC before the block is read (larch's); 0: read the block first, as ZFS does"
     nbd_idle_yield: Flag, 0, 1;
         "an idle NBD connection whose client waits for each reply watches its socket for up to 50 us calling sched_yield, not spinning or parking: more reads at queue depth 1, a longer p99 with many such clients (larch's)"
+    object_read_around: Size, 0, 8 * M;
+        "a demand miss on an object volume fetches the blocks around it, within this many aligned bytes, when their records sit next to its in the same segment (larch's; 0 or one block: only the block)"
     mrc_sample: Flag, 0, 1;
         "sample block accesses for the miss-ratio curves of larch advise and the Analytics page (larch's)"
 }

@@ -591,13 +591,14 @@ impl Volume {
         // the client reaches them, and they are read twice: a stream keeps to an eighth.
         let (_, arc_max) = crate::arc::sizing_limits(tunables);
         let max_blocks = tunables.zfetch_max_distance().min(arc_max / 8) / bs;
+        let chunk_blocks = self.entry.backing.prefetch_chunk_bytes() / bs;
         let blocks = self.blocks_of(offset, length);
         let (sequential, range) = {
             let mut prefetcher = self.prefetcher.lock();
             let sequential = prefetcher.continues(*blocks.start());
             (
                 sequential,
-                prefetcher.observe(*blocks.start(), *blocks.end(), max_blocks),
+                prefetcher.observe(*blocks.start(), *blocks.end(), max_blocks, chunk_blocks),
             )
         };
         if tunables.zfs_prefetch_disable() {

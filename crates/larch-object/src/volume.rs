@@ -1843,6 +1843,29 @@ impl ObjectVolume {
             && blocks.iter().all(|(_, data)| data.iter().all(|&b| b == 0))
     }
 
+    /// The blocks of `window` around `block` that one ranged GET reads with it: in the
+    /// segments layout those whose records sit next to its in its segment, in the objects
+    /// layout those of its object (when the object exists). Just `block` otherwise.
+    pub fn record_neighbours(
+        &self,
+        block: u64,
+        window: std::ops::Range<u64>,
+    ) -> std::ops::Range<u64> {
+        if !window.contains(&block) {
+            return block..block + 1;
+        }
+        if self.geometry.format == Format::Segments {
+            return self.record_neighbours_segments(block, window);
+        }
+        let per_object = u64::from(self.geometry.object_blocks).max(1);
+        let object = block / per_object;
+        let lock = self.map.read().expect("map lock");
+        if !lock.objects().get(object).exists() {
+            return block..block + 1;
+        }
+        (object * per_object).max(window.start)..((object + 1) * per_object).min(window.end)
+    }
+
     /// The runs of `offset..end` (clipped to the volume) that no committed object holds:
     /// objects never written or cleared by a commit of zeros, less the blocks staged for
     /// the next commit. Byte ranges, in order.
@@ -1899,6 +1922,33 @@ impl ObjectVolume {
         written
             .map(drop)
             .map_err(|err| self.lost_to_another().unwrap_or(err))
+    }
+
+    /// [`ObjectVolume::upload_all`] of two lists at the same time, each with its own
+    /// bound on uploads at once.
+    fn upload_together(
+        &self,
+        (first, first_limit): (
+            Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+            usize,
+        ),
+        (second, second_limit): (
+            Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
+            usize,
+        ),
+    ) -> io::Result<()> {
+        let written: io::Result<()> = self.run(async move {
+            let first = stream::iter(first)
+                .buffer_unordered(first_limit)
+                .try_collect::<Vec<()>>();
+            let second = stream::iter(second)
+                .buffer_unordered(second_limit)
+                .try_collect::<Vec<()>>();
+            futures_util::future::try_join(first, second)
+                .await
+                .map(drop)
+        });
+        written.map_err(|err| self.lost_to_another().unwrap_or(err))
     }
 
     fn upload_object(

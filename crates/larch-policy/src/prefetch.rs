@@ -38,12 +38,17 @@ impl Prefetcher {
     }
 
     /// Records a demand read of blocks `first..=last`; returns the blocks to prefetch, at
-    /// most `max_blocks` ahead of the read.
+    /// most `max_blocks` ahead of the read, in pieces of at least `chunk_blocks` (at most
+    /// half the distance, so that a piece goes out while the stream has the rest to read): a store that answers each request slowly
+    /// but many at once (an object store) is read ahead in a few large requests rather
+    /// than a small one per demand read. A chunk of one block prefetches at every read,
+    /// as `dmu_zfetch` does.
     pub fn observe(
         &mut self,
         first: u64,
         last: u64,
         max_blocks: u64,
+        chunk_blocks: u64,
     ) -> Option<std::ops::Range<u64>> {
         self.clock += 1;
         let clock = self.clock;
@@ -56,9 +61,12 @@ impl Prefetcher {
             s.next_block = last + 1;
             s.last_use = clock;
             let distance = (s.reads * (last - first + 1) * 2).min(max_blocks);
+            // At most half the distance: the next piece goes out while the stream still has
+            // the other half to read.
+            let chunk = chunk_blocks.clamp(1, (distance / 2).max(1));
             let start = s.prefetched_until.max(last + 1);
-            let end = (last + 1 + distance).min(start + PREFETCH_BLOCKS_PER_READ);
-            if end > start {
+            let end = (last + 1 + distance).min(start + PREFETCH_BLOCKS_PER_READ.max(chunk));
+            if end >= start + chunk {
                 s.prefetched_until = end;
                 return Some(start..end);
             }
@@ -86,24 +94,64 @@ mod tests {
     #[test]
     fn prefetcher_follows_sequential_streams_only() {
         let mut p = Prefetcher::default();
-        assert_eq!(p.observe(0, 3, 512), None, "a first read starts a stream");
+        assert_eq!(
+            p.observe(0, 3, 512, 1),
+            None,
+            "a first read starts a stream"
+        );
         assert!(p.continues(4) && !p.continues(5));
-        let ahead = p.observe(4, 7, 512).expect("the second read continues it");
+        let ahead = p
+            .observe(4, 7, 512, 1)
+            .expect("the second read continues it");
         assert_eq!(ahead.start, 8);
         assert!(ahead.end > 8);
         // A random read elsewhere does not prefetch, and does not break the stream.
-        assert_eq!(p.observe(1000, 1000, 512), None);
-        let next = p.observe(8, 11, 512).expect("the stream goes on");
+        assert_eq!(p.observe(1000, 1000, 512, 1), None);
+        let next = p.observe(8, 11, 512, 1).expect("the stream goes on");
         assert!(next.start >= ahead.end, "nothing is prefetched twice");
         // The distance is capped.
         let mut q = Prefetcher::default();
-        q.observe(0, 0, 4);
+        q.observe(0, 0, 4, 1);
         let mut end = 0;
         for b in 1..100 {
-            if let Some(r) = q.observe(b, b, 4) {
+            if let Some(r) = q.observe(b, b, 4, 1) {
                 end = r.end;
             }
             assert!(end <= b + 1 + 4, "prefetched {end} at block {b}");
         }
+    }
+
+    /// With a chunk, a stream is read ahead in pieces of at least that many blocks (half
+    /// the distance while that is shorter), each block once, never beyond the distance.
+    #[test]
+    fn prefetcher_reads_ahead_in_chunks() {
+        let mut p = Prefetcher::default();
+        p.observe(0, 15, 1024, 512);
+        let mut issued: Vec<std::ops::Range<u64>> = Vec::new();
+        for read in 1..200u64 {
+            let (first, last) = (read * 16, read * 16 + 15);
+            if let Some(r) = p.observe(first, last, 1024, 512) {
+                assert!(
+                    r.end <= last + 1 + 1024,
+                    "beyond the distance: {r:?} at {last}"
+                );
+                let distance = ((read + 1) * 16 * 2).min(1024);
+                assert!(
+                    r.end - r.start >= 512.min(distance / 2),
+                    "a piece of {r:?} at read {read}"
+                );
+                issued.push(r);
+            }
+        }
+        for pair in issued.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start, "each block once, none left out");
+        }
+        // 13 pieces growing to 512 blocks, where a chunk of one block issues one at
+        // nearly every one of the 199 reads.
+        assert!(issued.len() <= 16, "few large pieces: {issued:?}");
+        assert!(
+            issued.last().unwrap().end > 199 * 16,
+            "the stream stays ahead"
+        );
     }
 }

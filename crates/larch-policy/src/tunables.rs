@@ -75,6 +75,8 @@ pub struct TunableDefaults {
     pub nbd_idle_yield: bool,
     /// `mrc_sample` (larch's).
     pub mrc_sample: bool,
+    /// `object_read_around`, bytes (larch's).
+    pub object_read_around: u64,
 }
 
 /// The defaults.
@@ -107,4 +109,5 @@ pub const DEFAULTS: TunableDefaults = TunableDefaults {
     write_partial_defer: true,
     nbd_idle_yield: true,
     mrc_sample: true,
+    object_read_around: 0,
 };

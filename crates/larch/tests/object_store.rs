@@ -611,6 +611,36 @@ fn round_trip_restart_and_warm_l2(gw: &Gateway) {
         promtool.wait_with_output().unwrap(),
         "promtool check metrics",
     );
+    // The Analytics page's history has the volume's object-store series (its "Object
+    // stores" section draws them), with the live bytes of what was written.
+    let catalog = common::http_get(addr, "/api/v1/catalog");
+    for id in [
+        "object/vol/gets",
+        "object/vol/put_bytes",
+        "object/vol/stored_bytes",
+    ] {
+        assert!(
+            catalog.contains(&format!("\"{id}\"")),
+            "{id} not in {catalog}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = common::http_get(addr, "/api/v1/series?ids=object/vol/live_bytes");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let live = json["series"]["object/vol/live_bytes"]
+            .as_array()
+            .and_then(|v| v.iter().rev().find_map(|x| x.as_f64()));
+        if live.is_some_and(|b| b >= (1 << 20) as f64) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no live bytes in the history: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     daemon.stop();
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -274,11 +274,16 @@ impl ObjectVolume {
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
         let (refs, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
         let root_first = self.options.hazard == Hazard::RootFirst;
+        // Segments and the map's objects go up at the same time, each kind with its own
+        // bound: only the root must wait for them all, and a round of map uploads after
+        // the segments would add one more request time to every commit.
         let mut uploads = Some((jobs, map_jobs));
         let upload = |uploads: &mut Option<(Vec<_>, Vec<_>)>| -> io::Result<()> {
-            let (jobs, page_jobs) = uploads.take().expect("uploaded once");
-            self.upload_all(jobs, segments_at_once)?;
-            self.upload_all(page_jobs, self.options.uploads.max(1))
+            let (jobs, map_jobs) = uploads.take().expect("uploaded once");
+            self.upload_together(
+                (jobs, segments_at_once),
+                (map_jobs, self.options.uploads.max(1)),
+            )
         };
         if !root_first {
             upload(&mut uploads)?;
@@ -736,6 +741,33 @@ impl ObjectVolume {
             block = page_end;
         }
         holes
+    }
+
+    /// The blocks of `window` around `block` (which it holds) whose records sit next to
+    /// `block`'s in its segment, in the same order: one ranged GET reads them all. Just
+    /// `block` when it is a hole.
+    pub(super) fn record_neighbours_segments(&self, block: u64, window: Range<u64>) -> Range<u64> {
+        let map = self.map.read().expect("map lock");
+        let blocks = map.blocks();
+        let ptr = blocks.get(block);
+        if !ptr.exists() {
+            return block..block + 1;
+        }
+        let next_to = |b: u64, slot: i64| {
+            let p = blocks.get(b);
+            p.exists() && p.segment() == ptr.segment() && i64::from(p.slot) == slot
+        };
+        let mut start = block;
+        while start > window.start
+            && next_to(start - 1, i64::from(ptr.slot) - (block - start + 1) as i64)
+        {
+            start -= 1;
+        }
+        let mut end = block + 1;
+        while end < window.end && next_to(end, i64::from(ptr.slot) + (end - block) as i64) {
+            end += 1;
+        }
+        start..end
     }
 
     /// The live share of a segments volume: bytes of records the map's segments hold, and

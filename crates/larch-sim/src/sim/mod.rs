@@ -701,7 +701,7 @@ impl Run<'_> {
                 let volumes = self.prefetchers.len() as u64;
                 let v = (r.first_block.min(ads_blocks - 1) * volumes / ads_blocks) as usize;
                 if let Some(ahead) =
-                    self.prefetchers[v].observe(r.first_block, last, self.prefetch_blocks)
+                    self.prefetchers[v].observe(r.first_block, last, self.prefetch_blocks, 1)
                 {
                     let volume_blocks = self.cfg.volume_bytes / u64::from(self.cfg.block_bytes);
                     let end = ahead.end.min(volume_blocks);
