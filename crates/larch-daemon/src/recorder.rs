@@ -376,6 +376,33 @@ fn item_readings<T>(
     }
 }
 
+/// The readings and heat maps of the pool's items: each volume (and its object store's
+/// series when it has one), each cache device, the log device.
+fn pool_items<'r>(
+    report: &'r PoolReport,
+    readings: &mut Vec<SeriesReading>,
+    heats: &mut Vec<(String, String, &'r LatencyReport)>,
+) {
+    for v in &report.volumes {
+        let n = &v.name;
+        item_readings(v, n, n, VOLUME_FIELDS, readings);
+        if v.object.is_some() {
+            item_readings(v, n, n, OBJECT_FIELDS, readings);
+        }
+        item_heats(v, n, n, VOLUME_LATENCIES, heats);
+    }
+    for d in &report.cache_devices {
+        let (g, name) = (format!("{:016x}", d.guid), file_name(&d.path));
+        item_readings(d, &g, &name, DEVICE_FIELDS, readings);
+        item_heats(d, &g, &name, DEVICE_LATENCIES, heats);
+    }
+    if let Some(l) = &report.log_device {
+        let (g, name) = (format!("{:016x}", l.guid), file_name(&l.path));
+        item_readings(l, &g, &name, LOG_FIELDS, readings);
+        item_heats(l, &g, &name, LOG_LATENCIES, heats);
+    }
+}
+
 /// The latency histograms of one item that the history shows, named as in
 /// [`item_readings`].
 fn item_heats<'r, T>(
@@ -530,24 +557,7 @@ impl Recorder {
                 reading,
             ));
         }
-        for v in &report.volumes {
-            let n = &v.name;
-            item_readings(v, n, n, VOLUME_FIELDS, &mut readings);
-            if v.object.is_some() {
-                item_readings(v, n, n, OBJECT_FIELDS, &mut readings);
-            }
-            item_heats(v, n, n, VOLUME_LATENCIES, &mut heats);
-        }
-        for d in &report.cache_devices {
-            let (g, name) = (format!("{:016x}", d.guid), file_name(&d.path));
-            item_readings(d, &g, &name, DEVICE_FIELDS, &mut readings);
-            item_heats(d, &g, &name, DEVICE_LATENCIES, &mut heats);
-        }
-        if let Some(l) = &report.log_device {
-            let (g, name) = (format!("{:016x}", l.guid), file_name(&l.path));
-            item_readings(l, &g, &name, LOG_FIELDS, &mut readings);
-            item_heats(l, &g, &name, LOG_LATENCIES, &mut heats);
-        }
+        pool_items(report, &mut readings, &mut heats);
         let switch = report.tunables.get("l2arc_enabled").copied().unwrap_or(1);
         readings.push((
             "pool/l2arc_enabled".to_string(),

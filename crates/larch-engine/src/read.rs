@@ -91,8 +91,11 @@ impl Reader {
                 Looked::Lead(led) => {
                     let mut all = vec![led];
                     if !prefetch && all[0].l2.is_none() {
-                        all.extend(self.around(vol, &(block..block + 1)));
-                        all.sort_unstable_by_key(|l| l.block);
+                        let around = self.around(vol, &(block..block + 1));
+                        if !around.is_empty() {
+                            all.extend(around);
+                            all.sort_unstable_by_key(|l| l.block);
+                        }
                     }
                     let at = all.iter().position(|l| l.block == block);
                     let mut answers = self.read_led(vol, all).await;
@@ -130,9 +133,11 @@ impl Reader {
         // Only a read that goes to the store brings blocks around it (an L2 hit does not).
         if !prefetch && led.iter().any(|(_, l)| l.l2.is_none()) {
             let around = self.around(vol, &blocks);
-            led.extend(around.into_iter().map(|l| (usize::MAX, l)));
-            // In block order, so that the run's blocks and those around it are one read.
-            led.sort_unstable_by_key(|(_, l)| l.block);
+            if !around.is_empty() {
+                led.extend(around.into_iter().map(|l| (usize::MAX, l)));
+                // In block order, so that the run's blocks and those around it are one read.
+                led.sort_unstable_by_key(|(_, l)| l.block);
+            }
         }
         let (places, led): (Vec<usize>, Vec<Led>) = led.into_iter().unzip();
         for (i, answer) in places.into_iter().zip(self.read_led(vol, led).await) {

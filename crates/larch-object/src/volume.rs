@@ -1913,15 +1913,8 @@ impl ObjectVolume {
         jobs: Vec<impl Future<Output = io::Result<()>> + Send + 'static>,
         limit: usize,
     ) -> io::Result<()> {
-        let written: io::Result<Vec<()>> = self.run(async move {
-            stream::iter(jobs)
-                .buffer_unordered(limit)
-                .try_collect()
-                .await
-        });
-        written
-            .map(drop)
-            .map_err(|err| self.lost_to_another().unwrap_or(err))
+        let none: Vec<futures_util::future::Ready<io::Result<()>>> = Vec::new();
+        self.upload_together((jobs, limit), (none, 1))
     }
 
     /// [`ObjectVolume::upload_all`] of two lists at the same time, each with its own

@@ -753,19 +753,20 @@ impl ObjectVolume {
         if !ptr.exists() {
             return block..block + 1;
         }
-        let next_to = |b: u64, slot: i64| {
+        // Whether block `b`'s record is record `slot` of `block`'s segment.
+        let at = |b: u64, slot: u32| {
             let p = blocks.get(b);
-            p.exists() && p.segment() == ptr.segment() && i64::from(p.slot) == slot
+            p.exists() && p.segment() == ptr.segment() && p.slot == slot
         };
-        let mut start = block;
-        while start > window.start
-            && next_to(start - 1, i64::from(ptr.slot) - (block - start + 1) as i64)
-        {
+        let (mut start, mut first) = (block, ptr.slot);
+        while start > window.start && first > 0 && at(start - 1, first - 1) {
             start -= 1;
+            first -= 1;
         }
-        let mut end = block + 1;
-        while end < window.end && next_to(end, i64::from(ptr.slot) + (end - block) as i64) {
+        let (mut end, mut last) = (block + 1, ptr.slot);
+        while end < window.end && last < u32::MAX && at(end, last + 1) {
             end += 1;
+            last += 1;
         }
         start..end
     }
