@@ -25,11 +25,20 @@
 //! - `bmap/PPPPPPPP-SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: a **block-map page**: for
 //!   [`PAGE_BLOCKS`] consecutive blocks, a [`BlockPtr`] each (segment, record, checksum;
 //!   none: the block is a hole and reads as zeros).
+//! - `bidx/LL-PPPPPPPP-SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: an **index page** of level `L`:
+//!   the refs (number, commit, checksum) of the pages of level `L - 1` (level 0: the
+//!   block-map pages) numbered `P * INDEX_FANOUT ..`, those that exist. With index pages
+//!   the map is a tree, as ZFS's indirect blocks make one: the root names the pages of
+//!   its top level `levels` (at most [`ROOT_PAGES_MAX`] for the volume's size), so its
+//!   size no longer grows with the volume's, and a checkpoint rewrites only the index
+//!   pages above the block-map pages it writes. A root of `levels` 0 names the block-map
+//!   pages itself (every root before index pages existed; a writer moves such a volume
+//!   to the tree at its next checkpoint).
 //! - `blog/SSSSSSSSSSSSSSSS-TTTTTTTTTTTTTTTT`: a **map log**: the pointers commit `S`
 //!   changed, block by block. A commit writes its log instead of the pages it changes;
 //!   every [`MAX_MAP_LOGS`]th or so (a checkpoint) writes the pages the logs since the
 //!   last checkpoint changed instead, and the root then names no log. The map is the
-//!   root's pages with its logs applied in order.
+//!   tree's block-map pages with the root's logs applied in order.
 //!
 //! The root and the map pages are **envelopes**: a 32-byte header (magic, version, kind,
 //! body length, xxh3-64 of the body) and the body (JSON for the root, so a person can
@@ -47,6 +56,24 @@ pub const PAGE_OBJECTS: u64 = 4096;
 /// Blocks one block-map page covers (a segments volume): 1,024, as one of ZFS's 128 KiB
 /// indirect blocks holds 1,024 block pointers.
 pub const PAGE_BLOCKS: u64 = 1024;
+
+/// Pages of the level below one index page names at most.
+pub const INDEX_FANOUT: u64 = 1024;
+
+/// Pages a segments volume's root names at most once it is written by a writer that
+/// knows index pages: its top level is the lowest with no more pages than this.
+pub const ROOT_PAGES_MAX: u64 = 1024;
+
+/// Levels of index pages a root may have (three cover the largest volume of the smallest
+/// blocks: 2^41 blocks of 512 bytes are 2^31 block-map pages, 2 pages at level 3).
+pub const MAX_TREE_LEVELS: u8 = 4;
+
+/// Bytes of one page ref in an index page: number, commit, token, checksum.
+pub const INDEX_REF_BYTES: usize = 32;
+
+/// Bytes of the largest index page object.
+pub const INDEX_PAGE_BYTES_MAX: u64 =
+    ENVELOPE_HEADER as u64 + INDEX_FANOUT * INDEX_REF_BYTES as u64;
 
 /// Bytes of one [`BlockPtr`] in a block-map page.
 pub const BLOCK_PTR_BYTES: usize = 40;
@@ -117,6 +144,8 @@ pub enum Kind {
     BlockPage = 4,
     /// A map log of a segments volume.
     BlockLog = 5,
+    /// An index page of a segments volume's tree of map pages.
+    IndexPage = 6,
 }
 
 /// How a volume lays its blocks out on the store.
@@ -180,6 +209,9 @@ pub enum BodyError {
     /// A block pointer names a record outside its segment, or has bits no pointer has.
     #[error("a block pointer out of range")]
     BadPointer,
+    /// An index page names a page outside its span, out of order, or of no commit.
+    #[error("a page ref out of range or out of order")]
+    BadRef,
 }
 
 /// What is wrong with a block's record ([`verify_record`], [`build_object`]).
@@ -261,23 +293,9 @@ pub enum RootError {
     /// Map logs where none may be, too many, out of order, or of impossible sizes.
     #[error("map logs out of order, out of range or too many")]
     BadLogs,
-    /// A new segments volume's root could grow past [`MAX_ROOT_BYTES`].
-    #[error(
-        "a volume of {size_bytes} bytes in blocks of {block_bytes} bytes has {pages} block-map \
-         pages, and its root would grow to {largest} bytes once all are written, more than \
-         the {MAX_ROOT_BYTES} a reader accepts: use larger blocks (--volblocksize) or \
-         --layout objects"
-    )]
-    SegmentRootTooLarge {
-        /// The volume's size.
-        size_bytes: u64,
-        /// The volume's block size.
-        block_bytes: u32,
-        /// Block-map pages of the volume.
-        pages: u64,
-        /// Bytes of its largest root.
-        largest: u64,
-    },
+    /// More levels of index pages than any volume needs, or any in an objects volume.
+    #[error("{0} levels of index pages (at most {MAX_TREE_LEVELS}, in a segments volume only)")]
+    Levels(u8),
     /// A new volume's root could grow past [`MAX_ROOT_BYTES`] ([`Root::check_new`]).
     #[error(
         "a volume of {size_bytes} bytes in objects of {object_bytes} bytes has {pages} map \
@@ -319,6 +337,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::LocalState => "local volume state",
         Kind::BlockPage => "block-map page",
         Kind::BlockLog => "map log",
+        Kind::IndexPage => "index page",
     }
 }
 
@@ -430,8 +449,13 @@ pub struct Root {
     pub committed_by: u64,
     /// When (ms since the Unix epoch).
     pub committed_ms: u64,
-    /// The map pages of the last commit (pages never written are absent).
+    /// The map pages of the last commit at level `levels` of its tree (pages never
+    /// written are absent): the map pages themselves at level 0, index pages above.
     pub pages: Vec<PageRef>,
+    /// Levels of index pages above a segments volume's block-map pages (0: none, the
+    /// root names the block-map pages).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub levels: u8,
     /// A segments volume's map logs since its last checkpoint, oldest first: applied to
     /// the pages in this order, they make the map.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -453,6 +477,7 @@ impl Root {
             committed_by: 0,
             committed_ms: 0,
             pages: Vec::new(),
+            levels: 0,
             logs: Vec::new(),
             lease: Lease::default(),
         }
@@ -499,9 +524,13 @@ impl Root {
                 return Err(RootError::Counter { what, value: n });
             }
         }
+        // Index pages only in a segments volume, and no more levels than any size needs.
+        if self.levels > MAX_TREE_LEVELS || (self.levels > 0 && self.format != Format::Segments) {
+            return Err(RootError::Levels(self.levels));
+        }
         // Pages in range and strictly ascending: a root names at most the pages the
-        // volume's size needs, so the map it loads is bounded by the size too.
-        let pages = self.pages_max();
+        // volume's size needs at its level, so the map it loads is bounded by the size too.
+        let pages = self.pages_at(self.levels);
         if self
             .pages
             .iter()
@@ -545,14 +574,6 @@ impl Root {
         if largest <= MAX_ROOT_BYTES {
             return Ok(());
         }
-        if self.format == Format::Segments {
-            return Err(RootError::SegmentRootTooLarge {
-                size_bytes: self.size_bytes,
-                block_bytes: self.block_bytes,
-                pages: self.pages_max(),
-                largest,
-            });
-        }
         Err(RootError::RootTooLarge {
             size_bytes: self.size_bytes,
             object_bytes: u64::from(self.object_blocks) * u64::from(self.block_bytes),
@@ -563,7 +584,7 @@ impl Root {
         })
     }
 
-    /// Map pages of the volume: a root names at most this many.
+    /// Map pages of the volume (data objects' map pages, or block-map pages).
     fn pages_max(&self) -> u64 {
         match self.format {
             Format::Objects => self.objects().div_ceil(PAGE_OBJECTS),
@@ -571,15 +592,35 @@ impl Root {
         }
     }
 
-    /// Bytes of the largest root of this geometry: every map page named, every number at
-    /// its widest, and a lease owner's name of [`OWNER_BYTES_MAX`] bytes. Every entry of
-    /// the page list encodes to the same length here, so the size is that of a root with
-    /// one page plus the others' share.
+    /// Pages of the volume's tree at `level` (0: its map pages; above, index pages of
+    /// [`INDEX_FANOUT`] refs each): a root of that many levels names at most this many.
+    pub fn pages_at(&self, level: u8) -> u64 {
+        (0..level).fold(self.pages_max(), |pages, _| pages.div_ceil(INDEX_FANOUT))
+    }
+
+    /// The levels of index pages a writer gives this volume's tree: the fewest with at
+    /// most [`ROOT_PAGES_MAX`] pages at the top (none for the objects format).
+    pub fn tree_levels(&self) -> u8 {
+        if self.format != Format::Segments {
+            return 0;
+        }
+        (0..MAX_TREE_LEVELS)
+            .find(|&level| self.pages_at(level) <= ROOT_PAGES_MAX)
+            .unwrap_or(MAX_TREE_LEVELS)
+    }
+
+    /// Bytes of the largest root of this geometry as a writer writes it: every page of
+    /// its top level ([`Root::tree_levels`]) named, every number at its widest, and a
+    /// lease owner's name of [`OWNER_BYTES_MAX`] bytes. Every entry of the page list
+    /// encodes to the same length here, so the size is that of a root with one page plus
+    /// the others' share.
     pub fn largest_bytes(&self) -> u64 {
-        let pages = self.pages_max().max(1);
+        let levels = self.tree_levels();
+        let pages = self.pages_at(levels).max(1);
         let widest = |count: usize| {
             let mut root = self.clone();
             let counter = COUNTER_LIMIT - 1;
+            root.levels = levels;
             root.commit_seq = counter;
             root.committed_by = counter;
             root.committed_ms = u64::MAX;
@@ -772,6 +813,92 @@ pub fn block_page_name(page: u64, version: Version) -> String {
         "bmap/{page:08x}-{:016x}-{:016x}",
         version.seq, version.token
     )
+}
+
+/// The name of index page `page` of level `level` as written by `version`.
+pub fn index_page_name(level: u8, page: u64, version: Version) -> String {
+    format!(
+        "bidx/{level:02x}-{page:08x}-{:016x}-{:016x}",
+        version.seq, version.token
+    )
+}
+
+/// Parses an index page's name (after the prefix), only in the form the volume writes,
+/// into its level, number and version.
+pub fn parse_index_name(name: &str) -> Option<(u8, u64, Version)> {
+    let mut parts = name.strip_prefix("bidx/")?.split('-');
+    let level = u8::from_str_radix(parts.next()?, 16).ok()?;
+    let page = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let token = u64::from_str_radix(parts.next()?, 16).ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    let version = Version { seq, token };
+    (index_page_name(level, page, version) == name).then_some((level, page, version))
+}
+
+/// Encodes an index page: the refs of the pages below it that exist, ascending.
+pub fn encode_index_page(entries: &[PageRef]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(entries.len() * INDEX_REF_BYTES);
+    for r in entries {
+        body.extend_from_slice(&r.page.to_le_bytes());
+        body.extend_from_slice(&r.version.seq.to_le_bytes());
+        body.extend_from_slice(&r.version.token.to_le_bytes());
+        body.extend_from_slice(&r.checksum.to_le_bytes());
+    }
+    seal(Kind::IndexPage, &body)
+}
+
+/// Decodes an index page whose body must have checksum `checksum` and whose refs must
+/// name pages in `span` (the pages of the level below that it covers), strictly
+/// ascending, each of a commit (a page never written is absent, not named), one at least
+/// and at most [`INDEX_FANOUT`].
+pub fn decode_index_page(
+    bytes: &[u8],
+    checksum: u64,
+    span: std::ops::Range<u64>,
+) -> Result<Vec<PageRef>, LayoutError> {
+    let body = open(Kind::IndexPage, bytes)?;
+    if xxh3_64(body) != checksum {
+        return Err(LayoutError::Checksum(
+            "index page (not the one its parent names)",
+        ));
+    }
+    let count = body.len() / INDEX_REF_BYTES;
+    if body.len() % INDEX_REF_BYTES != 0 || count == 0 || count as u64 > INDEX_FANOUT {
+        return Err(LayoutError::Parse(
+            "index page",
+            BodyError::PageLength(body.len()),
+        ));
+    }
+    let mut out: Vec<PageRef> = Vec::with_capacity(count);
+    for c in body.chunks_exact(INDEX_REF_BYTES) {
+        let long = |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().expect("8 bytes"));
+        let r = PageRef {
+            page: long(0),
+            version: Version {
+                seq: long(8),
+                token: long(16),
+            },
+            checksum: long(24),
+        };
+        let fits = span.contains(&r.page)
+            && r.version.exists()
+            && r.version.seq < COUNTER_LIMIT
+            && r.version.token < COUNTER_LIMIT
+            && out.last().is_none_or(|last| last.page < r.page);
+        if !fits {
+            return Err(LayoutError::Parse("index page", BodyError::BadRef));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// For serde: a field left out when zero.
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// The name of the map log commit `version` wrote.
@@ -1296,37 +1423,85 @@ mod segment_tests {
         root
     }
 
-    /// The largest segments volume (in GiB) of a block size whose root fits.
-    fn largest_gib(block_bytes: u32) -> u64 {
-        let (mut low, mut high) = (1u64, MAX_VOLUME_BYTES >> 30);
-        while low < high {
-            let mid = (low + high).div_ceil(2);
-            if segments(mid << 30, block_bytes).check_new().is_ok() {
-                low = mid;
-            } else {
-                high = mid - 1;
-            }
+    /// With index pages, a segments volume of any block size may be as large as any
+    /// volume (1 PiB), its root stays small (the top level names at most 1,024 pages, and
+    /// room for the most map logs), and the tree is as shallow as the size allows: none up
+    /// to 1,024 block-map pages, one level to 2^20, two to 2^30, three beyond.
+    #[test]
+    fn index_pages_bound_the_root_whatever_the_size() {
+        for block_bytes in [512u32, 4096, 16384, 131072] {
+            let root = segments(MAX_VOLUME_BYTES, block_bytes);
+            root.check_new().expect("the largest volume fits");
+            assert!(root.largest_bytes() < 256 << 10, "{}", root.largest_bytes());
         }
-        low
+        let levels = |size: u64, bs: u32| segments(size, bs).tree_levels();
+        assert_eq!(levels(4 << 30, 4096), 0); // 1,024 pages
+        assert_eq!(levels((4 << 30) + 4096, 4096), 1);
+        assert_eq!(levels(4 << 40, 4096), 1); // 2^20 pages
+        assert_eq!(levels(16 << 40, 4096), 2);
+        assert_eq!(levels(MAX_VOLUME_BYTES, 512), 3);
+        let mut flat = segments(4 << 40, 4096);
+        assert_eq!(flat.pages_at(1), 1024);
+        flat.levels = MAX_TREE_LEVELS + 1;
+        assert!(Root::decode(&flat.encode()).is_err());
+        // Index pages only in a segments volume, and a top level's pages in its range.
+        let mut objects = Root::new(7, 4 << 40, 4096, 128);
+        objects.levels = 1;
+        assert!(Root::decode(&objects.encode()).is_err());
+        let mut wide = segments(4 << 40, 4096);
+        wide.levels = 1;
+        wide.pages = vec![PageRef {
+            page: 1024,
+            version: Version { seq: 1, token: 1 },
+            checksum: 0,
+        }];
+        assert!(Root::decode(&wide.encode()).is_err());
+        wide.pages[0].page = 1023;
+        let back = Root::decode(&wide.encode()).expect("in range");
+        assert_eq!(back.levels, 1);
+        // A root without index pages says nothing of them (as roots before them).
+        let plain = String::from_utf8(segments(1 << 30, 4096).encode()[32..].to_vec()).unwrap();
+        assert!(!plain.contains("levels"));
     }
 
-    /// The bound docs/object-store.md states: about 1.46 TiB in 4 KiB blocks, 2.9 TiB in
-    /// 8 KiB, 5.8 TiB in 16 KiB (larch's default) and 46.7 TiB in 128 KiB (a root names
-    /// every page, and room for the most map logs); and the error says what to do.
     #[test]
-    fn a_segments_root_bounds_the_volume_by_its_block_size() {
-        assert_eq!(largest_gib(4096), 1493);
-        assert_eq!(largest_gib(8192), 2987);
-        assert_eq!(largest_gib(16384), 5975);
-        assert_eq!(largest_gib(131072), 47802);
-        let err = segments(2000 << 30, 4096)
-            .check_new()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("--volblocksize") && err.contains("--layout objects"),
-            "{err}"
+    fn index_pages_round_trip_and_refuse_bad_refs() {
+        let r = |page, seq| PageRef {
+            page,
+            version: Version { seq, token: 3 },
+            checksum: page * 7,
+        };
+        let refs = vec![r(1024, 5), r(1030, 9), r(2047, 1)];
+        let sealed = encode_index_page(&refs);
+        let sum = page_checksum(&sealed);
+        assert_eq!(decode_index_page(&sealed, sum, 1024..2048).unwrap(), refs);
+        // Another checksum than its parent names, a span it does not fit, refs out of
+        // order, a ref of no commit, no refs, another kind: refused.
+        assert!(decode_index_page(&sealed, sum ^ 1, 1024..2048).is_err());
+        assert!(decode_index_page(&sealed, sum, 1024..2047).is_err());
+        assert!(decode_index_page(&sealed, sum, 0..1024).is_err());
+        for bad in [
+            vec![r(1030, 9), r(1024, 5)],
+            vec![r(1024, 5), r(1024, 6)],
+            vec![r(1024, 0)],
+            vec![],
+        ] {
+            let sealed = encode_index_page(&bad);
+            assert!(decode_index_page(&sealed, page_checksum(&sealed), 1024..2048).is_err());
+        }
+        let page = encode_block_page(&vec![BlockPtr::default(); PAGE_BLOCKS as usize]);
+        assert!(decode_index_page(&page, page_checksum(&page), 0..2048).is_err());
+        // Names parse back only in their own form.
+        let v = Version {
+            seq: 0x42,
+            token: 7,
+        };
+        assert_eq!(parse_index_name(&index_page_name(2, 9, v)), Some((2, 9, v)));
+        assert_eq!(
+            parse_index_name("bidx/2-00000009-0000000000000042-0000000000000007"),
+            None
         );
+        assert_eq!(parse_index_name(&block_page_name(9, v)), None);
     }
 
     #[test]

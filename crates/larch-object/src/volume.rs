@@ -30,10 +30,12 @@ use crate::layout::{self, Format, PAGE_OBJECTS, Root, Version};
 
 mod follower;
 mod segments;
+mod tree;
 
 pub use follower::Followed;
 
 use segments::BlockMap;
+use tree::{Tree, TreeEdit};
 
 /// How an object-backed volume behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,10 +336,12 @@ pub struct ObjectStats {
     pub last_commit_us: AtomicU64,
 }
 
-/// The commit state: the root as last written or read, and its version on the store.
+/// The commit state: the root as last written or read, its version on the store, and the
+/// tree of map pages it names.
 struct RootState {
     root: Root,
     etag: UpdateVersion,
+    tree: Tree,
 }
 
 /// How a root write ended when it did not fail.
@@ -363,7 +367,8 @@ enum LogEdit {
 
 /// What a commit's root no longer names.
 struct Superseded {
-    pages: Vec<layout::PageRef>,
+    /// Pages of the tree, with their levels (0: map pages; above: index pages).
+    pages: Vec<(u8, layout::PageRef)>,
     logs: Vec<layout::LogRef>,
 }
 
@@ -545,6 +550,7 @@ struct Opening<'a> {
     options: Options,
     sink: StateSink,
     map: Map,
+    tree: Tree,
     token: u64,
     lease_until: Instant,
     stale_after: u64,
@@ -902,7 +908,7 @@ impl ObjectVolume {
             local.token = root.committed_by;
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
-        let map = load_map(&handle, &store, &prefix, display, &root)?;
+        let (map, tree) = load_map(&handle, &store, &prefix, display, &root)?;
         let volume = ObjectVolume::assemble(Opening {
             store,
             prefix,
@@ -912,6 +918,7 @@ impl ObjectVolume {
             options,
             sink,
             map,
+            tree,
             token,
             lease_until: started + options.lease,
             stale_after: if foreign { local.seen_seq } else { u64::MAX },
@@ -946,6 +953,7 @@ impl ObjectVolume {
             state: Mutex::new(RootState {
                 root: o.root,
                 etag: o.etag,
+                tree: o.tree,
             }),
             map: Arc::new(RwLock::new(o.map)),
             staged: Mutex::new(BTreeMap::new()),
@@ -1026,9 +1034,10 @@ impl ObjectVolume {
         self.committed_seq.load(Ordering::Acquire)
     }
 
-    /// Bytes the map takes in memory.
+    /// Bytes the map takes in memory (its pointers, and the refs of its tree's pages).
     pub fn map_bytes(&self) -> u64 {
-        self.map.read().expect("map lock").bytes()
+        let tree = self.state.lock().expect("state lock").tree.bytes();
+        self.map.read().expect("map lock").bytes() + tree
     }
 
     /// Whether this node's intent-log record of this volume from TXG `txg` must be dropped
@@ -1720,8 +1729,9 @@ impl ObjectVolume {
         // Map pages are 64 KiB each, whatever the object size: as many at once as allowed.
         self.upload_all(page_jobs, self.options.uploads.max(1))?;
         // 3. The commit point: the root; the map follows it under the same hold of `state`.
+        let edit = TreeEdit::flat(refs);
         let Some(superseded) =
-            self.commit_root(base_seq, version.seq, refs, LogEdit::Keep, |map| {
+            self.commit_root(base_seq, version.seq, edit, LogEdit::Keep, |map| {
                 let map = map.objects_mut();
                 for (page, entries) in pages {
                     map.pages.insert(page, entries.into_boxed_slice());
@@ -1739,7 +1749,7 @@ impl ObjectVolume {
             superseded
                 .pages
                 .iter()
-                .map(|p| layout::page_name(p.page, p.version)),
+                .map(|(_, p)| layout::page_name(p.page, p.version)),
         );
         Ok(Some(Committed {
             seq: version.seq,
@@ -1767,23 +1777,22 @@ impl ObjectVolume {
         })
     }
 
-    /// The commit point of commit `seq` on top of `base_seq`: the root naming the map pages
-    /// `refs` in place of the ones they replace, written conditionally on the version this
-    /// node last wrote. `state` is held from here on only (renewals went on during the
-    /// uploads), and `apply` updates the map under it once the root landed. Returns the
-    /// page refs superseded; `None` when the base moved (a late commit of this run's was
-    /// found meanwhile) and the commit must be built again.
+    /// The commit point of commit `seq` on top of `base_seq`: the root naming the top of
+    /// the tree `edit` leaves (the pages it writes in place of the ones they replace),
+    /// written conditionally on the version this node last wrote. `state` is held from
+    /// here on only (renewals went on during the uploads), and `apply` updates the map
+    /// under it once the root landed. Returns the page refs superseded; `None` when the
+    /// base moved (a late commit of this run's was found meanwhile) and the commit must be
+    /// built again.
     fn commit_root(
         &self,
         base_seq: u64,
         seq: u64,
-        refs: Vec<layout::PageRef>,
+        edit: TreeEdit,
         log: LogEdit,
         apply: impl FnOnce(&mut Map),
     ) -> io::Result<Option<Superseded>> {
         let mut state = self.state.lock().expect("state lock");
-        let written: std::collections::BTreeSet<u64> = refs.iter().map(|r| r.page).collect();
-        let changed = |page: u64| written.contains(&page);
         for _ in 0..3 {
             // Nothing is committed once the run stopped: after a release, another node may
             // own the volume, and this node must not extend a lease it gave up.
@@ -1794,15 +1803,14 @@ impl ObjectVolume {
                 return Ok(None);
             }
             let mut root = state.root.clone();
-            let superseded: Vec<layout::PageRef> = root
-                .pages
-                .iter()
-                .filter(|p| changed(p.page))
-                .copied()
-                .collect();
-            root.pages.retain(|p| !changed(p.page));
-            root.pages.extend(refs.iter().copied());
-            root.pages.sort_unstable_by_key(|p| p.page);
+            let superseded = if edit.is_empty() {
+                Vec::new()
+            } else {
+                let (top, superseded) = state.tree.after(&edit);
+                root.pages = top;
+                root.levels = edit.depth;
+                superseded
+            };
             let logs = match log {
                 LogEdit::Keep => Vec::new(),
                 LogEdit::Append(next) => {
@@ -1824,6 +1832,9 @@ impl ObjectVolume {
             }
             self.committed_seq.store(seq, Ordering::Release);
             *self.lease_until.lock().expect("lease lock") = lease_started + self.options.lease;
+            if !edit.is_empty() {
+                state.tree.apply(&edit);
+            }
             apply(&mut self.map.write().expect("map lock"));
             return Ok(Some(Superseded {
                 pages: superseded,
@@ -2157,10 +2168,13 @@ impl ObjectVolume {
         }
         if now.commit_seq != state.root.commit_seq
             || now.pages != state.root.pages
+            || now.levels != state.root.levels
             || now.logs != state.root.logs
         {
-            let map = load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
+            let (map, tree) =
+                load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
             *self.map.write().expect("map lock") = map;
+            state.tree = tree;
             self.committed_seq.store(now.commit_seq, Ordering::Release);
         }
         state.root = now;
@@ -2307,12 +2321,12 @@ impl ObjectVolume {
     /// the map's 16, and to gather all the garbage before deleting any.)
     fn collect_garbage(&self, batch: usize) {
         let batch = batch.max(1);
-        // The page refs of the root at this open, copied: the map pages are judged by
-        // them, as before. A page this run supersedes later stays named here; the commit
-        // that superseded it deletes it. 32 bytes per 4096 data objects.
-        let (pages, logs) = {
+        // The tree of map pages of the root at this open, copied: the map and index pages
+        // are judged by it. A page this run supersedes later stays named here; the
+        // commit that superseded it deletes it. 32 bytes a page.
+        let (tree, logs) = {
             let state = self.state.lock().expect("state lock");
-            (state.root.pages.clone(), state.root.logs.clone())
+            (state.tree.clone(), state.root.logs.clone())
         };
         let map = Arc::clone(&self.map);
         let store = Arc::clone(&self.store);
@@ -2330,7 +2344,7 @@ impl ObjectVolume {
         let stop = Arc::clone(&self.stop);
         let display = self.display.clone();
         let task = self.handle.spawn(async move {
-            for dir in ["data", "map", "seg", "bmap", "blog"] {
+            for dir in ["data", "map", "seg", "bmap", "bidx", "blog"] {
                 let listing = ObjPath::from(format!("{prefix}{dir}"));
                 let mut found = store.list(Some(&listing));
                 let mut doomed: Vec<ObjPath> = Vec::new();
@@ -2362,7 +2376,7 @@ impl ObjectVolume {
                     listed += 1;
                     let full: &str = meta.location.as_ref();
                     let name = full.strip_prefix(listed_prefix.as_str()).unwrap_or(full);
-                    if !is_garbage(name, token, &pages, &logs, &map) {
+                    if !is_garbage(name, token, &tree, &logs, &map) {
                         continue;
                     }
                     garbage += 1;
@@ -2538,22 +2552,22 @@ fn acquire(
     )))
 }
 
-/// Reads and checks every map page the root names.
+/// Reads and checks the tree of map pages the root names and every map page in it.
 fn load_map(
     handle: &tokio::runtime::Handle,
     store: &Arc<dyn ObjectStore>,
     prefix: &str,
     display: &str,
     root: &Root,
-) -> io::Result<Map> {
+) -> io::Result<(Map, Tree)> {
     let format = root.format;
     let (size, kind) = match format {
         Format::Objects => (layout::PAGE_BYTES, "map page"),
         Format::Segments => (layout::BLOCK_PAGE_BYTES, "block-map page"),
     };
-    let jobs: Vec<_> = root
-        .pages
-        .iter()
+    let (tree, _, _) = tree::read_tree(handle, store, prefix, display, root, &Tree::default())?;
+    let jobs: Vec<_> = tree
+        .leaves()
         .map(|p| {
             let store = Arc::clone(store);
             let name = match format {
@@ -2616,7 +2630,7 @@ fn load_map(
             apply_log(blocks, &log, display)?;
         }
     }
-    Ok(map)
+    Ok((map, tree))
 }
 
 /// One map log read from the store: its name and entries.
@@ -2690,8 +2704,8 @@ enum PageEntries {
 const GC_BATCH: usize = 1000;
 
 /// Whether `name`, a key listed under the volume's prefix (the prefix taken off), is
-/// garbage to a run of token `token` whose root at open named `pages` (ascending, as every
-/// root's are) and whose map is `map`: a data object or map page of an earlier run (a
+/// garbage to a run of token `token` whose root at open named the tree of map pages `tree`
+/// and whose map is `map`: a data object, map page or index page of an earlier run (a
 /// smaller token) that the root at open does not name.
 ///
 /// A data object is judged by the map as it is now, under its read lock for just this
@@ -2706,17 +2720,20 @@ const GC_BATCH: usize = 1000;
 /// named is ever deleted.
 ///
 /// A name counts as named only in the exact form the volume writes (`data_name`,
-/// `page_name`), as when the names were compared as strings: a key that parses but is
+/// `page_name`, `index_page_name`), as when the names were compared as strings: a key that parses but is
 /// written otherwise (upper-case hex, other widths) is never read, and is garbage as
 /// before. A key that does not parse (another volume's under this prefix, anything else
 /// stored there) is never garbage.
 fn is_garbage(
     name: &str,
     token: u64,
-    pages: &[layout::PageRef],
+    tree: &Tree,
     logs: &[layout::LogRef],
     map: &RwLock<Map>,
 ) -> bool {
+    if let Some((level, page, version)) = layout::parse_index_name(name) {
+        return version.token < token && !tree.names(level, page, version);
+    }
     if let Some(version) = layout::parse_log_name(name) {
         // A map log of an earlier run is named while the root at open names it (a later
         // checkpoint of this run deletes it itself).
@@ -2740,10 +2757,7 @@ fn is_garbage(
         } else {
             layout::block_page_name(number, version)
         };
-        pages
-            .binary_search_by_key(&number, |p| p.page)
-            .is_ok_and(|at| pages[at].version == version)
-            && written == name
+        tree.names(0, number, version) && written == name
     } else {
         let lock = map.read().expect("map lock");
         let Map::Objects(objects) = &*lock else {
@@ -3033,7 +3047,13 @@ mod tests {
                 checksum: 0,
             },
         ];
-        let judge = |name: &str| is_garbage(name, token, &pages, &[], &map);
+        let index = layout::PageRef {
+            page: 0,
+            version: v(4, 3),
+            checksum: 0,
+        };
+        let tree = Tree::of(&[&pages, &[index]]);
+        let judge = |name: &str| is_garbage(name, token, &tree, &[], &map);
         let data = |object, version| layout::data_name(object, version);
         let page = |number, version| layout::page_name(number, version);
         // Named by the map or the root: kept.
@@ -3041,6 +3061,12 @@ mod tests {
         assert!(!judge(&data(10, v(3, 2))));
         assert!(!judge(&page(0, v(3, 2))));
         assert!(!judge(&page(2, v(4, 3))));
+        // Index pages: the tree's kept, another version or level of them garbage, a
+        // later run's never.
+        assert!(!judge(&layout::index_page_name(1, 0, v(4, 3))));
+        assert!(judge(&layout::index_page_name(1, 0, v(3, 3))));
+        assert!(judge(&layout::index_page_name(2, 0, v(4, 3))));
+        assert!(!judge(&layout::index_page_name(1, 0, v(9, 6))));
         // Earlier tokens' versions no one names, of written objects, of objects never
         // written (the page is absent too), of pages: garbage.
         assert!(judge(&data(1, v(2, 2))));

@@ -563,3 +563,160 @@ fn checkpoints_fold_the_map_logs_into_pages() {
     again.release().unwrap();
     follower.release().unwrap();
 }
+
+/// The root of the volume under `vols/a/`.
+fn root_of(store: &Arc<dyn ObjectStore>) -> Root {
+    let store = Arc::clone(store);
+    let bytes = rt().block_on(async move {
+        store
+            .get(&Path::from("vols/a/larch-volume"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    });
+    Root::decode(&bytes).unwrap()
+}
+
+/// Blocks of a volume whose map needs a level of index pages: 3,072 block-map pages.
+const TREE_BLOCKS: u64 = 3 * 1024 * 1024;
+
+/// A large volume's map is a tree: its checkpoints write the index pages above the
+/// block-map pages they write and no other, the root names the index pages, superseded
+/// ones are deleted, a follower reads only the index and block-map pages that changed,
+/// and an open reads the tree back.
+#[test]
+fn a_large_volumes_map_is_a_tree_of_index_pages() {
+    let store = new_volume(TREE_BLOCKS, 8);
+    let opts = Options {
+        map_log_commits: 0,
+        ..options(0)
+    };
+    let writer = open(&store, opts);
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    // Block-map pages 0, 1,500 and 3,000: under index pages 0, 1 and 2.
+    let first = [5u64, 1500 * 1024 + 7, 3000 * 1024 + 9];
+    writer
+        .stage_blocks(first.map(|b| (b, block_of(1))))
+        .unwrap();
+    writer.flush().unwrap();
+    let all = names(&store);
+    assert_eq!(under(&all, "bmap").len(), 3, "{all:?}");
+    assert_eq!(under(&all, "bidx").len(), 3, "{all:?}");
+    assert!(
+        under(&all, "blog").is_empty(),
+        "every commit checkpoints: {all:?}"
+    );
+    let root = root_of(&store);
+    assert_eq!(root.levels, 1);
+    assert_eq!(
+        root.pages.iter().map(|p| p.page).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    follower.follow().unwrap();
+    for b in first {
+        assert_eq!(read(&follower, b), vec![1u8; BS], "block {b}");
+    }
+    // A block in page 1,501: one block-map page and the index page above it.
+    writer.stage_blocks([(1501 * 1024, block_of(2))]).unwrap();
+    writer.flush().unwrap();
+    let all = settle(&store, "bidx", 3);
+    assert_eq!(
+        under(&all, "bidx").len(),
+        3,
+        "the old index page 1 is gone: {all:?}"
+    );
+    assert_eq!(under(&all, "bmap").len(), 4, "{all:?}");
+    let root = root_of(&store);
+    let seq = writer.commit_seq();
+    assert_eq!(
+        root.pages.iter().map(|p| p.version.seq).collect::<Vec<_>>(),
+        [seq - 1, seq, seq - 1]
+    );
+    let before = gets(&follower);
+    assert_eq!(follower.follow().unwrap().changed_blocks, 1);
+    assert_eq!(
+        gets(&follower) - before,
+        2,
+        "index page 1 and block-map page 1,501"
+    );
+    assert_eq!(read(&follower, 1501 * 1024), vec![2u8; BS]);
+    assert_eq!(read(&follower, first[1]), vec![1u8; BS]);
+    // A restart (no release) reads the tree back.
+    drop(writer);
+    let again = open(&store, opts);
+    for b in first {
+        assert_eq!(read(&again, b), vec![1u8; BS], "block {b}");
+    }
+    assert_eq!(read(&again, 1501 * 1024), vec![2u8; BS]);
+    assert_eq!(read(&again, 1501 * 1024 + 1), vec![0u8; BS]);
+    again.release().unwrap();
+    follower.release().unwrap();
+}
+
+/// A volume whose root names its block-map pages itself (as every root did before
+/// index pages) opens and reads back; its writer's next checkpoint moves it to the tree.
+#[test]
+fn a_root_without_index_pages_opens_and_moves_to_the_tree() {
+    let store = new_volume(TREE_BLOCKS, 8);
+    let opts = Options {
+        map_log_commits: 0,
+        ..options(0)
+    };
+    let blocks = [3u64, 1100 * 1024, 2200 * 1024 + 5];
+    let writer = open(&store, opts);
+    writer
+        .stage_blocks(blocks.map(|b| (b, block_of(4))))
+        .unwrap();
+    writer.flush().unwrap();
+    writer.release().unwrap();
+    // Flatten it: the root names the block-map pages, and no index page exists.
+    let mut root = root_of(&store);
+    let mut leaves = Vec::new();
+    for index in &root.pages {
+        let name = layout::index_page_name(1, index.page, index.version);
+        let s = Arc::clone(&store);
+        let path = Path::from(format!("vols/a/{name}"));
+        let bytes =
+            rt().block_on(async move { s.get(&path).await.unwrap().bytes().await.unwrap() });
+        let span = index.page * 1024..(index.page + 1) * 1024;
+        leaves.extend(layout::decode_index_page(&bytes, index.checksum, span).unwrap());
+        let s = Arc::clone(&store);
+        let path = Path::from(format!("vols/a/{name}"));
+        rt().block_on(async move { s.delete(&path).await.unwrap() });
+    }
+    root.levels = 0;
+    root.pages = leaves;
+    let s = Arc::clone(&store);
+    rt().block_on(async move {
+        s.put(
+            &Path::from("vols/a/larch-volume"),
+            PutPayload::from(root.encode()),
+        )
+        .await
+        .unwrap()
+    });
+    assert!(under(&names(&store), "bidx").is_empty());
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    let writer = open(&store, opts);
+    for b in blocks {
+        assert_eq!(read(&writer, b), vec![4u8; BS], "block {b}");
+        assert_eq!(read(&follower, b), vec![4u8; BS], "follower, block {b}");
+    }
+    writer.stage_blocks([(7, block_of(5))]).unwrap();
+    writer.flush().unwrap();
+    let root = root_of(&store);
+    assert_eq!(root.levels, 1);
+    assert_eq!(under(&names(&store), "bidx").len(), 3);
+    follower.follow().unwrap();
+    for (b, byte) in [(7, 5u8), (blocks[1], 4), (blocks[2], 4), (8, 0)] {
+        assert_eq!(read(&follower, b), vec![byte; BS], "follower, block {b}");
+    }
+    drop(writer);
+    let again = open(&store, opts);
+    assert_eq!(read(&again, blocks[2]), vec![4u8; BS]);
+    assert_eq!(read(&again, 7), vec![5u8; BS]);
+    again.release().unwrap();
+    follower.release().unwrap();
+}

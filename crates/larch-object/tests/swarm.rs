@@ -12,11 +12,13 @@
 //!
 //! Every fault is decided by a hash of the seed, the request and how many times that
 //! request was made before, and commits upload one object at a time, so a seed replays
-//! the same run. Two tests break an ordering rule on purpose (`Hazard`) and show that the
+//! the same run. A second swarm (300 seeds by default) spreads its blocks over a volume
+//! whose map is a tree of index pages, one block-map page each. Two tests break an ordering rule on purpose (`Hazard`) and show that the
 //! swarm finds the break within a few hundred seeds.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -263,11 +265,29 @@ impl std::ops::AddAssign for Coverage {
     }
 }
 
-/// One swarm run's outcome: `Err` says what went wrong and at which step.
-fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
+/// How far apart the swarm's blocks lie in a volume whose map is a tree of index pages:
+/// each in a block-map page of its own (1,024 blocks each), 16 under each index page, so
+/// that a checkpoint writes index pages and a crash can fall between them.
+const TREE_SPREAD: u64 = 64 * 1024;
+
+/// Reads the swarm's blocks `first..first + count`, `spread` volume blocks apart.
+fn read_spread(vol: &ObjectVolume, first: u64, count: u64, spread: u64) -> io::Result<Vec<Bytes>> {
+    if spread == 1 {
+        return vol.read_blocks(first, count);
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    for b in first..first + count {
+        out.extend(vol.read_blocks(b * spread, 1)?);
+    }
+    Ok(out)
+}
+
+/// One swarm run's outcome: `Err` says what went wrong and at which step. The swarm's
+/// `BLOCKS` blocks lie `spread` blocks apart in the volume.
+fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> {
     let mut seen = Coverage::default();
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut root = Root::new(0x5a, BLOCKS * BS as u64, BS as u32, PER_SEGMENT);
+    let mut root = Root::new(0x5a, BLOCKS * spread * BS as u64, BS as u32, PER_SEGMENT);
     root.format = Format::Segments;
     larch_object::create(&memory, "v/", "mem://v", &root).map_err(|e| e.to_string())?;
     let chaos = Arc::new(Decider {
@@ -321,7 +341,7 @@ fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
         Err(last)
     };
     let image_of = |vol: &ObjectVolume| -> Result<Image, String> {
-        let blocks = vol.read_blocks(0, BLOCKS).map_err(|e| e.to_string())?;
+        let blocks = read_spread(vol, 0, BLOCKS, spread).map_err(|e| e.to_string())?;
         blocks
             .iter()
             .enumerate()
@@ -389,7 +409,7 @@ fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
             let first = next(BLOCKS);
             let count = (1 + next(3)).min(BLOCKS - first);
             let byte = if next(5) == 0 { 0 } else { 1 + next(255) as u8 };
-            vol.stage_blocks((first..first + count).map(|b| (b, block_of(byte))))
+            vol.stage_blocks((first..first + count).map(|b| (b * spread, block_of(byte))))
                 .map_err(|e| format!("{trail}{step}: staging: {e}"))?;
             for b in first..first + count {
                 current[b as usize] = byte;
@@ -398,7 +418,7 @@ fn run_seed(seed: u64, hazard: Hazard) -> Result<Coverage, String> {
         } else if roll < 70 {
             let first = next(BLOCKS);
             let count = (1 + next(6)).min(BLOCKS - first);
-            if let Ok(blocks) = vol.read_blocks(first, count) {
+            if let Ok(blocks) = read_spread(&vol, first, count, spread) {
                 for (b, data) in (first..).zip(blocks) {
                     let want = current[b as usize];
                     if data.iter().any(|&x| x != want) {
@@ -462,17 +482,31 @@ fn seeds(default: u64) -> std::ops::Range<u64> {
 /// Every seed keeps every acknowledged commit and never serves a wrong byte.
 #[test]
 fn commits_and_repacks_survive_faults_and_crashes() {
+    swarm(seeds(1000), 1);
+}
+
+/// The same with a map that is a tree of index pages.
+#[test]
+fn commits_to_a_tree_of_map_pages_survive_faults_and_crashes() {
+    swarm(seeds(300), TREE_SPREAD);
+}
+
+/// Runs `seeds` with the swarm's blocks `spread` apart; fails on any failing seed, or
+/// when many seeds did not reach every case.
+fn swarm(seeds: std::ops::Range<u64>, spread: u64) {
     let mut failures = Vec::new();
     let mut seen = Coverage::default();
-    let seeds = seeds(1000);
     let many = seeds.end - seeds.start >= 100;
     for seed in seeds {
-        match run_seed(seed, Hazard::None) {
+        match run_seed(seed, Hazard::None, spread) {
             Ok(run) => seen += run,
             Err(why) => {
                 failures.push(seed);
                 if failures.len() == 1 {
-                    eprintln!("seed {seed} failed (SWARM_SEED={seed} replays it):\n{why}");
+                    eprintln!(
+                        "seed {seed} (blocks {spread} apart) failed (SWARM_SEED={seed} \
+                         replays it):\n{why}"
+                    );
                 }
             }
         }
@@ -493,7 +527,7 @@ fn commits_and_repacks_survive_faults_and_crashes() {
 
 /// The first seed (of at most `most`) that finds `hazard`, if any does.
 fn first_catch(hazard: Hazard, most: u64) -> Option<(u64, String)> {
-    (0..most).find_map(|seed| run_seed(seed, hazard).err().map(|why| (seed, why)))
+    (0..most).find_map(|seed| run_seed(seed, hazard, 1).err().map(|why| (seed, why)))
 }
 
 /// The swarm catches a root written before the segments and pages it names.

@@ -16,7 +16,6 @@
 //! Nothing a follower caches can be newer than the store, and a restart distrusts every
 //! cached copy of a block whose pointer is newer than the last commit it recorded.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,7 +27,7 @@ use object_store::path::Path as ObjPath;
 
 use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, WholeGetError,
-    apply_log, get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker,
+    apply_log, get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
 };
 use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
 
@@ -80,7 +79,7 @@ impl ObjectVolume {
         }
         refuse_root(&root, &local, options, display)?;
         let local = local.for_volume(&root);
-        let map = load_map(&handle, &store, &prefix, display, &root)?;
+        let (map, tree) = load_map(&handle, &store, &prefix, display, &root)?;
         let seen = local.seen_seq;
         let volume = ObjectVolume::assemble(Opening {
             store,
@@ -91,6 +90,7 @@ impl ObjectVolume {
             options,
             sink,
             map,
+            tree,
             token: 0,
             lease_until: Instant::now(),
             // Copies made before this open are trusted only for blocks no commit after
@@ -151,7 +151,10 @@ impl ObjectVolume {
                 self.display
             )));
         };
-        let known = self.state.lock().expect("state lock").root.clone();
+        let (known, known_tree) = {
+            let state = self.state.lock().expect("state lock");
+            (state.root.clone(), state.tree.clone())
+        };
         if root.volume != known.volume
             || root.format != known.format
             || root.block_bytes != known.block_bytes
@@ -175,22 +178,31 @@ impl ObjectVolume {
             }));
         }
         // Only new map logs after the ones it applied (no checkpoint since): those are
-        // read and applied. Otherwise the pages whose refs changed are read and swapped in
-        // (a checkpoint rewrote every page a log had changed), then every log the root
-        // names applied.
-        let logs_only = root.pages == known.pages && root.logs.starts_with(&known.logs);
-        let (wanted, new_logs): (Vec<layout::PageRef>, &[layout::LogRef]) = if logs_only {
-            (Vec::new(), &root.logs[known.logs.len()..])
+        // read and applied. Otherwise the tree's pages whose refs changed are read, its
+        // block-map pages swapped in (a checkpoint rewrote every page a log had changed),
+        // then every log the root names applied.
+        let logs_only = root.pages == known.pages
+            && root.levels == known.levels
+            && root.logs.starts_with(&known.logs);
+        let (tree, wanted, new_logs) = if logs_only {
+            (None, Vec::new(), &root.logs[known.logs.len()..])
         } else {
-            let before: BTreeMap<u64, layout::PageRef> =
-                known.pages.iter().map(|p| (p.page, *p)).collect();
-            let wanted = root
-                .pages
-                .iter()
-                .filter(|p| before.get(&p.page) != Some(*p))
-                .copied()
-                .collect();
-            (wanted, &root.logs[..])
+            let read = tree::read_tree(
+                &self.handle,
+                &self.store,
+                &self.prefix,
+                &self.display,
+                &root,
+                &known_tree,
+            );
+            let (tree, wanted, index_reads) = match read {
+                Ok(read) => read,
+                // Superseded and deleted since the root was read: read the root again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            self.stats.gets.fetch_add(index_reads, Ordering::Relaxed);
+            (Some(tree), wanted, &root.logs[..])
         };
         let Some(pages) = self.read_block_pages(&wanted)? else {
             return Ok(None);
@@ -217,6 +229,9 @@ impl ObjectVolume {
             let mut state = self.state.lock().expect("state lock");
             state.root = root;
             state.etag = etag;
+            if let Some(tree) = tree {
+                state.tree = tree;
+            }
         }
         self.committed_seq.store(seq, Ordering::Release);
         if let Some(watcher) = self.commit_watcher.get() {

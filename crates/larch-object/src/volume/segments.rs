@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt};
 use object_store::ObjectStoreExt;
 
-use super::{Committed, Hazard, LogEdit, ObjectVolume, store_error, uploads_at_once};
+use super::{Committed, Hazard, LogEdit, ObjectVolume, TreeEdit, store_error, uploads_at_once};
 use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
 
 /// Bytes one block pointer takes in memory.
@@ -272,7 +272,7 @@ impl ObjectVolume {
         let checkpoint = !pointers.is_empty()
             && (base_logs >= self.options.map_log_commits as usize
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
-        let (refs, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
+        let (edit, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
         let root_first = self.options.hazard == Hazard::RootFirst;
         // Segments and the map's objects go up at the same time, each kind with its own
         // bound: only the root must wait for them all, and a round of map uploads after
@@ -290,7 +290,7 @@ impl ObjectVolume {
         }
         // 3. The root; the map follows it under the same hold of `state`.
         let mut dead: Vec<SegmentId> = Vec::new();
-        let Some(superseded) = self.commit_root(base_seq, version.seq, refs, log, |map| {
+        let Some(superseded) = self.commit_root(base_seq, version.seq, edit, log, |map| {
             let blocks = map.blocks_mut();
             for &(block, ptr) in &pointers {
                 dead.extend(blocks.set(block, ptr));
@@ -313,12 +313,10 @@ impl ObjectVolume {
         s.segments_freed
             .fetch_add(dead.len() as u64, Ordering::Relaxed);
         let mut garbage: Vec<String> = dead.into_iter().map(layout::segment_name).collect();
-        garbage.extend(
-            superseded
-                .pages
-                .iter()
-                .map(|p| layout::block_page_name(p.page, p.version)),
-        );
+        garbage.extend(superseded.pages.iter().map(|&(level, p)| match level {
+            0 => layout::block_page_name(p.page, p.version),
+            _ => layout::index_page_name(level, p.page, p.version),
+        }));
         garbage.extend(
             superseded
                 .logs
@@ -402,19 +400,16 @@ impl ObjectVolume {
 
     /// The map's share of commit `version` with `pointers` (in block order): its map log;
     /// or, at a `checkpoint`, the block-map pages every log since the last checkpoint and
-    /// this commit changed, each a new object. Returns the page refs, what the root does
-    /// with its logs, and the uploads.
+    /// this commit changed, each a new object, and the index pages above them
+    /// (`tree::Tree::edit`). Returns what the commit writes into the tree, what the root
+    /// does with its logs, and the uploads.
     #[allow(clippy::type_complexity)]
     fn map_uploads(
         &self,
         pointers: &[(u64, BlockPtr)],
         version: layout::Version,
         checkpoint: bool,
-    ) -> (
-        Vec<layout::PageRef>,
-        LogEdit,
-        Vec<BoxFuture<'static, io::Result<()>>>,
-    ) {
+    ) -> (TreeEdit, LogEdit, Vec<BoxFuture<'static, io::Result<()>>>) {
         if checkpoint {
             let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
             let map = self.map.read().expect("map lock");
@@ -429,17 +424,29 @@ impl ObjectVolume {
                     .or_insert_with(|| blocks.page_entries(page))
                     [(block % PAGE_BLOCKS) as usize] = ptr;
             }
+            drop(map);
             let (refs, jobs) = self.page_uploads(
                 &pages,
                 version,
                 layout::encode_block_page,
                 layout::block_page_name,
             );
-            let jobs = jobs.into_iter().map(FutureExt::boxed).collect();
-            return (refs, LogEdit::Clear, jobs);
+            let mut jobs: Vec<_> = jobs.into_iter().map(FutureExt::boxed).collect();
+            // The base's tree: `commit_root` refuses the commit if the base moved since.
+            let (edit, index) = self.state.lock().expect("state lock").tree.edit(
+                refs,
+                self.geometry.tree_levels(),
+                version,
+            );
+            jobs.extend(
+                index
+                    .into_iter()
+                    .map(|page| self.put_job(page.name, page.bytes).boxed()),
+            );
+            return (edit, LogEdit::Clear, jobs);
         }
         if pointers.is_empty() {
-            return (Vec::new(), LogEdit::Keep, Vec::new());
+            return (TreeEdit::default(), LogEdit::Keep, Vec::new());
         }
         let sealed = layout::encode_block_log(pointers);
         let next = layout::LogRef {
@@ -450,7 +457,7 @@ impl ObjectVolume {
         let job = self
             .put_job(layout::block_log_name(version), sealed)
             .boxed();
-        (Vec::new(), LogEdit::Append(next), vec![job])
+        (TreeEdit::default(), LogEdit::Append(next), vec![job])
     }
 
     /// The upload of segment `id` holding `blocks` (in order). Its body is built when the
