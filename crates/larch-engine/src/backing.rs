@@ -534,6 +534,24 @@ impl BackingStore {
         }
     }
 
+    /// Why [`BackingStore::resize`] from `from` to `to` bytes would be refused, when that
+    /// is known without trying: a volume on an object store that cannot grow to `to`
+    /// (or would shrink). Files and devices say so only when resized.
+    pub fn check_resize(&self, _from: u64, to: u64) -> io::Result<()> {
+        match self.object() {
+            Some(vol) => vol.check_grow(to),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a resize's new size is recorded before the store is resized rather than
+    /// after: an object-store volume, whose open completes a grow it finds recorded but
+    /// not made (a file or device is resized first: a size recorded past its end would
+    /// not open).
+    pub fn records_size_first(&self) -> bool {
+        self.object().is_some()
+    }
+
     /// The object-store volume under it, if it is one.
     pub fn object(&self) -> Option<&Arc<ObjectVolume>> {
         match &self.media {
@@ -649,16 +667,15 @@ impl BackingStore {
     /// than its volume after a crash): a file is cut at `from` and extended, a block
     /// device (or in-process device) has that range zeroed and refuses to grow past its
     /// own size. Shrinking, a file is cut at `to`; a device keeps its bytes (nothing reads
-    /// past the volume's end). An object-store volume is refused: its size is in its root
-    /// on the store, which larch does not rewrite (yet).
+    /// past the volume's end). A volume on an object store grows by a root write with the
+    /// new size (segments layout only) and never shrinks ([`ObjectVolume::grow`]); its
+    /// size should be recorded before ([`BackingStore::records_size_first`]).
     pub fn resize(&self, from: u64, to: u64) -> io::Result<()> {
         let file = match &self.media {
-            Media::Object(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "a volume on an object store cannot be resized: its size is recorded in \
-                     its root on the store, which larch does not rewrite",
-                ));
+            Media::Object(vol) => {
+                vol.grow(to)?;
+                self.size_bytes.store(to, Ordering::Release);
+                return Ok(());
             }
             Media::File(m) => Some(&m.file),
             Media::Device(_) => None,

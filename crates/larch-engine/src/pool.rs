@@ -85,6 +85,11 @@ pub struct VolumeConfig {
     /// size is trusted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_size_bytes: Option<u64>,
+    /// For a volume on an object store: a grow to this size recorded before the daemon
+    /// wrote the volume's root with it (`larch volume set NAME volsize=...`), cleared once
+    /// that write succeeded. An open takes a root of either size and completes the grow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_grow_bytes: Option<u64>,
 }
 
 impl VolumeConfig {
@@ -173,6 +178,7 @@ fn open_object_backing(
         // otherwise (a pool.json edited, or another volume at that address) is refused.
         block_bytes: Some(v.volblocksize),
         size_bytes: v.object_size_bytes,
+        grow_to: v.object_grow_bytes,
         ..larch_object::Options::default()
     };
     // A read-only volume follows the node that writes it (no lease; see docs/object-store.md).
@@ -425,6 +431,7 @@ pub fn create_demo(state_dir: &Path, sizes: DemoSizes) -> io::Result<PoolConfig>
             local: BTreeSet::new(),
             s3: None,
             object_size_bytes: None,
+            object_grow_bytes: None,
         }],
         cache_devices: vec![CacheDeviceConfig {
             path: cache,

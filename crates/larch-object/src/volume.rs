@@ -74,8 +74,13 @@ pub struct Options {
     /// refused at open, before its map is read (a root's size bounds the map pages it may
     /// name, so a damaged or hostile one could otherwise make the open read and hold far
     /// more than the volume needs). `None`: the root's (the engine keeps no size of its
-    /// own: `larch volume add` adopts the store's).
+    /// own: `larch volume add` adopts the store's). A follower also takes a root that is
+    /// larger (its writer grew the volume).
     pub size_bytes: Option<u64>,
+    /// A grow of a segments volume to this size that the caller recorded before making
+    /// it ([`ObjectVolume::grow`]), which may or may not have reached the store: a root of
+    /// either size is taken, and an open of one of `size_bytes` completes the grow.
+    pub grow_to: Option<u64>,
 }
 
 impl Options {
@@ -164,6 +169,7 @@ impl Default for Options {
             map_log_commits: MAP_LOG_COMMITS,
             block_bytes: None,
             size_bytes: None,
+            grow_to: None,
         }
     }
 }
@@ -485,7 +491,12 @@ pub struct ObjectVolume {
     display: String,
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
+    /// The root at open without its pages and logs: the volume's id, block size, object
+    /// size and format, which never change. Its size is the size at open: a segments
+    /// volume grows ([`ObjectVolume::grow`]), and `size` holds its size now.
     geometry: Root,
+    /// The volume's size in bytes now.
+    size: AtomicU64,
     node: String,
     token: u64,
     options: Options,
@@ -928,6 +939,15 @@ impl ObjectVolume {
             etag,
             follower: false,
         });
+        // A grow its caller recorded that had not reached the store: completed before
+        // anything is served.
+        if let Some(size) = options.grow_to.filter(|&s| s > volume.size_bytes()) {
+            volume.grow(size)?;
+            eprintln!(
+                "larch: {display}: grown to {size} bytes at open (a grow that was recorded \
+                 but had not reached the store)"
+            );
+        }
         volume.collect_garbage(GC_BATCH);
         spawn_renewer(&volume);
         Ok(volume)
@@ -937,13 +957,17 @@ impl ObjectVolume {
     fn assemble(o: Opening<'_>) -> Arc<ObjectVolume> {
         let handle = o.runtime.handle().clone();
         let opened_commit = (o.root.commit_seq, o.root.committed_by);
+        let mut geometry = o.root.clone();
+        geometry.pages = Vec::new();
+        geometry.logs = Vec::new();
         Arc::new(ObjectVolume {
             store: o.store,
             prefix: o.prefix,
             display: o.display.to_string(),
             handle,
             runtime: Some(o.runtime),
-            geometry: o.root.clone(),
+            size: AtomicU64::new(geometry.size_bytes),
+            geometry,
             node: o.node.to_string(),
             token: o.token,
             options: o.options,
@@ -983,7 +1007,72 @@ impl ObjectVolume {
 
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.geometry.size_bytes
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// The geometry with the volume's size now.
+    fn sized(&self) -> Root {
+        let mut root = self.geometry.clone();
+        root.size_bytes = self.size_bytes();
+        root
+    }
+
+    /// Grows a segments volume to `size_bytes` (the blocks added read as zeros): a root
+    /// write with the new size, conditional like every other. An objects volume keeps its
+    /// size (its data objects hold fixed runs of blocks, the last one's cut at the old
+    /// end); a volume never shrinks here. A caller that records the size (the engine's
+    /// `pool.json`) records it first: an open that finds the root smaller than the size
+    /// it is given completes the grow.
+    pub fn grow(&self, size_bytes: u64) -> io::Result<()> {
+        self.check_grow(size_bytes)?;
+        if size_bytes == self.size_bytes() {
+            return Ok(());
+        }
+        let mut state = self.state.lock().expect("state lock");
+        if let Some(why) = self.stop_reason() {
+            return Err(io::Error::other(why));
+        }
+        self.rewrite_root(&mut state, |root| root.size_bytes = size_bytes)?;
+        self.size.store(size_bytes, Ordering::Release);
+        Ok(())
+    }
+
+    /// Why [`ObjectVolume::grow`] would refuse `size_bytes`, if it would (without writing
+    /// anything): a follower, a lost lease, the objects layout, a smaller size, a size
+    /// no root may have.
+    pub fn check_grow(&self, size_bytes: u64) -> io::Result<()> {
+        self.check_usable()?;
+        self.check_writable()?;
+        let now = self.size_bytes();
+        if size_bytes == now {
+            return Ok(());
+        }
+        if self.geometry.format != Format::Segments {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{}: a volume of the objects layout keeps its size (each data object                      holds a fixed run of blocks); copy it to a new volume of the segments                      layout to grow it (docs/object-store.md)",
+                    self.display
+                ),
+            ));
+        }
+        if size_bytes < now {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{}: a volume on an object store does not shrink ({now} bytes, {size_bytes}                      asked for); copy the part to keep to a new, smaller volume",
+                    self.display
+                ),
+            ));
+        }
+        let mut grown = self.sized();
+        grown.size_bytes = size_bytes;
+        grown.check_new().map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: {why}", self.display),
+            )
+        })
     }
 
     /// The geometry as the root gives it.
@@ -1455,9 +1544,10 @@ impl ObjectVolume {
     pub fn stage_blocks(&self, blocks: impl IntoIterator<Item = (u64, Bytes)>) -> io::Result<()> {
         self.check_writable()?;
         let blocks: Vec<(u64, Bytes)> = blocks.into_iter().collect();
+        let geometry = self.sized();
         if let Some((block, data)) = blocks
             .iter()
-            .find(|(block, data)| !self.geometry.block_len_fits(*block, data.len()))
+            .find(|(block, data)| !geometry.block_len_fits(*block, data.len()))
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -1467,7 +1557,7 @@ impl ObjectVolume {
                     self.display,
                     data.len(),
                     self.block_bytes(),
-                    self.geometry.block_len(*block)
+                    geometry.block_len(*block)
                 ),
             ));
         }
@@ -2416,7 +2506,16 @@ impl Drop for ObjectVolume {
 /// Refuses a root the caller cannot use (before anything is taken or written): blocks of
 /// another size than `options.block_bytes`, another size than `options.size_bytes`, or a
 /// commit older than the last one this node saw (the store went back in time).
-fn refuse_root(root: &Root, local: &LocalState, options: Options, display: &str) -> io::Result<()> {
+/// Why a node must not use `root` (`Err`), judged by what it knows of the volume (`local`,
+/// `options`) before anything of it is read past the root. `follower`: the node follows
+/// the volume (a root larger than the size it knows is its writer's grow).
+fn refuse_root(
+    root: &Root,
+    local: &LocalState,
+    options: Options,
+    display: &str,
+    follower: bool,
+) -> io::Result<()> {
     if let Some(expected) = options.block_bytes
         && root.block_bytes != expected
     {
@@ -2430,8 +2529,16 @@ fn refuse_root(root: &Root, local: &LocalState, options: Options, display: &str)
             ),
         ));
     }
+    // A grow the caller recorded, made or not; or one the writer made since this
+    // follower recorded the size.
+    let grew = |expected: u64| {
+        root.format == Format::Segments
+            && (options.grow_to == Some(root.size_bytes)
+                || (follower && root.size_bytes > expected))
+    };
     if let Some(expected) = options.size_bytes
         && root.size_bytes != expected
+        && !grew(expected)
     {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -2488,7 +2595,7 @@ fn acquire(
             ));
         };
         // Before the lease is taken: a volume the caller cannot use is left as it is.
-        refuse_root(&root, local, options, display)?;
+        refuse_root(&root, local, options, display, false)?;
         let now = now_ms();
         let lease = &root.lease;
         let expired = now

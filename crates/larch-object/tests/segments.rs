@@ -720,3 +720,76 @@ fn a_root_without_index_pages_opens_and_moves_to_the_tree() {
     again.release().unwrap();
     follower.release().unwrap();
 }
+
+/// A segments volume grows while served: the new blocks read as zeros and take writes, a
+/// follower keeps following (at its size until it opens the volume again), and an open
+/// given a larger size than the root's completes a grow recorded before it reached the
+/// store. An objects volume, a shrink and a follower's grow are refused.
+#[test]
+fn a_segments_volume_grows_while_served() {
+    let store = new_volume(64, 8);
+    let writer = open(&store, options(0));
+    writer.stage_blocks([(63, block_of(1))]).unwrap();
+    writer.flush().unwrap();
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    writer.grow(128 * BS as u64).unwrap();
+    assert_eq!(writer.size_bytes(), 128 * BS as u64);
+    assert_eq!(root_of(&store).size_bytes, 128 * BS as u64);
+    assert_eq!(read(&writer, 100), vec![0u8; BS]);
+    writer.stage_blocks([(100, block_of(2))]).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(read(&writer, 100), vec![2u8; BS]);
+    // The follower follows the grown volume's commits, at its own size.
+    assert_eq!(follower.follow().unwrap().changed_blocks, 1);
+    assert_eq!(follower.size_bytes(), 64 * BS as u64);
+    assert_eq!(read(&follower, 63), vec![1u8; BS]);
+    let err = follower.grow(256 * BS as u64).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+    // A follower that knew 64 blocks opens the grown volume at its new size.
+    let (again, _) = open_follower(&store, LocalState::default()).unwrap();
+    assert_eq!(again.size_bytes(), 128 * BS as u64);
+    assert_eq!(read(&again, 100), vec![2u8; BS]);
+    again.release().unwrap();
+    follower.release().unwrap();
+    // No shrink.
+    let err = writer.grow(32 * BS as u64).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Unsupported, "{err}");
+    writer.release().unwrap();
+    // An open told of a grow to 192 blocks (recorded, not yet on the store) completes
+    // it; one told of another size than the root's, and of no grow to it, refuses the
+    // root.
+    let sized = |blocks: u64, grow: Option<u64>| Options {
+        size_bytes: Some(blocks * BS as u64),
+        grow_to: grow.map(|g| g * BS as u64),
+        ..options(0)
+    };
+    let grown = open(&store, sized(128, Some(192)));
+    assert_eq!(grown.size_bytes(), 192 * BS as u64);
+    assert_eq!(root_of(&store).size_bytes, 192 * BS as u64);
+    assert_eq!(read(&grown, 100), vec![2u8; BS]);
+    grown.release().unwrap();
+    // The grow landed before its record was updated: the root's size is the grow's.
+    open(&store, sized(128, Some(192))).release().unwrap();
+    for (blocks, grow) in [(128, None), (256, None), (128, Some(256))] {
+        let err = ObjectVolume::open(
+            Arc::clone(&store),
+            "vols/a",
+            "mem://vols/a",
+            "node-a",
+            LocalState::default(),
+            sized(blocks, grow),
+            Box::new(|_| Ok(())),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+    }
+    // An objects volume keeps its size.
+    let objects: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Root::new(0x0b, 64 * BS as u64, BS as u32, 8);
+    larch_object::create(&objects, "vols/a/", "mem://vols/a", &root).unwrap();
+    let vol = open(&objects, options(0));
+    let err = vol.grow(128 * BS as u64).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("segments"), "{err}");
+    vol.release().unwrap();
+}

@@ -247,6 +247,7 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 local: Default::default(),
                 s3: None,
                 object_size_bytes: None,
+                object_grow_bytes: None,
             };
             // Values other than the defaults were set by the user: their source is local.
             volume.local =

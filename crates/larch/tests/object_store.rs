@@ -641,6 +641,66 @@ fn round_trip_restart_and_warm_l2(gw: &Gateway) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Grown while served: the daemon records the size, then writes the root with it; a
+    // new connection sees 40 MiB, the new tail reads as zeros and takes writes, and a
+    // restart serves the grown volume.
+    let out = gw
+        .larch()
+        .args(["volume", "set", "vol", "volsize=40M", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let said = ok(out, "larch volume set vol volsize=40M");
+    assert!(said.contains("volsize 32M -> 40M"), "{said}");
+    let grown = read_all(&daemon, &state.join("out3.img"));
+    assert_eq!(grown.len(), 40 << 20);
+    assert!(
+        grown[..32 << 20] == second[..],
+        "the grow changed the old blocks"
+    );
+    assert!(
+        grown[32 << 20..].iter().all(|&b| b == 0),
+        "the new tail is not zeros"
+    );
+    let out = fio(
+        &daemon.uri("vol"),
+        &[
+            "--rw=randwrite",
+            "--bs=8k",
+            "--offset=32M",
+            "--size=8M",
+            "--iodepth=8",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+        ],
+    );
+    ok(out, "fio verify over the grown tail");
+    let before = read_all(&daemon, &state.join("out4.img"));
+    daemon.stop();
+    let daemon = Daemon::start(gw, &state);
+    let after = read_all(&daemon, &state.join("out5.img"));
+    assert!(after == before, "the grown volume changed across a restart");
+    // Never shrunk.
+    let out = gw
+        .larch()
+        .args([
+            "volume",
+            "set",
+            "vol",
+            "volsize=16M",
+            "--force",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a volume on an object store shrank");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never shrinks"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     daemon.stop();
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -308,10 +308,12 @@ fn volume_at(config: &PoolConfig, name: &str) -> Result<usize, ManageError> {
 
 /// Refuses a resize of `v` from `now` to `size` bytes that the pool will not make.
 fn check_size(v: &VolumeConfig, now: u64, size: u64, force: bool) -> Result<(), ManageError> {
-    if let Some(url) = v.object_url() {
+    if let Some(url) = v.object_url()
+        && size < now
+    {
         return Err(ManageError::Refused(format!(
-            "volume {} is on an object store ({url}): its size is recorded in its root on the \
-             store, which larch does not rewrite, so it cannot be resized",
+            "volume {} is on an object store ({url}): it grows (segments layout) but never \
+             shrinks; copy what to keep to a new, smaller volume",
             v.name
         )));
     }
@@ -363,12 +365,26 @@ fn apply_running(
     let Some((_, size)) = resize else {
         return Ok(());
     };
+    let object = config.volumes[at].object_url().is_some();
     let resized = volume
         .resize(size, |size| {
-            config.volumes[at].volsize = Some(size);
+            let v = &mut config.volumes[at];
+            v.volsize = Some(size);
+            // A volume on an object store records the grow before its root has it: an
+            // open then takes a root of either size and completes the grow.
+            if object {
+                v.object_grow_bytes = Some(size);
+            }
             config.save(dir)
         })
         .map_err(|e| change_error(&name, e))?;
+    if object {
+        // The root has the size now: an open expects it and no other.
+        let v = &mut config.volumes[at];
+        v.object_size_bytes = Some(size);
+        v.object_grow_bytes = None;
+        super::save(dir, config)?;
+    }
     done.push(resized_line(&name, resized.from_bytes, resized.to_bytes));
     if resized.to_bytes < resized.from_bytes {
         done.push(format!(
@@ -403,6 +419,13 @@ fn apply_stopped(
         return super::save(dir, config);
     };
     let name = config.volumes[at].name.clone();
+    if let Some(url) = config.volumes[at].object_url() {
+        return Err(ManageError::Refused(format!(
+            "volume {name} is on an object store ({url}): it is resized by the daemon that \
+             serves it (its root on the store changes); start the pool (larch serve --http) \
+             and run this again"
+        )));
+    }
     // No process may serve the pool while a backing store changes under it.
     let _pool_lock = match target {
         Target::Files(dir) => Some(PoolLock::acquire(dir).map_err(|e| {
@@ -630,10 +653,11 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A volume on an object store shows the size `volume add` recorded and is not
-    /// resized (its size is in its root on the store); its other properties change.
+    /// A volume on an object store shows the size `volume add` recorded; a stopped pool
+    /// does not resize it (its size is in its root on the store: its daemon grows it) and
+    /// nothing shrinks it; its other properties change.
     #[test]
-    fn a_volume_on_an_object_store_is_not_resized() {
+    fn a_stopped_pool_does_not_resize_a_volume_on_an_object_store() {
         let dir = demo("object");
         let mut config = PoolConfig::load(&dir).unwrap();
         let mut object = config.volumes[0].clone();
@@ -652,8 +676,18 @@ mod tests {
         let list = vec!["volsize=128M".to_string()];
         let err = set_volume_properties(files, "objs", &list, false).unwrap_err();
         assert!(
-            matches!(err, ManageError::Refused(ref m) if m.contains("object store")),
+            matches!(err, ManageError::Refused(ref m) if m.contains("resized by the daemon")),
             "{err}"
+        );
+        let list = vec!["volsize=32M".to_string()];
+        let err = set_volume_properties(files, "objs", &list, true).unwrap_err();
+        assert!(
+            matches!(err, ManageError::Refused(ref m) if m.contains("never shrinks")),
+            "{err}"
+        );
+        assert_eq!(
+            PoolConfig::load(&dir).unwrap().volumes[1].object_size_bytes,
+            Some(64 << 20)
         );
         let list = vec!["sync=always".to_string()];
         set_volume_properties(files, "objs", &list, false).unwrap();

@@ -98,6 +98,9 @@ impl Volume {
         let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         let before = self.entry.info();
         check_resize(&before, size_bytes)?;
+        (self.entry.backing)
+            .check_resize(before.size_bytes, size_bytes)
+            .map_err(|e| self.backing_error(e))?;
         let dropped = if size_bytes >= before.size_bytes {
             self.grow(&before, size_bytes, record)?;
             Dropped::default()
@@ -124,12 +127,22 @@ impl Volume {
         size_bytes: u64,
         record: impl FnOnce(u64) -> std::io::Result<()>,
     ) -> Result<(), ChangeError> {
-        if size_bytes > before.size_bytes {
-            (self.entry.backing)
-                .resize(before.size_bytes, size_bytes)
-                .map_err(|e| self.backing_error(e))?;
+        let backing = &self.entry.backing;
+        let first = backing.records_size_first();
+        let mut record = Some(record);
+        let mut record_now = || {
+            let record = record.take().expect("recorded once");
+            record(size_bytes).map_err(ChangeError::Record)
+        };
+        if first {
+            record_now()?;
         }
-        record(size_bytes).map_err(ChangeError::Record)?;
+        if size_bytes > before.size_bytes {
+            (backing.resize(before.size_bytes, size_bytes)).map_err(|e| self.backing_error(e))?;
+        }
+        if !first {
+            record_now()?;
+        }
         self.entry.set_size_bytes(size_bytes);
         Ok(())
     }

@@ -77,7 +77,7 @@ impl ObjectVolume {
                 ),
             ));
         }
-        refuse_root(&root, &local, options, display)?;
+        refuse_root(&root, &local, options, display, true)?;
         let local = local.for_volume(&root);
         let (map, tree) = load_map(&handle, &store, &prefix, display, &root)?;
         let seen = local.seen_seq;
@@ -155,10 +155,12 @@ impl ObjectVolume {
             let state = self.state.lock().expect("state lock");
             (state.root.clone(), state.tree.clone())
         };
+        // A larger size is the writer's grow: followed (this node serves the size it
+        // opened with until it opens the volume again).
         if root.volume != known.volume
             || root.format != known.format
             || root.block_bytes != known.block_bytes
-            || root.size_bytes != known.size_bytes
+            || root.size_bytes < known.size_bytes
         {
             return Err(self.fence(format!(
                 "{}: the root now describes another volume (id {:#x}, {} bytes in {}-byte \

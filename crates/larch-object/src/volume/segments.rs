@@ -435,7 +435,7 @@ impl ObjectVolume {
             // The base's tree: `commit_root` refuses the commit if the base moved since.
             let (edit, index) = self.state.lock().expect("state lock").tree.edit(
                 refs,
-                self.geometry.tree_levels(),
+                self.sized().tree_levels(),
                 version,
             );
             jobs.extend(
@@ -469,7 +469,7 @@ impl ObjectVolume {
         blocks: Vec<Write>,
     ) -> impl Future<Output = io::Result<()>> + Send + 'static {
         let name = layout::segment_name(id);
-        let geometry = self.geometry.clone();
+        let geometry = self.sized();
         let display = self.display.clone();
         let put = self.put_body(name.clone());
         async move {
