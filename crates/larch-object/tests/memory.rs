@@ -17,28 +17,10 @@ use object_store::{
     ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
+mod common;
+use common::{get, names, put, rt};
+
 const BS: usize = 4096;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn names(store: &Arc<dyn ObjectStore>) -> Vec<String> {
-    use futures_util::StreamExt;
-    let store = Arc::clone(store);
-    rt().block_on(async move {
-        let mut out = Vec::new();
-        let mut list = store.list(None);
-        while let Some(meta) = list.next().await {
-            out.push(meta.unwrap().location.to_string());
-        }
-        out.sort();
-        out
-    })
-}
 
 /// What [`Faulty`] does to the requests that pass through it.
 #[derive(Debug, Default)]
@@ -261,18 +243,6 @@ fn faulty(memory: &Arc<dyn ObjectStore>) -> (Arc<dyn ObjectStore>, Arc<Faults>) 
         faults: Arc::clone(&faults),
     };
     (Arc::new(store), faults)
-}
-
-/// Reads `name` from `store` directly.
-fn get(store: &Arc<dyn ObjectStore>, name: &str) -> Bytes {
-    let (s, p) = (Arc::clone(store), Path::from(name));
-    rt().block_on(async move { s.get(&p).await.unwrap().bytes().await.unwrap() })
-}
-
-/// Writes `bytes` as `name` on `store` directly.
-fn put(store: &Arc<dyn ObjectStore>, name: &str, bytes: Vec<u8>) {
-    let (s, p) = (Arc::clone(store), Path::from(name));
-    rt().block_on(async move { s.put(&p, PutPayload::from(bytes)).await.unwrap() });
 }
 
 /// Makes the root's lease look long expired (what an operator's forced takeover does),

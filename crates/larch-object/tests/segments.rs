@@ -14,28 +14,10 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+mod common;
+use common::{delete, get, names, put, rt};
+
 const BS: usize = 4096;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn names(store: &Arc<dyn ObjectStore>) -> Vec<String> {
-    use futures_util::StreamExt;
-    let store = Arc::clone(store);
-    rt().block_on(async move {
-        let mut out = Vec::new();
-        let mut list = store.list(None);
-        while let Some(meta) = list.next().await {
-            out.push(meta.unwrap().location.to_string());
-        }
-        out.sort();
-        out
-    })
-}
 
 fn under<'a>(all: &'a [String], dir: &str) -> Vec<&'a String> {
     all.iter()
@@ -566,17 +548,7 @@ fn checkpoints_fold_the_map_logs_into_pages() {
 
 /// The root of the volume under `vols/a/`.
 fn root_of(store: &Arc<dyn ObjectStore>) -> Root {
-    let store = Arc::clone(store);
-    let bytes = rt().block_on(async move {
-        store
-            .get(&Path::from("vols/a/larch-volume"))
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-    });
-    Root::decode(&bytes).unwrap()
+    Root::decode(&get(store, "vols/a/larch-volume")).unwrap()
 }
 
 /// Blocks of a volume whose map needs a level of index pages: 3,072 block-map pages.
@@ -675,28 +647,18 @@ fn a_root_without_index_pages_opens_and_moves_to_the_tree() {
     let mut root = root_of(&store);
     let mut leaves = Vec::new();
     for index in &root.pages {
-        let name = layout::index_page_name(1, index.page, index.version);
-        let s = Arc::clone(&store);
-        let path = Path::from(format!("vols/a/{name}"));
-        let bytes =
-            rt().block_on(async move { s.get(&path).await.unwrap().bytes().await.unwrap() });
+        let name = format!(
+            "vols/a/{}",
+            layout::index_page_name(1, index.page, index.version)
+        );
         let span = index.page * 1024..(index.page + 1) * 1024;
+        let bytes = get(&store, &name);
         leaves.extend(layout::decode_index_page(&bytes, index.checksum, span).unwrap());
-        let s = Arc::clone(&store);
-        let path = Path::from(format!("vols/a/{name}"));
-        rt().block_on(async move { s.delete(&path).await.unwrap() });
+        delete(&store, &name);
     }
     root.levels = 0;
     root.pages = leaves;
-    let s = Arc::clone(&store);
-    rt().block_on(async move {
-        s.put(
-            &Path::from("vols/a/larch-volume"),
-            PutPayload::from(root.encode()),
-        )
-        .await
-        .unwrap()
-    });
+    put(&store, "vols/a/larch-volume", root.encode());
     assert!(under(&names(&store), "bidx").is_empty());
     let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
     let writer = open(&store, opts);
