@@ -7,9 +7,12 @@
 #
 # One Ceph RADOS Gateway (scripts/ceph-rgw, memstore OSD of 8 GiB). For each binary, on a
 # fresh bucket and pool (4 KiB blocks, the default segments layout, 64 MiB ARC):
-#   spread   WRITES random 4 KiB writes over a VOL volume (QD16, then a flush), so that
-#            most of its block-map pages (1,024 blocks each) are written;
+#   spread   WRITES random 4 KiB writes over a VOL volume (QD16, then a flush), each
+#            block once (no segment left sparse to repack), so that most of its
+#            block-map pages (1,024 blocks each) are written;
 #   reopen   the daemon restarted: the time until it serves (its open reads the map);
+#   settle   40 writes each with a flush, unmeasured: the checkpoint that writes every
+#            block-map page the spread's map logs changed comes in these;
 #   sync     SYNC_WRITES random 4 KiB writes, each followed by a flush (fio --fsync=1,
 #            QD1): every one a commit, whose root names every page (or, with index
 #            pages, the top level only). Reported: writes/s, mean and p99 latency, the
@@ -57,14 +60,14 @@ set +a
 now() { date +%s.%N; }
 root_bytes() { # BUCKET -> the size of the volume's root object
     curl -sS --fail --no-progress-meter --head --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
-        --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+        --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
         "$AWS_ENDPOINT_URL/$1/v/larch-volume" | awk -F': ' 'tolower($1) == "content-length" { print $2 + 0 }'
 }
 metric() { # NAME -> the volume's counter
     curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" |
         awk -v n="$1" '$1 == n "{volume=\"v\"}" { printf "%d", $2 }'
 }
-larch_start() { # BIN POOL -> seconds until it serves
+larch_start() { # BIN POOL; OPENED = seconds until it served
     local t0
     t0=$(now)
     "$1" serve --state-dir "$2" --listen "127.0.0.1:$NBD_PORT" --http "127.0.0.1:$HTTP_PORT" \
@@ -72,7 +75,7 @@ larch_start() { # BIN POOL -> seconds until it serves
     LARCH_PID=$!
     for _ in $(seq 6000); do
         if nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/v" >/dev/null 2>&1; then
-            awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'
+            OPENED=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
             return 0
         fi
         kill -0 "$LARCH_PID" 2>/dev/null || { log "larch serve exited"; exit 1; }
@@ -100,11 +103,16 @@ for i in "${!BINS[@]}"; do
     "$bin" pool create p --state-dir "$pool" --arc-max 64M >/dev/null
     "$bin" volume add v --backing "s3://$bucket/v" --size "$VOL" --volblocksize 4K \
         --state-dir "$pool" >/dev/null
-    larch_start "$bin" "$pool" >/dev/null
+    larch_start "$bin" "$pool"
     fio_nbd "spread-$i" --rw=randwrite --bs=4k --iodepth=16 --number_ios="$WRITES" \
-        --norandommap --randrepeat=0 --end_fsync=1
+        --randrepeat=0 --end_fsync=1
     larch_stop
-    opened=$(larch_start "$bin" "$pool")
+    larch_start "$bin" "$pool"
+    opened=$OPENED
+    # Enough commits that the checkpoint folding the spread's map logs (every block-map
+    # page it touched, written once) comes before the measured ones.
+    fio_nbd "settle-$i" --rw=randwrite --bs=4k --iodepth=1 --fsync=1 --number_ios=40 \
+        --norandommap --randrepeat=0
     p0=$(metric larch_object_puts_total) b0=$(metric larch_object_put_bytes_total)
     c0=$(metric larch_object_commits_total)
     fio_nbd "sync-$i" --rw=randwrite --bs=4k --iodepth=1 --fsync=1 --number_ios="$SYNC_WRITES" \
