@@ -4,7 +4,9 @@
 //! commit or repack (before or after it lands). After every crash the volume is opened
 //! again with the faults off and must read back exactly the last acknowledged commit or
 //! one of the commits whose flush failed (a commit is atomic); reads in between must never
-//! return bytes other than the ones written.
+//! return bytes other than the ones written. A read-only follower on the same store follows
+//! the writer now and then, across its crashes, repacks and checkpoints: each of its reads
+//! must be the bytes of the commit it has followed.
 //!
 //!     cargo test -p larch-object --test swarm                      # SWARM_SEEDS seeds (1000)
 //!     SWARM_SEEDS=20000 cargo test -p larch-object --test swarm    # a longer run
@@ -253,6 +255,9 @@ struct Coverage {
     flushes: u64,
     /// Segments read to be repacked.
     repacks: u64,
+    /// Follower reads checked, and of those the ones after a follow that moved it.
+    follower_reads: u64,
+    follower_moves: u64,
 }
 
 impl std::ops::AddAssign for Coverage {
@@ -262,6 +267,8 @@ impl std::ops::AddAssign for Coverage {
         self.failed_flushes += o.failed_flushes;
         self.flushes += o.flushes;
         self.repacks += o.repacks;
+        self.follower_reads += o.follower_reads;
+        self.follower_moves += o.follower_moves;
     }
 }
 
@@ -282,9 +289,32 @@ fn read_spread(vol: &ObjectVolume, first: u64, count: u64, spread: u64) -> io::R
     Ok(out)
 }
 
+/// What a follower may read: the image of each commit the run knows landed, by its
+/// sequence number, and every image a commit whose flush failed may have left (their
+/// numbers are not known to the run).
+#[derive(Default)]
+struct Landed {
+    by_seq: HashMap<u64, Image>,
+    maybe: Vec<Image>,
+}
+
+impl Landed {
+    /// Whether `byte` at swarm block `b` is what the commit `seq` left there, or when that
+    /// commit is not one the run knows, what one of the commits that may have landed left.
+    fn allows(&self, seq: u64, b: usize, byte: u8) -> bool {
+        match self.by_seq.get(&seq) {
+            Some(image) => image[b] == byte,
+            None => self.maybe.iter().any(|image| image[b] == byte),
+        }
+    }
+}
+
 /// One swarm run's outcome: `Err` says what went wrong and at which step. The swarm's
-/// `BLOCKS` blocks lie `spread` blocks apart in the volume.
-fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> {
+/// `BLOCKS` blocks lie `spread` blocks apart in the volume. With `follow`, a read-only
+/// follower on the store (without faults) follows the writer now and then, and each of its
+/// reads must be the bytes of the commit it has followed, across overwrites, repacks,
+/// checkpoints and the writer's crashes.
+fn run_seed(seed: u64, hazard: Hazard, spread: u64, follow: bool) -> Result<Coverage, String> {
     let mut seen = Coverage::default();
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let mut root = Root::new(0x5a, BLOCKS * spread * BS as u64, BS as u32, PER_SEGMENT);
@@ -373,6 +403,27 @@ fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> 
     };
     let mut vol = open(true).map_err(|e| format!("first open: {e}"))?;
     arm(&mut next);
+    let mut landed = Landed::default();
+    landed.by_seq.insert(0, current.clone());
+    let follower = if follow {
+        Some(
+            ObjectVolume::open_follower(
+                Arc::clone(&memory),
+                "v",
+                "mem://v",
+                "follower",
+                LocalState::default(),
+                Options {
+                    poll: Duration::from_secs(3600),
+                    ..options
+                },
+                Box::new(|_| Ok(())),
+            )
+            .map_err(|e| format!("the follower's open: {e}"))?,
+        )
+    } else {
+        None
+    };
     for step in 0..80 {
         let crashed = chaos.dead.load(Ordering::SeqCst);
         let roll = next(100);
@@ -397,6 +448,7 @@ fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> 
                     candidates.len()
                 ));
             }
+            landed.by_seq.insert(again.commit_seq(), found.clone());
             drop(again);
             acked = found.clone();
             current = found;
@@ -415,6 +467,34 @@ fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> 
                 current[b as usize] = byte;
             }
             let _ = writeln!(trail, "{step}: write {first}+{count} = {byte}");
+        } else if (66..70).contains(&roll) && follower.is_some() {
+            let follower = follower.as_ref().expect("a follower");
+            let before = follower.commit_seq();
+            if next(2) == 0 {
+                follower
+                    .follow()
+                    .map_err(|e| format!("{trail}{step}: the follower's follow: {e}"))?;
+            }
+            let b = next(BLOCKS);
+            let seq = follower.commit_seq();
+            seen.follower_moves += u64::from(seq != before);
+            let data = read_spread(follower, b, 1, spread)
+                .map_err(|e| format!("{trail}{step}: the follower's read of {b}: {e}"))?;
+            // A read that met a segment gone follows the root itself: either commit's
+            // bytes are right then.
+            let after = follower.commit_seq();
+            let byte = data[0][0];
+            let uniform = data[0].iter().all(|&x| x == byte);
+            if !uniform
+                || !(landed.allows(seq, b as usize, byte) || landed.allows(after, b as usize, byte))
+            {
+                return Err(format!(
+                    "{trail}{step}: the follower at commit {seq} (then {after}) read {byte} \
+                     in block {b}, which no commit it may have followed left there"
+                ));
+            }
+            seen.follower_reads += 1;
+            let _ = writeln!(trail, "{step}: follower at {seq} read {b} = {byte}");
         } else if roll < 70 {
             let first = next(BLOCKS);
             let count = (1 + next(6)).min(BLOCKS - first);
@@ -442,10 +522,12 @@ fn run_seed(seed: u64, hazard: Hazard, spread: u64) -> Result<Coverage, String> 
                     seen.flushes += 1;
                     acked = current.clone();
                     candidates.clear();
+                    landed.by_seq.insert(vol.commit_seq(), current.clone());
                 }
                 Err(_) => {
                     seen.failed_flushes += 1;
                     candidates.push(current.clone());
+                    landed.maybe.push(current.clone());
                 }
             }
         }
@@ -498,7 +580,7 @@ fn swarm(seeds: std::ops::Range<u64>, spread: u64) {
     let mut seen = Coverage::default();
     let many = seeds.end - seeds.start >= 100;
     for seed in seeds {
-        match run_seed(seed, Hazard::None, spread) {
+        match run_seed(seed, Hazard::None, spread, true) {
             Ok(run) => seen += run,
             Err(why) => {
                 failures.push(seed);
@@ -519,7 +601,9 @@ fn swarm(seeds: std::ops::Range<u64>, spread: u64) {
             seen.crashes_in_commit > 0
                 && seen.crashes > seen.crashes_in_commit
                 && seen.failed_flushes > 0
-                && seen.repacks > 0,
+                && seen.repacks > 0
+                && seen.follower_moves > 0
+                && seen.follower_reads > seen.follower_moves,
             "{seen:?}"
         );
     }
@@ -527,7 +611,11 @@ fn swarm(seeds: std::ops::Range<u64>, spread: u64) {
 
 /// The first seed (of at most `most`) that finds `hazard`, if any does.
 fn first_catch(hazard: Hazard, most: u64) -> Option<(u64, String)> {
-    (0..most).find_map(|seed| run_seed(seed, hazard, 1).err().map(|why| (seed, why)))
+    (0..most).find_map(|seed| {
+        run_seed(seed, hazard, 1, false)
+            .err()
+            .map(|why| (seed, why))
+    })
 }
 
 /// The swarm catches a root written before the segments and pages it names.
