@@ -6,6 +6,7 @@
 #   bench/object-read-around.sh                 # seed 000's shape: 256 MiB working set,
 #                                               # ARC 64 MiB + a 512 MiB cache device
 #   WS=48M RT=10 ROUNDS=1 bench/object-read-around.sh   # a working set the ARC holds
+#   SETTINGS="64K 64K+l2arc_noprefetch=0" bench/object-read-around.sh   # with other tunables
 #
 # Each setting starts with an empty ARC and a new cache device; fio (nbd engine) runs
 # 2 jobs x QD4 of 8K random reads over the first WS for RT seconds cold, then again warm.
@@ -54,12 +55,17 @@ fio --name=fill --ioengine=nbd --uri="nbd://127.0.0.1:$NBD_PORT/v" --rw=write --
 stop
 echo "bench/object-read-around.sh $(date -u '+%F %T') UTC, $(nproc) CPUs, WS=$WS RT=$RT; $("$L" --version)"
 for round in $(seq "$ROUNDS"); do
-    for ra in $SETTINGS; do
+    for setting in $SETTINGS; do
+        ra=${setting%%+*}
         "$L" cache remove "$CACHE" --state-dir "$P" >/dev/null 2>&1 || true
         rm -f "$CACHE"
         "$L" cache add "$CACHE" --size 512M --state-dir "$P" >/dev/null
         start
         "$L" set "object_read_around=$ra" --state-dir "$P" >/dev/null
+        if [ "$setting" != "$ra" ]; then
+            IFS=+ read -r -a extra <<<"${setting#*+}"
+            "$L" set "${extra[@]}" --state-dir "$P" >/dev/null
+        fi
         g0=$(gets)
         for phase in cold warm; do
             iops=$(fio --name=r --ioengine=nbd --uri="nbd://127.0.0.1:$NBD_PORT/v" --rw=randread --bs=8k \
@@ -67,7 +73,7 @@ for round in $(seq "$ROUNDS"); do
                 --output-format=json 2>/dev/null | sed -n '/^{/,$p' |
                 python3 -c 'import json, sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))')
             g1=$(gets)
-            echo "round $round object_read_around=$ra $phase: $iops IOPS, $((g1 - g0)) GETs"
+            echo "round $round object_read_around=$setting $phase: $iops IOPS, $((g1 - g0)) GETs"
             g0=$g1
         done
         stop

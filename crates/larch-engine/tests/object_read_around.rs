@@ -153,3 +153,38 @@ fn blocks_whose_records_live_elsewhere_are_not_fetched_around() {
         assert_eq!(s.read(b), 0, "block {b} shares 17's segment");
     }
 }
+
+/// The blocks read around a miss are fed to a cache device with the demand block, though
+/// they entered the ARC as prefetches and `l2arc_noprefetch` is on (`object_l2_prefetch`,
+/// on by default); with it off, only the demand block is.
+#[test]
+fn blocks_read_around_are_fed_to_the_cache_device() {
+    for (object_l2_prefetch, fed) in [("1", 16), ("0", 1)] {
+        let s = setup();
+        s.write(0..BLOCKS, false);
+        let device = Arc::new(larch_io::MemDevice::new(16 << 20));
+        let cache = s
+            .engine
+            .add_cache_device_on(
+                device,
+                std::path::Path::new("mem-cache"),
+                0x9001,
+                0x9002,
+                true,
+            )
+            .unwrap();
+        let t = &s.engine.tunables;
+        t.set("object_read_around", "64K").unwrap();
+        t.set("object_l2_prefetch", object_l2_prefetch).unwrap();
+        assert!(t.l2arc_noprefetch());
+        assert_eq!(s.read(37), 1);
+        assert_eq!(s.cached(), 16);
+        s.engine.feed_once(&cache, 8 << 20);
+        let stats = s.engine.arcstats();
+        let l2_blocks = stats
+            .iter()
+            .find(|(k, _)| k == "l2_blocks")
+            .map_or(0, |(_, v)| *v);
+        assert_eq!(l2_blocks, fed, "object_l2_prefetch={object_l2_prefetch}");
+    }
+}

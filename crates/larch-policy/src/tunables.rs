@@ -77,6 +77,8 @@ pub struct TunableDefaults {
     pub mrc_sample: bool,
     /// `object_read_around`, bytes (larch's).
     pub object_read_around: u64,
+    /// `object_l2_prefetch` (larch's).
+    pub object_l2_prefetch: bool,
 }
 
 /// The defaults.
@@ -110,4 +112,5 @@ pub const DEFAULTS: TunableDefaults = TunableDefaults {
     nbd_idle_yield: true,
     mrc_sample: true,
     object_read_around: 0,
+    object_l2_prefetch: true,
 };

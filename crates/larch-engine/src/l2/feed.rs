@@ -144,7 +144,24 @@ impl L2Arc {
     /// written without the gate; what writes overwrite meanwhile is sorted out when it is
     /// indexed).
     fn choose(&self, budget: &FeedBudget) -> Vec<Candidate> {
-        let rules = FeedRules::from_tunables(&*self.tunables);
+        let mut rules = FeedRules::from_tunables(&*self.tunables);
+        // `object_l2_prefetch`: the prefetched blocks of object volumes are fed, so that
+        // `l2arc_noprefetch` is applied here, to the other volumes' blocks only. (A block
+        // read around a miss comes with the miss's GET for free, and once evicted unfed
+        // it costs a GET again; a stream read again from the store costs its GETs again.)
+        let noprefetch_elsewhere = rules.noprefetch && self.tunables.object_l2_prefetch();
+        if noprefetch_elsewhere {
+            rules.noprefetch = false;
+        }
+        // Looked at before any shard is held (the volume table has a lock of its own).
+        let object_slots: Vec<bool> = if noprefetch_elsewhere {
+            (self.volumes.all().iter())
+                .map(|v| v.backing.object().is_some())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let on_object = |slot: u64| object_slots.get(slot as usize) == Some(&true);
         let share = budget.split(SHARDS as u64);
         let mut picks = Vec::new();
         let mut chosen: Vec<(FeedPick, Bytes)> = Vec::new();
@@ -154,7 +171,13 @@ impl L2Arc {
                 &shard.arc,
                 &rules,
                 &share,
-                |key| shard.l2.contains(index_key(key)) || shard.buf(key).is_none(),
+                |key| {
+                    shard.l2.contains(index_key(key))
+                        || shard.buf(key).is_none()
+                        || (noprefetch_elsewhere
+                            && !on_object(key.volume)
+                            && shard.arc.info(key).is_some_and(|i| i.prefetch))
+                },
                 &mut picks,
             );
             for pick in &picks {
