@@ -178,7 +178,7 @@ tunables! {
     nbd_idle_yield: Flag, 0, 1;
         "an idle NBD connection whose client waits for each reply watches its socket for up to 50 us calling sched_yield, not spinning or parking: more reads at queue depth 1, a longer p99 with many such clients (larch's)"
     object_read_around: Size, 0, 8 * M;
-        "a demand miss on an object volume fetches the blocks around it, within this many aligned bytes, when their records sit next to its in the same segment (larch's; 0 or one block: only the block)"
+        "a demand miss on an object volume that goes to the store fetches the blocks around it, within this many aligned bytes, when their records sit next to its in the same segment, and they are fed to the cache devices (larch's; 0 or one block: only the block)"
     object_l2_prefetch: Flag, 0, 1;
         "feed the blocks of object volumes that a prefetch or a read around a miss brought in to the cache devices whatever l2arc_noprefetch says: the store is the slow side for them too (larch's; 0: l2arc_noprefetch applies to them as to others)"
     mrc_sample: Flag, 0, 1;

@@ -111,6 +111,6 @@ pub const DEFAULTS: TunableDefaults = TunableDefaults {
     write_partial_defer: true,
     nbd_idle_yield: true,
     mrc_sample: true,
-    object_read_around: 0,
+    object_read_around: 64 << 10,
     object_l2_prefetch: true,
 };
