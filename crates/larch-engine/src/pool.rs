@@ -212,7 +212,10 @@ fn open_object_backing(
     let object_bytes = u64::from(root.object_blocks) * u64::from(root.block_bytes);
     if let Some(recorded) = settings.object_bytes.filter(|&r| r < object_bytes) {
         eprintln!(
-            "larch: {url}: the volume's objects are {object_bytes} bytes, but {CONFIG_FILE}              records {recorded}: their uploads get the shorter time limit made for those,              which a slow link may not meet (remove the volume and add it again to record              its object size)"
+            "larch: {url}: the volume's objects are {object_bytes} bytes, but {CONFIG_FILE} \
+             records {recorded}: their uploads get the shorter time limit made for those, \
+             which a slow link may not meet (remove the volume and add it again to record \
+             its object size)"
         );
     }
     Ok(BackingStore::on_object(url, vol, v.latency))

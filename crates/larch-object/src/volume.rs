@@ -1055,7 +1055,9 @@ impl ObjectVolume {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
-                    "{}: a volume of the objects layout keeps its size (each data object                      holds a fixed run of blocks); copy it to a new volume of the segments                      layout to grow it (docs/object-store.md)",
+                    "{}: a volume of the objects layout keeps its size (each data object \
+                     holds a fixed run of blocks); copy it to a new volume of the segments \
+                     layout to grow it (docs/object-store.md)",
                     self.display
                 ),
             ));
@@ -1064,7 +1066,8 @@ impl ObjectVolume {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!(
-                    "{}: a volume on an object store does not shrink ({now} bytes, {size_bytes}                      asked for); copy the part to keep to a new, smaller volume",
+                    "{}: a volume on an object store does not shrink ({now} bytes, {size_bytes} \
+                     asked for); copy the part to keep to a new, smaller volume",
                     self.display
                 ),
             ));

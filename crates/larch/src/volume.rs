@@ -268,7 +268,8 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
                 }
                 if readonly && size.is_some() {
                     bail!(
-                        "a read-only volume on an object store follows a volume another node                          writes: leave --size out (the volume must exist)"
+                        "a read-only volume on an object store follows a volume another node \
+                         writes: leave --size out (the volume must exist)"
                     );
                 }
                 let (size, block_bytes, object_bytes, created) = object_volume(
