@@ -43,20 +43,9 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "$*" | tee -a "$OUT/run.log"; }
 
-# (The OSD's first start fails now and then here, "wrong fsid": start again from scratch.)
-for attempt in 1 2 3; do
-    CEPH_ARGS="--ms_mon_client_mode=crc --memstore_device_bytes=8589934592" MON_PORT=$MON_PORT \
-        "$REPO/scripts/ceph-rgw" start "$CEPH" >"$OUT/ceph-start.log" 2>&1 && break
-    echo "Ceph did not start (attempt $attempt): $(grep 'ceph-rgw:' "$OUT/ceph-start.log" | tail -1)" >&2
-    "$REPO/scripts/ceph-rgw" stop "$CEPH" >/dev/null 2>&1 || true
-    rm -rf "$CEPH"
-    [ "$attempt" -lt 3 ] || exit 1
-    sleep 2
-done
-set -a
-# shellcheck source=/dev/null
-. "$CEPH/s3.env"
-set +a
+# shellcheck source=bench/ceph-start.sh
+. "$REPO/bench/ceph-start.sh"
+start_ceph "$CEPH" "$MON_PORT" 8589934592 "$OUT/ceph-start.log"
 now() { date +%s.%N; }
 root_bytes() { # BUCKET -> the size of the volume's root object
     curl -sS --fail --no-progress-meter --head --aws-sigv4 "aws:amz:$AWS_REGION:s3" \

@@ -26,17 +26,9 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-for attempt in 1 2 3; do   # (the OSD's first start fails now and then: start again)
-    CEPH_ARGS="--ms_mon_client_mode=crc --memstore_device_bytes=4294967296" MON_PORT=$MON_PORT \
-        "$REPO/scripts/ceph-rgw" start "$CEPH" >"$WORK/ceph.log" 2>&1 && break
-    "$REPO/scripts/ceph-rgw" stop "$CEPH" >/dev/null 2>&1 || true
-    rm -rf "$CEPH"
-    [ "$attempt" -lt 3 ] || { echo "Ceph did not start" >&2; exit 1; }
-done
-set -a
-# shellcheck source=/dev/null
-. "$CEPH/s3.env"
-set +a
+# shellcheck source=bench/ceph-start.sh
+. "$REPO/bench/ceph-start.sh"
+start_ceph "$CEPH" "$MON_PORT" 4294967296 "$WORK/ceph.log"
 "$REPO/scripts/ceph-rgw" bucket "$CEPH" around >/dev/null
 "$L" pool create p --state-dir "$P" --arc-max 64M >/dev/null
 "$L" volume add v --backing s3://around/v --size 272M --volblocksize 8K --state-dir "$P" >/dev/null
