@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use larch_engine::units::parse_size;
 use larch_engine::{
-    CacheMode, LatencyModel, LogBias, PropertyValue, SyncMode, VolumeConfig, VolumeProps, new_guid,
+    CacheMode, LatencyModel, LogBias, PoolConfig, PropertyValue, SyncMode, VolumeConfig,
+    VolumeProps, new_guid,
 };
 
 use crate::files::{absolute, create_sized, existing_size, load_locked, save};
@@ -24,85 +25,7 @@ pub enum VolumeCommand {
     /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the AWS profile
     /// files, as AWS's tools find them; they are not stored in the pool. See
     /// docs/object-store.md.
-    Add {
-        /// The volume's name (its NBD export name).
-        name: String,
-        /// The backing file or block device (not a larch cache or log device), or
-        /// s3://BUCKET/PREFIX.
-        #[arg(long)]
-        backing: PathBuf,
-        /// Create the backing file with this size (sparse) when it does not exist (an
-        /// existing one must have this size already; a file created for an add that fails
-        /// is removed again); for an object store, the size of a new volume.
-        #[arg(long, value_parser = parse_size)]
-        size: Option<u64>,
-        /// Object store: the endpoint (default: AWS_ENDPOINT_URL, the profile's
-        /// endpoint_url, else AWS).
-        #[arg(long)]
-        s3_endpoint: Option<String>,
-        /// Object store: the region (default: AWS_REGION, the profile's, else us-east-1).
-        #[arg(long)]
-        s3_region: Option<String>,
-        /// Object store: the profile of ~/.aws/credentials and ~/.aws/config to use
-        /// (default: AWS_PROFILE, else default).
-        #[arg(long)]
-        s3_profile: Option<String>,
-        /// Object store: how long a request is retried before the volume reports EIO,
-        /// seconds (the longest store outage the volume rides out; keep it below the
-        /// lease).
-        #[arg(long, default_value_t = 30)]
-        s3_stall_secs: u64,
-        /// Object store: how long this node's lease on the volume lasts unless renewed,
-        /// seconds (another node may take the volume over this long after this one stops
-        /// renewing).
-        #[arg(long, default_value_t = 60)]
-        s3_lease_secs: u64,
-        /// Object store: bytes of blocks per segment (--layout segments: a commit's blocks
-        /// are packed into segments of at most this much) or per data object (--layout
-        /// objects: a write of part of an object uploads it whole). A multiple of
-        /// --volblocksize, at most 64M.
-        #[arg(long, default_value = "1M", value_parser = parse_size)]
-        object_size: u64,
-        /// Object store: how a new volume lays its blocks out. `segments`: copy-on-write,
-        /// each commit packs its blocks into new segments and a map of block pointers says
-        /// where each block lives (nothing is read back to be rewritten; sparse segments
-        /// are repacked). `objects`: fixed objects of consecutive blocks, rewritten whole
-        /// (the layout of volumes made before segments). An existing volume keeps its own.
-        #[arg(long, default_value = "segments", value_parser = parse_layout)]
-        layout: larch_object::layout::Format,
-        /// Block size, a power of two from 4K to 128K.
-        #[arg(long, default_value = "16K", value_parser = parse_size)]
-        volblocksize: u64,
-        /// What the ARC caches: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
-        primarycache: CacheMode,
-        /// What is fed to cache devices: all, metadata or none.
-        #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
-        secondarycache: CacheMode,
-        /// Refuse writes. An object-store volume (segments layout) is then served as a
-        /// read-only follower: this node takes no lease, another node writes the volume,
-        /// and its commits are followed (every second) with the cached copies of the
-        /// blocks they change dropped.
-        #[arg(long, visible_alias = "read-only")]
-        readonly: bool,
-        /// Injected backing-store read latency in ms (a device model for tests; 0 = off).
-        #[arg(long, default_value_t = 0.0)]
-        read_latency_ms: f64,
-        /// Injected backing-store write latency in ms (a device model for tests; 0 = off).
-        #[arg(long, default_value_t = 0.0)]
-        write_latency_ms: f64,
-        /// When writes are durable: standard (FUA and FLUSH wait), always (every write
-        /// waits) or disabled (nothing waits; a crash loses recent acknowledged writes).
-        #[arg(long, default_value = "standard", value_parser = SyncMode::parse)]
-        sync: SyncMode,
-        /// Where sync writes go to be durable: latency (the log device, when the pool has
-        /// one) or throughput (a TXG sync; the log device is left to other volumes).
-        #[arg(long, default_value = "latency", value_parser = LogBias::parse)]
-        logbias: LogBias,
-        /// Where the pool's state lives.
-        #[arg(long, default_value = "larch-data")]
-        state_dir: PathBuf,
-    },
+    Add(AddArgs),
     /// Remove a volume from the pool (its backing data is left alone).
     ///
     /// Refused while the pool is served, and while its log device holds acknowledged
@@ -123,8 +46,9 @@ pub enum VolumeCommand {
     /// device's volume grows up to the device's size), and the new range reads as zeros;
     /// NBD clients see the new size on their next connection. Shrinking drops the data past
     /// the new end, every cached copy of it included, and needs --force; connections made
-    /// before get errors for requests past the new end. Volumes on an object store cannot
-    /// be resized. Narrowing primarycache drops the volume's clean blocks from the ARC;
+    /// before get errors for requests past the new end. A volume on an object store
+    /// (segments layout) grows through the daemon that serves it and never shrinks.
+    /// Narrowing primarycache drops the volume's clean blocks from the ARC;
     /// narrowing secondarycache drops its copies on the cache devices.
     #[command(after_help = crate::set::volume_properties_help())]
     Set {
@@ -156,6 +80,88 @@ pub enum VolumeCommand {
         #[arg(long, default_value = "larch-data")]
         state_dir: PathBuf,
     },
+}
+
+/// `larch volume add`'s arguments.
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// The volume's name (its NBD export name).
+    pub name: String,
+    /// The backing file or block device (not a larch cache or log device), or
+    /// s3://BUCKET/PREFIX.
+    #[arg(long)]
+    pub backing: PathBuf,
+    /// Create the backing file with this size (sparse) when it does not exist (an
+    /// existing one must have this size already; a file created for an add that fails
+    /// is removed again); for an object store, the size of a new volume.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Object store: the endpoint (default: AWS_ENDPOINT_URL, the profile's
+    /// endpoint_url, else AWS).
+    #[arg(long)]
+    pub s3_endpoint: Option<String>,
+    /// Object store: the region (default: AWS_REGION, the profile's, else us-east-1).
+    #[arg(long)]
+    pub s3_region: Option<String>,
+    /// Object store: the profile of ~/.aws/credentials and ~/.aws/config to use
+    /// (default: AWS_PROFILE, else default).
+    #[arg(long)]
+    pub s3_profile: Option<String>,
+    /// Object store: how long a request is retried before the volume reports EIO,
+    /// seconds (the longest store outage the volume rides out; keep it below the
+    /// lease).
+    #[arg(long, default_value_t = 30)]
+    pub s3_stall_secs: u64,
+    /// Object store: how long this node's lease on the volume lasts unless renewed,
+    /// seconds (another node may take the volume over this long after this one stops
+    /// renewing).
+    #[arg(long, default_value_t = 60)]
+    pub s3_lease_secs: u64,
+    /// Object store: bytes of blocks per segment (--layout segments: a commit's blocks
+    /// are packed into segments of at most this much) or per data object (--layout
+    /// objects: a write of part of an object uploads it whole). A multiple of
+    /// --volblocksize, at most 64M.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub object_size: u64,
+    /// Object store: how a new volume lays its blocks out. `segments`: copy-on-write,
+    /// each commit packs its blocks into new segments and a map of block pointers says
+    /// where each block lives (nothing is read back to be rewritten; sparse segments
+    /// are repacked). `objects`: fixed objects of consecutive blocks, rewritten whole
+    /// (the layout of volumes made before segments). An existing volume keeps its own.
+    #[arg(long, default_value = "segments", value_parser = parse_layout)]
+    pub layout: larch_object::layout::Format,
+    /// Block size, a power of two from 4K to 128K.
+    #[arg(long, default_value = "16K", value_parser = parse_size)]
+    pub volblocksize: u64,
+    /// What the ARC caches: all, metadata or none.
+    #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
+    pub primarycache: CacheMode,
+    /// What is fed to cache devices: all, metadata or none.
+    #[arg(long, default_value = "all", value_parser = CacheMode::parse)]
+    pub secondarycache: CacheMode,
+    /// Refuse writes. An object-store volume (segments layout) is then served as a
+    /// read-only follower: this node takes no lease, another node writes the volume,
+    /// and its commits are followed (every second) with the cached copies of the
+    /// blocks they change dropped.
+    #[arg(long, visible_alias = "read-only")]
+    pub readonly: bool,
+    /// Injected backing-store read latency in ms (a device model for tests; 0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub read_latency_ms: f64,
+    /// Injected backing-store write latency in ms (a device model for tests; 0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub write_latency_ms: f64,
+    /// When writes are durable: standard (FUA and FLUSH wait), always (every write
+    /// waits) or disabled (nothing waits; a crash loses recent acknowledged writes).
+    #[arg(long, default_value = "standard", value_parser = SyncMode::parse)]
+    pub sync: SyncMode,
+    /// Where sync writes go to be durable: latency (the log device, when the pool has
+    /// one) or throughput (a TXG sync; the log device is left to other volumes).
+    #[arg(long, default_value = "latency", value_parser = LogBias::parse)]
+    pub logbias: LogBias,
+    /// Where the pool's state lives.
+    #[arg(long, default_value = "larch-data")]
+    pub state_dir: PathBuf,
 }
 
 /// Sets properties of volume `name` (`larch volume set`, `larch set VOLUME`): through the
@@ -192,180 +198,194 @@ pub fn run(cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
             force,
             state_dir,
         } => return set_properties(&state_dir, &name, &assignments, force),
-        VolumeCommand::Add {
-            name,
-            backing,
-            size,
-            s3_endpoint,
-            s3_region,
-            s3_profile,
-            s3_stall_secs,
-            s3_lease_secs,
-            object_size,
-            layout,
-            volblocksize,
-            primarycache,
-            secondarycache,
-            readonly,
-            read_latency_ms,
-            write_latency_ms,
-            sync,
-            logbias,
-            state_dir,
-        } => {
-            if name.is_empty() {
-                bail!("the volume's name is empty: give a name (its NBD export name)");
-            }
-            let (mut config, _config_lock) = load_locked(&state_dir)?;
-            if config.volumes.iter().any(|v| v.name == name) {
-                bail!("the pool already has a volume {name}");
-            }
-            if !(0.0..=10_000.0).contains(&read_latency_ms)
-                || !(0.0..=10_000.0).contains(&write_latency_ms)
-            {
-                bail!("--read-latency-ms and --write-latency-ms must be between 0 and 10000");
-            }
-            let latency_us = (read_latency_ms * 1000.0) as u64;
-            let write_latency_us = (write_latency_ms * 1000.0) as u64;
-            let mut volume = VolumeConfig {
-                name: name.clone(),
-                guid: new_guid(),
-                backing: backing.clone(),
-                volblocksize: u32::try_from(volblocksize).unwrap_or(0),
-                primarycache,
-                secondarycache,
-                readonly,
-                latency: LatencyModel {
-                    read_min_us: latency_us,
-                    read_max_us: latency_us,
-                    write_min_us: write_latency_us,
-                    write_max_us: write_latency_us,
-                },
-                sync,
-                logbias,
-                volsize: None,
-                local: Default::default(),
-                s3: None,
-                object_size_bytes: None,
-                object_grow_bytes: None,
-            };
-            // Values other than the defaults were set by the user: their source is local.
-            volume.local =
-                larch_engine::manage::differing_properties(volume.props(), VolumeProps::default());
-            if let Some(url) = backing.to_str().filter(|s| larch_engine::is_object_url(s)) {
-                let mut settings = s3_settings(
-                    s3_endpoint,
-                    s3_region,
-                    s3_profile,
-                    s3_stall_secs,
-                    s3_lease_secs,
-                )?;
-                if let Some(other) = config.volumes.iter().find(|v| v.object_url() == Some(url)) {
-                    bail!(
-                        "{url} is the backing store of volume {} already",
-                        other.name
-                    );
-                }
-                if readonly && size.is_some() {
-                    bail!(
-                        "a read-only volume on an object store follows a volume another node \
-                         writes: leave --size out (the volume must exist)"
-                    );
-                }
-                let (size, block_bytes, object_bytes, created) = object_volume(
-                    url,
-                    &settings,
-                    size,
-                    volume.volblocksize,
-                    object_size,
-                    layout,
-                )?;
-                if readonly {
-                    follower_check(url, &settings)?;
-                }
-                // The client's time limit for a data object's transfer is made from the
-                // volume's object size, which only the store's root holds: recorded here so
-                // that `larch serve` has it before it reads the root.
-                settings.object_bytes = Some(object_bytes);
-                volume.volblocksize = block_bytes;
-                volume.object_size_bytes = Some(size);
-                volume.s3 = Some(settings);
-                config.volumes.push(volume);
-                config.validate().map_err(anyhow::Error::msg)?;
-                save(&config, &state_dir)?;
-                let what = if created { "created" } else { "adopted" };
-                println!(
-                    "added volume {name} on {url} ({what}: {}, {} blocks; served from the next \
-                     `larch serve` start)",
-                    larch_engine::units::format_size(size),
-                    larch_engine::units::format_size(u64::from(block_bytes))
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            let backing = absolute(&backing)?;
-            if let Some(why) =
-                larch_engine::manage::backing_in_use(&state_dir, &config, &backing, readonly)
-            {
-                bail!("{why}");
-            }
-            // Everything is checked before a file is created, and a file created here goes
-            // again when the add fails after all.
-            if !(4096..=128 << 10).contains(&volblocksize) || !volblocksize.is_power_of_two() {
-                bail!(
-                    "--volblocksize {}: a power of two from 4K to 128K is needed",
-                    larch_engine::units::format_size_exact(volblocksize)
-                );
-            }
-            volume.backing = backing.clone();
-            config.volumes.push(volume);
-            config.validate().map_err(anyhow::Error::msg)?;
-            let have = existing_size(&backing)?;
-            let Some(bytes) = have.or(size) else {
-                bail!(
-                    "{} does not exist (give --size to create it)",
-                    backing.display()
-                );
-            };
-            // A volume of no blocks serves nothing, and its pool fails every shutdown.
-            if bytes < volblocksize {
-                let what = if have.is_some() {
-                    "has"
-                } else {
-                    "--size gives it"
-                };
-                bail!(
-                    "{} {what} {bytes} bytes: a volume needs at least one block \
-                     ({volblocksize} bytes); give a larger file or --size",
-                    backing.display()
-                );
-            }
-            if have.is_some() && !readonly {
-                // Opened for writing as `larch serve` will open it (nothing is written): a
-                // file on a read-only file system, or one this user may not write, is
-                // refused now, not by every later start of the pool.
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&backing)
-                    .with_context(|| {
-                        format!(
-                            "{} cannot be opened for writing (give --readonly for a \
-                             read-only volume)",
-                            backing.display()
-                        )
-                    })?;
-            }
-            let created = create_sized(&backing, size)?;
-            save(&config, &state_dir)?;
-            if let Some(created) = created {
-                created.keep();
-            }
-            println!("added volume {name} (served from the next `larch serve` start)");
-        }
+        VolumeCommand::Add(args) => add(args)?,
         VolumeCommand::Remove { name, state_dir } => remove(&name, &state_dir)?,
         VolumeCommand::Clear { name, state_dir } => clear(&name, &state_dir)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `larch volume add`: the checks every volume needs, then the backing store's own
+/// ([`add_object`], [`add_file`]).
+fn add(args: AddArgs) -> anyhow::Result<()> {
+    let name = args.name.clone();
+    if name.is_empty() {
+        bail!("the volume's name is empty: give a name (its NBD export name)");
+    }
+    let (config, _config_lock) = load_locked(&args.state_dir)?;
+    if config.volumes.iter().any(|v| v.name == name) {
+        bail!("the pool already has a volume {name}");
+    }
+    if !(0.0..=10_000.0).contains(&args.read_latency_ms)
+        || !(0.0..=10_000.0).contains(&args.write_latency_ms)
+    {
+        bail!("--read-latency-ms and --write-latency-ms must be between 0 and 10000");
+    }
+    let latency_us = (args.read_latency_ms * 1000.0) as u64;
+    let write_latency_us = (args.write_latency_ms * 1000.0) as u64;
+    let mut volume = VolumeConfig {
+        name,
+        guid: new_guid(),
+        backing: args.backing.clone(),
+        volblocksize: u32::try_from(args.volblocksize).unwrap_or(0),
+        primarycache: args.primarycache,
+        secondarycache: args.secondarycache,
+        readonly: args.readonly,
+        latency: LatencyModel {
+            read_min_us: latency_us,
+            read_max_us: latency_us,
+            write_min_us: write_latency_us,
+            write_max_us: write_latency_us,
+        },
+        sync: args.sync,
+        logbias: args.logbias,
+        volsize: None,
+        local: Default::default(),
+        s3: None,
+        object_size_bytes: None,
+        object_grow_bytes: None,
+    };
+    // Values other than the defaults were set by the user: their source is local.
+    volume.local =
+        larch_engine::manage::differing_properties(volume.props(), VolumeProps::default());
+    match args
+        .backing
+        .to_str()
+        .filter(|s| larch_engine::is_object_url(s))
+    {
+        Some(url) => add_object(&args, url, volume, config),
+        None => add_file(&args, volume, config),
+    }
+}
+
+/// `larch volume add` of a volume on an object store: created there with --size, or the
+/// larch volume found there adopted (its size and block size are the store's).
+fn add_object(
+    args: &AddArgs,
+    url: &str,
+    mut volume: VolumeConfig,
+    mut config: PoolConfig,
+) -> anyhow::Result<()> {
+    let mut settings = s3_settings(
+        args.s3_endpoint.clone(),
+        args.s3_region.clone(),
+        args.s3_profile.clone(),
+        args.s3_stall_secs,
+        args.s3_lease_secs,
+    )?;
+    if let Some(other) = config.volumes.iter().find(|v| v.object_url() == Some(url)) {
+        bail!(
+            "{url} is the backing store of volume {} already",
+            other.name
+        );
+    }
+    if args.readonly && args.size.is_some() {
+        bail!(
+            "a read-only volume on an object store follows a volume another node writes: \
+             leave --size out (the volume must exist)"
+        );
+    }
+    let (size, block_bytes, object_bytes, created) = object_volume(
+        url,
+        &settings,
+        args.size,
+        volume.volblocksize,
+        args.object_size,
+        args.layout,
+    )?;
+    if args.readonly {
+        follower_check(url, &settings)?;
+    }
+    // The client's time limit for a data object's transfer is made from the volume's
+    // object size, which only the store's root holds: recorded here so that `larch serve`
+    // has it before it reads the root.
+    settings.object_bytes = Some(object_bytes);
+    volume.volblocksize = block_bytes;
+    volume.object_size_bytes = Some(size);
+    volume.s3 = Some(settings);
+    let name = volume.name.clone();
+    config.volumes.push(volume);
+    config.validate().map_err(anyhow::Error::msg)?;
+    save(&config, &args.state_dir)?;
+    let what = if created { "created" } else { "adopted" };
+    println!(
+        "added volume {name} on {url} ({what}: {}, {} blocks; served from the next \
+         `larch serve` start)",
+        larch_engine::units::format_size(size),
+        larch_engine::units::format_size(u64::from(block_bytes))
+    );
+    Ok(())
+}
+
+/// `larch volume add` of a volume on a file or block device. Everything is checked
+/// before a file is created, and a file created here goes again when the add fails after
+/// all.
+fn add_file(
+    args: &AddArgs,
+    mut volume: VolumeConfig,
+    mut config: PoolConfig,
+) -> anyhow::Result<()> {
+    let backing = absolute(&args.backing)?;
+    let state_dir = &args.state_dir;
+    if let Some(why) =
+        larch_engine::manage::backing_in_use(state_dir, &config, &backing, args.readonly)
+    {
+        bail!("{why}");
+    }
+    let volblocksize = args.volblocksize;
+    if !(4096..=128 << 10).contains(&volblocksize) || !volblocksize.is_power_of_two() {
+        bail!(
+            "--volblocksize {}: a power of two from 4K to 128K is needed",
+            larch_engine::units::format_size_exact(volblocksize)
+        );
+    }
+    let name = volume.name.clone();
+    volume.backing = backing.clone();
+    config.volumes.push(volume);
+    config.validate().map_err(anyhow::Error::msg)?;
+    let have = existing_size(&backing)?;
+    let Some(bytes) = have.or(args.size) else {
+        bail!(
+            "{} does not exist (give --size to create it)",
+            backing.display()
+        );
+    };
+    // A volume of no blocks serves nothing, and its pool fails every shutdown.
+    if bytes < volblocksize {
+        let what = if have.is_some() {
+            "has"
+        } else {
+            "--size gives it"
+        };
+        bail!(
+            "{} {what} {bytes} bytes: a volume needs at least one block ({volblocksize} \
+             bytes); give a larger file or --size",
+            backing.display()
+        );
+    }
+    if have.is_some() && !args.readonly {
+        // Opened for writing as `larch serve` will open it (nothing is written): a file
+        // on a read-only file system, or one this user may not write, is refused now,
+        // not by every later start of the pool.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&backing)
+            .with_context(|| {
+                format!(
+                    "{} cannot be opened for writing (give --readonly for a read-only \
+                     volume)",
+                    backing.display()
+                )
+            })?;
+    }
+    let created = create_sized(&backing, args.size)?;
+    save(&config, state_dir)?;
+    if let Some(created) = created {
+        created.keep();
+    }
+    println!("added volume {name} (served from the next `larch serve` start)");
+    Ok(())
 }
 
 /// `larch volume remove`: the volume leaves `pool.json` (its data is untouched), refused
