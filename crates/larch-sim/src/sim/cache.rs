@@ -653,6 +653,10 @@ impl SimCache {
                 }
                 None => {}
             }
+            // The cache-device copy is needed only on a miss, but its slot is seldom in the
+            // CPU's caches: asking for it now, before the ARC's lookup, makes the two waits
+            // for memory one.
+            self.l2.prefetch(block);
             let access = self.access(block, prefetch, now);
             let outcome = self.with_shard(block, |arc, actions| arc.access(&access, actions));
             if outcome.is_hit() {
