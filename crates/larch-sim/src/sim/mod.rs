@@ -24,6 +24,7 @@
 //! one event, scheduled when its request's completion is known. The same configuration
 //! and seed give the same output on every machine.
 
+mod block_map;
 pub mod cache;
 pub mod clients;
 pub mod config;
