@@ -30,7 +30,7 @@
 //! both implement [`FeedTunables`], and [`BudgetRules::from_tunables`],
 //! [`PaceRules::from_tunables`] and [`FeedRules::from_tunables`] read them.
 
-use crate::{Arc, BlockKey, BufType, State};
+use crate::{Arc, BlockInfo, BlockKey, BufType, State};
 
 /// The tunables the feed's decisions read, by their OpenZFS (or larch's) names. The
 /// engine's `Tunables` and the simulator's `SimTunables` implement it by handing out
@@ -219,7 +219,7 @@ pub struct FeedPick {
 /// Chooses the blocks of one ARC to feed (decisions 1-3): walks the lists of
 /// [`FEED_ORDER`] from their cold ends, appending to `out` every eligible block for which
 /// `skip` says false (the caller skips blocks already on the device, or whose bytes it
-/// does not hold), until `budget` is spent. The taken bytes add up over the lists; the
+/// does not hold, or applies a rule of its own to what the ARC knows of the block), until `budget` is spent. The taken bytes add up over the lists; the
 /// scan depth is per list, as in OpenZFS's `l2arc_write_buffers` (a long MFU list whose
 /// cold end is already on the device must not hide MRU's from the feed). A list is left
 /// at its first block past either limit.
@@ -227,7 +227,7 @@ pub fn select(
     arc: &Arc,
     rules: &FeedRules,
     budget: &FeedBudget,
-    mut skip: impl FnMut(&BlockKey) -> bool,
+    mut skip: impl FnMut(&BlockInfo) -> bool,
     out: &mut Vec<FeedPick>,
 ) {
     let mut taken = 0u64;
@@ -244,7 +244,7 @@ pub fn select(
             let skipped_prefetch = rules.noprefetch && info.prefetch;
             let skipped_write = rules.nowrite && info.written;
             let ineligible = !info.l2cache || info.on_l2 || skipped_prefetch || skipped_write;
-            if ineligible || skip(&info.key) {
+            if ineligible || skip(&info) {
                 continue;
             }
             taken += u64::from(info.size_bytes);
@@ -398,7 +398,7 @@ mod tests {
             scan_bytes: 3 * u64::from(BLOCK),
         };
         let mut out = Vec::new();
-        select(&arc, &rules(), &shallow, |k| k.block < 2, &mut out);
+        select(&arc, &rules(), &shallow, |i| i.key.block < 2, &mut out);
         assert_eq!(out.iter().map(|p| p.key.block).collect::<Vec<_>>(), vec![2]);
     }
 
@@ -412,7 +412,7 @@ mod tests {
             scan_bytes: 4 * u64::from(BLOCK),
         };
         let mut out = Vec::new();
-        select(&arc, &rules(), &shallow, |k| k.block < 8, &mut out);
+        select(&arc, &rules(), &shallow, |i| i.key.block < 8, &mut out);
         // MFU's scan stops after four blocks, all skipped; MRU gets a scan of its own.
         let picked: Vec<u64> = out.iter().map(|p| p.key.block).collect();
         assert_eq!(picked, vec![8, 9, 10, 11]);
@@ -422,7 +422,7 @@ mod tests {
             scan_bytes: u64::MAX,
         };
         let mut out = Vec::new();
-        select(&arc, &rules(), &two, |k| k.block < 6, &mut out);
+        select(&arc, &rules(), &two, |i| i.key.block < 6, &mut out);
         let picked: Vec<u64> = out.iter().map(|p| p.key.block).collect();
         assert_eq!(picked, vec![6, 7]);
     }

@@ -171,12 +171,10 @@ impl L2Arc {
                 &shard.arc,
                 &rules,
                 &share,
-                |key| {
-                    shard.l2.contains(index_key(key))
-                        || shard.buf(key).is_none()
-                        || (noprefetch_elsewhere
-                            && !on_object(key.volume)
-                            && shard.arc.info(key).is_some_and(|i| i.prefetch))
+                |info| {
+                    shard.l2.contains(index_key(&info.key))
+                        || shard.buf(&info.key).is_none()
+                        || (noprefetch_elsewhere && info.prefetch && !on_object(info.key.volume))
                 },
                 &mut picks,
             );

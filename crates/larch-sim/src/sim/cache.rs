@@ -36,7 +36,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, PaceRules};
 use larch_policy::ring::RingSpace;
 use larch_policy::shards::{SHARDS, shard_config, shard_of};
-use larch_policy::{Access, Action, Arc, BlockKey, BufType, State};
+use larch_policy::{Access, Action, Arc, BlockInfo, BlockKey, BufType, State};
 
 use super::block_map::BlockMap;
 use super::config::SimTunables;
@@ -1150,7 +1150,8 @@ impl SimCache {
             let (l2, in_batch) = (&self.l2, &self.in_batch);
             // Blocks on a device, or in another device's batch in flight, are not written
             // again.
-            let skip = |k: &BlockKey| l2.contains_key(k.block) || in_batch.contains(&k.block);
+            let skip =
+                |i: &BlockInfo| l2.contains_key(i.key.block) || in_batch.contains(&i.key.block);
             feed::select(arc, &rules, &share, skip, &mut picks);
         }
         if picks.is_empty() {
