@@ -720,6 +720,27 @@ async fn get_whole(
     Ok((bytes, meta))
 }
 
+/// Reads the object at `path` whole (its size in `sizes`) and decodes it with `decode`;
+/// errors name it as `label` (its display name), a failed GET with `what` it is.
+async fn get_decoded<T>(
+    store: Arc<dyn ObjectStore>,
+    path: ObjPath,
+    label: String,
+    what: String,
+    sizes: std::ops::RangeInclusive<u64>,
+    decode: impl FnOnce(&[u8]) -> Result<T, layout::LayoutError>,
+) -> io::Result<T> {
+    let expected = if sizes.start() == sizes.end() {
+        sizes.start().to_string()
+    } else {
+        format!("at most {}", sizes.end())
+    };
+    let (bytes, _) = get_whole(&store, &path, sizes)
+        .await
+        .map_err(|e| e.into_io(&format!("{label} ({what})"), &expected))?;
+    decode(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{label}: {e}")))
+}
+
 /// Reads the root under `prefix`: `None` when there is none.
 fn read_root(
     handle: &tokio::runtime::Handle,
@@ -2576,26 +2597,21 @@ fn load_map(
                 Format::Segments => layout::block_page_name(p.page, p.version),
             };
             let path = ObjPath::from(format!("{prefix}{name}"));
-            let display = display.to_string();
+            let label = format!("{display}/{name}");
             let p = *p;
             async move {
-                let (bytes, _) = get_whole(&store, &path, size..=size).await.map_err(|e| {
-                    e.into_io(
-                        &format!("{display}/{name} (a {kind} the root names)"),
-                        &size.to_string(),
-                    )
-                })?;
-                let bad = |e: layout::LayoutError| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
-                };
-                let entries = match format {
-                    Format::Objects => {
-                        PageEntries::Objects(layout::decode_page(&bytes, p.checksum).map_err(bad)?)
-                    }
-                    Format::Segments => PageEntries::Blocks(
-                        layout::decode_block_page(&bytes, p.checksum).map_err(bad)?,
-                    ),
-                };
+                let what = format!("a {kind} the root names");
+                let entries = get_decoded(store, path, label, what, size..=size, |bytes| {
+                    Ok(match format {
+                        Format::Objects => {
+                            PageEntries::Objects(layout::decode_page(bytes, p.checksum)?)
+                        }
+                        Format::Segments => {
+                            PageEntries::Blocks(layout::decode_block_page(bytes, p.checksum)?)
+                        }
+                    })
+                })
+                .await?;
                 Ok::<_, io::Error>((p.page, name, entries))
             }
         })

@@ -151,10 +151,7 @@ impl ObjectVolume {
                 self.display
             )));
         };
-        let (known, known_tree) = {
-            let state = self.state.lock().expect("state lock");
-            (state.root.clone(), state.tree.clone())
-        };
+        let known = self.state.lock().expect("state lock").root.clone();
         // A larger size is the writer's grow: followed (this node serves the size it
         // opened with until it opens the volume again).
         if root.volume != known.volume
@@ -189,6 +186,9 @@ impl ObjectVolume {
         let (tree, wanted, new_logs) = if logs_only {
             (None, Vec::new(), &root.logs[known.logs.len()..])
         } else {
+            // Only follows change the tree, one at a time (the caller holds the commit
+            // lock): the copy taken now is the tree of `known`.
+            let known_tree = self.state.lock().expect("state lock").tree.clone();
             let read = tree::read_tree(
                 &self.handle,
                 &self.store,

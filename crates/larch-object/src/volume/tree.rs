@@ -22,7 +22,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::path::Path as ObjPath;
 
-use super::{get_whole, run_on};
+use super::{get_decoded, run_on};
 use crate::layout::{self, INDEX_FANOUT, PageRef, Root, Version};
 
 /// The refs of the pages of each level of a map (see the module comment).
@@ -236,20 +236,13 @@ pub(super) fn read_tree(
                 let store = Arc::clone(store);
                 let name = layout::index_page_name(level as u8, r.page, r.version);
                 let path = ObjPath::from(format!("{prefix}{name}"));
-                let display = display.to_string();
+                let label = format!("{display}/{name}");
+                let what = "an index page of the map".to_string();
                 let span = r.page * INDEX_FANOUT..((r.page + 1) * INDEX_FANOUT).min(pages_below);
                 let sizes = 32 + layout::INDEX_REF_BYTES as u64..=layout::INDEX_PAGE_BYTES_MAX;
-                async move {
-                    let (bytes, _) = get_whole(&store, &path, sizes).await.map_err(|e| {
-                        e.into_io(
-                            &format!("{display}/{name} (an index page of the map)"),
-                            &format!("at most {}", layout::INDEX_PAGE_BYTES_MAX),
-                        )
-                    })?;
-                    layout::decode_index_page(&bytes, r.checksum, span).map_err(|e| {
-                        io::Error::new(io::ErrorKind::InvalidData, format!("{display}/{name}: {e}"))
-                    })
-                }
+                get_decoded(store, path, label, what, sizes, move |bytes| {
+                    layout::decode_index_page(bytes, r.checksum, span)
+                })
             })
             .collect();
         let children: Vec<Vec<PageRef>> = run_on(handle, async move {
