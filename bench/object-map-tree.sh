@@ -3,7 +3,8 @@
 # binary against binary. Keep the machine otherwise idle.
 #
 #   bench/object-map-tree.sh BIN [BIN...]          # e.g. a build before and after a change
-#   VOL=64G WRITES=40000 SYNC_WRITES=300 OUT=/tmp/tree bench/object-map-tree.sh old new
+#   VOL=64G WRITES=40000 SYNC_WRITES=300 READS=20000 ARC=64M OUT=/tmp/tree \
+#       bench/object-map-tree.sh old new
 #
 # One Ceph RADOS Gateway (scripts/ceph-rgw, memstore OSD of 8 GiB). For each binary, on a
 # fresh bucket and pool (4 KiB blocks, the default segments layout, 64 MiB ARC):
@@ -16,14 +17,20 @@
 #   sync     SYNC_WRITES random 4 KiB writes, each followed by a flush (fio --fsync=1,
 #            QD1): every one a commit, whose root names every page (or, with index
 #            pages, the top level only). Reported: writes/s, mean and p99 latency, the
-#            bytes larch PUT per commit, and the root's size on the store.
+#            bytes larch PUT per commit, and the root's size on the store;
+#   memory   the daemon's resident memory (ps RSS) and the map it holds outside the
+#            ARC (larch_object_map_bytes, where the binary reports it);
+#   reads    READS random 4 KiB reads over the whole volume (QD16; most are holes, most
+#            in a written block-map page), twice: IOPS of each pass, the block-map pages
+#            read from the store, the RSS after.
 # results.md in OUT has every figure. Needs root (Ceph's packages), fio with its nbd
 # engine, nbdinfo and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 [ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
-VOL=${VOL:-64G} WRITES=${WRITES:-40000} SYNC_WRITES=${SYNC_WRITES:-300}
+VOL=${VOL:-64G} WRITES=${WRITES:-40000} SYNC_WRITES=${SYNC_WRITES:-300} READS=${READS:-20000}
+ARC=${ARC:-64M}
 OUT=${OUT:-$(mktemp -d /tmp/larch-tree.XXXXXX)}
 MON_PORT=${MON_PORT:-6793} NBD_PORT=${NBD_PORT:-10897} HTTP_PORT=${HTTP_PORT:-10896}
 WORK=$(mktemp -d /tmp/larch-tree-work.XXXXXX)
@@ -89,7 +96,7 @@ for i in "${!BINS[@]}"; do
     bin=${BINS[$i]} bucket="tree$i" pool=$WORK/pool-$i
     log "binary $i: $("$bin" --version) ($(basename "${@:$((i + 1)):1}"))"
     "$REPO/scripts/ceph-rgw" bucket "$CEPH" "$bucket" >/dev/null
-    "$bin" pool create p --state-dir "$pool" --arc-max 64M >/dev/null
+    "$bin" pool create p --state-dir "$pool" --arc-max "$ARC" >/dev/null
     "$bin" volume add v --backing "s3://$bucket/v" --size "$VOL" --volblocksize 4K \
         --state-dir "$pool" >/dev/null
     larch_start "$bin" "$pool"
@@ -109,17 +116,28 @@ for i in "${!BINS[@]}"; do
     p1=$(metric larch_object_puts_total) b1=$(metric larch_object_put_bytes_total)
     c1=$(metric larch_object_commits_total)
     root=$(root_bytes "$bucket")
+    rss_sync=$(ps -o rss= -p "$LARCH_PID" | awk '{ printf "%.0f", $1 / 1024 }')
+    map_mib=$(metric larch_object_map_bytes | awk '{ if ($1 == "") print "-"; else printf "%.1f", $1 / 1048576 }')
+    g0=$(metric larch_object_map_page_gets_total)
+    fio_nbd "read1-$i" --rw=randread --bs=4k --iodepth=16 --number_ios="$READS" --norandommap --randrepeat=0
+    fio_nbd "read2-$i" --rw=randread --bs=4k --iodepth=16 --number_ios="$READS" --norandommap --randrepeat=0
+    g1=$(metric larch_object_map_page_gets_total)
+    page_gets=$([ -n "$g0" ] && echo $((g1 - g0)) || echo -)
+    rss_read=$(ps -o rss= -p "$LARCH_PID" | awk '{ printf "%.0f", $1 / 1024 }')
     larch_stop
-    row=$(python3 - "$OUT/fio-sync-$i.json" "$opened" "$((p1 - p0))" "$((b1 - b0))" "$((c1 - c0))" "$root" "$i" <<'EOF'
+    row=$(python3 - "$OUT/fio-sync-$i.json" "$opened" "$((p1 - p0))" "$((b1 - b0))" "$((c1 - c0))" "$root" "$i" \
+        "$rss_sync" "$map_mib" "$OUT/fio-read1-$i.json" "$OUT/fio-read2-$i.json" "$page_gets" "$rss_read" <<'EOF'
 import json, sys
-path, opened, puts, put_bytes, commits, root, i = sys.argv[1:]
+path, opened, puts, put_bytes, commits, root, i, rss_sync, map_mib, r1, r2, page_gets, rss_read = sys.argv[1:]
+iops = lambda p: json.load(open(p))["jobs"][0]["read"]["iops"]
 w = json.load(open(path))["jobs"][0]["write"]
 sync = json.load(open(path))["jobs"][0].get("sync", {})
 commits = max(int(commits), 1)
 lat = sync.get("lat_ns", {})
 p99 = lat.get("percentile", {}).get("99.000000", 0) / 1e6
 print(f"| binary {i} | {opened} | {w['iops']:.1f} | {lat.get('mean', 0) / 1e6:.1f} | {p99:.1f} | "
-      f"{int(commits)} | {int(puts) / commits:.1f} | {int(put_bytes) / commits / 1024:.1f} | {int(root) / 1024:.1f} |")
+      f"{int(commits)} | {int(puts) / commits:.1f} | {int(put_bytes) / commits / 1024:.1f} | {int(root) / 1024:.1f} | "
+      f"{rss_sync} | {map_mib} | {iops(r1):.0f} | {iops(r2):.0f} | {page_gets} | {rss_read} |")
 EOF
 )
     log "$row"
@@ -130,10 +148,10 @@ done
 {
     echo "# A large object volume's map per commit, $(date -u +%F)"
     echo
-    echo "VOL=$VOL of 4 KiB blocks, $WRITES random writes spread over it first, then $SYNC_WRITES random 4 KiB writes each with a flush (QD1)."
+    echo "VOL=$VOL of 4 KiB blocks, ARC $ARC, $WRITES random writes spread over it first, then $SYNC_WRITES random 4 KiB writes each with a flush (QD1), then two passes of $READS random 4 KiB reads (QD16)."
     echo
-    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB | RSS MiB | map MiB | reads/s 1 | reads/s 2 | pages read | RSS after reads MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${ROWS[@]}"
 } >"$OUT/results.md"
 cat "$OUT/results.md"

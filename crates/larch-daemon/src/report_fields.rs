@@ -309,6 +309,7 @@ pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
         ("object", "repack_bytes", "(store) bytes repacked", "bytes/s"),
     ),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.segments_freed), "larch_object_segments_freed_total", "segments deleted once no block lived in them"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.map_page_gets), "larch_object_map_page_gets_total", "block-map pages read from the store: at open, then when a lookup found its page evicted from the ARC (also in larch_object_gets_total)"),
     gauge(
         |v| v.object.as_ref().map_or(0, |o| o.stored_bytes),
         ("larch_object_stored_bytes", "bytes of records in the segments the volume's map names (segments layout)"),
@@ -320,6 +321,7 @@ pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
         ("object", "live_bytes", "(store) live bytes", "bytes"),
     ),
     metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.segments), "larch_object_segments", "segments the volume's map names"),
+    metric_gauge(|v| v.object.as_ref().map_or(0, |o| o.map_bytes), "larch_object_map_bytes", "bytes of the volume's map held outside the ARC (page refs, changed pointers, segment counts; block-map pages are ARC metadata)"),
 ];
 
 /// Each cache device's counters and gauges.

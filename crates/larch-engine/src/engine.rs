@@ -181,7 +181,13 @@ impl Engine {
                 .catch_up(before_open)
                 .map_err(VolumeTableError::LogState)?;
         }
-        self.volumes.register(spec, backing)
+        let entry = self.volumes.register(spec, backing)?;
+        // A segments volume's map pages are metadata in the ARC from now on.
+        if let Some(vol) = entry.backing.object() {
+            let pages = crate::arc::map_pages::MapPagesInArc::new(&self.arc, &entry);
+            vol.attach_map_cache(Arc::new(pages));
+        }
+        Ok(entry)
     }
 
     /// The volume in `slot`.

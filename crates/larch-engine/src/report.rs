@@ -213,6 +213,10 @@ pub struct ObjectReport {
     /// Segments deleted once no block lived in them.
     #[serde(default)]
     pub segments_freed: u64,
+    /// Block-map pages read from the store (at open, and since by lookups that found
+    /// their page in no cache: the ARC evicted it). Also in `gets`.
+    #[serde(default)]
+    pub map_page_gets: u64,
     /// Time of the last commit, µs.
     pub last_commit_us: u64,
 }
@@ -250,6 +254,7 @@ impl ObjectReport {
             repacked_segments: load(&s.repacked_segments),
             repack_bytes: load(&s.repack_bytes),
             segments_freed: load(&s.segments_freed),
+            map_page_gets: load(&s.map_page_gets),
             last_commit_us: load(&s.last_commit_us),
         }
     }

@@ -963,28 +963,40 @@ pub fn decode_block_log(
 
 /// Appends a pointer's 40 bytes.
 fn put_ptr(body: &mut Vec<u8>, p: &BlockPtr) {
-    body.extend_from_slice(&p.seq.to_le_bytes());
-    body.extend_from_slice(&p.token.to_le_bytes());
-    body.extend_from_slice(&p.checksum.to_le_bytes());
-    body.extend_from_slice(&p.part.to_le_bytes());
-    body.extend_from_slice(&p.slot.to_le_bytes());
-    body.extend_from_slice(&p.records.to_le_bytes());
-    body.extend_from_slice(&0u32.to_le_bytes());
+    put_ptr_into(body, p);
 }
 
-/// A pointer from its 40 bytes; `None` when it names a record outside its segment, is a
-/// hole with bits set, or has bits no pointer has.
-fn get_ptr(c: &[u8]) -> Option<BlockPtr> {
+/// Appends a pointer's 40 bytes to `out` (as a block-map page holds it).
+pub fn put_ptr_into(out: &mut impl bytes::BufMut, p: &BlockPtr) {
+    out.put_u64_le(p.seq);
+    out.put_u64_le(p.token);
+    out.put_u64_le(p.checksum);
+    out.put_u32_le(p.part);
+    out.put_u32_le(p.slot);
+    out.put_u32_le(p.records);
+    out.put_u32_le(0);
+}
+
+/// The pointer in 40 bytes as [`put_ptr_into`] wrote them, unchecked: for bytes checked
+/// when they were read (a page in a cache).
+pub fn read_ptr(c: &[u8]) -> BlockPtr {
     let long = |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().expect("8 bytes"));
     let word = |at: usize| u32::from_le_bytes(c[at..at + 4].try_into().expect("4 bytes"));
-    let p = BlockPtr {
+    BlockPtr {
         seq: long(0),
         token: long(8),
         checksum: long(16),
         part: word(24),
         slot: word(28),
         records: word(32),
-    };
+    }
+}
+
+/// A pointer from its 40 bytes; `None` when it names a record outside its segment, is a
+/// hole with bits set, or has bits no pointer has.
+fn get_ptr(c: &[u8]) -> Option<BlockPtr> {
+    let word = |at: usize| u32::from_le_bytes(c[at..at + 4].try_into().expect("4 bytes"));
+    let p = read_ptr(c);
     let valid = if p.exists() {
         p.seq < COUNTER_LIMIT && p.token < COUNTER_LIMIT && p.slot < p.records
     } else {

@@ -32,12 +32,17 @@ use crate::layout::{self, Format, PAGE_OBJECTS, Root, Version};
 
 mod follower;
 mod gc;
+mod pages;
 mod segments;
 mod tree;
 
 pub use follower::Followed;
+pub use pages::{
+    CACHED_PAGE_BYTES, LOCAL_MAP_CACHE_BYTES, LocalMapCache, MapCache, cached_page_bytes,
+};
 
 use gc::GC_BATCH;
+use pages::MapPages;
 use segments::BlockMap;
 use tree::{Tree, TreeEdit};
 
@@ -85,6 +90,10 @@ pub struct Options {
     /// it ([`ObjectVolume::grow`]), which may or may not have reached the store: a root of
     /// either size is taken, and an open of one of `size_bytes` completes the grow.
     pub grow_to: Option<u64>,
+    /// The most bytes of a segments volume's block-map pages kept in its own cache, until
+    /// the caller attaches another ([`ObjectVolume::attach_map_cache`]; the engine attaches
+    /// its ARC). At least one page is kept.
+    pub map_cache_bytes: u64,
 }
 
 impl Options {
@@ -174,6 +183,7 @@ impl Default for Options {
             block_bytes: None,
             size_bytes: None,
             grow_to: None,
+            map_cache_bytes: LOCAL_MAP_CACHE_BYTES,
         }
     }
 }
@@ -181,6 +191,10 @@ impl Default for Options {
 /// The live share (%) under which a segment is repacked by default: ZeroFS's threshold,
 /// and where moving a segment's live bytes costs at most what it frees.
 pub const REPACK_PERCENT: u8 = 50;
+
+/// Root writes a commit or renewal sends, the first included, while the root read back
+/// after each shows it did not land (see `ObjectVolume::write_root`).
+pub const ROOT_PUT_TRIES: u32 = 3;
 
 /// Commits between a segments volume's checkpoints of its block-map pages: a page is
 /// rewritten at most once per this many commits, and an open applies at most this many
@@ -335,6 +349,9 @@ pub struct ObjectStats {
     pub repack_bytes: AtomicU64,
     /// Segments no block lives in any more, deleted after the commit that emptied them.
     pub segments_freed: AtomicU64,
+    /// Block-map pages read from the store (at open, to count the segments' live
+    /// records, and since, when a lookup found a page in no cache). Also in `gets`.
+    pub map_page_gets: AtomicU64,
     /// Lease renewals that succeeded.
     pub renewals: AtomicU64,
     /// Objects no commit names that were deleted (left by crashed or fenced writers, or
@@ -397,13 +414,6 @@ enum Map {
 }
 
 impl Map {
-    fn empty(format: Format) -> Map {
-        match format {
-            Format::Objects => Map::Objects(ObjectMap::default()),
-            Format::Segments => Map::Segments(BlockMap::default()),
-        }
-    }
-
     /// The objects map. Only the objects format's paths call it: a volume's format is its
     /// root's, and a root of another format is refused where a root is adopted.
     fn objects(&self) -> &ObjectMap {
@@ -515,6 +525,8 @@ pub struct ObjectVolume {
     committed_seq: AtomicU64,
     /// Shared with the collection of garbage at open, which judges each listed key by it.
     map: Arc<RwLock<Map>>,
+    /// Reads a segments volume's block-map pages through their cache.
+    map_pages: Arc<MapPages>,
     staged: Mutex<BTreeMap<u64, Bytes>>,
     /// Until when this node may serve the volume: the start of the last successful lease
     /// write plus the lease.
@@ -566,6 +578,8 @@ struct Opening<'a> {
     sink: StateSink,
     map: Map,
     tree: Tree,
+    pages: Arc<MapPages>,
+    stats: Arc<ObjectStats>,
     token: u64,
     lease_until: Instant,
     stale_after: u64,
@@ -944,7 +958,8 @@ impl ObjectVolume {
             local.token = root.committed_by;
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
-        let (map, tree) = load_map(&handle, &store, &prefix, display, &root)?;
+        let (stats, pages) = open_pages(&handle, &store, &prefix, display, options);
+        let (map, tree) = load_map(&handle, &store, &prefix, display, &root, &pages, true)?;
         let volume = ObjectVolume::assemble(Opening {
             store,
             prefix,
@@ -955,6 +970,8 @@ impl ObjectVolume {
             sink,
             map,
             tree,
+            pages,
+            stats,
             token,
             lease_until: started + options.lease,
             stale_after: if foreign { local.seen_seq } else { u64::MAX },
@@ -1015,7 +1032,8 @@ impl ObjectVolume {
             local: Mutex::new(o.local),
             cleanups: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicBool::new(false)),
-            stats: Arc::default(),
+            stats: o.stats,
+            map_pages: o.pages,
             lease_watcher: std::sync::OnceLock::new(),
             lapsed: AtomicBool::new(false),
             follower: o.follower,
@@ -1151,6 +1169,13 @@ impl ObjectVolume {
         self.committed_seq.load(Ordering::Acquire)
     }
 
+    /// Keeps a segments volume's block-map pages in `cache` from now on (the engine
+    /// attaches its ARC, where they are metadata) instead of the volume's own cache, whose
+    /// pages move to it.
+    pub fn attach_map_cache(&self, cache: Arc<dyn MapCache>) {
+        self.map_pages.attach(cache);
+    }
+
     /// Bytes the map takes in memory (its pointers, and the refs of its tree's pages).
     pub fn map_bytes(&self) -> u64 {
         let tree = self.state.lock().expect("state lock").tree.bytes();
@@ -1213,16 +1238,18 @@ impl ObjectVolume {
         if self.stale_after == u64::MAX {
             return false;
         }
-        let map = self.map.read().expect("map lock");
-        let (exists, seq) = match &*map {
-            Map::Objects(objects) => {
-                let v = objects.get(block / u64::from(self.geometry.object_blocks));
-                (v.exists(), v.seq)
+        let (exists, seq) = if self.geometry.format == Format::Segments {
+            // A pointer that cannot be read now: the copy is not trusted.
+            match self.with_pointers(|_, lookup| lookup.want(block)) {
+                Ok(Some(p)) => (p.exists(), p.seq),
+                _ => return true,
             }
-            Map::Segments(blocks) => {
-                let p = blocks.get(block);
-                (p.exists(), p.seq)
-            }
+        } else {
+            let map = self.map.read().expect("map lock");
+            let v = map
+                .objects()
+                .get(block / u64::from(self.geometry.object_blocks));
+            (v.exists(), v.seq)
         };
         !exists || seq > self.stale_after
     }
@@ -1656,7 +1683,9 @@ impl ObjectVolume {
         let Some(blocks) = map.segments_map() else {
             return 0;
         };
-        let (stored, live) = blocks.records();
+        let Some((stored, live)) = blocks.records() else {
+            return 0;
+        };
         if u128::from(stored) * 100
             <= u128::from(live) * u128::from(self.options.repack_space_percent)
         {
@@ -2001,7 +2030,9 @@ impl ObjectVolume {
     pub fn holes(&self, offset: u64, end: u64) -> Vec<std::ops::Range<u64>> {
         let end = end.min(self.size_bytes());
         if self.geometry.format == Format::Segments {
-            return self.holes_segments(offset, end);
+            // Pointers that cannot be read now: the range is reported as data, which it
+            // may be.
+            return self.holes_segments(offset, end).unwrap_or_default();
         }
         let bs = self.block_bytes();
         let per_object = u64::from(self.geometry.object_blocks) * bs;
@@ -2194,63 +2225,81 @@ impl ObjectVolume {
     /// one that landed. So the root is read back. This write: written. Another node's
     /// (another token): this node lost the volume. Another write of this run's (a renewal
     /// or commit that landed unanswered): `state` and the map follow it, and the caller
-    /// builds its write again on top of it. Unchanged after an error: the error.
+    /// builds its write again on top of it. Unchanged after an error: the write is sent
+    /// again, up to [`ROOT_PUT_TRIES`] times in all (the client does not retry a
+    /// conditional PUT itself; the read back waited out an outage, so the store answers
+    /// again), then the error. Sending it again is safe: the same bytes on the same
+    /// condition, so if the first lands after all, one of the two fails its condition
+    /// and the read back finds this write.
     fn write_root(&self, state: &mut RootState, root: Root) -> io::Result<RootWrite> {
-        let store = Arc::clone(&self.store);
-        let path = self.path(layout::ROOT_NAME);
-        let bytes = root.encode();
-        let len = bytes.len() as u64;
-        let etag = state.etag.clone();
-        let put = self.run(async move { put_if_match(&store, &path, bytes, etag).await });
-        self.stats.puts.fetch_add(1, Ordering::Relaxed);
-        self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
-        let failed = match put {
-            Ok(PutResult { e_tag, version, .. }) => {
-                state.root = root;
-                state.etag = UpdateVersion { e_tag, version };
-                return Ok(RootWrite::Written);
-            }
-            Err(err) => err,
-        };
-        let refused = matches!(failed, object_store::Error::Precondition { .. });
-        if !refused {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        }
         let what = format!("{}/{}", self.display, layout::ROOT_NAME);
-        let (now, etag) = match read_root(&self.handle, &self.store, &self.prefix, &self.display) {
-            Ok(Some(found)) => found,
-            Ok(None) => {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let store = Arc::clone(&self.store);
+            let path = self.path(layout::ROOT_NAME);
+            let bytes = root.encode();
+            let len = bytes.len() as u64;
+            let etag = state.etag.clone();
+            let put = self.run(async move { put_if_match(&store, &path, bytes, etag).await });
+            self.stats.puts.fetch_add(1, Ordering::Relaxed);
+            self.stats.put_bytes.fetch_add(len, Ordering::Relaxed);
+            let failed = match put {
+                Ok(PutResult { e_tag, version, .. }) => {
+                    state.root = root;
+                    state.etag = UpdateVersion { e_tag, version };
+                    return Ok(RootWrite::Written);
+                }
+                Err(err) => err,
+            };
+            let refused = matches!(failed, object_store::Error::Precondition { .. });
+            if !refused {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            let (now, etag) =
+                match read_root(&self.handle, &self.store, &self.prefix, &self.display) {
+                    Ok(Some(found)) => found,
+                    Ok(None) => {
+                        return Err(self.fence(format!(
+                            "{what}: the volume's root is gone: this node (token {}) stops \
+                             serving it",
+                            self.token
+                        )));
+                    }
+                    Err(read) => {
+                        return Err(io::Error::new(
+                            read.kind(),
+                            format!(
+                                "{what}: {failed}; reading it back to see whether it landed: \
+                                 {read}"
+                            ),
+                        ));
+                    }
+                };
+            if now.lease.token != self.token {
                 return Err(self.fence(format!(
-                    "{what}: the volume's root is gone: this node (token {}) stops serving it",
-                    self.token
+                    "{}: node {} (token {}) wrote the volume's root: this node (token {}) no \
+                     longer holds its lease and stops serving it",
+                    self.display, now.lease.owner, now.lease.token, self.token
                 )));
             }
-            Err(read) => {
-                return Err(io::Error::new(
-                    read.kind(),
-                    format!("{what}: {failed}; reading it back to see whether it landed: {read}"),
-                ));
+            if now == root {
+                state.root = now;
+                state.etag = etag;
+                return Ok(RootWrite::Written);
             }
-        };
-        if now.lease.token != self.token {
-            return Err(self.fence(format!(
-                "{}: node {} (token {}) wrote the volume's root: this node (token {}) no longer \
-                 holds its lease and stops serving it",
-                self.display, now.lease.owner, now.lease.token, self.token
-            )));
+            if !refused && now == state.root {
+                // It did not land, as far as the store shows now (if it lands later, the
+                // next write finds it and rebases).
+                if tries < ROOT_PUT_TRIES && self.stop_reason().is_none() {
+                    state.etag = etag;
+                    continue;
+                }
+                return Err(store_error(&what, failed));
+            }
+            self.adopt(state, now, etag)?;
+            return Ok(RootWrite::Rebase);
         }
-        if now == root {
-            state.root = now;
-            state.etag = etag;
-            return Ok(RootWrite::Written);
-        }
-        if !refused && now == state.root {
-            // It did not land, as far as the store shows now (if it lands later, the next
-            // write finds it and rebases).
-            return Err(store_error(&what, failed));
-        }
-        self.adopt(state, now, etag)?;
-        Ok(RootWrite::Rebase)
     }
 
     /// Makes `state` follow `now`, a root of this run's whose write was not answered; the
@@ -2289,8 +2338,15 @@ impl ObjectVolume {
             || now.levels != state.root.levels
             || now.logs != state.root.logs
         {
-            let (map, tree) =
-                load_map(&self.handle, &self.store, &self.prefix, &self.display, &now)?;
+            let (map, tree) = load_map(
+                &self.handle,
+                &self.store,
+                &self.prefix,
+                &self.display,
+                &now,
+                &self.map_pages,
+                true,
+            )?;
             *self.map.write().expect("map lock") = map;
             state.tree = tree;
             self.committed_seq.store(now.commit_seq, Ordering::Release);
@@ -2574,80 +2630,79 @@ fn acquire(
     )))
 }
 
-/// Reads and checks the tree of map pages the root names and every map page in it.
+/// The counters of a volume being opened, and the reader of its map pages (in a cache of
+/// its own until the caller attaches another).
+fn open_pages(
+    handle: &tokio::runtime::Handle,
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    display: &str,
+    options: Options,
+) -> (Arc<ObjectStats>, Arc<MapPages>) {
+    let stats = Arc::new(ObjectStats::default());
+    let pages = MapPages::new(
+        handle,
+        store,
+        prefix,
+        display,
+        options.map_cache_bytes,
+        &stats,
+    );
+    (stats, Arc::new(pages))
+}
+
+/// Reads and checks the tree of map pages the root names, then the map logs it names. An
+/// objects volume's map pages are read whole; a segments volume's through `pages`, all of
+/// them once to count its segments when `count` (a writer), else none until a lookup
+/// needs one (a follower).
 fn load_map(
     handle: &tokio::runtime::Handle,
     store: &Arc<dyn ObjectStore>,
     prefix: &str,
     display: &str,
     root: &Root,
+    pages: &Arc<MapPages>,
+    count: bool,
 ) -> io::Result<(Map, Tree)> {
-    let format = root.format;
-    let (size, kind) = match format {
-        Format::Objects => (layout::PAGE_BYTES, "map page"),
-        Format::Segments => (layout::BLOCK_PAGE_BYTES, "block-map page"),
-    };
     let (tree, _, _) = tree::read_tree(handle, store, prefix, display, root, &Tree::default())?;
+    if root.format == Format::Segments {
+        let mut blocks = BlockMap::new(Arc::clone(pages));
+        let refs: Vec<layout::PageRef> = tree.leaves().copied().collect();
+        blocks.load(&refs, display, count)?;
+        // The pages as the root names them are saved; its logs change them.
+        // (Applying them pins the pointers they touch: the next checkpoint's.)
+        for log in read_logs(handle, store, prefix, display, root, &root.logs)? {
+            apply_log(&mut blocks, &log, &[], display)?;
+        }
+        return Ok((Map::Segments(blocks), tree));
+    }
+    let size = layout::PAGE_BYTES;
     let jobs: Vec<_> = tree
         .leaves()
         .map(|p| {
             let store = Arc::clone(store);
-            let name = match format {
-                Format::Objects => layout::page_name(p.page, p.version),
-                Format::Segments => layout::block_page_name(p.page, p.version),
-            };
+            let name = layout::page_name(p.page, p.version);
             let path = ObjPath::from(format!("{prefix}{name}"));
             let label = format!("{display}/{name}");
             let p = *p;
             async move {
-                let what = format!("a {kind} the root names");
+                let what = "a map page the root names".to_string();
                 let entries = get_decoded(store, path, label, what, size..=size, |bytes| {
-                    Ok(match format {
-                        Format::Objects => {
-                            PageEntries::Objects(layout::decode_page(bytes, p.checksum)?)
-                        }
-                        Format::Segments => {
-                            PageEntries::Blocks(layout::decode_block_page(bytes, p.checksum)?)
-                        }
-                    })
+                    layout::decode_page(bytes, p.checksum)
                 })
                 .await?;
-                Ok::<_, io::Error>((p.page, name, entries))
+                Ok::<_, io::Error>((p.page, entries))
             }
         })
         .collect();
-    let pages: Vec<(u64, String, PageEntries)> = run_on(handle, async move {
+    let read: Vec<(u64, Vec<Version>)> = run_on(handle, async move {
         stream::iter(jobs).buffer_unordered(16).try_collect().await
     })?;
-    let mut map = Map::empty(format);
-    for (page, name, entries) in pages {
-        match (&mut map, entries) {
-            (Map::Objects(map), PageEntries::Objects(entries)) => {
-                map.pages.insert(page, entries.into_boxed_slice());
-            }
-            (Map::Segments(map), PageEntries::Blocks(entries)) => {
-                map.load_page(page, entries).map_err(|segment| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "{display}/{name}: its pointers into {} disagree with the other \
-                             pages' on the segment's size, or name more records than it holds",
-                            layout::segment_name(segment)
-                        ),
-                    )
-                })?;
-            }
-            _ => unreachable!("pages decoded in the map's own format"),
-        }
+    let mut map = ObjectMap::default();
+    for (page, entries) in read {
+        map.pages.insert(page, entries.into_boxed_slice());
     }
-    if let Map::Segments(blocks) = &mut map {
-        // The pages as the root names them are saved; its logs change them.
-        // (Applying them marks the pages they touch unsaved: the next checkpoint's.)
-        for log in read_logs(handle, store, prefix, display, root, &root.logs)? {
-            apply_log(blocks, &log, display)?;
-        }
-    }
-    Ok((map, tree))
+    Ok((Map::Objects(map), tree))
 }
 
 /// One map log read from the store: its name and entries.
@@ -2694,9 +2749,15 @@ fn read_logs(
     })
 }
 
-/// Applies a map log read from the store to `blocks`; returns the blocks it changed.
-fn apply_log(blocks: &mut BlockMap, log: &ReadLog, display: &str) -> io::Result<Vec<u64>> {
-    blocks.apply_log(&log.entries).map_err(|segment| {
+/// Applies a map log read from the store to `blocks` (the pages it needs read on the spot
+/// or found in `held`); returns the blocks it changed.
+fn apply_log(
+    blocks: &mut BlockMap,
+    log: &ReadLog,
+    held: &[pages::Page],
+    display: &str,
+) -> io::Result<Vec<u64>> {
+    blocks.apply_log(&log.entries, held)?.map_err(|segment| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
@@ -2707,12 +2768,6 @@ fn apply_log(blocks: &mut BlockMap, log: &ReadLog, display: &str) -> io::Result<
             ),
         )
     })
-}
-
-/// A map page's entries, in either format.
-enum PageEntries {
-    Objects(Vec<Version>),
-    Blocks(Vec<layout::BlockPtr>),
 }
 
 /// Renews the lease every quarter of it until the volume stops or goes.

@@ -897,7 +897,11 @@ fn a_commit_that_lands_after_its_failure_is_built_upon() {
     let (memory, store, faults) = faulty_volume(16 * BS as u64, 4);
     let node = Node::new("a");
     let vol = node.open(&store, Options::default()).unwrap();
-    faults.land_root_late.store(1, Ordering::Relaxed);
+    // Every try of the commit's root write (the first lands late, the others fail their
+    // condition when they land).
+    faults
+        .land_root_late
+        .store(larch_object::ROOT_PUT_TRIES as usize, Ordering::Relaxed);
     vol.write_at(&[1u8; BS], 0).unwrap();
     let err = vol.flush().unwrap_err();
     assert!(err.to_string().contains("still on its way"), "{err}");
@@ -909,6 +913,36 @@ fn a_commit_that_lands_after_its_failure_is_built_upon() {
     vol.flush().unwrap();
     assert!(vol.commit_seq() > 1, "{}", vol.commit_seq());
     assert_eq!(root().commit_seq, vol.commit_seq());
+    both_commits_survive_a_crash(vol, &node, &store);
+}
+
+/// A root write that failed without landing (the store was briefly unreachable, and the
+/// client does not retry a conditional PUT) is sent again: the commit lands, once.
+#[test]
+fn a_root_write_that_did_not_land_is_sent_again() {
+    let (_, store, faults) = faulty_volume(16 * BS as u64, 4);
+    let node = Node::new("a");
+    let vol = node.open(&store, Options::default()).unwrap();
+    faults
+        .fail_root_puts
+        .store(larch_object::ROOT_PUT_TRIES as usize - 1, Ordering::Relaxed);
+    vol.write_at(&[1u8; BS], 0).unwrap();
+    let puts = vol.stats.puts.load(Ordering::Relaxed);
+    vol.flush().unwrap();
+    assert_eq!(vol.commit_seq(), 1);
+    assert_eq!(faults.fail_root_puts.load(Ordering::Relaxed), 0);
+    // A data object and a map page, then the root's tries.
+    assert_eq!(
+        vol.stats.puts.load(Ordering::Relaxed) - puts,
+        2 + u64::from(larch_object::ROOT_PUT_TRIES)
+    );
+    // One more failure than the tries: the commit fails, and the next one lands.
+    faults
+        .fail_root_puts
+        .store(larch_object::ROOT_PUT_TRIES as usize, Ordering::Relaxed);
+    vol.write_at(&[2u8; BS], 4 * BS as u64).unwrap();
+    vol.flush().unwrap_err();
+    vol.flush().unwrap();
     both_commits_survive_a_crash(vol, &node, &store);
 }
 

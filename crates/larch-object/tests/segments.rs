@@ -755,3 +755,115 @@ fn a_segments_volume_grows_while_served() {
     assert!(err.to_string().contains("segments"), "{err}");
     vol.release().unwrap();
 }
+
+/// A volume whose block-map pages do not fit in its page cache reads them from the store
+/// as lookups need them: at open (once, to count the segments), then on demand; what it
+/// holds in memory stays near one page however many pages the map has; commits,
+/// checkpoints, a reopen and a follower all serve the right bytes.
+#[test]
+fn a_map_larger_than_its_cache_is_read_on_demand() {
+    let store = new_volume(16 * 1024, 4);
+    let one_page = Options {
+        map_log_commits: 2,
+        // One page kept, whatever its size.
+        map_cache_bytes: 1,
+        ..options(0)
+    };
+    let page_gets = |vol: &ObjectVolume| vol.stats.map_page_gets.load(Ordering::Relaxed);
+    // Blocks in each of 16 block-map pages, every commit a checkpoint.
+    let blocks: Vec<u64> = (0..16u64)
+        .flat_map(|p| [p * 1024 + 3, p * 1024 + 4])
+        .collect();
+    let writer = open(
+        &store,
+        Options {
+            map_log_commits: 0,
+            ..one_page
+        },
+    );
+    writer
+        .stage_blocks(blocks.iter().map(|&b| (b, block_of(b as u8 | 1))))
+        .unwrap();
+    writer.flush().unwrap();
+    for &b in &blocks {
+        assert_eq!(read(&writer, b), vec![b as u8 | 1; BS], "block {b}");
+    }
+    writer.release().unwrap();
+
+    let vol = open(&store, one_page);
+    assert_eq!(page_gets(&vol), 16, "the open reads each page once");
+    assert!(
+        vol.map_bytes() < 2 * larch_object::CACHED_PAGE_BYTES,
+        "{} bytes of map in memory",
+        vol.map_bytes()
+    );
+    let before = page_gets(&vol);
+    for &b in &blocks {
+        assert_eq!(read(&vol, b), vec![b as u8 | 1; BS], "block {b}");
+    }
+    assert!(
+        page_gets(&vol) - before >= 15,
+        "pages read again: {}",
+        page_gets(&vol) - before
+    );
+    // Commits that log (two of them), then a checkpoint, over blocks of every page.
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    assert_eq!(page_gets(&follower), 0, "a follower's open reads no page");
+    assert_eq!(follower.segment_usage(), None, "nor counts the segments");
+    for round in 0..3u8 {
+        vol.stage_blocks(
+            (0..16u64).map(|p| (p * 1024 + 4 + u64::from(round), block_of(0x40 + round))),
+        )
+        .unwrap();
+        vol.flush().unwrap();
+        let followed = follower.follow().unwrap();
+        assert_eq!(followed.commit_seq, vol.commit_seq());
+        if round < 2 {
+            assert_eq!(followed.changed_blocks, 16, "round {round}");
+        } else {
+            // The checkpoint replaced 16 pages whose old versions the writer deleted and
+            // the follower's one-page cache no longer holds: the blocks born since and
+            // every hole count as changed (the 16 written and the 16 * 1,020 holes).
+            assert_eq!(followed.changed_blocks, 16 + 16 * 1020, "round {round}");
+        }
+    }
+    let expect = |b: u64| -> u8 {
+        match b % 1024 {
+            3 => b as u8 | 1,
+            4 => 0x40,
+            5 => 0x41,
+            6 => 0x42,
+            _ => 0,
+        }
+    };
+    for p in 0..16u64 {
+        for b in p * 1024 + 2..p * 1024 + 8 {
+            assert_eq!(read(&vol, b), vec![expect(b); BS], "writer, block {b}");
+            assert_eq!(
+                read(&follower, b),
+                vec![expect(b); BS],
+                "follower, block {b}"
+            );
+        }
+    }
+    assert!(vol.map_bytes() < 2 * larch_object::CACHED_PAGE_BYTES);
+    let (stored, live, _) = vol.segment_usage().unwrap();
+    let record = (BS + layout::TRAILER_BYTES) as u64;
+    assert_eq!(
+        live,
+        16 * 4 * record,
+        "live records: blocks 3 to 6 of 16 pages"
+    );
+    assert!(stored >= live);
+    // A restart (no release) counts the same and reads the same.
+    drop(vol);
+    let again = open(&store, one_page);
+    assert_eq!(again.segment_usage().unwrap().1, live);
+    for p in 0..16u64 {
+        for b in p * 1024 + 2..p * 1024 + 8 {
+            assert_eq!(read(&again, b), vec![expect(b); BS], "reopened, block {b}");
+        }
+    }
+    again.release().unwrap();
+    follower.release().unwrap();
+}

@@ -16,6 +16,7 @@
 
 mod flight;
 mod install;
+pub(crate) mod map_pages;
 mod sizing;
 
 use std::collections::HashMap;
@@ -356,12 +357,17 @@ impl Shard {
         true
     }
 
-    /// Drops the blocks of volume `slot` from block `from` on (see
-    /// [`ArcCache::drop_blocks`]): reads in flight are invalidated (their bytes will not
-    /// be installed), resident blocks leave the policy and their buffers are freed, dirty
-    /// ones too unless `keep_dirty`. Returns the blocks dropped and the dirty ones met.
-    fn drop_blocks(&mut self, slot: u16, from: u64, keep_dirty: bool) -> (u64, u64) {
-        let ours = |key: &BlockKey| key.volume == u64::from(slot) && key.block >= from;
+    /// Drops the blocks `blocks` of volume `slot` (see [`ArcCache::drop_blocks`]): reads
+    /// in flight are invalidated (their bytes will not be installed), resident blocks
+    /// leave the policy and their buffers are freed, dirty ones too unless `keep_dirty`.
+    /// Returns the blocks dropped and the dirty ones met.
+    fn drop_blocks(
+        &mut self,
+        slot: u16,
+        blocks: &std::ops::Range<u64>,
+        keep_dirty: bool,
+    ) -> (u64, u64) {
+        let ours = |key: &BlockKey| key.volume == u64::from(slot) && blocks.contains(&key.block);
         for (_, flight) in self.inflight.iter().filter(|(key, _)| ours(key)) {
             flight.invalidate();
         }
@@ -506,16 +512,22 @@ impl ArcCache {
         }
     }
 
-    /// Drops the blocks of volume `slot` from block `from` on from every shard: a volume
-    /// that no longer caches its blocks in DRAM (`primarycache` narrowed: `keep_dirty`,
-    /// they are dropped once synced) or whose tail is cut off (a shrink: the caller made
-    /// sure none is dirty). Reads of them in flight are invalidated, so none is installed
-    /// after this returns; a read that starts later looks at the volume's size and
-    /// properties again before it installs (`Reader`). Returns the blocks dropped and the
-    /// dirty blocks met (kept, or dropped too).
-    pub(crate) fn drop_blocks(&self, slot: u16, from: u64, keep_dirty: bool) -> (u64, u64) {
+    /// Drops the blocks `blocks` of volume `slot` from every shard (its data blocks are
+    /// below [`map_pages::MAP_PAGE_KEYS`], its map pages from there on): a volume that no
+    /// longer caches its blocks in DRAM (`primarycache` narrowed: `keep_dirty`, they are
+    /// dropped once synced) or whose tail is cut off (a shrink: the caller made sure none
+    /// is dirty). Reads of them in flight are invalidated, so none is installed after
+    /// this returns; a read that starts later looks at the volume's size and properties
+    /// again before it installs (`Reader`). Returns the blocks dropped and the dirty
+    /// blocks met (kept, or dropped too).
+    pub(crate) fn drop_blocks(
+        &self,
+        slot: u16,
+        blocks: std::ops::Range<u64>,
+        keep_dirty: bool,
+    ) -> (u64, u64) {
         self.shards().fold((0, 0), |(dropped, kept), mut shard| {
-            let (d, k) = shard.drop_blocks(slot, from, keep_dirty);
+            let (d, k) = shard.drop_blocks(slot, &blocks, keep_dirty);
             (dropped + d, kept + k)
         })
     }

@@ -35,6 +35,7 @@
 use std::sync::PoisonError;
 
 use super::Volume;
+use crate::arc::map_pages::MAP_PAGE_KEYS;
 use crate::error::{ChangeError, VolumeTableError};
 use crate::volumes::{CacheMode, VolumeInfo, VolumeProps, check_blocks};
 
@@ -69,7 +70,19 @@ impl Volume {
         self.entry.set_props(props);
         let mut dropped = Dropped::default();
         if before.primarycache == CacheMode::All && props.primarycache != CacheMode::All {
-            dropped.arc_blocks = self.engine.arc.drop_blocks(before.slot, 0, true).0;
+            // `metadata` keeps an object volume's map pages (its metadata); `none` drops
+            // them too (what is dropped is counted as blocks: the data's).
+            let data = 0..MAP_PAGE_KEYS;
+            dropped.arc_blocks = self.engine.arc.drop_blocks(before.slot, data, true).0;
+            if props.primarycache == CacheMode::None {
+                self.engine
+                    .arc
+                    .drop_blocks(before.slot, MAP_PAGE_KEYS..u64::MAX, true);
+            }
+        } else if props.primarycache == CacheMode::None && before.primarycache != CacheMode::None {
+            self.engine
+                .arc
+                .drop_blocks(before.slot, MAP_PAGE_KEYS..u64::MAX, true);
         }
         if before.secondarycache == CacheMode::All && props.secondarycache != CacheMode::All {
             dropped.l2_copies = self.engine.l2.drop_copies(&before, 0);
@@ -178,7 +191,8 @@ impl Volume {
     /// Steps 3 and 4 of a shrink: the tail synced, then dropped from the caches.
     fn cut_tail(&self, before: &VolumeInfo, from: u64) -> Result<Dropped, ChangeError> {
         self.engine.sync_all()?;
-        let (arc_blocks, dirty) = self.engine.arc.drop_blocks(before.slot, from, false);
+        let (arc_blocks, dirty) =
+            (self.engine.arc).drop_blocks(before.slot, from..MAP_PAGE_KEYS, false);
         assert_eq!(
             dirty, 0,
             "volume {:#x}: {dirty} dirty blocks past block {from} after the sync, with every \
@@ -330,7 +344,7 @@ mod tests {
             self.engine.feed_once(&self.device, 64 << 20);
             self.engine
                 .arc
-                .drop_blocks(self.volume.info().slot, 0, true);
+                .drop_blocks(self.volume.info().slot, 0..u64::MAX, true);
             assert_eq!(self.on_l2().len() as u64, self.volume.info().blocks());
         }
     }
@@ -418,7 +432,9 @@ mod tests {
             Served::L2,
             "the copies serve at first"
         );
-        s.engine.arc.drop_blocks(s.volume.info().slot, 0, true);
+        s.engine
+            .arc
+            .drop_blocks(s.volume.info().slot, 0..u64::MAX, true);
         let none = with(s.volume.props(), |p| p.secondarycache = CacheMode::None);
         let dropped = s.volume.set_properties(none).unwrap();
         assert_eq!(

@@ -21,15 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt, TryStreamExt};
 use object_store::ObjectStore;
-use object_store::path::Path as ObjPath;
 
+use super::pages::Page;
 use super::{
-    CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, WholeGetError,
-    apply_log, get_whole, load_map, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
+    CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, apply_log,
+    load_map, open_pages, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
 };
-use crate::layout::{self, BlockPtr, Format, PAGE_BLOCKS};
+use crate::layout::{self, Format, PAGE_BLOCKS, PageRef};
 
 /// What one look at the root found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,7 +78,8 @@ impl ObjectVolume {
         }
         refuse_root(&root, &local, options, display, true)?;
         let local = local.for_volume(&root);
-        let (map, tree) = load_map(&handle, &store, &prefix, display, &root)?;
+        let (stats, pages) = open_pages(&handle, &store, &prefix, display, options);
+        let (map, tree) = load_map(&handle, &store, &prefix, display, &root, &pages, false)?;
         let seen = local.seen_seq;
         let volume = ObjectVolume::assemble(Opening {
             store,
@@ -91,6 +91,8 @@ impl ObjectVolume {
             sink,
             map,
             tree,
+            pages,
+            stats,
             token: 0,
             lease_until: Instant::now(),
             // Copies made before this open are trusted only for blocks no commit after
@@ -183,8 +185,8 @@ impl ObjectVolume {
         let logs_only = root.pages == known.pages
             && root.levels == known.levels
             && root.logs.starts_with(&known.logs);
-        let (tree, wanted, new_logs) = if logs_only {
-            (None, Vec::new(), &root.logs[known.logs.len()..])
+        let (tree, wanted, new_logs, known_tree) = if logs_only {
+            (None, Vec::new(), &root.logs[known.logs.len()..], None)
         } else {
             // Only follows change the tree, one at a time (the caller holds the commit
             // lock): the copy taken now is the tree of `known`.
@@ -204,9 +206,9 @@ impl ObjectVolume {
                 Err(e) => return Err(e),
             };
             self.stats.gets.fetch_add(index_reads, Ordering::Relaxed);
-            (Some(tree), wanted, &root.logs[..])
+            (Some(tree), wanted, &root.logs[..], Some(known_tree))
         };
-        let Some(pages) = self.read_block_pages(&wanted)? else {
+        let Some(pages) = self.read_block_pages(&wanted, known_tree.as_ref())? else {
             return Ok(None);
         };
         let logs = match read_logs(
@@ -225,7 +227,8 @@ impl ObjectVolume {
         self.stats
             .gets
             .fetch_add(logs.len() as u64, Ordering::Relaxed);
-        let changed = self.swap_in(pages, &logs, root.commit_seq)?;
+        let held = self.pages_for_logs(&pages, &logs)?;
+        let changed = self.swap_in(pages, &logs, &held, known.commit_seq)?;
         let seq = root.commit_seq;
         {
             let mut state = self.state.lock().expect("state lock");
@@ -249,86 +252,102 @@ impl ObjectVolume {
         }))
     }
 
-    /// Swaps the pages and applies the logs a followed commit `seq` was read with; returns
-    /// the blocks whose pointers changed (ascending, each once).
+    /// Swaps the pages and applies the logs a followed commit was read with (the follower
+    /// served commit `since` until now; `held`: the pages the logs need, read
+    /// beforehand); returns the blocks whose pointers changed (ascending, each once).
     fn swap_in(
         &self,
-        pages: Vec<(u64, Vec<BlockPtr>)>,
+        pages: Vec<Swap>,
         logs: &[ReadLog],
-        seq: u64,
+        held: &[Page],
+        since: u64,
     ) -> io::Result<Vec<u64>> {
         let mut changed: Vec<u64> = Vec::new();
         let mut map = self.map.write().expect("map lock");
         let blocks = map.blocks_mut();
-        for (page, entries) in pages {
-            let first = page * PAGE_BLOCKS;
-            let old = blocks.page_entries(page);
-            changed.extend(
-                old.iter()
-                    .zip(&entries)
-                    .enumerate()
-                    .filter(|(_, (a, b))| a != b)
-                    .map(|(i, _)| first + i as u64),
-            );
-            blocks.replace_page(page, entries).map_err(|segment| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{}: block-map page {page} of commit {seq}: its pointers into {} \
-                         disagree with the other pages' on the segment's size",
-                        self.display,
-                        layout::segment_name(segment)
-                    ),
-                )
-            })?;
+        for swap in pages {
+            changed.extend(blocks.replace_page(&swap.new_ref, &swap.new, swap.old.as_ref(), since));
         }
         for log in logs {
-            changed.extend(apply_log(blocks, log, &self.display)?);
+            changed.extend(apply_log(blocks, log, held, &self.display)?);
         }
         changed.sort_unstable();
         changed.dedup();
         Ok(changed)
     }
 
-    /// Reads the block-map pages `refs` names; `None` when one is gone (the writer
-    /// superseded and deleted it since the root was read).
-    #[allow(clippy::type_complexity)]
+    /// The block-map pages applying `logs` after `swaps` needs, read beforehand (without
+    /// the map's lock, which readers wait for while a follow holds it): the swapped
+    /// pages, and the saved pages of the others the logs touch.
+    fn pages_for_logs(&self, swaps: &[Swap], logs: &[ReadLog]) -> io::Result<Vec<Page>> {
+        let mut held: Vec<Page> = swaps.iter().map(|s| s.new.clone()).collect();
+        let mut touched: Vec<u64> = logs
+            .iter()
+            .flat_map(|l| l.entries.iter().map(|&(block, _)| block / PAGE_BLOCKS))
+            .filter(|page| !swaps.iter().any(|s| s.new_ref.page == *page))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let refs: Vec<PageRef> = {
+            let map = self.map.read().expect("map lock");
+            let blocks = map.blocks();
+            touched
+                .iter()
+                .filter_map(|&p| blocks.saved_ref(p))
+                .collect()
+        };
+        // A page gone is met again under the lock, and read there (or its error given).
+        held.extend(self.map_pages.pages(&refs)?.into_iter().flatten());
+        Ok(held)
+    }
+
+    /// Reads the block-map pages `refs` names, and the versions of them in `known` (the
+    /// tree the follower served until now) that they replace; `None` when a new one is
+    /// gone (the writer superseded and deleted it since the root was read). An old one
+    /// gone is `None` in its [`Swap`]: its blocks all count as changed.
     fn read_block_pages(
         &self,
-        refs: &[layout::PageRef],
-    ) -> io::Result<Option<Vec<(u64, Vec<BlockPtr>)>>> {
-        let size = layout::BLOCK_PAGE_BYTES;
-        let jobs: Vec<_> = refs
+        refs: &[PageRef],
+        known: Option<&tree::Tree>,
+    ) -> io::Result<Option<Vec<Swap>>> {
+        let news = self.map_pages.pages(refs)?;
+        if news.iter().any(Option::is_none) {
+            return Ok(None);
+        }
+        let old_refs: Vec<PageRef> = refs
             .iter()
-            .map(|p| {
-                let store = Arc::clone(&self.store);
-                let name = layout::block_page_name(p.page, p.version);
-                let path = ObjPath::from(format!("{}{name}", self.prefix));
-                let display = self.display.clone();
-                let p = *p;
-                async move {
-                    match get_whole(&store, &path, size..=size).await {
-                        Ok((bytes, _)) => layout::decode_block_page(&bytes, p.checksum)
-                            .map(|entries| Some((p.page, entries)))
-                            .map_err(|e| {
-                                io::Error::new(
-                                    io::ErrorKind::InvalidData,
-                                    format!("{display}/{name}: {e}"),
-                                )
-                            }),
-                        Err(WholeGetError::Store(object_store::Error::NotFound { .. })) => Ok(None),
-                        Err(e) => Err(e.into_io(&format!("{display}/{name}"), &size.to_string())),
-                    }
-                }
-            })
+            .filter_map(|r| known.and_then(|t| t.leaf(r.page)).copied())
             .collect();
-        self.stats
-            .gets
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        let got: Vec<Option<(u64, Vec<BlockPtr>)>> =
-            self.run(async move { stream::iter(jobs).buffer_unordered(16).try_collect().await })?;
-        Ok(got.into_iter().collect())
+        let mut olds = self.map_pages.pages(&old_refs)?.into_iter();
+        let mut old_refs = old_refs.iter().peekable();
+        Ok(Some(
+            refs.iter()
+                .zip(news)
+                .map(|(r, new)| {
+                    let old = match old_refs.peek() {
+                        Some(o) if o.page == r.page => {
+                            old_refs.next();
+                            olds.next().flatten()
+                        }
+                        _ => None,
+                    };
+                    Swap {
+                        new_ref: *r,
+                        new: new.expect("checked above"),
+                        old,
+                    }
+                })
+                .collect(),
+        ))
     }
+}
+
+/// A block-map page a followed commit replaced: the new page, and the old one as read
+/// (`None`: gone from the store, or there was none).
+struct Swap {
+    new_ref: PageRef,
+    new: Page,
+    old: Option<Page>,
 }
 
 /// Follows the root every `Options::poll` until the volume stops or goes.

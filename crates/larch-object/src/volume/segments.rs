@@ -9,10 +9,10 @@
 //! is not stored: its pointer is cleared (a hole), as ZFS stores no all-zero block.
 //! A segment whose last live block a commit replaced is deleted once that commit landed.
 //!
-//! Memory: the map holds every block-map page the root names, [`BLOCK_PTR_MEM`] bytes a
-//! block of the pages written (a 1 TiB volume of 8 KiB blocks, all written: 5 GiB), and
-//! 16 bytes a segment. Keeping map pages in the ARC as metadata, so that a volume's map
-//! need not fit in DRAM, is not done yet (docs/object-store.md, "Limits").
+//! Memory: the map keeps a ref per saved block-map page (the pages themselves are read
+//! through a cache, `pages`: the engine's ARC, as metadata), the pointers changed since
+//! the last checkpoint ([`CHANGED_PTR_MEM`] bytes each), and [`SEGMENT_MEM`] bytes a
+//! segment. An open reads every page once, to count each segment's live records.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -25,11 +25,27 @@ use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt};
 use object_store::ObjectStoreExt;
 
+use super::pages::{MapPages, Page};
 use super::{Committed, Hazard, LogEdit, ObjectVolume, TreeEdit, store_error, uploads_at_once};
-use crate::layout::{self, BlockPtr, PAGE_BLOCKS, SegmentId};
+use crate::layout::{self, BlockPtr, PAGE_BLOCKS, PageRef, SegmentId};
 
-/// Bytes one block pointer takes in memory.
-pub const BLOCK_PTR_MEM: u64 = std::mem::size_of::<BlockPtr>() as u64;
+/// Bytes a changed pointer takes in memory (the pointer, its block number, and the
+/// tree's share).
+pub const CHANGED_PTR_MEM: u64 = std::mem::size_of::<BlockPtr>() as u64 + 24;
+
+/// Bytes a segment's count takes in memory.
+pub const SEGMENT_MEM: u64 = 32;
+
+/// Bytes a saved page's ref takes in memory.
+const SAVED_REF_MEM: u64 = std::mem::size_of::<PageRef>() as u64 + 16;
+
+/// Pages read at once while an open counts the segments: what the count holds besides
+/// the cache.
+const COUNT_BATCH: usize = 256;
+
+/// Block-map pages a look for holes covers per hold of the map's lock (the pages it read
+/// for them are held until the next).
+const HOLE_PAGES: u64 = 64;
 
 /// What the map knows of one segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,44 +56,241 @@ pub(super) struct Segment {
     pub live: u32,
 }
 
-/// The block pointers of a segments volume, page by page (pages never written are absent:
-/// their blocks are holes), and the live count of every segment they name.
-#[derive(Default)]
+/// The block pointers of a segments volume (see the module comment): the saved pages by
+/// their refs (a page never written is absent: its blocks are holes), the pointers changed
+/// since they were written, and the live count of every segment they name.
 pub(super) struct BlockMap {
-    pub pages: BTreeMap<u64, Box<[BlockPtr]>>,
-    /// Pages whose pointers differ from the page objects the root names (the map logs
-    /// changed them): what the next checkpoint writes.
-    pub unsaved: BTreeSet<u64>,
+    /// The refs of the saved pages: the tree's map pages, as the last checkpoint left them.
+    saved: BTreeMap<u64, PageRef>,
+    /// Pointers that differ, or may, from the saved pages' (the map logs changed them, or
+    /// a commit pinned them before changing them): what the next checkpoint writes.
+    changed: BTreeMap<u64, BlockPtr>,
+    pages: Arc<MapPages>,
     segments: HashMap<SegmentId, Segment>,
     stored_records: u64,
     live_records: u64,
+    /// The counts are exact. A follower does not count (it neither repacks nor deletes),
+    /// and reports none.
+    counted: bool,
+}
+
+/// Looks pointers up, keeping the last page it used: a run of neighbouring blocks looks
+/// its page up once. [`Pointers::want`] never reads the store: it notes the pages no cache
+/// has, which [`ObjectVolume::with_pointers`] reads without the map's lock before it looks
+/// again; [`Pointers::get`] reads them on the spot (opens, and followers' swaps, which
+/// read their pages beforehand).
+pub(super) struct Pointers<'a> {
+    map: &'a BlockMap,
+    last: Option<(u64, Option<Page>)>,
+    /// Pages read for this lookup beforehand.
+    held: &'a [Page],
+    /// Pages `want` needed that neither a cache nor `held` had.
+    missing: Vec<PageRef>,
+}
+
+impl Pointers<'_> {
+    /// The page `r` names, if a cache or the held pages have it.
+    fn cached(&self, r: &PageRef) -> Option<Page> {
+        let held = self.held.iter().find(|p| p.is(r)).cloned();
+        held.or_else(|| self.map.pages.cached(r))
+    }
+
+    /// Where `block` lives (a hole: the default pointer), or the ref of the page that
+    /// says, which no cache has.
+    fn find(&mut self, block: u64) -> Result<BlockPtr, PageRef> {
+        if let Some(ptr) = self.map.changed.get(&block) {
+            return Ok(*ptr);
+        }
+        let page = block / PAGE_BLOCKS;
+        if !matches!(&self.last, Some((p, _)) if *p == page) {
+            let found = match self.map.saved.get(&page) {
+                Some(r) => Some(self.cached(r).ok_or(*r)?),
+                None => None,
+            };
+            self.last = Some((page, found));
+        }
+        Ok(match &self.last {
+            Some((_, Some(p))) => p.ptr((block % PAGE_BLOCKS) as usize),
+            _ => BlockPtr::default(),
+        })
+    }
+
+    /// Where `block` lives; `None` when its page is in no cache (noted as missing).
+    pub fn want(&mut self, block: u64) -> Option<BlockPtr> {
+        match self.find(block) {
+            Ok(ptr) => Some(ptr),
+            Err(r) => {
+                self.note_missing(r);
+                None
+            }
+        }
+    }
+
+    fn note_missing(&mut self, r: PageRef) {
+        if !self.missing.iter().any(|m| m.page == r.page) {
+            self.missing.push(r);
+        }
+    }
+
+    /// The pointers of page `page` (all holes when it was never written); `None` when
+    /// its saved page is in no cache (noted as missing).
+    pub fn entries(&mut self, page: u64) -> Option<Vec<BlockPtr>> {
+        let mut entries = match self.map.saved.get(&page) {
+            Some(r) => match self.cached(r) {
+                Some(p) => p.entries(),
+                None => {
+                    self.note_missing(*r);
+                    return None;
+                }
+            },
+            None => vec![BlockPtr::default(); PAGE_BLOCKS as usize],
+        };
+        let first = page * PAGE_BLOCKS;
+        for (&block, ptr) in self.map.changed.range(first..first + PAGE_BLOCKS) {
+            entries[(block - first) as usize] = *ptr;
+        }
+        Some(entries)
+    }
+
+    /// Where `block` lives, reading its page from the store if no cache has it.
+    pub fn get(&mut self, block: u64) -> io::Result<BlockPtr> {
+        match self.find(block) {
+            Ok(ptr) => Ok(ptr),
+            Err(r) => {
+                let page = self.map.pages.page(&r)?;
+                let ptr = page.ptr((block % PAGE_BLOCKS) as usize);
+                self.last = Some((r.page, Some(page)));
+                Ok(ptr)
+            }
+        }
+    }
+
+    /// The pages `want` and `entries` found missing.
+    pub fn missing(self) -> Vec<PageRef> {
+        self.missing
+    }
 }
 
 impl BlockMap {
-    /// Where `block` lives (a hole: the default pointer).
-    pub fn get(&self, block: u64) -> BlockPtr {
-        match self.pages.get(&(block / PAGE_BLOCKS)) {
-            Some(entries) => entries[(block % PAGE_BLOCKS) as usize],
-            None => BlockPtr::default(),
+    /// An empty map whose pages `pages` reads.
+    pub fn new(pages: Arc<MapPages>) -> BlockMap {
+        BlockMap {
+            saved: BTreeMap::new(),
+            changed: BTreeMap::new(),
+            pages,
+            segments: HashMap::new(),
+            stored_records: 0,
+            live_records: 0,
+            counted: true,
         }
     }
 
-    /// The pointers of page `page` (all holes when it was never written).
-    pub fn page_entries(&self, page: u64) -> Vec<BlockPtr> {
-        match self.pages.get(&page) {
-            Some(entries) => entries.to_vec(),
-            None => vec![BlockPtr::default(); PAGE_BLOCKS as usize],
+    /// The map of the saved pages `refs` (an open). With `count` (a writer, which repacks
+    /// and deletes segments by their counts), every page is read once to count the
+    /// segments' live records, and a pointer whose segment another pointer names with
+    /// another record count, or that counts more live records than its segment holds, is
+    /// refused; without (a follower), no page is read: its counts are not known.
+    pub fn load(&mut self, refs: &[PageRef], display: &str, count: bool) -> io::Result<()> {
+        for r in refs {
+            self.saved.insert(r.page, *r);
         }
-    }
-
-    /// Adds a page read from the store. A pointer whose segment another pointer names with
-    /// another record count is refused: one of them is damaged.
-    pub fn load_page(&mut self, page: u64, entries: Vec<BlockPtr>) -> Result<(), SegmentId> {
-        for p in entries.iter().filter(|p| p.exists()) {
-            self.count(*p)?;
+        if !count {
+            self.counted = false;
+            return Ok(());
         }
-        self.pages.insert(page, entries.into_boxed_slice());
+        for batch in refs.chunks(COUNT_BATCH) {
+            for (r, page) in batch.iter().zip(self.pages.pages(batch)?) {
+                let page = page.ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!(
+                            "{display}/{}: missing, though the root names it",
+                            layout::block_page_name(r.page, r.version)
+                        ),
+                    )
+                })?;
+                for i in 0..PAGE_BLOCKS as usize {
+                    let p = page.ptr(i);
+                    if p.exists() {
+                        self.count(p).map_err(|segment| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "{display}/{}: its pointers into {} disagree with the other \
+                                     pages' on the segment's size, or name more records than it \
+                                     holds",
+                                    layout::block_page_name(r.page, r.version),
+                                    layout::segment_name(segment)
+                                ),
+                            )
+                        })?;
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// A lookup of pointers that also finds the pages `held` (read beforehand).
+    pub fn pointers_with<'a>(&'a self, held: &'a [Page]) -> Pointers<'a> {
+        Pointers {
+            map: self,
+            last: None,
+            held,
+            missing: Vec::new(),
+        }
+    }
+
+    /// The ref of saved page `page`, if it was ever written.
+    pub fn saved_ref(&self, page: u64) -> Option<PageRef> {
+        self.saved.get(&page).copied()
+    }
+
+    /// Whether page `page` holds no pointer for sure: never saved and none changed.
+    pub fn page_is_hole(&self, page: u64) -> bool {
+        let first = page * PAGE_BLOCKS;
+        !self.saved.contains_key(&page)
+            && self
+                .changed
+                .range(first..first + PAGE_BLOCKS)
+                .next()
+                .is_none()
+    }
+
+    /// Pages holding changed pointers: what the next checkpoint writes.
+    pub fn unsaved(&self) -> BTreeSet<u64> {
+        self.changed.keys().map(|b| b / PAGE_BLOCKS).collect()
+    }
+
+    /// Pins the pointers of `blocks` in memory (reading their pages as needed, or finding
+    /// them in `held`), so that [`BlockMap::set`] knows what each replaces without a read.
+    pub fn pin(&mut self, blocks: &[u64], held: &[Page]) -> io::Result<()> {
+        let mut found = Vec::new();
+        let mut lookup = self.pointers_with(held);
+        for &block in blocks {
+            if !self.changed.contains_key(&block) {
+                found.push((block, lookup.get(block)?));
+            }
+        }
+        self.pin_found(found);
+        Ok(())
+    }
+
+    /// The pointers [`BlockMap::pin`] would pin, looked up in `lookup` (which notes the
+    /// pages it lacks; the list is then partial).
+    pub fn to_pin(&self, blocks: &[u64], lookup: &mut Pointers<'_>) -> Vec<(u64, BlockPtr)> {
+        blocks
+            .iter()
+            .filter(|b| !self.changed.contains_key(b))
+            .filter_map(|&b| lookup.want(b).map(|ptr| (b, ptr)))
+            .collect()
+    }
+
+    /// Pins pointers [`BlockMap::to_pin`] found, unless the map changed them since.
+    pub fn pin_found(&mut self, found: Vec<(u64, BlockPtr)>) {
+        for (block, ptr) in found {
+            self.changed.entry(block).or_insert(ptr);
+        }
     }
 
     fn count(&mut self, p: BlockPtr) -> Result<(), SegmentId> {
@@ -97,30 +310,55 @@ impl BlockMap {
         Ok(())
     }
 
-    /// Replaces page `page` with `entries` read from the store (a follower following a
-    /// commit). A pointer whose segment another page names with another record count is
-    /// refused, and the map is left as it was.
-    pub fn replace_page(&mut self, page: u64, entries: Vec<BlockPtr>) -> Result<(), SegmentId> {
-        let old = self.pages.remove(&page);
-        for p in old.iter().flat_map(|e| e.iter()).filter(|p| p.exists()) {
-            self.uncount(*p);
-        }
-        for (counted, p) in entries.iter().filter(|p| p.exists()).enumerate() {
-            if let Err(id) = self.count(*p) {
-                for q in entries.iter().filter(|p| p.exists()).take(counted) {
-                    self.uncount(*q);
-                }
-                if let Some(old) = old {
-                    for q in old.iter().filter(|p| p.exists()) {
-                        self.count(*q).expect("the page counted before");
-                    }
-                    self.pages.insert(page, old);
-                }
-                return Err(id);
+    /// Replaces saved page `r.page` with the page `r` names, `new` (a follower following
+    /// commits after commit `since`, a checkpoint among them; its map keeps no counts);
+    /// `old` is the page it replaces, as read. Changed pointers of the page are dropped (a
+    /// checkpoint wrote them). Returns the blocks whose pointers may have changed: those
+    /// that differ from `old`'s; or, when `old` is gone from the store (its writer deleted
+    /// it, and no cache holds it), those born after `since` and the holes (a hole carries
+    /// no birth).
+    pub fn replace_page(
+        &mut self,
+        r: &PageRef,
+        new: &Page,
+        old: Option<&Page>,
+        since: u64,
+    ) -> Vec<u64> {
+        debug_assert!(!self.counted, "only a follower's map swaps pages");
+        let first = r.page * PAGE_BLOCKS;
+        let changed: Vec<(u64, BlockPtr)> = self
+            .changed
+            .range(first..first + PAGE_BLOCKS)
+            .map(|(b, p)| (*b, *p))
+            .collect();
+        let was_saved = self.saved.contains_key(&r.page);
+        let before = |i: usize| -> Option<BlockPtr> {
+            let block = first + i as u64;
+            if let Ok(at) = changed.binary_search_by_key(&block, |(b, _)| *b) {
+                return Some(changed[at].1);
             }
+            match old {
+                Some(page) => Some(page.ptr(i)),
+                None if was_saved => None,
+                None => Some(BlockPtr::default()),
+            }
+        };
+        let differs = |i: usize| {
+            let now = new.ptr(i);
+            match before(i) {
+                Some(before) => before != now,
+                None => !now.exists() || now.seq > since,
+            }
+        };
+        let blocks: Vec<u64> = (0..PAGE_BLOCKS as usize)
+            .filter(|&i| differs(i))
+            .map(|i| first + i as u64)
+            .collect();
+        self.saved.insert(r.page, *r);
+        for (block, _) in &changed {
+            self.changed.remove(block);
         }
-        self.pages.insert(page, entries.into_boxed_slice());
-        Ok(())
+        blocks
     }
 
     /// Applies a map log read from the store (an open, a follower following a commit):
@@ -128,26 +366,32 @@ impl BlockMap {
     /// A pointer whose segment the map names with another record count, or that would
     /// count more live records than its segment holds, is refused; the entries before it
     /// stay applied (the caller drops the map).
-    pub fn apply_log(&mut self, entries: &[(u64, BlockPtr)]) -> Result<Vec<u64>, SegmentId> {
+    pub fn apply_log(
+        &mut self,
+        entries: &[(u64, BlockPtr)],
+        held: &[Page],
+    ) -> io::Result<Result<Vec<u64>, SegmentId>> {
+        let blocks: Vec<u64> = entries.iter().map(|&(block, _)| block).collect();
+        self.pin(&blocks, held)?;
         let mut changed = Vec::new();
         for &(block, ptr) in entries {
-            let now = self.get(block);
+            let now = self.changed[&block];
             if now == ptr {
                 continue;
             }
-            if ptr.exists() {
+            if ptr.exists() && self.counted {
                 let fits = self
                     .segments
                     .get(&ptr.segment())
                     .is_none_or(|s| s.records == ptr.records && s.live < s.records);
                 if !fits {
-                    return Err(ptr.segment());
+                    return Ok(Err(ptr.segment()));
                 }
             }
             self.set(block, ptr);
             changed.push(block);
         }
-        Ok(changed)
+        Ok(Ok(changed))
     }
 
     /// Takes one live record of `p`'s segment off its count; returns the segment when
@@ -165,16 +409,17 @@ impl BlockMap {
         Some(id)
     }
 
-    /// Points `block` at `ptr` (a hole: the default). Returns the segment that no pointer
-    /// names any more, if the block's old one was its last.
+    /// Points `block`, pinned before ([`BlockMap::pin`]), at `ptr` (a hole: the default).
+    /// Returns the segment that no pointer names any more, if the block's old one was its
+    /// last.
     pub fn set(&mut self, block: u64, ptr: BlockPtr) -> Option<SegmentId> {
-        self.unsaved.insert(block / PAGE_BLOCKS);
-        let page = self
-            .pages
-            .entry(block / PAGE_BLOCKS)
-            .or_insert_with(|| vec![BlockPtr::default(); PAGE_BLOCKS as usize].into());
-        let slot = &mut page[(block % PAGE_BLOCKS) as usize];
-        let old = std::mem::replace(slot, ptr);
+        let old = self
+            .changed
+            .insert(block, ptr)
+            .expect("a block is pinned before it is set");
+        if !self.counted {
+            return None;
+        }
         if ptr.exists() {
             // A new segment's records are all counted as they are pointed at.
             self.count(ptr)
@@ -184,6 +429,19 @@ impl BlockMap {
             return None;
         }
         self.uncount(old)
+    }
+
+    /// A checkpoint landed that saved pages `refs` (with `entries`, the pointers they
+    /// hold): they replace the saved pages, and no pointer is changed any more. The pages
+    /// are kept in the cache, which would otherwise read them back.
+    pub fn checkpointed(&mut self, refs: &[PageRef], entries: &BTreeMap<u64, Vec<BlockPtr>>) {
+        for r in refs {
+            self.saved.insert(r.page, *r);
+            if let Some(entries) = entries.get(&r.page) {
+                self.pages.keep(r, entries);
+            }
+        }
+        self.changed.clear();
     }
 
     /// Whether the map names segment `id`.
@@ -209,14 +467,20 @@ impl BlockMap {
         found
     }
 
-    /// Bytes it takes in memory.
+    /// Bytes it takes in memory (the volume's own page cache included; an attached cache
+    /// counts its own).
     pub fn bytes(&self) -> u64 {
-        self.pages.len() as u64 * PAGE_BLOCKS * BLOCK_PTR_MEM + self.segments.len() as u64 * 32
+        self.saved.len() as u64 * SAVED_REF_MEM
+            + self.changed.len() as u64 * CHANGED_PTR_MEM
+            + self.segments.len() as u64 * SEGMENT_MEM
+            + self.pages.local_bytes()
     }
 
-    /// Records in the segments the map names, and of those the live ones.
-    pub fn records(&self) -> (u64, u64) {
-        (self.stored_records, self.live_records)
+    /// Records in the segments the map names, and of those the live ones (`None` when a
+    /// follower lost the count).
+    pub fn records(&self) -> Option<(u64, u64)> {
+        self.counted
+            .then_some((self.stored_records, self.live_records))
     }
 
     /// Segments the map names.
@@ -244,6 +508,52 @@ struct Write {
 }
 
 impl ObjectVolume {
+    /// Runs `f` on the map with a lookup of pointers under a shared hold of the map's
+    /// lock, and returns what it returns once it ran with every page it looked for: the
+    /// pages its lookup found in no cache are read from the store without the lock (all
+    /// of a round's at once), held for the next round, and `f` runs again. So no request
+    /// to the store waits under the map's lock, which commits and follows need.
+    pub(super) fn with_pointers<T>(
+        &self,
+        mut f: impl FnMut(&BlockMap, &mut Pointers<'_>) -> T,
+    ) -> io::Result<T> {
+        let mut held: Vec<Page> = Vec::new();
+        let mut fruitless = 0;
+        loop {
+            let missing = {
+                let map = self.map.read().expect("map lock");
+                let blocks = map.blocks();
+                let mut lookup = blocks.pointers_with(&held);
+                let out = f(blocks, &mut lookup);
+                let missing = lookup.missing();
+                if missing.is_empty() {
+                    return Ok(out);
+                }
+                missing
+            };
+            let before = held.len();
+            // A page gone from the store was superseded since (by a checkpoint of this
+            // node's, or of the writer a follower follows): the next round finds the map's
+            // new ref. Three rounds in a row without one page read: an error.
+            held.extend(self.map_pages.pages(&missing)?.into_iter().flatten());
+            if held.len() == before {
+                fruitless += 1;
+                if fruitless == 3 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!(
+                            "{}/{}: missing, though the map names it",
+                            self.display,
+                            layout::block_page_name(missing[0].page, missing[0].version)
+                        ),
+                    ));
+                }
+            } else {
+                fruitless = 0;
+            }
+        }
+    }
+
     /// One attempt at committing `staged` to a segments volume (see the module comment),
     /// moving up to `repack_budget` bytes of live blocks out of sparse segments with it.
     pub(super) fn commit_segments(
@@ -259,7 +569,7 @@ impl ObjectVolume {
         let version = self.next_version(base_seq, next_seq)?;
         let moves = self.repack_moves(staged, repack_budget)?;
         let moved_bytes: u64 = moves.iter().map(|w| w.data.len() as u64).sum();
-        let (writes, holes) = self.changes(staged, moves);
+        let (writes, holes) = self.changes(staged, moves)?;
         // 1. The segments, in block order, `object_blocks` records each.
         let (mut pointers, jobs) = self.segment_uploads(&writes, version)?;
         let parts = jobs.len() as u64;
@@ -272,7 +582,17 @@ impl ObjectVolume {
         let checkpoint = !pointers.is_empty()
             && (base_logs >= self.options.map_log_commits as usize
                 || (pointers.len() * layout::LOG_ENTRY_BYTES) as u64 + 32 > layout::MAX_LOG_BYTES);
-        let (edit, log, map_jobs) = self.map_uploads(&pointers, version, checkpoint);
+        // The pointers the commit replaces are pinned, so that applying it once the root
+        // landed reads nothing.
+        let blocks: Vec<u64> = pointers.iter().map(|&(block, _)| block).collect();
+        let found = self.with_pointers(|map, lookup| map.to_pin(&blocks, lookup))?;
+        self.map
+            .write()
+            .expect("map lock")
+            .blocks_mut()
+            .pin_found(found);
+        let (edit, log, map_jobs, saved) = self.map_uploads(&pointers, version, checkpoint)?;
+        let saved_refs = edit.written.first().cloned().unwrap_or_default();
         let root_first = self.options.hazard == Hazard::RootFirst;
         // Segments and the map's objects go up at the same time, each kind with its own
         // bound: only the root must wait for them all, and a round of map uploads after
@@ -296,7 +616,7 @@ impl ObjectVolume {
                 dead.extend(blocks.set(block, ptr));
             }
             if checkpoint {
-                blocks.unsaved.clear();
+                blocks.checkpointed(&saved_refs, &saved);
             }
         })?
         else {
@@ -331,26 +651,31 @@ impl ObjectVolume {
 
     /// What `staged` and the repack's `moves` change: the blocks to store, in block order,
     /// and the blocks that become holes (blocks of zeros where they are not holes already).
-    fn changes(&self, staged: &BTreeMap<u64, Bytes>, moves: Vec<Write>) -> (Vec<Write>, Vec<u64>) {
+    fn changes(
+        &self,
+        staged: &BTreeMap<u64, Bytes>,
+        moves: Vec<Write>,
+    ) -> io::Result<(Vec<Write>, Vec<u64>)> {
         let mut writes: Vec<Write> = Vec::with_capacity(staged.len() + moves.len());
-        let mut holes: Vec<u64> = Vec::new();
-        {
-            let map = self.map.read().expect("map lock");
-            let blocks = map.blocks();
-            for (&block, data) in staged {
-                if !is_zeros(data) {
-                    writes.push(Write {
-                        block,
-                        data: data.clone(),
-                    });
-                } else if blocks.get(block).exists() {
-                    holes.push(block);
-                }
+        for (&block, data) in staged {
+            if !is_zeros(data) {
+                writes.push(Write {
+                    block,
+                    data: data.clone(),
+                });
             }
         }
+        let holes = self.with_pointers(|_, lookup| {
+            staged
+                .iter()
+                .filter(|(_, data)| is_zeros(data))
+                .filter(|&(&block, _)| lookup.want(block).is_some_and(|p| p.exists()))
+                .map(|(&block, _)| block)
+                .collect::<Vec<u64>>()
+        })?;
         writes.extend(moves);
         writes.sort_unstable_by_key(|w| w.block);
-        (writes, holes)
+        Ok((writes, holes))
     }
 
     /// The pointers of `writes` packed into commit `version`'s segments, `object_blocks`
@@ -402,29 +727,33 @@ impl ObjectVolume {
     /// or, at a `checkpoint`, the block-map pages every log since the last checkpoint and
     /// this commit changed, each a new object, and the index pages above them
     /// (`tree::Tree::edit`). Returns what the commit writes into the tree, what the root
-    /// does with its logs, and the uploads.
+    /// does with its logs, the uploads, and the pointers of the pages a checkpoint writes.
     #[allow(clippy::type_complexity)]
     fn map_uploads(
         &self,
         pointers: &[(u64, BlockPtr)],
         version: layout::Version,
         checkpoint: bool,
-    ) -> (TreeEdit, LogEdit, Vec<BoxFuture<'static, io::Result<()>>>) {
+    ) -> io::Result<(
+        TreeEdit,
+        LogEdit,
+        Vec<BoxFuture<'static, io::Result<()>>>,
+        BTreeMap<u64, Vec<BlockPtr>>,
+    )> {
         if checkpoint {
-            let mut pages: BTreeMap<u64, Vec<BlockPtr>> = BTreeMap::new();
-            let map = self.map.read().expect("map lock");
-            let blocks = map.blocks();
-            for &page in &blocks.unsaved {
-                pages.insert(page, blocks.page_entries(page));
-            }
+            let mut pages: BTreeMap<u64, Vec<BlockPtr>> =
+                self.with_pointers(|blocks, lookup| {
+                    let mut wanted = blocks.unsaved();
+                    wanted.extend(pointers.iter().map(|&(block, _)| block / PAGE_BLOCKS));
+                    wanted
+                        .into_iter()
+                        .filter_map(|page| lookup.entries(page).map(|e| (page, e)))
+                        .collect()
+                })?;
             for &(block, ptr) in pointers {
-                let page = block / PAGE_BLOCKS;
-                pages
-                    .entry(page)
-                    .or_insert_with(|| blocks.page_entries(page))
-                    [(block % PAGE_BLOCKS) as usize] = ptr;
+                let entries = pages.get_mut(&(block / PAGE_BLOCKS)).expect("read above");
+                entries[(block % PAGE_BLOCKS) as usize] = ptr;
             }
-            drop(map);
             let (refs, jobs) = self.page_uploads(
                 &pages,
                 version,
@@ -443,10 +772,15 @@ impl ObjectVolume {
                     .into_iter()
                     .map(|page| self.put_job(page.name, page.bytes).boxed()),
             );
-            return (edit, LogEdit::Clear, jobs);
+            return Ok((edit, LogEdit::Clear, jobs, pages));
         }
         if pointers.is_empty() {
-            return (TreeEdit::default(), LogEdit::Keep, Vec::new());
+            return Ok((
+                TreeEdit::default(),
+                LogEdit::Keep,
+                Vec::new(),
+                BTreeMap::new(),
+            ));
         }
         let sealed = layout::encode_block_log(pointers);
         let next = layout::LogRef {
@@ -457,7 +791,12 @@ impl ObjectVolume {
         let job = self
             .put_job(layout::block_log_name(version), sealed)
             .boxed();
-        (TreeEdit::default(), LogEdit::Append(next), vec![job])
+        Ok((
+            TreeEdit::default(),
+            LogEdit::Append(next),
+            vec![job],
+            BTreeMap::new(),
+        ))
     }
 
     /// The upload of segment `id` holding `blocks` (in order). Its body is built when the
@@ -524,9 +863,7 @@ impl ObjectVolume {
             .collect();
         let answers = self.run_gets(gets);
         let bs = self.block_bytes() as usize;
-        let mut moves = Vec::new();
-        let map = self.map.read().expect("map lock");
-        let blocks = map.blocks();
+        let mut read: Vec<(SegmentId, String, Bytes)> = Vec::with_capacity(answers.len());
         for (id, answer) in answers {
             let name = layout::segment_name(id);
             let bytes = answer.map_err(|e| {
@@ -540,21 +877,36 @@ impl ObjectVolume {
             if self.options.hazard == Hazard::DeleteRepackedEarly {
                 self.delete_later(vec![name.clone()]);
             }
-            for (slot, record) in bytes.chunks_exact(rec as usize).enumerate() {
-                let Some(block) = layout::record_block(record, bs) else {
-                    continue;
-                };
-                let ptr = blocks.get(block);
-                let live = ptr.exists()
-                    && ptr.segment() == id
-                    && ptr.slot as usize == slot
-                    && !staged.contains_key(&block);
-                if !live {
-                    continue;
+            read.push((id, name, bytes));
+        }
+        // The live records: (segment read, record, block, its pointer).
+        let live = self.with_pointers(|_, lookup| {
+            let mut live: Vec<(usize, usize, u64, BlockPtr)> = Vec::new();
+            for (i, (id, _, bytes)) in read.iter().enumerate() {
+                for (slot, record) in bytes.chunks_exact(rec as usize).enumerate() {
+                    let Some(block) = layout::record_block(record, bs) else {
+                        continue;
+                    };
+                    let Some(ptr) = lookup.want(block) else {
+                        continue;
+                    };
+                    let is_live = ptr.exists()
+                        && ptr.segment() == *id
+                        && ptr.slot as usize == slot
+                        && !staged.contains_key(&block);
+                    if is_live {
+                        live.push((i, slot, block, ptr));
+                    }
                 }
-                let data = self.verified_record(&bytes, record, block, ptr, &name)?;
-                moves.push(Write { block, data });
             }
+            live
+        })?;
+        let mut moves = Vec::with_capacity(live.len());
+        for (i, slot, block, ptr) in live {
+            let (_, name, bytes) = &read[i];
+            let record = &bytes[slot * rec as usize..(slot + 1) * rec as usize];
+            let data = self.verified_record(bytes, record, block, ptr, name)?;
+            moves.push(Write { block, data });
         }
         Ok(moves)
     }
@@ -613,37 +965,47 @@ impl ObjectVolume {
             if std::mem::take(&mut met_gone) && self.follower {
                 let _ = self.follow();
             }
+            // The pointers of the blocks not read yet (`None`: read).
+            let found: Vec<Vec<Option<BlockPtr>>> = self.with_pointers(|_, lookup| {
+                runs.iter()
+                    .zip(&out)
+                    .map(|(run, done)| {
+                        run.clone()
+                            .zip(done)
+                            .map(|(block, done)| match done {
+                                Some(_) => None,
+                                None => Some(lookup.want(block).unwrap_or_default()),
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })?;
             // (run, first block's index in it, pointers of the piece)
             let mut pieces: Vec<(usize, usize, Vec<BlockPtr>)> = Vec::new();
-            {
-                let map = self.map.read().expect("map lock");
-                let blocks = map.blocks();
-                for (i, run) in runs.iter().enumerate() {
-                    for (j, block) in run.clone().enumerate() {
-                        if out[i][j].is_some() {
-                            continue;
+            for (i, run) in runs.iter().enumerate() {
+                for (j, block) in run.clone().enumerate() {
+                    let Some(ptr) = found[i][j] else {
+                        continue;
+                    };
+                    if !ptr.exists() {
+                        out[i][j] = Some(zeros.clone());
+                        continue;
+                    }
+                    if ptr == tried[i][j] {
+                        return Err(self.missing_segment(block, ptr));
+                    }
+                    tried[i][j] = ptr;
+                    match pieces.last_mut() {
+                        Some((pi, pj, ptrs))
+                            if *pi == i
+                                && *pj + ptrs.len() == j
+                                && ptrs.last().is_some_and(|l| {
+                                    l.segment() == ptr.segment() && l.slot + 1 == ptr.slot
+                                }) =>
+                        {
+                            ptrs.push(ptr)
                         }
-                        let ptr = blocks.get(block);
-                        if !ptr.exists() {
-                            out[i][j] = Some(zeros.clone());
-                            continue;
-                        }
-                        if ptr == tried[i][j] {
-                            return Err(self.missing_segment(block, ptr));
-                        }
-                        tried[i][j] = ptr;
-                        match pieces.last_mut() {
-                            Some((pi, pj, ptrs))
-                                if *pi == i
-                                    && *pj + ptrs.len() == j
-                                    && ptrs.last().is_some_and(|l| {
-                                        l.segment() == ptr.segment() && l.slot + 1 == ptr.slot
-                                    }) =>
-                            {
-                                ptrs.push(ptr)
-                            }
-                            _ => pieces.push((i, j, vec![ptr])),
-                        }
+                        _ => pieces.push((i, j, vec![ptr])),
                     }
                 }
             }
@@ -726,56 +1088,50 @@ impl ObjectVolume {
 
     /// Byte ranges of `offset..end` (the caller clipped it to the volume) that are holes
     /// in a segments volume: blocks no pointer names, less those staged.
-    pub(super) fn holes_segments(&self, offset: u64, end: u64) -> Vec<Range<u64>> {
+    pub(super) fn holes_segments(&self, offset: u64, end: u64) -> io::Result<Vec<Range<u64>>> {
         let bs = self.block_bytes();
-        let map = self.map.read().expect("map lock");
-        let blocks = map.blocks();
-        let staged = self.staged.lock().expect("staged lock");
+        let last = end.div_ceil(bs);
         let mut holes: Vec<Range<u64>> = Vec::new();
-        let mut block = offset / bs;
-        while block * bs < end {
-            let page = block / PAGE_BLOCKS;
-            let page_end = ((page + 1) * PAGE_BLOCKS).min(end.div_ceil(bs));
-            let whole_page_hole = !blocks.pages.contains_key(&page);
-            for b in block..page_end {
-                let hole = (whole_page_hole || !blocks.get(b).exists()) && !staged.contains_key(&b);
-                if hole {
-                    let from = (b * bs).max(offset);
-                    let to = ((b + 1) * bs).min(end);
-                    super::push_run(&mut holes, from..to);
+        let mut from_block = offset / bs;
+        // [`HOLE_PAGES`] block-map pages at a time: the pages read for a round are held
+        // until it ends.
+        while from_block < last {
+            let to_block = ((from_block / PAGE_BLOCKS + HOLE_PAGES) * PAGE_BLOCKS).min(last);
+            let found = self.with_pointers(|blocks, lookup| {
+                let staged = self.staged.lock().expect("staged lock");
+                let mut found: Vec<Range<u64>> = Vec::new();
+                let mut block = from_block;
+                while block < to_block {
+                    let page = block / PAGE_BLOCKS;
+                    let page_end = ((page + 1) * PAGE_BLOCKS).min(to_block);
+                    let whole_page_hole = blocks.page_is_hole(page);
+                    for b in block..page_end {
+                        let hole = whole_page_hole || lookup.want(b).is_some_and(|p| !p.exists());
+                        if hole && !staged.contains_key(&b) {
+                            let from = (b * bs).max(offset);
+                            let to = ((b + 1) * bs).min(end);
+                            super::push_run(&mut found, from..to);
+                        }
+                    }
+                    block = page_end;
                 }
+                found
+            })?;
+            for run in found {
+                super::push_run(&mut holes, run);
             }
-            block = page_end;
+            from_block = to_block;
         }
-        holes
+        Ok(holes)
     }
 
     /// The blocks of `window` around `block` (which it holds) whose records sit next to
     /// `block`'s in its segment, in the same order: one ranged GET reads them all. Just
     /// `block` when it is a hole.
     pub(super) fn record_neighbours_segments(&self, block: u64, window: Range<u64>) -> Range<u64> {
-        let map = self.map.read().expect("map lock");
-        let blocks = map.blocks();
-        let ptr = blocks.get(block);
-        if !ptr.exists() {
-            return block..block + 1;
-        }
-        // Whether block `b`'s record is record `slot` of `block`'s segment.
-        let at = |b: u64, slot: u32| {
-            let p = blocks.get(b);
-            p.exists() && p.segment() == ptr.segment() && p.slot == slot
-        };
-        let (mut start, mut first) = (block, ptr.slot);
-        while start > window.start && first > 0 && at(start - 1, first - 1) {
-            start -= 1;
-            first -= 1;
-        }
-        let (mut end, mut last) = (block + 1, ptr.slot);
-        while end < window.end && last < u32::MAX && at(end, last + 1) {
-            end += 1;
-            last += 1;
-        }
-        start..end
+        // A pointer that cannot be read now is no neighbour: the block is read alone.
+        self.with_pointers(|_, lookup| neighbours(lookup, block, window.clone()))
+            .unwrap_or(block..block + 1)
     }
 
     /// The live share of a segments volume: bytes of records the map's segments hold, and
@@ -784,7 +1140,35 @@ impl ObjectVolume {
         let map = self.map.read().expect("map lock");
         let blocks = map.segments_map()?;
         let rec = self.geometry.record_bytes();
-        let (stored, live) = blocks.records();
+        let (stored, live) = blocks.records()?;
         Some((stored * rec, live * rec, blocks.segments()))
     }
+}
+
+/// [`ObjectVolume::record_neighbours_segments`] with `lookup` (a page it lacks: the block
+/// alone, and the page noted).
+fn neighbours(lookup: &mut Pointers<'_>, block: u64, window: Range<u64>) -> Range<u64> {
+    let Some(ptr) = lookup.want(block) else {
+        return block..block + 1;
+    };
+    if !ptr.exists() {
+        return block..block + 1;
+    }
+    // Whether block `b`'s record is record `slot` of `block`'s segment.
+    let mut at = |b: u64, slot: u32| {
+        lookup
+            .want(b)
+            .is_some_and(|p| p.exists() && p.segment() == ptr.segment() && p.slot == slot)
+    };
+    let (mut start, mut first) = (block, ptr.slot);
+    while start > window.start && first > 0 && at(start - 1, first - 1) {
+        start -= 1;
+        first -= 1;
+    }
+    let (mut end, mut last) = (block + 1, ptr.slot);
+    while end < window.end && last < u32::MAX && at(end, last + 1) {
+        end += 1;
+        last += 1;
+    }
+    start..end
 }

@@ -86,6 +86,11 @@ impl Tree {
         self.levels.first().into_iter().flat_map(|l| l.values())
     }
 
+    /// The ref of map page `page`, if it exists.
+    pub fn leaf(&self, page: u64) -> Option<&PageRef> {
+        self.levels.first().and_then(|l| l.get(&page))
+    }
+
     /// Whether page `page` of level `level` as written by `version` is part of the tree.
     pub fn names(&self, level: u8, page: u64, version: Version) -> bool {
         self.levels
