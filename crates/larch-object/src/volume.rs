@@ -2672,7 +2672,7 @@ fn load_map(
         // The pages as the root names them are saved; its logs change them.
         // (Applying them pins the pointers they touch: the next checkpoint's.)
         for log in read_logs(handle, store, prefix, display, root, &root.logs)? {
-            apply_log(&mut blocks, &log, &[], display)?;
+            apply_log(&mut blocks, &log, display)?;
         }
         return Ok((Map::Segments(blocks), tree));
     }
@@ -2749,15 +2749,9 @@ fn read_logs(
     })
 }
 
-/// Applies a map log read from the store to `blocks` (the pages it needs read on the spot
-/// or found in `held`); returns the blocks it changed.
-fn apply_log(
-    blocks: &mut BlockMap,
-    log: &ReadLog,
-    held: &[pages::Page],
-    display: &str,
-) -> io::Result<Vec<u64>> {
-    blocks.apply_log(&log.entries, held)?.map_err(|segment| {
+/// Applies a map log read from the store to `blocks`; returns the blocks it changed.
+fn apply_log(blocks: &mut BlockMap, log: &ReadLog, display: &str) -> io::Result<Vec<u64>> {
+    blocks.apply_log(&log.entries)?.map_err(|segment| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!(

@@ -28,7 +28,7 @@ use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, apply_log,
     load_map, open_pages, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
 };
-use crate::layout::{self, Format, PAGE_BLOCKS, PageRef};
+use crate::layout::{self, Format, PageRef};
 
 /// What one look at the root found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -227,8 +227,7 @@ impl ObjectVolume {
         self.stats
             .gets
             .fetch_add(logs.len() as u64, Ordering::Relaxed);
-        let held = self.pages_for_logs(&pages, &logs)?;
-        let changed = self.swap_in(pages, &logs, &held, known.commit_seq)?;
+        let changed = self.swap_in(pages, &logs, known.commit_seq)?;
         let seq = root.commit_seq;
         {
             let mut state = self.state.lock().expect("state lock");
@@ -253,15 +252,10 @@ impl ObjectVolume {
     }
 
     /// Swaps the pages and applies the logs a followed commit was read with (the follower
-    /// served commit `since` until now; `held`: the pages the logs need, read
-    /// beforehand); returns the blocks whose pointers changed (ascending, each once).
-    fn swap_in(
-        &self,
-        pages: Vec<Swap>,
-        logs: &[ReadLog],
-        held: &[Page],
-        since: u64,
-    ) -> io::Result<Vec<u64>> {
+    /// served commit `since` until now); returns the blocks whose pointers changed
+    /// (ascending, each once). No page is read here: the map's lock is held, and readers
+    /// wait for it.
+    fn swap_in(&self, pages: Vec<Swap>, logs: &[ReadLog], since: u64) -> io::Result<Vec<u64>> {
         let mut changed: Vec<u64> = Vec::new();
         let mut map = self.map.write().expect("map lock");
         let blocks = map.blocks_mut();
@@ -269,36 +263,11 @@ impl ObjectVolume {
             changed.extend(blocks.replace_page(&swap.new_ref, &swap.new, swap.old.as_ref(), since));
         }
         for log in logs {
-            changed.extend(apply_log(blocks, log, held, &self.display)?);
+            changed.extend(apply_log(blocks, log, &self.display)?);
         }
         changed.sort_unstable();
         changed.dedup();
         Ok(changed)
-    }
-
-    /// The block-map pages applying `logs` after `swaps` needs, read beforehand (without
-    /// the map's lock, which readers wait for while a follow holds it): the swapped
-    /// pages, and the saved pages of the others the logs touch.
-    fn pages_for_logs(&self, swaps: &[Swap], logs: &[ReadLog]) -> io::Result<Vec<Page>> {
-        let mut held: Vec<Page> = swaps.iter().map(|s| s.new.clone()).collect();
-        let mut touched: Vec<u64> = logs
-            .iter()
-            .flat_map(|l| l.entries.iter().map(|&(block, _)| block / PAGE_BLOCKS))
-            .filter(|page| !swaps.iter().any(|s| s.new_ref.page == *page))
-            .collect();
-        touched.sort_unstable();
-        touched.dedup();
-        let refs: Vec<PageRef> = {
-            let map = self.map.read().expect("map lock");
-            let blocks = map.blocks();
-            touched
-                .iter()
-                .filter_map(|&p| blocks.saved_ref(p))
-                .collect()
-        };
-        // A page gone is met again under the lock, and read there (or its error given).
-        held.extend(self.map_pages.pages(&refs)?.into_iter().flatten());
-        Ok(held)
     }
 
     /// Reads the block-map pages `refs` names, and the versions of them in `known` (the

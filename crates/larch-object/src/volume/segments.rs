@@ -241,11 +241,6 @@ impl BlockMap {
         }
     }
 
-    /// The ref of saved page `page`, if it was ever written.
-    pub fn saved_ref(&self, page: u64) -> Option<PageRef> {
-        self.saved.get(&page).copied()
-    }
-
     /// Whether page `page` holds no pointer for sure: never saved and none changed.
     pub fn page_is_hole(&self, page: u64) -> bool {
         let first = page * PAGE_BLOCKS;
@@ -262,11 +257,11 @@ impl BlockMap {
         self.changed.keys().map(|b| b / PAGE_BLOCKS).collect()
     }
 
-    /// Pins the pointers of `blocks` in memory (reading their pages as needed, or finding
-    /// them in `held`), so that [`BlockMap::set`] knows what each replaces without a read.
-    pub fn pin(&mut self, blocks: &[u64], held: &[Page]) -> io::Result<()> {
+    /// Pins the pointers of `blocks` in memory (reading their pages as needed), so that
+    /// [`BlockMap::set`] knows what each replaces without a read.
+    pub fn pin(&mut self, blocks: &[u64]) -> io::Result<()> {
         let mut found = Vec::new();
-        let mut lookup = self.pointers_with(held);
+        let mut lookup = self.pointers_with(&[]);
         for &block in blocks {
             if !self.changed.contains_key(&block) {
                 found.push((block, lookup.get(block)?));
@@ -363,23 +358,28 @@ impl BlockMap {
 
     /// Applies a map log read from the store (an open, a follower following a commit):
     /// each block pointed where the log says. Returns the blocks whose pointers changed.
-    /// A pointer whose segment the map names with another record count, or that would
-    /// count more live records than its segment holds, is refused; the entries before it
-    /// stay applied (the caller drops the map).
+    /// A map that counts (a writer's) reads the pointers the log replaces; a pointer whose
+    /// segment the map names with another record count, or that would count more live
+    /// records than its segment holds, is refused, and the entries before it stay applied
+    /// (the caller drops the map). A follower's map reads nothing: every block the log
+    /// names counts as changed.
     pub fn apply_log(
         &mut self,
         entries: &[(u64, BlockPtr)],
-        held: &[Page],
     ) -> io::Result<Result<Vec<u64>, SegmentId>> {
+        if !self.counted {
+            self.changed.extend(entries.iter().copied());
+            return Ok(Ok(entries.iter().map(|&(block, _)| block).collect()));
+        }
         let blocks: Vec<u64> = entries.iter().map(|&(block, _)| block).collect();
-        self.pin(&blocks, held)?;
+        self.pin(&blocks)?;
         let mut changed = Vec::new();
         for &(block, ptr) in entries {
             let now = self.changed[&block];
             if now == ptr {
                 continue;
             }
-            if ptr.exists() && self.counted {
+            if ptr.exists() {
                 let fits = self
                     .segments
                     .get(&ptr.segment())
