@@ -22,7 +22,9 @@
 #            ARC (larch_object_map_bytes, where the binary reports it);
 #   reads    READS random 4 KiB reads over the whole volume (QD16; most are holes, most
 #            in a written block-map page), twice: IOPS of each pass, the block-map pages
-#            read from the store, the RSS after.
+#            read from the store, the RSS after;
+#   reopen   the daemon restarted once more, now that every page is written: the time
+#            until it serves (a map of more than 1,024 pages is counted after that).
 # results.md in OUT has every figure. Needs root (Ceph's packages), fio with its nbd
 # engine, nbdinfo and curl.
 set -euo pipefail
@@ -125,10 +127,13 @@ for i in "${!BINS[@]}"; do
     page_gets=$([ -n "$g0" ] && echo $((g1 - g0)) || echo -)
     rss_read=$(ps -o rss= -p "$LARCH_PID" | awk '{ printf "%.0f", $1 / 1024 }')
     larch_stop
+    larch_start "$bin" "$pool"
+    reopened=$OPENED
+    larch_stop
     row=$(python3 - "$OUT/fio-sync-$i.json" "$opened" "$((p1 - p0))" "$((b1 - b0))" "$((c1 - c0))" "$root" "$i" \
-        "$rss_sync" "$map_mib" "$OUT/fio-read1-$i.json" "$OUT/fio-read2-$i.json" "$page_gets" "$rss_read" <<'EOF'
+        "$rss_sync" "$map_mib" "$OUT/fio-read1-$i.json" "$OUT/fio-read2-$i.json" "$page_gets" "$rss_read" "$reopened" <<'EOF'
 import json, sys
-path, opened, puts, put_bytes, commits, root, i, rss_sync, map_mib, r1, r2, page_gets, rss_read = sys.argv[1:]
+path, opened, puts, put_bytes, commits, root, i, rss_sync, map_mib, r1, r2, page_gets, rss_read, reopened = sys.argv[1:]
 iops = lambda p: json.load(open(p))["jobs"][0]["read"]["iops"]
 w = json.load(open(path))["jobs"][0]["write"]
 sync = json.load(open(path))["jobs"][0].get("sync", {})
@@ -137,7 +142,7 @@ lat = sync.get("lat_ns", {})
 p99 = lat.get("percentile", {}).get("99.000000", 0) / 1e6
 print(f"| binary {i} | {opened} | {w['iops']:.1f} | {lat.get('mean', 0) / 1e6:.1f} | {p99:.1f} | "
       f"{int(commits)} | {int(puts) / commits:.1f} | {int(put_bytes) / commits / 1024:.1f} | {int(root) / 1024:.1f} | "
-      f"{rss_sync} | {map_mib} | {iops(r1):.0f} | {iops(r2):.0f} | {page_gets} | {rss_read} |")
+      f"{rss_sync} | {map_mib} | {iops(r1):.0f} | {iops(r2):.0f} | {page_gets} | {rss_read} | {reopened} |")
 EOF
 )
     log "$row"
@@ -150,8 +155,8 @@ done
     echo
     echo "VOL=$VOL of 4 KiB blocks, ARC $ARC, $WRITES random writes spread over it first, then $SYNC_WRITES random 4 KiB writes each with a flush (QD1), then two passes of $READS random 4 KiB reads (QD16)."
     echo
-    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB | RSS MiB | map MiB | reads/s 1 | reads/s 2 | pages read | RSS after reads MiB |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB | RSS MiB | map MiB | reads/s 1 | reads/s 2 | pages read | RSS after reads MiB | reopen s |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${ROWS[@]}"
 } >"$OUT/results.md"
 cat "$OUT/results.md"

@@ -43,7 +43,7 @@ pub use pages::{
 
 use gc::GC_BATCH;
 use pages::MapPages;
-use segments::BlockMap;
+use segments::{BlockMap, Count};
 use tree::{Tree, TreeEdit};
 
 /// How an object-backed volume behaves.
@@ -94,6 +94,17 @@ pub struct Options {
     /// the caller attaches another ([`ObjectVolume::attach_map_cache`]; the engine attaches
     /// its ARC). At least one page is kept.
     pub map_cache_bytes: u64,
+    /// A writer's open of a segments volume counts its segments' live records (reading
+    /// every block-map page) before it returns when the map has at most this many pages;
+    /// a larger map is counted by a thread of the volume's while it is served, and until
+    /// that count is done nothing is repacked, no segment deleted, and no live share
+    /// reported.
+    pub count_at_open_pages: u64,
+    /// Pages a background count reads and counts per round (between rounds the map's
+    /// lock is free for commits and reads). Tests make it small, so that commits come
+    /// between rounds.
+    #[doc(hidden)]
+    pub count_round_pages: usize,
 }
 
 impl Options {
@@ -184,9 +195,15 @@ impl Default for Options {
             size_bytes: None,
             grow_to: None,
             map_cache_bytes: LOCAL_MAP_CACHE_BYTES,
+            count_at_open_pages: COUNT_AT_OPEN_PAGES,
+            count_round_pages: segments::COUNT_BATCH,
         }
     }
 }
+
+/// The most block-map pages a writer's open counts before it returns (a map of 1M blocks:
+/// 40 MiB of GETs); see [`Options::count_at_open_pages`].
+pub const COUNT_AT_OPEN_PAGES: u64 = 1024;
 
 /// The live share (%) under which a segment is repacked by default: ZeroFS's threshold,
 /// and where moving a segment's live bytes costs at most what it frees.
@@ -959,7 +976,14 @@ impl ObjectVolume {
             local.seen_seq = local.seen_seq.max(root.commit_seq);
         }
         let (stats, pages) = open_pages(&handle, &store, &prefix, display, options);
-        let (map, tree) = load_map(&handle, &store, &prefix, display, &root, &pages, true)?;
+        // A map that the root shows to have more pages than the bound (a root names the
+        // pages themselves up to 1,024, index pages above that) is counted later.
+        let count = if root.levels > 0 || root.pages.len() as u64 > options.count_at_open_pages {
+            Count::Later
+        } else {
+            Count::Now
+        };
+        let (map, tree) = load_map(&handle, &store, &prefix, display, &root, &pages, count)?;
         let volume = ObjectVolume::assemble(Opening {
             store,
             prefix,
@@ -990,7 +1014,13 @@ impl ObjectVolume {
                  but had not reached the store)"
             );
         }
-        volume.collect_garbage(GC_BATCH);
+        if count == Count::Later && volume.geometry.format == Format::Segments {
+            // The collection of garbage judges segments by the counts: it runs once they
+            // are done.
+            spawn_counter(&volume);
+        } else {
+            volume.collect_garbage(GC_BATCH);
+        }
         spawn_renewer(&volume);
         Ok(volume)
     }
@@ -2345,7 +2375,7 @@ impl ObjectVolume {
                 &self.display,
                 &now,
                 &self.map_pages,
-                true,
+                Count::Now,
             )?;
             *self.map.write().expect("map lock") = map;
             state.tree = tree;
@@ -2653,8 +2683,8 @@ fn open_pages(
 
 /// Reads and checks the tree of map pages the root names, then the map logs it names. An
 /// objects volume's map pages are read whole; a segments volume's through `pages`, all of
-/// them once to count its segments when `count` (a writer), else none until a lookup
-/// needs one (a follower).
+/// them once to count its segments with [`Count::Now`], else none until a lookup or the
+/// count needs one.
 fn load_map(
     handle: &tokio::runtime::Handle,
     store: &Arc<dyn ObjectStore>,
@@ -2662,7 +2692,7 @@ fn load_map(
     display: &str,
     root: &Root,
     pages: &Arc<MapPages>,
-    count: bool,
+    count: Count,
 ) -> io::Result<(Map, Tree)> {
     let (tree, _, _) = tree::read_tree(handle, store, prefix, display, root, &Tree::default())?;
     if root.format == Format::Segments {
@@ -2762,6 +2792,43 @@ fn apply_log(blocks: &mut BlockMap, log: &ReadLog, display: &str) -> io::Result<
             ),
         )
     })
+}
+
+/// Counts a segments volume's segments in the background after its open
+/// ([`Count::Later`]), then collects its garbage. A round that fails (the store does not
+/// answer) is tried again a second later; the thread ends when the volume stops or goes.
+fn spawn_counter(volume: &Arc<ObjectVolume>) {
+    let weak: Weak<ObjectVolume> = Arc::downgrade(volume);
+    let stop = Arc::clone(&volume.stop);
+    std::thread::Builder::new()
+        .name("larch-count".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let Some(volume) = weak.upgrade() else {
+                    return;
+                };
+                match volume.count_step() {
+                    Ok(true) => {
+                        volume.collect_garbage(GC_BATCH);
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(err) => {
+                        volume.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("larch: {}: counting the segments: {err}", volume.display);
+                        if err.kind() == io::ErrorKind::InvalidData {
+                            // Damage: the counts are given up (nothing is repacked or
+                            // deleted by them); the rest of the garbage is still collected.
+                            volume.collect_garbage(GC_BATCH);
+                            return;
+                        }
+                        drop(volume);
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            }
+        })
+        .expect("spawn a volume's thread");
 }
 
 /// Renews the lease every quarter of it until the volume stops or goes.

@@ -867,3 +867,74 @@ fn a_map_larger_than_its_cache_is_read_on_demand() {
     again.release().unwrap();
     follower.release().unwrap();
 }
+
+/// A writer's open of a map larger than `count_at_open_pages` returns before it counts
+/// the segments; a thread counts them while the volume serves and commits, and then the
+/// counts are what a full count at open finds, the segments that commits emptied
+/// meanwhile are deleted, and repacking resumes.
+#[test]
+fn a_large_map_is_counted_in_the_background() {
+    let store = new_volume(64 * 1024, 4);
+    let opts = Options {
+        map_log_commits: 0,
+        ..options(50)
+    };
+    let later = Options {
+        count_at_open_pages: 0,
+        count_round_pages: 1,
+        ..opts
+    };
+    let writer = open(&store, opts);
+    // Four blocks in each of 32 pages, one segment of four per page.
+    for p in 0..32u64 {
+        writer
+            .stage_blocks((0..4).map(|i| (p * 1024 + i, block_of(p as u8 + 1))))
+            .unwrap();
+        writer.flush().unwrap();
+    }
+    let usage = writer.segment_usage().unwrap();
+    writer.release().unwrap();
+    let counted = |vol: &ObjectVolume| {
+        for _ in 0..500 {
+            if let Some(usage) = vol.segment_usage() {
+                return usage;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the background count did not finish");
+    };
+    let vol = open(&store, later);
+    // Meanwhile the volume serves and commits: page 0's segment is emptied (every block
+    // of it overwritten), page 1's thinned.
+    vol.stage_blocks((0..4).map(|i| (i, block_of(0x80))))
+        .unwrap();
+    vol.stage_blocks([(1024, block_of(0x81))]).unwrap();
+    vol.flush().unwrap();
+    let after = counted(&vol);
+    let record = (BS + layout::TRAILER_BYTES) as u64;
+    assert_eq!(after.1, usage.1, "live records: as many as before");
+    // One emptied; the commit's five blocks went into two new ones (four records each).
+    assert_eq!(after.2, usage.2 + 1, "segments");
+    assert_eq!(
+        after.0,
+        usage.0 + record,
+        "page 1's old segment holds one dead record"
+    );
+    // The emptied segment is deleted once the count is done (never before: the count
+    // could not know that no page it had not reached pointed into it).
+    let segments = settle(&store, "seg", after.2 as usize);
+    assert_eq!(under(&segments, "seg").len() as u64, after.2);
+    for p in 0..32u64 {
+        let want = match p {
+            0 => 0x80,
+            _ => p as u8 + 1,
+        };
+        assert_eq!(read(&vol, p * 1024 + 2), vec![want; BS], "page {p}");
+    }
+    assert_eq!(read(&vol, 1024), vec![0x81; BS]);
+    // A reopen that counts at once finds the same.
+    vol.release().unwrap();
+    let again = open(&store, opts);
+    assert_eq!(again.segment_usage().unwrap(), after);
+    again.release().unwrap();
+}

@@ -347,6 +347,15 @@ fn run_seed(seed: u64, hazard: Hazard, spread: u64, follow: bool) -> Result<Cove
         } else {
             larch_object::LOCAL_MAP_CACHE_BYTES
         },
+        // Every third seed counts its segments in the background after each open, while
+        // it commits (nothing repacked or deleted until the count is done).
+        count_at_open_pages: if seed.is_multiple_of(3) {
+            0
+        } else {
+            larch_object::COUNT_AT_OPEN_PAGES
+        },
+        // A page a round, so that commits come between the rounds.
+        count_round_pages: 1,
         ..Options::default()
     };
     // An open under faults may fail every time (each of its GETs may): after a few tries

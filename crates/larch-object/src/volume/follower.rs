@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use object_store::ObjectStore;
 
 use super::pages::Page;
+use super::segments::Count;
 use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, apply_log,
     load_map, open_pages, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
@@ -79,7 +80,15 @@ impl ObjectVolume {
         refuse_root(&root, &local, options, display, true)?;
         let local = local.for_volume(&root);
         let (stats, pages) = open_pages(&handle, &store, &prefix, display, options);
-        let (map, tree) = load_map(&handle, &store, &prefix, display, &root, &pages, false)?;
+        let (map, tree) = load_map(
+            &handle,
+            &store,
+            &prefix,
+            display,
+            &root,
+            &pages,
+            Count::Never,
+        )?;
         let seen = local.seen_seq;
         let volume = ObjectVolume::assemble(Opening {
             store,

@@ -40,8 +40,8 @@ pub const SEGMENT_MEM: u64 = 32;
 const SAVED_REF_MEM: u64 = std::mem::size_of::<PageRef>() as u64 + 16;
 
 /// Pages read at once while an open counts the segments: what the count holds besides
-/// the cache.
-const COUNT_BATCH: usize = 256;
+/// the cache. Also a background count's round (see `Options::count_round_pages`).
+pub const COUNT_BATCH: usize = 256;
 
 /// Block-map pages a look for holes covers per hold of the map's lock (the pages it read
 /// for them are held until the next).
@@ -69,9 +69,26 @@ pub(super) struct BlockMap {
     segments: HashMap<SegmentId, Segment>,
     stored_records: u64,
     live_records: u64,
-    /// The counts are exact. A follower does not count (it neither repacks nor deletes),
-    /// and reports none.
+    /// The map counts. A follower does not (it neither repacks nor deletes), and reports
+    /// no counts.
     counted: bool,
+    /// Counting in the background after an open: the pages below this one are counted
+    /// (their pointers' changes are counted as they are made), the others will be, with
+    /// the pointers they hold then. `None`: every page is.
+    count_below: Option<u64>,
+}
+
+/// How an open counts the segments' live records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Count {
+    /// Every page read and counted before the open returns.
+    Now,
+    /// Counted by a thread of the volume's after the open returns
+    /// ([`ObjectVolume::count_step`]); until then nothing is repacked, no segment is
+    /// deleted, and no live share is reported.
+    Later,
+    /// Not counted (a follower).
+    Never,
 }
 
 /// Looks pointers up, keeping the last page it used: a run of neighbouring blocks looks
@@ -182,21 +199,29 @@ impl BlockMap {
             stored_records: 0,
             live_records: 0,
             counted: true,
+            count_below: None,
         }
     }
 
-    /// The map of the saved pages `refs` (an open). With `count` (a writer, which repacks
-    /// and deletes segments by their counts), every page is read once to count the
+    /// The map of the saved pages `refs` (an open). With [`Count::Now`] (a writer, which
+    /// repacks and deletes segments by their counts), every page is read once to count the
     /// segments' live records, and a pointer whose segment another pointer names with
     /// another record count, or that counts more live records than its segment holds, is
-    /// refused; without (a follower), no page is read: its counts are not known.
-    pub fn load(&mut self, refs: &[PageRef], display: &str, count: bool) -> io::Result<()> {
+    /// refused; otherwise no page is read now (see [`Count`]).
+    pub fn load(&mut self, refs: &[PageRef], display: &str, count: Count) -> io::Result<()> {
         for r in refs {
             self.saved.insert(r.page, *r);
         }
-        if !count {
-            self.counted = false;
-            return Ok(());
+        match count {
+            Count::Now => {}
+            Count::Later => {
+                self.count_below = Some(0);
+                return Ok(());
+            }
+            Count::Never => {
+                self.counted = false;
+                return Ok(());
+            }
         }
         for batch in refs.chunks(COUNT_BATCH) {
             for (r, page) in batch.iter().zip(self.pages.pages(batch)?) {
@@ -398,10 +423,12 @@ impl BlockMap {
     /// that was its last.
     fn uncount(&mut self, p: BlockPtr) -> Option<SegmentId> {
         let id = p.segment();
+        let complete = self.count_below.is_none();
         let seg = self.segments.get_mut(&id)?;
         seg.live -= 1;
         self.live_records -= 1;
-        if seg.live > 0 {
+        // While the count is not complete, pages not counted yet may still point into it.
+        if seg.live > 0 || !complete {
             return None;
         }
         self.stored_records -= u64::from(seg.records);
@@ -417,7 +444,9 @@ impl BlockMap {
             .changed
             .insert(block, ptr)
             .expect("a block is pinned before it is set");
-        if !self.counted {
+        // A page the background count has not reached is counted with the pointers it
+        // holds when it is.
+        if !self.counted || !self.page_counted(block / PAGE_BLOCKS) {
             return None;
         }
         if ptr.exists() {
@@ -429,6 +458,117 @@ impl BlockMap {
             return None;
         }
         self.uncount(old)
+    }
+
+    /// Whether a page from `c` on holds pointers (saved, or changed since).
+    fn has_pages_from(&self, c: u64) -> bool {
+        self.saved.range(c..).next().is_some()
+            || self
+                .changed
+                .range(c.saturating_mul(PAGE_BLOCKS)..)
+                .next()
+                .is_some()
+    }
+
+    /// Whether page `page`'s pointers are counted.
+    fn page_counted(&self, page: u64) -> bool {
+        self.count_below.is_none_or(|c| page < c)
+    }
+
+    /// Whether the counts are complete and trusted.
+    fn complete(&self) -> bool {
+        self.counted && self.count_below.is_none()
+    }
+
+    /// The saved pages the background count needs next (at most `round`, in order);
+    /// empty when it needs none (done, or not counting).
+    pub fn count_wants(&self, round: usize) -> Vec<PageRef> {
+        match self.count_below {
+            Some(c) if self.counted => self.saved.range(c..).take(round).map(|(_, r)| *r).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Counts the pages from where the background count stands, in order, with the
+    /// pointers they hold now, as far as `held` (pages read for it) and the cache have
+    /// them. Returns the segments found dead once every page is counted (`Some`, and the
+    /// count is complete); `None` while pages remain. A count that finds the pages
+    /// disagreeing (damage) stops: the map counts no more, so nothing is repacked or
+    /// deleted by its counts; the error says which page.
+    pub fn count_some(
+        &mut self,
+        held: &[Page],
+        round: usize,
+        display: &str,
+    ) -> io::Result<Option<Vec<SegmentId>>> {
+        // Nothing to count (done, or a map that does not count): done.
+        let (true, Some(mut c)) = (self.counted, self.count_below) else {
+            return Ok(Some(Vec::new()));
+        };
+        // At most a round's pages per call: the caller holds the map's lock.
+        for _ in 0..round {
+            // The next page holding pointers: saved, or with pointers changed since.
+            let saved = self.saved.range(c..).next().map(|(p, r)| (*p, *r));
+            let changed = self
+                .changed
+                .range(c.saturating_mul(PAGE_BLOCKS)..)
+                .next()
+                .map(|(b, _)| b / PAGE_BLOCKS);
+            let page = match (saved.map(|(p, _)| p), changed) {
+                (None, None) => {
+                    c = u64::MAX;
+                    break;
+                }
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+            };
+            let entries = {
+                let mut lookup = self.pointers_with(held);
+                match lookup.entries(page) {
+                    Some(entries) => entries,
+                    // Not read yet (or replaced by a checkpoint since): the next round.
+                    None => {
+                        self.count_below = Some(page);
+                        return Ok(None);
+                    }
+                }
+            };
+            for p in entries.into_iter().filter(|p| p.exists()) {
+                if let Err(segment) = self.count(p) {
+                    self.counted = false;
+                    self.count_below = None;
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{display}: block-map page {page}: its pointers into {} disagree \
+                             with the other pages' on the segment's size, or name more \
+                             records than it holds; the volume's segments are not counted, \
+                             so none is repacked or deleted",
+                            layout::segment_name(segment)
+                        ),
+                    ));
+                }
+            }
+            c = page + 1;
+            self.count_below = Some(c);
+        }
+        if self.has_pages_from(c) {
+            return Ok(None);
+        }
+        // Every page counted: the segments no pointer names are dead.
+        self.count_below = None;
+        let dead: Vec<SegmentId> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.live == 0)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &dead {
+            let seg = self.segments.remove(id).expect("listed above");
+            self.stored_records -= u64::from(seg.records);
+        }
+        Ok(Some(dead))
     }
 
     /// A checkpoint landed that saved pages `refs` (with `entries`, the pointers they
@@ -446,12 +586,16 @@ impl BlockMap {
 
     /// Whether the map names segment `id`.
     pub fn names(&self, id: SegmentId) -> bool {
-        self.segments.contains_key(&id)
+        // Counts not complete or not trusted: every segment may be named.
+        !self.complete() || self.segments.contains_key(&id)
     }
 
     /// Segments whose live records are below `percent` % of their records, the sparsest
     /// first.
     pub fn sparse(&self, percent: u8) -> Vec<(SegmentId, Segment)> {
+        if !self.complete() {
+            return Vec::new();
+        }
         let mut found: Vec<(SegmentId, Segment)> = self
             .segments
             .iter()
@@ -479,7 +623,7 @@ impl BlockMap {
     /// Records in the segments the map names, and of those the live ones (`None` when a
     /// follower lost the count).
     pub fn records(&self) -> Option<(u64, u64)> {
-        self.counted
+        self.complete()
             .then_some((self.stored_records, self.live_records))
     }
 
@@ -508,6 +652,41 @@ struct Write {
 }
 
 impl ObjectVolume {
+    /// One round of the background count ([`Count::Later`]): the next pages read (without
+    /// the map's lock) and counted (under it). Returns whether the count is done; the
+    /// segments it then finds dead are deleted.
+    pub(super) fn count_step(&self) -> io::Result<bool> {
+        let round = self.options.count_round_pages.max(1);
+        let wants = self
+            .map
+            .read()
+            .expect("map lock")
+            .blocks()
+            .count_wants(round);
+        let held: Vec<Page> = self
+            .map_pages
+            .pages(&wants)?
+            .into_iter()
+            .flatten()
+            .collect();
+        let dead = self
+            .map
+            .write()
+            .expect("map lock")
+            .blocks_mut()
+            .count_some(&held, round, &self.display)?;
+        let Some(dead) = dead else {
+            return Ok(false);
+        };
+        if !dead.is_empty() {
+            self.stats
+                .segments_freed
+                .fetch_add(dead.len() as u64, Ordering::Relaxed);
+            self.delete_later(dead.into_iter().map(layout::segment_name).collect());
+        }
+        Ok(true)
+    }
+
     /// Runs `f` on the map with a lookup of pointers under a shared hold of the map's
     /// lock, and returns what it returns once it ran with every page it looked for: the
     /// pages its lookup found in no cache are read from the store without the lock (all
