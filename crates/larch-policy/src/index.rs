@@ -12,7 +12,8 @@
 //! The table is open addressing over buckets: an entry lives in its home bucket (low bits
 //! of the hash) or, when that is full, in the next bucket with a free slot. Each bucket
 //! counts the entries that had to pass it on the way to their bucket, so that a search
-//! stops at the first bucket whose count is zero, and a removal needs no tombstone: it
+//! stops at the first bucket whose count is zero (or, in a small table where overflow
+//! can go all the way round, once it has seen every bucket), and a removal needs no tombstone: it
 //! takes one off the counts of the buckets its entry passed. The index holds no keys;
 //! the caller compares the key in the header, and hashes headers again when it grows.
 
@@ -46,11 +47,15 @@ impl Bucket {
         ids: [0; SLOTS],
     };
 
-    /// A bit per slot whose tag is `tag`, lowest slot in the lowest bit.
+    /// A bit per slot whose tag is `tag`, lowest slot in the lowest bit. A plain loop over
+    /// indices: the compiler turns it into a few vector instructions, and in an unoptimized
+    /// build (the tests') it costs a tenth of an iterator chain's time.
     fn matching(&self, tag: u16) -> u32 {
         let mut mask = 0;
-        for (slot, &t) in self.tags.iter().enumerate() {
-            mask |= u32::from(t == tag) << slot;
+        let mut slot = 0;
+        while slot < SLOTS {
+            mask |= u32::from(self.tags[slot] == tag) << slot;
+            slot += 1;
         }
         mask
     }
@@ -122,18 +127,23 @@ impl KeyIndex {
         }
         let tag = tag_of(hash);
         let mut b = self.home(hash);
-        loop {
+        // Overflow can pass all the way round a small table: at most every bucket once.
+        for _ in 0..self.buckets.len() {
             let bucket = &self.buckets[b];
-            for slot in slots(bucket.matching(tag)) {
+            let mut matches = bucket.matching(tag);
+            while matches != 0 {
+                let slot = matches.trailing_zeros() as usize;
                 if is_it(bucket.ids[slot]) {
                     return Some(bucket.ids[slot]);
                 }
+                matches &= matches - 1;
             }
             if bucket.overflow == 0 {
                 return None;
             }
             b = (b + 1) & self.mask();
         }
+        None
     }
 
     /// Adds `id` under `hash`; the caller knows it is not there yet. `rehash` gives the
@@ -184,15 +194,17 @@ impl KeyIndex {
         let mask = self.mask();
         let home = self.home(hash);
         let mut b = home;
-        let found = loop {
+        let mut found = None;
+        for _ in 0..self.buckets.len() {
             let bucket = &self.buckets[b];
-            if let Some(slot) = slots(bucket.matching(tag)).find(|&s| bucket.ids[s] == id) {
-                break slot;
-            }
-            if bucket.overflow == 0 {
-                return false;
+            found = slots(bucket.matching(tag)).find(|&s| bucket.ids[s] == id);
+            if found.is_some() || bucket.overflow == 0 {
+                break;
             }
             b = (b + 1) & mask;
+        }
+        let Some(found) = found else {
+            return false;
         };
         self.buckets[b].tags[found] = EMPTY;
         // The entry passed the buckets from its home to the one before its own.
@@ -296,6 +308,37 @@ mod tests {
         index.insert(42, 2, |_| 42);
         assert_eq!(index.find(42, |i| i == 2), Some(2));
         assert_eq!(index.find(42, |_| false), None);
+    }
+
+    #[test]
+    fn a_search_ends_when_overflow_goes_round_the_whole_table() {
+        // Two buckets, each with an entry that overflowed into the other, and free slots:
+        // a search for a key that is not there must stop after both.
+        let mut index = KeyIndex::default();
+        let home = |b: u64, n: u32| b | (u64::from(n + 1) << 48);
+        let mut id = 0;
+        let mut add = |index: &mut KeyIndex, b: u64| {
+            id += 1;
+            index.insert(home(b, id), id, |_| unreachable!("no growth"));
+            id
+        };
+        let zeros: Vec<u32> = (0..11).map(|_| add(&mut index, 0)).collect();
+        for _ in 0..6 {
+            add(&mut index, 1);
+        }
+        assert_eq!(index.buckets.len(), 2);
+        for &z in &zeros[..5] {
+            assert!(index.remove(home(0, z), z));
+        }
+        for _ in 0..4 {
+            add(&mut index, 1);
+        }
+        assert_eq!(index.buckets.len(), 2);
+        assert!(index.buckets.iter().all(|b| b.overflow > 0), "{:?}", index.buckets);
+        assert_eq!(index.find(home(0, 999), |_| true), None);
+        assert_eq!(index.find(home(1, 999), |_| true), None);
+        assert!(!index.remove(home(1, 999), 999));
+        assert_eq!(index.find(home(0, zeros[10]), |i| i == zeros[10]), Some(zeros[10]));
     }
 
     proptest! {

@@ -277,7 +277,8 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut summaries = run_all(&runs, scale, args.run.quiet, started).into_iter();
-    let cold_run = summaries.next().expect("the cold run's summary")?;
+    // Its error, if any, after the candidates': the first error in the table's order.
+    let cold_run = summaries.next().expect("the cold run's summary");
     let mut candidates = Vec::new();
     for ((l2, n), s) in shapes.into_iter().zip(summaries) {
         let s = s?;
@@ -292,6 +293,7 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
             steady: s.steady,
         });
     }
+    let cold_run = cold_run?;
     let advice = advise(&base, &candidates, &cold_run, asked_l2, asked_devices);
     if args.run.json {
         let report = Report {
