@@ -71,6 +71,7 @@ pub mod adapt;
 mod arc;
 pub mod buckets;
 pub mod feed;
+mod index;
 mod list;
 mod lru;
 pub mod prefetch;

@@ -7,8 +7,7 @@
 
 use std::hash::Hasher;
 
-use hashbrown::HashTable;
-
+use crate::index::KeyIndex;
 use crate::{BlockKey, BufType, State};
 
 /// The "no header" index.
@@ -137,14 +136,15 @@ pub(crate) fn hash_key(key: &BlockKey) -> u64 {
     hasher.finish()
 }
 
-/// Headers, their free slots, and the key index. The index holds only slab indices (4
-/// bytes each); the key is stored once, in the header, and compared there.
+/// Headers, their free slots, and the key index. The index holds only slab indices and
+/// tags of their keys' hashes (6 bytes each); the key is stored once, in the header, and
+/// compared there.
 #[derive(Clone, Default)]
 pub(crate) struct Slab {
     pub headers: Vec<Header>,
     free_head: u32,
     free_len: usize,
-    pub index: HashTable<u32>,
+    pub index: KeyIndex,
     touch_clock: u64,
 }
 
@@ -154,7 +154,7 @@ impl Slab {
             headers: Vec::new(),
             free_head: NIL,
             free_len: 0,
-            index: HashTable::new(),
+            index: KeyIndex::default(),
             touch_clock: 0,
         }
     }
@@ -162,8 +162,13 @@ impl Slab {
     pub fn lookup(&self, key: &BlockKey) -> Option<u32> {
         let headers = &self.headers;
         self.index
-            .find(hash_key(key), |&id| headers[id as usize].key == *key)
-            .copied()
+            .find(hash_key(key), |id| headers[id as usize].key == *key)
+    }
+
+    /// Starts loading the part of the key index that a lookup of `key` reads first: for
+    /// a caller that knows its next key while it still has work to do.
+    pub fn prefetch(&self, key: &BlockKey) {
+        self.index.prefetch(hash_key(key));
     }
 
     pub fn get(&self, id: u32) -> &Header {
@@ -196,19 +201,17 @@ impl Slab {
         debug_assert!(self.lookup(&key).is_none(), "key {key:?} indexed twice");
         let headers = &self.headers;
         self.index
-            .insert_unique(hash_key(&key), id, |&i| hash_key(&headers[i as usize].key));
+            .insert(hash_key(&key), id, |i| hash_key(&headers[i as usize].key));
         id
     }
 
     /// Removes a header (already unlinked from its list) from the index and frees its slot.
     pub fn free(&mut self, id: u32) {
         let key = self.headers[id as usize].key;
-        match self.index.find_entry(hash_key(&key), |&i| i == id) {
-            Ok(entry) => {
-                entry.remove();
-            }
-            Err(_) => panic!("freeing header {id} ({key:?}) that the index does not hold"),
-        }
+        assert!(
+            self.index.remove(hash_key(&key), id),
+            "freeing header {id} ({key:?}) that the index does not hold"
+        );
         let header = &mut self.headers[id as usize];
         header.state = State::Anon;
         header.prev = NIL;

@@ -7,6 +7,7 @@
 //! knows its blocks before the replay, and its addresses and times do not scale.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail};
@@ -92,6 +93,48 @@ fn run_scaled(cfg: &SimConfig, scale: u64) -> anyhow::Result<Summary> {
     let mut out = sim::run(&cfg.scaled(scale)?, &mut |_| {})?;
     out.rescale(scale);
     Ok(out.summary)
+}
+
+/// Runs the simulations of `runs` (each a name for the progress lines and a
+/// configuration), one per core of the machine at a time, and returns their summaries in
+/// the order of `runs`: each is independent and deterministic, so the report is the same
+/// whatever the number of cores and the order the runs end in.
+fn run_all(
+    runs: &[(String, SimConfig)],
+    scale: u64,
+    quiet: bool,
+    started: Instant,
+) -> Vec<anyhow::Result<Summary>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(runs.len());
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((name, cfg)) = runs.get(i) else {
+                return done;
+            };
+            if !quiet {
+                eprintln!(
+                    "larch size: {name} ({:.0} s so far)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            done.push((i, run_scaled(cfg, scale)));
+        }
+    };
+    let mut results: Vec<(usize, anyhow::Result<Summary>)> = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for helper in helpers {
+            all.extend(helper.join().expect("a simulation thread panicked"));
+        }
+        all
+    });
+    results.sort_by_key(|&(i, _)| i);
+    results.into_iter().map(|(_, result)| result).collect()
 }
 
 /// Bytes per second the primary storage, or `count` cache devices of `spec`, stream: 1 MiB
@@ -194,8 +237,16 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
     let primary_bw = bandwidth(&base.primary, 1)?;
     let one_device_bw = bandwidth(&spec, 1)?;
 
-    let mut candidates = Vec::new();
-    let quiet = args.run.quiet;
+    // The configuration asked for, from cold: how long it takes to warm. The longest run,
+    // so it goes first and the candidates share the other cores meanwhile.
+    let mut cold = base.clone();
+    cold.prewarm = false;
+    cold.duration_ns = warm_for;
+    if !traced {
+        cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
+    }
+    let mut runs = vec![("the configuration asked for, from cold".to_string(), cold)];
+    let mut shapes = Vec::new();
     for &l2 in &sizes {
         let counts_here: &[u32] = if l2 == 0 { &[0] } else { &counts };
         for &n in counts_here {
@@ -221,38 +272,28 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
                     capacity_bytes: Some(l2 / u64::from(n)),
                 })
                 .collect();
-            if !quiet {
-                eprintln!(
-                    "larch size: L2ARC {} on {n} device(s) ({:.0} s so far)",
-                    format_size(l2),
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            let s = run_scaled(&cfg, scale)?;
-            candidates.push(Candidate {
-                l2_bytes: l2,
-                devices: n,
-                ads_over_cache: ads as f64 / (base.arc_max_bytes + l2) as f64,
-                l2_over_primary_bandwidth: f64::from(n) * one_device_bw / primary_bw.max(1.0),
-                cache_busy: s.cache_busy,
-                larch_dram_bytes: s.larch_arc_hdr_bytes + s.larch_l2_index_bytes,
-                openzfs_dram_bytes: s.openzfs_hdr_bytes,
-                steady: s.steady,
-            });
+            runs.push((format!("L2ARC {} on {n} device(s)", format_size(l2)), cfg));
+            shapes.push((l2, n));
         }
     }
-
-    // The configuration asked for, from cold: how long it takes to warm.
-    let mut cold = base.clone();
-    cold.prewarm = false;
-    cold.duration_ns = warm_for;
-    if !traced {
-        cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
+    let mut summaries = run_all(&runs, scale, args.run.quiet, started).into_iter();
+    // Its error, if any, after the candidates': the first error in the table's order.
+    let cold_run = summaries.next().expect("the cold run's summary");
+    let mut candidates = Vec::new();
+    for ((l2, n), s) in shapes.into_iter().zip(summaries) {
+        let s = s?;
+        candidates.push(Candidate {
+            l2_bytes: l2,
+            devices: n,
+            ads_over_cache: ads as f64 / (base.arc_max_bytes + l2) as f64,
+            l2_over_primary_bandwidth: f64::from(n) * one_device_bw / primary_bw.max(1.0),
+            cache_busy: s.cache_busy,
+            larch_dram_bytes: s.larch_arc_hdr_bytes + s.larch_l2_index_bytes,
+            openzfs_dram_bytes: s.openzfs_hdr_bytes,
+            steady: s.steady,
+        });
     }
-    if !quiet {
-        eprintln!("larch size: the configuration asked for, from cold");
-    }
-    let cold_run = run_scaled(&cold, scale)?;
+    let cold_run = cold_run?;
     let advice = advise(&base, &candidates, &cold_run, asked_l2, asked_devices);
     if args.run.json {
         let report = Report {

@@ -554,6 +554,12 @@ impl SimCache {
     }
 
     /// Runs one policy operation on the shard of `block` and applies what it asks.
+    /// Starts loading what the ARC's lookup of `block` reads first (a hint to the CPU).
+    fn prefetch_lookup(&self, block: u64) {
+        let key = key(block);
+        self.shards[shard_of(&key)].prefetch(&key);
+    }
+
     fn with_shard<T>(&mut self, block: u64, op: impl FnOnce(&mut Arc, &mut Vec<Action>) -> T) -> T {
         let shard = shard_of(&key(block));
         let mut actions = std::mem::take(&mut self.actions);
@@ -655,8 +661,12 @@ impl SimCache {
             }
             // The cache-device copy is needed only on a miss, but its slot is seldom in the
             // CPU's caches: asking for it now, before the ARC's lookup, makes the two waits
-            // for memory one.
+            // for memory one. The next block's ARC lookup starts the same way, while this
+            // one runs.
             self.l2.prefetch(block);
+            if block + 1 < first + count {
+                self.prefetch_lookup(block + 1);
+            }
             let access = self.access(block, prefetch, now);
             let outcome = self.with_shard(block, |arc, actions| arc.access(&access, actions));
             if outcome.is_hit() {
@@ -720,6 +730,11 @@ impl SimCache {
         prefetch: bool,
     ) -> Option<(Nanos, Source, Vec<IoId>)> {
         let tree = self.tree?;
+        // The levels are looked up one after the other, each lookup a wait for memory:
+        // asking for all their index buckets first makes those waits overlap.
+        for id in tree.parents(block) {
+            self.prefetch_lookup(id);
+        }
         let mut wait: Option<(Nanos, Source, Vec<IoId>)> = None;
         for id in tree.parents(block) {
             let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
