@@ -334,11 +334,18 @@ mod tests {
             add(&mut index, 1);
         }
         assert_eq!(index.buckets.len(), 2);
-        assert!(index.buckets.iter().all(|b| b.overflow > 0), "{:?}", index.buckets);
+        assert!(
+            index.buckets.iter().all(|b| b.overflow > 0),
+            "{:?}",
+            index.buckets
+        );
         assert_eq!(index.find(home(0, 999), |_| true), None);
         assert_eq!(index.find(home(1, 999), |_| true), None);
         assert!(!index.remove(home(1, 999), 999));
-        assert_eq!(index.find(home(0, zeros[10]), |i| i == zeros[10]), Some(zeros[10]));
+        assert_eq!(
+            index.find(home(0, zeros[10]), |i| i == zeros[10]),
+            Some(zeros[10])
+        );
     }
 
     proptest! {
