@@ -938,3 +938,32 @@ fn a_large_map_is_counted_in_the_background() {
     assert_eq!(again.segment_usage().unwrap(), after);
     again.release().unwrap();
 }
+
+/// A follower that needs a block-map page its writer superseded and deleted (it reads
+/// pages only when a lookup needs them) follows the root at once and reads the block
+/// where the new map says, as when it meets a segment gone.
+#[test]
+fn a_follower_reads_through_a_map_page_its_writer_deleted() {
+    let store = new_volume(64, 8);
+    let opts = Options {
+        map_log_commits: 0,
+        ..options(0)
+    };
+    let writer = open(&store, opts);
+    writer.stage_blocks([(3, block_of(1))]).unwrap();
+    writer.flush().unwrap();
+    let (follower, _) = open_follower(&store, LocalState::default()).unwrap();
+    assert_eq!(
+        follower.stats.map_page_gets.load(Ordering::Relaxed),
+        0,
+        "no page read at open"
+    );
+    // A checkpoint replaces page 0; its old version is deleted once the commit landed.
+    writer.stage_blocks([(3, block_of(2))]).unwrap();
+    writer.flush().unwrap();
+    settle(&store, "bmap", 1);
+    assert_eq!(read(&follower, 3), vec![2u8; BS]);
+    assert_eq!(follower.commit_seq(), writer.commit_seq());
+    follower.release().unwrap();
+    writer.release().unwrap();
+}

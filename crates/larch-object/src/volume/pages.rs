@@ -46,8 +46,8 @@ pub fn cached_page_bytes(stored: usize) -> u64 {
     sparse.min(CACHED_PAGE_BYTES)
 }
 
-/// The default bound of a volume's own page cache ([`LocalMapCache`]): 1,600 pages, the
-/// map of 1.6M blocks (6.4 GiB of 4 KiB blocks).
+/// The default bound of a volume's own page cache ([`LocalMapCache`]): 1,600 dense pages
+/// (the map of 1.6M blocks, 6.4 GiB of 4 KiB blocks), many more sparse ones.
 pub const LOCAL_MAP_CACHE_BYTES: u64 = 64 << 20;
 
 /// Where a volume keeps the block-map pages it read (see the module comment). Keys are

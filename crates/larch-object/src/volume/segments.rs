@@ -12,7 +12,8 @@
 //! Memory: the map keeps a ref per saved block-map page (the pages themselves are read
 //! through a cache, `pages`: the engine's ARC, as metadata), the pointers changed since
 //! the last checkpoint ([`CHANGED_PTR_MEM`] bytes each), and [`SEGMENT_MEM`] bytes a
-//! segment. An open reads every page once, to count each segment's live records.
+//! segment. A writer reads every page once after an open, to count each segment's live
+//! records (before the open returns, or in the background for a large map: [`Count`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -711,11 +712,15 @@ impl ObjectVolume {
                 missing
             };
             let before = held.len();
-            // A page gone from the store was superseded since (by a checkpoint of this
-            // node's, or of the writer a follower follows): the next round finds the map's
-            // new ref. Three rounds in a row without one page read: an error.
+            // A page gone from the store was superseded since: by a checkpoint of this
+            // node's (the next round finds the map's new ref), or of the writer a follower
+            // follows (the follower follows the root at once, as when it meets a segment
+            // gone). Three rounds in a row without one page read: an error.
             held.extend(self.map_pages.pages(&missing)?.into_iter().flatten());
             if held.len() == before {
+                if self.follower {
+                    let _ = self.follow();
+                }
                 fruitless += 1;
                 if fruitless == 3 {
                     return Err(io::Error::new(
