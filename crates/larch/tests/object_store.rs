@@ -54,17 +54,20 @@ struct Gateway {
 }
 
 impl Gateway {
-    /// Starts the cluster (a second and third time on other ports if it fails: on a
-    /// developer's machine another cluster may race it for a port).
+    /// Starts the cluster, up to five times on other ports, a few seconds apart: on a
+    /// developer's machine another cluster may race it for a port, and a loaded machine
+    /// has seen Ceph's first OSD start fail three times within seconds (its monitor
+    /// refusing the OSD's first commands), then start at the next try.
     fn start() -> Gateway {
         let mut failures = Vec::new();
-        for _ in 0..3 {
+        for attempt in 0..5u64 {
             match Gateway::try_start() {
                 Ok(gateway) => return gateway,
                 Err(why) => failures.push(why),
             }
+            std::thread::sleep(Duration::from_secs(2 * (attempt + 1)));
         }
-        panic!("scripts/ceph-rgw start failed three times: {failures:#?}");
+        panic!("scripts/ceph-rgw start failed five times: {failures:#?}");
     }
 
     fn try_start() -> Result<Gateway, String> {
