@@ -440,6 +440,6 @@ mod tests {
                 assert!(series.insert(id.clone()), "{id} twice");
             }
         }
-        assert_eq!(families.len(), 36);
+        assert_eq!(families.len(), 38);
     }
 }
