@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, Format, PAGE_OBJECTS, Root, Version};
 
+mod block_map;
 mod follower;
 mod gc;
 mod pages;
@@ -41,9 +42,9 @@ pub use pages::{
     CACHED_PAGE_BYTES, LOCAL_MAP_CACHE_BYTES, LocalMapCache, MapCache, cached_page_bytes,
 };
 
+use block_map::{BlockMap, Count};
 use gc::GC_BATCH;
 use pages::MapPages;
-use segments::{BlockMap, Count};
 use tree::{Tree, TreeEdit};
 
 /// How an object-backed volume behaves.
@@ -196,7 +197,7 @@ impl Default for Options {
             grow_to: None,
             map_cache_bytes: LOCAL_MAP_CACHE_BYTES,
             count_at_open_pages: COUNT_AT_OPEN_PAGES,
-            count_round_pages: segments::COUNT_BATCH,
+            count_round_pages: block_map::COUNT_BATCH,
         }
     }
 }

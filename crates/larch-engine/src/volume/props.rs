@@ -69,20 +69,15 @@ impl Volume {
         let before = self.entry.info();
         self.entry.set_props(props);
         let mut dropped = Dropped::default();
+        // `metadata` keeps an object volume's map pages (its metadata), `none` drops them
+        // too; what is dropped is counted as blocks: the data's.
         if before.primarycache == CacheMode::All && props.primarycache != CacheMode::All {
-            // `metadata` keeps an object volume's map pages (its metadata); `none` drops
-            // them too (what is dropped is counted as blocks: the data's).
             let data = 0..MAP_PAGE_KEYS;
             dropped.arc_blocks = self.engine.arc.drop_blocks(before.slot, data, true).0;
-            if props.primarycache == CacheMode::None {
-                self.engine
-                    .arc
-                    .drop_blocks(before.slot, MAP_PAGE_KEYS..u64::MAX, true);
-            }
-        } else if props.primarycache == CacheMode::None && before.primarycache != CacheMode::None {
-            self.engine
-                .arc
-                .drop_blocks(before.slot, MAP_PAGE_KEYS..u64::MAX, true);
+        }
+        if before.primarycache != CacheMode::None && props.primarycache == CacheMode::None {
+            let map_pages = MAP_PAGE_KEYS..u64::MAX;
+            self.engine.arc.drop_blocks(before.slot, map_pages, true);
         }
         if before.secondarycache == CacheMode::All && props.secondarycache != CacheMode::All {
             dropped.l2_copies = self.engine.l2.drop_copies(&before, 0);

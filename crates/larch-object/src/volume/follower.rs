@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use object_store::ObjectStore;
 
+use super::block_map::Count;
 use super::pages::Page;
-use super::segments::Count;
 use super::{
     CommitWatcher, LocalState, ObjectVolume, Opening, Options, ReadLog, StateSink, apply_log,
     load_map, open_pages, prepare, read_logs, read_root, refuse_root, spawn_ticker, tree,
