@@ -20,6 +20,12 @@
 #       s3backer  8K blocks (one object each), its block cache in a file of ARC_MAX+L2_SIZE
 #                 (s3backer has one cache tier: memory OR a file, not both), --directIO so
 #                 that the kernel's page cache is not a third, unbounded tier;
+#       s3backer, capped  the same in a memory cgroup (v1) whose limit is ARC_MAX plus
+#                 S3B_ALLOWANCE for s3backer itself: s3backer reads its cache file through
+#                 the page cache, so uncapped its warm hits are DRAM hits of the whole file
+#                 (ARC_MAX + L2_SIZE of DRAM against larch's ARC_MAX); capped, it gets the
+#                 DRAM larch's ARC gets and the rest of its cache file is read from the disk
+#                 (S3B_CAPPED=0 leaves this contender out; it needs root and cgroup v1);
 #       no cache  the same larch volume adopted by a second pool with --primarycache none
 #                 --secondarycache none and no cache device: every read is a ranged GET.
 #     Rounds interleave the contenders (no cache, s3backer, larch); medians are shown.
@@ -98,6 +104,8 @@ QD=${QD:-4}                     # and the queue depth of each
 SEQ_QD=${SEQ_QD:-16}            # queue depth of the 1 MiB sequential jobs
 RAW_PARALLEL=${RAW_PARALLEL:-16}
 SMALL_OBJECT=${SMALL_OBJECT:-64K}
+S3B_CAPPED=${S3B_CAPPED:-1}      # also run s3backer in a memory cgroup of ARC_MAX + S3B_ALLOWANCE
+S3B_ALLOWANCE=${S3B_ALLOWANCE:-32M}
 MON_PORT=${MON_PORT:-6790}
 PEERS=${PEERS-juicefs zerofs}    # the peers of part 5 (bench/object-store-peers.sh)
 PEERS_DIR=${PEERS_DIR:-/var/cache/larch-bench-peers}
@@ -140,7 +148,7 @@ LARCH=$WORK/larch
 
 CEPH_DIR=$WORK/ceph
 MNT=$WORK/mnt
-LARCH_PID='' S3B_PID='' CEPH_STARTED=0 TOP_PID='' F_PID=''
+LARCH_PID='' S3B_PID='' S3B_CGROUP='' CEPH_STARTED=0 TOP_PID='' F_PID=''
 cleanup() {
     local rc=$?
     set +e
@@ -155,6 +163,9 @@ cleanup() {
     if [ "$CEPH_STARTED" = 1 ]; then
         cp "$CEPH_DIR/ceph.conf" "$OUT/logs/ceph.conf" 2>/dev/null
         "$REPO/scripts/ceph-rgw" stop "$CEPH_DIR" >/dev/null 2>&1
+    fi
+    if [ -n "$S3B_CGROUP" ]; then   # empty once s3backer has exited (EBUSY until then)
+        for _ in $(seq 50); do rmdir "$S3B_CGROUP" 2>/dev/null && break; sleep 0.1; done
     fi
     rm -rf "$WORK"
     [ "$rc" = 0 ] || echo "object-store.sh: failed (exit $rc); logs in $OUT" >&2
@@ -602,7 +613,17 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%
 
 # ---------------------------------------------------------------- s3backer
 S3B_BLOCKS=$((($(bytes "$ARC_MAX") + $(bytes "$L2_SIZE")) / BS))
-s3b_mount() { # CACHE_FILE
+S3B_LIMIT=$(($(bytes "$ARC_MAX") + $(bytes "$S3B_ALLOWANCE")))
+s3b_cgroup() { # makes S3B_CGROUP, a memory cgroup (v1) limited to S3B_LIMIT bytes
+    S3B_CGROUP=/sys/fs/cgroup/memory/larch-bench-s3backer.$$
+    mkdir "$S3B_CGROUP" || die "cannot make the memory cgroup $S3B_CGROUP (root and cgroup v1 needed; S3B_CAPPED=0 skips)"
+    echo "$S3B_LIMIT" >"$S3B_CGROUP/memory.limit_in_bytes"
+    [ "$(cat "$S3B_CGROUP/memory.limit_in_bytes")" -le "$S3B_LIMIT" ] || die "$S3B_CGROUP took no limit of $S3B_LIMIT"
+}
+s3b_mount() { # CACHE_FILE [CGROUP]: mounts s3backer, in CGROUP (memory, v1) when given
+    local in=()
+    # The shell joins the cgroup, then becomes s3backer (same pid); nothing runs if it cannot.
+    [ -z "${2:-}" ] || in=(sh -c 'echo $$ >"$0" && exec "$@"' "$2/cgroup.procs")
     mkdir -p "$MNT"
     printf '%s:%s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$WORK/s3b.passwd"
     chmod 600 "$WORK/s3b.passwd"
@@ -610,7 +631,7 @@ s3b_mount() { # CACHE_FILE
     # consistency (MD5 cache, minimum delay between writes of a block) are off; left on,
     # its 1000-entry MD5 cache holds each write for 10 s and throttles a fill to ~100
     # blocks/s. No --region: it would switch to virtual-host URLs; aws4 signs us-east-1.
-    s3backer -f --accessFile="$WORK/s3b.passwd" --baseURL="$AWS_ENDPOINT_URL/" --authVersion=aws4 \
+    "${in[@]}" s3backer -f --accessFile="$WORK/s3b.passwd" --baseURL="$AWS_ENDPOINT_URL/" --authVersion=aws4 \
         --blockSize=8k --size="${VOL_MB}M" --md5CacheSize=0 --md5CacheTime=0 --minWriteDelay=0 \
         --blockCacheSize="$S3B_BLOCKS" --blockCacheFile="$1" --directIO --timeout=30 \
         s3b "$MNT" >>"$OUT/logs/s3backer.log" 2>&1 &
@@ -831,10 +852,10 @@ larch_phase() { # NAME EXPORT: a random phase of a larch daemon, with its cache 
     R["$name|$round|arc"]=$(awk -v g="$hits" -v n="$((hits + misses))" 'BEGIN { printf "%.1f", n ? 100 * g / n : 0 }')
     log "    ARC lookups: ${R["$name|$round|arc"]}% hits, ${R["$name|$round|l2"]}% L2 hits; GETs per 100 reads: ${R["$name|$round|store"]}"
 }
-s3b_phase() { # NAME
+s3b_phase() { # NAME [CONTENDER]
     local name=$1
     s3b_snap "$name-$round-before"
-    gw_phase s3backer s3b "$name" randread "$name" --filename="$MNT/file" --ioengine=libaio --direct=1
+    gw_phase "${2:-s3backer}" s3b "$name" randread "$name" --filename="$MNT/file" --ioengine=libaio --direct=1
     s3b_snap "$name-$round-after"
     local ios
     ios=$(cut -d' ' -f4 <<<"${R["$name|$round"]}")
@@ -887,6 +908,24 @@ for round in $(seq "$ROUNDS"); do
         done
     fi
     s3b_umount
+
+    if [ "$S3B_CAPPED" = 1 ]; then
+        phase "round $round: s3backer capped (memory cgroup of $S3B_LIMIT bytes, empty cache file of $S3B_BLOCKS blocks)"
+        [ -n "$S3B_CGROUP" ] || s3b_cgroup
+        echo 0 >"$S3B_CGROUP/memory.failcnt"               # this round's counts (v1 resets)
+        echo 0 >"$S3B_CGROUP/memory.max_usage_in_bytes"
+        rm -f "$WORK/s3b-cache"
+        s3b_mount "$WORK/s3b-cache" "$S3B_CGROUP"
+        s3b_wait
+        grep -qx "$S3B_PID" "$S3B_CGROUP/cgroup.procs" || die "s3backer ($S3B_PID) is not in $S3B_CGROUP"
+        for p in cold warm; do s3b_phase "s3backer_capped-$p" s3backer_capped; done
+        # What the limit held: s3backer's own peak (VmHWM), the cgroup's peak (its page
+        # cache included) and how often it hit the limit.
+        R["s3backer_capped|$round|mem"]="$(awk '/^VmHWM:/ { print $2 * 1024 }' "/proc/$S3B_PID/status") $(cat \
+            "$S3B_CGROUP/memory.max_usage_in_bytes") $(cat "$S3B_CGROUP/memory.failcnt")"
+        log "  s3backer's peak RSS, the cgroup's peak, its failcnt: ${R["s3backer_capped|$round|mem"]}"
+        s3b_umount
+    fi
 
     phase "round $round: larch (ARC $ARC_MAX, empty cache device of $L2_SIZE)"
     larch_start "$POOL_A" --format-cache
@@ -1093,10 +1132,12 @@ PY
     echo "| Contender | Phase | IOPS | p50 ms | p99 ms | GETs / 100 reads | vs no cache (IOPS) |"
     echo "|---|---|---:|---:|---:|---:|---:|"
     base=$(med nocache-cold)
-    for c in larch s3backer nocache; do
+    for c in larch s3backer s3backer_capped nocache; do
         case $c in
             larch) label="larch (ARC $ARC_MAX + L2 $L2_SIZE)" ;;
             s3backer) label="s3backer (8K blocks, cache file of $((S3B_BLOCKS * BS / 1048576)) MiB, capped at the ${VOL_MB} MiB file)" ;;
+            s3backer_capped) [ "$S3B_CAPPED" = 1 ] || continue
+                label="s3backer capped (the same in a memory cgroup of ARC $ARC_MAX + $S3B_ALLOWANCE)" ;;
             nocache) label="no cache (larch, primarycache=none)" ;;
         esac
         for p in cold warm; do
@@ -1108,6 +1149,18 @@ PY
     echo
     echo "larch's ARC lookups (median): cold $(medx larch-cold arc)% ARC hits, $(medx larch-cold l2)% L2 hits;" \
         "warm $(medx larch-warm arc)% ARC hits, $(medx larch-warm l2)% L2 hits (the rest: GETs)."
+    if [ "$S3B_CAPPED" = 1 ]; then
+        echo
+        echo "s3backer reads its cache file through the kernel's page cache: uncapped, its warm hits are"
+        echo "DRAM hits of the whole $((S3B_BLOCKS * BS / 1048576)) MiB file, where larch has an ARC of $ARC_MAX in DRAM and reads"
+        echo "the rest from its cache device. Capped, its memory cgroup (whose limit counts the page cache)"
+        echo "holds $S3B_LIMIT bytes: ARC_MAX plus $S3B_ALLOWANCE for s3backer itself. Measured per round (s3backer's"
+        echo "peak RSS, the cgroup's peak usage, times it met the limit):"
+        for round in $(seq "$ROUNDS"); do
+            read -r hwm peak fails <<<"${R["s3backer_capped|$round|mem"]:-- - -}"
+            echo "round $round: RSS $hwm B, cgroup peak $peak B, failcnt $fails."
+        done
+    fi
     echo
     echo "## 2. Sequential throughput, 1 MiB"
     echo
@@ -1194,9 +1247,11 @@ PY
     echo "| Contender | Caches | Seq write MiB/s | Seq read MiB/s | 8K read cold IOPS | 8K read warm IOPS | 8K write IOPS |"
     echo "|---|---|---:|---:|---:|---:|---:|"
     cache_mb=$((($(bytes "$ARC_MAX") + $(bytes "$L2_SIZE")) / 1048576))
-    for c in larch juicefs zerofs s3backer gateway; do
+    for c in larch juicefs zerofs s3backer s3backer_capped gateway; do
         case $c in
             larch) label=larch caches="ARC $ARC_MAX + L2 $L2_SIZE" sw=$(med larch_seqwrite) sr=$(med larch_seqread) ;;
+            s3backer_capped) [ "$S3B_CAPPED" = 1 ] || continue
+                label="s3backer, capped" caches="the same, DRAM (page cache included) $ARC_MAX + $S3B_ALLOWANCE" sw=- sr=- ;;
             juicefs) label=JuiceFS caches="cache dir ${cache_mb} MiB" ;;
             zerofs) label=ZeroFS caches="memory $ARC_MAX + disk $L2_SIZE" ;;
             s3backer) label=s3backer caches="cache file $((S3B_BLOCKS * BS / 1048576)) MiB" sw=${R["s3b_seqwrite|1"]} sr=${R["s3b_seqread|1"]} ;;
@@ -1219,9 +1274,10 @@ PY
     echo
     echo "| Contender | Seq write PUTs/GiB | Seq read GETs/GiB | 8K read cold GETs/GiB | cold GET bytes / read | 8K read warm GETs/GiB | 8K write PUTs/GiB | 8K write GETs/GiB | 8K write other/GiB | Write amplification | Stored / live |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    for c in larch juicefs zerofs s3backer gateway; do
+    for c in larch juicefs zerofs s3backer s3backer_capped gateway; do
         case $c in larch) label=larch ;; juicefs) label=JuiceFS ;; zerofs) label=ZeroFS ;;
-            s3backer) label=s3backer ;; gateway) label="gateway alone" ;; esac
+            s3backer) label=s3backer ;; gateway) label="gateway alone" ;;
+            s3backer_capped) [ "$S3B_CAPPED" = 1 ] || continue; label="s3backer, capped" ;; esac
         case $c in juicefs | zerofs) [[ " $PEERS " == *" $c "* ]] || continue ;; esac
         rc=$c
         [ "$c" = gateway ] && rc=nocache
