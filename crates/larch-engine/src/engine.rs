@@ -184,7 +184,7 @@ impl Engine {
         let entry = self.volumes.register(spec, backing)?;
         // A segments volume's map pages are metadata in the ARC from now on.
         if let Some(vol) = entry.backing.object() {
-            let pages = crate::arc::map_pages::MapPagesInArc::new(&self.arc, &entry);
+            let pages = crate::arc::map_pages::MapPagesInArc::new(&self.l2, &entry);
             vol.attach_map_cache(Arc::new(pages));
         }
         Ok(entry)

@@ -137,3 +137,209 @@ fn an_arc_smaller_than_the_map_reads_pages_again_and_stays_bounded() {
     object.release().unwrap();
     engine.shutdown();
 }
+
+/// Map pages go to the cache devices as ZFS's indirect blocks go to the L2ARC: fed from
+/// the ARC (those that fill at least a quarter of their padded copy), restored by the
+/// rebuild after a restart, and read back from there by a node whose ARC holds none of
+/// them, before the store is asked; a page too sparse to feed is read from the store.
+#[test]
+fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
+    const DENSE_PAGES: u64 = 6;
+    const WRITTEN_PER_PAGE: u64 = 300; // 300 pointers: over a quarter of a page's copy
+    let dir = std::env::temp_dir().join(format!("larch-map-l2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let device = dir.join("cache.img");
+    std::fs::write(&device, vec![0u8; 64 << 20]).unwrap();
+    let (pool, device_guid) = (0x7e57_0038, 0x7e57_0039);
+
+    // The volume: six pages with 300 blocks each, one (the last) with two.
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut root = Root::new(VOLUME, PAGES * 1024 * u64::from(BLOCK), BLOCK, 16);
+    root.format = Format::Segments;
+    larch_object::create(&store, "v/", "mem://v", &root).unwrap();
+    let options = Options {
+        map_log_commits: 0,
+        ..Options::default()
+    };
+    let written: Vec<u64> = (0..DENSE_PAGES)
+        .flat_map(|p| (0..WRITTEN_PER_PAGE).map(move |i| p * 1024 + 3 * i))
+        .chain([(PAGES - 1) * 1024 + 5, (PAGES - 1) * 1024 + 6])
+        .collect();
+    let open_writer = || {
+        ObjectVolume::open(
+            Arc::clone(&store),
+            "v",
+            "mem://v",
+            "node",
+            Default::default(),
+            options,
+            Box::new(|_| Ok(())),
+        )
+        .unwrap()
+    };
+    let add = |engine: &Arc<Engine>, object: &Arc<ObjectVolume>| {
+        let backing =
+            BackingStore::on_object("mem://v", Arc::clone(object), LatencyModel::default());
+        engine
+            .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(backing))
+            .unwrap()
+    };
+    {
+        let engine = Engine::new(64 << 20);
+        let object = open_writer();
+        let entry = add(&engine, &object);
+        let blocks: Vec<(u64, BlockBuf)> = (written.iter())
+            .map(|&b| (b, BlockBuf::from_vec(pattern(b))))
+            .collect();
+        engine.write_blocks(&entry, &blocks, false).unwrap();
+        engine.sync_all().unwrap();
+        object.release().unwrap();
+        engine.shutdown();
+    }
+
+    // A writer's open reads every page (it counts its segments); they enter the ARC as
+    // the engine attaches the volume, and a feed writes the dense ones to the device.
+    {
+        let engine = Engine::new(64 << 20);
+        let object = open_writer();
+        let _entry = add(&engine, &object);
+        let cache = engine
+            .add_cache_device(&device, pool, device_guid, true)
+            .unwrap();
+        // (The device's feeder thread may have fed them first.)
+        engine.feed_once(&cache, 8 << 20);
+        assert_eq!(
+            stat(&engine, "l2_blocks"),
+            DENSE_PAGES,
+            "the dense pages are fed, the sparse one is not"
+        );
+        assert_eq!(
+            stat(&engine, "l2_size"),
+            DENSE_PAGES * larch_object::CACHED_PAGE_BYTES,
+            "each copy is a padded page"
+        );
+        object.release().unwrap();
+        engine.shutdown();
+    }
+
+    // A follower on another engine (ARC empty, the device rebuilt) reads every block: the
+    // pages come from the device, but the sparse one, which comes from the store.
+    let engine = Engine::new(64 << 20);
+    let object = ObjectVolume::open_follower(
+        Arc::clone(&store),
+        "v",
+        "mem://v",
+        "node-f",
+        Default::default(),
+        Options {
+            poll: std::time::Duration::from_secs(3600),
+            ..options
+        },
+        Box::new(|_| Ok(())),
+    )
+    .unwrap();
+    let entry = add(&engine, &object);
+    engine
+        .add_cache_device(&device, pool, device_guid, false)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while engine
+        .devices()
+        .iter()
+        .any(|d| d.state() == larch_engine::DeviceState::Rebuilding)
+    {
+        assert!(std::time::Instant::now() < deadline, "rebuild did not end");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(stat(&engine, "l2_blocks"), DENSE_PAGES, "restored");
+    let page_gets = object.stats.map_page_gets.load(Ordering::Relaxed);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for &b in &written {
+        let data = rt
+            .block_on(engine.read_block(&entry, b, false))
+            .expect("the block reads");
+        assert_eq!(&data[..], &pattern(b)[..], "block {b}");
+    }
+    assert_eq!(
+        stat(&engine, "l2_hits"),
+        DENSE_PAGES,
+        "each dense page read once from the device, then from the ARC"
+    );
+    assert_eq!(
+        object.stats.map_page_gets.load(Ordering::Relaxed) - page_gets,
+        1,
+        "only the sparse page came from the store"
+    );
+    object.release().unwrap();
+    engine.shutdown();
+
+    // The writer rewrites a block of page 0 (a new version of the page, on another engine
+    // with no cache device). A follower restarted on the device meets page 0's old copy
+    // there: it names another page object, so the new page is read from the store, and
+    // the block reads new; the other pages still come from the device.
+    let changed = written[0];
+    let new_bytes: Vec<u8> = pattern(changed).iter().map(|b| !b).collect();
+    {
+        let engine = Engine::new(64 << 20);
+        let object = open_writer();
+        let entry = add(&engine, &object);
+        let blocks = [(changed, BlockBuf::from_vec(new_bytes.clone()))];
+        engine.write_blocks(&entry, &blocks, false).unwrap();
+        engine.sync_all().unwrap();
+        object.release().unwrap();
+        engine.shutdown();
+    }
+    let engine = Engine::new(64 << 20);
+    let object = ObjectVolume::open_follower(
+        Arc::clone(&store),
+        "v",
+        "mem://v",
+        "node-f",
+        Default::default(),
+        Options {
+            poll: std::time::Duration::from_secs(3600),
+            ..options
+        },
+        Box::new(|_| Ok(())),
+    )
+    .unwrap();
+    let entry = add(&engine, &object);
+    engine
+        .add_cache_device(&device, pool, device_guid, false)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while engine
+        .devices()
+        .iter()
+        .any(|d| d.state() == larch_engine::DeviceState::Rebuilding)
+    {
+        assert!(std::time::Instant::now() < deadline, "rebuild did not end");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let page_gets = object.stats.map_page_gets.load(Ordering::Relaxed);
+    for &b in &written {
+        let data = rt
+            .block_on(engine.read_block(&entry, b, false))
+            .expect("the block reads");
+        let want = if b == changed {
+            new_bytes.clone()
+        } else {
+            pattern(b)
+        };
+        assert_eq!(&data[..], &want[..], "block {b} after the rewrite");
+    }
+    assert_eq!(
+        object.stats.map_page_gets.load(Ordering::Relaxed) - page_gets,
+        2,
+        "page 0 (its copy is of the old page) and the sparse page came from the store"
+    );
+    assert_eq!(
+        stat(&engine, "l2_hits"),
+        DENSE_PAGES,
+        "every dense page's copy was read (page 0's found stale)"
+    );
+    object.release().unwrap();
+    engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -22,5 +22,5 @@ pub use volume::{
     CACHED_PAGE_BYTES, COUNT_AT_OPEN_PAGES, CommitWatcher, Followed, Hazard, LOCAL_MAP_CACHE_BYTES,
     LeaseChange, LeaseWatcher, LocalMapCache, LocalState, MAX_BYTES_IN_FLIGHT, MAX_UPLOADS,
     MapCache, ObjectStats, ObjectVolume, Options, ROOT_PUT_TRIES, StateSink, cached_page_bytes,
-    create, now_ms, probe, uploads_at_once,
+    cached_page_len, create, now_ms, probe, uploads_at_once,
 };

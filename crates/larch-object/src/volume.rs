@@ -40,6 +40,7 @@ mod tree;
 pub use follower::Followed;
 pub use pages::{
     CACHED_PAGE_BYTES, LOCAL_MAP_CACHE_BYTES, LocalMapCache, MapCache, cached_page_bytes,
+    cached_page_len,
 };
 
 use block_map::{BlockMap, Count};

@@ -513,7 +513,7 @@ impl ArcCache {
     }
 
     /// Drops the blocks `blocks` of volume `slot` from every shard (its data blocks are
-    /// below [`map_pages::MAP_PAGE_KEYS`], its map pages from there on): a volume that no
+    /// below [`crate::volumes::info::MAP_PAGE_KEYS`], its map pages from there on): a volume that no
     /// longer caches its blocks in DRAM (`primarycache` narrowed: `keep_dirty`, they are
     /// dropped once synced) or whose tail is cut off (a shrink: the caller made sure none
     /// is dirty). Reads of them in flight are invalidated, so none is installed after

@@ -22,7 +22,7 @@ use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
 use crate::tunables::Tunables;
-use crate::volumes::CacheMode;
+use crate::volumes::info::{MIN_FED_PAGE_BYTES, is_map_page};
 
 /// A block chosen for a feed, with its bytes and on-disk identity.
 struct Candidate {
@@ -84,7 +84,7 @@ impl L2Arc {
         };
         let rules = BudgetRules::from_tunables(&*self.tunables);
         let budget = FeedBudget::new(&rules, budget_bytes, batch_limit);
-        let candidates = self.choose(&budget);
+        let candidates = self.choose(&budget, batch_limit);
         if candidates.is_empty() {
             return 0;
         }
@@ -143,7 +143,7 @@ impl L2Arc {
     /// budget), with their bytes, and drops those a write changed since (the batch is
     /// written without the gate; what writes overwrite meanwhile is sorted out when it is
     /// indexed).
-    fn choose(&self, budget: &FeedBudget) -> Vec<Candidate> {
+    fn choose(&self, budget: &FeedBudget, batch_limit: u64) -> Vec<Candidate> {
         let mut rules = FeedRules::from_tunables(&*self.tunables);
         // `object_l2_prefetch`: the prefetched blocks of object volumes are fed, so that
         // `l2arc_noprefetch` is applied here, to the other volumes' blocks only. (A block
@@ -199,13 +199,29 @@ impl L2Arc {
                 let volume = self.volumes.get(pick.key.volume as u16)?;
                 let info = volume.info();
                 // Not a block its volume caches on cache devices any more (see `purge`).
-                let wanted = info.secondarycache == CacheMode::All
-                    && bytes.len() == info.block_len(pick.key.block);
+                let block = pick.key.block;
+                let wanted = info.keeps_on_devices(block)
+                    && if is_map_page(block) {
+                        bytes.len() >= MIN_FED_PAGE_BYTES
+                    } else {
+                        bytes.len() == info.block_len(block)
+                    };
+                let bytes = if is_map_page(block) {
+                    padded(&bytes, info.cached_len(block))
+                } else {
+                    bytes
+                };
                 (current && wanted).then_some(Candidate {
                     pick,
                     bytes,
                     volume_guid: info.guid,
                 })
+            })
+            // Map pages are written padded, larger than the policy counted them: the
+            // batch stays within what the device takes.
+            .scan(0usize, |total, candidate| {
+                *total += candidate.bytes.len();
+                (*total as u64 <= batch_limit).then_some(candidate)
             })
             .collect()
     }
@@ -271,7 +287,8 @@ impl L2Arc {
                     );
                     if pushed {
                         let copy = d.get(index_key(&key)).expect("just pushed");
-                        index::account(&copy, pick.size_bytes, &self.stats, true);
+                        let psize = candidate.bytes.len() as u32;
+                        index::account(&copy, psize, &self.stats, true);
                     }
                     pushed
                 });
@@ -294,6 +311,15 @@ impl L2Arc {
         }
         written
     }
+}
+
+/// A block-map page's bytes followed by zeros up to `len`, the size of its copies on
+/// cache devices (see `arc::map_pages`).
+fn padded(page: &Bytes, len: usize) -> Bytes {
+    let mut out = Vec::with_capacity(len.max(page.len()));
+    out.extend_from_slice(page);
+    out.resize(len.max(page.len()), 0);
+    Bytes::from(out)
 }
 
 /// The feed's tunables, as `larch_policy::feed` reads them.

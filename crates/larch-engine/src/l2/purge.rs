@@ -22,7 +22,7 @@ use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::index_key;
 use crate::coherence::Tombstone;
 use crate::error::DistrustError;
-use crate::volumes::{CacheMode, VolumeInfo};
+use crate::volumes::VolumeInfo;
 
 impl L2Arc {
     /// Drops every indexed copy of volume `info.slot`'s blocks from block `from` on, on
@@ -42,7 +42,7 @@ impl L2Arc {
             });
             for key in keys {
                 let (_, block) = unpack_key(key);
-                let psize = info.block_len(block) as u32;
+                let psize = info.cached_len(block) as u32;
                 for loc in shard.l2.remove(key, psize, &self.stats) {
                     let on_disk = larch_l2::BlockKey {
                         volume_guid: info.guid,
@@ -100,14 +100,10 @@ impl L2Arc {
         (arc_dropped, l2_dropped)
     }
 
-    /// Whether the volume of `slot` caches block `block` on cache devices now: it exists,
-    /// the block is inside it, and its `secondarycache` is `all` (the engine's blocks are
-    /// data).
+    /// Whether the volume of `slot` caches block `block` on cache devices now
+    /// ([`VolumeInfo::keeps_on_devices`]).
     pub(crate) fn keeps_copy(&self, slot: u16, block: u64) -> bool {
-        self.volumes.get(slot).is_some_and(|v| {
-            let info = v.info();
-            block < info.blocks() && info.secondarycache == CacheMode::All
-        })
+        (self.volumes.get(slot)).is_some_and(|v| v.info().keeps_on_devices(block))
     }
 
     /// Makes the tombstones queued so far durable (step 1 of a TXG sync, which calls it;

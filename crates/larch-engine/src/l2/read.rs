@@ -52,12 +52,58 @@ impl L2Arc {
         };
         let started = Instant::now();
         let read = self.read_copy(&device, &geometry, &copy).await;
+        device.io.read_latency.record(started.elapsed());
+        self.settle_read(&device, key, index_key, psize, &loc, read)
+    }
+
+    /// [`L2Arc::read_l2`] done on this thread, blocking it for the device's read: for a
+    /// caller that cannot wait otherwise (a volume looking a block-map page up).
+    pub(crate) fn read_l2_now(
+        &self,
+        key: &larch_policy::BlockKey,
+        index_key: u64,
+        psize: usize,
+        loc: L2Loc,
+    ) -> L2Read {
+        let Some(device) = self.devices.get(loc.device) else {
+            return L2Read::Unavailable;
+        };
+        let Some(geometry) = device.readable_geometry() else {
+            return L2Read::Unavailable;
+        };
+        let copy = CopyRef {
+            daddr: loc.copy.daddr,
+            size_bytes: psize as u32,
+            checksum: loc.copy.checksum,
+        };
+        let started = Instant::now();
+        let read = copy.check_range(&geometry).and_then(|()| {
+            let _active = device.io.read_queue.enter().issue();
+            let read = larch_l2::read_copy(&**device.dev(), &geometry, &copy)?;
+            let mut bytes = Bytes::from_owner(read);
+            bytes.truncate(psize);
+            Ok(bytes)
+        });
+        device.io.read_latency.record(started.elapsed());
+        self.settle_read(&device, key, index_key, psize, &loc, read)
+    }
+
+    /// Counts a read of the copy at `loc` and settles a failed one (see
+    /// [`L2Arc::settle_failed`]).
+    fn settle_read(
+        &self,
+        device: &CacheDevice,
+        key: &larch_policy::BlockKey,
+        index_key: u64,
+        psize: usize,
+        loc: &L2Loc,
+        read: Result<Bytes, ReadError>,
+    ) -> L2Read {
         device.io.reads.fetch_add(1, Ordering::Relaxed);
         device
             .io
             .read_bytes
             .fetch_add(psize as u64, Ordering::Relaxed);
-        device.io.read_latency.record(started.elapsed());
         match read {
             Ok(bytes) => {
                 self.stats.l2_hits.fetch_add(1, Ordering::Relaxed);
@@ -67,7 +113,7 @@ impl L2Arc {
                 L2Read::Hit(bytes)
             }
             Err(err) => {
-                if self.settle_failed(key, index_key, &loc, err.is_checksum()) {
+                if self.settle_failed(key, index_key, loc, err.is_checksum()) {
                     self.stats
                         .l2_evicted_in_flight
                         .fetch_add(1, Ordering::Relaxed);

@@ -38,7 +38,8 @@ use super::{CacheDevice, DeviceState, L2Arc};
 use crate::arc::{SHARDS, index_key};
 use crate::coherence::Tombstone;
 use crate::events::EventKind;
-use crate::volumes::{CacheMode, VolumeEntry};
+use crate::volumes::VolumeEntry;
+use crate::volumes::info::is_map_page;
 
 /// Entries met between two looks at the index's memory cap.
 const CAP_CHECK_ENTRIES: u64 = 16384;
@@ -348,13 +349,15 @@ impl<'e> Restore<'e> {
         let volume = self.last_volume.1.as_ref()?;
         let info = volume.info();
         let key = info.key(block);
-        (block < info.blocks()).then(|| Block {
+        let map_page = is_map_page(block);
+        (block < info.blocks() || map_page).then(|| Block {
             key,
             shard: shard_of(&key) as u8,
-            psize: info.block_len(block) as u32,
-            // A copy of an object-store block that another node committed since.
-            stale: volume.backing.cached_copy_stale(block),
-            uncached: info.secondarycache != CacheMode::All,
+            psize: info.cached_len(block) as u32,
+            // A copy of an object-store block that another node committed since. (A map
+            // page's copy names the page object it holds: the volume checks it when read.)
+            stale: !map_page && volume.backing.cached_copy_stale(block),
+            uncached: !info.keeps_on_devices(block),
         })
     }
 
@@ -1077,7 +1080,7 @@ mod tests {
                 let _gate = engine.coherence.gate();
                 if narrowed {
                     vol.set_props(crate::volumes::VolumeProps {
-                        secondarycache: CacheMode::None,
+                        secondarycache: crate::volumes::CacheMode::None,
                         ..vol.props()
                     });
                 } else {

@@ -35,8 +35,8 @@
 use std::sync::PoisonError;
 
 use super::Volume;
-use crate::arc::map_pages::MAP_PAGE_KEYS;
 use crate::error::{ChangeError, VolumeTableError};
+use crate::volumes::info::MAP_PAGE_KEYS;
 use crate::volumes::{CacheMode, VolumeInfo, VolumeProps, check_blocks};
 
 /// What a change of properties dropped from the caches.

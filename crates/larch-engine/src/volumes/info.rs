@@ -11,6 +11,20 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use larch_policy::BlockKey;
 
+/// The block number of block-map page 0 in an object volume's key space: above every
+/// data block (a volume has at most 2^41, a PiB of 512-byte blocks) and within the L2
+/// index's keys. The pages are the volume's metadata (`arc::map_pages`).
+pub const MAP_PAGE_KEYS: u64 = 1 << 43;
+
+/// Whether `block` of a volume's key space is a block-map page.
+pub fn is_map_page(block: u64) -> bool {
+    block >= MAP_PAGE_KEYS
+}
+
+/// The smallest block-map page (in the ARC) fed to cache devices: a quarter of the bytes
+/// its padded copy takes there, so that padding at most quadruples what a fed page costs.
+pub const MIN_FED_PAGE_BYTES: usize = larch_object::CACHED_PAGE_BYTES as usize / 4;
+
 /// How a volume uses a cache level (ZFS `primarycache`/`secondarycache`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -18,7 +32,8 @@ pub enum CacheMode {
     /// Data and metadata.
     #[default]
     All,
-    /// Metadata only (the NBD front end reads data, so for it this is "nothing").
+    /// Metadata only: an object volume's block-map pages (a file or device volume has no
+    /// metadata, so for it this is "nothing").
     Metadata,
     /// Nothing.
     None,
@@ -287,12 +302,27 @@ impl VolumeInfo {
     /// Bytes of a cached copy of block `block`: its length inside the volume, or a whole
     /// block past the end (only whole blocks are ever cut off: a volume is resized only
     /// from and to whole numbers of blocks, so a copy of a block past the end, in the
-    /// moments before a shrink drops it, is of a whole block).
+    /// moments before a shrink drops it, is of a whole block). A block-map page's copy
+    /// on a cache device is always [`larch_object::CACHED_PAGE_BYTES`] (padded: see
+    /// `arc::map_pages`).
     pub fn cached_len(&self, block: u64) -> usize {
-        if block < self.blocks() {
+        if is_map_page(block) {
+            larch_object::CACHED_PAGE_BYTES as usize
+        } else if block < self.blocks() {
             self.block_len(block)
         } else {
             self.block_bytes as usize
+        }
+    }
+
+    /// Whether the volume keeps copies of `block` on cache devices now: a data block
+    /// inside it under `secondarycache=all`; a block-map page (metadata) under `all` or
+    /// `metadata`.
+    pub fn keeps_on_devices(&self, block: u64) -> bool {
+        if is_map_page(block) {
+            self.secondarycache != CacheMode::None
+        } else {
+            block < self.blocks() && self.secondarycache == CacheMode::All
         }
     }
 

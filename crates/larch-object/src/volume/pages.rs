@@ -46,6 +46,18 @@ pub fn cached_page_bytes(stored: usize) -> u64 {
     sparse.min(CACHED_PAGE_BYTES)
 }
 
+/// The length of the cached page at the start of `bytes` (its head says how many pointers
+/// follow), if `bytes` holds that much: a cache may keep a page with padding after it (the
+/// engine's cache devices keep every page at [`CACHED_PAGE_BYTES`]).
+pub fn cached_page_len(bytes: &[u8]) -> Option<usize> {
+    let count = u32::from_le_bytes(bytes.get(24..HEAD_BYTES)?.try_into().ok()?);
+    let len = match count {
+        DENSE => CACHED_PAGE_BYTES as usize,
+        n => HEAD_BYTES.checked_add((n as usize).checked_mul(SPARSE_ENTRY_BYTES)?)?,
+    };
+    (len <= bytes.len()).then_some(len)
+}
+
 /// The default bound of a volume's own page cache ([`LocalMapCache`]): 1,600 dense pages
 /// (the map of 1.6M blocks, 6.4 GiB of 4 KiB blocks), many more sparse ones.
 pub const LOCAL_MAP_CACHE_BYTES: u64 = 64 << 20;
@@ -169,19 +181,11 @@ impl Page {
     }
 
     fn tag_is(bytes: &[u8], r: &PageRef) -> bool {
-        if bytes.len() < HEAD_BYTES {
+        if cached_page_len(bytes) != Some(bytes.len()) {
             return false;
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let count = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
-        let len = match count {
-            DENSE => CACHED_PAGE_BYTES,
-            n => (HEAD_BYTES + n as usize * SPARSE_ENTRY_BYTES) as u64,
-        };
-        bytes.len() as u64 == len
-            && word(0) == r.version.seq
-            && word(8) == r.version.token
-            && word(16) == r.checksum
+        word(0) == r.version.seq && word(8) == r.version.token && word(16) == r.checksum
     }
 
     /// The cached bytes `bytes` as the page `r` names, if they are that page's.
