@@ -5,6 +5,7 @@
 #   bench/object-map-tree.sh BIN [BIN...]          # e.g. a build before and after a change
 #   VOL=64G WRITES=40000 SYNC_WRITES=300 READS=20000 ARC=64M OUT=/tmp/tree \
 #       bench/object-map-tree.sh old new
+#   L2=512M ...   # each pool with a cache device of that size (empty at the start)
 #
 # One Ceph RADOS Gateway (scripts/ceph-rgw, memstore OSD of 8 GiB). For each binary, on a
 # fresh bucket and pool (4 KiB blocks, the default segments layout, 64 MiB ARC):
@@ -33,6 +34,7 @@ REPO=$PWD
 [ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
 VOL=${VOL:-64G} WRITES=${WRITES:-40000} SYNC_WRITES=${SYNC_WRITES:-300} READS=${READS:-20000}
 ARC=${ARC:-64M}
+L2=${L2:-}
 OUT=${OUT:-$(mktemp -d /tmp/larch-tree.XXXXXX)}
 MON_PORT=${MON_PORT:-6793} NBD_PORT=${NBD_PORT:-10897} HTTP_PORT=${HTTP_PORT:-10896}
 WORK=$(mktemp -d /tmp/larch-tree-work.XXXXXX)
@@ -64,6 +66,9 @@ root_bytes() { # BUCKET -> the size of the volume's root object
 metric() { # NAME -> the volume's counter
     curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" |
         awk -v n="$1" '$1 == n "{volume=\"v\"}" { printf "%d", $2 }'
+}
+pool_metric() { # NAME -> the pool's counter (no labels)
+    curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | awk -v n="$1" '$1 == n { printf "%d", $2 }'
 }
 larch_start() { # BIN POOL; OPENED = seconds until it served
     local t0
@@ -101,6 +106,7 @@ for i in "${!BINS[@]}"; do
     "$bin" pool create p --state-dir "$pool" --arc-max "$ARC" >/dev/null
     "$bin" volume add v --backing "s3://$bucket/v" --size "$VOL" --volblocksize 4K \
         --state-dir "$pool" >/dev/null
+    [ -z "$L2" ] || "$bin" cache add "$WORK/l2-$i.img" --size "$L2" --state-dir "$pool" >/dev/null
     larch_start "$bin" "$pool"
     fio_nbd "spread-$i" --rw=randwrite --bs=4k --iodepth=16 --number_ios="$WRITES" \
         --randrepeat=0 --end_fsync=1
@@ -120,10 +126,11 @@ for i in "${!BINS[@]}"; do
     root=$(root_bytes "$bucket")
     rss_sync=$(ps -o rss= -p "$LARCH_PID" | awk '{ printf "%.0f", $1 / 1024 }')
     map_mib=$(metric larch_object_map_bytes | awk '{ if ($1 == "") print "-"; else printf "%.1f", $1 / 1048576 }')
-    g0=$(metric larch_object_map_page_gets_total)
+    g0=$(metric larch_object_map_page_gets_total) h0=$(pool_metric larch_arcstats_l2_hits_total)
     fio_nbd "read1-$i" --rw=randread --bs=4k --iodepth=16 --number_ios="$READS" --norandommap --randrepeat=0
     fio_nbd "read2-$i" --rw=randread --bs=4k --iodepth=16 --number_ios="$READS" --norandommap --randrepeat=0
-    g1=$(metric larch_object_map_page_gets_total)
+    g1=$(metric larch_object_map_page_gets_total) h1=$(pool_metric larch_arcstats_l2_hits_total)
+    l2_hits=$((${h1:-0} - ${h0:-0}))
     page_gets=$([ -n "$g0" ] && echo $((g1 - g0)) || echo -)
     rss_read=$(ps -o rss= -p "$LARCH_PID" | awk '{ printf "%.0f", $1 / 1024 }')
     larch_stop
@@ -131,9 +138,9 @@ for i in "${!BINS[@]}"; do
     reopened=$OPENED
     larch_stop
     row=$(python3 - "$OUT/fio-sync-$i.json" "$opened" "$((p1 - p0))" "$((b1 - b0))" "$((c1 - c0))" "$root" "$i" \
-        "$rss_sync" "$map_mib" "$OUT/fio-read1-$i.json" "$OUT/fio-read2-$i.json" "$page_gets" "$rss_read" "$reopened" <<'EOF'
+        "$rss_sync" "$map_mib" "$OUT/fio-read1-$i.json" "$OUT/fio-read2-$i.json" "$page_gets" "$rss_read" "$reopened" "$l2_hits" <<'EOF'
 import json, sys
-path, opened, puts, put_bytes, commits, root, i, rss_sync, map_mib, r1, r2, page_gets, rss_read, reopened = sys.argv[1:]
+path, opened, puts, put_bytes, commits, root, i, rss_sync, map_mib, r1, r2, page_gets, rss_read, reopened, l2_hits = sys.argv[1:]
 iops = lambda p: json.load(open(p))["jobs"][0]["read"]["iops"]
 w = json.load(open(path))["jobs"][0]["write"]
 sync = json.load(open(path))["jobs"][0].get("sync", {})
@@ -142,7 +149,7 @@ lat = sync.get("lat_ns", {})
 p99 = lat.get("percentile", {}).get("99.000000", 0) / 1e6
 print(f"| binary {i} | {opened} | {w['iops']:.1f} | {lat.get('mean', 0) / 1e6:.1f} | {p99:.1f} | "
       f"{int(commits)} | {int(puts) / commits:.1f} | {int(put_bytes) / commits / 1024:.1f} | {int(root) / 1024:.1f} | "
-      f"{rss_sync} | {map_mib} | {iops(r1):.0f} | {iops(r2):.0f} | {page_gets} | {rss_read} | {reopened} |")
+      f"{rss_sync} | {map_mib} | {iops(r1):.0f} | {iops(r2):.0f} | {page_gets} | {l2_hits} | {rss_read} | {reopened} |")
 EOF
 )
     log "$row"
@@ -153,10 +160,10 @@ done
 {
     echo "# A large object volume's map per commit, $(date -u +%F)"
     echo
-    echo "VOL=$VOL of 4 KiB blocks, ARC $ARC, $WRITES random writes spread over it first, then $SYNC_WRITES random 4 KiB writes each with a flush (QD1), then two passes of $READS random 4 KiB reads (QD16)."
+    echo "VOL=$VOL of 4 KiB blocks, ARC $ARC${L2:+, a cache device of $L2}, $WRITES random writes spread over it first, then $SYNC_WRITES random 4 KiB writes each with a flush (QD1), then two passes of $READS random 4 KiB reads (QD16)."
     echo
-    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB | RSS MiB | map MiB | reads/s 1 | reads/s 2 | pages read | RSS after reads MiB | reopen s |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| binary | open s | sync writes/s | flush mean ms | flush p99 ms | commits | PUTs/commit | KiB PUT/commit | root KiB | RSS MiB | map MiB | reads/s 1 | reads/s 2 | pages read | L2 hits | RSS after reads MiB | reopen s |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${ROWS[@]}"
 } >"$OUT/results.md"
 cat "$OUT/results.md"

@@ -185,6 +185,34 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
             .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(backing))
             .unwrap()
     };
+    // A follower on a new engine (its ARC empty), the cache device reopened and rebuilt.
+    let start_follower = || {
+        let engine = Engine::new(64 << 20);
+        let object = ObjectVolume::open_follower(
+            Arc::clone(&store),
+            "v",
+            "mem://v",
+            "node-f",
+            Default::default(),
+            Options {
+                poll: std::time::Duration::from_secs(3600),
+                ..options
+            },
+            Box::new(|_| Ok(())),
+        )
+        .unwrap();
+        let entry = add(&engine, &object);
+        engine
+            .add_cache_device(&device, pool, device_guid, false)
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while (engine.devices().iter()).any(|d| d.state() == larch_engine::DeviceState::Rebuilding)
+        {
+            assert!(std::time::Instant::now() < deadline, "rebuild did not end");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        (engine, entry, object)
+    };
     {
         let engine = Engine::new(64 << 20);
         let object = open_writer();
@@ -225,33 +253,7 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
 
     // A follower on another engine (ARC empty, the device rebuilt) reads every block: the
     // pages come from the device, but the sparse one, which comes from the store.
-    let engine = Engine::new(64 << 20);
-    let object = ObjectVolume::open_follower(
-        Arc::clone(&store),
-        "v",
-        "mem://v",
-        "node-f",
-        Default::default(),
-        Options {
-            poll: std::time::Duration::from_secs(3600),
-            ..options
-        },
-        Box::new(|_| Ok(())),
-    )
-    .unwrap();
-    let entry = add(&engine, &object);
-    engine
-        .add_cache_device(&device, pool, device_guid, false)
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while engine
-        .devices()
-        .iter()
-        .any(|d| d.state() == larch_engine::DeviceState::Rebuilding)
-    {
-        assert!(std::time::Instant::now() < deadline, "rebuild did not end");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let (engine, entry, object) = start_follower();
     assert_eq!(stat(&engine, "l2_blocks"), DENSE_PAGES, "restored");
     let page_gets = object.stats.map_page_gets.load(Ordering::Relaxed);
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -290,33 +292,7 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
         object.release().unwrap();
         engine.shutdown();
     }
-    let engine = Engine::new(64 << 20);
-    let object = ObjectVolume::open_follower(
-        Arc::clone(&store),
-        "v",
-        "mem://v",
-        "node-f",
-        Default::default(),
-        Options {
-            poll: std::time::Duration::from_secs(3600),
-            ..options
-        },
-        Box::new(|_| Ok(())),
-    )
-    .unwrap();
-    let entry = add(&engine, &object);
-    engine
-        .add_cache_device(&device, pool, device_guid, false)
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while engine
-        .devices()
-        .iter()
-        .any(|d| d.state() == larch_engine::DeviceState::Rebuilding)
-    {
-        assert!(std::time::Instant::now() < deadline, "rebuild did not end");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let (engine, entry, object) = start_follower();
     let page_gets = object.stats.map_page_gets.load(Ordering::Relaxed);
     for &b in &written {
         let data = rt

@@ -15,11 +15,11 @@
 //! entry has no size of its own (its size follows from its key), so a page's copy on a
 //! device is always [`larch_object::CACHED_PAGE_BYTES`], the page padded with zeros; to
 //! bound what that padding costs, a page is fed only when it fills at least a quarter of
-//! that (`volumes::info::MIN_FED_PAGE_BYTES`: the pages of a volume written here and there are a few
-//! hundred bytes in the ARC and stay there). A copy names the page object it holds, so
-//! one of a page since rewritten is never used: the volume finds the names differ, reads
-//! the store, and the copy is dropped as the new page enters the ARC. No tombstone is
-//! needed for it, before or after a restart.
+//! that (`volumes::info::MIN_FED_PAGE_BYTES`: the pages of a volume written here and
+//! there are a few hundred bytes in the ARC and stay there). A copy names the page object
+//! it holds, so one of a page since rewritten is never used: the volume finds the names
+//! differ, reads the store, and the copy is dropped as the new page enters the ARC. No
+//! tombstone is needed for it, before or after a restart.
 
 use std::sync::{Arc, Weak};
 

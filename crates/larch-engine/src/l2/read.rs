@@ -39,16 +39,8 @@ impl L2Arc {
         psize: usize,
         loc: L2Loc,
     ) -> L2Read {
-        let Some(device) = self.devices.get(loc.device) else {
+        let Some((device, geometry, copy)) = self.copy_at(psize, &loc) else {
             return L2Read::Unavailable;
-        };
-        let Some(geometry) = device.readable_geometry() else {
-            return L2Read::Unavailable;
-        };
-        let copy = CopyRef {
-            daddr: loc.copy.daddr,
-            size_bytes: psize as u32,
-            checksum: loc.copy.checksum,
         };
         let started = Instant::now();
         let read = self.read_copy(&device, &geometry, &copy).await;
@@ -65,16 +57,8 @@ impl L2Arc {
         psize: usize,
         loc: L2Loc,
     ) -> L2Read {
-        let Some(device) = self.devices.get(loc.device) else {
+        let Some((device, geometry, copy)) = self.copy_at(psize, &loc) else {
             return L2Read::Unavailable;
-        };
-        let Some(geometry) = device.readable_geometry() else {
-            return L2Read::Unavailable;
-        };
-        let copy = CopyRef {
-            daddr: loc.copy.daddr,
-            size_bytes: psize as u32,
-            checksum: loc.copy.checksum,
         };
         let started = Instant::now();
         let read = copy.check_range(&geometry).and_then(|()| {
@@ -86,6 +70,23 @@ impl L2Arc {
         });
         device.io.read_latency.record(started.elapsed());
         self.settle_read(&device, key, index_key, psize, &loc, read)
+    }
+
+    /// The device of the copy at `loc` (of `psize` bytes), its geometry and where the
+    /// copy is, if the device can be read now.
+    fn copy_at(
+        &self,
+        psize: usize,
+        loc: &L2Loc,
+    ) -> Option<(Arc<CacheDevice>, larch_l2::Geometry, CopyRef)> {
+        let device = self.devices.get(loc.device)?;
+        let geometry = device.readable_geometry()?;
+        let copy = CopyRef {
+            daddr: loc.copy.daddr,
+            size_bytes: psize as u32,
+            checksum: loc.copy.checksum,
+        };
+        Some((device, geometry, copy))
     }
 
     /// Counts a read of the copy at `loc` and settles a failed one (see
