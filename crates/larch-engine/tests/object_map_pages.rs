@@ -28,9 +28,9 @@ fn written() -> impl Iterator<Item = u64> {
     (0..PAGES).flat_map(|p| [p * 1024 + 1, p * 1024 + 900])
 }
 
-/// A segments volume with a block in each of its pages, written and committed by one
-/// engine, then opened under another of `arc_bytes` (its ARC holding none of the data).
-fn open(arc_bytes: u64) -> (Arc<Engine>, Arc<VolumeEntry>, Arc<ObjectVolume>) {
+/// An empty segments volume of `PAGES` block-map pages on an in-process store, and the
+/// options its tests open it with (every commit a checkpoint: no map logs).
+fn new_volume() -> (Arc<dyn ObjectStore>, Options) {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let mut root = Root::new(VOLUME, PAGES * 1024 * u64::from(BLOCK), BLOCK, 16);
     root.format = Format::Segments;
@@ -39,6 +39,13 @@ fn open(arc_bytes: u64) -> (Arc<Engine>, Arc<VolumeEntry>, Arc<ObjectVolume>) {
         map_log_commits: 0,
         ..Options::default()
     };
+    (store, options)
+}
+
+/// A segments volume with a block in each of its pages, written and committed by one
+/// engine, then opened under another of `arc_bytes` (its ARC holding none of the data).
+fn open(arc_bytes: u64) -> (Arc<Engine>, Arc<VolumeEntry>, Arc<ObjectVolume>) {
+    let (store, options) = new_volume();
     let attach = |engine: &Arc<Engine>| {
         let object = ObjectVolume::open(
             Arc::clone(&store),
@@ -154,14 +161,7 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
     let (pool, device_guid) = (0x7e57_0038, 0x7e57_0039);
 
     // The volume: six pages with 300 blocks each, one (the last) with two.
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut root = Root::new(VOLUME, PAGES * 1024 * u64::from(BLOCK), BLOCK, 16);
-    root.format = Format::Segments;
-    larch_object::create(&store, "v/", "mem://v", &root).unwrap();
-    let options = Options {
-        map_log_commits: 0,
-        ..Options::default()
-    };
+    let (store, options) = new_volume();
     let written: Vec<u64> = (0..DENSE_PAGES)
         .flat_map(|p| (0..WRITTEN_PER_PAGE).map(move |i| p * 1024 + 3 * i))
         .chain([(PAGES - 1) * 1024 + 5, (PAGES - 1) * 1024 + 6])
