@@ -310,6 +310,7 @@ pub const OBJECT_FIELDS: &[Field<VolumeReport>] = &[
     ),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.segments_freed), "larch_object_segments_freed_total", "segments deleted once no block lived in them"),
     metric_counter(|v| v.object.as_ref().map_or(0, |o| o.map_page_gets), "larch_object_map_page_gets_total", "block-map pages read from the store: at open, then when a lookup found its page evicted from the ARC (also in larch_object_gets_total)"),
+    metric_counter(|v| v.object.as_ref().map_or(0, |o| o.map_page_l2_reads), "larch_object_map_page_l2_reads_total", "block-map pages a lookup read from a cache device's copy (the ARC had evicted them) instead of the store (also in larch_arcstats_l2_hits_total)"),
     gauge(
         |v| v.object.as_ref().map_or(0, |o| o.stored_bytes),
         ("larch_object_stored_bytes", "bytes of records in the segments the volume's map names (segments layout)"),
@@ -440,6 +441,6 @@ mod tests {
                 assert!(series.insert(id.clone()), "{id} twice");
             }
         }
-        assert_eq!(families.len(), 38);
+        assert_eq!(families.len(), 39);
     }
 }

@@ -217,6 +217,9 @@ pub struct ObjectReport {
     /// their page in no cache: the ARC evicted it). Also in `gets`.
     #[serde(default)]
     pub map_page_gets: u64,
+    /// Block-map pages read from a cache device's copy instead (the ARC evicted them).
+    #[serde(default)]
+    pub map_page_l2_reads: u64,
     /// Time of the last commit, µs.
     pub last_commit_us: u64,
 }
@@ -255,6 +258,7 @@ impl ObjectReport {
             repack_bytes: load(&s.repack_bytes),
             segments_freed: load(&s.segments_freed),
             map_page_gets: load(&s.map_page_gets),
+            map_page_l2_reads: load(&s.map_page_l2_reads),
             last_commit_us: load(&s.last_commit_us),
         }
     }

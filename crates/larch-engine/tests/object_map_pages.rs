@@ -273,6 +273,11 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
         1,
         "only the sparse page came from the store"
     );
+    assert_eq!(
+        object.stats.map_page_l2_reads.load(Ordering::Relaxed),
+        DENSE_PAGES,
+        "the volume counts the pages its lookups read from the device"
+    );
     object.release().unwrap();
     engine.shutdown();
 

@@ -371,6 +371,9 @@ pub struct ObjectStats {
     /// Block-map pages read from the store (at open, to count the segments' live
     /// records, and since, when a lookup found a page in no cache). Also in `gets`.
     pub map_page_gets: AtomicU64,
+    /// Block-map pages a lookup read from a cache device's copy (the engine's, when the
+    /// ARC had evicted them), not from the store.
+    pub map_page_l2_reads: AtomicU64,
     /// Lease renewals that succeeded.
     pub renewals: AtomicU64,
     /// Objects no commit names that were deleted (left by crashed or fenced writers, or

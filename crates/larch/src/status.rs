@@ -166,13 +166,14 @@ fn render(status: &StatusReport, now: u64) -> Result<String, MissingStat> {
                 let _ = writeln!(
                     out,
                     "    segments: {} holding {} ({live} live), {} repacked ({} moved), {} freed; \
-                     {} map pages read",
+                     {} map pages read ({} more from cache devices)",
                     o.segments,
                     format_size(o.stored_bytes),
                     o.repacked_segments,
                     format_size(o.repack_bytes),
                     o.segments_freed,
                     o.map_page_gets,
+                    o.map_page_l2_reads,
                 );
             }
             if o.delete_errors > 0 {

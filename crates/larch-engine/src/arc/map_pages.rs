@@ -85,6 +85,12 @@ impl MapPagesInArc {
         let L2Read::Hit(mut bytes) = l2.read_l2_now(&access.key, ik, psize, loc) else {
             return None;
         };
+        if let Some(object) = volume.backing.object() {
+            object
+                .stats
+                .map_page_l2_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         bytes.truncate(larch_object::cached_page_len(&bytes)?);
         let mut shard = self.arc.shard(&access.key);
         if shard.bufs.contains_key(&access.key) {
