@@ -42,27 +42,35 @@ fn new_volume() -> (Arc<dyn ObjectStore>, Options) {
     (store, options)
 }
 
+/// The volume `new_volume` made, opened by its writer.
+fn open_writer(store: &Arc<dyn ObjectStore>, options: Options) -> Arc<ObjectVolume> {
+    ObjectVolume::open(
+        Arc::clone(store),
+        "v",
+        "mem://v",
+        "node",
+        Default::default(),
+        options,
+        Box::new(|_| Ok(())),
+    )
+    .unwrap()
+}
+
+/// `object` served by `engine`.
+fn add(engine: &Arc<Engine>, object: &Arc<ObjectVolume>) -> Arc<VolumeEntry> {
+    let backing = BackingStore::on_object("mem://v", Arc::clone(object), LatencyModel::default());
+    engine
+        .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(backing))
+        .unwrap()
+}
+
 /// A segments volume with a block in each of its pages, written and committed by one
 /// engine, then opened under another of `arc_bytes` (its ARC holding none of the data).
 fn open(arc_bytes: u64) -> (Arc<Engine>, Arc<VolumeEntry>, Arc<ObjectVolume>) {
     let (store, options) = new_volume();
     let attach = |engine: &Arc<Engine>| {
-        let object = ObjectVolume::open(
-            Arc::clone(&store),
-            "v",
-            "mem://v",
-            "node",
-            Default::default(),
-            options,
-            Box::new(|_| Ok(())),
-        )
-        .unwrap();
-        let backing =
-            BackingStore::on_object("mem://v", Arc::clone(&object), LatencyModel::default());
-        let entry = engine
-            .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(backing))
-            .unwrap();
-        (entry, object)
+        let object = open_writer(&store, options);
+        (add(engine, &object), object)
     };
     let writer = Engine::new(64 << 20);
     let (entry, object) = attach(&writer);
@@ -166,25 +174,7 @@ fn map_pages_are_fed_to_the_cache_device_and_read_back_after_a_restart() {
         .flat_map(|p| (0..WRITTEN_PER_PAGE).map(move |i| p * 1024 + 3 * i))
         .chain([(PAGES - 1) * 1024 + 5, (PAGES - 1) * 1024 + 6])
         .collect();
-    let open_writer = || {
-        ObjectVolume::open(
-            Arc::clone(&store),
-            "v",
-            "mem://v",
-            "node",
-            Default::default(),
-            options,
-            Box::new(|_| Ok(())),
-        )
-        .unwrap()
-    };
-    let add = |engine: &Arc<Engine>, object: &Arc<ObjectVolume>| {
-        let backing =
-            BackingStore::on_object("mem://v", Arc::clone(object), LatencyModel::default());
-        engine
-            .add_volume(VolumeSpec::new(VOLUME, BLOCK), Arc::new(backing))
-            .unwrap()
-    };
+    let open_writer = || open_writer(&store, options);
     // A follower on a new engine (its ARC empty), the cache device reopened and rebuilt.
     let start_follower = || {
         let engine = Engine::new(64 << 20);

@@ -200,18 +200,13 @@ impl L2Arc {
                 let info = volume.info();
                 // Not a block its volume caches on cache devices any more (see `purge`).
                 let block = pick.key.block;
-                let wanted = info.keeps_on_devices(block)
-                    && if is_map_page(block) {
-                        bytes.len() >= MIN_FED_PAGE_BYTES
-                    } else {
-                        bytes.len() == info.block_len(block)
-                    };
-                let bytes = if is_map_page(block) {
-                    padded(&bytes, info.cached_len(block))
+                let (whole, bytes) = if is_map_page(block) {
+                    let full = bytes.len() >= MIN_FED_PAGE_BYTES;
+                    (full, padded(&bytes, info.cached_len(block)))
                 } else {
-                    bytes
+                    (bytes.len() == info.block_len(block), bytes)
                 };
-                (current && wanted).then_some(Candidate {
+                (current && whole && info.keeps_on_devices(block)).then_some(Candidate {
                     pick,
                     bytes,
                     volume_guid: info.guid,
@@ -316,8 +311,7 @@ impl L2Arc {
 /// A block-map page's bytes followed by zeros up to `len`, the size of its copies on
 /// cache devices (see `arc::map_pages`).
 fn padded(page: &Bytes, len: usize) -> Bytes {
-    let mut out = Vec::with_capacity(len.max(page.len()));
-    out.extend_from_slice(page);
+    let mut out = page.to_vec();
     out.resize(len.max(page.len()), 0);
     Bytes::from(out)
 }
