@@ -193,14 +193,15 @@ fn volume(args: &GetArgs, name: &str, properties: &[String]) -> anyhow::Result<E
     let name_width = width(|r| &r.name, "NAME");
     let property_width = width(|r| &r.property, "PROPERTY");
     let value_width = width(|r| &r.value, "VALUE");
+    let default_width = width(|r| &r.default, "DEFAULT");
     println!(
-        "{:<name_width$}  {:<property_width$}  {:<value_width$}  SOURCE",
-        "NAME", "PROPERTY", "VALUE"
+        "{:<name_width$}  {:<property_width$}  {:<value_width$}  {:<default_width$}  SOURCE",
+        "NAME", "PROPERTY", "VALUE", "DEFAULT"
     );
     for r in &rows {
         println!(
-            "{:<name_width$}  {:<property_width$}  {:<value_width$}  {}",
-            r.name, r.property, r.value, r.source
+            "{:<name_width$}  {:<property_width$}  {:<value_width$}  {:<default_width$}  {}",
+            r.name, r.property, r.value, r.default, r.source
         );
     }
     Ok(ExitCode::SUCCESS)

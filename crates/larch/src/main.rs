@@ -116,7 +116,7 @@ enum Command {
     #[command(after_help = set::properties_help())]
     Set(set::SetArgs),
     /// Show tunables of a pool (value, default, source), or properties of a volume (`larch
-    /// get VOLUME [PROPERTY...]`: value and source), like `zfs get`.
+    /// get VOLUME [PROPERTY...]`: value, default and source), like `zfs get`.
     #[command(after_help = set::properties_help())]
     Get(get::GetArgs),
     /// What an L2ARC would do for a workload: a table of L2ARC sizes and device counts,

@@ -483,7 +483,7 @@ fn properties_change_under_verified_fio_load() {
     daemon.stop();
 }
 
-/// `larch get vol0` lists the properties with their sources; bad input is refused with
+/// `larch get vol0` lists the properties with their defaults and sources; bad input is refused with
 /// its reason by the CLI and with 400/404/409 by the daemon, which keeps serving; the
 /// properties survive a restart, and tunables keep working.
 #[test]
@@ -498,14 +498,14 @@ fn get_bad_input_and_a_restart() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     let want: &[&[&str]] = &[
-        &["NAME", "PROPERTY", "VALUE", "SOURCE"],
-        &["vol0", "volsize", "16M", "-"],
-        &["vol0", "volblocksize", "16K", "-"],
-        &["vol0", "readonly", "off", "-"],
-        &["vol0", "primarycache", "all", "default"],
-        &["vol0", "secondarycache", "all", "default"],
-        &["vol0", "sync", "standard", "default"],
-        &["vol0", "logbias", "latency", "default"],
+        &["NAME", "PROPERTY", "VALUE", "DEFAULT", "SOURCE"],
+        &["vol0", "volsize", "16M", "-", "-"],
+        &["vol0", "volblocksize", "16K", "-", "-"],
+        &["vol0", "readonly", "off", "-", "-"],
+        &["vol0", "primarycache", "all", "all", "default"],
+        &["vol0", "secondarycache", "all", "all", "default"],
+        &["vol0", "sync", "standard", "standard", "default"],
+        &["vol0", "logbias", "latency", "latency", "default"],
     ];
     assert_eq!(rows, want, "{table}");
     larch_ok(
@@ -520,8 +520,8 @@ fn get_bad_input_and_a_restart() {
     assert_eq!(
         json,
         serde_json::json!([
-            {"name": "vol0", "property": "sync", "value": "always", "source": "local"},
-            {"name": "vol0", "property": "logbias", "value": "latency", "source": "default"},
+            {"name": "vol0", "property": "sync", "value": "always", "default": "standard", "source": "local"},
+            {"name": "vol0", "property": "logbias", "value": "latency", "default": "latency", "source": "default"},
         ])
     );
     let status = &daemon.status()["volumes"][0];

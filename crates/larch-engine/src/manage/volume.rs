@@ -92,8 +92,17 @@ pub struct VolumeProperty {
     /// For a size (`volsize`, `volblocksize`), the bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// The value a volume has when nobody set it (`all`, `standard`); `-` for the
+    /// size and what `larch volume add` fixed, which have none.
+    #[serde(default = "no_default")]
+    pub default: String,
     /// `local` (set by the user), `default`, or `-` (no source: see [`NO_SOURCE`]).
     pub source: String,
+}
+
+/// What [`VolumeProperty::default`] reads when an older daemon's answer has none.
+fn no_default() -> String {
+    "-".to_string()
 }
 
 /// The settable properties of `props` other than their value in `defaults`: what `larch
@@ -533,7 +542,15 @@ pub fn volume_properties(
         Some(s) => (s.props(), Some(s.info().size_bytes)),
         None => (v.props(), stopped_size(target.state_dir(), v)),
     };
+    let defaults = VolumeProps::default();
     let row = |def: &PropertyDef| {
+        let default = match def.name {
+            "primarycache" => defaults.primarycache.name(),
+            "secondarycache" => defaults.secondarycache.name(),
+            "sync" => defaults.sync.name(),
+            "logbias" => defaults.logbias.name(),
+            _ => "-",
+        };
         let (value, bytes) = match def.name {
             "volsize" => (size.map_or("-".to_string(), format_size_exact), size),
             "volblocksize" => {
@@ -558,6 +575,7 @@ pub fn volume_properties(
             property: def.name.to_string(),
             value,
             bytes,
+            default: default.to_string(),
             source: source.to_string(),
         }
     };
