@@ -5,7 +5,8 @@
 
 use larch_sim::device::ServerParams;
 use larch_sim::sim::{
-    self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables, Workload,
+    self, CacheDevice, Clients, Ending, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables,
+    Workload,
 };
 
 const MIB: u64 = 1 << 20;
@@ -672,4 +673,41 @@ fn dram_hits_through_busy_cores_run_at_cores_over_their_cpu_time() {
     // Little's law: 64 outstanding at 20,000/s wait 3.2 ms each.
     let latency = s.steady.mean_latency_us;
     assert!((latency / 3_200.0 - 1.0).abs() < 0.02, "{latency} us");
+}
+
+/// A cold run that may end once settled ends when the ARC, the cache devices and the read
+/// rate hold still, and times the warm-up as the run to its full duration does.
+#[test]
+fn a_run_ends_once_settled_with_the_warm_up_of_the_whole_run() {
+    let mut cfg = seed000_small(true);
+    cfg.duration_ns = 720 * SECOND_NS;
+    cfg.step_s = 5;
+    let whole = run(&cfg).summary;
+    let ending = Ending::WhenSettled { window_s: 120 };
+    let settled = sim::run_until(&cfg, ending, &mut |_| {})
+        .expect("the configuration runs")
+        .summary;
+    assert!(
+        settled.virtual_seconds < whole.virtual_seconds / 2.0,
+        "ended at {} s of {}",
+        settled.virtual_seconds,
+        whole.virtual_seconds
+    );
+    // The same run up to where it ended: what happened before is the same.
+    assert_eq!(settled.arc_warm_s, whole.arc_warm_s);
+    assert_eq!(settled.l2_half_s.is_some(), whole.l2_half_s.is_some());
+    let near = |a: Option<u64>, b: Option<u64>, share: f64| {
+        let (a, b) = (a.unwrap() as f64, b.unwrap() as f64);
+        (a - b).abs() <= share * b
+    };
+    assert!(near(settled.l2_90_s, whole.l2_90_s, 0.1));
+    assert!(near(settled.iops_90_s, whole.iops_90_s, 0.1));
+    assert!((settled.l2_bytes as f64) >= 0.98 * whole.l2_bytes as f64);
+    assert!((settled.steady.iops - whole.steady.iops).abs() <= 0.03 * whole.steady.iops);
+
+    // A window longer than the run: it runs to its end.
+    cfg.duration_ns = 200 * SECOND_NS;
+    let never = Ending::WhenSettled { window_s: 3600 };
+    let out = sim::run_until(&cfg, never, &mut |_| {}).unwrap().summary;
+    assert_eq!(out.virtual_seconds, 200.0);
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
 use larch_sim::device::{self, DeviceSpec, streaming_read_bytes_per_s};
-use larch_sim::sim::{self, CacheDevice, Clients, Pattern, SECOND_NS, SimConfig, Summary};
+use larch_sim::sim::{self, CacheDevice, Clients, Ending, Pattern, SECOND_NS, SimConfig, Summary};
 use serde::Serialize;
 
 use crate::sim_run::{RunArgs, configure};
@@ -36,8 +36,10 @@ pub struct SizeArgs {
     /// each candidate replays from cold to its end or --warm-for.
     #[arg(long, value_name = "TIME", default_value = "60s")]
     pub measure: String,
-    /// Virtual time of the cold run of the configuration asked for, and of each candidate's
-    /// replay of a trace (default: 48h).
+    /// Virtual time of the cold run of the configuration asked for at most (it ends
+    /// earlier once settled: the ARC, the cache devices and the read rate still over the
+    /// last quarter of the run and at least 2 hours), and of each candidate's replay of a
+    /// trace (default: 48h).
     #[arg(long, value_name = "TIME")]
     pub warm_for: Option<String>,
 }
@@ -89,18 +91,23 @@ fn is_trace(cfg: &SimConfig) -> bool {
     matches!(cfg.workload.pattern, Pattern::Trace { .. })
 }
 
-fn run_scaled(cfg: &SimConfig, scale: u64) -> anyhow::Result<Summary> {
-    let mut out = sim::run(&cfg.scaled(scale)?, &mut |_| {})?;
+/// The cold run's shortest settling window: it ends once the ARC, the cache devices and the
+/// read rate have held still for a quarter of the run and at least this long (full-size
+/// seconds), or at `--warm-for`.
+const COLD_SETTLE_WINDOW_S: u64 = 2 * 3600;
+
+fn run_scaled(cfg: &SimConfig, ending: Ending, scale: u64) -> anyhow::Result<Summary> {
+    let mut out = sim::run_until(&cfg.scaled(scale)?, ending, &mut |_| {})?;
     out.rescale(scale);
     Ok(out.summary)
 }
 
-/// Runs the simulations of `runs` (each a name for the progress lines and a
-/// configuration), one per core of the machine at a time, and returns their summaries in
+/// Runs the simulations of `runs` (each a name for the progress lines, a configuration
+/// and when it ends), one per core of the machine at a time, and returns their summaries in
 /// the order of `runs`: each is independent and deterministic, so the report is the same
 /// whatever the number of cores and the order the runs end in.
 fn run_all(
-    runs: &[(String, SimConfig)],
+    runs: &[(String, SimConfig, Ending)],
     scale: u64,
     quiet: bool,
     started: Instant,
@@ -113,7 +120,7 @@ fn run_all(
         let mut done = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some((name, cfg)) = runs.get(i) else {
+            let Some((name, cfg, ending)) = runs.get(i) else {
                 return done;
             };
             if !quiet {
@@ -122,7 +129,7 @@ fn run_all(
                     started.elapsed().as_secs_f64()
                 );
             }
-            done.push((i, run_scaled(cfg, scale)));
+            done.push((i, run_scaled(cfg, *ending, scale)));
         }
     };
     let mut results: Vec<(usize, anyhow::Result<Summary>)> = std::thread::scope(|scope| {
@@ -245,7 +252,19 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
     if !traced {
         cold.step_s = 60.max(cold.duration_ns / SECOND_NS / 2000);
     }
-    let mut runs = vec![("the configuration asked for, from cold".to_string(), cold)];
+    // It ends once settled (a trace's at its end, which is its steady state).
+    let ending = if traced {
+        Ending::AtDuration
+    } else {
+        Ending::WhenSettled {
+            window_s: COLD_SETTLE_WINDOW_S,
+        }
+    };
+    let mut runs = vec![(
+        "the configuration asked for, from cold".to_string(),
+        cold,
+        ending,
+    )];
     let mut shapes = Vec::new();
     for &l2 in &sizes {
         let counts_here: &[u32] = if l2 == 0 { &[0] } else { &counts };
@@ -272,7 +291,8 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
                     capacity_bytes: Some(l2 / u64::from(n)),
                 })
                 .collect();
-            runs.push((format!("L2ARC {} on {n} device(s)", format_size(l2)), cfg));
+            let name = format!("L2ARC {} on {n} device(s)", format_size(l2));
+            runs.push((name, cfg, Ending::AtDuration));
             shapes.push((l2, n));
         }
     }
@@ -312,7 +332,10 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
             &spec,
             scale,
             &candidates,
-            &cold_run,
+            Cold {
+                run: &cold_run,
+                warm_for_s: (warm_for / SECOND_NS) as f64,
+            },
             &advice,
             started
         )
@@ -320,15 +343,25 @@ pub fn run(args: SizeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The cold run of the configuration asked for, and the longest it could have run.
+struct Cold<'a> {
+    run: &'a Summary,
+    warm_for_s: f64,
+}
+
 fn text(
     cfg: &SimConfig,
     spec: &str,
     scale: u64,
     candidates: &[Candidate],
-    cold: &Summary,
+    cold: Cold<'_>,
     advice: &[String],
     started: Instant,
 ) -> String {
+    let Cold {
+        run: cold,
+        warm_for_s,
+    } = cold;
     let mut t = String::new();
     let clients = match cfg.clients {
         Clients::Closed { threads, .. } => format!("{threads} clients"),
@@ -415,8 +448,20 @@ fn text(
         "\n(each row prewarmed, as seed 002 measured; ADS/cache is seed 002's key ratio 1, L2bw/pri its ratio 2;\n DRAM is larch's ARC headers and L2 index, OpenZFS what its headers would take)\n\n"
     };
     let at = |s: Option<u64>| s.map_or("not within the run".to_string(), |s| duration(s as f64));
+    // The cold run ends once settled: say where, as its figures are relative to its end.
+    let ended = if traced {
+        String::new()
+    } else if cold.virtual_seconds < warm_for_s {
+        format!(
+            " (settled: the run ended after {} of at most {})",
+            duration(cold.virtual_seconds),
+            duration(warm_for_s)
+        )
+    } else {
+        format!(" (over {})", duration(warm_for_s))
+    };
     t += &format!(
-        "from cold  the configuration asked for: ARC warm after {}, L2ARC at 50% / 90% of {} after {} / {}, IOPS at 90% of steady after {}\n\n",
+        "from cold  the configuration asked for{ended}: ARC warm after {}, L2ARC at 50% / 90% of {} after {} / {}, IOPS at 90% of steady after {}\n\n",
         at(cold.arc_warm_s),
         format_size(cold.l2_bytes),
         at(cold.l2_half_s),

@@ -435,6 +435,12 @@ impl Completed {
     }
 }
 
+/// How much the ARC's or the cache devices' bytes may move over a window for the run
+/// to count as settled ([`Recorder::settled`]).
+const SETTLED_SIZE_SHARE: f64 = 0.01;
+/// How much the read rate may move between a window's halves.
+const SETTLED_RATE_SHARE: f64 = 0.02;
+
 /// Collects the output as the run goes.
 pub struct Recorder {
     step_ns: u64,
@@ -774,6 +780,32 @@ impl Recorder {
     fn series(&self, id: &str) -> Option<&Vec<f64>> {
         let i = self.defs.iter().position(|d| d.id == id)?;
         Some(&self.values[i])
+    }
+
+    /// Whether the run has settled ([`super::Ending::WhenSettled`]): over its last quarter, and at least the
+    /// last `min_intervals`, the ARC and the cache devices hold within 1% of what they
+    /// held at its start and the reads per second of its second half are within 2% of its
+    /// first half's.
+    pub fn settled(&self, min_intervals: usize) -> bool {
+        let n = self.times.len();
+        let w = (n / 4).max(min_intervals.max(2));
+        if n < 2 * w {
+            return false;
+        }
+        let held = |id: &str| {
+            self.series(id).is_none_or(|v| {
+                let (first, last) = (v[n - w], v[n - 1]);
+                (last - first).abs() <= SETTLED_SIZE_SHARE * first.max(last)
+            })
+        };
+        let reads = self.series(&format!("volume/{VOLUME_NAME}/read_ops"));
+        let steady_reads = reads.is_none_or(|v| {
+            let mean =
+                |from: usize, to: usize| v[from..to].iter().sum::<f64>() / (to - from) as f64;
+            let (a, b) = (mean(n - w, n - w / 2), mean(n - w / 2, n));
+            (a - b).abs() <= SETTLED_RATE_SHARE * a.max(b)
+        });
+        held("arc/size") && held("arc/l2_size") && steady_reads
     }
 
     /// The figures of intervals `from..to` (indexes).
