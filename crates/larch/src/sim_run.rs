@@ -98,7 +98,9 @@ pub struct RunArgs {
     /// presets use xeon-2s; elsewhere off.
     #[arg(long, value_name = "SPEC")]
     pub server: Option<String>,
-    /// A tunable, NAME=VALUE (l2arc_write_max=8M, l2arc_noprefetch=0, ...); repeatable.
+    /// A tunable, NAME=VALUE (l2arc_write_max=8M, l2arc_noprefetch=0, ...), or the volume's
+    /// primarycache/secondarycache, or the metadata model's indblkshift (12-17: 4K-128K
+    /// indirect blocks, 17 by default); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
     /// Flip the L2ARC switch: off@TIME or on@TIME; repeatable.
@@ -247,6 +249,9 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
     tunables.openzfs_feed();
     // Both seeds' pools are ZFS: their volumes' blocks are found through indirect blocks.
     tunables.indirect_blocks = true;
+    // Indirect blocks of 128 KiB, today's: seed 000's 7410 ran 2009's ZFS with 16 KiB ones
+    // (`--set indblkshift=14`), which moves its rows no closer to the seed's
+    // (docs/simulator.md, "Metadata: indirect blocks").
     let seed000 = SimConfig {
         name: "seed000".to_string(),
         seed: 1,
@@ -483,6 +488,22 @@ fn set_tunable(
         } else {
             tunables.secondarycache = mode;
         }
+        return Ok(());
+    }
+    if name == "indblkshift" {
+        // The metadata model's indirect block size: the simulator's, not a daemon tunable.
+        let shifts = larch_sim::sim::metadata::INDBLKSHIFTS;
+        tunables.indblkshift = value
+            .parse()
+            .ok()
+            .filter(|v| shifts.contains(v))
+            .ok_or_else(|| {
+                anyhow!(
+                    "{field}: indblkshift is {} to {} (4K to 128K indirect blocks), got {value:?}",
+                    shifts.start(),
+                    shifts.end()
+                )
+            })?;
         return Ok(());
     }
     let engine = larch_engine::Tunables::default();

@@ -808,9 +808,16 @@ fn sim_run_models_indirect_blocks_when_asked_and_takes_both_cache_properties() {
         data_hit_ratio(m) < all / 10.0,
         "{m}: against {all} with primarycache=all"
     );
+    // 16 KiB indirect blocks (2009's): eight times as many blocks hold the pointers, and
+    // more of the lookups miss.
+    let small = run(&["--metadata", "on", "--set", "indblkshift=14"]);
+    let m16 = &small["summary"]["arcstats"];
+    let misses = |m: &serde_json::Value| m["demand_metadata_misses"].as_u64().unwrap();
+    assert!(misses(m16) > misses(&on["summary"]["arcstats"]), "{m16}");
     for bad in [
         &["--metadata", "yes"][..],
         &["--set", "primarycache=some"][..],
+        &["--set", "indblkshift=18"][..],
     ] {
         let mut args = vec!["sim", "run", "--preset", "small", "--duration", "1s"];
         args.extend_from_slice(bad);
@@ -818,7 +825,9 @@ fn sim_run_models_indirect_blocks_when_asked_and_takes_both_cache_properties() {
         assert!(!out.status.success(), "{bad:?} was taken");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("on or off") || err.contains("all, metadata or none"),
+            err.contains("on or off")
+                || err.contains("all, metadata or none")
+                || err.contains("indblkshift is 12 to 17"),
             "{err}"
         );
     }

@@ -40,7 +40,7 @@ use larch_policy::{Access, Action, Arc, BlockInfo, BlockKey, BufType, State};
 
 use super::block_map::BlockMap;
 use super::config::SimTunables;
-use super::metadata::{INDIRECT_BLOCK_BYTES, IndirectTree, METADATA_COPIES};
+use super::metadata::{IndirectTree, METADATA_COPIES};
 use crate::device::{Device, IoId, IoKind, Nanos, Queued};
 
 /// The volume's id in block keys (the simulation has one volume).
@@ -371,7 +371,11 @@ impl SimCache {
     /// look up and read its indirect blocks first, TXGs write the ones above what they
     /// write ([`super::metadata`]). Off, every block is data, as in the daemon.
     pub fn model_indirect_blocks(&mut self, volume_blocks: u64) {
-        self.tree = Some(IndirectTree::new(volume_blocks, self.block_bytes));
+        self.tree = Some(IndirectTree::new(
+            volume_blocks,
+            self.block_bytes,
+            self.tunables.indblkshift,
+        ));
     }
 
     /// The indirect blocks' tree, when the metadata model is on.
@@ -1035,7 +1039,7 @@ impl SimCache {
             let mut parents: Vec<u64> = blocks.iter().flat_map(|&(b, _)| tree.parents(b)).collect();
             parents.sort_unstable();
             parents.dedup();
-            let bytes = u64::from(INDIRECT_BLOCK_BYTES);
+            let bytes = u64::from(tree.indirect_block_bytes());
             let spread = self.primary.capacity_bytes() / METADATA_COPIES;
             for id in parents {
                 for copy in 0..METADATA_COPIES {
@@ -1527,7 +1531,7 @@ mod tests {
     use super::*;
     use crate::device::parse_spec;
     use crate::sim::SECOND_NS;
-    use crate::sim::metadata::CacheMode;
+    use crate::sim::metadata::{CacheMode, INDIRECT_BLOCK_BYTES};
 
     const BLOCK: u32 = 8 << 10;
     /// 2,048 blocks: one level of indirect blocks, two of them (1,024 blocks each).

@@ -159,6 +159,10 @@ pub struct SimTunables {
     /// the daemon, whose volumes are raw files: the simulator's way to model the seeds'
     /// ZFS pools.
     pub indirect_blocks: bool,
+    /// With the metadata model, the indirect blocks' size as a power of two (`indblkshift`,
+    /// one of [`super::metadata::INDBLKSHIFTS`]): 17 (128 KiB), OpenZFS's default since
+    /// 2016; 14 (16 KiB) before, in seed 000's 2009 pools.
+    pub indblkshift: u32,
     /// `zfs_txg_timeout`, seconds.
     pub txg_timeout_s: u64,
     /// `zfs_dirty_data_max`, bytes (at most half the ARC, as in the engine).
@@ -207,6 +211,7 @@ impl Default for SimTunables {
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
             indirect_blocks: false,
+            indblkshift: 17,
             txg_timeout_s: DEFAULTS.zfs_txg_timeout,
             dirty_data_max: DIRTY_DATA_MAX_CAP_BYTES,
             dirty_data_sync_percent: DEFAULTS.zfs_dirty_data_sync_percent,

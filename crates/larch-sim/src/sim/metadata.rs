@@ -5,8 +5,10 @@
 //! A zvol's data blocks are found through a tree of block pointers (the ZFS On-Disk
 //! Specification, "Indirect blocks"; OpenZFS `dnode.h`, `DN_MAX_INDBLKSHIFT`): each
 //! indirect block holds 1,024 block pointers of 128 bytes (`SPA_BLKPTRSHIFT` = 7) in
-//! 128 KiB (`indblkshift` 17, OpenZFS's default since 7104, 2016; 16 KiB before); a level-1 block points at
-//! 1,024 data blocks, a level-2 block at 1,024 level-1 blocks, and so on up to the dnode,
+//! 128 KiB (`indblkshift` 17, OpenZFS's default since 7104, 2016; 16 KiB before, and any
+//! of 4 KiB to 128 KiB here with [`IndirectTree::new`]'s `indblkshift`); a level-1 block
+//! points at 1,024 data blocks (128 at 16 KiB), a level-2 block at 1,024 level-1 blocks,
+//! and so on up to the dnode,
 //! which holds three pointers (`dn_nblkptr` of an object with no bonus buffer). The
 //! daemon has none of this (a larch volume is a raw file, addressed directly); the
 //! simulator models it to reproduce the seeds' ZFS pools.
@@ -23,7 +25,7 @@
 //!    (the levels above 1 of a 500 GB volume of 8 KiB blocks are 61 blocks).
 //! 2. **Hits skip the tree.** A read whose data block is in the ARC does not look up its
 //!    indirect blocks: OpenZFS finds it through the dbuf that points at the ARC buffer.
-//! 3. **Sizes.** An indirect block is read, cached and fed at 128 KiB. OpenZFS compresses
+//! 3. **Sizes.** An indirect block is read, cached and fed at its full size. OpenZFS compresses
 //!    indirect blocks on disk, but a block pointer's 256-bit checksum (a quarter of it) does
 //!    not compress, so a full level-1 block stays between 32 and 128 KiB: the model's
 //!    128 KiB costs at most 96 KiB more transfer (under a millisecond at a disk's media
@@ -37,8 +39,12 @@
 
 /// Bytes of a block pointer (`SPA_BLKPTRSHIFT` = 7).
 pub const BLKPTR_BYTES: u32 = 128;
-/// Bytes of an indirect block (`indblkshift` 17).
+/// Bytes of an indirect block by default (`indblkshift` 17, OpenZFS's `DN_MAX_INDBLKSHIFT`
+/// and its default since 7104, 2016).
 pub const INDIRECT_BLOCK_BYTES: u32 = 128 << 10;
+/// The `indblkshift` values OpenZFS allows (`DN_MIN_INDBLKSHIFT` 12 to `DN_MAX_INDBLKSHIFT`
+/// 17): 4 KiB to 128 KiB indirect blocks. ZFS made 16 KiB (14) until 2016.
+pub const INDBLKSHIFTS: std::ops::RangeInclusive<u32> = 12..=17;
 /// Block pointers a dnode holds (`dn_nblkptr` of an object with no bonus buffer).
 pub const DNODE_BLKPTRS: u64 = 3;
 /// Copies of each indirect block a TXG writes (`redundant_metadata=all`).
@@ -91,17 +97,27 @@ impl CacheMode {
 pub struct IndirectTree {
     volume_blocks: u64,
     block_bytes: u32,
+    /// Bytes of an indirect block (`1 << indblkshift`).
+    indirect_bytes: u32,
+    /// Block pointers per indirect block, as a power of two.
+    per_shift: u32,
     levels: u32,
 }
 
 impl IndirectTree {
-    /// The tree of a volume of `volume_blocks` blocks of `block_bytes`.
-    pub fn new(volume_blocks: u64, block_bytes: u32) -> IndirectTree {
+    /// The tree of a volume of `volume_blocks` blocks of `block_bytes`, with indirect
+    /// blocks of `1 << indblkshift` bytes (one of [`INDBLKSHIFTS`]).
+    pub fn new(volume_blocks: u64, block_bytes: u32, indblkshift: u32) -> IndirectTree {
         assert!(
             volume_blocks < MAX_DATA_BLOCKS,
             "{volume_blocks} blocks: more than the model addresses"
         );
-        let per = u64::from(INDIRECT_BLOCK_BYTES / BLKPTR_BYTES);
+        assert!(
+            INDBLKSHIFTS.contains(&indblkshift),
+            "indblkshift {indblkshift}"
+        );
+        let per_shift = indblkshift - BLKPTR_BYTES.trailing_zeros();
+        let per = 1u64 << per_shift;
         // Levels until the dnode's three pointers cover the volume.
         let mut levels = 0;
         let mut top = volume_blocks.max(1);
@@ -112,6 +128,8 @@ impl IndirectTree {
         IndirectTree {
             volume_blocks,
             block_bytes,
+            indirect_bytes: 1 << indblkshift,
+            per_shift,
             levels,
         }
     }
@@ -129,7 +147,7 @@ impl IndirectTree {
     /// The id of the indirect block of `level` (1 and up) above data block `block`.
     pub fn parent(&self, block: u64, level: u32) -> u64 {
         debug_assert!((1..=self.levels).contains(&level) && !Self::is_indirect(block));
-        let index = block >> (10 * level);
+        let index = block >> (self.per_shift * level);
         INDIRECT_BIT | (u64::from(level) << LEVEL_SHIFT) | index
     }
 
@@ -138,10 +156,16 @@ impl IndirectTree {
         (1..=self.levels).rev().map(move |l| self.parent(block, l))
     }
 
-    /// Bytes of `block`: the volume's block size for data, 128 KiB for an indirect block.
+    /// Bytes of an indirect block.
+    pub fn indirect_block_bytes(&self) -> u32 {
+        self.indirect_bytes
+    }
+
+    /// Bytes of `block`: the volume's block size for data, the tree's for an indirect
+    /// block.
     pub fn size_bytes(&self, block: u64) -> u32 {
         if Self::is_indirect(block) {
-            INDIRECT_BLOCK_BYTES
+            self.indirect_bytes
         } else {
             self.block_bytes
         }
@@ -157,8 +181,8 @@ impl IndirectTree {
         }
         let level = ((block & !INDIRECT_BIT) >> LEVEL_SHIFT) as u32;
         let index = block & (MAX_DATA_BLOCKS - 1);
-        let first = index << (10 * level);
-        let end = (self.volume_blocks * bs).saturating_sub(u64::from(INDIRECT_BLOCK_BYTES));
+        let first = index << (self.per_shift * level);
+        let end = (self.volume_blocks * bs).saturating_sub(u64::from(self.indirect_bytes));
         (first * bs).min(end)
     }
 
@@ -167,8 +191,8 @@ impl IndirectTree {
         let mut total = 0;
         let mut n = data_blocks;
         for _ in 0..self.levels {
-            n = n.div_ceil(1 << 10);
-            total += n * u64::from(INDIRECT_BLOCK_BYTES);
+            n = n.div_ceil(1 << self.per_shift);
+            total += n * u64::from(self.indirect_bytes);
         }
         total
     }
@@ -183,7 +207,7 @@ mod tests {
         // 500 GiB of 8 KiB blocks: 64 Mi blocks, 64 Ki level-1 blocks, 64 level-2, 1
         // level-3 (the dnode's three pointers would hold only 3 level-2 blocks).
         let ads_blocks = 500u64 << 17;
-        let tree = IndirectTree::new(ads_blocks, 8 << 10);
+        let tree = IndirectTree::new(ads_blocks, 8 << 10, 17);
         assert_eq!(tree.levels(), 3);
         let bytes = tree.indirect_bytes(ads_blocks);
         assert_eq!(bytes, (64_000 + 63 + 1) * (128 << 10));
@@ -192,16 +216,34 @@ mod tests {
     }
 
     #[test]
+    fn sixteen_kib_indirect_blocks_point_at_128_blocks_each() {
+        // 2009's indblkshift 14: seed 000's 500 GiB of 8 KiB blocks have 512 Ki level-1
+        // blocks of 16 KiB (the same 1/64 of the data), 4 Ki level-2, 32 level-3, 1
+        // level-4.
+        let ads_blocks = 500u64 << 17;
+        let tree = IndirectTree::new(ads_blocks, 8 << 10, 14);
+        assert_eq!(tree.levels(), 4);
+        assert_eq!(tree.indirect_block_bytes(), 16 << 10);
+        let l1 = ads_blocks / 128;
+        let bytes = tree.indirect_bytes(ads_blocks);
+        assert_eq!(bytes, (l1 + l1.div_ceil(128) + 32 + 1) * (16 << 10));
+        assert_eq!(tree.parent(127, 1), tree.parent(0, 1));
+        assert_ne!(tree.parent(128, 1), tree.parent(127, 1));
+        assert_eq!(tree.offset(tree.parent(300, 1)), 256 * 8192);
+        assert_eq!(tree.size_bytes(tree.parent(300, 2)), 16 << 10);
+    }
+
+    #[test]
     fn a_volume_of_three_blocks_has_no_indirect_blocks() {
-        assert_eq!(IndirectTree::new(3, 8192).levels(), 0);
-        assert_eq!(IndirectTree::new(4, 8192).levels(), 1);
-        assert_eq!(IndirectTree::new(3 * 1024, 8192).levels(), 1);
-        assert_eq!(IndirectTree::new(3 * 1024 + 1, 8192).levels(), 2);
+        assert_eq!(IndirectTree::new(3, 8192, 17).levels(), 0);
+        assert_eq!(IndirectTree::new(4, 8192, 17).levels(), 1);
+        assert_eq!(IndirectTree::new(3 * 1024, 8192, 17).levels(), 1);
+        assert_eq!(IndirectTree::new(3 * 1024 + 1, 8192, 17).levels(), 2);
     }
 
     #[test]
     fn parents_are_shared_by_1024_blocks_and_lie_at_their_first_block() {
-        let tree = IndirectTree::new(1 << 20, 8192);
+        let tree = IndirectTree::new(1 << 20, 8192, 17);
         assert_eq!(tree.levels(), 2);
         let p: Vec<u64> = tree.parents(5000).collect();
         assert_eq!(p.len(), 2);
