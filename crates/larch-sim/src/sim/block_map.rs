@@ -15,7 +15,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-/// Slots per page: 4,096 (64 KiB of 16-byte values).
+/// Slots per page: 4,096 (32 KiB of 8-byte values).
 const PAGE_SHIFT: u32 = 12;
 const PAGE_SLOTS: usize = 1 << PAGE_SHIFT;
 /// Block numbers below this are kept in pages: 2^36 blocks, 32 TiB of 512-byte blocks, a
@@ -23,10 +23,17 @@ const PAGE_SLOTS: usize = 1 << PAGE_SHIFT;
 const DENSE_BLOCKS: u64 = 1 << 36;
 
 /// 4,096 consecutive blocks' slots, and their presence bits (bit `s % 64` of word `s / 64`
-/// for slot `s`).
+/// for slot `s`): a slot holds a value only while its bit is set (else the default), so a
+/// value needs no `Option` beside it and an 8-byte value takes 8 bytes.
 struct Page<V> {
     present: [u64; PAGE_SLOTS / 64],
-    slots: [Option<V>; PAGE_SLOTS],
+    slots: [V; PAGE_SLOTS],
+}
+
+impl<V> Page<V> {
+    fn has(&self, slot: usize) -> bool {
+        self.present[slot / 64] & (1 << (slot % 64)) != 0
+    }
 }
 
 /// A map from block number to `V`. Iteration order is unspecified: callers only sum and
@@ -66,7 +73,7 @@ fn prefetch_line<T>(value: &T) {
     let _ = value;
 }
 
-impl<V: Copy> BlockMap<V> {
+impl<V: Copy + Default> BlockMap<V> {
     /// Entries held.
     pub fn len(&self) -> usize {
         self.len
@@ -81,13 +88,10 @@ impl<V: Copy> BlockMap<V> {
         if block >= DENSE_BLOCKS {
             return self.sparse.get(&block);
         }
-        let (page, slot, bit) = split(block);
+        let (page, slot, _) = split(block);
         let page = self.page(page)?;
         // The bit first: an absent block costs no load of its slot.
-        if page.present[slot / 64] & bit == 0 {
-            return None;
-        }
-        page.slots[slot].as_ref()
+        page.has(slot).then(|| &page.slots[slot])
     }
 
     /// The value of `block`, to change in place.
@@ -96,7 +100,8 @@ impl<V: Copy> BlockMap<V> {
             return self.sparse.get_mut(&block);
         }
         let (page, slot, _) = split(block);
-        self.pages.get_mut(page)?.as_mut()?.slots[slot].as_mut()
+        let page = self.pages.get_mut(page)?.as_mut()?;
+        page.has(slot).then(|| &mut page.slots[slot])
     }
 
     /// Whether `block` has a value.
@@ -104,9 +109,8 @@ impl<V: Copy> BlockMap<V> {
         if block >= DENSE_BLOCKS {
             return self.sparse.contains_key(&block);
         }
-        let (page, slot, bit) = split(block);
-        self.page(page)
-            .is_some_and(|page| page.present[slot / 64] & bit != 0)
+        let (page, slot, _) = split(block);
+        self.page(page).is_some_and(|page| page.has(slot))
     }
 
     /// Sets the value of `block`; returns the one it replaces.
@@ -121,11 +125,13 @@ impl<V: Copy> BlockMap<V> {
             let page = self.pages[page].get_or_insert_with(|| {
                 Box::new(Page {
                     present: [0; PAGE_SLOTS / 64],
-                    slots: [None; PAGE_SLOTS],
+                    slots: [V::default(); PAGE_SLOTS],
                 })
             });
+            let old = page.has(slot).then_some(page.slots[slot]);
             page.present[slot / 64] |= bit;
-            page.slots[slot].replace(value)
+            page.slots[slot] = value;
+            old
         };
         if old.is_none() {
             self.len += 1;
@@ -140,8 +146,11 @@ impl<V: Copy> BlockMap<V> {
         } else {
             let (page, slot, bit) = split(block);
             let page = self.pages.get_mut(page)?.as_mut()?;
+            let old = page
+                .has(slot)
+                .then(|| std::mem::take(&mut page.slots[slot]));
             page.present[slot / 64] &= !bit;
-            page.slots[slot].take()
+            old
         };
         if old.is_some() {
             self.len -= 1;
@@ -169,10 +178,11 @@ impl<V: Copy> BlockMap<V> {
             .enumerate()
             .filter_map(|(p, page)| page.as_ref().map(|page| (p, page)))
             .flat_map(|(p, page)| {
-                page.slots.iter().enumerate().filter_map(move |(s, v)| {
-                    v.as_ref()
-                        .map(|v| (((p as u64) << PAGE_SHIFT) | s as u64, v))
-                })
+                page.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|&(s, _)| page.has(s))
+                    .map(move |(s, v)| (((p as u64) << PAGE_SHIFT) | s as u64, v))
             });
         dense.chain(self.sparse.iter().map(|(&b, v)| (b, v)))
     }

@@ -118,12 +118,41 @@ struct HeldIo {
     txg: bool,
 }
 
-/// A copy on a cache device: the device, its ring position, whether a read used it.
-#[derive(Clone, Copy, Debug)]
-struct L2Entry {
-    device: u8,
-    read: bool,
-    pos: u64,
+/// A copy on a cache device: the device, its ring position, whether a read used it, in
+/// one word (the index holds one per block fed: 61M of them for seed 000 at full size).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct L2Entry(u64);
+
+impl L2Entry {
+    /// Bits of the ring position: a device's write hand passes 32 PiB before it needs more.
+    const POS_BITS: u32 = 55;
+    const READ: u64 = 1 << Self::POS_BITS;
+    const DEVICE_SHIFT: u32 = Self::POS_BITS + 1;
+
+    fn new(device: usize, pos: u64) -> L2Entry {
+        assert!(
+            pos < Self::READ && device <= usize::from(u8::MAX),
+            "a copy on device {device} at {pos}: beyond the index's bits"
+        );
+        L2Entry((device as u64) << Self::DEVICE_SHIFT | pos)
+    }
+
+    fn device(self) -> usize {
+        (self.0 >> Self::DEVICE_SHIFT) as usize
+    }
+
+    fn pos(self) -> u64 {
+        self.0 & (Self::READ - 1)
+    }
+
+    /// Whether a read used the copy.
+    fn read(self) -> bool {
+        self.0 & Self::READ != 0
+    }
+
+    fn mark_read(&mut self) {
+        self.0 |= Self::READ;
+    }
 }
 
 /// A batch a feed is writing: what gets indexed when it completes.
@@ -908,14 +937,15 @@ impl SimCache {
         }
         let size = self.size_of(block);
         let entry = self.l2.get_mut(block)?;
-        entry.read = true;
-        let d = &mut self.devices[usize::from(entry.device)];
-        let offset = entry.pos % d.ring.ring_bytes();
+        entry.mark_read();
+        let entry = *entry;
+        let d = &mut self.devices[entry.device()];
+        let offset = entry.pos() % d.ring.ring_bytes();
         let at = d.model.submit(now, IoKind::Read, offset, size);
         d.reads += 1;
         d.read_bytes += u64::from(size);
         self.ios.push(DeviceIo {
-            device: Some(usize::from(entry.device)),
+            device: Some(entry.device()),
             kind: IoKind::Read,
             at_ns: now,
             latency_ns: at - now,
@@ -971,7 +1001,7 @@ impl SimCache {
             let generation = *generation;
             self.inflight.remove(&block);
             if let Some(old) = self.l2.remove(block) {
-                let d = &mut self.devices[usize::from(old.device)];
+                let d = &mut self.devices[old.device()];
                 d.blocks -= 1;
                 d.bytes -= u64::from(self.block_bytes);
             }
@@ -1190,14 +1220,14 @@ impl SimCache {
             }
             dev.order.pop_front();
             if let Some(e) = self.l2.get(block)
-                && usize::from(e.device) == d
-                && e.pos == pos
+                && e.device() == d
+                && e.pos() == pos
             {
                 let e = self.l2.remove(block).expect("just found");
                 dev.blocks -= 1;
                 dev.bytes -= size_of(block);
                 self.counters.l2_evicted += 1;
-                if !e.read {
+                if !e.read() {
                     self.counters.l2_wasted_bytes += size_of(block);
                 }
             }
@@ -1270,14 +1300,7 @@ impl SimCache {
             if self.generation(block) != generation || pos < floor || self.l2.contains_key(block) {
                 continue;
             }
-            self.l2.insert(
-                block,
-                L2Entry {
-                    device: d as u8,
-                    read: false,
-                    pos,
-                },
-            );
+            self.l2.insert(block, L2Entry::new(d, pos));
             let size = u64::from(self.size_of(block));
             let dev = &mut self.devices[d];
             dev.blocks += 1;
@@ -1361,14 +1384,7 @@ impl SimCache {
             dev.order.push_back((plan.positions[0], block));
             dev.blocks += 1;
             dev.bytes += bs;
-            self.l2.insert(
-                block,
-                L2Entry {
-                    device: d as u8,
-                    read: false,
-                    pos: plan.positions[0],
-                },
-            );
+            self.l2.insert(block, L2Entry::new(d, plan.positions[0]));
             return true;
         }
         false
@@ -1432,7 +1448,7 @@ impl SimCache {
     /// The cache device and ring position of `block`'s indexed copy, if it has one (its
     /// feed batch completed): which blocks a feed wrote, and in what order.
     pub fn cache_device_copy(&self, block: u64) -> Option<(usize, u64)> {
-        self.l2.get(block).map(|e| (usize::from(e.device), e.pos))
+        self.l2.get(block).map(|e| (e.device(), e.pos()))
     }
 
     /// Blocks with a copy on a cache device that are in DRAM too (OpenZFS keeps a full
@@ -1460,11 +1476,7 @@ impl SimCache {
             arc.check_invariants();
         }
         for (d, dev) in self.devices.iter().enumerate() {
-            let indexed = self
-                .l2
-                .values()
-                .filter(|e| usize::from(e.device) == d)
-                .count() as u64;
+            let indexed = self.l2.values().filter(|e| e.device() == d).count() as u64;
             assert_eq!(
                 indexed, dev.blocks,
                 "device {d}: {indexed} indexed, {} counted",
@@ -1473,21 +1485,21 @@ impl SimCache {
             let bytes: u64 = self
                 .l2
                 .iter()
-                .filter(|(_, e)| usize::from(e.device) == d)
+                .filter(|(_, e)| e.device() == d)
                 .map(|(b, _)| u64::from(self.size_of(b)))
                 .sum();
             assert_eq!(dev.bytes, bytes, "device {d}");
             let floor = dev.ring.evict_floor();
-            for e in self.l2.values().filter(|e| usize::from(e.device) == d) {
+            for e in self.l2.values().filter(|e| e.device() == d) {
                 assert!(
-                    e.pos >= floor,
+                    e.pos() >= floor,
                     "device {d}: a copy at {} below the floor {floor}",
-                    e.pos
+                    e.pos()
                 );
                 assert!(
-                    e.pos < dev.ring.write_pos(),
+                    e.pos() < dev.ring.write_pos(),
                     "device {d}: a copy at {} past the write hand",
-                    e.pos
+                    e.pos()
                 );
             }
         }
