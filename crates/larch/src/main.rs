@@ -26,12 +26,15 @@ const ADVISED_BYTES: usize = 64 << 10;
 /// (`madvise(MADV_HUGEPAGE)`) under every allocation of [`ADVISED_BYTES`] or more once
 /// [`HUGE_PAGES_ON`] is set. Why: the simulator's tables (the ARC's header slabs and key
 /// indices, the cache devices' block maps) are read at random addresses, so with 4 KiB
-/// pages nearly every lookup also misses the TLB, and in a virtual machine a TLB miss is a
-/// walk of two page tables. The advice covers the whole huge pages around the allocation:
+/// pages nearly every lookup also misses the TLB, and in a virtual machine a TLB miss walks
+/// the guest's and the host's page tables (seed 000 at 1/100 about 1.08x faster on the
+/// 2-vCPU VM, peak memory a seventh more: docs/simulator.md, "Speed and memory of the
+/// simulator", 2026-12-07). The advice covers the whole huge pages around the allocation:
 /// jemalloc carves most tables out of larger mappings, few of them from a 2 MiB boundary,
 /// and advice changes no contents, so covering a neighbour's bytes is harmless. Only the
-/// simulator's commands turn it on: the daemon's block buffers come and go, and huge
-/// pages would keep memory resident that jemalloc gives back (`purge_free_memory`).
+/// simulator's commands turn it on: the daemon's block buffers come and go, jemalloc gives
+/// their pages back (`purge_free_memory`), and how huge pages would change its resident
+/// memory has not been measured.
 struct HugePages(tikv_jemallocator::Jemalloc);
 
 impl HugePages {
