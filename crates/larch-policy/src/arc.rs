@@ -8,6 +8,7 @@
 use std::fmt;
 
 use crate::adapt::{self, ONE};
+use crate::index::prefetch_line;
 use crate::list::{
     FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, FLAG_WRITTEN, Header,
     List, NIL, Slab,
@@ -320,6 +321,28 @@ impl Arc {
             id = self.slab.get(id).prev;
             Some(info)
         })
+    }
+
+    /// The coldest evictable header of `state` and `buf_type` (`NIL`: none), whose cache
+    /// line it starts loading: the start of a walk of the cold end one step at a time
+    /// ([`crate::feed::select_shards`]).
+    pub(crate) fn cold_tail(&self, state: State, buf_type: BufType) -> u32 {
+        let id = self.lists[state as usize][buf_type as usize].tail;
+        if id != NIL {
+            prefetch_line(self.slab.get(id));
+        }
+        id
+    }
+
+    /// What the ARC knows of header `id`, on a list, and the next warmer header of that
+    /// list (`NIL`: none), whose cache line it starts loading: a step of the walk
+    /// [`Arc::cold_tail`] starts.
+    pub(crate) fn cold_step(&self, id: u32) -> (BlockInfo, u32) {
+        let prev = self.slab.get(id).prev;
+        if prev != NIL {
+            prefetch_line(self.slab.get(prev));
+        }
+        (self.block_info(id), prev)
     }
 
     // ---- list and size bookkeeping -------------------------------------------------------

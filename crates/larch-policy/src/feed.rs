@@ -241,10 +241,7 @@ pub fn select(
             if scanned > budget.scan_bytes || taken >= budget.write_bytes {
                 break;
             }
-            let skipped_prefetch = rules.noprefetch && info.prefetch;
-            let skipped_write = rules.nowrite && info.written;
-            let ineligible = !info.l2cache || info.on_l2 || skipped_prefetch || skipped_write;
-            if ineligible || skip(&info) {
+            if !is_picked(&info, rules) || skip(&info) {
                 continue;
             }
             taken += u64::from(info.size_bytes);
@@ -258,6 +255,115 @@ pub fn select(
             });
         }
     }
+}
+
+/// [`select`] over the shards of one ARC, each with `budget`: the picks of `arcs[0]`,
+/// then of `arcs[1]`, and so on, as one `select` after another appends them. Why: a step
+/// down a list's cold end waits for memory (the next header is known only once this one
+/// is loaded), and a feed walks four lists in each shard; the shards' walks are
+/// independent, so this one takes a step of each shard's walk in turn, starting to load
+/// the next header of each as it goes, and their waits overlap. `skip` is asked in
+/// another order than `select` asks it, so it must answer the same whenever it is asked
+/// about a block. `scratch` holds each shard's picks until they are appended in order
+/// (kept by the caller, so that a feed allocates nothing once warm).
+pub fn select_shards(
+    arcs: &[Arc],
+    rules: &FeedRules,
+    budget: &FeedBudget,
+    mut skip: impl FnMut(&BlockInfo) -> bool,
+    scratch: &mut Vec<Vec<FeedPick>>,
+    out: &mut Vec<FeedPick>,
+) {
+    scratch.resize_with(scratch.len().max(arcs.len()), Vec::new);
+    let mut walks: Vec<Walk> = (0..arcs.len()).map(|_| Walk::START).collect();
+    let mut active = arcs.len();
+    while active > 0 {
+        active = 0;
+        for (s, walk) in walks.iter_mut().enumerate() {
+            if walk.step(&arcs[s], rules, budget, &mut skip, &mut scratch[s]) {
+                active += 1;
+            }
+        }
+    }
+    for picks in &mut scratch[..arcs.len()] {
+        out.append(picks);
+    }
+}
+
+/// Where one shard's walk of [`select_shards`] is: the list of [`FEED_ORDER`] it walks
+/// (`FEED_ORDER.len()`: done), the header it visits next on it, and the bytes it has
+/// scanned on that list and taken over all of them (as [`select`] counts them).
+struct Walk {
+    list: usize,
+    id: u32,
+    scanned: u64,
+    taken: u64,
+}
+
+impl Walk {
+    /// Before the first list: `id` is `NIL`, so the first step starts a list.
+    const START: Walk = Walk {
+        list: usize::MAX,
+        id: crate::list::NIL,
+        scanned: 0,
+        taken: 0,
+    };
+
+    /// One step: starts the next allowed list with a header (its first header is visited
+    /// at the next step, once loaded), or visits one header. Returns false when the walk
+    /// is done.
+    fn step(
+        &mut self,
+        arc: &Arc,
+        rules: &FeedRules,
+        budget: &FeedBudget,
+        skip: &mut impl FnMut(&BlockInfo) -> bool,
+        out: &mut Vec<FeedPick>,
+    ) -> bool {
+        if self.id == crate::list::NIL {
+            loop {
+                self.list = self.list.wrapping_add(1);
+                let Some(&(state, buf_type)) = FEED_ORDER.get(self.list) else {
+                    return false;
+                };
+                if rules.mfu_only.allows(state, buf_type) {
+                    self.scanned = 0;
+                    self.id = arc.cold_tail(state, buf_type);
+                    if self.id != crate::list::NIL {
+                        return true;
+                    }
+                }
+            }
+        }
+        let (state, buf_type) = FEED_ORDER[self.list];
+        let (info, prev) = arc.cold_step(self.id);
+        self.scanned += u64::from(info.size_bytes);
+        if self.scanned > budget.scan_bytes || self.taken >= budget.write_bytes {
+            // The list is left here; the next step starts the next one.
+            self.id = crate::list::NIL;
+            return true;
+        }
+        self.id = prev;
+        if is_picked(&info, rules) && !skip(&info) {
+            self.taken += u64::from(info.size_bytes);
+            out.push(FeedPick {
+                key: info.key,
+                generation: info.generation,
+                size_bytes: info.size_bytes,
+                state,
+                buf_type,
+                prefetch: info.prefetch,
+            });
+        }
+        true
+    }
+}
+
+/// Decision 3 for one block, before the caller's `skip`.
+fn is_picked(info: &BlockInfo, rules: &FeedRules) -> bool {
+    let skipped_prefetch = rules.noprefetch && info.prefetch;
+    let skipped_write = rules.nowrite && info.written;
+    info.l2cache && !info.on_l2 && !skipped_prefetch && !skipped_write
 }
 
 /// The tunables of decision 4.
@@ -370,6 +476,57 @@ mod tests {
         let mut out = Vec::new();
         select(arc, rules, budget, |_| false, &mut out);
         out.iter().map(|p| p.key.block).collect()
+    }
+
+    /// An ARC from `ops` (block, metadata, prefetch, time in seconds): reads, some of
+    /// them again later (MFU), some by a prefetch.
+    fn arc_from(ops: &[(u8, bool, bool, u8)]) -> Arc {
+        let mut arc = Arc::new(ArcConfig::new(1 << 20, 64 << 20)).unwrap();
+        let mut actions = Vec::new();
+        for &(block, metadata, prefetch, seconds) in ops {
+            let mut access = Access::data(BlockKey::new(1, u64::from(block)), BLOCK, 0);
+            if metadata {
+                access.buf_type = BufType::Metadata;
+            }
+            access.prefetch = prefetch;
+            access.now_ms = u64::from(seconds) * 1000;
+            arc.access(&access, &mut actions);
+        }
+        arc
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn select_shards_picks_what_select_picks_shard_after_shard(
+            shards in proptest::collection::vec(
+                proptest::collection::vec((0u8..64, proptest::bool::ANY, proptest::bool::ANY, 0u8..4), 0..80),
+                0..5,
+            ),
+            write_blocks in 1u64..40,
+            scan_blocks in 1u64..60,
+            mfu_only in 0u8..3,
+            noprefetch in proptest::bool::ANY,
+            skip_every in 1u64..5,
+        ) {
+            let arcs: Vec<Arc> = shards.iter().map(|ops| arc_from(ops)).collect();
+            let rules = FeedRules {
+                noprefetch,
+                nowrite: true,
+                mfu_only: [MfuOnly::No, MfuOnly::Yes, MfuOnly::DataOnly][usize::from(mfu_only)],
+            };
+            let budget = FeedBudget {
+                write_bytes: write_blocks * u64::from(BLOCK),
+                scan_bytes: scan_blocks * u64::from(BLOCK),
+            };
+            let skip = |i: &BlockInfo| i.key.block % skip_every == 1;
+            let mut one_by_one = Vec::new();
+            for arc in &arcs {
+                select(arc, &rules, &budget, skip, &mut one_by_one);
+            }
+            let mut interleaved = Vec::new();
+            select_shards(&arcs, &rules, &budget, skip, &mut Vec::new(), &mut interleaved);
+            proptest::prop_assert_eq!(interleaved, one_by_one);
+        }
     }
 
     #[test]

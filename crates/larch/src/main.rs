@@ -6,8 +6,84 @@
 /// and freed by the syncer's and the ARC's, and glibc's arenas spent a third of the async
 /// write path's CPU on that (locks, chunk coalescing); jemalloc took 8K-block async writes
 /// 1.4x faster with the same peak resident memory (BENCHMARKS.md, "Issue 18: jemalloc").
+///
+/// Wrapped in [`HugePages`], which the simulator's commands turn on.
 #[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOCATOR: HugePages = HugePages(tikv_jemallocator::Jemalloc);
+
+/// Whether [`HugePages`] asks for huge pages: set once, by a command that simulates.
+static HUGE_PAGES_ON: AtomicBool = AtomicBool::new(false);
+
+/// The size of a transparent huge page on x86-64 and on most arm64 kernels; a
+/// different one only makes the advice cover less or more.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Allocations from this size up are advised (smaller ones are too many to pay a system
+/// call each, and hold little of the simulator's memory).
+const ADVISED_BYTES: usize = 64 << 10;
+
+/// An allocator that asks the kernel for transparent huge pages
+/// (`madvise(MADV_HUGEPAGE)`) under every allocation of [`ADVISED_BYTES`] or more once
+/// [`HUGE_PAGES_ON`] is set. Why: the simulator's tables (the ARC's header slabs and key
+/// indices, the cache devices' block maps) are read at random addresses, so with 4 KiB
+/// pages nearly every lookup also misses the TLB, and in a virtual machine a TLB miss walks
+/// the guest's and the host's page tables (seed 000 at 1/100 about 1.08x faster on the
+/// 2-vCPU VM, peak memory a seventh more: docs/simulator.md, "Speed and memory of the
+/// simulator", 2026-12-07). The advice covers the whole huge pages around the allocation:
+/// jemalloc carves most tables out of larger mappings, few of them from a 2 MiB boundary,
+/// and advice changes no contents, so covering a neighbour's bytes is harmless. Only the
+/// simulator's commands turn it on: the daemon's block buffers come and go, jemalloc gives
+/// their pages back (`purge_free_memory`), and how huge pages would change its resident
+/// memory has not been measured.
+struct HugePages(tikv_jemallocator::Jemalloc);
+
+impl HugePages {
+    /// Advises the huge pages that `len` bytes from `ptr` touch.
+    fn advise(ptr: *mut u8, len: usize) {
+        if len < ADVISED_BYTES || ptr.is_null() || !HUGE_PAGES_ON.load(Ordering::Relaxed) {
+            return;
+        }
+        let start = ptr as usize / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+        let end = (ptr as usize + len).next_multiple_of(HUGE_PAGE_BYTES);
+        // Best effort: a kernel without transparent huge pages says EINVAL and the pages
+        // stay small; a part of the range not mapped (ENOMEM) leaves the rest advised.
+        // SAFETY: advice is a hint to the kernel about a range of addresses; it changes no
+        // memory the program sees, mapped or not.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+// SAFETY: every call goes to jemalloc unchanged; `advise` only adds a hint on the range
+// jemalloc returned.
+unsafe impl GlobalAlloc for HugePages {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { self.0.alloc(layout) };
+        HugePages::advise(ptr, layout.size());
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { self.0.alloc_zeroed(layout) };
+        HugePages::advise(ptr, layout.size());
+        ptr
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { self.0.realloc(ptr, layout, new_size) };
+        HugePages::advise(ptr, new_size);
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+}
 
 /// Gives the pages jemalloc holds free back to the system (every arena's `purge`): the
 /// engine calls it where it would call glibc's `malloc_trim`, when resident memory is far
@@ -55,8 +131,10 @@ mod volume;
 #[cfg(test)]
 mod testing;
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -161,6 +239,9 @@ fn main() -> ExitCode {
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
+    }
+    if matches!(cli.command, Some(Command::Sim(_)) | Some(Command::Size(_))) {
+        HUGE_PAGES_ON.store(true, Ordering::Relaxed);
     }
     let result = match cli.command {
         None => serve::run(serve::ServeArgs::default()),

@@ -284,6 +284,8 @@ pub struct SimCache {
     next_batch: u64,
     actions: Vec<Action>,
     picks: Vec<FeedPick>,
+    /// Each shard's picks while a feed chooses (`feed::select_shards`), kept between feeds.
+    shard_picks: Vec<Vec<FeedPick>>,
     /// Counters.
     pub counters: CacheCounters,
     /// Device I/O since the recorder last took it.
@@ -380,6 +382,7 @@ impl SimCache {
             next_batch: 0,
             actions: Vec::new(),
             picks: Vec::new(),
+            shard_picks: Vec::new(),
             counters: CacheCounters::default(),
             ios: Vec::new(),
             block_bytes,
@@ -1195,14 +1198,18 @@ impl SimCache {
         let share = budget.split(SHARDS as u64);
         let mut picks = std::mem::take(&mut self.picks);
         picks.clear();
-        for arc in &self.shards {
-            let (l2, in_batch) = (&self.l2, &self.in_batch);
-            // Blocks on a device, or in another device's batch in flight, are not written
-            // again.
-            let skip =
-                |i: &BlockInfo| l2.contains_key(i.key.block) || in_batch.contains(&i.key.block);
-            feed::select(arc, &rules, &share, skip, &mut picks);
-        }
+        let (l2, in_batch) = (&self.l2, &self.in_batch);
+        // Blocks on a device, or in another device's batch in flight, are not written
+        // again.
+        let skip = |i: &BlockInfo| l2.contains_key(i.key.block) || in_batch.contains(&i.key.block);
+        feed::select_shards(
+            &self.shards,
+            &rules,
+            &share,
+            skip,
+            &mut self.shard_picks,
+            &mut picks,
+        );
         if picks.is_empty() {
             self.picks = picks;
             return None;
