@@ -347,6 +347,12 @@ async fn serve(
     } else if options.http_remote.is_some() {
         bail!("--http-remote needs the loopback endpoint too (--http is off)");
     }
+    // The signal handlers are in place before daemon.json says the daemon answers, and so
+    // before the first status says the pool runs: a SIGTERM before them would end the
+    // process at once instead of closing the pool (seen: a test stopping a daemon as soon
+    // as its `larch get` had an answer, on a loaded machine). A signal that comes before
+    // the task below waits for it is kept for it.
+    let signals = ShutdownSignals::install();
     let record = DaemonRecord {
         pid: std::process::id(),
         http: http_addr.clone(),
@@ -382,12 +388,7 @@ async fn serve(
         http_addr.clone(),
         history,
     );
-    // The signal handlers are in place before the first status says the pool runs (a
-    // SIGTERM before them would end the process at once instead of closing the pool).
-    tokio::spawn(shut_down_on_signal(
-        server.clone(),
-        ShutdownSignals::install(),
-    ));
+    tokio::spawn(shut_down_on_signal(server.clone(), signals));
     let stop_keeper = Arc::new(tokio::sync::Notify::new());
     let keeper = tokio::spawn(keeper.run(Arc::clone(&pool), Arc::clone(&stop_keeper)));
     let mut tasks = Vec::new();

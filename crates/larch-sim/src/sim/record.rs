@@ -782,10 +782,10 @@ impl Recorder {
         Some(&self.values[i])
     }
 
-    /// Whether the run has settled ([`super::Ending::WhenSettled`]): over its last quarter, and at least the
-    /// last `min_intervals`, the ARC and the cache devices hold within 1% of what they
-    /// held at its start and the reads per second of its second half are within 2% of its
-    /// first half's.
+    /// Whether the run has settled ([`super::Ending::WhenSettled`]): over its last
+    /// quarter, and at least the last `min_intervals`, the ARC and the cache devices hold
+    /// within 1% of what they held at its start and the reads per second of its second
+    /// half are within 2% of its first half's.
     pub fn settled(&self, min_intervals: usize) -> bool {
         let n = self.times.len();
         let w = (n / 4).max(min_intervals.max(2));
