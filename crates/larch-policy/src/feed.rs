@@ -216,6 +216,20 @@ pub struct FeedPick {
     pub prefetch: bool,
 }
 
+impl FeedPick {
+    /// The pick of the block `info` describes, found on the list of `state` and `buf_type`.
+    fn of(info: &BlockInfo, state: State, buf_type: BufType) -> FeedPick {
+        FeedPick {
+            key: info.key,
+            generation: info.generation,
+            size_bytes: info.size_bytes,
+            state,
+            buf_type,
+            prefetch: info.prefetch,
+        }
+    }
+}
+
 /// Chooses the blocks of one ARC to feed (decisions 1-3): walks the lists of
 /// [`FEED_ORDER`] from their cold ends, appending to `out` every eligible block for which
 /// `skip` says false (the caller skips blocks already on the device, or whose bytes it
@@ -245,14 +259,7 @@ pub fn select(
                 continue;
             }
             taken += u64::from(info.size_bytes);
-            out.push(FeedPick {
-                key: info.key,
-                generation: info.generation,
-                size_bytes: info.size_bytes,
-                state,
-                buf_type,
-                prefetch: info.prefetch,
-            });
+            out.push(FeedPick::of(&info, state, buf_type));
         }
     }
 }
@@ -346,14 +353,7 @@ impl Walk {
         self.id = prev;
         if is_picked(&info, rules) && !skip(&info) {
             self.taken += u64::from(info.size_bytes);
-            out.push(FeedPick {
-                key: info.key,
-                generation: info.generation,
-                size_bytes: info.size_bytes,
-                state,
-                buf_type,
-                prefetch: info.prefetch,
-            });
+            out.push(FeedPick::of(&info, state, buf_type));
         }
         true
     }
