@@ -108,22 +108,26 @@ fn no_default() -> String {
 /// The settable properties of `props` other than their value in `defaults`: what `larch
 /// volume add` records as set by the user (their source is `local`).
 pub fn differing_properties(props: VolumeProps, defaults: VolumeProps) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let pairs = [
-        ("primarycache", props.primarycache != defaults.primarycache),
-        (
-            "secondarycache",
-            props.secondarycache != defaults.secondarycache,
-        ),
-        ("sync", props.sync != defaults.sync),
-        ("logbias", props.logbias != defaults.logbias),
-    ];
-    for (name, differs) in pairs {
-        if differs {
-            out.insert(name.to_string());
-        }
+    SETTABLE
+        .iter()
+        .filter(|&&name| settable_value(props, name) != settable_value(defaults, name))
+        .map(|name| name.to_string())
+        .collect()
+}
+
+/// The properties [`VolumeProps`] holds, which change while a volume is served.
+const SETTABLE: [&str; 4] = ["primarycache", "secondarycache", "sync", "logbias"];
+
+/// The value of `props`' property `name` as `larch set` takes it; `None` for a property
+/// not in [`SETTABLE`].
+fn settable_value(props: VolumeProps, name: &str) -> Option<&'static str> {
+    match name {
+        "primarycache" => Some(props.primarycache.name()),
+        "secondarycache" => Some(props.secondarycache.name()),
+        "sync" => Some(props.sync.name()),
+        "logbias" => Some(props.logbias.name()),
+        _ => None,
     }
-    out
 }
 
 /// What the assignments of a change ask for.
@@ -544,13 +548,7 @@ pub fn volume_properties(
     };
     let defaults = VolumeProps::default();
     let row = |def: &PropertyDef| {
-        let default = match def.name {
-            "primarycache" => defaults.primarycache.name(),
-            "secondarycache" => defaults.secondarycache.name(),
-            "sync" => defaults.sync.name(),
-            "logbias" => defaults.logbias.name(),
-            _ => "-",
-        };
+        let default = settable_value(defaults, def.name).unwrap_or("-");
         let (value, bytes) = match def.name {
             "volsize" => (size.map_or("-".to_string(), format_size_exact), size),
             "volblocksize" => {
@@ -558,10 +556,7 @@ pub fn volume_properties(
                 (format_size_exact(bytes), Some(bytes))
             }
             "readonly" => ((if v.readonly { "on" } else { "off" }).to_string(), None),
-            "primarycache" => (props.primarycache.name().to_string(), None),
-            "secondarycache" => (props.secondarycache.name().to_string(), None),
-            "sync" => (props.sync.name().to_string(), None),
-            _ => (props.logbias.name().to_string(), None),
+            name => (settable_value(props, name).unwrap_or("-").to_string(), None),
         };
         let source = if NO_SOURCE.contains(&def.name) {
             "-"

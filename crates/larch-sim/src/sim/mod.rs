@@ -193,6 +193,18 @@ pub enum Ending {
     },
 }
 
+impl Ending {
+    /// The shortest settling window in intervals of a run of `cfg` (one stands for
+    /// `step_s` x `time_scale` seconds of full-size time); `None` for a run to its duration.
+    fn window_intervals(self, cfg: &SimConfig) -> Option<usize> {
+        let Ending::WhenSettled { window_s } = self else {
+            return None;
+        };
+        let full_step = cfg.step_s.max(1).saturating_mul(cfg.time_scale.max(1));
+        Some(window_s.div_ceil(full_step) as usize)
+    }
+}
+
 /// Runs `cfg` to its end; `progress` is called once per virtual minute.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(Progress)) -> Result<SimOutput, SimError> {
     run_until(cfg, Ending::AtDuration, progress)
@@ -401,19 +413,7 @@ impl Run<'_> {
     ) -> Result<(), SimError> {
         let end = self.cfg.duration_ns;
         let total_s = end / SECOND_NS;
-        // The settling window in intervals of the run (one stands for step_s x
-        // time_scale seconds of full-size time).
-        let settle_intervals = match ending {
-            Ending::AtDuration => None,
-            Ending::WhenSettled { window_s } => {
-                let full_step = self
-                    .cfg
-                    .step_s
-                    .max(1)
-                    .saturating_mul(self.cfg.time_scale.max(1));
-                Some(window_s.div_ceil(full_step) as usize)
-            }
-        };
+        let settle_intervals = ending.window_intervals(self.cfg);
         let mut next_progress = 60 * SECOND_NS;
         while let Some((now, event)) = self.queue.pop() {
             if now > end {
