@@ -289,6 +289,13 @@ impl Arc {
         self.slab.prefetch(key);
     }
 
+    /// The step after [`Arc::prefetch`]: starts loading the header a lookup of `key` would
+    /// compare, through the bucket that call asked for (read now, so best called once it
+    /// has arrived). A hint to the CPU, with no effect on the ARC.
+    pub fn prefetch_header(&self, key: &BlockKey) {
+        self.slab.prefetch_headers(key);
+    }
+
     fn block_info(&self, id: u32) -> BlockInfo {
         let h = self.slab.get(id);
         BlockInfo {
@@ -1041,6 +1048,32 @@ impl Arc {
             self.short = false;
         }
         self.trim_ghosts(actions);
+        self.warm_tails();
+    }
+
+    /// Starts loading what the next eviction and ghost trim will touch first, while the
+    /// caller does other work: the header before each list's tail (the store that makes
+    /// it the tail) and, for the ghost lists, the key index bucket of the tail (the
+    /// removal of a dropped ghost searches it). The tails themselves were just written
+    /// or loaded here. In steady state each access evicts one block and drops one ghost,
+    /// so these are the lines the next access waits for otherwise. A hint: no effect on
+    /// what the ARC decides.
+    fn warm_tails(&self) {
+        for state in [State::Mru, State::Mfu, State::MruGhost, State::MfuGhost] {
+            for t in [DATA, META] {
+                let tail = self.lists[state as usize][t].tail;
+                if tail == NIL {
+                    continue;
+                }
+                let h = self.slab.get(tail);
+                if h.prev != NIL {
+                    prefetch_line(self.slab.get(h.prev));
+                }
+                if matches!(state, State::MruGhost | State::MfuGhost) {
+                    self.slab.prefetch(&h.key);
+                }
+            }
+        }
     }
 
     /// The four steps of OpenZFS `arc_evict`, with targets from `meta`, `pd` and `pm`.

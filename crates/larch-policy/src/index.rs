@@ -120,6 +120,19 @@ impl KeyIndex {
         }
     }
 
+    /// Calls `each` with every index held in the home bucket of `hash` whose tag matches:
+    /// the headers a search would compare first, for a caller that starts loading them
+    /// ahead of the lookup (its bucket loaded by an earlier [`KeyIndex::prefetch`]).
+    pub fn home_matches(&self, hash: u64, mut each: impl FnMut(u32)) {
+        if self.buckets.is_empty() {
+            return;
+        }
+        let bucket = &self.buckets[self.home(hash)];
+        for slot in slots(bucket.matching(tag_of(hash))) {
+            each(bucket.ids[slot]);
+        }
+    }
+
     /// The index of `hash` for which `is_it` says yes (it compares the key in the header).
     pub fn find(&self, hash: u64, mut is_it: impl FnMut(u32) -> bool) -> Option<u32> {
         if self.buckets.is_empty() {

@@ -7,7 +7,7 @@
 
 use std::hash::Hasher;
 
-use crate::index::KeyIndex;
+use crate::index::{KeyIndex, prefetch_line};
 use crate::{BlockKey, BufType, State};
 
 /// The "no header" index.
@@ -169,6 +169,18 @@ impl Slab {
     /// a caller that knows its next key while it still has work to do.
     pub fn prefetch(&self, key: &BlockKey) {
         self.index.prefetch(hash_key(key));
+    }
+
+    /// Starts loading the headers a lookup of `key` would compare, found through its
+    /// bucket of the key index: the second step after [`Slab::prefetch`], taken once that
+    /// bucket has had time to arrive.
+    pub fn prefetch_headers(&self, key: &BlockKey) {
+        let headers = &self.headers;
+        self.index.home_matches(hash_key(key), |id| {
+            if let Some(h) = headers.get(id as usize) {
+                prefetch_line(h);
+            }
+        });
     }
 
     pub fn get(&self, id: u32) -> &Header {

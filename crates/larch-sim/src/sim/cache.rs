@@ -589,13 +589,22 @@ impl SimCache {
         }
     }
 
-    /// Runs one policy operation on the shard of `block` and applies what it asks.
     /// Starts loading what the ARC's lookup of `block` reads first (a hint to the CPU).
-    fn prefetch_lookup(&self, block: u64) {
+    pub(crate) fn prefetch_lookup(&self, block: u64) {
         let key = key(block);
         self.shards[shard_of(&key)].prefetch(&key);
     }
 
+    /// Starts loading the header the ARC's lookup of `block` compares, through the index
+    /// bucket [`SimCache::prefetch_lookup`] asked for earlier, and the block's slot in the
+    /// cache devices' index (a hint to the CPU).
+    pub(crate) fn prefetch_header(&self, block: u64) {
+        let key = key(block);
+        self.shards[shard_of(&key)].prefetch_header(&key);
+        self.l2.prefetch(block);
+    }
+
+    /// Runs one policy operation on the shard of `block` and applies what it asks.
     fn with_shard<T>(&mut self, block: u64, op: impl FnOnce(&mut Arc, &mut Vec<Action>) -> T) -> T {
         let shard = shard_of(&key(block));
         let mut actions = std::mem::take(&mut self.actions);

@@ -1,6 +1,7 @@
 //! The requests a simulated workload makes: where each lands in the active data set,
 //! whether it reads or writes, and (for a trace with times) when it arrives.
 
+use std::collections::VecDeque;
 use std::f64::consts::TAU;
 
 use super::config::{Pattern, Workload};
@@ -128,6 +129,11 @@ pub struct Generator {
     block_bytes: u64,
     io_bytes: u64,
     read_fraction: f64,
+    /// Requests drawn before a client asks for them, oldest first (see
+    /// [`Generator::draw_ahead`]).
+    ahead: VecDeque<Request>,
+    /// How many requests to keep drawn beyond the one handed out (0: none).
+    lookahead: usize,
 }
 
 impl Generator {
@@ -174,7 +180,27 @@ impl Generator {
             block_bytes: bs,
             io_bytes: u64::from(workload.io_bytes),
             read_fraction: workload.read_fraction,
+            ahead: VecDeque::new(),
+            lookahead: 0,
         })
+    }
+
+    /// Keeps `depth` requests drawn ahead of the clients, so that the caller can see what
+    /// comes next ([`Generator::upcoming`]) and start loading what serving it will read.
+    /// Only where the draws do not depend on the client that asks (every pattern but the
+    /// per-client sequential streams and traces) and nothing else draws from this
+    /// generator between requests (closed-loop clients: open-loop arrivals draw their
+    /// times from it): then the requests handed out, in order, are exactly those drawn
+    /// without looking ahead. Returns whether it applies.
+    pub fn draw_ahead(&mut self, depth: usize) -> bool {
+        let independent = !matches!(self.source, Source::Sequential(_) | Source::Trace { .. });
+        self.lookahead = if independent { depth } else { 0 };
+        independent
+    }
+
+    /// The requests drawn ahead, next first (none unless [`Generator::draw_ahead`] applies).
+    pub fn upcoming(&self) -> impl Iterator<Item = &Request> {
+        self.ahead.iter()
     }
 
     /// Blocks one request touches (at least one).
@@ -216,6 +242,19 @@ impl Generator {
 
     /// The next request of client `client`, or `None` when a trace has ended.
     pub fn next(&mut self, client: u32) -> Result<Option<Request>, TraceError> {
+        if self.lookahead == 0 {
+            return self.draw(client);
+        }
+        while self.ahead.len() <= self.lookahead {
+            match self.draw(client)? {
+                Some(request) => self.ahead.push_back(request),
+                None => break,
+            }
+        }
+        Ok(self.ahead.pop_front())
+    }
+
+    fn draw(&mut self, client: u32) -> Result<Option<Request>, TraceError> {
         let count = self.io_blocks().min(self.ads_blocks);
         let write = self.rng.next_f64() >= self.read_fraction;
         let partial = write && !self.io_bytes.is_multiple_of(self.block_bytes);
@@ -303,6 +342,7 @@ impl Generator {
 
     /// A uniform draw in [0, 1), for arrival times.
     pub fn uniform(&mut self) -> f64 {
+        debug_assert!(self.lookahead == 0, "a draw between requests drawn ahead");
         self.rng.next_f64()
     }
 }
@@ -385,6 +425,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// What drawing ahead may not change: the requests handed out, in order, whichever
+    /// client asks; and where the draws depend on the client, it does not apply.
+    #[test]
+    fn requests_drawn_ahead_are_the_requests_drawn_when_asked() {
+        let patterns = [
+            Pattern::Uniform,
+            Pattern::Zipf { theta: 0.9 },
+            Pattern::Gaussian { sigma: 0.1 },
+            Pattern::Exponential { mean: 0.2 },
+            Pattern::Scan {
+                hot_bytes: 64 << 20,
+                scan_share: 0.3,
+            },
+        ];
+        for pattern in patterns {
+            let workload = Workload {
+                pattern: pattern.clone(),
+                ads_bytes: 1 << 30,
+                io_bytes: 24 << 10,
+                read_fraction: 0.7,
+                volumes: 1,
+            };
+            let new = || Generator::new(&workload, 2 << 30, 8192, 20, 37).unwrap();
+            let (mut plain, mut ahead) = (new(), new());
+            assert!(ahead.draw_ahead(2), "{pattern:?}");
+            for i in 0..10_000u32 {
+                let client = i.wrapping_mul(7) % 20;
+                let upcoming: Vec<Request> = ahead.upcoming().copied().collect();
+                let (p, a) = (plain.next(client).unwrap(), ahead.next(client).unwrap());
+                assert_eq!(p, a, "{pattern:?}, request {i}");
+                if i > 0 {
+                    // What was shown as next is what came.
+                    assert_eq!(upcoming.first().copied(), a, "{pattern:?}, request {i}");
+                }
+                assert_eq!(ahead.upcoming().count(), 2);
+            }
+        }
+        let sequential = Workload {
+            pattern: Pattern::Sequential,
+            ads_bytes: 1 << 30,
+            io_bytes: 8192,
+            read_fraction: 1.0,
+            volumes: 1,
+        };
+        let mut g = Generator::new(&sequential, 1 << 30, 8192, 4, 37).unwrap();
+        assert!(!g.draw_ahead(2));
+        g.next(3).unwrap();
+        assert_eq!(g.upcoming().count(), 0);
     }
 
     #[test]

@@ -362,6 +362,9 @@ impl Run<'_> {
         if !self.traced {
             match cfg.clients {
                 Clients::Closed { threads, .. } => {
+                    // Two requests drawn ahead: the next one's header and the one after's
+                    // index bucket load while this one is served (`hint_upcoming`).
+                    self.requests.draw_ahead(2);
                     for c in 0..threads {
                         // Spread over the first millisecond, so clients do not move in
                         // lockstep.
@@ -453,6 +456,7 @@ impl Run<'_> {
                         Some(r) => Some(r),
                         None => self.next_request(c)?,
                     };
+                    self.hint_upcoming();
                     // When the trace has ended, this client stops.
                     if let Some(request) = request
                         && let Some(latency) = self.request(now, &request, Some(c))
@@ -703,6 +707,21 @@ impl Run<'_> {
             t.ended |= next.is_none();
         }
         Ok(next)
+    }
+
+    /// Starts loading what the ARC's lookups of the requests drawn ahead will read, in two
+    /// steps a request apart: the next request's header (its index bucket was asked for
+    /// at the request before), and the index bucket of the one after it. The waits for
+    /// memory then overlap with serving this request instead of following it. Hints to
+    /// the CPU only: nothing the simulation decides depends on them.
+    fn hint_upcoming(&self) {
+        let mut upcoming = self.requests.upcoming();
+        if let Some(next) = upcoming.next() {
+            self.cache.prefetch_header(next.first_block);
+        }
+        if let Some(after) = upcoming.next() {
+            self.cache.prefetch_lookup(after.first_block);
+        }
     }
 
     /// Starts a TXG sync if one can start.
