@@ -5,8 +5,8 @@
 
 use larch_sim::device::ServerParams;
 use larch_sim::sim::{
-    self, CacheDevice, Clients, Ending, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables,
-    Workload,
+    self, CacheDevice, Clients, Ending, MetadataModel, Pattern, SECOND_NS, SimConfig, SimOutput,
+    SimTunables, Workload,
 };
 
 const MIB: u64 = 1 << 20;
@@ -589,7 +589,7 @@ fn indirect_blocks_cost_cold_reads_a_wait_and_the_arc_their_room() {
     let mut off = seed000_small(true);
     off.duration_ns = 30 * SECOND_NS;
     let mut on = off.clone();
-    on.tunables.indirect_blocks = true;
+    on.tunables.metadata = MetadataModel::IndirectBlocks;
     let off = run(&off).summary;
     let on = run(&on).summary;
     let m = on.arcstats;

@@ -19,8 +19,8 @@ use anyhow::{Context, anyhow, bail};
 use larch_engine::units::{format_size, parse_size};
 use larch_sim::device::ServerParams;
 use larch_sim::sim::{
-    self, CacheDevice, CacheMode, Clients, Pattern, SECOND_NS, SimConfig, SimOutput, SimTunables,
-    Workload,
+    self, CacheDevice, CacheMode, Clients, MetadataModel, Pattern, SECOND_NS, SimConfig, SimOutput,
+    SimTunables, Workload,
 };
 use serde::Deserialize;
 
@@ -112,9 +112,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "larch|openzfs")]
     pub feed: Option<String>,
     /// The metadata model: on, a read that misses first reads the ZFS volume's indirect
-    /// blocks it needs, and a TXG writes the ones above what it writes; off, every block is
-    /// data, as in the daemon (whose volumes are raw files). The seed presets have it on.
-    #[arg(long, value_name = "on|off")]
+    /// blocks it needs, and a TXG writes the ones above what it writes; map-pages, the
+    /// volume is a larch object volume, whose reads of the store first look up the
+    /// block-map page that points at their block; off, every block is data, as in a larch
+    /// volume on a file or a device. The seed presets have it on.
+    #[arg(long, value_name = "on|off|map-pages")]
     pub metadata: Option<String>,
     /// Start with the caches full of the active data set (synthetic workloads: a trace
     /// starts cold, and a preset's prewarming is dropped for one).
@@ -248,7 +250,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
     let mut tunables = SimTunables::default();
     tunables.openzfs_feed();
     // Both seeds' pools are ZFS: their volumes' blocks are found through indirect blocks.
-    tunables.indirect_blocks = true;
+    tunables.metadata = MetadataModel::IndirectBlocks;
     // Indirect blocks of 128 KiB, today's: seed 000's 7410 ran 2009's ZFS with 16 KiB ones
     // (`--set indblkshift=14`), which moves its rows no closer to the seed's
     // (docs/simulator.md, "Metadata: indirect blocks").
@@ -376,7 +378,7 @@ pub fn preset(name: &str) -> anyhow::Result<SimConfig> {
             },
             // Not a seed's pool: every block is data, as in the daemon.
             tunables: SimTunables {
-                indirect_blocks: false,
+                metadata: MetadataModel::Off,
                 ..seed000.tunables.clone()
             },
             ..seed000
@@ -767,11 +769,9 @@ pub fn configure(args: &RunArgs) -> anyhow::Result<SimConfig> {
         }
         Some(other) => bail!("--feed: larch or openzfs, got {other:?}"),
     }
-    match args.metadata.as_deref() {
-        None => {}
-        Some("on") => cfg.tunables.indirect_blocks = true,
-        Some("off") => cfg.tunables.indirect_blocks = false,
-        Some(other) => bail!("--metadata: on or off, got {other:?}"),
+    if let Some(text) = args.metadata.as_deref() {
+        cfg.tunables.metadata = MetadataModel::parse(text)
+            .ok_or_else(|| anyhow!("--metadata: on, off or map-pages, got {text:?}"))?;
     }
     for s in &args.set {
         let (name, value) = s
@@ -952,9 +952,13 @@ pub fn summary_text(out: &SimOutput, cfg: &SimConfig, wall_s: f64) -> String {
     );
     let m = &s.arcstats;
     if m.demand_metadata_hits + m.demand_metadata_misses > 0 {
+        let (lookups, reads) = match cfg.tunables.metadata {
+            MetadataModel::MapPages => ("map-page", "map-page"),
+            _ => ("indirect-block", "indirect"),
+        };
         t += &format!(
-            "metadata      {} indirect-block lookups, {:.1}% hits; {} in the ARC, {} on cache \
-             devices; {} indirect reads ({} from cache devices), {} written\n",
+            "metadata      {} {lookups} lookups, {:.1}% hits; {} in the ARC, {} on cache \
+             devices; {} {reads} reads ({} from cache devices), {} written\n",
             m.demand_metadata_hits + m.demand_metadata_misses,
             100.0 * m.demand_metadata_hits as f64
                 / (m.demand_metadata_hits + m.demand_metadata_misses) as f64,

@@ -814,6 +814,16 @@ fn sim_run_models_indirect_blocks_when_asked_and_takes_both_cache_properties() {
     let m16 = &small["summary"]["arcstats"];
     let misses = |m: &serde_json::Value| m["demand_metadata_misses"].as_u64().unwrap();
     assert!(misses(m16) > misses(&on["summary"]["arcstats"]), "{m16}");
+    // A larch object volume's block-map pages: dense pages of 1,024 pointers, read from
+    // the store (the primary storage) before the blocks they point at.
+    let pages = run(&["--metadata", "map-pages"]);
+    let m = &pages["summary"]["arcstats"];
+    let page_bytes = m["metadata_size"].as_u64().unwrap();
+    assert!(page_bytes > 0 && page_bytes % 40_988 == 0, "{m}");
+    assert!(
+        misses(m) > 0 && m["indirect_reads"].as_u64().unwrap() > 0,
+        "{m}"
+    );
     for bad in [
         &["--metadata", "yes"][..],
         &["--set", "primarycache=some"][..],
@@ -825,7 +835,7 @@ fn sim_run_models_indirect_blocks_when_asked_and_takes_both_cache_properties() {
         assert!(!out.status.success(), "{bad:?} was taken");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("on or off")
+            err.contains("on, off or map-pages")
                 || err.contains("all, metadata or none")
                 || err.contains("indblkshift is 12 to 17"),
             "{err}"

@@ -40,7 +40,9 @@ use larch_policy::{Access, Action, Arc, BlockInfo, BlockKey, BufType, State};
 
 use super::block_map::BlockMap;
 use super::config::SimTunables;
-use super::metadata::{IndirectTree, METADATA_COPIES};
+use super::metadata::{
+    IndirectTree, MAP_PAGE_BLOCKS, MAP_PAGE_BYTES, MetadataModel, VolumeMetadata,
+};
 use crate::device::{Device, IoId, IoKind, Nanos, Queued};
 
 /// The volume's id in block keys (the simulation has one volume).
@@ -224,11 +226,12 @@ pub struct CacheCounters {
     pub prefetches: u64,
     /// Writes the throttle delayed or blocked.
     pub throttled: u64,
-    /// Indirect blocks read (missed in the ARC), from a cache device or the primary storage.
+    /// Metadata blocks (indirect blocks or map pages) read (missed in the ARC), from a cache
+    /// device or the primary storage.
     pub indirect_reads: u64,
     /// Of those, read from a cache device.
     pub indirect_l2_reads: u64,
-    /// Bytes of indirect blocks TXGs wrote (every copy).
+    /// Bytes of metadata blocks TXGs wrote (every copy).
     pub indirect_write_bytes: u64,
 }
 
@@ -262,8 +265,8 @@ pub struct SimCache {
     held: HashMap<IoId, HeldIo>,
     /// What the last [`SimCache::read`] waits for besides its time.
     awaited: Vec<Wait>,
-    /// The volume's indirect blocks, when the metadata model is on.
-    tree: Option<IndirectTree>,
+    /// The volume's metadata, when a metadata model is on.
+    metadata: Option<VolumeMetadata>,
     /// Data reads waiting for indirect blocks, by number.
     chains: HashMap<u64, Chain>,
     next_chain: u64,
@@ -368,7 +371,7 @@ impl SimCache {
             inflight: HashMap::default(),
             held: HashMap::default(),
             awaited: Vec::new(),
-            tree: None,
+            metadata: None,
             chains: HashMap::default(),
             next_chain: 0,
             chain_waits: HashMap::default(),
@@ -403,32 +406,62 @@ impl SimCache {
     /// look up and read its indirect blocks first, TXGs write the ones above what they
     /// write ([`super::metadata`]). Off, every block is data, as in the daemon.
     pub fn model_indirect_blocks(&mut self, volume_blocks: u64) {
-        self.tree = Some(IndirectTree::new(
+        self.model_metadata(MetadataModel::IndirectBlocks, volume_blocks);
+    }
+
+    /// Turns metadata model `model` on (or off) for a volume of `volume_blocks` blocks:
+    /// ZFS's indirect blocks ([`SimCache::model_indirect_blocks`]), or a larch object
+    /// volume's block-map pages, which a read of the store looks up first
+    /// ([`super::metadata`]).
+    pub fn model_metadata(&mut self, model: MetadataModel, volume_blocks: u64) {
+        self.metadata = VolumeMetadata::new(
+            model,
             volume_blocks,
             self.block_bytes,
             self.tunables.indblkshift,
-        ));
+        );
     }
 
-    /// The indirect blocks' tree, when the metadata model is on.
+    /// The indirect blocks' tree, when the indirect-block model is on.
     pub fn indirect_tree(&self) -> Option<&IndirectTree> {
-        self.tree.as_ref()
+        match &self.metadata {
+            Some(VolumeMetadata::Indirect(tree)) => Some(tree),
+            _ => None,
+        }
     }
 
-    /// Bytes of `block`, data or indirect.
+    /// The volume's metadata, when a metadata model is on.
+    pub fn metadata(&self) -> Option<&VolumeMetadata> {
+        self.metadata.as_ref()
+    }
+
+    /// Whether `block` is metadata.
+    fn is_metadata(&self, block: u64) -> bool {
+        self.metadata.as_ref().is_some_and(|m| m.is_metadata(block))
+    }
+
+    /// Bytes of `block`, data or metadata.
     fn size_of(&self, block: u64) -> u32 {
-        match &self.tree {
-            Some(tree) => tree.size_bytes(block),
+        match &self.metadata {
+            Some(m) => m.size_bytes(block),
             None => self.block_bytes,
         }
     }
 
     /// Where `block` lies on the primary storage.
     fn offset_of(&self, block: u64) -> u64 {
-        match &self.tree {
-            Some(tree) => tree.offset(block),
+        match &self.metadata {
+            Some(m) => m.offset(block),
             None => block * u64::from(self.block_bytes),
         }
+    }
+
+    /// Whether `block` is in DRAM (an access would hit).
+    fn resident(&self, block: u64) -> bool {
+        let key = key(block);
+        self.shards[shard_of(&key)]
+            .info(&key)
+            .is_some_and(|i| i.state.is_resident())
     }
 
     fn primary_io(&mut self, now: Nanos, kind: IoKind, offset: u64, bytes: u64) -> Queued {
@@ -567,12 +600,19 @@ impl SimCache {
         }
     }
 
+    /// Makes metadata block `id`, about to enter the ARC, a new version of itself to the
+    /// policy: its generation (the count `write` keeps) moves on (larch's block-map pages;
+    /// see [`super::metadata`], "Generations").
+    fn renew(&mut self, id: u64) {
+        *self.writes.entry(id).or_insert(0) += 1;
+    }
+
     fn generation(&self, block: u64) -> u64 {
         self.writes.get(&block).copied().unwrap_or(0)
     }
 
     fn access(&self, block: u64, prefetch: bool, now: Nanos) -> Access {
-        let metadata = IndirectTree::is_indirect(block);
+        let metadata = self.is_metadata(block);
         Access {
             key: key(block),
             generation: self.generation(block),
@@ -619,7 +659,7 @@ impl SimCache {
         for action in actions.drain(..) {
             if let Action::Evict { key, from, .. } = action {
                 self.warm = true;
-                let metadata = IndirectTree::is_indirect(key.block);
+                let metadata = self.is_metadata(key.block);
                 let eligible = self.tunables.secondarycache.caches(metadata) && from != State::Anon;
                 if eligible && !self.l2.contains_key(key.block) {
                     self.unfed_bytes += u64::from(self.size_of(key.block));
@@ -712,6 +752,9 @@ impl SimCache {
             if block + 1 < first + count {
                 self.prefetch_lookup(block + 1);
             }
+            // A larch object volume looks the block's map page up before the block enters
+            // the ARC, and only for a read of the store.
+            let page_wait = self.read_map_page(now, block, prefetch);
             let access = self.access(block, prefetch, now);
             let outcome = self.with_shard(block, |arc, actions| arc.access(&access, actions));
             if outcome.is_hit() {
@@ -725,7 +768,8 @@ impl SimCache {
             } else {
                 self.counters.arc_misses += 1;
             }
-            if let Some((at, source, held)) = self.read_indirect(now, block, prefetch) {
+            let wait = page_wait.or_else(|| self.read_indirect(now, block, prefetch));
+            if let Some((at, source, held)) = wait {
                 // Its address is not known before its indirect blocks are there; where its
                 // data comes from is known when the chain runs.
                 slowest = slowest.max(source);
@@ -766,22 +810,55 @@ impl SimCache {
 
     /// Looks up the indirect blocks above data block `block`, which missed the ARC, top
     /// level first, and reads those that miss. Returns `None` when all are in the ARC (or
-    /// the model is off), else when the last read by then arrives, where the slowest came
-    /// from, and the held reads to wait for too.
+    /// the indirect-block model is off), else when the last read by then arrives, where
+    /// the slowest came from, and the held reads to wait for too.
     fn read_indirect(
         &mut self,
         now: Nanos,
         block: u64,
         prefetch: bool,
     ) -> Option<(Nanos, Source, Vec<IoId>)> {
-        let tree = self.tree?;
+        let Some(VolumeMetadata::Indirect(tree)) = self.metadata else {
+            return None;
+        };
+        self.read_metadata(now, tree.parents(block), prefetch, false)
+    }
+
+    /// With the map-page model, looks up the block-map page of data block `block` when
+    /// the block is to be read from the store (not in the ARC, no copy on a cache device
+    /// in use), and reads it if it misses; returns what [`SimCache::read_indirect`] does.
+    fn read_map_page(
+        &mut self,
+        now: Nanos,
+        block: u64,
+        prefetch: bool,
+    ) -> Option<(Nanos, Source, Vec<IoId>)> {
+        let Some(VolumeMetadata::MapPages(pages)) = self.metadata else {
+            return None;
+        };
+        if self.resident(block) || (self.l2_enabled && self.l2.contains_key(block)) {
+            return None;
+        }
+        self.read_metadata(now, std::iter::once(pages.page_of(block)), prefetch, true)
+    }
+
+    /// Looks up the metadata blocks `ids`, in order, and reads those that miss (each, with
+    /// `renew`, a new version of itself to the policy as it enters the ARC). Returns what
+    /// [`SimCache::read_indirect`] does.
+    fn read_metadata(
+        &mut self,
+        now: Nanos,
+        ids: impl Iterator<Item = u64> + Clone,
+        prefetch: bool,
+        renew: bool,
+    ) -> Option<(Nanos, Source, Vec<IoId>)> {
         // The levels are looked up one after the other, each lookup a wait for memory:
         // asking for all their index buckets first makes those waits overlap.
-        for id in tree.parents(block) {
+        for id in ids.clone() {
             self.prefetch_lookup(id);
         }
         let mut wait: Option<(Nanos, Source, Vec<IoId>)> = None;
-        for id in tree.parents(block) {
+        for id in ids {
             let (at, source, held) = wait.get_or_insert_with(|| (now, Source::Arc, Vec::new()));
             match self.inflight.get(&id) {
                 Some(&Inflight::At(t, src)) if t > now => {
@@ -800,6 +877,9 @@ impl SimCache {
                     self.inflight.remove(&id);
                 }
                 None => {}
+            }
+            if renew && !self.resident(id) {
+                self.renew(id);
             }
             let access = self.access(id, prefetch, now);
             let outcome = self.with_shard(id, |arc, actions| arc.access(&access, actions));
@@ -1075,17 +1155,19 @@ impl SimCache {
             }
             i += n as usize;
         }
-        if let Some(tree) = self.tree {
-            // Each indirect block above a written block is written once, in every copy;
-            // the second copy elsewhere in the pool (a ditto block on another vdev).
-            let mut parents: Vec<u64> = blocks.iter().flat_map(|&(b, _)| tree.parents(b)).collect();
+        if let Some(meta) = self.metadata {
+            // Each metadata block above a written block is written once, in every copy;
+            // an indirect block's second copy elsewhere in the pool (a ditto block on
+            // another vdev).
+            let mut parents: Vec<u64> = blocks.iter().flat_map(|&(b, _)| meta.parents(b)).collect();
             parents.sort_unstable();
             parents.dedup();
-            let bytes = u64::from(tree.indirect_block_bytes());
-            let spread = self.primary.capacity_bytes() / METADATA_COPIES;
+            let copies = meta.copies();
+            let spread = self.primary.capacity_bytes() / copies;
             for id in parents {
-                for copy in 0..METADATA_COPIES {
-                    let offset = tree.offset(id) + copy * spread;
+                let bytes = u64::from(meta.size_bytes(id));
+                for copy in 0..copies {
+                    let offset = meta.offset(id) + copy * spread;
                     self.counters.indirect_write_bytes += bytes;
                     match self.primary_io(now, IoKind::Write, offset, bytes) {
                         Queued::Done(at) => done = done.max(at),
@@ -1223,9 +1305,9 @@ impl SimCache {
             self.picks = picks;
             return None;
         }
-        let tree = self.tree;
+        let metadata = self.metadata;
         let block_bytes = self.block_bytes;
-        let size_of = |block: u64| u64::from(tree.map_or(block_bytes, |t| t.size_bytes(block)));
+        let size_of = |block: u64| u64::from(metadata.map_or(block_bytes, |m| m.size_bytes(block)));
         let dev = &mut self.devices[d];
         let plan = dev.ring.plan(picks.iter().map(|p| u64::from(p.size_bytes)));
         let floor = dev.ring.apply(&plan);
@@ -1337,18 +1419,30 @@ impl SimCache {
         let offset = rng.below(span);
         let order = move |i: u64| (i.wrapping_mul(mult).wrapping_add(offset)) % span;
         let arc_bytes: u64 = self.shards.iter().map(|a| a.config().c_max_bytes).sum();
-        // A warm pool holds the data set's indirect blocks (read before any of its data),
-        // and the data in what they leave of the ARC.
+        // A warm pool holds the data set's metadata (read before any of its data), and the
+        // data in what it leaves of the ARC.
         let mut meta_bytes = 0;
-        if let Some(tree) = self.tree {
-            for level in (1..=tree.levels()).rev() {
-                for index in 0..ads_blocks.div_ceil(1 << (10 * level)) {
-                    let id = tree.parent(index << (10 * level), level);
+        match self.metadata {
+            Some(VolumeMetadata::Indirect(tree)) => {
+                for level in (1..=tree.levels()).rev() {
+                    for index in 0..ads_blocks.div_ceil(1 << (10 * level)) {
+                        let id = tree.parent(index << (10 * level), level);
+                        let access = self.access(id, false, 0);
+                        self.with_shard(id, |arc, actions| arc.access(&access, actions));
+                    }
+                }
+                meta_bytes = tree.indirect_bytes(ads_blocks);
+            }
+            Some(VolumeMetadata::MapPages(pages)) => {
+                for page in 0..pages.pages(ads_blocks) {
+                    let id = pages.page_of(page * MAP_PAGE_BLOCKS);
+                    self.renew(id);
                     let access = self.access(id, false, 0);
                     self.with_shard(id, |arc, actions| arc.access(&access, actions));
                 }
+                meta_bytes = pages.pages(ads_blocks) * u64::from(MAP_PAGE_BYTES);
             }
-            meta_bytes = tree.indirect_bytes(ads_blocks);
+            None => {}
         }
         let arc_blocks = arc_bytes.saturating_sub(meta_bytes) / bs;
         // The ARC takes the first blocks of the permutation; the cache devices hold the
@@ -1425,6 +1519,23 @@ impl SimCache {
         s
     }
 
+    /// The policy's arcstats (`larch_policy::Arc::kstats`: counters, sizes and targets
+    /// under their OpenZFS names), each summed over the shards.
+    pub fn kstats(&self) -> Vec<(String, u64)> {
+        let mut sums: Vec<(String, u64)> = Vec::new();
+        for arc in &self.shards {
+            let stats = arc.kstats();
+            if sums.is_empty() {
+                sums = stats;
+                continue;
+            }
+            for ((_, total), (_, value)) in sums.iter_mut().zip(stats) {
+                *total += value;
+            }
+        }
+        sums
+    }
+
     /// arcstats' counters and sizes by type, summed over the shards, with the metadata
     /// model's reads and writes.
     pub fn metadata_summary(&self) -> super::record::MetadataSummary {
@@ -1444,7 +1555,7 @@ impl SimCache {
         }
         for block in self.l2.keys() {
             let size = u64::from(self.size_of(block));
-            if IndirectTree::is_indirect(block) {
+            if self.is_metadata(block) {
                 m.l2_bufc_metadata_asize += size;
             } else {
                 m.l2_bufc_data_asize += size;
@@ -1559,7 +1670,7 @@ mod tests {
     use super::*;
     use crate::device::parse_spec;
     use crate::sim::SECOND_NS;
-    use crate::sim::metadata::{CacheMode, INDIRECT_BLOCK_BYTES};
+    use crate::sim::metadata::{CacheMode, INDIRECT_BLOCK_BYTES, MAP_PAGE_IDS, METADATA_COPIES};
 
     const BLOCK: u32 = 8 << 10;
     /// 2,048 blocks: one level of indirect blocks, two of them (1,024 blocks each).
@@ -1750,6 +1861,69 @@ mod tests {
             c.counters.primary_write_bytes,
             3 * u64::from(BLOCK) + indirect
         );
+    }
+
+    /// [`cache`] with a larch object volume's block-map pages instead of indirect blocks:
+    /// two pages, of blocks 0 to 1,023 and 1,024 to 2,047.
+    fn map_page_cache() -> SimCache {
+        let mut cache = cache(CacheMode::All, CacheMode::All);
+        cache.model_metadata(MetadataModel::MapPages, VOLUME_BLOCKS);
+        assert!(cache.indirect_tree().is_none());
+        cache
+    }
+
+    #[test]
+    fn an_object_volume_looks_a_map_page_up_only_to_read_the_store() {
+        let mut c = map_page_cache();
+        let lookups = |c: &SimCache| {
+            let m = c.metadata_summary();
+            (m.demand_metadata_hits, m.demand_metadata_misses)
+        };
+        // A cold read: the page, then the data it points at.
+        let (_, chained) = read(&mut c, 0, 5);
+        assert!(chained, "the data read waits for its page");
+        let bytes: Vec<u64> = c.ios.iter().map(|io| io.bytes).collect();
+        assert_eq!(bytes, [u64::from(MAP_PAGE_BYTES), u64::from(BLOCK)]);
+        assert_eq!(c.ios[0].at_ns + c.ios[0].latency_ns, c.ios[1].at_ns);
+        assert_eq!(lookups(&c), (0, 1));
+        assert_eq!(
+            c.metadata_summary().metadata_size,
+            u64::from(MAP_PAGE_BYTES)
+        );
+        // A hit in the ARC looks nothing up; another block of the page finds it there.
+        read(&mut c, SECOND_NS, 5);
+        read(&mut c, 2 * SECOND_NS, 6);
+        assert_eq!(lookups(&c), (1, 1));
+        // A block with a copy on the cache device is read from there by its key: its
+        // page is not looked up.
+        let (id, _) = c
+            .feed_with_budget(3 * SECOND_NS, 0, 64 << 20)
+            .expect("a feed writes");
+        c.feed_done(id);
+        assert!(
+            c.cache_device_copy(MAP_PAGE_IDS).is_some(),
+            "the page was fed"
+        );
+        c.with_shard(5, |arc, actions| arc.remove(&key(5), actions));
+        c.ios.clear();
+        let (_, chained) = read(&mut c, 4 * SECOND_NS, 5);
+        assert!(!chained);
+        assert_eq!(c.ios.len(), 1, "{:?}", c.ios);
+        assert_eq!(c.ios[0].device, Some(0));
+        assert_eq!(lookups(&c), (1, 1));
+        assert_eq!(c.counters.indirect_reads, 1);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_txg_writes_each_changed_map_page_once() {
+        let mut c = map_page_cache();
+        c.write(0, 5, 2, false);
+        c.write(0, 1500, 1, false);
+        c.start_sync(SECOND_NS).expect("dirty data to sync");
+        let pages = 2 * u64::from(MAP_PAGE_BYTES);
+        assert_eq!(c.counters.indirect_write_bytes, pages);
+        assert_eq!(c.counters.primary_write_bytes, 3 * u64::from(BLOCK) + pages);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use larch_policy::feed::FeedTunables;
 use larch_policy::tunables::{DEFAULTS, DIRTY_DATA_MAX_CAP_BYTES};
 
-use super::metadata::CacheMode;
+use super::metadata::{CacheMode, MetadataModel};
 use crate::device::{DeviceSpec, ServerParams};
 use crate::trace::Format;
 
@@ -155,13 +155,14 @@ pub struct SimTunables {
     /// `secondarycache` of the volume: what the feed may write to cache devices.
     pub secondarycache: CacheMode,
     /// The metadata model ([`super::metadata`]): the volume's blocks are found through
-    /// ZFS's indirect blocks, which are read, cached and written too. Not a tunable of
-    /// the daemon, whose volumes are raw files: the simulator's way to model the seeds'
-    /// ZFS pools.
-    pub indirect_blocks: bool,
-    /// With the metadata model, the indirect blocks' size as a power of two (`indblkshift`,
-    /// one of [`super::metadata::INDBLKSHIFTS`]): 17 (128 KiB), OpenZFS's default since
-    /// 2016; 14 (16 KiB) before, in seed 000's 2009 pools.
+    /// ZFS's indirect blocks (the simulator's way to model the seeds' ZFS pools) or a
+    /// larch object volume's block-map pages, which are read, cached and written too; off,
+    /// every block is data, as in a larch volume on a file or a device. Not a tunable of
+    /// the daemon.
+    pub metadata: MetadataModel,
+    /// With the indirect-block model, the indirect blocks' size as a power of two
+    /// (`indblkshift`, one of [`super::metadata::INDBLKSHIFTS`]): 17 (128 KiB), OpenZFS's
+    /// default since 2016; 14 (16 KiB) before, in seed 000's 2009 pools.
     pub indblkshift: u32,
     /// `zfs_txg_timeout`, seconds.
     pub txg_timeout_s: u64,
@@ -210,7 +211,7 @@ impl Default for SimTunables {
             l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
-            indirect_blocks: false,
+            metadata: MetadataModel::Off,
             indblkshift: 17,
             txg_timeout_s: DEFAULTS.zfs_txg_timeout,
             dirty_data_max: DIRTY_DATA_MAX_CAP_BYTES,

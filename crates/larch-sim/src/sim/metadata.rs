@@ -1,4 +1,5 @@
-//! The metadata model: a ZFS volume's indirect blocks.
+//! The metadata models: a ZFS volume's indirect blocks, or a larch object volume's
+//! block-map pages.
 //!
 //! # Theory
 //!
@@ -36,6 +37,42 @@
 //!    in the ARC) is not modelled.
 //! 5. **Where.** An indirect block lies on the primary storage at the address of the first
 //!    data block it covers, as the TXG that writes a block writes its parents with it.
+//!
+//! # larch's object volumes: block-map pages
+//!
+//! A larch volume on an object store (the *segments* layout, `larch_object`) finds its
+//! blocks through one level of block-map pages: page `n` holds the pointers of blocks
+//! `n * 1,024` to `n * 1,024 + 1,023` ([`MAP_PAGE_BLOCKS`], `larch_object::layout::
+//! PAGE_BLOCKS`). The daemon keeps the pages in its ARC as metadata, under keys of their
+//! own in the volume's key space (larch-engine's `arc::map_pages`); [`MapPages`] models
+//! them so that a run can size the caches in front of an object store. What the model
+//! does, and why (each point is what the daemon does):
+//!
+//! 1. **Reads.** A block that is not in the ARC and has no copy on a cache device is read
+//!    from the store, and that read needs its pointer: the page is looked up (an ARC
+//!    access of metadata) before the block enters the ARC, and read from a cache device or
+//!    the primary storage when it misses; the data read is issued once it is there. A
+//!    block read from a cache device does not look its page up: the daemon finds the copy
+//!    by the block's key. So unlike ZFS's indirect blocks, a page is needed only by reads
+//!    of the store.
+//! 2. **Generations.** A page that enters the ARC (read from the store or from a cache
+//!    device) is a new version of itself to the policy (the daemon gives it a fresh
+//!    generation, so that a page rewritten by a commit is never taken for its old copy):
+//!    a page read again after the ARC evicted it is a new block, never a ghost hit, and
+//!    its ghost is dropped (`stale_drops`).
+//! 3. **Sizes.** Every page is dense (the model's volume has every block written): in the
+//!    ARC and on cache devices it takes [`MAP_PAGE_BYTES`] (`larch_object::
+//!    CACHED_PAGE_BYTES`: a head naming the page object, then 1,024 pointers of 40 bytes).
+//!    The daemon keeps a page of few pointers smaller, and feeds a page only when it fills
+//!    a quarter of its padded copy; a dense page always does.
+//! 4. **Feeds.** Pages are fed from the ARC as data is, with `secondarycache=all` or
+//!    `metadata`.
+//! 5. **Writes.** A TXG writes the page above each block it writes, once (an object
+//!    store keeps its own redundancy): every commit a checkpoint. Not modelled: the map
+//!    logs the daemon writes between checkpoints (`map_log_commits`), which write fewer
+//!    pages, and the new page a checkpoint puts in the ARC (the model keeps the page it
+//!    had). A page lies on the primary storage at the first data block it covers; the
+//!    primary storage's model stands for the store.
 
 /// Bytes of a block pointer (`SPA_BLKPTRSHIFT` = 7).
 pub const BLKPTR_BYTES: u32 = 128;
@@ -49,6 +86,17 @@ pub const INDBLKSHIFTS: std::ops::RangeInclusive<u32> = 12..=17;
 pub const DNODE_BLKPTRS: u64 = 3;
 /// Copies of each indirect block a TXG writes (`redundant_metadata=all`).
 pub const METADATA_COPIES: u64 = 2;
+
+/// Blocks a block-map page of a larch object volume points at
+/// (`larch_object::layout::PAGE_BLOCKS`).
+pub const MAP_PAGE_BLOCKS: u64 = 1024;
+/// Bytes of a dense block-map page in the daemon's ARC and on its cache devices
+/// (`larch_object::CACHED_PAGE_BYTES`): a head of 28 bytes, then 1,024 pointers of 40.
+pub const MAP_PAGE_BYTES: u32 = 28 + 1024 * 40;
+/// The id of block-map page 0 among the simulator's block numbers: the block number of
+/// its key in the daemon (larch-engine's `volumes::info::MAP_PAGE_KEYS`), above every data
+/// block.
+pub const MAP_PAGE_IDS: u64 = 1 << 43;
 
 /// The bit that marks an indirect block's id among the simulator's block numbers.
 const INDIRECT_BIT: u64 = 1 << 63;
@@ -87,6 +135,172 @@ impl CacheMode {
             "none" => Some(CacheMode::None),
             _ => None,
         }
+    }
+}
+
+/// What a simulated volume's blocks are found through (`--metadata`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetadataModel {
+    /// Nothing: every block is data, as in a larch volume on a file or a device.
+    #[default]
+    Off,
+    /// A ZFS volume's indirect blocks ([`IndirectTree`]): the seeds' pools.
+    IndirectBlocks,
+    /// A larch object volume's block-map pages ([`MapPages`]).
+    MapPages,
+}
+
+impl MetadataModel {
+    /// Parses `off`, `on` (indirect blocks) or `map-pages`.
+    pub fn parse(text: &str) -> Option<MetadataModel> {
+        match text {
+            "off" => Some(MetadataModel::Off),
+            "on" => Some(MetadataModel::IndirectBlocks),
+            "map-pages" => Some(MetadataModel::MapPages),
+            _ => None,
+        }
+    }
+}
+
+/// A volume's metadata, as the cache looks it up, keeps and writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VolumeMetadata {
+    /// ZFS's indirect blocks.
+    Indirect(IndirectTree),
+    /// larch's block-map pages.
+    MapPages(MapPages),
+}
+
+impl VolumeMetadata {
+    /// The metadata `model` gives a volume of `volume_blocks` blocks of `block_bytes`
+    /// (`indblkshift` for indirect blocks); `None` when it is off.
+    pub fn new(
+        model: MetadataModel,
+        volume_blocks: u64,
+        block_bytes: u32,
+        indblkshift: u32,
+    ) -> Option<VolumeMetadata> {
+        match model {
+            MetadataModel::Off => None,
+            MetadataModel::IndirectBlocks => Some(VolumeMetadata::Indirect(IndirectTree::new(
+                volume_blocks,
+                block_bytes,
+                indblkshift,
+            ))),
+            MetadataModel::MapPages => Some(VolumeMetadata::MapPages(MapPages::new(
+                volume_blocks,
+                block_bytes,
+            ))),
+        }
+    }
+
+    /// Whether `block` is metadata (else data).
+    pub fn is_metadata(&self, block: u64) -> bool {
+        match self {
+            VolumeMetadata::Indirect(_) => IndirectTree::is_indirect(block),
+            VolumeMetadata::MapPages(_) => MapPages::is_page(block),
+        }
+    }
+
+    /// Bytes of `block`, data or metadata.
+    pub fn size_bytes(&self, block: u64) -> u32 {
+        match self {
+            VolumeMetadata::Indirect(tree) => tree.size_bytes(block),
+            VolumeMetadata::MapPages(pages) => pages.size_bytes(block),
+        }
+    }
+
+    /// Where `block` lies on the primary storage, in bytes.
+    pub fn offset(&self, block: u64) -> u64 {
+        match self {
+            VolumeMetadata::Indirect(tree) => tree.offset(block),
+            VolumeMetadata::MapPages(pages) => pages.offset(block),
+        }
+    }
+
+    /// The ids of the metadata above data block `block`, top level first.
+    pub fn parents(&self, block: u64) -> impl Iterator<Item = u64> + Clone + '_ {
+        let levels = match self {
+            VolumeMetadata::Indirect(tree) => tree.levels(),
+            VolumeMetadata::MapPages(_) => 1,
+        };
+        (1..=levels).rev().map(move |level| match self {
+            VolumeMetadata::Indirect(tree) => tree.parent(block, level),
+            VolumeMetadata::MapPages(pages) => pages.page_of(block),
+        })
+    }
+
+    /// Copies of each metadata block a TXG writes.
+    pub fn copies(&self) -> u64 {
+        match self {
+            VolumeMetadata::Indirect(_) => METADATA_COPIES,
+            VolumeMetadata::MapPages(_) => 1,
+        }
+    }
+
+    /// Whether a metadata block entering the ARC is a new version of itself to the policy
+    /// (larch's block-map pages: see the module documentation).
+    pub fn renewed_on_entry(&self) -> bool {
+        matches!(self, VolumeMetadata::MapPages(_))
+    }
+}
+
+/// The block-map pages of one larch object volume (see the module documentation): page
+/// `n`'s id is [`MAP_PAGE_IDS`]` + n`, its size [`MAP_PAGE_BYTES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapPages {
+    volume_blocks: u64,
+    block_bytes: u32,
+}
+
+impl MapPages {
+    /// The pages of a volume of `volume_blocks` blocks of `block_bytes`.
+    pub fn new(volume_blocks: u64, block_bytes: u32) -> MapPages {
+        assert!(
+            volume_blocks <= MAP_PAGE_IDS,
+            "{volume_blocks} blocks: their ids would reach the map pages'"
+        );
+        MapPages {
+            volume_blocks,
+            block_bytes,
+        }
+    }
+
+    /// Whether `block` is a page's id.
+    pub fn is_page(block: u64) -> bool {
+        block >= MAP_PAGE_IDS
+    }
+
+    /// The id of the page that points at data block `block`.
+    pub fn page_of(&self, block: u64) -> u64 {
+        debug_assert!(!Self::is_page(block));
+        MAP_PAGE_IDS + block / MAP_PAGE_BLOCKS
+    }
+
+    /// Pages of the first `data_blocks` blocks.
+    pub fn pages(&self, data_blocks: u64) -> u64 {
+        data_blocks.div_ceil(MAP_PAGE_BLOCKS)
+    }
+
+    /// Bytes of `block`: the volume's block size for data, [`MAP_PAGE_BYTES`] for a page.
+    pub fn size_bytes(&self, block: u64) -> u32 {
+        if Self::is_page(block) {
+            MAP_PAGE_BYTES
+        } else {
+            self.block_bytes
+        }
+    }
+
+    /// Where `block` lies on the primary storage, in bytes: a data block at its address, a
+    /// page at the first data block it points at (moved back to end within the volume).
+    pub fn offset(&self, block: u64) -> u64 {
+        let bs = u64::from(self.block_bytes);
+        if !Self::is_page(block) {
+            return block * bs;
+        }
+        let first = (block - MAP_PAGE_IDS) * MAP_PAGE_BLOCKS;
+        let end = (self.volume_blocks * bs).saturating_sub(u64::from(MAP_PAGE_BYTES));
+        (first * bs).min(end)
     }
 }
 
@@ -152,7 +366,7 @@ impl IndirectTree {
     }
 
     /// The ids of the indirect blocks above data block `block`, top level first.
-    pub fn parents(&self, block: u64) -> impl Iterator<Item = u64> + '_ {
+    pub fn parents(&self, block: u64) -> impl Iterator<Item = u64> + Clone + '_ {
         (1..=self.levels).rev().map(move |l| self.parent(block, l))
     }
 
@@ -239,6 +453,34 @@ mod tests {
         assert_eq!(IndirectTree::new(4, 8192, 17).levels(), 1);
         assert_eq!(IndirectTree::new(3 * 1024, 8192, 17).levels(), 1);
         assert_eq!(IndirectTree::new(3 * 1024 + 1, 8192, 17).levels(), 2);
+    }
+
+    #[test]
+    fn a_map_page_points_at_1024_blocks_and_is_keyed_above_them() {
+        // Four pages, the last of three blocks.
+        let pages = MapPages::new(3075, 4096);
+        let meta = VolumeMetadata::MapPages(pages);
+        let above: Vec<u64> = meta.parents(2048 + 7).collect();
+        assert_eq!(above, [MAP_PAGE_IDS + 2]);
+        assert_eq!(pages.page_of(1023), MAP_PAGE_IDS);
+        assert_eq!(pages.page_of(1024), MAP_PAGE_IDS + 1);
+        assert!(meta.is_metadata(MAP_PAGE_IDS + 3) && !meta.is_metadata(3074));
+        assert_eq!(meta.size_bytes(MAP_PAGE_IDS), 40_988);
+        assert_eq!(meta.size_bytes(5), 4096);
+        assert_eq!(meta.offset(MAP_PAGE_IDS + 1), 1024 * 4096);
+        // The last page would run past the volume's end: it ends there.
+        assert_eq!(meta.offset(MAP_PAGE_IDS + 3), 3075 * 4096 - 40_988);
+        assert_eq!(pages.pages(3075), 4);
+        assert_eq!((meta.copies(), meta.renewed_on_entry()), (1, true));
+        assert_eq!(
+            MetadataModel::parse("map-pages"),
+            Some(MetadataModel::MapPages)
+        );
+        assert_eq!(
+            MetadataModel::parse("on"),
+            Some(MetadataModel::IndirectBlocks)
+        );
+        assert_eq!(MetadataModel::parse("zfs"), None);
     }
 
     #[test]

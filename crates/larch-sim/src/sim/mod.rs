@@ -40,7 +40,7 @@ pub use config::{
     CacheDevice, Clients, ConfigError, Pattern, SECOND_NS, SimConfig, SimTunables, TUNABLE_NAMES,
     Workload,
 };
-pub use metadata::CacheMode;
+pub use metadata::{CacheMode, MetadataModel};
 pub use record::{MetadataSummary, ServerSummary, SimOutput, Summary, TraceProgress, Window};
 
 use self::cache::{SimCache, Wait};
@@ -256,9 +256,10 @@ pub fn run_until(
         cfg.tunables.clone(),
     );
     let ads_blocks = cfg.workload.ads_bytes / u64::from(cfg.block_bytes);
-    if cfg.tunables.indirect_blocks {
-        cache.model_indirect_blocks(cfg.volume_bytes / u64::from(cfg.block_bytes));
-    }
+    cache.model_metadata(
+        cfg.tunables.metadata,
+        cfg.volume_bytes / u64::from(cfg.block_bytes),
+    );
     if cfg.prewarm {
         cache.prewarm(ads_blocks, cfg.seed);
     }

@@ -165,23 +165,24 @@ pub struct MetadataSummary {
     pub demand_data_hits: u64,
     /// Demand reads of data that missed.
     pub demand_data_misses: u64,
-    /// Demand reads of indirect blocks found in the ARC.
+    /// Demand reads of metadata (indirect blocks or map pages) found in the ARC.
     pub demand_metadata_hits: u64,
-    /// Demand reads of indirect blocks that missed.
+    /// Demand reads of metadata that missed.
     pub demand_metadata_misses: u64,
     /// Bytes of data in the ARC.
     pub data_size: u64,
-    /// Bytes of indirect blocks in the ARC.
+    /// Bytes of metadata in the ARC.
     pub metadata_size: u64,
     /// Bytes of data on the cache devices.
     pub l2_bufc_data_asize: u64,
-    /// Bytes of indirect blocks on the cache devices.
+    /// Bytes of metadata on the cache devices.
     pub l2_bufc_metadata_asize: u64,
-    /// Indirect blocks read from a cache device or the primary storage.
+    /// Metadata blocks (indirect blocks or map pages) read from a cache device or the
+    /// primary storage.
     pub indirect_reads: u64,
     /// Of those, from a cache device.
     pub indirect_l2_reads: u64,
-    /// Bytes of indirect blocks TXGs wrote, every copy.
+    /// Bytes of metadata TXGs wrote, every copy.
     pub indirect_write_bytes: u64,
 }
 
