@@ -1425,8 +1425,8 @@ impl SimCache {
         match self.metadata {
             Some(VolumeMetadata::Indirect(tree)) => {
                 for level in (1..=tree.levels()).rev() {
-                    for index in 0..ads_blocks.div_ceil(1 << (10 * level)) {
-                        let id = tree.parent(index << (10 * level), level);
+                    for index in 0..ads_blocks.div_ceil(tree.span(level)) {
+                        let id = tree.parent(index * tree.span(level), level);
                         let access = self.access(id, false, 0);
                         self.with_shard(id, |arc, actions| arc.access(&access, actions));
                     }
@@ -1861,6 +1861,32 @@ mod tests {
             c.counters.primary_write_bytes,
             3 * u64::from(BLOCK) + indirect
         );
+    }
+
+    #[test]
+    fn a_prewarmed_pool_holds_every_indirect_block_whatever_their_size() {
+        for (indblkshift, blocks) in [(17, 2), (14, 16 + 1)] {
+            let tunables = SimTunables {
+                indblkshift,
+                ..SimTunables::default()
+            };
+            let ram = |seed| parse_spec("ram", seed).expect("the ram model");
+            let mut c = SimCache::new(
+                64 << 20,
+                BLOCK,
+                ram(1),
+                vec![("cache0".into(), ram(2), 64 << 20)],
+                tunables,
+            );
+            c.model_indirect_blocks(VOLUME_BLOCKS);
+            c.prewarm(VOLUME_BLOCKS, 7);
+            let bytes = u64::from(c.indirect_tree().unwrap().indirect_block_bytes());
+            assert_eq!(
+                c.metadata_summary().metadata_size,
+                blocks * bytes,
+                "indblkshift {indblkshift}"
+            );
+        }
     }
 
     /// [`cache`] with a larch object volume's block-map pages instead of indirect blocks:

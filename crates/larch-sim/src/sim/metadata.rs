@@ -365,6 +365,11 @@ impl IndirectTree {
         INDIRECT_BIT | (u64::from(level) << LEVEL_SHIFT) | index
     }
 
+    /// Data blocks one indirect block of `level` covers (1,024 per level at 128 KiB).
+    pub fn span(&self, level: u32) -> u64 {
+        1 << (self.per_shift * level)
+    }
+
     /// The ids of the indirect blocks above data block `block`, top level first.
     pub fn parents(&self, block: u64) -> impl Iterator<Item = u64> + Clone + '_ {
         (1..=self.levels).rev().map(move |l| self.parent(block, l))
