@@ -32,9 +32,10 @@ pub mod metadata;
 pub mod record;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use larch_policy::prefetch::Prefetcher;
+use rustc_hash::FxHashMap as HashMap;
 
 pub use config::{
     CacheDevice, Clients, ConfigError, Pattern, SECOND_NS, SimConfig, SimTunables, TUNABLE_NAMES,
@@ -290,20 +291,20 @@ pub fn run_until(
             .map(|_| Prefetcher::default())
             .collect(),
         prefetch_blocks,
-        syncs: HashMap::new(),
+        syncs: HashMap::default(),
         next_sync: 0,
         block_ios: 0,
         traced: false,
         pending: None,
         trace: matches!(cfg.workload.pattern, Pattern::Trace { .. }).then(TraceProgress::default),
-        parked: HashMap::new(),
+        parked: HashMap::default(),
         next_parked: 0,
-        waiters: HashMap::new(),
+        waiters: HashMap::default(),
         decide_at: None,
         txg_waiting: None,
         decided: Vec::new(),
         server: (!cfg.tunables.server.is_off()).then(|| Server::new(cfg.tunables.server.clone())),
-        replies: HashMap::new(),
+        replies: HashMap::default(),
         next_reply: 0,
         clock: 0,
     };
