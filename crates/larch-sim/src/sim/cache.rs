@@ -1677,11 +1677,18 @@ mod tests {
     const VOLUME_BLOCKS: u64 = 2048;
 
     fn cache(primarycache: CacheMode, secondarycache: CacheMode) -> SimCache {
-        let tunables = SimTunables {
+        let cache = cache_with(SimTunables {
             primarycache,
             secondarycache,
             ..SimTunables::default()
-        };
+        });
+        assert_eq!(cache.indirect_tree().map(|t| t.levels()), Some(1));
+        cache
+    }
+
+    /// A cache of 64 MiB in RAM, with one cache device of 64 MiB, over a volume of
+    /// `VOLUME_BLOCKS` with indirect blocks, under `tunables`.
+    fn cache_with(tunables: SimTunables) -> SimCache {
         let ram = |seed| parse_spec("ram", seed).expect("the ram model");
         let mut cache = SimCache::new(
             64 << 20,
@@ -1691,7 +1698,6 @@ mod tests {
             tunables,
         );
         cache.model_indirect_blocks(VOLUME_BLOCKS);
-        assert_eq!(cache.indirect_tree().map(|t| t.levels()), Some(1));
         cache
     }
 
@@ -1866,19 +1872,10 @@ mod tests {
     #[test]
     fn a_prewarmed_pool_holds_every_indirect_block_whatever_their_size() {
         for (indblkshift, blocks) in [(17, 2), (14, 16 + 1)] {
-            let tunables = SimTunables {
+            let mut c = cache_with(SimTunables {
                 indblkshift,
                 ..SimTunables::default()
-            };
-            let ram = |seed| parse_spec("ram", seed).expect("the ram model");
-            let mut c = SimCache::new(
-                64 << 20,
-                BLOCK,
-                ram(1),
-                vec![("cache0".into(), ram(2), 64 << 20)],
-                tunables,
-            );
-            c.model_indirect_blocks(VOLUME_BLOCKS);
+            });
             c.prewarm(VOLUME_BLOCKS, 7);
             let bytes = u64::from(c.indirect_tree().unwrap().indirect_block_bytes());
             assert_eq!(

@@ -13,7 +13,7 @@
 //! over a buffer the size of the policy's structures, and eight such chases at once.
 //!
 //! ```sh
-//! cargo run --release -p larch-policy --example policy_rate -- [DATA_BLOCKS [ARC_BLOCKS [READS [METADATA]]]]
+//! cargo run --release -p larch-sim --example policy_rate -- [DATA_BLOCKS [ARC_BLOCKS [READS [METADATA]]]]
 //! ```
 //! Defaults: seed 000 at 1/100 (5 GiB of 8 KiB blocks, an ARC of 1.12 GB, 15.6M reads),
 //! metadata 0.
@@ -22,25 +22,9 @@ use std::time::Instant;
 
 use larch_policy::shards::{SHARDS, shard_config, shard_of};
 use larch_policy::{Access, Arc, BlockKey, BufType, Outcome, Policy};
+use larch_sim::SplitMix64;
 
 const BLOCK_BYTES: u32 = 8 << 10;
-
-/// A small, fast generator (SplitMix64), seeded: the same reads on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
 
 fn arg(n: usize, default: u64) -> u64 {
     std::env::args()
@@ -53,7 +37,13 @@ fn arg(n: usize, default: u64) -> u64 {
 /// looks up its indirect blocks too); returns reads per second. Keys are drawn two ahead
 /// and their lookups started early, as the simulator does (`Arc::prefetch`, then
 /// `Arc::prefetch_header` a read later).
-fn run(shards: &mut [Arc], data_blocks: u64, reads: u64, metadata: bool, rng: &mut Rng) -> f64 {
+fn run(
+    shards: &mut [Arc],
+    data_blocks: u64,
+    reads: u64,
+    metadata: bool,
+    rng: &mut SplitMix64,
+) -> f64 {
     let mut actions = Vec::new();
     let mut draw = || BlockKey::new(1, rng.below(data_blocks));
     let (mut next, mut after) = (draw(), draw());
@@ -92,7 +82,7 @@ fn chase(bytes: usize, chains: usize, loads: usize) -> f64 {
     const LINE: usize = 8; // u64s per 64-byte line
     let lines = bytes / 64;
     let mut order: Vec<usize> = (0..lines).collect();
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     for i in (1..lines).rev() {
         order.swap(i, rng.below(i as u64 + 1) as usize);
     }
@@ -123,7 +113,7 @@ fn main() {
     let mut shards: Vec<Arc> = (0..SHARDS)
         .map(|_| Arc::new(shard_config(arc_bytes, arc_bytes)).expect("a valid configuration"))
         .collect();
-    let mut rng = Rng(37);
+    let mut rng = SplitMix64::new(37);
     println!(
         "{data_blocks} blocks of 8 KiB, an ARC of {arc_blocks} blocks in {SHARDS} shards, uniform random reads{}",
         if metadata {
