@@ -425,6 +425,10 @@ impl Run<'_> {
                 break;
             }
             self.clock = now;
+            // The device I/Os of the events so far go to their intervals now, while they are
+            // still in the CPU's caches: kept for a whole interval, they made a buffer of
+            // up to a megabyte written and read back that pushed the ARC's lines out.
+            self.rec.device_ios(&mut self.cache);
             match event {
                 Event::Sample => {
                     self.rec.sample(now, &mut self.cache);
