@@ -27,6 +27,20 @@ pub fn shard_config(c_min_bytes: u64, c_max_bytes: u64) -> ArcConfig {
     cfg
 }
 
+/// Each shard's kstats ([`crate::Arc::kstats`]) summed name by name: the shards all list
+/// the same names in the same order. Fractions and flags are summed too; a caller that
+/// shows them averages them.
+pub fn sum_kstats(shards: impl IntoIterator<Item = Vec<(String, u64)>>) -> Vec<(String, u64)> {
+    let mut shards = shards.into_iter();
+    let mut sums = shards.next().unwrap_or_default();
+    for stats in shards {
+        for ((_, total), (_, value)) in sums.iter_mut().zip(stats) {
+            *total += value;
+        }
+    }
+    sums
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use larch_policy::shards::shard_of;
+use larch_policy::shards::{shard_of, sum_kstats};
 use larch_policy::{Access, Action, BlockKey, BufType, KeyHasher, State};
 
 pub(crate) use sizing::{ArcSizer, TRIM_INTERVAL, limits as sizing_limits, release_free_memory};
@@ -569,21 +569,12 @@ impl ArcCache {
     /// evictions of blocks that had a cache-device copy moved from `evict_l2_eligible*`
     /// to `evict_l2_cached`.
     pub(crate) fn kstats(&self) -> Vec<(String, u64)> {
-        let mut sums: Vec<(String, u64)> = Vec::new();
         let mut l2_cached = [0u64; 2];
-        for shard in self.shards() {
-            let stats = shard.arc.kstats();
+        let mut sums = sum_kstats(self.shards().map(|shard| {
             l2_cached[0] += shard.evicted_l2_cached[0];
             l2_cached[1] += shard.evicted_l2_cached[1];
-            drop(shard);
-            if sums.is_empty() {
-                sums = stats;
-            } else {
-                for ((_, total), (_, v)) in sums.iter_mut().zip(stats) {
-                    *total += v;
-                }
-            }
-        }
+            shard.arc.kstats()
+        }));
         let cached = l2_cached[0] + l2_cached[1];
         for (name, value) in sums.iter_mut() {
             match name.as_str() {

@@ -35,7 +35,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use larch_policy::feed::{self, BudgetRules, FeedBudget, FeedPick, FeedRules, PaceRules};
 use larch_policy::ring::RingSpace;
-use larch_policy::shards::{SHARDS, shard_config, shard_of};
+use larch_policy::shards::{SHARDS, shard_config, shard_of, sum_kstats};
 use larch_policy::{Access, Action, Arc, BlockInfo, BlockKey, BufType, State};
 
 use super::block_map::BlockMap;
@@ -1522,35 +1522,22 @@ impl SimCache {
     /// The policy's arcstats (`larch_policy::Arc::kstats`: counters, sizes and targets
     /// under their OpenZFS names), each summed over the shards.
     pub fn kstats(&self) -> Vec<(String, u64)> {
-        let mut sums: Vec<(String, u64)> = Vec::new();
-        for arc in &self.shards {
-            let stats = arc.kstats();
-            if sums.is_empty() {
-                sums = stats;
-                continue;
-            }
-            for ((_, total), (_, value)) in sums.iter_mut().zip(stats) {
-                *total += value;
-            }
-        }
-        sums
+        sum_kstats(self.shards.iter().map(Arc::kstats))
     }
 
     /// arcstats' counters and sizes by type, summed over the shards, with the metadata
     /// model's reads and writes.
     pub fn metadata_summary(&self) -> super::record::MetadataSummary {
         let mut m = super::record::MetadataSummary::default();
-        for arc in &self.shards {
-            for (name, value) in arc.kstats() {
-                match name.as_str() {
-                    "demand_data_hits" => m.demand_data_hits += value,
-                    "demand_data_misses" => m.demand_data_misses += value,
-                    "demand_metadata_hits" => m.demand_metadata_hits += value,
-                    "demand_metadata_misses" => m.demand_metadata_misses += value,
-                    "data_size" => m.data_size += value,
-                    "metadata_size" => m.metadata_size += value,
-                    _ => {}
-                }
+        for (name, value) in self.kstats() {
+            match name.as_str() {
+                "demand_data_hits" => m.demand_data_hits = value,
+                "demand_data_misses" => m.demand_data_misses = value,
+                "demand_metadata_hits" => m.demand_metadata_hits = value,
+                "demand_metadata_misses" => m.demand_metadata_misses = value,
+                "data_size" => m.data_size = value,
+                "metadata_size" => m.metadata_size = value,
+                _ => {}
             }
         }
         for block in self.l2.keys() {
