@@ -11,7 +11,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use larch_format::checksum;
-use larch_format::zil::{ZIL_HEADER_SLOT_BYTES, ZilBlockPhys, ZilHeaderPhys, ZilRecordPhys};
+use larch_format::zil::{
+    ZIL_COUNTER_MAX, ZIL_HEADER_SLOT_BYTES, ZilBlockPhys, ZilHeaderPhys, ZilRecordPhys,
+};
 use larch_io::{AlignedBuf, BlockDevice, IoError};
 
 use crate::queue::{Pending, Queue, QueuedRecord};
@@ -168,6 +170,8 @@ struct State {
     blocks: VecDeque<LiveBlock>,
     /// Highest TXG passed to `txg_committed` (or found at open).
     committed_txg: u64,
+    /// Sequence number of the last durable header.
+    header_sequence: u64,
     queue: Queue,
     /// Ring bytes promised to queued commit calls.
     reserved_bytes: u64,
@@ -262,6 +266,23 @@ impl State {
         led.write_us += write_us + flush_us;
     }
 
+    /// Refuses new records once a counter the log writes is within [`ACK_HEADROOM`] of
+    /// what `open` accepts: a record acknowledged now must stay replayable through the
+    /// header updates and opens that follow it.
+    fn check_counter_room(&self, epoch: u64) -> Result<(), LogError> {
+        for (field, value) in [
+            ("sequence", self.header_sequence),
+            ("epoch", epoch),
+            ("block sequence", self.next_sequence),
+            ("position", self.head_pos),
+        ] {
+            if value > walk::RESUMABLE_COUNTER_MAX - ACK_HEADROOM {
+                return Err(LogError::CounterExhausted { field, value });
+            }
+        }
+        Ok(())
+    }
+
     fn poison(&mut self, reason: String) {
         if self.poison.is_none() {
             self.poison = Some(reason.into());
@@ -289,6 +310,25 @@ impl State {
         }
         info
     }
+}
+
+/// Header updates and opens a log can still make after it acknowledges a record: it
+/// takes more than 2^61 - 2^32 of them to get there (millennia at a million a second),
+/// so only a damaged header that still checksums brings a log near it.
+const ACK_HEADROOM: u64 = 1 << 32;
+
+/// A record's TXG and offset as the log can replay them (the decoder refuses the rest).
+fn check_record(txg: u64, offset_bytes: u64) -> Result<(), LogError> {
+    if txg == 0 {
+        return Err(LogError::InvalidRecord("txg 0 (TXGs start at 1)"));
+    }
+    if txg > ZIL_COUNTER_MAX {
+        return Err(LogError::InvalidRecord("txg above 2^62"));
+    }
+    if offset_bytes > ZIL_COUNTER_MAX {
+        return Err(LogError::InvalidRecord("offset above 2^62 bytes"));
+    }
+    Ok(())
 }
 
 /// The header fields that stay fixed between updates.
@@ -496,6 +536,7 @@ impl<D: BlockDevice> LogDevice<D> {
             durable_tail_pos: 0,
             blocks: ring.blocks.into(),
             committed_txg: ring.committed_txg,
+            header_sequence: header.sequence,
             queue: Queue::default(),
             reserved_bytes: 0,
             next_ticket: 1,
@@ -542,8 +583,10 @@ impl<D: BlockDevice> LogDevice<D> {
     /// their records is durable. An empty `records` waits until every earlier commit is
     /// durable (a barrier) and writes nothing itself.
     ///
-    /// Errors: [`LogError::Full`] and [`LogError::TooLarge`] before anything is written
-    /// (the log stays usable); [`LogError::Io`] when this caller's write or flush failed,
+    /// Errors: [`LogError::Full`], [`LogError::TooLarge`], [`LogError::InvalidRecord`] (TXG
+    /// 0, a TXG or offset above 2^62) and [`LogError::CounterExhausted`] (a counter so near
+    /// the end of its range that the record might not be replayable) before anything is
+    /// written (the log stays usable); [`LogError::Io`] when this caller's write or flush failed,
     /// and [`LogError::Poisoned`] for every commit after that, or whose records were in
     /// the failed block.
     pub fn commit(&self, records: &[RecordRef<'_>]) -> Result<CommitInfo, LogError> {
@@ -555,6 +598,7 @@ impl<D: BlockDevice> LogDevice<D> {
         }
         let ticket = match entry {
             Some(pending) => {
+                st.check_counter_room(self.epoch)?;
                 let free_bytes = st.free_bytes(self.geometry.ring_bytes());
                 if pending.reserve_bytes > free_bytes {
                     st.counters.full_errors += 1;
@@ -597,11 +641,10 @@ impl<D: BlockDevice> LogDevice<D> {
     /// replaces that one's bytes (see the `queue` module). Returns the ticket to commit
     /// through.
     ///
-    /// Errors: [`LogError::InvalidRecord`] for TXG 0, [`LogError::Poisoned`].
+    /// Errors: [`LogError::InvalidRecord`] for TXG 0 or a TXG or offset above 2^62,
+    /// [`LogError::CounterExhausted`] (see [`LogDevice::commit`]), [`LogError::Poisoned`].
     pub fn append(&self, record: QueuedRecord) -> Result<u64, LogError> {
-        if record.txg == 0 {
-            return Err(LogError::InvalidRecord("txg 0 (TXGs start at 1)"));
-        }
+        check_record(record.txg, record.offset_bytes)?;
         let max = (self.max_record_data_bytes() as usize)
             .min(larch_format::zil::ZIL_RECORD_MAX_DATA_BYTES as usize)
             .max(1);
@@ -609,6 +652,7 @@ impl<D: BlockDevice> LogDevice<D> {
         if let Some(err) = st.poisoned_error() {
             return Err(err);
         }
+        st.check_counter_room(self.epoch)?;
         let State {
             queue, next_ticket, ..
         } = &mut *st;
@@ -703,8 +747,8 @@ impl<D: BlockDevice> LogDevice<D> {
         if records.is_empty() {
             return Ok(None);
         }
-        if records.iter().any(|r| r.txg == 0) {
-            return Err(LogError::InvalidRecord("txg 0 (TXGs start at 1)"));
+        for r in records {
+            check_record(r.txg, r.offset_bytes)?;
         }
         let bytes = records
             .iter()
@@ -887,7 +931,9 @@ impl<D: BlockDevice> LogDevice<D> {
             if let Some(err) = st.poisoned_error() {
                 return Err(err);
             }
-            st.committed_txg = st.committed_txg.max(txg);
+            // No record has a TXG above ZIL_COUNTER_MAX (`check_record`), so a higher
+            // `txg` commits the same records, and the header can say so.
+            st.committed_txg = st.committed_txg.max(txg.min(ZIL_COUNTER_MAX));
             st.reclaim();
             let committed = st.committed_txg;
             st.queue.forget_through(committed);
@@ -916,12 +962,16 @@ impl<D: BlockDevice> LogDevice<D> {
         hs.last = header;
         let mut st = self.lock();
         st.durable_tail_pos = st.durable_tail_pos.max(header.tail_pos);
+        st.header_sequence = header.sequence;
         Ok(())
     }
 
     /// Writes `header` into slot 0, flushes, then slot 1, flushes: after it returns both
     /// slots agree, and at every instant one of them holds a complete header.
+    /// A header `open` would refuse is not written: the write fails with
+    /// [`LogError::CounterExhausted`] instead.
     fn write_header(&self, header: &ZilHeaderPhys) -> Result<(), LogError> {
+        walk::check_counters(header)?;
         let buf = AlignedBuf::from_slice_padded(&header.encode(), ZIL_HEADER_SLOT_BYTES as usize);
         for slot in 0..2 {
             self.dev.write_at(&buf, slot_offset(slot))?;

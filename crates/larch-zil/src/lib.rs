@@ -211,7 +211,7 @@ pub enum LogError {
         /// The limit.
         max_bytes: u64,
     },
-    /// A record the log cannot hold (TXG 0).
+    /// A record the log cannot hold (TXG 0, a TXG or offset above 2^62).
     #[error("invalid record: {0}")]
     InvalidRecord(&'static str),
     /// Neither header slot was ever written.
@@ -263,7 +263,9 @@ pub enum LogError {
     #[error("log device geometry does not match the device: {0}")]
     Geometry(String),
     /// A header counter is so high that this device would overflow it; it is refused
-    /// rather than trusted (no real device gets near 2^61 updates or bytes).
+    /// rather than trusted (no real device gets near 2^61 updates or bytes). A log whose
+    /// counters come within 2^32 of that refuses new records with it too, so every record
+    /// it acknowledged stays replayable.
     #[error("log device header {field} = {value} is beyond the usable range")]
     CounterExhausted {
         /// The field.

@@ -168,14 +168,12 @@ pub(crate) fn describe_slot(s: &SlotContent) -> String {
 }
 
 /// Counters a writer resumes from must leave it room to count: half the decodable range.
-const RESUMABLE_COUNTER_MAX: u64 = ZIL_COUNTER_MAX / 2;
+pub(crate) const RESUMABLE_COUNTER_MAX: u64 = ZIL_COUNTER_MAX / 2;
 
-/// The geometry the header describes, if it is the one the device has, and counters a
-/// writer can continue from.
-pub(crate) fn check_geometry(
-    header: &ZilHeaderPhys,
-    device_bytes: u64,
-) -> Result<Geometry, LogError> {
+/// Refuses a header whose counters a writer could not continue from. `open` refuses such
+/// a header, and no header that would fail here is ever written, so every header the log
+/// writes can be opened again.
+pub(crate) fn check_counters(header: &ZilHeaderPhys) -> Result<(), LogError> {
     for (field, value) in [
         ("sequence", header.sequence),
         ("epoch", header.epoch),
@@ -186,6 +184,16 @@ pub(crate) fn check_geometry(
             return Err(LogError::CounterExhausted { field, value });
         }
     }
+    Ok(())
+}
+
+/// The geometry the header describes, if it is the one the device has, and counters a
+/// writer can continue from.
+pub(crate) fn check_geometry(
+    header: &ZilHeaderPhys,
+    device_bytes: u64,
+) -> Result<Geometry, LogError> {
+    check_counters(header)?;
     let sector = u64::from(header.sector_bytes);
     let expected = Geometry::for_device(device_bytes, sector)
         .map_err(|err| LogError::Geometry(format!("header sector size {sector}: {err}")))?;

@@ -612,3 +612,111 @@ fn describe_shows_the_chain_without_changing_the_device() {
     let d = describe(&garbage).unwrap();
     assert!(d.refusal.unwrap().contains("not formatted"));
 }
+
+#[test]
+fn records_the_log_could_not_replay_are_refused_before_they_are_acknowledged() {
+    let (dev, log) = new_log(64 << 10, 512);
+    let top = 1u64 << 62;
+    let mut rng = Rng(21);
+    for (txg, offset, why) in [
+        (0, 0, "txg 0"),
+        (top + 1, 0, "txg above"),
+        (u64::MAX, 0, "txg above"),
+        (1, top + 1, "offset above"),
+    ] {
+        let bad = Record {
+            offset_bytes: offset,
+            ..record(&mut rng, txg, 10)
+        };
+        match log.commit(&[bad.view()]) {
+            Err(LogError::InvalidRecord(msg)) => assert!(msg.starts_with(why), "{msg}"),
+            other => panic!("txg {txg} offset {offset}: {other:?}"),
+        }
+        let queued = larch_zil::QueuedRecord {
+            txg,
+            volume_id: 1,
+            offset_bytes: offset,
+            data: bad.data.clone().into(),
+        };
+        assert!(matches!(
+            log.append(queued),
+            Err(LogError::InvalidRecord(_))
+        ));
+    }
+    // The ends of the ranges are accepted and come back.
+    let edge = Record {
+        offset_bytes: top,
+        ..record(&mut rng, top, 10)
+    };
+    log.commit(&[edge.view()]).unwrap();
+    drop(log);
+    let (log, replay) = reopen(dev.clone());
+    assert_eq!(replay.records, [edge]);
+    // A committed TXG beyond every record's range commits them all, and the header it
+    // writes opens again.
+    log.txg_committed(u64::MAX).unwrap();
+    drop(log);
+    let (_, replay) = reopen(dev);
+    assert_eq!(replay.committed_txg, top);
+    assert!(replay.records.is_empty());
+}
+
+#[test]
+fn a_log_at_the_end_of_its_counters_stops_acknowledging_before_it_stops_opening() {
+    let mut rng = Rng(22);
+    let batch = vec![record(&mut rng, 1, 500)];
+    // A log whose header epoch (bytes 64..72) was left at `epoch` by its last open.
+    let build = |epoch: u64| {
+        let dev = Arc::new(MemDevice::new(1 << 20));
+        let log = LogDevice::create(dev.clone(), POOL, DEV).unwrap();
+        log.commit(&views(&batch)).unwrap();
+        drop(log);
+        for slot in 0..2 {
+            patch_slot(&dev, slot, |raw| {
+                raw[64..72].copy_from_slice(&epoch.to_le_bytes())
+            });
+        }
+        dev
+    };
+    let usable = 1u64 << 61;
+    let headroom = 1u64 << 32;
+    // Room left: the new open acknowledges, and what it acknowledged is replayed.
+    let dev = build(usable - headroom - 1);
+    let (log, replay) = reopen(dev.clone());
+    assert_eq!(replay.records, batch);
+    let more = vec![record(&mut rng, 2, 700)];
+    log.commit(&views(&more)).unwrap();
+    drop(log);
+    let (_, replay) = reopen(dev);
+    assert_eq!(replay.records, [batch.clone(), more].concat());
+    // Within the headroom: it still opens and replays, refuses new records (commit and
+    // append alike), and keeps opening.
+    let dev = build(usable - headroom);
+    let (log, replay) = reopen(dev.clone());
+    assert_eq!(replay.records, batch);
+    let refused = log.commit(&views(&[record(&mut rng, 2, 10)])).unwrap_err();
+    assert!(
+        matches!(refused, LogError::CounterExhausted { field: "epoch", .. }),
+        "{refused}"
+    );
+    let queued = larch_zil::QueuedRecord {
+        txg: 2,
+        volume_id: 1,
+        offset_bytes: 0,
+        data: vec![1u8; 10].into(),
+    };
+    assert!(matches!(
+        log.append(queued),
+        Err(LogError::CounterExhausted { .. })
+    ));
+    drop(log);
+    assert_eq!(reopen(dev).1.records, batch);
+    // At the end: the open is refused before it writes a header it could not open again.
+    let dev = build(usable);
+    let before = dev.snapshot();
+    assert!(matches!(
+        open_err(dev.clone()),
+        LogError::CounterExhausted { field: "epoch", .. }
+    ));
+    assert_eq!(dev.snapshot(), before, "a refused open wrote");
+}
