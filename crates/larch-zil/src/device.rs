@@ -170,7 +170,9 @@ struct State {
     blocks: VecDeque<LiveBlock>,
     /// Highest TXG passed to `txg_committed` (or found at open).
     committed_txg: u64,
-    /// Sequence number of the last durable header.
+    /// Sequence number of the last durable header: a copy of the header lock's, so that
+    /// `commit` and `append` can check it (`check_counter_room`) without waiting behind a
+    /// header write, which holds that lock through two writes and two flushes.
     header_sequence: u64,
     queue: Queue,
     /// Ring bytes promised to queued commit calls.
