@@ -17,14 +17,24 @@
 
 mod adaptive;
 mod arc;
+mod choose;
 mod lists;
 mod sketch;
+mod unified;
 
 use std::path::{Path, PathBuf};
 
 use arc::{Arc, Insert, Options};
 
-const VARIANTS: [&str; 14] = [
+const VARIANTS: [&str; 22] = [
+    "u-arc",
+    "u-arc-fill",
+    "u-arc-fill-x",
+    "u-arc-fill-cold",
+    "u-s3fifo",
+    "u-wtinylfu",
+    "u-cold",
+    "u-choose",
     "bimodal-mru-never",
     "adaptive-mru-cold-never",
     "bimodal-mru-64",
@@ -48,7 +58,64 @@ fn run(variant: &str, c: u64, ids: usize, requests: &[u32]) -> (u64, u64) {
         ..Options::PAPER
     };
     let mut switches = 0;
+    let unified = |rules: unified::Rules| {
+        let mut cache = unified::Cache::new(c, ids, rules);
+        requests.iter().filter(|&&x| cache.access(x)).count()
+    };
     let hits = match variant {
+        "u-arc" => unified(unified::Rules::ARC),
+        "u-s3fifo" => unified(unified::Rules::S3FIFO),
+        "u-wtinylfu" => unified(unified::Rules::WTINYLFU),
+        "u-cold" => unified(unified::Rules::COLD),
+        "u-arc-fill-cold" => unified(unified::Rules {
+            fill_mfu: true,
+            fill_cold: true,
+            ..unified::Rules::ARC
+        }),
+        "u-arc-fill-x" => unified(unified::Rules {
+            fill_mfu: true,
+            duel: std::env::var("LAB_DUEL").is_ok(),
+            sketch_mfu: std::env::var("LAB_SKETCH_MFU")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            ..unified::Rules::ARC
+        }),
+        "u-arc-fill" => unified(unified::Rules {
+            fill_mfu: true,
+            ..unified::Rules::ARC
+        }),
+        "u-choose" => {
+            let fill = unified::Rules {
+                fill_mfu: true,
+                ..unified::Rules::ARC
+            };
+            let candidates: Vec<unified::Rules> = match std::env::var("LAB_SET").as_deref() {
+                Ok("fill-s3") => vec![fill, unified::Rules::S3FIFO],
+                Ok("fill-s3-cold") => vec![fill, unified::Rules::S3FIFO, unified::Rules::COLD],
+                Ok("fill-cold") => vec![fill, unified::Rules::COLD],
+                Ok("fill-all") => vec![
+                    fill,
+                    unified::Rules::S3FIFO,
+                    unified::Rules::WTINYLFU,
+                    unified::Rules::COLD,
+                ],
+                _ => vec![
+                    unified::Rules::ARC,
+                    unified::Rules::S3FIFO,
+                    unified::Rules::WTINYLFU,
+                    unified::Rules::COLD,
+                ],
+            };
+            let share = std::env::var("LAB_PERIOD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0);
+            let mut cache = choose::Chooser::new(c, ids, &candidates, share);
+            let hits = requests.iter().filter(|&&x| cache.access(x)).count();
+            switches = cache.switches;
+            hits
+        }
         "adaptive"
         | "adaptive-mru"
         | "adaptive-mru-cold"
@@ -233,7 +300,7 @@ fn main() {
                     }
                 }
             }
-            if variant.starts_with("adaptive") {
+            if variant.starts_with("adaptive") || *variant == "u-choose" {
                 line += &format!(" [{switches} switches]");
             }
             line += " |";

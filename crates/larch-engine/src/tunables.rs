@@ -35,6 +35,8 @@ pub enum Kind {
     Count,
     /// 0 or 1.
     Flag,
+    /// The ARC's replacement policy by name: `arc` (0) or `larch` (1).
+    Policy,
 }
 
 /// One tunable as the table declares it.
@@ -57,8 +59,10 @@ pub struct TunableDef {
 
 macro_rules! tunables {
     (@ty Flag) => { bool };
+    (@ty Policy) => { larch_policy::ArcPolicy };
     (@ty $kind:ident) => { u64 };
     (@get Flag, $cell:expr) => { $cell.load(Ordering::Relaxed) != 0 };
+    (@get Policy, $cell:expr) => { policy_of($cell.load(Ordering::Relaxed)) };
     (@get $kind:ident, $cell:expr) => { $cell.load(Ordering::Relaxed) };
     (@words) => { None };
     (@words $words:literal) => { Some($words) };
@@ -122,6 +126,8 @@ tunables! {
         "most bytes of data the ARC holds (the pool's arc_max_bytes unless set)"
     zfs_arc_min: Size, 0, u64::MAX;
         "the ARC target never shrinks below this (0: min(zfs_arc_max, max(32M, zfs_arc_max/32)))"
+    zfs_arc_policy: Policy, 0, 1;
+        "the ARC's replacement policy: arc (OpenZFS's ARC) or larch (the ARC with MFU marks, MFU filled while there is room and MRU ghost hits kept out of MFU when all of it was read since; docs/arc.md)"
     zfs_arc_sys_free: Size, 0, u64::MAX;
         "memory left to the system; below it the ARC shrinks (0: 1/32 of RAM)"
     zfs_txg_timeout: Count, 1, 600;
@@ -241,10 +247,38 @@ fn lookup(name: &str) -> Result<&'static TunableDef, TunableError> {
     })
 }
 
+/// The names `zfs_arc_policy` takes, by value.
+const POLICIES: [larch_policy::ArcPolicy; 2] =
+    [larch_policy::ArcPolicy::Arc, larch_policy::ArcPolicy::Larch];
+
+/// The policy a stored `zfs_arc_policy` value names (anything above 1 counts as 1).
+fn policy_of(value: u64) -> larch_policy::ArcPolicy {
+    POLICIES[value.min(1) as usize]
+}
+
 /// Parses and range-checks a value of `def`.
 fn parse(def: &TunableDef, text: &str) -> Result<u64, TunableError> {
     let name = def.name;
     let value = match def.kind {
+        Kind::Policy => {
+            let text = text.trim();
+            let named = POLICIES.iter().position(|p| p.name() == text);
+            match named.map(|i| i as u64).or_else(|| text.parse::<u64>().ok()) {
+                Some(value) if value < POLICIES.len() as u64 => return Ok(value),
+                _ => {
+                    return Err(TunableError::NotAChoice {
+                        name,
+                        choices: POLICIES[..POLICIES.len() - 1]
+                            .iter()
+                            .map(|p| p.name())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        last: POLICIES[POLICIES.len() - 1].name().to_string(),
+                        value: text.to_string(),
+                    });
+                }
+            }
+        }
         Kind::Size => parse_size(text).map_err(|source| TunableError::NotASize { name, source })?,
         Kind::Count | Kind::Flag => {
             text.trim()
@@ -267,7 +301,7 @@ fn parse(def: &TunableDef, text: &str) -> Result<u64, TunableError> {
                 name,
                 choices: choices.join(", "),
                 last,
-                value,
+                value: value.to_string(),
             }
         }
         _ if def.max == u64::MAX => TunableError::TooSmall {
@@ -321,8 +355,8 @@ pub enum TunableError {
         choices: String,
         /// The last value it takes.
         last: String,
-        /// The value given.
-        value: u64,
+        /// The value given, as given.
+        value: String,
     },
     /// A value under a tunable's minimum (it has no maximum).
     #[error("{name} must be at least {min}, not {value}")]
@@ -367,6 +401,7 @@ pub enum TunableError {
 fn shown(def: &TunableDef, value: u64) -> String {
     match def.kind {
         Kind::Size => format_size_exact(value),
+        Kind::Policy => policy_of(value).name().to_string(),
         _ => value.to_string(),
     }
 }
@@ -402,6 +437,7 @@ pub fn default_text(def: &TunableDef) -> String {
 pub fn format_value(name: &str, value: u64) -> String {
     match lookup(name) {
         Ok(def) if def.kind == Kind::Size => format_size_exact(value),
+        Ok(def) if def.kind == Kind::Policy => policy_of(value).name().to_string(),
         _ => value.to_string(),
     }
 }
@@ -548,6 +584,16 @@ mod tests {
         assert_eq!(v["l2arc_mfuonly"], 2);
         assert!(!t.l2arc_noprefetch());
         assert!(set(&t, "l2arc_mfuonly", "3").is_err());
+        assert_eq!(t.zfs_arc_policy(), larch_policy::ArcPolicy::Arc);
+        set(&t, "zfs_arc_policy", "larch").unwrap();
+        assert_eq!(t.zfs_arc_policy(), larch_policy::ArcPolicy::Larch);
+        assert_eq!(values(&t)["zfs_arc_policy"], 1);
+        assert_eq!(format_value("zfs_arc_policy", 1), "larch");
+        set(&t, "zfs_arc_policy", "0").unwrap();
+        assert_eq!(t.zfs_arc_policy(), larch_policy::ArcPolicy::Arc);
+        let other = set(&t, "zfs_arc_policy", "lru").unwrap_err().to_string();
+        assert_eq!(other, "zfs_arc_policy is arc or larch, not lru");
+        assert!(set(&t, "zfs_arc_policy", "2").is_err());
         let low = set(&t, "l2arc_write_max", "1").unwrap_err().to_string();
         assert!(low.contains("between 64K and 1G"), "{low}");
         assert!(set(&t, "l2arc_noprefetch", "yes").is_err());

@@ -26,6 +26,42 @@ pub enum ArcMode {
     Paper,
 }
 
+/// Which replacement policy runs over the ARC's lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArcPolicy {
+    /// The ARC as [`ArcMode`] balances it.
+    Arc,
+    /// larch's refinements of the ARC (OpenZFS balancing only; the crate documentation,
+    /// "The larch policy"): an MFU block counts its hits (up to [`MAX_MARKS`]) and each
+    /// lets it pass MFU's cold end once more instead of leaving; and while the ARC has
+    /// room, MRU beyond its target hands its coldest block to MFU.
+    Larch,
+}
+
+impl ArcPolicy {
+    /// Its name, as `zfs_arc_policy` and `larch sim replay --policy` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArcPolicy::Arc => "arc",
+            ArcPolicy::Larch => "larch",
+        }
+    }
+}
+
+/// MRU's starting share of each target (`pd`, `pm`). Under the larch policy MFU is
+/// filled while the ARC has room (`fill_mfu`), so MRU starts small (1/32, between
+/// W-TinyLFU's 1% window and S3-FIFO's 10% queue) and ghost hits grow it where recency
+/// pays; BENCHMARKS.md "Issue 40" has the starting shares measured (0, 1/32, 1/8, 1/2).
+fn starting_mru_share(policy: ArcPolicy) -> u64 {
+    match policy {
+        ArcPolicy::Arc => ONE / 2,
+        ArcPolicy::Larch => ONE / 32,
+    }
+}
+
+/// Most hits an MFU block under [`ArcPolicy::Larch`] keeps count of.
+pub const MAX_MARKS: u8 = 3;
+
 /// Sizes and tunables of an [`Arc`]. Defaults are OpenZFS's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArcConfig {
@@ -53,6 +89,8 @@ pub struct ArcConfig {
     pub ghost_hits_weighted: bool,
     /// Slow the fractions' moves past 20% and 80% (OpenZFS does).
     pub damp_extremes: bool,
+    /// The replacement policy over the lists.
+    pub policy: ArcPolicy,
 }
 
 /// The bound on the ghost lists in [`ArcMode::OpenZfs`].
@@ -94,6 +132,7 @@ impl ArcConfig {
             ghost_bound: GhostBound::HalfOfOthers,
             ghost_hits_weighted: false,
             damp_extremes: true,
+            policy: ArcPolicy::Arc,
         }
     }
 
@@ -127,6 +166,11 @@ impl ArcConfig {
         }
         if self.meta_balance == 0 {
             return Err(ConfigError("meta_balance must be at least 1 (percent)"));
+        }
+        if self.mode == ArcMode::Paper && self.policy == ArcPolicy::Larch {
+            return Err(ConfigError(
+                "the larch policy refines the OpenZFS balancing, not the paper's",
+            ));
         }
         Ok(())
     }
@@ -224,6 +268,7 @@ impl Arc {
     pub fn new(cfg: ArcConfig) -> Result<Arc, ConfigError> {
         cfg.validate()?;
         let c = cfg.c_min_bytes.max(1);
+        let mru_share = starting_mru_share(cfg.policy);
         Ok(Arc {
             slab: Slab::new(),
             lists: [[List::EMPTY; 2]; 7],
@@ -231,8 +276,8 @@ impl Arc {
             c,
             no_grow: false,
             meta: ONE / 4,
-            pd: ONE / 2,
-            pm: ONE / 2,
+            pd: mru_share,
+            pm: mru_share,
             p: 0,
             ghost_hit_bytes: [[0; 2]; 2],
             ghost_hit_seen: [[0; 2]; 2],
@@ -472,7 +517,9 @@ impl Arc {
                 } else if self.cfg.mode == ArcMode::Paper
                     || now > last.saturating_add(self.cfg.mfu_min_time_ms)
                 {
-                    self.slab.get_mut(id).access_ms = now;
+                    let h = self.slab.get_mut(id);
+                    h.access_ms = now;
+                    h.marks = 0;
                     self.change_state(id, State::Mfu);
                     // The live lists changed, and the ghost bounds with them.
                     self.trim_ghosts(actions);
@@ -483,7 +530,12 @@ impl Arc {
             }
             State::Mfu => {
                 self.stats.mfu_hits += 1;
-                self.slab.get_mut(id).access_ms = now;
+                let larch = self.cfg.policy == ArcPolicy::Larch;
+                let h = self.slab.get_mut(id);
+                h.access_ms = now;
+                if larch {
+                    h.marks = (h.marks + 1).min(MAX_MARKS);
+                }
                 self.requeue(id);
             }
             State::Uncached => {
@@ -505,17 +557,21 @@ impl Arc {
         }
         let was_prefetch = self.update_prefetch_flag(id, access);
         let h = self.slab.get(id);
-        let (state, size, t, on_l2) = (
+        let (state, size, t, on_l2, last_ms) = (
             h.state,
             u64::from(h.size_bytes),
             h.buf_type as usize,
             h.has(FLAG_HAS_L2),
+            h.access_ms,
         );
         let mut target = match state {
             State::MruGhost => {
                 self.stats.mru_ghost_hits += 1;
                 self.ghost_hit_bytes[0][t] += size;
                 if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
+                    State::Mru
+                } else if self.cfg.policy == ArcPolicy::Larch && !self.mfu_admits(t, last_ms) {
+                    self.stats.mfu_refused += 1;
                     State::Mru
                 } else {
                     State::Mfu
@@ -540,6 +596,7 @@ impl Arc {
         h.size_bytes = access.size_bytes;
         h.buf_type = access.buf_type;
         h.access_ms = access.now_ms;
+        h.marks = 0;
         self.attach(id, target);
         self.maybe_grow(u64::from(access.size_bytes));
         self.evict(access.now_ms, actions);
@@ -576,6 +633,9 @@ impl Arc {
         } else {
             State::Mru
         };
+        if state == State::Mru && self.cfg.policy == ArcPolicy::Larch {
+            self.fill_mfu(access.buf_type as usize, u64::from(access.size_bytes));
+        }
         self.attach(id, state);
         self.maybe_grow(u64::from(access.size_bytes));
         self.evict(access.now_ms, actions);
@@ -583,6 +643,44 @@ impl Arc {
             found: None,
             on_l2: false,
         }
+    }
+
+    /// Under [`ArcPolicy::Larch`], whether an MRU ghost hit of type `t`, last read at
+    /// `last_ms`, enters MFU: only if MFU's coldest block was last read no later. When
+    /// MFU's whole list was read since the ghost's block was, taking MFU's coldest for it
+    /// trades a block with a shorter reuse interval for one with a longer one — a loop
+    /// longer than MRU but within the ghost lists' reach does exactly that on every
+    /// access; the block enters MRU instead. The ghost hit still counts for the balance.
+    fn mfu_admits(&self, t: usize, last_ms: u64) -> bool {
+        let coldest = self.lists[State::Mfu as usize][t].tail;
+        coldest == NIL || self.slab.get(coldest).access_ms <= last_ms
+    }
+
+    /// Under [`ArcPolicy::Larch`], while the ARC has room for `incoming` more bytes: if MRU
+    /// (of type `t`) holds at least its target, its coldest block moves to MFU. So MFU
+    /// fills with what arrived while nothing competed for the room, as S3-FIFO's and
+    /// W-TinyLFU's main queues do, instead of staying empty until blocks are seen twice:
+    /// a loop or scan longer than the cache then cycles through MRU and leaves MFU's
+    /// blocks in place. Prefetched blocks stay in MRU (a demand read has not used them).
+    fn fill_mfu(&mut self, t: usize, incoming: u64) {
+        if self.size().saturating_add(incoming) > self.c {
+            return;
+        }
+        let (share, mru_frac) = if t == META {
+            (self.meta, self.pm)
+        } else {
+            (ONE - self.meta, self.pd)
+        };
+        let target = adapt::apply(adapt::apply(self.c, share), mru_frac);
+        if self.sizes[State::Mru as usize][t] < target {
+            return;
+        }
+        let id = self.lists[State::Mru as usize][t].tail;
+        if id == NIL || self.slab.get(id).has(FLAG_PREFETCH) {
+            return;
+        }
+        self.slab.get_mut(id).marks = 0;
+        self.change_state(id, State::Mfu);
     }
 
     /// Drops a header whose generation is older than the caller's: the block was overwritten
@@ -837,6 +935,28 @@ impl Arc {
 
     // ---- size control --------------------------------------------------------------------
 
+    /// Switches the replacement policy. Nothing moves: the lists, sizes and fractions stay
+    /// as they are, and the new policy's rules apply from the next operation (MFU blocks
+    /// start without marks after a switch to [`ArcPolicy::Larch`]). An ARC that tracks
+    /// no block yet starts afresh: its MRU shares become the new policy's starting ones,
+    /// so switching before the first read is the same as starting with the policy.
+    pub fn set_policy(&mut self, policy: ArcPolicy) -> Result<(), ConfigError> {
+        let cfg = ArcConfig {
+            policy,
+            ..self.cfg.clone()
+        };
+        cfg.validate()?;
+        if policy != self.cfg.policy {
+            self.slab.clear_marks();
+            if self.slab.live() == 0 {
+                self.pd = starting_mru_share(policy);
+                self.pm = self.pd;
+            }
+        }
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Stops (or allows again) the growth of `c`, as OpenZFS does under memory pressure.
     pub fn set_no_grow(&mut self, no_grow: bool) {
         self.no_grow = no_grow;
@@ -947,13 +1067,24 @@ impl Arc {
         now_ms: u64,
         actions: &mut Vec<Action>,
     ) -> u64 {
+        let marks = state == State::Mfu && self.cfg.policy == ArcPolicy::Larch;
         let mut freed = 0;
         let mut id = self.lists[state as usize][buf_type].tail;
         while id != NIL && freed < bytes {
             let h = self.slab.get(id);
-            let prev = h.prev;
+            let mut prev = h.prev;
             if self.is_young_prefetch(h, now_ms) {
                 self.stats.evict_skip += 1;
+            } else if marks && h.marks > 0 {
+                // Another pass for a block hit while in MFU. Each pass spends a mark, so
+                // the walk ends: at worst it goes round the list MAX_MARKS + 1 times,
+                // paid for by the hits that set the marks.
+                self.slab.get_mut(id).marks -= 1;
+                self.requeue(id);
+                self.stats.mfu_passes += 1;
+                if prev == NIL {
+                    prev = self.lists[state as usize][buf_type].tail;
+                }
             } else {
                 freed += self.evict_one(id, actions);
             }
@@ -1430,6 +1561,8 @@ impl Arc {
                 s.demand_iohit_predictive_prefetch,
             ),
             ("stale_drops", s.stale_drops),
+            ("mfu_passes", s.mfu_passes),
+            ("mfu_refused", s.mfu_refused),
             ("hash_elements", self.slab.live() as u64),
             ("c", self.c),
             ("c_min", self.cfg.c_min_bytes),
@@ -1519,6 +1652,10 @@ impl Arc {
             if !h.state.is_resident() {
                 assert_eq!(h.refcount, 0, "{key:?}: held in {:?}", h.state);
             }
+            assert!(h.marks <= MAX_MARKS, "{key:?}: {} marks", h.marks);
+            if self.cfg.policy == ArcPolicy::Arc {
+                assert_eq!(h.marks, 0, "{key:?}: marks under the ARC policy");
+            }
         }
         assert_eq!(
             sizes, self.sizes,
@@ -1603,6 +1740,7 @@ impl Arc {
 impl Policy for Arc {
     fn name(&self) -> &'static str {
         match self.cfg.mode {
+            _ if self.cfg.policy == ArcPolicy::Larch => "larch",
             ArcMode::Paper => "arc-paper",
             ArcMode::OpenZfs
                 if self.cfg == ArcConfig::openzfs(self.cfg.c_min_bytes, self.cfg.c_max_bytes) =>

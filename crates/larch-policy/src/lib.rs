@@ -56,6 +56,16 @@
 //! - Ghost sizes are bounded after every operation, and the bounds are checked by
 //!   [`Arc::check_invariants`].
 //!
+//! **The larch policy** ([`ArcPolicy::Larch`], `zfs_arc_policy=larch`) keeps all of the
+//! above and changes three rules, after what S3-FIFO and W-TinyLFU showed: an MFU block
+//! counts its hits (up to [`MAX_MARKS`]) and spends one to pass MFU's cold end again
+//! instead of leaving; while the ARC has room, MRU beyond its target (which starts at
+//! 1/32, not 1/2) hands its coldest block to MFU, so a loop or scan longer than the cache
+//! cycles through MRU and leaves MFU in place; and an MRU ghost hit enters MRU, not MFU,
+//! when all of MFU was read after its block was. docs/arc.md has why, and BENCHMARKS.md
+//! "Issue 40" the hit ratios against libCacheSim's policies. Switchable at run time
+//! ([`Arc::set_policy`]); the paper's mode has only the ARC.
+//!
 //! [`Lru`] implements the same [`Policy`] trait as a baseline.
 //!
 //! Beside the ARC, the crate holds the other decisions the engine and the simulator must
@@ -83,7 +93,9 @@ pub mod throttle;
 pub mod tunables;
 pub mod units;
 
-pub use arc::{Arc, ArcConfig, ArcMode, BlockInfo, ConfigError, GhostBound, Restore};
+pub use arc::{
+    Arc, ArcConfig, ArcMode, ArcPolicy, BlockInfo, ConfigError, GhostBound, MAX_MARKS, Restore,
+};
 pub use list::{HEADER_BYTES, KeyHasher};
 pub use lru::Lru;
 pub use stats::ArcStats;

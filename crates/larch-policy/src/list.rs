@@ -40,6 +40,9 @@ pub(crate) struct Header {
     pub flags: u8,
     /// Holds taken by callers (reads in flight, buffers lent out). A held header is on no list.
     pub refcount: u16,
+    /// Under [`crate::ArcPolicy::Larch`]: hits since the block entered MFU, at most
+    /// `MAX_MARKS`; each lets it pass MFU's cold end once more instead of leaving.
+    pub marks: u8,
     /// Time of the last access, in the caller's milliseconds.
     pub access_ms: u64,
     /// Logical time of the last move to a list head: orders the tails of the data and metadata lists.
@@ -66,6 +69,7 @@ impl Header {
             buf_type,
             flags,
             refcount: 0,
+            marks: 0,
             access_ms,
             touch_seq: 0,
             prev: NIL,
@@ -189,6 +193,13 @@ impl Slab {
 
     pub fn get_mut(&mut self, id: u32) -> &mut Header {
         &mut self.headers[id as usize]
+    }
+
+    /// Sets every header's MFU marks to 0.
+    pub fn clear_marks(&mut self) {
+        for h in &mut self.headers {
+            h.marks = 0;
+        }
     }
 
     /// Number of live headers.

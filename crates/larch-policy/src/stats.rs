@@ -62,6 +62,12 @@ pub struct ArcStats {
     /// Headers dropped because an access carried a newer generation (the block was overwritten).
     /// larch-only: ZFS identities never go stale.
     pub stale_drops: u64,
+    /// Under the larch policy: times a block hit while in MFU passed MFU's cold end again
+    /// instead of leaving (each spends one of its marks). Not an OpenZFS kstat.
+    pub mfu_passes: u64,
+    /// Under the larch policy: MRU ghost hits that entered MRU, not MFU, because all of
+    /// MFU was read since the block was. Not an OpenZFS kstat.
+    pub mfu_refused: u64,
     /// Times `c` grew.
     pub grow_count: u64,
     /// Times `c` was reduced by memory pressure (`memory_indirect_count` in OpenZFS is close).
@@ -198,6 +204,14 @@ const KSTATS: &[KstatDef] = &[
     count(
         "stale_drops",
         "headers dropped because an access carried a newer generation (the block was overwritten); larch only",
+    ),
+    count(
+        "mfu_passes",
+        "times a block hit while in MFU passed MFU's cold end again instead of leaving (larch policy only)",
+    ),
+    count(
+        "mfu_refused",
+        "MRU ghost hits sent back to MRU because all of MFU was read more recently (larch policy only)",
     ),
     count(
         "hash_elements",

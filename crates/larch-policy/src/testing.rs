@@ -5,7 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{Access, Action, Arc, ArcConfig, BlockKey, BufType, GhostBound, Restore, State};
+use crate::{
+    Access, Action, Arc, ArcConfig, ArcMode, ArcPolicy, BlockKey, BufType, GhostBound, Restore,
+    State,
+};
 
 /// What the caller side knows, to use the API correctly and to check the actions.
 #[derive(Default)]
@@ -39,13 +42,21 @@ pub fn run_ops(data: &[u8]) {
     let unit = 512u64;
     let c_max = unit * (4 + u64::from(bytes.u8() % 64));
     let c_min = c_max / (1 + u64::from(bytes.u8() % 4));
-    let mut cfg = match bytes.u8() % 4 {
+    let mut cfg = match bytes.u8() % 6 {
         0 => ArcConfig::new(c_min, c_max),
         1 => ArcConfig::openzfs(c_min, c_max),
         2 => ArcConfig::paper(c_max),
-        _ => ArcConfig {
+        3 => ArcConfig {
             ghost_bound: GhostBound::HalfOfOthers,
             ..ArcConfig::new(c_min, c_max)
+        },
+        4 => ArcConfig {
+            policy: ArcPolicy::Larch,
+            ..ArcConfig::new(c_min, c_max)
+        },
+        _ => ArcConfig {
+            policy: ArcPolicy::Larch,
+            ..ArcConfig::openzfs(c_min, c_max)
         },
     };
     // Small key spaces make ghost hits and full ghost lists common; big ones make scans.
@@ -137,9 +148,18 @@ pub fn run_ops(data: &[u8]) {
                     model.generation.insert(key, generation + 1);
                 }
             }
-            _ => match bytes.u8() % 3 {
+            _ => match bytes.u8() % 4 {
                 0 => arc.shrink(unit * u64::from(bytes.u8() % 8), now_ms, &mut actions),
                 1 => arc.grow(unit * u64::from(bytes.u8() % 8)),
+                2 => {
+                    // A switch of policy at run time; the paper's mode has only the ARC.
+                    let policy = match arc.config().policy {
+                        ArcPolicy::Arc => ArcPolicy::Larch,
+                        ArcPolicy::Larch => ArcPolicy::Arc,
+                    };
+                    let paper = arc.config().mode == ArcMode::Paper;
+                    assert_eq!(arc.set_policy(policy).is_ok(), !paper);
+                }
                 _ => {
                     let max = unit * (4 + u64::from(bytes.u8() % 64));
                     arc.set_limits(max / 2, max, now_ms, &mut actions)

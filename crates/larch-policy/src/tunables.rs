@@ -21,6 +21,8 @@ pub const DIRTY_DATA_MAX_CAP_BYTES: u64 = 4 << 30;
 pub struct TunableDefaults {
     /// `zfs_arc_min` (0: chosen from `zfs_arc_max` when used).
     pub zfs_arc_min: u64,
+    /// `zfs_arc_policy`: 0 the ARC, 1 larch's refinements of it ([`crate::ArcPolicy`]).
+    pub zfs_arc_policy: u64,
     /// `zfs_arc_sys_free` (0: 1/32 of RAM when used).
     pub zfs_arc_sys_free: u64,
     /// `zfs_txg_timeout`, seconds.
@@ -84,6 +86,7 @@ pub struct TunableDefaults {
 /// The defaults.
 pub const DEFAULTS: TunableDefaults = TunableDefaults {
     zfs_arc_min: 0,
+    zfs_arc_policy: 0,
     zfs_arc_sys_free: 0,
     zfs_txg_timeout: 5,
     zfs_vdev_async_write_max_active: 32,

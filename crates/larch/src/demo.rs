@@ -159,6 +159,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             PolicyName::ArcOpenzfs => "arc-openzfs",
             PolicyName::ArcPaper => "arc-paper",
             PolicyName::Lru => "lru",
+            PolicyName::Larch => "larch",
         };
         println!(
             "  {:<12} {:>11.2}% {:>11.2}% {:>17.2}% {:>11.2}%",

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use larch_policy::{Arc, ArcConfig, Lru, Policy};
+use larch_policy::{Arc, ArcConfig, ArcPolicy, Lru, Policy};
 use larch_sim::{Format, ReplayConfig, Replayer, TraceError, TraceReader, WriteMode};
 use serde_json::json;
 
@@ -46,6 +46,9 @@ pub enum PolicyName {
     ArcPaper,
     /// Least recently used.
     Lru,
+    /// larch's refinements of the ARC (`arc` with MFU marks and MFU filled while the ARC
+    /// has room; docs/arc.md, "The larch policy").
+    Larch,
 }
 
 /// Arguments of `larch sim replay`.
@@ -121,6 +124,10 @@ pub fn make_policy(name: PolicyName, cache_size_bytes: u64) -> anyhow::Result<Bo
         PolicyName::ArcOpenzfs => Box::new(Arc::new(ArcConfig::openzfs_fixed(cache_size_bytes))?),
         PolicyName::ArcPaper => Box::new(Arc::new(ArcConfig::paper(cache_size_bytes))?),
         PolicyName::Lru => Box::new(Lru::new(cache_size_bytes)),
+        PolicyName::Larch => Box::new(Arc::new(ArcConfig {
+            policy: ArcPolicy::Larch,
+            ..ArcConfig::fixed(cache_size_bytes)
+        })?),
     })
 }
 

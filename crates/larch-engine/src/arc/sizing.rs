@@ -101,8 +101,8 @@ pub(crate) fn release_free_memory(accounted_bytes: u64) -> bool {
 
 /// The size controller's state.
 pub(crate) struct ArcSizer {
-    /// The limits the shards run with, as last applied.
-    applied: RankedMutex<(u64, u64)>,
+    /// The limits and the replacement policy the shards run with, as last applied.
+    applied: RankedMutex<((u64, u64), larch_policy::ArcPolicy)>,
     /// Memory pressure: when it last stopped the ARC from growing, and when it last
     /// shrank it.
     pressure: RankedMutex<Pressure>,
@@ -117,7 +117,7 @@ struct Pressure {
 impl ArcSizer {
     pub(crate) fn new(limits: (u64, u64)) -> ArcSizer {
         ArcSizer {
-            applied: RankedMutex::new(Rank::ArcSizing, limits),
+            applied: RankedMutex::new(Rank::ArcSizing, (limits, larch_policy::ArcPolicy::Arc)),
             pressure: RankedMutex::new(Rank::ArcSizing, Pressure::default()),
         }
     }
@@ -141,16 +141,28 @@ impl ArcSizer {
         arc.drain_installs();
         let now = arc.now_ms();
         let limits = limits(tunables);
+        let replacement = tunables.zfs_arc_policy();
         {
             let mut applied = self.applied.lock();
-            if *applied != limits {
+            if applied.0 != limits {
                 let cfg = larch_policy::shards::shard_config(limits.0, limits.1);
                 for mut shard in arc.shards() {
                     shard.with_policy(|policy, actions| {
                         let _ = policy.set_limits(cfg.c_min_bytes, cfg.c_max_bytes, now, actions);
                     });
                 }
-                *applied = limits;
+                applied.0 = limits;
+            }
+            if applied.1 != replacement {
+                for mut shard in arc.shards() {
+                    shard.with_policy(|policy, _| {
+                        // The shards run OpenZFS's balancing, which has both policies.
+                        policy
+                            .set_policy(replacement)
+                            .expect("the shards' balancing takes either policy");
+                    });
+                }
+                applied.1 = replacement;
             }
         }
         let Some((total, available)) = memory else {
@@ -244,6 +256,37 @@ mod tests {
             assert!(!sizer.adjust_with(&arc, &tunables, &stats, squeezed));
             assert_eq!(c(&arc), once);
         }
+    }
+
+    #[test]
+    fn zfs_arc_policy_switches_every_shard_at_the_next_pass() {
+        let tunables = Tunables::default();
+        let arc = ArcCache::new(32 << 20, 256 << 20);
+        let stats = EngineStats::default();
+        let sizer = ArcSizer::new(limits(&tunables));
+        let policies = |arc: &ArcCache| -> Vec<larch_policy::ArcPolicy> {
+            arc.shards().map(|s| s.arc.config().policy).collect()
+        };
+        sizer.adjust_with(&arc, &tunables, &stats, None);
+        assert!(
+            policies(&arc)
+                .iter()
+                .all(|p| *p == larch_policy::ArcPolicy::Arc)
+        );
+        tunables.set("zfs_arc_policy", "larch").unwrap();
+        sizer.adjust_with(&arc, &tunables, &stats, None);
+        assert!(
+            policies(&arc)
+                .iter()
+                .all(|p| *p == larch_policy::ArcPolicy::Larch)
+        );
+        tunables.set("zfs_arc_policy", "0").unwrap();
+        sizer.adjust_with(&arc, &tunables, &stats, None);
+        assert!(
+            policies(&arc)
+                .iter()
+                .all(|p| *p == larch_policy::ArcPolicy::Arc)
+        );
     }
 
     static RELEASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -332,7 +332,10 @@ impl SimCache {
     ) -> SimCache {
         // As the engine: zfs_arc_min defaults to max(32M, max/32), at most the maximum.
         let arc_min = arc_max_bytes.min((32 << 20u64).max(arc_max_bytes / 32));
-        let cfg = shard_config(arc_min, arc_max_bytes);
+        let cfg = larch_policy::ArcConfig {
+            policy: tunables.arc_policy,
+            ..shard_config(arc_min, arc_max_bytes)
+        };
         let shards = (0..SHARDS)
             .map(|_| Arc::new(cfg.clone()).expect("shard limits of at least one byte are valid"))
             .collect();

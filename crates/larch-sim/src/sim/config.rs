@@ -150,6 +150,8 @@ pub struct SimTunables {
     pub l2arc_nowrite: bool,
     /// `l2arc_mfuonly`.
     pub l2arc_mfuonly: u64,
+    /// `zfs_arc_policy`: the ARC's replacement policy.
+    pub arc_policy: larch_policy::ArcPolicy,
     /// `primarycache` of the volume: what the ARC keeps once nobody holds it.
     pub primarycache: CacheMode,
     /// `secondarycache` of the volume: what the feed may write to cache devices.
@@ -209,6 +211,11 @@ impl Default for SimTunables {
             l2arc_noprefetch: DEFAULTS.l2arc_noprefetch,
             l2arc_nowrite: DEFAULTS.l2arc_nowrite,
             l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
+            arc_policy: if DEFAULTS.zfs_arc_policy == 0 {
+                larch_policy::ArcPolicy::Arc
+            } else {
+                larch_policy::ArcPolicy::Larch
+            },
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
             metadata: MetadataModel::Off,
@@ -266,6 +273,13 @@ impl SimTunables {
                     name,
                     format!("expected 0, 1 or 2, got {value}"),
                 ));
+            }
+            "zfs_arc_policy" => {
+                self.arc_policy = if flag(value)? {
+                    larch_policy::ArcPolicy::Larch
+                } else {
+                    larch_policy::ArcPolicy::Arc
+                };
             }
             "secondarycache" => {
                 self.secondarycache = if flag(value)? {
@@ -349,6 +363,7 @@ pub const TUNABLE_NAMES: &[&str] = &[
     "l2arc_noprefetch",
     "l2arc_nowrite",
     "l2arc_mfuonly",
+    "zfs_arc_policy",
     "secondarycache",
     "zfs_txg_timeout",
     "zfs_dirty_data_max",
