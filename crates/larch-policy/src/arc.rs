@@ -557,12 +557,12 @@ impl Arc {
         }
         let was_prefetch = self.update_prefetch_flag(id, access);
         let h = self.slab.get(id);
-        let (state, size, t, on_l2, last_ms) = (
+        let (state, size, t, on_l2, last_seq) = (
             h.state,
             u64::from(h.size_bytes),
             h.buf_type as usize,
             h.has(FLAG_HAS_L2),
-            h.access_ms,
+            h.touch_seq,
         );
         let mut target = match state {
             State::MruGhost => {
@@ -570,7 +570,7 @@ impl Arc {
                 self.ghost_hit_bytes[0][t] += size;
                 if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
                     State::Mru
-                } else if self.cfg.policy == ArcPolicy::Larch && !self.mfu_admits(t, last_ms) {
+                } else if self.cfg.policy == ArcPolicy::Larch && !self.mfu_admits(t, last_seq) {
                     self.stats.mfu_refused += 1;
                     State::Mru
                 } else {
@@ -645,15 +645,19 @@ impl Arc {
         }
     }
 
-    /// Under [`ArcPolicy::Larch`], whether an MRU ghost hit of type `t`, last read at
-    /// `last_ms`, enters MFU: only if MFU's coldest block was last read no later. When
-    /// MFU's whole list was read since the ghost's block was, taking MFU's coldest for it
-    /// trades a block with a shorter reuse interval for one with a longer one — a loop
-    /// longer than MRU but within the ghost lists' reach does exactly that on every
-    /// access; the block enters MRU instead. The ghost hit still counts for the balance.
-    fn mfu_admits(&self, t: usize, last_ms: u64) -> bool {
+    /// Under [`ArcPolicy::Larch`], whether an MRU ghost hit of type `t`, whose block was
+    /// last read (or entered MRU) at logical time `last_seq`, enters MFU: only if MFU's
+    /// coldest block was last read, or entered MFU, no later. When all of MFU moved since,
+    /// taking MFU's coldest for the ghost's block trades a block with a shorter reuse
+    /// interval for one with a longer one — a loop longer than MRU but within the ghost
+    /// lists' reach does exactly that on every access; the block enters MRU instead. The
+    /// ghost hit still counts for the balance. Logical time (the slab's list-move
+    /// sequence, which a ghost keeps from its block's last move: `evict_one`), not the
+    /// callers' clock: the decision must not depend on how fast reads come or on a
+    /// clock's resolution, nor differ between the daemon and the simulator.
+    fn mfu_admits(&self, t: usize, last_seq: u64) -> bool {
         let coldest = self.lists[State::Mfu as usize][t].tail;
-        coldest == NIL || self.slab.get(coldest).access_ms <= last_ms
+        coldest == NIL || self.slab.get(coldest).touch_seq <= last_seq
     }
 
     /// Under [`ArcPolicy::Larch`], while the ARC has room for `incoming` more bytes: if MRU
@@ -1052,7 +1056,16 @@ impl Arc {
             to,
         });
         match to {
-            Some(ghost) => self.change_state(id, ghost),
+            Some(ghost) => {
+                let last_move = self.slab.get(id).touch_seq;
+                self.change_state(id, ghost);
+                if self.cfg.policy == ArcPolicy::Larch {
+                    // The ghost keeps the logical time of its block's last read (or entry
+                    // into its list), which `mfu_admits` compares; the ghost list's order
+                    // is still that of eviction.
+                    self.slab.get_mut(id).touch_seq = last_move;
+                }
+            }
             None => self.destroy(id),
         }
         size

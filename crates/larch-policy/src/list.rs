@@ -45,7 +45,8 @@ pub(crate) struct Header {
     pub marks: u8,
     /// Time of the last access, in the caller's milliseconds.
     pub access_ms: u64,
-    /// Logical time of the last move to a list head: orders the tails of the data and metadata lists.
+    /// Logical time of the last move to a list head: orders the tails of the data and metadata
+    /// lists. Under the larch policy a ghost keeps its block's last one (`Arc::evict_one`).
     pub touch_seq: u64,
     pub prev: u32,
     pub next: u32,
