@@ -172,6 +172,15 @@ pub fn run_ops(data: &[u8]) {
     }
 }
 
+/// The arcstat `name` of `arc`; panics if there is none (for tests).
+pub fn kstat(arc: &Arc, name: &str) -> u64 {
+    arc.kstats()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no kstat {name}"))
+        .1
+}
+
 /// Nothing held or dirty may be evicted; a write may drop only the old clean generation.
 fn check_actions(model: &Model, actions: &[Action], was_write: bool) {
     for action in actions {

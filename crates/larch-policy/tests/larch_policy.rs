@@ -2,6 +2,7 @@
 //! has room, a loop longer than the cache, the switch at run time, and the bound on what a
 //! scan takes from MFU under both policies.
 
+use larch_policy::testing::kstat;
 use larch_policy::{
     Access, Arc, ArcConfig, ArcMode, ArcPolicy, BlockKey, MAX_MARKS, Policy, State,
 };
@@ -39,14 +40,6 @@ impl Clock {
 
 fn state(arc: &Arc, block: u64) -> Option<State> {
     arc.info(&key(block)).map(|i| i.state)
-}
-
-fn kstat(arc: &Arc, name: &str) -> u64 {
-    arc.kstats()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("no kstat {name}"))
-        .1
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! One test per state transition of the ARC (reference: OpenZFS `arc_access`, `arc_evict_hdr`),
 //! plus size control, adaptation, and scan resistance.
 
+use larch_policy::testing::kstat;
 use larch_policy::{
     Access, Action, Arc, ArcConfig, BlockKey, BufType, Lru, Outcome, Policy, Restore, State,
 };
@@ -35,14 +36,6 @@ fn flood(arc: &mut Arc, count: u64, now_ms: u64) {
     for b in 0..count {
         access(arc, read(100 + b, now_ms));
     }
-}
-
-fn kstat(arc: &Arc, name: &str) -> u64 {
-    arc.kstats()
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("no kstat {name}"))
-        .1
 }
 
 #[test]
