@@ -567,14 +567,21 @@ impl Arc {
         let mut target = match state {
             State::MruGhost => {
                 self.stats.mru_ghost_hits += 1;
-                self.ghost_hit_bytes[0][t] += size;
-                if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
-                    State::Mru
-                } else if self.cfg.policy == ArcPolicy::Larch && !self.mfu_admits(t, last_seq) {
+                if self.cfg.policy == ArcPolicy::Larch
+                    && !(was_prefetch && self.cfg.mode == ArcMode::OpenZfs)
+                    && !self.mfu_admits(t, last_seq)
+                {
+                    // Refused: it enters MRU and does not count for the balance either
+                    // (growing MRU would take MFU's blocks, reused sooner, for it).
                     self.stats.mfu_refused += 1;
                     State::Mru
                 } else {
-                    State::Mfu
+                    self.ghost_hit_bytes[0][t] += size;
+                    if was_prefetch && self.cfg.mode == ArcMode::OpenZfs {
+                        State::Mru
+                    } else {
+                        State::Mfu
+                    }
                 }
             }
             State::MfuGhost => {
@@ -650,8 +657,9 @@ impl Arc {
     /// coldest block was last read, or entered MFU, no later. When all of MFU moved since,
     /// taking MFU's coldest for the ghost's block trades a block with a shorter reuse
     /// interval for one with a longer one — a loop longer than MRU but within the ghost
-    /// lists' reach does exactly that on every access; the block enters MRU instead. The
-    /// ghost hit still counts for the balance. Logical time (the slab's list-move
+    /// lists' reach does exactly that on every access; the block enters MRU instead, and
+    /// the ghost hit does not count for the balance (it would grow MRU at MFU's expense
+    /// for the same trade). Logical time (the slab's list-move
     /// sequence, which a ghost keeps from its block's last move: `evict_one`), not the
     /// callers' clock: the decision must not depend on how fast reads come or on a
     /// clock's resolution, nor differ between the daemon and the simulator.

@@ -62,9 +62,10 @@
 //! instead of leaving; while the ARC has room, MRU beyond its target (which starts at
 //! 1/32, not 1/2) hands its coldest block to MFU, so a loop or scan longer than the cache
 //! cycles through MRU and leaves MFU in place; and an MRU ghost hit enters MRU, not MFU,
-//! when all of MFU was read after its block was. docs/arc.md has why, and BENCHMARKS.md
-//! "Issue 40" the hit ratios against libCacheSim's policies. Switchable at run time
-//! ([`Arc::set_policy`]); the paper's mode has only the ARC.
+//! and does not grow MRU's share, when all of MFU was read after its block was.
+//! docs/arc.md has why, and BENCHMARKS.md "Issue 40" the hit ratios against libCacheSim's
+//! policies. Switchable at run time ([`Arc::set_policy`]); the paper's mode has only the
+//! ARC.
 //!
 //! [`Lru`] implements the same [`Policy`] trait as a baseline.
 //!

@@ -175,6 +175,27 @@ fn a_loop_longer_than_the_cache_keeps_hitting_under_larch_not_under_arc() {
 }
 
 #[test]
+fn a_loop_within_the_ghost_lists_reach_keeps_hitting_too() {
+    // 1.5 x the cache: every access past MRU is a ghost hit. Those that would push out
+    // MFU blocks read since are refused and do not grow MRU, so MFU stays in place.
+    let (cache, blocks, passes) = (100, 150, 10);
+    let mut arc = larch(cache);
+    let hits = loop_hits(&mut arc, blocks, passes);
+    let optimum = (cache - 1) * (passes - 1);
+    assert!(
+        hits * 10 >= optimum * 8,
+        "{hits} hits, the optimum {optimum}"
+    );
+    assert!(kstat(&arc, "mfu_refused") > 0);
+    let mut arc = Arc::new(ArcConfig::fixed(cache * u64::from(BLOCK))).unwrap();
+    assert_eq!(
+        loop_hits(&mut arc, blocks, passes),
+        0,
+        "the ARC is LRU here"
+    );
+}
+
+#[test]
 fn the_policy_switches_at_run_time_without_moving_a_block() {
     let mut arc = larch(8);
     let mut clock = Clock(0);
