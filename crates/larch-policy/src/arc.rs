@@ -33,8 +33,9 @@ pub enum ArcPolicy {
     Arc,
     /// larch's refinements of the ARC (OpenZFS balancing only; the crate documentation,
     /// "The larch policy"): an MFU block counts its hits (up to [`MAX_MARKS`]) and each
-    /// lets it pass MFU's cold end once more instead of leaving; and while the ARC has
-    /// room, MRU beyond its target hands its coldest block to MFU.
+    /// lets it pass MFU's cold end once more instead of leaving; while the ARC has room,
+    /// MRU beyond its target hands its coldest block to MFU; and an MRU ghost hit whose
+    /// block was read before all of MFU was enters MRU and leaves the balance alone.
     Larch,
 }
 
@@ -654,12 +655,12 @@ impl Arc {
 
     /// Under [`ArcPolicy::Larch`], whether an MRU ghost hit of type `t`, whose block was
     /// last read (or entered MRU) at logical time `last_seq`, enters MFU: only if MFU's
-    /// coldest block was last read, or entered MFU, no later. When all of MFU moved since,
-    /// taking MFU's coldest for the ghost's block trades a block with a shorter reuse
-    /// interval for one with a longer one — a loop longer than MRU but within the ghost
-    /// lists' reach does exactly that on every access; the block enters MRU instead, and
-    /// the ghost hit does not count for the balance (it would grow MRU at MFU's expense
-    /// for the same trade). Logical time (the slab's list-move
+    /// coldest block last moved (was read, entered MFU or passed its cold end) no later.
+    /// When all of MFU moved since, taking MFU's coldest for the ghost's block trades a
+    /// block with a shorter reuse interval for one with a longer one — a loop longer than
+    /// MRU but within the ghost lists' reach does exactly that on every access; the block
+    /// enters MRU instead, and the ghost hit does not count for the balance (it would grow
+    /// MRU at MFU's expense for the same trade). Logical time (the slab's list-move
     /// sequence, which a ghost keeps from its block's last move: `evict_one`), not the
     /// callers' clock: the decision must not depend on how fast reads come or on a
     /// clock's resolution, nor differ between the daemon and the simulator.
