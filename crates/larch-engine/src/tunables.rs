@@ -62,7 +62,7 @@ macro_rules! tunables {
     (@ty Policy) => { larch_policy::ArcPolicy };
     (@ty $kind:ident) => { u64 };
     (@get Flag, $cell:expr) => { $cell.load(Ordering::Relaxed) != 0 };
-    (@get Policy, $cell:expr) => { policy_of($cell.load(Ordering::Relaxed)) };
+    (@get Policy, $cell:expr) => { larch_policy::ArcPolicy::from_tunable($cell.load(Ordering::Relaxed)) };
     (@get $kind:ident, $cell:expr) => { $cell.load(Ordering::Relaxed) };
     (@words) => { None };
     (@words $words:literal) => { Some($words) };
@@ -247,33 +247,22 @@ fn lookup(name: &str) -> Result<&'static TunableDef, TunableError> {
     })
 }
 
-/// The names `zfs_arc_policy` takes, by value.
-const POLICIES: [larch_policy::ArcPolicy; 2] =
-    [larch_policy::ArcPolicy::Arc, larch_policy::ArcPolicy::Larch];
-
-/// The policy a stored `zfs_arc_policy` value names (anything above 1 counts as 1).
-fn policy_of(value: u64) -> larch_policy::ArcPolicy {
-    POLICIES[value.min(1) as usize]
-}
-
 /// Parses and range-checks a value of `def`.
 fn parse(def: &TunableDef, text: &str) -> Result<u64, TunableError> {
     let name = def.name;
     let value = match def.kind {
         Kind::Policy => {
             let text = text.trim();
-            let named = POLICIES.iter().position(|p| p.name() == text);
+            let all = larch_policy::ArcPolicy::ALL;
+            let named = all.iter().position(|p| p.name() == text);
             match named.map(|i| i as u64).or_else(|| text.parse::<u64>().ok()) {
-                Some(value) if value < POLICIES.len() as u64 => return Ok(value),
+                Some(value) if value < all.len() as u64 => return Ok(value),
                 _ => {
+                    let (last, rest) = all.split_last().expect("two policies");
                     return Err(TunableError::NotAChoice {
                         name,
-                        choices: POLICIES[..POLICIES.len() - 1]
-                            .iter()
-                            .map(|p| p.name())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        last: POLICIES[POLICIES.len() - 1].name().to_string(),
+                        choices: rest.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+                        last: last.name().to_string(),
                         value: text.to_string(),
                     });
                 }
@@ -401,7 +390,9 @@ pub enum TunableError {
 fn shown(def: &TunableDef, value: u64) -> String {
     match def.kind {
         Kind::Size => format_size_exact(value),
-        Kind::Policy => policy_of(value).name().to_string(),
+        Kind::Policy => larch_policy::ArcPolicy::from_tunable(value)
+            .name()
+            .to_string(),
         _ => value.to_string(),
     }
 }
@@ -437,7 +428,9 @@ pub fn default_text(def: &TunableDef) -> String {
 pub fn format_value(name: &str, value: u64) -> String {
     match lookup(name) {
         Ok(def) if def.kind == Kind::Size => format_size_exact(value),
-        Ok(def) if def.kind == Kind::Policy => policy_of(value).name().to_string(),
+        Ok(def) if def.kind == Kind::Policy => larch_policy::ArcPolicy::from_tunable(value)
+            .name()
+            .to_string(),
         _ => value.to_string(),
     }
 }

@@ -40,6 +40,14 @@ pub enum ArcPolicy {
 }
 
 impl ArcPolicy {
+    /// Every policy, in the order of their `zfs_arc_policy` values (0, 1).
+    pub const ALL: [ArcPolicy; 2] = [ArcPolicy::Arc, ArcPolicy::Larch];
+
+    /// The policy a `zfs_arc_policy` value names (anything above 1 counts as 1).
+    pub fn from_tunable(value: u64) -> ArcPolicy {
+        ArcPolicy::ALL[value.min(1) as usize]
+    }
+
     /// Its name, as `zfs_arc_policy` and `larch sim replay --policy` spell it.
     pub fn name(self) -> &'static str {
         match self {

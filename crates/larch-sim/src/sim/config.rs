@@ -211,11 +211,7 @@ impl Default for SimTunables {
             l2arc_noprefetch: DEFAULTS.l2arc_noprefetch,
             l2arc_nowrite: DEFAULTS.l2arc_nowrite,
             l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
-            arc_policy: if DEFAULTS.zfs_arc_policy == 0 {
-                larch_policy::ArcPolicy::Arc
-            } else {
-                larch_policy::ArcPolicy::Larch
-            },
+            arc_policy: larch_policy::ArcPolicy::from_tunable(DEFAULTS.zfs_arc_policy),
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
             metadata: MetadataModel::Off,
@@ -275,11 +271,7 @@ impl SimTunables {
                 ));
             }
             "zfs_arc_policy" => {
-                self.arc_policy = if flag(value)? {
-                    larch_policy::ArcPolicy::Larch
-                } else {
-                    larch_policy::ArcPolicy::Arc
-                };
+                self.arc_policy = larch_policy::ArcPolicy::from_tunable(u64::from(flag(value)?));
             }
             "secondarycache" => {
                 self.secondarycache = if flag(value)? {
