@@ -12,6 +12,7 @@
 //!   says it is more popular than MFU's coldest, which then leaves;
 //! - `sketch_to_mfu`: a new block the sketch has seen this often enters MFU directly.
 
+use crate::choose::Candidate;
 use crate::lists::{B1, B2, Lists, T1, T2};
 use crate::sketch::Sketch;
 
@@ -214,5 +215,21 @@ impl Arc {
         } else {
             self.lists.push_hot(x, T1);
         }
+    }
+}
+
+impl Candidate for Arc {
+    type Rules = Options;
+
+    fn build(c: u64, ids: usize, options: Options) -> Arc {
+        Arc::new(c, ids, options, true)
+    }
+
+    fn access(&mut self, x: u32) -> bool {
+        Arc::access(self, x)
+    }
+
+    fn set_rules(&mut self, options: Options) {
+        self.options = options;
     }
 }

@@ -7,7 +7,9 @@
 //!
 //! WORK_DIR defaults to /tmp/larch-referee (the referee's default). Variants (default: all):
 //! `arc` (the paper's; must equal libCacheSim's ARC), `marks`, `bimodal`, `tinylfu-position`,
-//! `duel`, `sketch-to-mfu`, `adaptive` (arc.rs and adaptive.rs say what each is). For each
+//! `duel`, `sketch-to-mfu`, `adaptive` (arc.rs, unified.rs and choose.rs say what each is;
+//! tuning runs may set the choosers' `LAB_PERIOD`, `LAB_PERIOD_MAX`, `LAB_MARGIN` and
+//! `LAB_DECAY`, see `choose::Timing`). For each
 //! cell it prints the hit ratio (%) and the margin against max(S3-FIFO, W-TinyLFU), then per
 //! variant how many cells it wins, over all cells and over the cells where both rivals
 //! have a working cache (at least 100 blocks: W-TinyLFU's 1% window is empty below that).
@@ -15,7 +17,6 @@
 //! These are prototypes over unit-size blocks, not larch's policy: what wins here is then
 //! built into `larch_policy::Arc`, with sizes, generations, holds and the L2ARC feed.
 
-mod adaptive;
 mod arc;
 mod choose;
 mod lists;
@@ -107,11 +108,13 @@ fn run(variant: &str, c: u64, ids: usize, requests: &[u32]) -> (u64, u64) {
                     unified::Rules::COLD,
                 ],
             };
-            let share = std::env::var("LAB_PERIOD")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1.0);
-            let mut cache = choose::Chooser::new(c, ids, &candidates, share);
+            let timing = choose::Timing {
+                period_share: env_f64("LAB_PERIOD", 1.0),
+                period_max: u64::MAX,
+                margin: 0.0,
+                decay: 0.5,
+            };
+            let mut cache = choose::Chooser::<unified::Cache>::new(c, ids, &candidates, timing);
             let hits = requests.iter().filter(|&&x| cache.access(x)).count();
             switches = cache.switches;
             hits
@@ -137,7 +140,14 @@ fn run(variant: &str, c: u64, ids: usize, requests: &[u32]) -> (u64, u64) {
                 },
                 ..marks
             };
-            let mut cache = adaptive::Adaptive::new(c, ids, options, &candidates);
+            let candidates = candidates.map(|insert| Options { insert, ..options });
+            let timing = choose::Timing {
+                period_share: env_f64("LAB_PERIOD", 0.25),
+                period_max: env_f64("LAB_PERIOD_MAX", 1024.0) as u64,
+                margin: env_f64("LAB_MARGIN", 0.0),
+                decay: env_f64("LAB_DECAY", 0.5),
+            };
+            let mut cache = choose::Chooser::<Arc>::new(c, ids, &candidates, timing);
             let hits = requests.iter().filter(|&&x| cache.access(x)).count();
             switches = cache.switches;
             hits
@@ -186,6 +196,14 @@ fn run(variant: &str, c: u64, ids: usize, requests: &[u32]) -> (u64, u64) {
         }
     };
     (hits as u64, switches)
+}
+
+/// A number from the environment, for tuning runs (see choose.rs), else `default`.
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Dense ids of an oracleGeneral file, and one past the largest.

@@ -9,6 +9,7 @@
 //!   another pass instead of dropping it (S3-FIFO's main queue).
 //! - Ghost lists are bounded as the paper's directory: MRU + B1 <= c, everything <= 2c.
 
+use crate::choose::Candidate;
 use crate::lists::{B1, B2, Lists, T1, T2};
 use crate::sketch::Sketch;
 
@@ -274,4 +275,20 @@ fn fill_floor() -> f64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+impl Candidate for Cache {
+    type Rules = Rules;
+
+    fn build(c: u64, ids: usize, rules: Rules) -> Cache {
+        Cache::new(c, ids, rules)
+    }
+
+    fn access(&mut self, x: u32) -> bool {
+        Cache::access(self, x)
+    }
+
+    fn set_rules(&mut self, rules: Rules) {
+        self.rules = rules;
+    }
 }
