@@ -148,27 +148,39 @@ pub fn run_ops(data: &[u8]) {
                     model.generation.insert(key, generation + 1);
                 }
             }
-            _ => match bytes.u8() % 4 {
-                0 => arc.shrink(unit * u64::from(bytes.u8() % 8), now_ms, &mut actions),
-                1 => arc.grow(unit * u64::from(bytes.u8() % 8)),
-                2 => {
-                    // A switch of policy at run time; the paper's mode has only the ARC.
-                    let policy = match arc.config().policy {
-                        ArcPolicy::Arc => ArcPolicy::Larch,
-                        ArcPolicy::Larch => ArcPolicy::Arc,
-                    };
-                    let paper = arc.config().mode == ArcMode::Paper;
-                    assert_eq!(arc.set_policy(policy).is_ok(), !paper);
-                }
-                _ => {
-                    let max = unit * (4 + u64::from(bytes.u8() % 64));
-                    arc.set_limits(max / 2, max, now_ms, &mut actions)
-                        .expect("valid limits");
-                }
-            },
+            _ => whole_arc_op(&mut bytes, &mut arc, unit, now_ms, &mut actions),
         }
         check_actions(&model, &actions, op % 16 == 8);
         arc.check_invariants();
+    }
+}
+
+/// An operation on the whole ARC rather than a block: shrink, grow, a switch of policy,
+/// new limits.
+fn whole_arc_op(
+    bytes: &mut Bytes,
+    arc: &mut Arc,
+    unit: u64,
+    now_ms: u64,
+    actions: &mut Vec<Action>,
+) {
+    match bytes.u8() % 4 {
+        0 => arc.shrink(unit * u64::from(bytes.u8() % 8), now_ms, actions),
+        1 => arc.grow(unit * u64::from(bytes.u8() % 8)),
+        2 => {
+            // A switch of policy at run time; the paper's mode has only the ARC.
+            let policy = match arc.config().policy {
+                ArcPolicy::Arc => ArcPolicy::Larch,
+                ArcPolicy::Larch => ArcPolicy::Arc,
+            };
+            let paper = arc.config().mode == ArcMode::Paper;
+            assert_eq!(arc.set_policy(policy).is_ok(), !paper);
+        }
+        _ => {
+            let max = unit * (4 + u64::from(bytes.u8() % 64));
+            arc.set_limits(max / 2, max, now_ms, actions)
+                .expect("valid limits");
+        }
     }
 }
 
