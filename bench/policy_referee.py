@@ -59,15 +59,12 @@ to --markdown, every result to --json.
 """
 
 import argparse
-import bz2
 import concurrent.futures
 import datetime
-import glob
 import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -78,7 +75,8 @@ import libcachesim as lcs
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 sys.dont_write_bytecode = True  # no bench/__pycache__ in the working tree
-import gen_workloads  # noqa: E402  (bench/gen_workloads.py, next to this script)
+import trace_suite  # noqa: E402  (bench/trace_suite.py, next to this script)
+from trace_suite import file_key, suite  # noqa: E402
 
 # libCacheSim's oracleGeneral record.
 ORACLE_GENERAL = np.dtype([("t", "<u4"), ("id", "<u8"), ("sz", "<u4"), ("nx", "<i8")])
@@ -113,60 +111,6 @@ def log(message):
     print(f"[{time.monotonic() - START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------------------
-# The suite
-
-
-def trace_name(relative):
-    """'lirs/cs.trace.gz' -> 'lirs/cs': the path under the traces root without its
-    format and compression suffixes."""
-    name = relative
-    while True:
-        stem, ext = os.path.splitext(name)
-        if ext not in (".zst", ".gz", ".bz2", ".lis", ".trace", ".csv", ".vscsi", ".txt"):
-            return name
-        name = stem
-
-
-def suite(traces_root, work):
-    """[(name, source path)] of every trace in the suite, generated workloads included
-    (their files are written here if missing)."""
-    relative = ["arc/OLTP.lis.zst", "arc/P3.lis.zst", "cloudphysics/cloudPhysicsIO.vscsi"]
-    lirs = sorted(glob.glob(os.path.join(traces_root, "lirs", "*.trace.gz")))
-    if not lirs:
-        log(f"no lirs/*.trace.gz under {traces_root}")
-    relative += [os.path.relpath(p, traces_root) for p in lirs]
-    relative += [
-        "format-samples/msr-cambridge1-sample.csv",
-        "format-samples/systor17-traces-sample.csv.gz",
-        "format-samples/tencent-cbs-cloud_storage-sample.bz2",
-    ]
-    out = [(trace_name(r), os.path.join(traces_root, r)) for r in relative]
-    generated = gen_workloads.generate(os.path.join(work, "gen"), log=log)
-    out += [("gen/" + trace_name(os.path.basename(p)), p) for p in generated]
-    return out
-
-
-def readable_source(name, source, work):
-    """The file to give the expander: bzip2 traces (which larch does not read) are
-    decompressed into the work directory first, under a .csv name."""
-    if not source.endswith(".bz2"):
-        return source
-    plain = os.path.join(work, "src", os.path.basename(source)[: -len(".bz2")] + ".csv")
-    if not os.path.exists(plain) or os.path.getmtime(plain) < os.path.getmtime(source):
-        os.makedirs(os.path.dirname(plain), exist_ok=True)
-        with bz2.open(source, "rb") as inp, open(plain + ".tmp", "wb") as out:
-            shutil.copyfileobj(inp, out)
-        os.replace(plain + ".tmp", plain)
-        log(f"{name}: decompressed {source} into {plain}")
-    return plain
-
-
-def file_key(path):
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def prepare(name, source, work, expander):
     """Expands one trace (or reuses its cached expansion) and writes its object-mode
     copy. Returns a dict of the trace's facts, with 'error' set if it failed."""
@@ -175,7 +119,7 @@ def prepare(name, source, work, expander):
         info["error"] = "missing"
         return info
     try:
-        readable = readable_source(name, source, work)
+        readable = trace_suite.readable_source(name, source, work, log=log)
     except (OSError, EOFError, ValueError) as e:
         info["error"] = f"decompressing: {e}"
         return info
@@ -603,7 +547,7 @@ def main():
     lcs_labels = [label for label, _ in lcs_policies]
 
     traces = []
-    for name, source in suite(os.path.abspath(a.traces), work):
+    for name, source in suite(os.path.abspath(a.traces), work, log=log):
         if a.only and a.only not in name:
             continue
         info = prepare(name, source, work, expander)

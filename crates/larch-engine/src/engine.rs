@@ -218,7 +218,36 @@ impl Engine {
     /// shortfall, never below `zfs_arc_min`, at most once a second. Returns whether it
     /// shrank.
     pub fn adjust_arc_size(&self) -> bool {
+        self.sizer
+            .apply_reuse_window(&self.arc, self.reuse_window());
         self.sizer.adjust(&self.arc, &self.tunables, &self.stats)
+    }
+
+    /// The window, in blocks per shard, of the reuse sketches `l2arc_admit` reads (0 while
+    /// it is off): `zfs_arc_max` and the cache devices not removed, in blocks of the
+    /// smallest `volblocksize` of the pool's volumes (4 KiB without volumes), the devices
+    /// counted for no more blocks than the L2 index may hold (its cap, at 16 bytes an
+    /// entry at least). So the sketches' DRAM (4 bytes per block of the window) is bounded
+    /// by `zfs_arc_max` and `l2arc_meta_percent` as the headers and the index are.
+    fn reuse_window(&self) -> u64 {
+        if !self.tunables.l2arc_admit() {
+            return 0;
+        }
+        let l2_bytes: u64 = (self.l2.devices.all().iter())
+            .filter(|d| d.state() != crate::l2::DeviceState::Removed)
+            .map(|d| d.size_bytes())
+            .sum();
+        let block_bytes = (self.volumes.all().iter())
+            .map(|v| v.info().block_bytes)
+            .min()
+            .unwrap_or(4096);
+        let indexable = (self.l2.l2_index_cap() / 16).saturating_mul(u64::from(block_bytes));
+        larch_policy::reuse::shard_window_blocks(
+            self.tunables.zfs_arc_max(),
+            l2_bytes.min(indexable),
+            u64::from(block_bytes),
+            larch_policy::shards::SHARDS as u64,
+        )
     }
 
     /// Gives freed memory back to the system when the process holds much more than the

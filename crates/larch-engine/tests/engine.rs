@@ -694,6 +694,63 @@ fn a_feed_larger_than_the_ring_allows_is_cut_to_fit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `l2arc_admit`: once a cache device has filled, a feed writes only blocks read twice
+/// lately; before, and with the rule off, it writes blocks read once too. The reuse
+/// sketch is kept (and counted in `reuse_sketch_bytes`) only while the rule is on.
+#[test]
+fn admission_feeds_blocks_read_twice_once_the_device_has_filled() {
+    let dir = scratch("admit");
+    let backing = dir.join("vol.img");
+    let device = dir.join("cache.img");
+    backing_file(&backing, 2048); // 32 MiB
+    std::fs::write(&device, vec![0u8; 4 << 20]).expect("device file");
+    let s = Setup::new(&backing, 64 << 20);
+    let cache = s
+        .engine
+        .add_cache_device(&device, POOL, DEVICE, true)
+        .expect("cache device");
+    assert_eq!(s.stat("reuse_sketch_bytes"), 0);
+    s.engine.tunables.set("l2arc_admit", "1").unwrap();
+    s.engine.adjust_arc_size();
+    assert!(s.stat("reuse_sketch_bytes") > 0, "the sketch is kept");
+    // Blocks read once fill the 4 MiB device past its first lap: all are fed.
+    let fed = |s: &Setup| s.stat("l2_write_bytes");
+    for b in 0..512 {
+        s.read(b);
+    }
+    for _ in 0..64 {
+        s.engine.feed_once(&cache, 64 << 20);
+    }
+    assert!(
+        fed(&s) > 4 << 20,
+        "the first lap takes blocks read once: {}",
+        fed(&s)
+    );
+    // Now ten blocks read once and ten read twice: only the second ten are fed.
+    for b in 600..610 {
+        s.read(b);
+    }
+    for b in 700..710 {
+        s.read(b);
+        s.read(b);
+    }
+    let before = fed(&s);
+    while s.engine.feed_once(&cache, 64 << 20) > 0 {}
+    assert_eq!(
+        fed(&s) - before,
+        10 * u64::from(BLOCK),
+        "the blocks read twice"
+    );
+    // With the rule off the blocks read once are fed, and the sketch is dropped.
+    s.engine.tunables.set("l2arc_admit", "0").unwrap();
+    s.engine.adjust_arc_size();
+    assert_eq!(s.stat("reuse_sketch_bytes"), 0);
+    assert!(s.engine.feed_once(&cache, 64 << 20) > 0);
+    assert_eq!(cache.state(), DeviceState::Online, "{:?}", cache.fault());
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A cache device whose writes can be made to hang (a device stuck in a flush), over
 /// memory.
 struct Stuck {

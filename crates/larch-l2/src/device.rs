@@ -396,6 +396,12 @@ impl<D: BlockDevice> L2Device<D> {
         self.space.max_batch_bytes()
     }
 
+    /// Whether the evict hand is still in its first lap: nothing on the ring was
+    /// overwritten yet (the feed's admission rule waits for it, `larch_policy::feed`).
+    pub fn first_sweep(&self) -> bool {
+        self.space.first_sweep()
+    }
+
     /// A log block is committed early once its records span this many ring bytes, so
     /// that every block's payload stays far behind the evict hand.
     fn max_payload_span_bytes(&self) -> u64 {

@@ -13,6 +13,7 @@ use crate::list::{
     FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, FLAG_WRITTEN, Header,
     List, NIL, Slab,
 };
+use crate::reuse::ReuseSketch;
 use crate::{Access, Action, ArcStats, BlockKey, BufType, HitCounters, Outcome, Policy, State};
 
 /// Which balancing the ARC uses.
@@ -220,6 +221,10 @@ pub struct BlockInfo {
     pub written: bool,
     /// Holds currently taken.
     pub refcount: u16,
+    /// Its demand reads lately, as the ARC's reuse sketch counts them
+    /// ([`Arc::set_reuse_window`]); [`crate::reuse::MAX_COUNT`] when the ARC keeps no
+    /// sketch (no evidence against feeding it).
+    pub reads: u8,
 }
 
 /// What [`Arc::l2_restore`] did with a header rebuilt from a cache device's log.
@@ -262,6 +267,8 @@ pub struct Arc {
     stats: ArcStats,
     /// The last eviction pass could not reach `c` (everything left was unevictable).
     short: bool,
+    /// Demand reads per block lately, for the L2 feed's admission rule (`None`: not kept).
+    reuse: Option<Box<ReuseSketch>>,
 }
 
 fn is_listed(state: State, refcount: u16) -> bool {
@@ -293,6 +300,7 @@ impl Arc {
             ghost_target_bytes: [[0; 2]; 2],
             stats: ArcStats::default(),
             short: false,
+            reuse: None,
             cfg,
         })
     }
@@ -363,6 +371,10 @@ impl Arc {
             on_l2: h.has(FLAG_HAS_L2),
             written: h.has(FLAG_WRITTEN),
             refcount: h.refcount,
+            reads: self
+                .reuse
+                .as_ref()
+                .map_or(crate::reuse::MAX_COUNT, |r| r.count(&h.key)),
         }
     }
 
@@ -745,6 +757,11 @@ impl Arc {
 
     /// One read of one block. See [`Policy::access`].
     pub fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        if !access.prefetch
+            && let Some(reuse) = self.reuse.as_mut()
+        {
+            reuse.record(&access.key);
+        }
         if let Some(id) = self.slab.lookup(&access.key) {
             if self.slab.get(id).generation != access.generation {
                 self.drop_stale(id, actions);
@@ -976,6 +993,32 @@ impl Arc {
         }
         self.cfg = cfg;
         Ok(())
+    }
+
+    /// Keeps a count of each block's demand reads lately, over a window of
+    /// `window_blocks` blocks ([`ReuseSketch`]: 4 bytes per block of the window, in
+    /// `reuse_sketch_bytes`), which [`BlockInfo::reads`] reports and the L2 feed's
+    /// admission rule reads; 0 drops it. A window whose table has the size of the one kept
+    /// keeps it and its counts.
+    pub fn set_reuse_window(&mut self, window_blocks: u64) {
+        if window_blocks == 0 {
+            self.reuse = None;
+            return;
+        }
+        match self.reuse.as_mut() {
+            Some(r) if r.fits(window_blocks) => r.set_window(window_blocks),
+            _ => self.reuse = Some(Box::new(ReuseSketch::new(window_blocks))),
+        }
+    }
+
+    /// The window of the reuse sketch kept (0: none).
+    pub fn reuse_window(&self) -> u64 {
+        self.reuse.as_ref().map_or(0, |r| r.window_blocks())
+    }
+
+    /// DRAM of the reuse sketch kept (0: none).
+    pub fn reuse_sketch_bytes(&self) -> u64 {
+        self.reuse.as_ref().map_or(0, |r| r.bytes())
     }
 
     /// Stops (or allows again) the growth of `c`, as OpenZFS does under memory pressure.
@@ -1604,6 +1647,7 @@ impl Arc {
             ("p", self.p),
             ("arc_no_grow", u64::from(self.no_grow)),
             ("hdr_size", (self.slab.live() * crate::HEADER_BYTES) as u64),
+            ("reuse_sketch_bytes", self.reuse_sketch_bytes()),
             (
                 "data_size",
                 [State::Anon, State::Mru, State::Mfu, State::Uncached]

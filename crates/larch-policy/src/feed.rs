@@ -58,6 +58,8 @@ pub trait FeedTunables {
     fn l2arc_nowrite(&self) -> bool;
     /// `l2arc_mfuonly` (0, 1 or 2; see [`MfuOnly::from_tunable`]).
     fn l2arc_mfuonly(&self) -> u64;
+    /// `l2arc_admit` (larch's).
+    fn l2arc_admit(&self) -> bool;
 }
 
 /// The bytes of data one feed may write to a device whose batches may span
@@ -120,7 +122,18 @@ pub struct FeedRules {
     pub nowrite: bool,
     /// `l2arc_mfuonly`.
     pub mfu_only: MfuOnly,
+    /// `l2arc_admit`: skip blocks read fewer than [`ADMIT_READS`] times lately, as the
+    /// ARC's reuse sketch counts them ([`BlockInfo::reads`]).
+    pub admit: bool,
 }
+
+/// The demand reads lately a block needs to be fed under `l2arc_admit`: one before the
+/// read that brought it into the ARC this time. A block read once and never again is
+/// most of what a feed wastes (seed 002's random reads over a data set many times the
+/// cache); a block read twice within the sketch's memory (five window-fulls of reads,
+/// the window being the ARC and its cache devices, [`crate::reuse`]) has shown a reuse
+/// distance the cache devices can serve.
+pub const ADMIT_READS: u8 = 2;
 
 impl FeedRules {
     /// The rules `tunables` set (decision 3).
@@ -129,6 +142,18 @@ impl FeedRules {
             noprefetch: tunables.l2arc_noprefetch(),
             nowrite: tunables.l2arc_nowrite(),
             mfu_only: MfuOnly::from_tunable(tunables.l2arc_mfuonly()),
+            admit: tunables.l2arc_admit(),
+        }
+    }
+
+    /// The rules for a feed to a device whose evict hand is still in its `first_sweep`
+    /// (nothing on it was overwritten yet): `l2arc_admit` applies only once it is not.
+    /// Until the device has filled once, a copy takes room no other copy holds, so feeding
+    /// a block read once costs a device write and displaces nothing.
+    pub fn for_device(self, first_sweep: bool) -> FeedRules {
+        FeedRules {
+            admit: self.admit && !first_sweep,
+            ..self
         }
     }
 }
@@ -363,7 +388,8 @@ impl Walk {
 fn is_picked(info: &BlockInfo, rules: &FeedRules) -> bool {
     let skipped_prefetch = rules.noprefetch && info.prefetch;
     let skipped_write = rules.nowrite && info.written;
-    info.l2cache && !info.on_l2 && !skipped_prefetch && !skipped_write
+    let skipped_unread = rules.admit && info.reads < ADMIT_READS;
+    info.l2cache && !info.on_l2 && !skipped_prefetch && !skipped_write && !skipped_unread
 }
 
 /// The tunables of decision 4.
@@ -437,7 +463,7 @@ pub fn write_allowance(rules: &BudgetRules, arc_warm: bool) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Access, ArcConfig};
+    use crate::{Access, Action, ArcConfig};
 
     const BLOCK: u32 = 8192;
 
@@ -462,6 +488,7 @@ mod tests {
             noprefetch: true,
             nowrite: true,
             mfu_only: MfuOnly::No,
+            admit: false,
         }
     }
 
@@ -513,6 +540,7 @@ mod tests {
                 noprefetch,
                 nowrite: true,
                 mfu_only: [MfuOnly::No, MfuOnly::Yes, MfuOnly::DataOnly][usize::from(mfu_only)],
+                admit: false,
             };
             let budget = FeedBudget {
                 write_bytes: write_blocks * u64::from(BLOCK),
@@ -613,10 +641,61 @@ mod tests {
             noprefetch: false,
             nowrite: false,
             mfu_only: MfuOnly::No,
+            admit: false,
         };
         let mut all = picked(&arc, &permissive, &unlimited());
         all.sort_unstable();
         assert_eq!(all, vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn admission_feeds_only_blocks_read_twice_lately_once_the_device_has_filled() {
+        let mut arc = Arc::new(ArcConfig::fixed(u64::from(BLOCK) * 64)).unwrap();
+        let mut actions = Vec::new();
+        let read = |arc: &mut Arc, block: u64, actions: &mut Vec<Action>| {
+            arc.access(&Access::data(BlockKey::new(1, block), BLOCK, 0), actions);
+        };
+        // Without a sketch the rule has no evidence and skips nothing.
+        read(&mut arc, 1, &mut actions);
+        let admit = FeedRules {
+            admit: true,
+            ..rules()
+        };
+        assert_eq!(picked(&arc, &admit, &unlimited()), vec![1]);
+        arc.set_reuse_window(1024);
+        // Block 1's read came before the sketch: it counts from now on.
+        for block in [1, 2, 3, 3] {
+            read(&mut arc, block, &mut actions);
+        }
+        let mut twice = picked(&arc, &admit, &unlimited());
+        twice.sort_unstable();
+        assert_eq!(twice, vec![3], "only block 3 was read twice since");
+        read(&mut arc, 2, &mut actions);
+        let mut now = picked(&arc, &admit, &unlimited());
+        now.sort_unstable();
+        assert_eq!(now, vec![2, 3]);
+        // A device still in its first sweep takes everything the other rules allow.
+        let mut first = picked(&arc, &admit.for_device(true), &unlimited());
+        first.sort_unstable();
+        assert_eq!(first, vec![1, 2, 3]);
+        assert_eq!(admit.for_device(false), admit);
+        // A prefetch is not a read of the block's data by a client.
+        arc.access(
+            &Access {
+                prefetch: true,
+                ..Access::data(BlockKey::new(1, 4), BLOCK, 0)
+            },
+            &mut actions,
+        );
+        arc.access(&Access::data(BlockKey::new(1, 4), BLOCK, 0), &mut actions);
+        assert_eq!(arc.info(&BlockKey::new(1, 4)).unwrap().reads, 1);
+        assert!(arc.reuse_sketch_bytes() > 0);
+        arc.set_reuse_window(0);
+        assert_eq!(arc.reuse_sketch_bytes(), 0);
+        assert_eq!(
+            arc.info(&BlockKey::new(1, 4)).unwrap().reads,
+            crate::reuse::MAX_COUNT
+        );
     }
 
     #[test]
@@ -682,6 +761,9 @@ mod tests {
         fn l2arc_mfuonly(&self) -> u64 {
             2
         }
+        fn l2arc_admit(&self) -> bool {
+            true
+        }
     }
 
     #[test]
@@ -713,6 +795,7 @@ mod tests {
                 noprefetch: false,
                 nowrite: true,
                 mfu_only: MfuOnly::DataOnly,
+                admit: true,
             }
         );
     }

@@ -73,7 +73,8 @@
 //! make alike: which blocks a feed writes to a cache device and when ([`feed`]), how
 //! a cache device's ring places records and where its evict hand goes ([`ring`]), how
 //! one ARC is split into independently locked shards ([`shards`]), when reads are
-//! sequential enough to read ahead ([`prefetch`]), and how long a writer waits as dirty
+//! sequential enough to read ahead ([`prefetch`]), which blocks were read lately, for the
+//! feed's admission rule ([`reuse`]), and how long a writer waits as dirty
 //! data nears its limit ([`throttle`]); the latency scale of every histogram
 //! ([`buckets`]), so that simulated and measured latencies read alike; and the tunables'
 //! defaults ([`tunables`]), so that both start from the same values.
@@ -86,6 +87,7 @@ mod index;
 mod list;
 mod lru;
 pub mod prefetch;
+pub mod reuse;
 pub mod ring;
 pub mod shards;
 pub mod stats;

@@ -246,6 +246,10 @@ const KSTATS: &[KstatDef] = &[
     ),
     bytes("hdr_size", "DRAM held by ARC headers"),
     bytes(
+        "reuse_sketch_bytes",
+        "DRAM held by the sketch of blocks' recent reads that l2arc_admit reads (0 while it is off)",
+    ),
+    bytes(
         "data_size",
         "bytes of data in DRAM (anon, MRU, MFU and uncached)",
     ),

@@ -63,6 +63,8 @@ pub struct TunableDefaults {
     pub l2arc_io_uring: bool,
     /// `l2arc_mfuonly`.
     pub l2arc_mfuonly: u64,
+    /// `l2arc_admit` (larch's).
+    pub l2arc_admit: bool,
     /// `l2arc_enabled` (larch's).
     pub l2arc_enabled: bool,
     /// `l2arc_rebuild_enabled`.
@@ -107,6 +109,7 @@ pub const DEFAULTS: TunableDefaults = TunableDefaults {
     l2arc_nowrite: true,
     l2arc_io_uring: true,
     l2arc_mfuonly: 0,
+    l2arc_admit: false,
     l2arc_enabled: true,
     l2arc_rebuild_enabled: true,
     zfs_prefetch_disable: false,

@@ -106,6 +106,8 @@ pub(crate) struct ArcSizer {
     /// Memory pressure: when it last stopped the ARC from growing, and when it last
     /// shrank it.
     pressure: RankedMutex<Pressure>,
+    /// The window of the shards' reuse sketches, as last applied (0: none).
+    reuse_window: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -119,6 +121,21 @@ impl ArcSizer {
         ArcSizer {
             applied: RankedMutex::new(Rank::ArcSizing, (limits, larch_policy::ArcPolicy::Arc)),
             pressure: RankedMutex::new(Rank::ArcSizing, Pressure::default()),
+            reuse_window: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Gives every shard a reuse sketch of `window_blocks` blocks (0: none), unless that
+    /// is the window applied last: the evidence `l2arc_admit` reads
+    /// ([`larch_policy::reuse`]), sized by the caller to the ARC and the cache devices.
+    pub(crate) fn apply_reuse_window(&self, arc: &ArcCache, window_blocks: u64) {
+        let applied = self
+            .reuse_window
+            .swap(window_blocks, std::sync::atomic::Ordering::Relaxed);
+        if applied != window_blocks {
+            for mut shard in arc.shards() {
+                shard.arc.set_reuse_window(window_blocks);
+            }
         }
     }
 

@@ -78,13 +78,16 @@ impl L2Arc {
         // feed's copies of blocks they overwrite are known to be stale (rule 1).
         let _io = self.coherence.feed_io();
         let watch = self.coherence.watch_feed();
-        let batch_limit = match device.writer().as_ref() {
-            Some(l2) => feed::batch_data_limit(l2.max_batch_bytes()),
+        let (batch_limit, first_sweep) = match device.writer().as_ref() {
+            Some(l2) => (
+                feed::batch_data_limit(l2.max_batch_bytes()),
+                l2.first_sweep(),
+            ),
             None => return 0,
         };
         let rules = BudgetRules::from_tunables(&*self.tunables);
         let budget = FeedBudget::new(&rules, budget_bytes, batch_limit);
-        let candidates = self.choose(&budget, batch_limit);
+        let candidates = self.choose(&budget, batch_limit, first_sweep);
         if candidates.is_empty() {
             return 0;
         }
@@ -142,9 +145,10 @@ impl L2Arc {
     /// Chooses the blocks of a feed, shard by shard (each shard a 1/SHARDS share of the
     /// budget), with their bytes, and drops those a write changed since (the batch is
     /// written without the gate; what writes overwrite meanwhile is sorted out when it is
-    /// indexed).
-    fn choose(&self, budget: &FeedBudget, batch_limit: u64) -> Vec<Candidate> {
-        let mut rules = FeedRules::from_tunables(&*self.tunables);
+    /// indexed). `first_sweep`: the device has not filled once (`l2arc_admit` waits for
+    /// it).
+    fn choose(&self, budget: &FeedBudget, batch_limit: u64, first_sweep: bool) -> Vec<Candidate> {
+        let mut rules = FeedRules::from_tunables(&*self.tunables).for_device(first_sweep);
         // `object_l2_prefetch`: the prefetched blocks of object volumes are fed, so that
         // `l2arc_noprefetch` is applied here, to the other volumes' blocks only. (A block
         // read around a miss comes with the miss's GET for free, and once evicted unfed
@@ -350,6 +354,9 @@ impl FeedTunables for Tunables {
     }
     fn l2arc_mfuonly(&self) -> u64 {
         Tunables::l2arc_mfuonly(self)
+    }
+    fn l2arc_admit(&self) -> bool {
+        Tunables::l2arc_admit(self)
     }
 }
 

@@ -314,6 +314,13 @@ fn key(block: u64) -> BlockKey {
     BlockKey::new(VOLUME, block)
 }
 
+impl SimCache {
+    /// DRAM of the shards' reuse sketches (`l2arc_admit`).
+    pub fn reuse_sketch_bytes(&self) -> u64 {
+        self.shards.iter().map(Arc::reuse_sketch_bytes).sum()
+    }
+}
+
 impl L2Device {
     /// Bytes of the feed batch it was last given (0 if its last feed wrote nothing).
     pub fn batch_bytes(&self) -> u64 {
@@ -336,8 +343,22 @@ impl SimCache {
             policy: tunables.arc_policy,
             ..shard_config(arc_min, arc_max_bytes)
         };
+        let l2_bytes: u64 = devices.iter().map(|(_, _, capacity)| *capacity).sum();
+        let window = larch_policy::reuse::shard_window_blocks(
+            arc_max_bytes,
+            l2_bytes,
+            u64::from(block_bytes),
+            SHARDS as u64,
+        );
         let shards = (0..SHARDS)
-            .map(|_| Arc::new(cfg.clone()).expect("shard limits of at least one byte are valid"))
+            .map(|_| {
+                let mut arc =
+                    Arc::new(cfg.clone()).expect("shard limits of at least one byte are valid");
+                if tunables.l2arc_admit {
+                    arc.set_reuse_window(window);
+                }
+                arc
+            })
             .collect();
         let devices = devices
             .into_iter()
@@ -1288,7 +1309,8 @@ impl SimCache {
             budget_bytes,
             batch_limit,
         );
-        let rules = FeedRules::from_tunables(&self.tunables);
+        let rules =
+            FeedRules::from_tunables(&self.tunables).for_device(self.devices[d].ring.first_sweep());
         let share = budget.split(SHARDS as u64);
         let mut picks = std::mem::take(&mut self.picks);
         picks.clear();

@@ -150,6 +150,8 @@ pub struct SimTunables {
     pub l2arc_nowrite: bool,
     /// `l2arc_mfuonly`.
     pub l2arc_mfuonly: u64,
+    /// `l2arc_admit` (larch's): feed only blocks read twice lately.
+    pub l2arc_admit: bool,
     /// `zfs_arc_policy`: the ARC's replacement policy.
     pub arc_policy: larch_policy::ArcPolicy,
     /// `primarycache` of the volume: what the ARC keeps once nobody holds it.
@@ -211,6 +213,7 @@ impl Default for SimTunables {
             l2arc_noprefetch: DEFAULTS.l2arc_noprefetch,
             l2arc_nowrite: DEFAULTS.l2arc_nowrite,
             l2arc_mfuonly: DEFAULTS.l2arc_mfuonly,
+            l2arc_admit: DEFAULTS.l2arc_admit,
             arc_policy: larch_policy::ArcPolicy::from_tunable(DEFAULTS.zfs_arc_policy),
             primarycache: CacheMode::All,
             secondarycache: CacheMode::All,
@@ -270,6 +273,7 @@ impl SimTunables {
                     format!("expected 0, 1 or 2, got {value}"),
                 ));
             }
+            "l2arc_admit" => self.l2arc_admit = flag(value)?,
             "zfs_arc_policy" => {
                 self.arc_policy = larch_policy::ArcPolicy::from_tunable(u64::from(flag(value)?));
             }
@@ -340,6 +344,9 @@ impl FeedTunables for SimTunables {
     fn l2arc_mfuonly(&self) -> u64 {
         self.l2arc_mfuonly
     }
+    fn l2arc_admit(&self) -> bool {
+        self.l2arc_admit
+    }
 }
 
 /// The tunables [`SimTunables::set`] takes.
@@ -355,6 +362,7 @@ pub const TUNABLE_NAMES: &[&str] = &[
     "l2arc_noprefetch",
     "l2arc_nowrite",
     "l2arc_mfuonly",
+    "l2arc_admit",
     "zfs_arc_policy",
     "secondarycache",
     "zfs_txg_timeout",

@@ -121,6 +121,13 @@ pub struct Summary {
     pub l2_write_bytes: u64,
     /// Bytes written and overwritten without ever being read.
     pub l2_wasted_bytes: u64,
+    /// Block reads that missed the ARC and were served from a cache device, over the run.
+    pub l2_hits: u64,
+    /// Block reads that missed the ARC, with cache devices in use, and went to the
+    /// primary storage, over the run.
+    pub l2_misses: u64,
+    /// DRAM of the ARC's reuse sketch (`l2arc_admit`), all shards, at the end.
+    pub reuse_sketch_bytes: u64,
     /// DRAM of larch's ARC headers at the end (64 B each, resident and ghost).
     pub larch_arc_hdr_bytes: u64,
     /// DRAM of larch's L2 index (24 B per block on a cache device).
@@ -281,6 +288,9 @@ impl SimOutput {
                 &mut s.l2_capacity_bytes,
                 &mut s.l2_write_bytes,
                 &mut s.l2_wasted_bytes,
+                &mut s.l2_hits,
+                &mut s.l2_misses,
+                &mut s.reuse_sketch_bytes,
                 &mut s.larch_arc_hdr_bytes,
                 &mut s.larch_l2_index_bytes,
                 &mut s.openzfs_hdr_bytes,
@@ -967,6 +977,9 @@ impl Recorder {
             l2_capacity_bytes: capacity,
             l2_write_bytes: cache.counters.l2_write_bytes,
             l2_wasted_bytes: cache.counters.l2_wasted_bytes,
+            l2_hits: cache.counters.l2_hits,
+            l2_misses: cache.counters.l2_misses,
+            reuse_sketch_bytes: cache.reuse_sketch_bytes(),
             larch_arc_hdr_bytes: sizes.headers * larch_policy::HEADER_BYTES as u64,
             larch_l2_index_bytes: sizes.l2_blocks * LARCH_L2_ENTRY_BYTES,
             openzfs_hdr_bytes: (sizes.size / bs) * OPENZFS_ARC_HDR_BYTES
