@@ -34,7 +34,8 @@ pub enum ArcPolicy {
     Arc,
     /// larch's refinements of the ARC (OpenZFS balancing only; the crate documentation,
     /// "The larch policy"): an MFU block counts its hits (up to [`MAX_MARKS`]) and each
-    /// lets it pass MFU's cold end once more instead of leaving; while the ARC has room,
+    /// lets it pass MFU's cold end once more instead of leaving (a hit moves it to MFU's
+    /// hot end only when it has no mark yet); while the ARC has room,
     /// MRU beyond its target hands its coldest block to MFU; and an MRU ghost hit whose
     /// block was read before all of MFU was enters MRU and leaves the balance alone.
     Larch,
@@ -555,9 +556,18 @@ impl Arc {
                 let h = self.slab.get_mut(id);
                 h.access_ms = now;
                 if larch {
+                    // Only the first hit since the block entered MFU (or last passed its
+                    // cold end) moves it; later ones add marks where it is, which the
+                    // walk at the cold end spends. A hot block then costs a byte's write
+                    // per hit, not a list move.
+                    let unmarked = h.marks == 0;
                     h.marks = (h.marks + 1).min(MAX_MARKS);
+                    if unmarked {
+                        self.requeue(id);
+                    }
+                } else {
+                    self.requeue(id);
                 }
-                self.requeue(id);
             }
             State::Uncached => {
                 self.stats.uncached_hits += 1;

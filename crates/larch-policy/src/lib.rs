@@ -59,7 +59,8 @@
 //! **The larch policy** ([`ArcPolicy::Larch`], `zfs_arc_policy=larch`) keeps all of the
 //! above and changes three rules, after what S3-FIFO and W-TinyLFU showed: an MFU block
 //! counts its hits (up to [`MAX_MARKS`]) and spends one to pass MFU's cold end again
-//! instead of leaving; while the ARC has room, MRU beyond its target (which starts at
+//! instead of leaving (only a hit on an unmarked block moves it to the hot end); while
+//! the ARC has room, MRU beyond its target (which starts at
 //! 1/32, not 1/2) hands its coldest block to MFU, so a loop or scan longer than the cache
 //! cycles through MRU and leaves MFU in place; and an MRU ghost hit enters MRU, not MFU,
 //! and does not grow MRU's share, when all of MFU was read after its block was.

@@ -175,6 +175,11 @@ fn whole_arc_op(
             };
             let paper = arc.config().mode == ArcMode::Paper;
             assert_eq!(arc.set_policy(policy).is_ok(), !paper);
+            // The reuse sketch of `l2arc_admit` on or off with it: a small window, so that
+            // its counts halve often. It informs the feed only, never the policy.
+            let window = if arc.reuse_window() == 0 { 8 } else { 0 };
+            arc.set_reuse_window(window);
+            assert_eq!(arc.reuse_window(), window);
         }
         _ => {
             let max = unit * (4 + u64::from(bytes.u8() % 64));

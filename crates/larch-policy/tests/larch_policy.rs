@@ -119,6 +119,37 @@ fn mfu_hits_earn_passes_at_the_cold_end() {
 }
 
 #[test]
+fn an_mfu_hit_moves_an_unmarked_block_and_only_marks_a_marked_one() {
+    let mut arc = larch(4);
+    let mut clock = Clock(0);
+    for b in 0..4 {
+        clock.read(&mut arc, b);
+    }
+    assert!(clock.read(&mut arc, 3));
+    let mfu = |arc: &Arc| -> Vec<u64> {
+        arc.cold_end(State::Mfu, larch_policy::BufType::Data)
+            .map(|i| i.key.block)
+            .collect()
+    };
+    let before = mfu(&arc);
+    assert_eq!(before.len(), 4, "{before:?}");
+    // The coldest, unmarked, goes to the hot end with its first mark.
+    let coldest = before[0];
+    assert!(clock.read(&mut arc, coldest));
+    let after_one = mfu(&arc);
+    assert_eq!(after_one.last(), Some(&coldest), "{after_one:?}");
+    // Marked, its next hits only add marks: no list move (S3-FIFO's main queue, and what
+    // keeps hits of hot blocks as cheap as under the ARC).
+    let next = after_one[0];
+    assert!(clock.read(&mut arc, next));
+    let moved = mfu(&arc);
+    assert!(clock.read(&mut arc, coldest));
+    assert!(clock.read(&mut arc, coldest));
+    assert_eq!(mfu(&arc), moved, "a marked block stays where it is");
+    assert_eq!(moved.last(), Some(&next));
+}
+
+#[test]
 fn an_mru_ghost_hit_does_not_take_the_place_of_blocks_read_since() {
     let mut arc = larch(4);
     let mut clock = Clock(0);
