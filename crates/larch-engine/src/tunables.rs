@@ -172,7 +172,7 @@ tunables! {
     l2arc_mfuonly: Count, 0, 2;
         "0: feed MRU and MFU; 1: MFU only; 2: MFU data and all metadata"
     l2arc_admit: Flag, 0, 1;
-        "feed only blocks read at least twice lately, as a sketch of 4 bytes per block of the ARC and cache devices counts reads: most of the feed's wasted writes are blocks read once (larch's; 0: feed as OpenZFS)"
+        "once a cache device has filled, feed only blocks read at least twice lately, as a sketch of 4 bytes per block of the ARC and cache devices counts reads, unless one in four blocks read once comes back: most of the feed's wasted writes are blocks read once (larch's; 0: feed as OpenZFS)"
     l2arc_enabled: Flag, 0, 1;
         "the L2ARC switch: 0 stops reads from and feeds to every cache device at once, keeping what they hold; 1 resumes (larch's)"
     l2arc_rebuild_enabled: Flag, 0, 1;

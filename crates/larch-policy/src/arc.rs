@@ -1026,6 +1026,15 @@ impl Arc {
         self.reuse.as_ref().map_or(0, |r| r.window_blocks())
     }
 
+    /// Whether the feed's admission rule should feed blocks read once too: no sketch is
+    /// kept, or blocks read once lately were often read again
+    /// ([`ReuseSketch::blocks_read_once_return`]).
+    pub fn feeds_blocks_read_once(&self) -> bool {
+        self.reuse
+            .as_ref()
+            .is_none_or(|r| r.blocks_read_once_return())
+    }
+
     /// DRAM of the reuse sketch kept (0: none).
     pub fn reuse_sketch_bytes(&self) -> u64 {
         self.reuse.as_ref().map_or(0, |r| r.bytes())
@@ -1658,6 +1667,18 @@ impl Arc {
             ("arc_no_grow", u64::from(self.no_grow)),
             ("hdr_size", (self.slab.live() * crate::HEADER_BYTES) as u64),
             ("reuse_sketch_bytes", self.reuse_sketch_bytes()),
+            (
+                "reuse_first_reads",
+                self.reuse
+                    .as_ref()
+                    .map_or(0, |r| r.first_and_second_reads().0),
+            ),
+            (
+                "reuse_second_reads",
+                self.reuse
+                    .as_ref()
+                    .map_or(0, |r| r.first_and_second_reads().1),
+            ),
             (
                 "data_size",
                 [State::Anon, State::Mru, State::Mfu, State::Uncached]

@@ -156,6 +156,15 @@ impl FeedRules {
             ..self
         }
     }
+
+    /// The rules for the blocks of `arc`: `l2arc_admit` applies only while blocks read
+    /// once are seldom read again ([`Arc::feeds_blocks_read_once`]).
+    pub fn for_arc(self, arc: &Arc) -> FeedRules {
+        FeedRules {
+            admit: self.admit && !arc.feeds_blocks_read_once(),
+            ..self
+        }
+    }
 }
 
 /// How much one feed may write and scan.
@@ -270,6 +279,7 @@ pub fn select(
     out: &mut Vec<FeedPick>,
 ) {
     let mut taken = 0u64;
+    let rules = &rules.for_arc(arc);
     for (state, buf_type) in FEED_ORDER {
         if !rules.mfu_only.allows(state, buf_type) {
             continue;
@@ -368,6 +378,7 @@ impl Walk {
             }
         }
         let (state, buf_type) = FEED_ORDER[self.list];
+        let rules = &rules.for_arc(arc);
         let (info, prev) = arc.cold_step(self.id);
         self.scanned += u64::from(info.size_bytes);
         if self.scanned > budget.scan_bytes || self.taken >= budget.write_bytes {
@@ -663,10 +674,15 @@ mod tests {
         };
         assert_eq!(picked(&arc, &admit, &unlimited()), vec![1]);
         arc.set_reuse_window(1024);
-        // Block 1's read came before the sketch: it counts from now on.
+        // Block 1's read came before the sketch: it counts from now on. Many blocks read
+        // once and not again, so that blocks read once are not fed.
+        for block in 100..120 {
+            read(&mut arc, block, &mut actions);
+        }
         for block in [1, 2, 3, 3] {
             read(&mut arc, block, &mut actions);
         }
+        assert!(!arc.feeds_blocks_read_once());
         let mut twice = picked(&arc, &admit, &unlimited());
         twice.sort_unstable();
         assert_eq!(twice, vec![3], "only block 3 was read twice since");
@@ -675,10 +691,22 @@ mod tests {
         now.sort_unstable();
         assert_eq!(now, vec![2, 3]);
         // A device still in its first sweep takes everything the other rules allow.
+        let everything: Vec<u64> = [1, 2, 3].into_iter().chain(100..120).collect();
         let mut first = picked(&arc, &admit.for_device(true), &unlimited());
         first.sort_unstable();
-        assert_eq!(first, vec![1, 2, 3]);
+        assert_eq!(first, everything);
         assert_eq!(admit.for_device(false), admit);
+        // Once blocks read once are often read again (a quarter of them: 2 and 3, then
+        // 100 to 103, against 23 read once), they are fed too.
+        for block in 100..103 {
+            read(&mut arc, block, &mut actions);
+        }
+        assert!(!arc.feeds_blocks_read_once(), "5 of 23");
+        read(&mut arc, 103, &mut actions);
+        assert!(arc.feeds_blocks_read_once(), "6 of 23");
+        let mut open = picked(&arc, &admit, &unlimited());
+        open.sort_unstable();
+        assert_eq!(open, everything);
         // A prefetch is not a read of the block's data by a client.
         arc.access(
             &Access {

@@ -12,12 +12,18 @@
 //! periods: five window-fulls of reads, long enough for a block evicted from the ARC and
 //! read again after a cache device's worth of other blocks to show its second read.
 //!
-//! The sizes were measured (`bench/l2_admission.py`, BENCHMARKS.md "Issue 40"): with 2
-//! bytes per block and ten window-fulls per period the counters fill up (every block looks
-//! read twice, and the rule skips little: wasted feed -35% over the suite); 2 bytes and
-//! three window-fulls gave -76% with 0.5% more L2 hits than feeding everything; 4 bytes and
-//! five, -83% and 1.4% more; 8 bytes and ten, -81% and 1.8% more. Shorter periods cut more
-//! waste and lose the hits of blocks read again after longer gaps.
+//! It also counts the reads that find their block's count at 0 and at 1: whether blocks
+//! read once lately tend to be read again ([`ReuseSketch::blocks_read_once_return`]). Where
+//! they do (a working set read over and over after it appears), the admission rule feeds
+//! them after all: holding them back would only cost the hit of their second read.
+//!
+//! The sizes were measured (`bench/l2_admission.py`, BENCHMARKS.md "Issue 40"; before the
+//! one-in-four rule): with 2 bytes per block and 30 window-fulls per period the counters
+//! fill up (every block looks read twice, and the rule skips little: wasted feed -35% over
+//! the suite); 2 bytes and ten gave -68% with 0.8% more L2 hits than feeding everything,
+//! and three, -76% and 0.5% more; 4 bytes and five, -83% and 1.4% more; 8 bytes and ten,
+//! -81% and 1.8% more. Shorter periods cut more waste and lose the hits of blocks read
+//! again after longer gaps.
 //!
 //! Layout: each block's four counters lie in one 64-bit word (16 counters of 4 bits), so a
 //! read touches one cache line; the word and the four counters within it come from
@@ -38,6 +44,13 @@ pub const MAX_WORDS: u64 = 1 << 26;
 
 /// Smallest table, in words.
 const MIN_WORDS: u64 = 16;
+
+/// Blocks read once lately come back often enough to be fed when at least one in this
+/// many is read again within the sketch's memory. Measured over the policy suite
+/// (BENCHMARKS.md "Issue 40", "L2ARC admission"): with 2, 3 and 4 the shifting working
+/// sets lost 2.5, 0.3 and no points of L2 hit ratio; 4 feeds more of Zipf's tail
+/// (wasted feed -52% there instead of -81%).
+pub const RETURN_RATIO: u64 = 4;
 
 /// The largest count a counter holds.
 pub const MAX_COUNT: u8 = 15;
@@ -64,6 +77,10 @@ pub struct ReuseSketch {
     window_blocks: u64,
     counted: u64,
     period: u64,
+    /// Reads that found their block's count at 0 (a first read lately) and at 1 (a second),
+    /// halved with the counters.
+    firsts: u64,
+    seconds: u64,
 }
 
 impl ReuseSketch {
@@ -76,6 +93,8 @@ impl ReuseSketch {
             window_blocks,
             counted: 0,
             period: window_blocks.max(1).saturating_mul(PERIOD_PER_BLOCK),
+            firsts: 0,
+            seconds: 0,
         }
     }
 
@@ -99,6 +118,12 @@ impl ReuseSketch {
         if self.counted >= self.period {
             self.halve();
         }
+    }
+
+    /// Reads counted lately (halved with the counters) that found their block's count at
+    /// 0, a first read, and at 1, a second.
+    pub fn first_and_second_reads(&self) -> (u64, u64) {
+        (self.firsts, self.seconds)
     }
 
     /// The window it serves.
@@ -139,6 +164,11 @@ impl ReuseSketch {
         let (word, shifts) = self.slots(key);
         let w = self.words[word];
         let least = shifts.iter().map(|&s| (w >> s) & 15).min().unwrap_or(0);
+        match least {
+            0 => self.firsts += 1,
+            1 => self.seconds += 1,
+            _ => {}
+        }
         if least < u64::from(MAX_COUNT) {
             let mut raised = w;
             for &s in &shifts {
@@ -161,6 +191,15 @@ impl ReuseSketch {
             *w = (*w >> 1) & HALVE_MASK;
         }
         self.counted /= 2;
+        self.firsts /= 2;
+        self.seconds /= 2;
+    }
+
+    /// Whether blocks read once lately are read again often: at least one second read
+    /// for every [`RETURN_RATIO`] first reads counted (a read finding its block's count at
+    /// 0, then at 1), over the sketch's memory.
+    pub fn blocks_read_once_return(&self) -> bool {
+        self.seconds.saturating_mul(RETURN_RATIO) >= self.firsts
     }
 }
 
@@ -227,6 +266,26 @@ mod tests {
             s.record(&key(b + window));
             assert!(s.count(&key(b + window)) >= 2);
         }
+    }
+
+    #[test]
+    fn blocks_read_once_return_when_one_in_four_is_read_again() {
+        let mut s = ReuseSketch::new(1 << 16);
+        for b in 0..100 {
+            s.record(&key(b));
+        }
+        assert_eq!(s.first_and_second_reads(), (100, 0));
+        assert!(!s.blocks_read_once_return());
+        for b in 0..24 {
+            s.record(&key(b));
+        }
+        assert!(!s.blocks_read_once_return(), "24 of 100");
+        s.record(&key(24));
+        assert_eq!(s.first_and_second_reads(), (100, 25));
+        assert!(s.blocks_read_once_return(), "25 of 100");
+        // Third reads count as neither.
+        s.record(&key(0));
+        assert_eq!(s.first_and_second_reads(), (100, 25));
     }
 
     #[test]

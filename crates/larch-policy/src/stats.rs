@@ -249,6 +249,14 @@ const KSTATS: &[KstatDef] = &[
         "reuse_sketch_bytes",
         "DRAM held by the sketch of blocks' recent reads that l2arc_admit reads (0 while it is off)",
     ),
+    count(
+        "reuse_first_reads",
+        "reads lately, as the reuse sketch counts them (halved with its counters), that found their block unread before; l2arc_admit feeds blocks read once too while reuse_second_reads is at least a quarter of this",
+    ),
+    count(
+        "reuse_second_reads",
+        "reads lately, as the reuse sketch counts them (halved with its counters), that found their block read once before",
+    ),
     bytes(
         "data_size",
         "bytes of data in DRAM (anon, MRU, MFU and uncached)",
