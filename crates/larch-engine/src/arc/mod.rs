@@ -543,14 +543,16 @@ impl ArcCache {
         self.shards().map(|s| s.unfed_evictions()).sum()
     }
 
-    /// Bytes of data the ARC holds (`size`) and of its headers (`hdr_size`).
+    /// Bytes of data the ARC holds (`size`) and of what describes it: its headers
+    /// (`hdr_size`) and the reuse sketches of `l2arc_admit` (`reuse_sketch_bytes`).
     pub(crate) fn size_and_headers(&self) -> (u64, u64) {
         self.shards().fold((0, 0), |(size, headers), s| {
             (
                 size + s.arc.size(),
                 headers
                     + (larch_policy::Policy::tracked_headers(&s.arc) * larch_policy::HEADER_BYTES)
-                        as u64,
+                        as u64
+                    + s.arc.reuse_sketch_bytes(),
             )
         })
     }
