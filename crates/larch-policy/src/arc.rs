@@ -1618,6 +1618,10 @@ impl Arc {
     /// documented on [`ArcStats`]).
     pub fn kstats(&self) -> Vec<(String, u64)> {
         let s = &self.stats;
+        let (first_reads, second_reads) = self
+            .reuse
+            .as_ref()
+            .map_or((0, 0), |r| r.first_and_second_reads());
         let mut out: Vec<(String, u64)> = [
             ("hits", s.hits),
             ("misses", s.misses),
@@ -1667,18 +1671,8 @@ impl Arc {
             ("arc_no_grow", u64::from(self.no_grow)),
             ("hdr_size", (self.slab.live() * crate::HEADER_BYTES) as u64),
             ("reuse_sketch_bytes", self.reuse_sketch_bytes()),
-            (
-                "reuse_first_reads",
-                self.reuse
-                    .as_ref()
-                    .map_or(0, |r| r.first_and_second_reads().0),
-            ),
-            (
-                "reuse_second_reads",
-                self.reuse
-                    .as_ref()
-                    .map_or(0, |r| r.first_and_second_reads().1),
-            ),
+            ("reuse_first_reads", first_reads),
+            ("reuse_second_reads", second_reads),
             (
                 "data_size",
                 [State::Anon, State::Mru, State::Mfu, State::Uncached]

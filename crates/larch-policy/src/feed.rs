@@ -318,11 +318,19 @@ pub fn select_shards(
 ) {
     scratch.resize_with(scratch.len().max(arcs.len()), Vec::new);
     let mut walks: Vec<Walk> = (0..arcs.len()).map(|_| Walk::START).collect();
+    // Each shard's rules, once: the shards do not change during the walk.
+    let shard_rules: Vec<FeedRules> = arcs.iter().map(|arc| rules.for_arc(arc)).collect();
     let mut active = arcs.len();
     while active > 0 {
         active = 0;
         for (s, walk) in walks.iter_mut().enumerate() {
-            if walk.step(&arcs[s], rules, budget, &mut skip, &mut scratch[s]) {
+            if walk.step(
+                &arcs[s],
+                &shard_rules[s],
+                budget,
+                &mut skip,
+                &mut scratch[s],
+            ) {
                 active += 1;
             }
         }
@@ -352,8 +360,8 @@ impl Walk {
     };
 
     /// One step: starts the next allowed list with a header (its first header is visited
-    /// at the next step, once loaded), or visits one header. Returns false when the walk
-    /// is done.
+    /// at the next step, once loaded), or visits one header. `rules` are `arc`'s
+    /// ([`FeedRules::for_arc`]). Returns false when the walk is done.
     fn step(
         &mut self,
         arc: &Arc,
@@ -378,7 +386,6 @@ impl Walk {
             }
         }
         let (state, buf_type) = FEED_ORDER[self.list];
-        let rules = &rules.for_arc(arc);
         let (info, prev) = arc.cold_step(self.id);
         self.scanned += u64::from(info.size_bytes);
         if self.scanned > budget.scan_bytes || self.taken >= budget.write_bytes {
