@@ -11,7 +11,7 @@ use crate::adapt::{self, ONE};
 use crate::index::prefetch_line;
 use crate::list::{
     FLAG_DIRTY, FLAG_HAS_L2, FLAG_L2CACHE, FLAG_PREFETCH, FLAG_UNCACHED, FLAG_WRITTEN, Header,
-    List, NIL, Slab,
+    List, NIL, Slab, hash_key,
 };
 use crate::reuse::ReuseSketch;
 use crate::{Access, Action, ArcStats, BlockKey, BufType, HitCounters, Outcome, Policy, State};
@@ -36,8 +36,11 @@ pub enum ArcPolicy {
     /// "The larch policy"): an MFU block counts its hits (up to [`MAX_MARKS`]) and each
     /// lets it pass MFU's cold end once more instead of leaving (a hit moves it to MFU's
     /// hot end only when it has no mark yet); while the ARC has room,
-    /// MRU beyond its target hands its coldest block to MFU; and an MRU ghost hit whose
-    /// block was read before all of MFU was enters MRU and leaves the balance alone.
+    /// MRU beyond its target hands its coldest block to MFU; an MRU ghost hit whose
+    /// block was read before all of MFU was enters MRU and leaves the balance alone; and a
+    /// miss no ghost remembers enters MFU when a sketch of such misses counts it read
+    /// at least [`FREQ_ADMIT_READS`] times and more often than MFU's coldest, unmarked
+    /// block.
     Larch,
 }
 
@@ -72,6 +75,18 @@ fn starting_mru_share(policy: ArcPolicy) -> u64 {
 
 /// Most hits an MFU block under [`ArcPolicy::Larch`] keeps count of.
 pub const MAX_MARKS: u8 = 3;
+
+/// Under [`ArcPolicy::Larch`], the blocks MFU's admission sketch counts reads of, per block
+/// the ARC holds when full: its window. Measured (BENCHMARKS.md "Issue 40"): 2, 4, 8 and
+/// 16 won the same cells (26 of 35); 4 had the best mean, at 16 bytes of DRAM per cached
+/// block.
+pub const FREQ_WINDOW_PER_BLOCK: u64 = 4;
+
+/// Under [`ArcPolicy::Larch`], the reads lately that found no header (the one that misses
+/// included) that let a block missing from the ARC and from its ghosts enter MFU
+/// (`mfu_sketch_admits`): a block read twice is not yet frequent, and a scan's blocks are
+/// read once. Measured: 2 and 4 won 26 and 25 of 35 cells, 3 26 with a better mean.
+pub const FREQ_ADMIT_READS: u8 = 3;
 
 /// Sizes and tunables of an [`Arc`]. Defaults are OpenZFS's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,6 +285,9 @@ pub struct Arc {
     short: bool,
     /// Demand reads per block lately, for the L2 feed's admission rule (`None`: not kept).
     reuse: Option<Box<ReuseSketch>>,
+    /// Under [`ArcPolicy::Larch`], demand reads per block lately, for MFU's admission of
+    /// blocks the ghosts no longer remember (`None` until the ARC first fills).
+    freq: Option<Box<ReuseSketch>>,
 }
 
 fn is_listed(state: State, refcount: u16) -> bool {
@@ -302,6 +320,7 @@ impl Arc {
             stats: ArcStats::default(),
             short: false,
             reuse: None,
+            freq: None,
             cfg,
         })
     }
@@ -346,10 +365,15 @@ impl Arc {
     }
 
     /// Starts loading what a lookup of `key` reads first (its bucket of the key index),
-    /// for a caller that knows its next key while it still has work to do: a hint to the
-    /// CPU, with no effect on the ARC.
+    /// and the word of each sketch that counts its reads, for a caller that knows its
+    /// next key while it still has work to do: a hint to the CPU, with no effect on the
+    /// ARC.
     pub fn prefetch(&self, key: &BlockKey) {
-        self.slab.prefetch(key);
+        let hash = hash_key(key);
+        self.slab.prefetch_hashed(hash);
+        for sketch in [&self.reuse, &self.freq].into_iter().flatten() {
+            sketch.prefetch_hashed(hash);
+        }
     }
 
     /// The step after [`Arc::prefetch`]: starts loading the header a lookup of `key` would
@@ -449,9 +473,15 @@ impl Arc {
         self.attach(id, state);
     }
 
+    /// Moves a header to the head of its list (a held one is on none: nothing to do).
     fn requeue(&mut self, id: u32) {
-        let state = self.slab.get(id).state;
-        self.change_state(id, state);
+        let h = self.slab.get(id);
+        let (state, t) = (h.state, h.buf_type as usize);
+        if is_listed(state, h.refcount) {
+            let mut list = self.lists[state as usize][t];
+            self.slab.move_to_head(&mut list, id);
+            self.lists[state as usize][t] = list;
+        }
     }
 
     fn destroy(&mut self, id: u32) {
@@ -644,7 +674,9 @@ impl Arc {
         }
     }
 
-    fn miss_new(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+    /// A miss with no header to go by; `reads` is its count in MFU's admission sketch
+    /// (0: not counted).
+    fn miss_new(&mut self, access: &Access, reads: u8, actions: &mut Vec<Action>) -> Outcome {
         self.count_access(access, false);
         if self.cfg.mode == ArcMode::Paper {
             self.paper_make_room_for_new(u64::from(access.size_bytes), access.now_ms, actions);
@@ -671,8 +703,15 @@ impl Arc {
         } else {
             State::Mru
         };
+        let mut state = state;
         if state == State::Mru && self.cfg.policy == ArcPolicy::Larch {
-            self.fill_mfu(access.buf_type as usize, u64::from(access.size_bytes));
+            let t = access.buf_type as usize;
+            if self.mfu_takes_frequent(t, reads) {
+                self.stats.mfu_sketch_admits += 1;
+                state = State::Mfu;
+            } else {
+                self.fill_mfu(t, u64::from(access.size_bytes));
+            }
         }
         self.attach(id, state);
         self.maybe_grow(u64::from(access.size_bytes));
@@ -697,6 +736,75 @@ impl Arc {
     fn mfu_admits(&self, t: usize, last_seq: u64) -> bool {
         let coldest = self.lists[State::Mfu as usize][t].tail;
         coldest == NIL || self.slab.get(coldest).touch_seq <= last_seq
+    }
+
+    /// Under [`ArcPolicy::Larch`], whether a block of type `t` that missed and that no
+    /// ghost remembers enters MFU, given its `reads` lately (this one included, as
+    /// [`Arc::count_read`] returned them): when it was read at least [`FREQ_ADMIT_READS`]
+    /// times and more often than MFU's coldest block,
+    /// which has no hit since it entered MFU (no mark) and so is the one it displaces.
+    /// This is W-TinyLFU's admission duel, kept to where ARC has no evidence of its own: a
+    /// loop or working set longer than the ghost lists reach misses in full on every pass
+    /// and would never displace blocks that MFU took while the ARC filled and that are not
+    /// read again; a block the ghosts remember goes by their evidence instead.
+    fn mfu_takes_frequent(&self, t: usize, reads: u8) -> bool {
+        if reads < FREQ_ADMIT_READS {
+            return false;
+        }
+        let Some(freq) = self.freq.as_ref() else {
+            return false;
+        };
+        let coldest = self.lists[State::Mfu as usize][t].tail;
+        if coldest == NIL {
+            return false;
+        }
+        let h = self.slab.get(coldest);
+        h.marks == 0 && freq.count(&h.key) < reads
+    }
+
+    /// Under [`ArcPolicy::Larch`], counts a demand read that found no header in MFU's
+    /// admission sketch. The sketch starts when the ARC first fills (until then nothing
+    /// is displaced, so no duel is fought) and follows `c` whenever its counters halve.
+    /// `hash` is the block key's index hash. Returns the block's count with this read (0:
+    /// no sketch kept yet).
+    fn count_read(&mut self, hash: u64) -> u8 {
+        if self.freq.is_none() {
+            if self.size() < self.c {
+                return 0;
+            }
+            self.freq = Some(Box::new(ReuseSketch::new(self.freq_window())));
+        }
+        let Some(freq) = self.freq.as_mut() else {
+            return 0;
+        };
+        let (reads, halved) = freq.record_hashed(hash);
+        if halved {
+            let window = self.freq_window();
+            if let Some(freq) = self.freq.as_mut()
+                && freq.window_blocks() != window
+            {
+                if freq.fits(window) {
+                    freq.set_window(window);
+                } else {
+                    **freq = ReuseSketch::new(window);
+                }
+            }
+        }
+        reads
+    }
+
+    /// The window of MFU's admission sketch: [`FREQ_WINDOW_PER_BLOCK`] times the blocks
+    /// of the ARC's mean size (over MRU and MFU) that `c` holds.
+    fn freq_window(&self) -> u64 {
+        let (mut blocks, mut bytes) = (0, 0);
+        for state in [State::Mru, State::Mfu] {
+            for list in &self.lists[state as usize] {
+                blocks += list.len;
+                bytes += list.bytes;
+            }
+        }
+        let mean = (bytes / blocks.max(1)).max(1);
+        (self.c / mean).max(1).saturating_mul(FREQ_WINDOW_PER_BLOCK)
     }
 
     /// Under [`ArcPolicy::Larch`], while the ARC has room for `incoming` more bytes: if MRU
@@ -767,15 +875,27 @@ impl Arc {
 
     /// One read of one block. See [`Policy::access`].
     pub fn access(&mut self, access: &Access, actions: &mut Vec<Action>) -> Outcome {
+        // One hash of the key serves the index and the sketches.
+        let hash = hash_key(&access.key);
         if !access.prefetch
             && let Some(reuse) = self.reuse.as_mut()
         {
-            reuse.record(&access.key);
+            reuse.record_hashed(hash);
         }
-        if let Some(id) = self.slab.lookup(&access.key) {
+        // Under the larch policy a demand read that finds no header is counted in MFU's
+        // admission sketch (`count_read`): the sketch remembers what the ghosts do not, and
+        // only such a miss asks it (`mfu_takes_frequent`).
+        let counted = self.cfg.policy == ArcPolicy::Larch && !access.prefetch;
+        if counted && let Some(freq) = self.freq.as_ref() {
+            // Start loading its word now, so that it arrives while the lookup waits for
+            // the key index.
+            freq.prefetch_hashed(hash);
+        }
+        if let Some(id) = self.slab.lookup_hashed(hash, &access.key) {
             if self.slab.get(id).generation != access.generation {
                 self.drop_stale(id, actions);
-                return self.miss_new(access, actions);
+                let reads = if counted { self.count_read(hash) } else { 0 };
+                return self.miss_new(access, reads, actions);
             }
             if self.slab.get(id).state.is_resident() {
                 self.hit(id, access, actions)
@@ -783,7 +903,8 @@ impl Arc {
                 self.ghost_hit(id, access, actions)
             }
         } else {
-            self.miss_new(access, actions)
+            let reads = if counted { self.count_read(hash) } else { 0 };
+            self.miss_new(access, reads, actions)
         }
     }
 
@@ -996,6 +1117,7 @@ impl Arc {
         cfg.validate()?;
         if policy != self.cfg.policy {
             self.slab.clear_marks();
+            self.freq = None;
             if self.slab.live() == 0 {
                 self.pd = starting_mru_share(policy);
                 self.pm = self.pd;
@@ -1038,6 +1160,11 @@ impl Arc {
     /// DRAM of the reuse sketch kept (0: none).
     pub fn reuse_sketch_bytes(&self) -> u64 {
         self.reuse.as_ref().map_or(0, |r| r.bytes())
+    }
+
+    /// DRAM of MFU's admission sketch under [`ArcPolicy::Larch`] (0: none kept).
+    pub fn mfu_sketch_bytes(&self) -> u64 {
+        self.freq.as_ref().map_or(0, |r| r.bytes())
     }
 
     /// Stops (or allows again) the growth of `c`, as OpenZFS does under memory pressure.
@@ -1659,6 +1786,7 @@ impl Arc {
             ("stale_drops", s.stale_drops),
             ("mfu_passes", s.mfu_passes),
             ("mfu_refused", s.mfu_refused),
+            ("mfu_sketch_admits", s.mfu_sketch_admits),
             ("hash_elements", self.slab.live() as u64),
             ("c", self.c),
             ("c_min", self.cfg.c_min_bytes),
@@ -1671,6 +1799,7 @@ impl Arc {
             ("arc_no_grow", u64::from(self.no_grow)),
             ("hdr_size", (self.slab.live() * crate::HEADER_BYTES) as u64),
             ("reuse_sketch_bytes", self.reuse_sketch_bytes()),
+            ("mfu_sketch_bytes", self.mfu_sketch_bytes()),
             ("reuse_first_reads", first_reads),
             ("reuse_second_reads", second_reads),
             (
@@ -1837,6 +1966,10 @@ impl Arc {
 }
 
 impl Policy for Arc {
+    fn hint_next(&self, key: &BlockKey) {
+        self.prefetch(key);
+    }
+
     fn name(&self) -> &'static str {
         match self.cfg.mode {
             _ if self.cfg.policy == ArcPolicy::Larch => "larch",

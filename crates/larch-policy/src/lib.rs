@@ -57,13 +57,18 @@
 //!   [`Arc::check_invariants`].
 //!
 //! **The larch policy** ([`ArcPolicy::Larch`], `zfs_arc_policy=larch`) keeps all of the
-//! above and changes three rules, after what S3-FIFO and W-TinyLFU showed: an MFU block
+//! above and changes four rules, after what S3-FIFO and W-TinyLFU showed: an MFU block
 //! counts its hits (up to [`MAX_MARKS`]) and spends one to pass MFU's cold end again
 //! instead of leaving (only a hit on an unmarked block moves it to the hot end); while
 //! the ARC has room, MRU beyond its target (which starts at
 //! 1/32, not 1/2) hands its coldest block to MFU, so a loop or scan longer than the cache
-//! cycles through MRU and leaves MFU in place; and an MRU ghost hit enters MRU, not MFU,
-//! and does not grow MRU's share, when all of MFU was read after its block was.
+//! cycles through MRU and leaves MFU in place; an MRU ghost hit enters MRU, not MFU,
+//! and does not grow MRU's share, when all of MFU was read after its block was; and a
+//! miss of a block no ghost remembers enters MFU, displacing MFU's coldest block, when
+//! that block has no hit since it entered MFU and a count-min sketch of the reads that
+//! found no header (the [`reuse`] sketch, over 4 cache sizes of blocks) counts the missed
+//! block read at least [`FREQ_ADMIT_READS`] times and more often: W-TinyLFU's admission
+//! duel, where the ghosts' reach ends.
 //! docs/arc.md has why, and BENCHMARKS.md "Issue 40" the hit ratios against libCacheSim's
 //! policies. Switchable at run time ([`Arc::set_policy`]); the paper's mode has only the
 //! ARC.
@@ -98,7 +103,8 @@ pub mod tunables;
 pub mod units;
 
 pub use arc::{
-    Arc, ArcConfig, ArcMode, ArcPolicy, BlockInfo, ConfigError, GhostBound, MAX_MARKS, Restore,
+    Arc, ArcConfig, ArcMode, ArcPolicy, BlockInfo, ConfigError, FREQ_ADMIT_READS,
+    FREQ_WINDOW_PER_BLOCK, GhostBound, MAX_MARKS, Restore,
 };
 pub use list::{HEADER_BYTES, KeyHasher};
 pub use lru::Lru;
@@ -309,4 +315,7 @@ pub trait Policy {
     fn kstats(&self) -> Vec<(String, u64)> {
         Vec::new()
     }
+    /// A hint that `key` is read next: start loading what its access reads first, while
+    /// the caller finishes the access before it. No effect on what the policy decides.
+    fn hint_next(&self, _key: &BlockKey) {}
 }

@@ -165,15 +165,24 @@ impl Slab {
     }
 
     pub fn lookup(&self, key: &BlockKey) -> Option<u32> {
+        self.lookup_hashed(hash_key(key), key)
+    }
+
+    /// [`Slab::lookup`] for a caller that has `key`'s hash already.
+    pub fn lookup_hashed(&self, hash: u64, key: &BlockKey) -> Option<u32> {
         let headers = &self.headers;
-        self.index
-            .find(hash_key(key), |id| headers[id as usize].key == *key)
+        self.index.find(hash, |id| headers[id as usize].key == *key)
     }
 
     /// Starts loading the part of the key index that a lookup of `key` reads first: for
     /// a caller that knows its next key while it still has work to do.
     pub fn prefetch(&self, key: &BlockKey) {
-        self.index.prefetch(hash_key(key));
+        self.prefetch_hashed(hash_key(key));
+    }
+
+    /// [`Slab::prefetch`] for a caller that has the key's hash already.
+    pub fn prefetch_hashed(&self, hash: u64) {
+        self.index.prefetch(hash);
     }
 
     /// Starts loading the headers a lookup of `key` would compare, found through its
@@ -259,6 +268,30 @@ impl Slab {
         } else {
             self.headers[old_head as usize].prev = id;
         }
+        list.head = id;
+    }
+
+    /// Moves `id`, on `list`, to its head: a requeue, with the links alone rewritten
+    /// (the list's length and bytes stay).
+    pub fn move_to_head(&mut self, list: &mut List, id: u32) {
+        self.touch_clock += 1;
+        let old_head = list.head;
+        let header = &mut self.headers[id as usize];
+        header.touch_seq = self.touch_clock;
+        if old_head == id {
+            return;
+        }
+        let (prev, next) = (header.prev, header.next);
+        header.prev = NIL;
+        header.next = old_head;
+        // Not the head, so it has a predecessor.
+        self.headers[prev as usize].next = next;
+        if next == NIL {
+            list.tail = prev;
+        } else {
+            self.headers[next as usize].prev = prev;
+        }
+        self.headers[old_head as usize].prev = id;
         list.head = id;
     }
 

@@ -1,6 +1,9 @@
 //! How often each block was read lately, in four bytes per block of the window it covers:
 //! the evidence the L2 feed's admission rule (`l2arc_admit`, [`crate::feed::FeedRules`])
-//! reads to leave blocks that are read once and never again off the cache devices.
+//! reads to leave blocks that are read once and never again off the cache devices, and
+//! that the larch policy's MFU admission reads (a second sketch, of the reads that find
+//! no header only, over
+//! [`crate::FREQ_WINDOW_PER_BLOCK`] cache sizes: `Arc::mfu_sketch_bytes`).
 //!
 //! A count-min sketch of 4-bit counters, as TinyLFU keeps one: a block's reads add to
 //! four counters chosen by its key's hash, and its count is the smallest of the four (other
@@ -138,7 +141,11 @@ impl ReuseSketch {
 
     /// The word and the four counters (bit offsets within it) of `key`.
     fn slots(&self, key: &BlockKey) -> (usize, [u32; 4]) {
-        let h = crate::list::hash_key(key);
+        self.slots_hashed(crate::list::hash_key(key))
+    }
+
+    /// [`Self::slots`] of the key whose index hash is `h`.
+    fn slots_hashed(&self, h: u64) -> (usize, [u32; 4]) {
         // The word from the high bits, the counters from the low 16, which the word's
         // index does not use while the table is under 2^48 words.
         let word = (h >> 16) as usize & (self.words.len() - 1);
@@ -159,9 +166,27 @@ impl ReuseSketch {
             .unwrap_or(0)
     }
 
-    /// Counts one read of `key`.
-    pub fn record(&mut self, key: &BlockKey) {
-        let (word, shifts) = self.slots(key);
+    /// Starts loading the word that holds `key`'s counters: a hint to the CPU for a
+    /// caller that knows its next key while it has other work to do.
+    pub fn prefetch(&self, key: &BlockKey) {
+        self.prefetch_hashed(crate::list::hash_key(key));
+    }
+
+    /// [`Self::prefetch`] for a caller that has the key's index hash already.
+    pub(crate) fn prefetch_hashed(&self, hash: u64) {
+        crate::index::prefetch_line(&self.words[self.slots_hashed(hash).0]);
+    }
+
+    /// Counts one read of `key`. Returns its count with this read (as [`Self::count`]
+    /// would have said just before the counters halved, if they did on it) and whether
+    /// they did.
+    pub fn record(&mut self, key: &BlockKey) -> (u8, bool) {
+        self.record_hashed(crate::list::hash_key(key))
+    }
+
+    /// [`Self::record`] for a caller that has the key's index hash already.
+    pub(crate) fn record_hashed(&mut self, hash: u64) -> (u8, bool) {
+        let (word, shifts) = self.slots_hashed(hash);
         let w = self.words[word];
         let least = shifts.iter().map(|&s| (w >> s) & 15).min().unwrap_or(0);
         match least {
@@ -169,6 +194,7 @@ impl ReuseSketch {
             1 => self.seconds += 1,
             _ => {}
         }
+        let count = (least + 1).min(u64::from(MAX_COUNT)) as u8;
         if least < u64::from(MAX_COUNT) {
             let mut raised = w;
             for &s in &shifts {
@@ -180,9 +206,11 @@ impl ReuseSketch {
             self.words[word] = raised;
         }
         self.counted += 1;
-        if self.counted >= self.period {
+        let halves = self.counted >= self.period;
+        if halves {
             self.halve();
         }
+        (count, halves)
     }
 
     /// Halves every counter: the reads counted so far weigh half as much from now on.
@@ -215,9 +243,9 @@ mod tests {
     fn counts_reads_and_saturates() {
         let mut s = ReuseSketch::new(1 << 16);
         assert_eq!(s.count(&key(1)), 0);
-        s.record(&key(1));
+        assert_eq!(s.record(&key(1)), (1, false), "the count with this read");
         assert_eq!(s.count(&key(1)), 1);
-        s.record(&key(1));
+        assert_eq!(s.record(&key(1)), (2, false));
         assert_eq!(s.count(&key(1)), 2);
         for _ in 0..40 {
             s.record(&key(1));
@@ -240,7 +268,7 @@ mod tests {
             b += 1;
         }
         assert_eq!(s.count(&key(1)), 6);
-        s.record(&key(b));
+        assert!(s.record(&key(b)).1, "the read that ends the period halves");
         assert_eq!(s.count(&key(1)), 3);
         assert_eq!(s.counted, window * PERIOD_PER_BLOCK / 2);
     }

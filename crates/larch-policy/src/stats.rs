@@ -68,6 +68,10 @@ pub struct ArcStats {
     /// Under the larch policy: MRU ghost hits that entered MRU, not MFU, because all of
     /// MFU was read since the block was. Not an OpenZFS kstat.
     pub mfu_refused: u64,
+    /// Under the larch policy: misses of blocks no ghost remembered that entered MFU
+    /// because its admission sketch counted more reads of them lately than of MFU's
+    /// coldest, unmarked block. Not an OpenZFS kstat.
+    pub mfu_sketch_admits: u64,
     /// Times `c` grew.
     pub grow_count: u64,
     /// Times `c` was reduced by memory pressure (`memory_indirect_count` in OpenZFS is close).
@@ -214,6 +218,10 @@ const KSTATS: &[KstatDef] = &[
         "MRU ghost hits sent back to MRU because all of MFU was read more recently (larch policy only)",
     ),
     count(
+        "mfu_sketch_admits",
+        "misses of blocks no ghost remembered that entered MFU, not MRU, because MFU's admission sketch (of reads that found no header) counted more reads of them lately than of MFU's coldest, unmarked block (larch policy only)",
+    ),
+    count(
         "hash_elements",
         "headers tracked: resident, ghost and L2-only",
     ),
@@ -248,6 +256,10 @@ const KSTATS: &[KstatDef] = &[
     bytes(
         "reuse_sketch_bytes",
         "DRAM held by the sketch of blocks' recent reads that l2arc_admit reads (0 while it is off)",
+    ),
+    bytes(
+        "mfu_sketch_bytes",
+        "DRAM held by MFU's admission sketch (larch policy only, kept once the ARC has filled)",
     ),
     count(
         "reuse_first_reads",

@@ -227,6 +227,50 @@ fn a_loop_within_the_ghost_lists_reach_keeps_hitting_too() {
 }
 
 #[test]
+fn a_loop_beyond_the_ghosts_reach_displaces_mfu_blocks_never_read_again() {
+    // MFU fills with blocks that are never read again; then a loop over 2.5 x the cache
+    // of other blocks: no ghost hit ever, so only MFU's admission sketch can tell that the
+    // loop's blocks are read over and over.
+    let (cache, blocks, passes) = (100, 250, 10);
+    let mut arc = larch(cache);
+    let mut clock = Clock(0);
+    for b in 0..cache {
+        clock.read(&mut arc, 10_000 + b);
+    }
+    assert_eq!(
+        kstat(&arc, "mfu_sketch_bytes"),
+        0,
+        "kept once the ARC is full"
+    );
+    let mut hits = 0;
+    for pass in 0..passes {
+        for b in 0..blocks {
+            let hit = clock.read(&mut arc, b);
+            if pass >= 5 {
+                hits += u64::from(hit);
+            }
+        }
+    }
+    assert!(kstat(&arc, "mfu_sketch_bytes") > 0);
+    assert!(kstat(&arc, "mfu_sketch_admits") > 0);
+    assert_eq!(
+        kstat(&arc, "mru_ghost_hits") + kstat(&arc, "mfu_ghost_hits"),
+        0
+    );
+    let left = (0..cache)
+        .filter(|b| state(&arc, 10_000 + b) == Some(State::Mfu))
+        .count();
+    assert!(left < 10, "{left} blocks read once still in MFU");
+    // Over the last five passes, at least 80% of what keeping cache - 1 of the loop's
+    // blocks for good would hit.
+    let optimum = (cache - 1) * 5;
+    assert!(
+        hits * 10 >= optimum * 8,
+        "{hits} hits, the optimum {optimum}"
+    );
+}
+
+#[test]
 fn the_policy_switches_at_run_time_without_moving_a_block() {
     let mut arc = larch(8);
     let mut clock = Clock(0);

@@ -137,6 +137,17 @@ impl<'p> Replayer<'p> {
         record.blocks(self.cfg.block_size_bytes, self.cfg.max_blocks_per_record)
     }
 
+    /// Tells the policy that `record` comes next ([`Policy::hint_next`] with its first
+    /// block), for a caller that reads one record ahead: the policy's first memory loads
+    /// for it then overlap the work of the record before.
+    pub fn hint_next(&self, record: &Record) {
+        if (record.op == Op::Read || self.cfg.writes != WriteMode::Skip)
+            && let Ok((first, _, _)) = self.blocks(record)
+        {
+            self.policy.hint_next(&BlockKey::new(record.volume, first));
+        }
+    }
+
     /// Replays one record. An `Err` means the record is malformed; nothing was replayed.
     pub fn record(&mut self, record: &Record) -> Result<(), RecordError> {
         let (first, count, size_bytes) = self.blocks(record)?;
@@ -149,8 +160,13 @@ impl<'p> Replayer<'p> {
                 self.cfg.writes
             }
         };
-        for block in first..=first + (count - 1) {
+        let last = first + (count - 1);
+        for block in first..=last {
             let key = BlockKey::new(record.volume, block);
+            if block < last {
+                self.policy
+                    .hint_next(&BlockKey::new(record.volume, block + 1));
+            }
             match mode {
                 WriteMode::Access => self.access(key, size_bytes),
                 WriteMode::Skip => {}

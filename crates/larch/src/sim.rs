@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use larch_policy::{Arc, ArcConfig, ArcPolicy, Lru, Policy};
-use larch_sim::{Format, ReplayConfig, Replayer, TraceError, TraceReader, WriteMode};
+use larch_sim::{Format, Record, ReplayConfig, Replayer, TraceError, TraceReader, WriteMode};
 use serde_json::json;
 
 use larch_engine::units::{format_size, parse_size};
@@ -183,6 +183,23 @@ impl Progress {
     }
 }
 
+/// The next record that parses, with its position in the trace (`None` at the end); with
+/// `skip_bad`, records that do not parse are counted in `bad_records` and passed over.
+fn next_good_record(
+    reader: &mut TraceReader,
+    skip_bad: bool,
+    bad_records: &mut u64,
+) -> anyhow::Result<Option<(Record, u64)>> {
+    loop {
+        match reader.next_record() {
+            Ok(Some(record)) => return Ok(Some((record, TraceReader::position(reader)))),
+            Ok(None) => return Ok(None),
+            Err(TraceError::Parse { .. }) if skip_bad => *bad_records += 1,
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
 fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut reader = TraceReader::open(&args.trace, args.format)?;
     let format = reader.format();
@@ -201,19 +218,28 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut replayer = Replayer::new(policy.as_mut(), cfg);
     let limit = args.limit.unwrap_or(u64::MAX);
     let mut ticked_requests = 0;
-    while replayer.counts().records < limit {
-        let record = match reader.next_record() {
-            Ok(Some(record)) => record,
-            Ok(None) => break,
-            Err(TraceError::Parse { .. }) if args.skip_bad => {
-                bad_records += 1;
-                continue;
-            }
-            Err(err) => return Err(err.into()),
+    // One record is read ahead, so the policy can start loading what its first block's
+    // access reads while the record before is replayed (`Replayer::hint_next`).
+    // Nothing is read beyond the last record the limit lets through.
+    let mut next = None;
+    let mut at_end = false;
+    while replayer.counts().records < limit && !at_end {
+        let Some((record, position)) = (match next.take() {
+            Some(read) => Some(read),
+            None => next_good_record(&mut reader, args.skip_bad, &mut bad_records)?,
+        }) else {
+            break;
         };
+        if replayer.counts().records + 1 < limit {
+            next = next_good_record(&mut reader, args.skip_bad, &mut bad_records)?;
+            match &next {
+                Some((ahead, _)) => replayer.hint_next(ahead),
+                None => at_end = true,
+            }
+        }
         if let Err(message) = replayer.record(&record) {
             if !args.skip_bad {
-                bail!("{}:{}: {message}", args.trace.display(), reader.position());
+                bail!("{}:{position}: {message}", args.trace.display());
             }
             bad_records += 1;
         }

@@ -544,7 +544,8 @@ impl ArcCache {
     }
 
     /// Bytes of data the ARC holds (`size`) and of what describes it: its headers
-    /// (`hdr_size`) and the reuse sketches of `l2arc_admit` (`reuse_sketch_bytes`).
+    /// (`hdr_size`), the reuse sketches of `l2arc_admit` (`reuse_sketch_bytes`) and, under
+    /// the larch policy, MFU's admission sketches (`mfu_sketch_bytes`).
     pub(crate) fn size_and_headers(&self) -> (u64, u64) {
         self.shards().fold((0, 0), |(size, headers), s| {
             (
@@ -552,7 +553,8 @@ impl ArcCache {
                 headers
                     + (larch_policy::Policy::tracked_headers(&s.arc) * larch_policy::HEADER_BYTES)
                         as u64
-                    + s.arc.reuse_sketch_bytes(),
+                    + s.arc.reuse_sketch_bytes()
+                    + s.arc.mfu_sketch_bytes(),
             )
         })
     }
