@@ -28,7 +28,9 @@ ARC and W-TinyLFU give other numbers than with the same cache counted in blocks 
 31.97%; LRU, S3-FIFO and Belady the same either way). In object mode its ARC matches
 larch's `arc-paper` (38.944% there), and the table checks that on every cell: the two must
 agree within 0.05 points, and a WARNING lists the cells where they do not. A second check
-warns of any cell where a policy beats Belady.
+warns of any cell where a policy beats Belady by more than a cache that bypasses can: for
+the cells above Belady it also runs Belady with one block more, the bound for such a cache
+(the larch policy evicts a block in the step it came when MRU's target is under one block).
 
 n_blocks = max(1, floor(footprint * f + 0.5)) for each size fraction f; cells with fewer
 than 10 blocks are marked (such caches are degenerate). libCacheSim's policies run with
