@@ -694,6 +694,40 @@ fn a_feed_larger_than_the_ring_allows_is_cut_to_fit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under the larch policy each shard keeps MFU's admission sketch once it has filled
+/// (`mfu_sketch_bytes`, counted with the headers in the daemon's memory); switching back
+/// to the ARC drops it.
+#[test]
+fn the_larch_policy_keeps_its_mfu_sketch_once_the_arc_fills() {
+    let dir = scratch("mfu-sketch");
+    let backing = dir.join("vol.img");
+    backing_file(&backing, 2048); // 32 MiB
+    let s = Setup::new(&backing, 16 << 20);
+    s.engine.tunables.set("zfs_arc_policy", "larch").unwrap();
+    s.engine.adjust_arc_size();
+    for b in 0..64 {
+        s.read(b);
+    }
+    assert_eq!(s.stat("mfu_sketch_bytes"), 0, "none while the ARC has room");
+    for b in 0..2048 {
+        s.read(b);
+    }
+    let bytes = s.stat("mfu_sketch_bytes");
+    assert!(bytes > 0, "kept once the ARC has filled");
+    // At most 16 bytes per block the ARC holds, doubled by the rounding to a power of
+    // two, per shard (the smallest table is 128 bytes).
+    let held = s.stat("size") / u64::from(BLOCK);
+    assert!(
+        bytes <= 2 * 16 * held + 128 * larch_policy::shards::SHARDS as u64,
+        "{bytes} bytes for {held} blocks"
+    );
+    s.engine.tunables.set("zfs_arc_policy", "arc").unwrap();
+    s.engine.adjust_arc_size();
+    assert_eq!(s.stat("mfu_sketch_bytes"), 0, "dropped under the ARC");
+    s.engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `l2arc_admit`: once a cache device has filled, a feed writes only blocks read twice
 /// lately; before, and with the rule off, it writes blocks read once too. The reuse
 /// sketch is kept (and counted in `reuse_sketch_bytes`) only while the rule is on.
