@@ -285,8 +285,9 @@ pub struct Arc {
     short: bool,
     /// Demand reads per block lately, for the L2 feed's admission rule (`None`: not kept).
     reuse: Option<Box<ReuseSketch>>,
-    /// Under [`ArcPolicy::Larch`], demand reads per block lately, for MFU's admission of
-    /// blocks the ghosts no longer remember (`None` until the ARC first fills).
+    /// Under [`ArcPolicy::Larch`], demand reads per block lately that found no header, for
+    /// MFU's admission of blocks the ghosts no longer remember (`None` until the ARC first
+    /// fills).
     freq: Option<Box<ReuseSketch>>,
 }
 
@@ -698,12 +699,11 @@ impl Arc {
             flags,
             access.now_ms,
         ));
-        let state = if access.uncached {
+        let mut state = if access.uncached {
             State::Uncached
         } else {
             State::Mru
         };
-        let mut state = state;
         if state == State::Mru && self.cfg.policy == ArcPolicy::Larch {
             let t = access.buf_type as usize;
             if self.mfu_takes_frequent(t, reads) {
