@@ -772,25 +772,22 @@ impl Arc {
             if self.size() < self.c {
                 return 0;
             }
-            self.freq = Some(Box::new(ReuseSketch::new(self.freq_window())));
+            self.follow_freq_window();
         }
-        let Some(freq) = self.freq.as_mut() else {
-            return 0;
-        };
-        let (reads, halved) = freq.record_hashed(hash);
+        let (reads, halved) = self
+            .freq
+            .as_mut()
+            .map_or((0, false), |freq| freq.record_hashed(hash));
         if halved {
-            let window = self.freq_window();
-            if let Some(freq) = self.freq.as_mut()
-                && freq.window_blocks() != window
-            {
-                if freq.fits(window) {
-                    freq.set_window(window);
-                } else {
-                    **freq = ReuseSketch::new(window);
-                }
-            }
+            self.follow_freq_window();
         }
         reads
+    }
+
+    /// Makes MFU's admission sketch serve the window `c` calls for now (creating it).
+    fn follow_freq_window(&mut self) {
+        let window = self.freq_window();
+        crate::reuse::serve_window(&mut self.freq, window);
     }
 
     /// The window of MFU's admission sketch: [`FREQ_WINDOW_PER_BLOCK`] times the blocks
@@ -1137,10 +1134,7 @@ impl Arc {
             self.reuse = None;
             return;
         }
-        match self.reuse.as_mut() {
-            Some(r) if r.fits(window_blocks) => r.set_window(window_blocks),
-            _ => self.reuse = Some(Box::new(ReuseSketch::new(window_blocks))),
-        }
+        crate::reuse::serve_window(&mut self.reuse, window_blocks);
     }
 
     /// The window of the reuse sketch kept (0: none).

@@ -73,6 +73,16 @@ pub fn shard_window_blocks(
     (arc_max_bytes.saturating_add(l2_bytes) / block_bytes.max(1) / shards.max(1)).max(1)
 }
 
+/// Makes `sketch` serve a window of `window_blocks` blocks: the table it has (and its
+/// counts) when the window fits it ([`ReuseSketch::fits`]), a new one otherwise or when
+/// there is none.
+pub fn serve_window(sketch: &mut Option<Box<ReuseSketch>>, window_blocks: u64) {
+    match sketch.as_mut() {
+        Some(s) if s.fits(window_blocks) => s.set_window(window_blocks),
+        _ => *sketch = Some(Box::new(ReuseSketch::new(window_blocks))),
+    }
+}
+
 /// The reads of the blocks of a window, counted approximately. See the module comment.
 #[derive(Clone, Debug)]
 pub struct ReuseSketch {

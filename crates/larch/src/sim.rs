@@ -183,25 +183,60 @@ impl Progress {
     }
 }
 
-/// The next record that parses, with its position in the trace (`None` at the end); with
-/// `skip_bad`, records that do not parse are counted in `bad_records` and passed over.
-fn next_good_record(
-    reader: &mut TraceReader,
+/// A trace's records that parse, each with its position in the trace, read one ahead on
+/// request ([`RecordsAhead::peek`]) so that a replay can hint the policy at the next one
+/// while it replays the one before. With `skip_bad`, records that do not parse are
+/// counted in `bad_records` and passed over.
+struct RecordsAhead {
+    reader: TraceReader,
     skip_bad: bool,
-    bad_records: &mut u64,
-) -> anyhow::Result<Option<(Record, u64)>> {
-    loop {
-        match reader.next_record() {
-            Ok(Some(record)) => return Ok(Some((record, TraceReader::position(reader)))),
-            Ok(None) => return Ok(None),
-            Err(TraceError::Parse { .. }) if skip_bad => *bad_records += 1,
-            Err(err) => return Err(err.into()),
+    bad_records: u64,
+    ahead: Option<(Record, u64)>,
+    ended: bool,
+}
+
+impl RecordsAhead {
+    fn new(reader: TraceReader, skip_bad: bool) -> RecordsAhead {
+        RecordsAhead {
+            reader,
+            skip_bad,
+            bad_records: 0,
+            ahead: None,
+            ended: false,
         }
+    }
+
+    /// The next record (`None` at the end).
+    fn next(&mut self) -> anyhow::Result<Option<(Record, u64)>> {
+        match self.ahead.take() {
+            Some(read) => Ok(Some(read)),
+            None => self.read(),
+        }
+    }
+
+    /// The record after the one [`Self::next`] returned last, read now if it was not.
+    fn peek(&mut self) -> anyhow::Result<Option<&Record>> {
+        if self.ahead.is_none() {
+            self.ahead = self.read()?;
+        }
+        Ok(self.ahead.as_ref().map(|(record, _)| record))
+    }
+
+    fn read(&mut self) -> anyhow::Result<Option<(Record, u64)>> {
+        while !self.ended {
+            match self.reader.next_record() {
+                Ok(Some(record)) => return Ok(Some((record, self.reader.position()))),
+                Ok(None) => self.ended = true,
+                Err(TraceError::Parse { .. }) if self.skip_bad => self.bad_records += 1,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(None)
     }
 }
 
 fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let mut reader = TraceReader::open(&args.trace, args.format)?;
+    let reader = TraceReader::open(&args.trace, args.format)?;
     let format = reader.format();
     let block_size = args.block_size.unwrap_or(match format {
         Format::Lis => 512,
@@ -214,34 +249,27 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let started = Instant::now();
     let mut progress = Progress::new(!args.no_progress);
-    let mut bad_records = 0u64;
     let mut replayer = Replayer::new(policy.as_mut(), cfg);
     let limit = args.limit.unwrap_or(u64::MAX);
     let mut ticked_requests = 0;
-    // One record is read ahead, so the policy can start loading what its first block's
-    // access reads while the record before is replayed (`Replayer::hint_next`).
-    // Nothing is read beyond the last record the limit lets through.
-    let mut next = None;
-    let mut at_end = false;
-    while replayer.counts().records < limit && !at_end {
-        let Some((record, position)) = (match next.take() {
-            Some(read) => Some(read),
-            None => next_good_record(&mut reader, args.skip_bad, &mut bad_records)?,
-        }) else {
+    let mut records = RecordsAhead::new(reader, args.skip_bad);
+    while replayer.counts().records < limit {
+        let Some((record, position)) = records.next()? else {
             break;
         };
-        if replayer.counts().records + 1 < limit {
-            next = next_good_record(&mut reader, args.skip_bad, &mut bad_records)?;
-            match &next {
-                Some((ahead, _)) => replayer.hint_next(ahead),
-                None => at_end = true,
-            }
+        // The policy starts loading what the next record's first block reads while this
+        // one is replayed (`Replayer::hint_next`); nothing is read beyond the last record
+        // the limit lets through.
+        if replayer.counts().records + 1 < limit
+            && let Some(ahead) = records.peek()?
+        {
+            replayer.hint_next(ahead);
         }
         if let Err(message) = replayer.record(&record) {
             if !args.skip_bad {
                 bail!("{}:{position}: {message}", args.trace.display());
             }
-            bad_records += 1;
+            records.bad_records += 1;
         }
         // Every 65,536 records or requests (a record of large blocks counts one request per
         // block), whichever comes first: the clock is read no more often than that.
@@ -271,7 +299,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             "hit_bytes": counts.hit_bytes,
             "miss_bytes": counts.miss_bytes,
             "write_records": counts.write_records,
-            "bad_records": bad_records,
+            "bad_records": records.bad_records,
             "elapsed_seconds": elapsed,
         });
         if let Some(stats) = arcstats {
@@ -288,7 +316,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         );
         println!(
             "records      {}   requests {}   writes {}   bad {}",
-            counts.records, counts.requests, counts.write_records, bad_records
+            counts.records, counts.requests, counts.write_records, records.bad_records
         );
         println!(
             "hits         {}   misses {}   hit ratio {:.2}%",
